@@ -1,0 +1,144 @@
+"""Join one run's parsed statistics (per rank) and metadata into layers and summarised series.
+
+Input: `ParsedStats` per rank (policy/stats_log.py) and the merged `MetadataLog` (policy/metadata_log.py).
+Output: `AssembledRun`, ready to store: layers in model order with structure and precision, and one
+`SeriesRecord` per (rank, metric) with its summary over finite points. Pure: no I/O, no web or DB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from policy.metadata_log import MetadataLog
+from policy.names import layer_structure, order_key, split_metric_name
+from policy.records import QUANT_STATS, LayerInfo, LayerPlan, MetricName, Precision
+from policy.stats_log import ParsedStats
+
+MAX_NAME_SAMPLES = 10
+_NONFINITE_TEXT = {np.inf: "Infinity", -np.inf: "-Infinity"}
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesSummary:
+    """Summary of one series; min/max/mean/p95 over finite points, `last` None when non-finite."""
+
+    count: int
+    nan_count: int
+    posinf_count: int
+    neginf_count: int
+    min: float | None
+    max: float | None
+    mean: float | None
+    p95: float | None
+    last: float | None
+    last_nonfinite: str | None  # "NaN" | "Infinity" | "-Infinity"
+    first_iteration: int | None
+    last_iteration: int | None
+
+
+@dataclass(slots=True)
+class SeriesRecord:
+    rank: int
+    metric: MetricName
+    iterations: np.ndarray
+    values: np.ndarray
+    summary: SeriesSummary
+
+
+@dataclass(slots=True)
+class AssembledLayer:
+    info: LayerInfo
+    position: int
+    plans: dict[str, str]  # "tensor/gemm" -> plan text
+
+
+@dataclass(slots=True)
+class AssembledRun:
+    layers: list[AssembledLayer]
+    series: list[SeriesRecord]
+    ranks: list[int]
+    unsplit_names: list[str] = field(default_factory=list)  # samples of names that are no <layer>_<tensor>_<stat>
+    unsplit_points: int = 0
+
+    @property
+    def points(self) -> int:
+        return sum(int(s.iterations.shape[0]) for s in self.series)
+
+
+def summarize(iterations: np.ndarray, values: np.ndarray) -> SeriesSummary:
+    finite = values[np.isfinite(values)]
+    n = int(values.shape[0])
+    last = float(values[-1]) if n else None
+    last_nonfinite = None
+    if last is not None and not np.isfinite(last):
+        last_nonfinite = "NaN" if np.isnan(last) else _NONFINITE_TEXT[last]
+        last = None
+    has = finite.shape[0] > 0
+    return SeriesSummary(
+        count=n,
+        nan_count=int(np.count_nonzero(np.isnan(values))),
+        posinf_count=int(np.count_nonzero(values == np.inf)),
+        neginf_count=int(np.count_nonzero(values == -np.inf)),
+        min=float(finite.min()) if has else None,
+        max=float(finite.max()) if has else None,
+        mean=float(finite.mean()) if has else None,
+        p95=float(np.percentile(finite, 95)) if has else None,
+        last=last,
+        last_nonfinite=last_nonfinite,
+        first_iteration=int(iterations[0]) if n else None,
+        last_iteration=int(iterations[-1]) if n else None,
+    )
+
+
+def assemble_run(stats_by_rank: dict[int, ParsedStats], metadata: MetadataLog) -> AssembledRun:
+    """Split every distinct name once, summarise every series, and derive the layer table."""
+    known = metadata.known_layers()
+    run = AssembledRun(layers=[], series=[], ranks=sorted(stats_by_rank))
+    split_cache: dict[str, MetricName | None] = {}
+    for rank in run.ranks:
+        parsed = stats_by_rank[rank]
+        for k, name in enumerate(parsed.names):
+            if name not in split_cache:
+                split_cache[name] = split_metric_name(name, known)
+            metric = split_cache[name]
+            iterations, values = parsed.series(k)
+            if metric is None:
+                run.unsplit_points += int(iterations.shape[0])
+                if name not in run.unsplit_names and len(run.unsplit_names) < MAX_NAME_SAMPLES:
+                    run.unsplit_names.append(name)
+                continue
+            run.series.append(SeriesRecord(rank, metric, iterations, values, summarize(iterations, values)))
+    run.layers = _layers(run.series, metadata)
+    return run
+
+
+def _layers(series: list[SeriesRecord], metadata: MetadataLog) -> list[AssembledLayer]:
+    """Layers with stats or plan lines, in model order."""
+    any_quant: set[str] = set()  # any quantization stat, what-if recipes included
+    trained_quant: set[str] = set()  # unprefixed: measured on the recipe the layer trained with
+    with_stats: set[str] = set()
+    for record in series:
+        metric = record.metric
+        with_stats.add(metric.layer)
+        if metric.stat in QUANT_STATS:
+            any_quant.add(metric.layer)
+            if metric.recipe is None or metric.recipe == "nvfp4":
+                trained_quant.add(metric.layer)
+    layers = []
+    for position, name in enumerate(sorted(with_stats | set(metadata.plans), key=order_key)):
+        plan = metadata.plans.get(name)
+        precision = _precision(plan, trained_quant=name in trained_quant)
+        info = LayerInfo(name, layer_structure(name), precision, name in any_quant)
+        plans = {f"{t}/{g}": text for (t, g), text in (plan.gemm_plans.items() if plan else ())}
+        layers.append(AssembledLayer(info, position, plans))
+    return layers
+
+
+def _precision(plan: LayerPlan | None, *, trained_quant: bool) -> Precision:
+    """Plan lines decide; without them, unprefixed FP8 stats mean the layer was quantized."""
+    precision = plan.precision if plan else Precision.UNKNOWN
+    if precision is Precision.UNKNOWN and trained_quant:
+        return Precision.FP8
+    return precision

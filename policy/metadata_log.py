@@ -1,0 +1,146 @@
+"""Parsing of nvdlfw_inspect metadata-log lines (`nvdlfw_inspect_logs/…`) into per-layer plans; no file I/O here.
+
+Input contract: an iterable of text lines of one metadata log (one rank, one file), with or without line endings;
+CRLF and blank lines are tolerated, unknown lines are counted in `lines_unrecognised` and never raise.
+Ground truth for precision is the TE plan lines (fp8-log-format.md §1.3). Note that the "Assigned layer name"
+list is not the list of GEMM layers: LayerNormMLP is assigned as `…layernorm_mlp` but its plan and stats lines
+use `…layernorm_mlp.fc1` / `…layernorm_mlp.fc2`, and container modules (`model`, `…self_attention`) have no plans.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from policy.records import LayerPlan
+
+# §1.3 META_* regexes, split into the logging header and the message so each message form is matched once.
+# The optional "NVDLFW INSPECT - " prefix is the stderr stream handler's format (WARNING and above).
+_HEADER = re.compile(r"^(?:NVDLFW INSPECT - )?(?P<ts>\S+ \S+) - (?P<level>[A-Z]+) - (?P<message>.*)$")
+_ASSIGNED = re.compile(r"^Assigned layer name: (?P<layer>.+?)\s*$")
+_LAYER = re.compile(r"^LAYER=(?P<layer>.+?): (?P<body>.*)$")
+_PLAN = re.compile(
+    r"^Tensor: (?P<tensor>\w+), gemm (?P<gemm>\w+) - "
+    r"(?P<plan>FP8 Quantize|Quantize|High Precision|modify_tensor\(\))\s*$"
+)
+# TE: "Feature=F, API=A: <tensor>" or "...: <gemm>, <tensor>" (PerTensorScaling, FakeQuant);
+# nvdlfw generic: "Feature=F, API=A, TENSOR=<tensor>: Called".
+_FEATURE = re.compile(r"^Feature=(?P<feature>\w+), API=(?P<api>\w+)(?:, TENSOR=|: )(?:(?P<gemm>\w+), )?(?P<tensor>\w+)")
+_DISABLED = re.compile(r"^(?:Quantization|FP8) Disabled\s*$")
+
+# Messages nvdlfw_inspect writes that carry nothing we use; they count as recognised.
+_KNOWN_MESSAGES = (
+    "Default logging to file enabled at ",
+    "Reading config from ",
+    "Loaded configs for ",
+    "Debug API call '",
+    "Registered feature ",
+)
+_KNOWN_LAYER_MESSAGES = ("`reduction_group` not found",)
+
+_QUANTIZED_PLANS = frozenset({"Quantize", "FP8 Quantize"})
+
+
+@dataclass(slots=True)
+class MetadataLog:
+    """What one (or, after `merge_metadata`, several) metadata logs say about the model's layers."""
+
+    assigned: list[str] = field(default_factory=list)  # "Assigned layer name" values, first-seen order, unique
+    plans: dict[str, LayerPlan] = field(default_factory=dict)  # layers with plan, feature or disable lines
+    layer_order: list[str] = field(default_factory=list)  # layers in the order they first appear in LAYER= lines
+    lines_read: int = 0  # every line consumed, blank ones included
+    lines_unrecognised: int = 0  # non-blank lines matching no known message
+
+    def known_layers(self) -> frozenset[str]:
+        """Assigned names plus every layer with plan lines (covers `…layernorm_mlp.fc1`), for `split_metric_name`."""
+        return frozenset(self.assigned) | frozenset(self.plans)
+
+
+def parse_metadata_lines(lines: Iterable[str]) -> MetadataLog:
+    """Parse the lines of one metadata log. A plain string is split into lines first."""
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    log = MetadataLog()
+    seen_assigned: set[str] = set()
+    for raw in lines:
+        log.lines_read += 1
+        line = raw.rstrip("\r\n")
+        if not line.strip():
+            continue
+        if not _parse_line(line, log, seen_assigned):
+            log.lines_unrecognised += 1
+    return log
+
+
+def merge_metadata(logs: Iterable[MetadataLog]) -> MetadataLog:
+    """Combine the logs of several ranks or sessions without changing them.
+
+    A layer is disabled if any log says so; for one (tensor, gemm) a high-precision plan wins over a quantized one,
+    so a GEMM counts as FP8 only if every rank quantized it. Orders keep first appearance; counters add up.
+    """
+    merged = MetadataLog()
+    seen_assigned: set[str] = set()
+    for log in logs:
+        for layer in log.assigned:
+            _add_assigned(merged, seen_assigned, layer)
+        for layer in log.layer_order:
+            _plan_for(merged, layer)
+        for layer, plan in log.plans.items():
+            target = _plan_for(merged, layer)
+            target.disabled = target.disabled or plan.disabled
+            target.features |= plan.features
+            for key, text in plan.gemm_plans.items():
+                _set_gemm_plan(target, key, text)
+        merged.lines_read += log.lines_read
+        merged.lines_unrecognised += log.lines_unrecognised
+    return merged
+
+
+def _parse_line(line: str, log: MetadataLog, seen_assigned: set[str]) -> bool:
+    """Apply one non-blank line to `log`; False when the line is not a known message."""
+    header = _HEADER.match(line)
+    if header is None:
+        return False
+    message = header["message"]
+    assigned = _ASSIGNED.match(message)
+    if assigned is not None:
+        _add_assigned(log, seen_assigned, assigned["layer"])
+        return True
+    layer_message = _LAYER.match(message)
+    if layer_message is not None:
+        return _parse_layer_message(layer_message["layer"], layer_message["body"], log)
+    return message.startswith(_KNOWN_MESSAGES)
+
+
+def _parse_layer_message(layer: str, body: str, log: MetadataLog) -> bool:
+    if (plan := _PLAN.match(body)) is not None:
+        _set_gemm_plan(_plan_for(log, layer), (plan["tensor"], plan["gemm"]), plan["plan"])
+    elif (feature := _FEATURE.match(body)) is not None:
+        _plan_for(log, layer).features.add(feature["feature"])
+    elif _DISABLED.match(body):
+        _plan_for(log, layer).disabled = True
+    else:
+        return body.startswith(_KNOWN_LAYER_MESSAGES)
+    return True
+
+
+def _add_assigned(log: MetadataLog, seen: set[str], layer: str) -> None:
+    if layer not in seen:
+        seen.add(layer)
+        log.assigned.append(layer)
+
+
+def _plan_for(log: MetadataLog, layer: str) -> LayerPlan:
+    plan = log.plans.get(layer)
+    if plan is None:
+        plan = log.plans[layer] = LayerPlan(layer=layer)
+        log.layer_order.append(layer)
+    return plan
+
+
+def _set_gemm_plan(plan: LayerPlan, key: tuple[str, str], text: str) -> None:
+    """Record a plan line; a repeated (tensor, gemm) keeps the high-precision text if either says so."""
+    previous = plan.gemm_plans.get(key)
+    if previous is None or previous in _QUANTIZED_PLANS:
+        plan.gemm_plans[key] = text

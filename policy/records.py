@@ -1,0 +1,213 @@
+"""Plain records and grammar constants shared by parsing, classification and recommendation.
+
+Belongs here: frozen dataclasses, enums and the vocabulary of the TE / nvdlfw_inspect logs.
+Must not be here: I/O, numpy-heavy logic, and any web or database import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+# Tensor names TE and nvdlfw_inspect log (fp8-log-format.md §3): the three GEMM inputs are quantizable,
+# the three GEMM outputs are high precision only.
+QUANTIZED_TENSORS: tuple[str, ...] = ("activation", "gradient", "weight")
+TENSORS: tuple[str, ...] = (*QUANTIZED_TENSORS, "output", "wgrad", "dgrad")
+
+# LogFp8TensorStats recipe prefixes (TE ALL_RECIPE_NAMES) plus LogNvfp4TensorStats' internal prefix.
+RECIPE_PREFIXES: tuple[str, ...] = (
+    "fp8_delayed_scaling",
+    "fp8_current_scaling",
+    "fp8_block_scaling",
+    "mxfp8",
+    "nvfp4",
+)
+
+# Quantization stats (LogFp8TensorStats / LogNvfp4TensorStats), optionally with a recipe prefix.
+QUANT_STATS: tuple[str, ...] = (
+    "underflows%",
+    "overflows%",
+    "scale_inv_min",
+    "scale_inv_max",
+    "mse",
+    "underflows_num",
+    "overflows_num",
+    "total_square_error",
+)
+
+# High-precision stats (TE LogTensorStats and nvdlfw's generic LogTensorStats).
+TENSOR_STATS: tuple[str, ...] = (
+    "min",
+    "max",
+    "mean",
+    "std",
+    "l1_norm",
+    "l2_norm",
+    "cur_amax",
+    "dynamic_range",
+)
+
+GEMMS: tuple[str, ...] = ("fprop", "dgrad", "wgrad")
+
+# Which GEMMs each quantized tensor feeds (TE debug_quantization._tensor_to_gemm_names_map).
+TENSOR_GEMMS: dict[str, tuple[str, ...]] = {
+    "activation": ("fprop", "wgrad"),
+    "weight": ("fprop", "dgrad"),
+    "gradient": ("dgrad", "wgrad"),
+}
+
+
+class LayerGroup(str, Enum):
+    """Where a layer sits in the network, recognised from its logged name."""
+
+    EMBEDDING = "embedding"
+    BODY = "body"
+    HEAD = "head"
+    OTHER = "other"
+
+
+class Precision(str, Enum):
+    """How a layer's GEMMs ran according to the metadata plan lines."""
+
+    FP8 = "fp8"  # every planned GEMM was quantized
+    HIGH = "high"  # every planned GEMM ran in high precision (BF16 block, disabled layer)
+    MIXED = "mixed"  # some GEMMs quantized, some not (DisableFP8GEMM)
+    UNKNOWN = "unknown"  # no plan lines for this layer
+
+
+@dataclass(frozen=True, slots=True)
+class MetricName:
+    """One logged metric name split into its parts.
+
+    `"model.layers.1.self_attention.linear_qkv_activation_mxfp8_underflows%_columnwise"` becomes
+    layer=`model.layers.1.self_attention.linear_qkv`, tensor=`activation`, recipe=`mxfp8`,
+    stat=`underflows%`, columnwise=True.
+    """
+
+    layer: str
+    tensor: str
+    stat: str
+    recipe: str | None = None
+    columnwise: bool = False
+
+    @property
+    def stat_key(self) -> str:
+        """The stat as logged after the tensor name (recipe prefix and `_columnwise` included)."""
+        prefix = f"{self.recipe}_" if self.recipe else ""
+        suffix = "_columnwise" if self.columnwise else ""
+        return f"{prefix}{self.stat}{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class LayerStructure:
+    """A layer's place in the model, derived from its name alone."""
+
+    group: LayerGroup
+    index: int | None  # block number exactly as logged (1-based when TE's layer_number was used)
+    sublayer: str | None  # qkv, proj, fc1, fc2, lm_head, ...
+
+
+@dataclass(slots=True)
+class Series:
+    """One metric of one rank: iterations ascending and unique, values as float64 (NaN/inf kept)."""
+
+    rank: int
+    metric: MetricName
+    iterations: np.ndarray  # int64
+    values: np.ndarray  # float64
+
+
+@dataclass(slots=True)
+class LayerPlan:
+    """What the metadata log says about one layer on one rank."""
+
+    layer: str
+    gemm_plans: dict[tuple[str, str], str] = field(default_factory=dict)  # (tensor, gemm) -> plan text
+    disabled: bool = False  # "Quantization Disabled" / "FP8 Disabled" line seen
+    features: set[str] = field(default_factory=set)  # e.g. {"LogFp8TensorStats"}
+
+    @property
+    def precision(self) -> Precision:
+        if self.disabled:
+            return Precision.HIGH
+        plans = {
+            plan for (tensor, _), plan in self.gemm_plans.items() if tensor in QUANTIZED_TENSORS
+        }
+        if not plans:
+            return Precision.UNKNOWN
+        quantized = {p for p in plans if p in ("Quantize", "FP8 Quantize")}
+        if quantized == plans:
+            return Precision.FP8
+        if not quantized:
+            return Precision.HIGH
+        return Precision.MIXED
+
+
+@dataclass(frozen=True, slots=True)
+class LayerInfo:
+    """Everything known about one layer of a run before any classification."""
+
+    name: str  # exactly as logged
+    structure: LayerStructure
+    precision: Precision  # from plan lines; UNKNOWN when the metadata log has none for it
+    has_fp8_stats: bool  # at least one quantization stat (underflows%, scale_inv_*, mse, ...) was logged
+
+
+@dataclass(slots=True)
+class RunData:
+    """The input of analysis and recommendation: a run's layers and series, nothing from the DB or HTTP."""
+
+    layers: dict[str, LayerInfo]
+    series: list[Series]
+    metadata: dict[str, object] = field(default_factory=dict)  # what the uploader sent (dims, GPU arch, recipe, ...)
+
+
+@dataclass(frozen=True, slots=True)
+class GemmOverride:
+    """Keep some GEMMs of one layer in high precision."""
+
+    layer: str
+    gemms: tuple[str, ...]  # subset of GEMMS, in GEMMS order
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecipeChoice:
+    """The FP8 recipe to train with."""
+
+    name: str  # delayed | current | block | mxfp8
+    class_path: str  # transformer_engine.common.recipe.<Class>
+    kwargs: dict[str, object]
+    reason: str
+
+
+RECIPE_CLASSES: dict[str, str] = {
+    "delayed": "transformer_engine.common.recipe.DelayedScaling",
+    "current": "transformer_engine.common.recipe.Float8CurrentScaling",
+    "block": "transformer_engine.common.recipe.Float8BlockScaling",
+    "mxfp8": "transformer_engine.common.recipe.MXFP8BlockScaling",
+}
+
+# Megatron's --fp8-recipe names for our recipe names.
+MEGATRON_RECIPES: dict[str, str] = {
+    "delayed": "delayed",
+    "current": "tensorwise",
+    "block": "blockwise",
+    "mxfp8": "mxfp8",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyDecision:
+    """The renderable core of a recommendation: what to change, for the layers of one run.
+
+    Renderers (TE YAML, Megatron, Hydra, torchao) take only this record.
+    """
+
+    skip_layers: tuple[str, ...]  # exact layer names as logged, to run fully in high precision
+    gemm_overrides: tuple[GemmOverride, ...]
+    recipe: RecipeChoice
+    layers: tuple[LayerInfo, ...]  # every layer of the run, in logged order, for disjoint sections and numbering
+    te_version: str | None = None  # e.g. "2.13"; None when unknown

@@ -1,0 +1,257 @@
+"""Parse nvdlfw_inspect statistics logs into per-metric series, fast, with every line accounted for.
+
+Input contract: one or more binary streams (plain or already-decompressed) holding the lines of ONE
+rank, fed in session order (older files first). Output: one (iterations, values) pair per distinct
+metric name, iterations ascending and unique, plus a report of what was read, skipped and deduplicated.
+
+Line rules (fp8-log-format.md §1.2):
+* ``<asctime> - <LEVEL> - <name> \\t\\t\\t\\t iteration=<n> \\t\\t\\t\\t value=<v>``; iterations of any length;
+  values ``[-+]?digits[.digits]``, ``nan``, ``inf``, ``-inf``; CRLF endings tolerated.
+* Blank lines are counted, other non-matching lines are counted as skipped with a few samples kept;
+  a file with no statistics line at all is an error (`NoStatsLines`).
+* The same (name, iteration) more than once (appended sessions): the last one wins, the rest are counted.
+
+No I/O besides reading the given streams; no web or database imports.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+import numpy as np
+
+from policy import _stats_kernel as kernel
+
+# The reference regex (fp8-log-format.md §1.2); the compiled fast path accepts a subset of it.
+STATS_LINE = re.compile(
+    r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3}) - (?P<level>[A-Z]+) - "
+    r"(?P<name>.+?)\s+iteration=(?P<iteration>\d+)\s+value=(?P<value>[-+]?(?:\d+(?:\.\d+)?|nan|inf))\s*$"
+)
+
+DEFAULT_BLOCK_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_LINE_BYTES = 1024 * 1024
+MAX_SAMPLES = 5
+_LIT_ITER = np.frombuffer(b"iteration=", dtype=np.uint8)
+_LIT_VALUE = np.frombuffer(b"value=", dtype=np.uint8)
+
+
+class StatsLogError(ValueError):
+    """A statistics log that cannot be used at all (the message names the file)."""
+
+
+class NoStatsLines(StatsLogError):
+    pass
+
+
+class TooManyMetrics(StatsLogError):
+    pass
+
+
+@dataclass(slots=True)
+class FileReport:
+    """What one file contributed."""
+
+    source: str
+    lines_read: int = 0
+    stats_lines: int = 0
+    blank_lines: int = 0
+    skipped_lines: int = 0
+    skipped_samples: list[str] = field(default_factory=list)  # "line N: <text>" of the first few
+
+
+@dataclass(slots=True)
+class ParsedStats:
+    """All series of one rank: series k is names[k], iterations[offsets[k]:offsets[k+1]], values[...]."""
+
+    names: list[str]
+    offsets: np.ndarray
+    iterations: np.ndarray
+    values: np.ndarray
+    files: list[FileReport]
+    duplicated_points: int
+
+    def series(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = self.offsets[k], self.offsets[k + 1]
+        return self.iterations[lo:hi], self.values[lo:hi]
+
+    @property
+    def points(self) -> int:
+        return int(self.offsets[-1])
+
+
+class _NameTable:
+    """Metric name <-> series id, shared by the compiled fast path and the Python slow path."""
+
+    def __init__(self) -> None:
+        self.keys = np.zeros(kernel.TABLE_SIZE, dtype=np.uint64)
+        self.lengths = np.zeros(kernel.TABLE_SIZE, dtype=np.int64)
+        self.ids = np.full(kernel.TABLE_SIZE, -1, dtype=np.int64)
+        self.counter = np.zeros(1, dtype=np.int64)
+        self.names: list[str] = []
+
+    def id_for(self, name: bytes) -> int:
+        arr = np.frombuffer(name, dtype=np.uint8)
+        h = np.uint64(kernel.hash_name(arr, 0, arr.shape[0]))
+        before = int(self.counter[0])
+        sid = int(kernel.lookup_or_insert(self.keys, self.lengths, self.ids, self.counter, h, arr.shape[0]))
+        if sid < 0:
+            raise TooManyMetrics(f"more than {kernel.MAX_NAMES} distinct metric names in one rank")
+        if sid == before:
+            self.names.append(name.decode("utf-8", errors="replace"))
+        return sid
+
+
+class StatsLogParser:
+    """Feed the files of one rank in order, then call `finish()`.
+
+    Blocks of whole lines are scanned by the compiled kernel in `workers` threads (it releases the
+    GIL); results are absorbed strictly in file order, so "last wins" and line numbers stay exact.
+    """
+
+    def __init__(
+        self,
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        workers: int = 2,
+    ):
+        self.block_bytes = block_bytes
+        self.max_line_bytes = max_line_bytes
+        self.workers = max(1, workers)
+        self._table = _NameTable()
+        self._sid: list[np.ndarray] = []
+        self._it: list[np.ndarray] = []
+        self._val: list[np.ndarray] = []
+        self._files: list[FileReport] = []
+
+    def feed(self, stream: BinaryIO, source: str) -> FileReport:
+        """Parse one file; raises NoStatsLines when it holds no statistics line at all."""
+        report = FileReport(source=source)
+        pending: deque[tuple[bytes | None, Future | None]] = deque()
+        with ThreadPoolExecutor(self.workers) as pool:
+            for index, block in enumerate(self._blocks(stream)):
+                if block is None:  # an over-long line was dropped here
+                    pending.append((None, None))
+                elif index == 0:  # first block registers the names; later ones only look them up
+                    self._absorb(block, self._kernel(block, True), report)
+                else:
+                    pending.append((block, pool.submit(self._kernel, block, False)))
+                while len(pending) > self.workers:
+                    self._absorb_pending(pending.popleft(), report)
+            while pending:
+                self._absorb_pending(pending.popleft(), report)
+        if report.stats_lines == 0:
+            raise NoStatsLines(f"{source}: no statistics line in {report.lines_read} lines")
+        self._files.append(report)
+        return report
+
+    def _blocks(self, stream: BinaryIO) -> Iterator[bytes | None]:
+        """Blocks of whole lines; None stands for one line longer than max_line_bytes (dropped)."""
+        carry = b""
+        discarding = False
+        while chunk := stream.read(self.block_bytes):
+            if discarding:
+                cut = chunk.find(b"\n")
+                if cut < 0:
+                    continue
+                chunk, discarding = chunk[cut + 1 :], False
+            data = carry + chunk if carry else chunk
+            last_nl = data.rfind(b"\n")
+            if last_nl >= 0:
+                yield data[: last_nl + 1]
+            carry = data[last_nl + 1 :]
+            if len(carry) > self.max_line_bytes:
+                yield None
+                carry, discarding = b"", True
+        if carry:
+            yield carry
+
+    def _kernel(self, data: bytes, insert: bool):
+        t = self._table
+        buf = np.frombuffer(data, dtype=np.uint8)
+        return kernel.scan_block(buf, _LIT_ITER, _LIT_VALUE, t.keys, t.lengths, t.ids, t.counter, insert)
+
+    def _absorb_pending(self, item, report: FileReport) -> None:
+        block, future = item
+        if block is None:
+            report.lines_read += 1
+            report.skipped_lines += 1
+            self._sample(report, f"line {report.lines_read}: longer than {self.max_line_bytes} bytes, dropped")
+        else:
+            self._absorb(block, future.result(), report)
+
+    def _absorb(self, data: bytes, result, report: FileReport) -> None:
+        n, first_new, status, sid, its, vals, starts, new_start, new_stop = result
+        t = self._table
+        for k in range(first_new, int(t.counter[0])):
+            if len(t.names) == k:  # registered by this block's fast path
+                t.names.append(data[new_start[k] : new_stop[k]].decode("utf-8", errors="replace"))
+        self._slow_path(data, report, status, sid, its, vals, starts)
+        ok = status == kernel.STATUS_OK
+        report.lines_read += n
+        report.blank_lines += int(np.count_nonzero(status == kernel.STATUS_BLANK))
+        report.stats_lines += int(np.count_nonzero(ok))
+        self._sid.append(sid[ok])
+        self._it.append(its[ok])
+        self._val.append(vals[ok])
+
+    @staticmethod
+    def _sample(report: FileReport, text: str) -> None:
+        if len(report.skipped_samples) < MAX_SAMPLES:
+            report.skipped_samples.append(text)
+
+    def _slow_path(self, data, report, status, sid, its, vals, starts) -> None:
+        """Lines the fast path did not take: the reference regex decides; results go back in place."""
+        for idx in np.flatnonzero(status == kernel.STATUS_SLOW).tolist():
+            raw = data[int(starts[idx]) : int(starts[idx + 1]) - 1]
+            text = raw.decode("utf-8", errors="replace").rstrip("\r")
+            match = STATS_LINE.match(text)
+            if match is None:
+                report.skipped_lines += 1
+                self._sample(report, f"line {report.lines_read + idx + 1}: {text[:200]!r}")
+                continue
+            status[idx] = kernel.STATUS_OK
+            sid[idx] = self._table.id_for(match["name"].encode("utf-8"))
+            its[idx] = int(match["iteration"])
+            vals[idx] = float(match["value"])
+
+    def finish(self) -> ParsedStats:
+        """Group points per metric, resolve duplicates (last wins) and sort by iteration."""
+        n_series = len(self._table.names)
+        sid = np.concatenate(self._sid) if self._sid else np.empty(0, np.int32)
+        its = np.concatenate(self._it) if self._it else np.empty(0, np.int64)
+        vals = np.concatenate(self._val) if self._val else np.empty(0, np.float64)
+        self._sid, self._it, self._val = [], [], []
+        offsets, its, vals = kernel.group_points(sid, its, vals, n_series)
+        del sid
+        return _deduplicate(self._table.names, offsets, its, vals, self._files)
+
+
+def _deduplicate(names, offsets, its, vals, files) -> ParsedStats:
+    """Per series: sort by iteration (stable) and keep the last point of each iteration."""
+    duplicated = 0
+    new_offsets = [0]
+    out_it: list[np.ndarray] = []
+    out_val: list[np.ndarray] = []
+    changed = False
+    for k in range(len(names)):
+        it, val = its[offsets[k] : offsets[k + 1]], vals[offsets[k] : offsets[k + 1]]
+        if not kernel.is_strictly_increasing(it):
+            order = np.argsort(it, kind="stable")
+            it, val = it[order], val[order]
+            keep = np.ones(it.shape[0], dtype=bool)
+            keep[:-1] = it[1:] != it[:-1]
+            duplicated += int(it.shape[0] - np.count_nonzero(keep))
+            it, val = it[keep], val[keep]
+            changed = True
+        out_it.append(it)
+        out_val.append(val)
+        new_offsets.append(new_offsets[-1] + it.shape[0])
+    if changed:
+        its, vals = np.concatenate(out_it), np.concatenate(out_val)
+        offsets = np.asarray(new_offsets, dtype=np.int64)
+    return ParsedStats(list(names), offsets, its, vals, files, duplicated)
