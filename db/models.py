@@ -1,0 +1,125 @@
+"""ORM classes: runs, their tags, layers and series (one row per rank × layer × tensor × stat).
+
+A series row holds its summary in plain columns (queried in SQL) and its points as compact binary
+arrays (db/codec.py), so a 6M-line log becomes ~1,600 rows, not 6M. Non-finite numbers: SQL has no
+portable NaN/inf, so summaries cover finite points only and count the others; `last` is NULL with
+`last_nonfinite` set when the last point was NaN/±inf.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from db.base import Base, UTCDateTime
+
+RUN_STATUSES = ("queued", "processing", "ready", "failed")
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (
+        UniqueConstraint("project", "sha256"),
+        Index("ix_runs_project_id", "project", "id"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str | None] = mapped_column(String(200))
+    project: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    error: Mapped[str | None] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(String(64))
+    upload_filename: Mapped[str | None] = mapped_column(String(500))
+    upload_bytes: Mapped[int] = mapped_column(BigInteger)
+    upload_path: Mapped[str] = mapped_column(String(1000))  # relative to the data directory
+    run_metadata: Mapped[dict] = mapped_column("metadata", JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    rank_count: Mapped[int] = mapped_column(Integer, default=0)
+    layer_count: Mapped[int] = mapped_column(Integer, default=0)
+    series_count: Mapped[int] = mapped_column(Integer, default=0)
+    point_count: Mapped[int] = mapped_column(BigInteger, default=0)
+    iteration_min: Mapped[int | None] = mapped_column(BigInteger)
+    iteration_max: Mapped[int | None] = mapped_column(BigInteger)
+    lines_read: Mapped[int] = mapped_column(BigInteger, default=0)
+    lines_skipped: Mapped[int] = mapped_column(BigInteger, default=0)
+    lines_blank: Mapped[int] = mapped_column(BigInteger, default=0)
+    lines_duplicated: Mapped[int] = mapped_column(BigInteger, default=0)
+    ingest_report: Mapped[dict | None] = mapped_column(JSON)  # per-file counts, skipped samples
+
+    tags: Mapped[list[RunTag]] = relationship(
+        back_populates="run", cascade="all, delete-orphan", passive_deletes=True, lazy="selectin"
+    )
+
+
+class RunTag(Base):
+    __tablename__ = "run_tags"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    tag: Mapped[str] = mapped_column(String(100), primary_key=True, index=True)
+
+    run: Mapped[Run] = relationship(back_populates="tags", lazy="raise")
+
+
+class Layer(Base):
+    __tablename__ = "layers"
+    __table_args__ = (UniqueConstraint("run_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(500))
+    position: Mapped[int] = mapped_column(Integer)  # model order within the run
+    group: Mapped[str] = mapped_column(String(16))
+    layer_index: Mapped[int | None] = mapped_column(Integer)
+    sublayer: Mapped[str | None] = mapped_column(String(200))
+    precision: Mapped[str] = mapped_column(String(16))
+    has_fp8_stats: Mapped[bool] = mapped_column(Boolean)
+    plans: Mapped[dict] = mapped_column(JSON)  # {"tensor/gemm": plan} merged over ranks
+
+
+class Series(Base):
+    __tablename__ = "series"
+    __table_args__ = (
+        UniqueConstraint("run_id", "layer_id", "rank", "tensor", "stat_key"),
+        Index("ix_series_run_id_tensor_stat_key", "run_id", "tensor", "stat_key"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    layer_id: Mapped[int] = mapped_column(ForeignKey("layers.id", ondelete="CASCADE"), index=True)
+    rank: Mapped[int] = mapped_column(Integer)
+    tensor: Mapped[str] = mapped_column(String(100))
+    stat_key: Mapped[str] = mapped_column(String(200))  # as logged after the tensor: mxfp8_underflows%_columnwise
+    stat: Mapped[str] = mapped_column(String(200))  # without recipe prefix / columnwise suffix
+    recipe: Mapped[str | None] = mapped_column(String(32))
+    columnwise: Mapped[bool] = mapped_column(Boolean)
+    count: Mapped[int] = mapped_column(Integer)
+    nan_count: Mapped[int] = mapped_column(Integer)
+    posinf_count: Mapped[int] = mapped_column(Integer)
+    neginf_count: Mapped[int] = mapped_column(Integer)
+    min: Mapped[float | None] = mapped_column(Float(precision=53))
+    max: Mapped[float | None] = mapped_column(Float(precision=53))
+    mean: Mapped[float | None] = mapped_column(Float(precision=53))
+    p95: Mapped[float | None] = mapped_column(Float(precision=53))
+    last: Mapped[float | None] = mapped_column(Float(precision=53))
+    last_nonfinite: Mapped[str | None] = mapped_column(String(9))  # NaN | Infinity | -Infinity
+    first_iteration: Mapped[int | None] = mapped_column(BigInteger)
+    last_iteration: Mapped[int | None] = mapped_column(BigInteger)
+    iterations: Mapped[bytes] = mapped_column(LargeBinary)
+    values: Mapped[bytes] = mapped_column(LargeBinary)

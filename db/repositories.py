@@ -1,0 +1,220 @@
+"""All SQL lives here. Repositories flush, they never commit (db/session.py owns the unit of work)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import Select, delete, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from db.codec import decode_iterations, decode_values, encode_iterations, encode_values
+from db.models import Layer, Run, RunTag, Series
+from policy.assemble import AssembledRun
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    name: str | None
+    project: str
+    tags: tuple[str, ...]
+    metadata: dict
+    sha256: str
+    upload_filename: str | None
+    upload_bytes: int
+    upload_path: str
+
+
+@dataclass(frozen=True, slots=True)
+class IngestCounts:
+    lines_read: int
+    lines_skipped: int
+    lines_blank: int
+    lines_duplicated: int
+    report: dict
+
+
+class RunRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    # --- runs -------------------------------------------------------------------------------
+    def add(self, new: NewRun) -> Run:
+        run = Run(
+            name=new.name, project=new.project, status="queued", sha256=new.sha256,
+            upload_filename=new.upload_filename, upload_bytes=new.upload_bytes, upload_path=new.upload_path,
+            run_metadata=new.metadata, created_at=utcnow(), rank_count=0, layer_count=0, series_count=0,
+            point_count=0, lines_read=0, lines_skipped=0, lines_blank=0, lines_duplicated=0,
+        )
+        run.tags = [RunTag(tag=t) for t in dict.fromkeys(new.tags)]
+        self.session.add(run)
+        self.session.flush()
+        return run
+
+    def get(self, run_id: int) -> Run | None:
+        return self.session.get(Run, run_id)
+
+    def find_by_hash(self, project: str, sha256: str) -> Run | None:
+        return self.session.scalars(select(Run).where(Run.project == project, Run.sha256 == sha256)).first()
+
+    def list(
+        self, *, project: str | None, status: str | None, tag: str | None, after_id: int | None, limit: int
+    ) -> list[Run]:
+        """Newest first; `after_id` is the cursor (ids below it)."""
+        query: Select = select(Run).order_by(Run.id.desc()).limit(limit)
+        if project is not None:
+            query = query.where(Run.project == project)
+        if status is not None:
+            query = query.where(Run.status == status)
+        if tag is not None:
+            query = query.where(Run.id.in_(select(RunTag.run_id).where(RunTag.tag == tag)))
+        if after_id is not None:
+            query = query.where(Run.id < after_id)
+        return list(self.session.scalars(query))
+
+    def delete(self, run: Run) -> None:
+        # Explicit deletes keep SQLite (no ON DELETE CASCADE without the pragma) and Postgres alike.
+        for model in (Series, Layer, RunTag):
+            self.session.execute(delete(model).where(model.run_id == run.id))
+        self.session.execute(delete(Run).where(Run.id == run.id))
+        self.session.expunge(run)
+
+    def claim(self, run_id: int) -> Run | None:
+        """queued -> processing; None when the run is gone or another worker took it."""
+        result = self.session.execute(
+            update(Run).where(Run.id == run_id, Run.status == "queued")
+            .values(status="processing", started_at=utcnow(), error=None)
+        )
+        return self.get(run_id) if result.rowcount == 1 else None
+
+    def mark_failed(self, run_id: int, error: str) -> None:
+        self.session.execute(
+            update(Run).where(Run.id == run_id).values(status="failed", error=error, finished_at=utcnow())
+        )
+
+    def requeue_interrupted(self) -> list[int]:
+        """Runs left in `processing` by a stopped service go back to `queued`; returns all queued ids."""
+        self.session.execute(update(Run).where(Run.status == "processing").values(status="queued"))
+        return list(self.session.scalars(select(Run.id).where(Run.status == "queued").order_by(Run.id)))
+
+    # --- ingest -----------------------------------------------------------------------------
+    def store_ingest(self, run: Run, assembled: AssembledRun, counts: IngestCounts) -> None:
+        """Insert every layer and series of a run and mark it ready (the caller's transaction)."""
+        layer_ids = self._insert_layers(run.id, assembled)
+        rows = [_series_row(run.id, layer_ids[s.metric.layer], s) for s in assembled.series]
+        for start in range(0, len(rows), 500):
+            self.session.execute(insert(Series), rows[start : start + 500])
+        firsts = [s.summary.first_iteration for s in assembled.series if s.summary.count]
+        lasts = [s.summary.last_iteration for s in assembled.series if s.summary.count]
+        run.status, run.error, run.finished_at = "ready", None, utcnow()
+        run.rank_count = len(assembled.ranks)
+        run.layer_count = len(assembled.layers)
+        run.series_count = len(rows)
+        run.point_count = assembled.points
+        run.iteration_min = min(firsts) if firsts else None
+        run.iteration_max = max(lasts) if lasts else None
+        run.lines_read, run.lines_skipped = counts.lines_read, counts.lines_skipped
+        run.lines_blank, run.lines_duplicated = counts.lines_blank, counts.lines_duplicated
+        run.ingest_report = counts.report
+        self.session.flush()
+
+    def _insert_layers(self, run_id: int, assembled: AssembledRun) -> dict[str, int]:
+        rows = [
+            {
+                "run_id": run_id, "name": layer.info.name, "position": layer.position,
+                "group": layer.info.structure.group.value, "layer_index": layer.info.structure.index,
+                "sublayer": layer.info.structure.sublayer, "precision": layer.info.precision.value,
+                "has_fp8_stats": layer.info.has_fp8_stats, "plans": layer.plans,
+            }
+            for layer in assembled.layers
+        ]
+        if rows:
+            self.session.execute(insert(Layer), rows)
+        return {name: id_ for name, id_ in self.session.execute(select(Layer.name, Layer.id).where(Layer.run_id == run_id))}
+
+    # --- reads ------------------------------------------------------------------------------
+    def layers(self, run_id: int) -> list[Layer]:
+        return list(self.session.scalars(select(Layer).where(Layer.run_id == run_id).order_by(Layer.position)))
+
+    def layer_summaries(self, run_id: int, rank: int | None) -> list[tuple]:
+        """Per (layer, tensor, stat_key) summary over ranks, computed in SQL.
+
+        Across ranks: min of minima, max of maxima, count-weighted mean, max of p95 and of last
+        (the worst rank decides what a user must look at).
+        """
+        weighted = func.sum(Series.mean * Series.count) / func.nullif(func.sum(Series.count), 0)
+        query = (
+            select(
+                Series.layer_id, Series.tensor, Series.stat_key, Series.stat, Series.recipe, Series.columnwise,
+                func.min(Series.min), func.max(Series.max), weighted, func.max(Series.last),
+                func.max(Series.p95), func.sum(Series.count), func.sum(Series.nan_count),
+                func.sum(Series.posinf_count + Series.neginf_count), func.count(),
+            )
+            .where(Series.run_id == run_id)
+            .group_by(
+                Series.layer_id, Series.tensor, Series.stat_key, Series.stat, Series.recipe, Series.columnwise
+            )
+            .order_by(Series.layer_id, Series.tensor, Series.stat_key)
+        )
+        if rank is not None:
+            query = query.where(Series.rank == rank)
+        return list(self.session.execute(query).tuples())
+
+    def ranks(self, run_id: int) -> list[int]:
+        return list(self.session.scalars(select(Series.rank).where(Series.run_id == run_id).distinct()))
+
+    def series(
+        self, run_id: int, *, layer: str, tensor: str, stat_key: str, rank: int | None
+    ) -> list[tuple[Series, Layer]]:
+        query = (
+            select(Series, Layer)
+            .join(Layer, Layer.id == Series.layer_id)
+            .where(Series.run_id == run_id, Layer.name == layer, Series.tensor == tensor,
+                   Series.stat_key == stat_key)
+            .order_by(Series.rank)
+        )
+        if rank is not None:
+            query = query.where(Series.rank == rank)
+        return list(self.session.execute(query).tuples())
+
+    def iter_points(self, run_id: int, rank: int | None, batch: int = 64) -> Iterator[tuple]:
+        """(rank, layer name, tensor, recipe, stat_key, iterations, values) per series, model order."""
+        query = (
+            select(Series.rank, Layer.name, Series.tensor, Series.recipe, Series.stat_key,
+                   Series.iterations, Series.values)
+            .join(Layer, Layer.id == Series.layer_id)
+            .where(Series.run_id == run_id)
+            .order_by(Series.rank, Layer.position, Series.tensor, Series.stat_key)
+            .execution_options(yield_per=batch)
+        )
+        if rank is not None:
+            query = query.where(Series.rank == rank)
+        for row in self.session.execute(query):
+            yield (*row[:5], decode_iterations(row[5]), decode_values(row[6]))
+
+    def point_arrays(self, run_id: int) -> Iterator[tuple[Series, str]]:
+        """Every series of a run with its layer name (for analysis); arrays still encoded."""
+        query = select(Series, Layer.name).join(Layer, Layer.id == Series.layer_id).where(Series.run_id == run_id)
+        yield from self.session.execute(query).tuples()
+
+
+def _series_row(run_id: int, layer_id: int, record) -> dict:
+    s, m = record.summary, record.metric
+    return {
+        "run_id": run_id, "layer_id": layer_id, "rank": record.rank, "tensor": m.tensor,
+        "stat_key": m.stat_key, "stat": m.stat, "recipe": m.recipe, "columnwise": m.columnwise,
+        "count": s.count, "nan_count": s.nan_count, "posinf_count": s.posinf_count,
+        "neginf_count": s.neginf_count, "min": s.min, "max": s.max, "mean": s.mean, "p95": s.p95,
+        "last": s.last, "last_nonfinite": s.last_nonfinite, "first_iteration": s.first_iteration,
+        "last_iteration": s.last_iteration, "iterations": encode_iterations(record.iterations),
+        "values": encode_values(record.values),
+    }
+
+
+def tags_of(run: Run) -> Sequence[str]:
+    return [t.tag for t in run.tags]
