@@ -1,0 +1,79 @@
+"""The FastAPI application: `create_app(settings)` wires the database, the ingest worker and the routes."""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+from db.session import create_db_engine, create_session_factory, session_scope
+from service.errors import install_error_handlers
+from service.ingest.worker import IngestWorker
+from service.runs.routes import router as runs_router
+from service.settings import Settings, get_settings
+
+log = logging.getLogger("fp8_policy")
+
+
+def _warm_parser() -> None:
+    """Load (or compile, first time) the numba kernels so the first upload does not pay for it."""
+    from policy.stats_log import StatsLogParser
+
+    line = b"2026-01-01 00:00:00,000 - INFO - model.l_gradient_mse \t\t\t\t iteration=000000 \t\t\t\t value=0.0000\n"
+    parser = StatsLogParser(workers=1)
+    parser.feed(io.BytesIO(line * 2), "warm-up")
+    parser.finish()
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    engine = create_db_engine(settings.resolved_database_url)
+    factory = create_session_factory(engine)
+    app.state.engine = engine
+    app.state.session_factory = factory
+    app.state.unit_of_work = lambda: session_scope(factory)
+    threading.Thread(target=_warm_parser, name="warm-parser", daemon=True).start()
+    worker = IngestWorker(factory, settings)
+    app.state.ingest = worker
+    worker.resume_interrupted()
+    if settings.load_demo:
+        from service.demo import load_demo_runs
+
+        load_demo_runs(app)
+    try:
+        yield
+    finally:
+        worker.shutdown()
+        engine.dispose()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    app = FastAPI(
+        title="fp8-policy",
+        version="0.1.0",
+        summary="Upload Transformer Engine FP8 debug logs; get which layers to keep in BF16.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings or get_settings()
+    install_error_handlers(app)
+    app.include_router(runs_router)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> JSONResponse:
+        """Liveness plus a database round trip."""
+        try:
+            with app.state.engine.connect() as connection:
+                connection.execute(text("SELECT 1"))
+        except Exception as exc:  # any driver error means "not healthy"
+            return JSONResponse({"status": "error", "database": f"{type(exc).__name__}: {exc}"}, status_code=503)
+        return JSONResponse({"status": "ok", "database": "ok"})
+
+    return app

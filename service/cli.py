@@ -1,0 +1,63 @@
+"""The `fp8-policy` console script: server-side commands (`serve`, `db upgrade`)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from service.settings import Settings, get_settings
+
+
+@click.group()
+def cli() -> None:
+    """fp8-policy: FP8 precision-policy recommender for Transformer Engine debug logs."""
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--demo/--no-demo", default=None, help="Load demo runs when the database is empty.")
+@click.option("--migrate/--no-migrate", default=True, show_default=True,
+              help="Run the database migrations before serving.")
+@click.option("--log-level", default="info", show_default=True)
+def serve(host: str, port: int, demo: bool | None, migrate: bool, log_level: str) -> None:
+    """Start the API with uvicorn."""
+    import uvicorn
+
+    from service.app import create_app
+
+    settings = get_settings()
+    if demo is not None:
+        settings = settings.model_copy(update={"load_demo": demo})
+    if migrate:
+        _upgrade(settings)
+    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+
+
+@cli.group()
+def db() -> None:
+    """Database maintenance."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head", show_default=True)
+def db_upgrade(revision: str) -> None:
+    """Apply the Alembic migrations to FP8_POLICY_DATABASE_URL (default: SQLite in the data dir)."""
+    _upgrade(get_settings(), revision)
+    click.echo(f"database at {revision}")
+
+
+def _upgrade(settings: Settings, revision: str = "head") -> None:
+    from db.migrate import upgrade
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    upgrade(settings.resolved_database_url, revision)
+
+
+def main() -> None:
+    sys.exit(cli())  # click handles exit codes; sys.exit for the return value of standalone mode
+
+
+if __name__ == "__main__":
+    main()

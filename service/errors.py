@@ -1,0 +1,80 @@
+"""Errors that carry their HTTP status; one handler renders every one as {"error", "detail"}."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+class ErrorBody(BaseModel):
+    error: str
+    detail: str
+
+
+class AppError(Exception):
+    status_code = 500
+
+    def __init__(self, detail: str, *, error: str | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.error = error or type(self).__name__
+
+
+class BadRequest(AppError):
+    status_code = 400
+
+
+class InvalidUpload(AppError):
+    status_code = 400
+
+
+class NotFound(AppError):
+    status_code = 404
+
+
+class Conflict(AppError):
+    status_code = 409
+
+
+class UploadTooLarge(AppError):
+    status_code = 413
+
+
+class UnsupportedMediaType(AppError):
+    status_code = 415
+
+
+class NotReady(AppError):
+    status_code = 409
+
+
+_HTTP_NAMES = {
+    400: "BadRequest",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    413: "UploadTooLarge",
+    415: "UnsupportedMediaType",
+}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(AppError)
+    async def _app_error(_request: Request, exc: AppError) -> JSONResponse:
+        return JSONResponse({"error": exc.error, "detail": exc.detail}, status_code=exc.status_code)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        name = _HTTP_NAMES.get(exc.status_code, "HTTPError")
+        return JSONResponse(
+            {"error": name, "detail": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse(
+            {"error": "InternalError", "detail": f"unexpected {type(exc).__name__}; see the service log"},
+            status_code=500,
+        )

@@ -1,0 +1,175 @@
+"""Receive an upload body as a stream: to a file on disk, hashed while written, never whole in memory.
+
+Two request shapes: `multipart/form-data` with a `file` part (plus optional `name`, `project`,
+`tags`, `metadata` fields), or a raw body with an archive/log content type. The size limit is
+enforced while streaming (and up front from Content-Length), so an oversized upload is cut off
+at the limit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.requests import Request
+
+from service.errors import InvalidUpload, UnsupportedMediaType, UploadTooLarge
+
+RAW_TYPES = {
+    "application/gzip",
+    "application/x-gzip",
+    "application/x-tar",
+    "application/x-gtar",
+    "application/zip",
+    "application/x-zip-compressed",
+    "application/octet-stream",
+    "text/plain",
+}
+FORM_FIELDS = ("name", "project", "tags", "metadata")
+MAX_FIELD_BYTES = 64 * 1024
+
+
+@dataclass(slots=True)
+class ReceivedUpload:
+    path: Path
+    sha256: str
+    size: int
+    filename: str | None
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+class _HashingFile:
+    """Writes chunks to `path`, hashing and counting them; raises UploadTooLarge past the limit."""
+
+    def __init__(self, path: Path, max_bytes: int) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.size = 0
+        self.hash = hashlib.sha256()
+        self.handle = open(path, "xb")  # noqa: SIM115 - closed in close()
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.size += len(data)
+        if self.size > self.max_bytes:
+            raise UploadTooLarge(f"upload exceeds the limit of {self.max_bytes} bytes")
+        self.hash.update(data)
+        self.handle.write(data)
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+async def receive_upload(request: Request, dest: Path, max_bytes: int) -> ReceivedUpload:
+    """Stream the request body to `dest`; on any error `dest` is removed before raising."""
+    media_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes + (MAX_FIELD_BYTES if media_type.startswith("multipart/") else 0):
+        raise UploadTooLarge(f"upload of {declared} bytes exceeds the limit of {max_bytes} bytes")
+    sink = _HashingFile(dest, max_bytes)
+    try:
+        if media_type == "multipart/form-data":
+            filename, fields = await _receive_multipart(request, sink)
+        elif media_type in RAW_TYPES:
+            async for chunk in request.stream():
+                sink.write(chunk)
+            filename, fields = None, {}
+        else:
+            raise UnsupportedMediaType(
+                f"content type {media_type or '(none)'!r} is not accepted; send multipart/form-data with a "
+                "'file' part, or a raw body as application/gzip, application/x-tar, application/zip or text/plain"
+            )
+        if sink.size == 0:
+            raise InvalidUpload("the upload is empty", error="EmptyUpload")
+    except BaseException:
+        sink.close()
+        dest.unlink(missing_ok=True)
+        raise
+    sink.close()
+    return ReceivedUpload(dest, sink.hash.hexdigest(), sink.size, filename, fields)
+
+
+class _FormSink:
+    """python-multipart callbacks: the `file` part goes to disk, small text fields to memory."""
+
+    def __init__(self, sink: _HashingFile) -> None:
+        self.sink = sink
+        self.fields: dict[str, str] = {}
+        self.filename: str | None = None
+        self.file_parts = 0
+        self._headers: dict[bytes, bytes] = {}
+        self._field_name = b""
+        self._header_value = b""
+        self._current: str | None = None
+        self._buffer = bytearray()
+
+    def callbacks(self) -> dict:
+        return {
+            "on_part_begin": self._begin,
+            "on_header_field": lambda d, s, e: self._append("_field_name", d[s:e]),
+            "on_header_value": lambda d, s, e: self._append("_header_value", d[s:e]),
+            "on_header_end": self._header_end,
+            "on_headers_finished": self._headers_finished,
+            "on_part_data": self._data,
+            "on_part_end": self._end,
+        }
+
+    def _append(self, attr: str, data: bytes) -> None:
+        setattr(self, attr, getattr(self, attr) + data)
+
+    def _begin(self) -> None:
+        self._headers, self._current, self._buffer = {}, None, bytearray()
+
+    def _header_end(self) -> None:
+        self._headers[self._field_name.lower()] = self._header_value
+        self._field_name, self._header_value = b"", b""
+
+    def _headers_finished(self) -> None:
+        _, options = parse_options_header(self._headers.get(b"content-disposition", b""))
+        name = options.get(b"name", b"").decode("utf-8", "replace")
+        if name == "file":
+            self.file_parts += 1
+            if self.file_parts > 1:
+                raise InvalidUpload("send exactly one 'file' part")
+            raw_name = options.get(b"filename")
+            self.filename = raw_name.decode("utf-8", "replace") if raw_name else None
+        self._current = name
+
+    def _data(self, data: bytes, start: int, end: int) -> None:
+        if self._current == "file":
+            self.sink.write(memoryview(data)[start:end])
+        elif self._current in FORM_FIELDS:
+            self._buffer += data[start:end]
+            if len(self._buffer) > MAX_FIELD_BYTES:
+                raise InvalidUpload(f"form field {self._current!r} is longer than {MAX_FIELD_BYTES} bytes")
+
+    def _end(self) -> None:
+        if self._current in FORM_FIELDS:
+            self.fields[self._current] = self._buffer.decode("utf-8", "replace")
+
+
+async def _receive_multipart(request: Request, sink: _HashingFile) -> tuple[str | None, dict[str, str]]:
+    _, params = parse_options_header(request.headers.get("content-type"))
+    boundary = params.get(b"boundary")
+    if not boundary:
+        raise InvalidUpload("multipart/form-data without a boundary")
+    form = _FormSink(sink)
+    parser = MultipartParser(boundary, form.callbacks())
+    try:
+        async for chunk in request.stream():
+            parser.write(chunk)
+        parser.finalize()
+    except (InvalidUpload, UploadTooLarge):
+        raise
+    except Exception as exc:  # python-multipart raises several parse error types
+        raise InvalidUpload(f"malformed multipart body: {exc}") from exc
+    if form.file_parts == 0:
+        raise InvalidUpload("multipart upload has no 'file' part")
+    return form.filename, form.fields
+
+
+def new_upload_path(upload_dir: Path) -> Path:
+    upload_dir.mkdir(parents=True, exist_ok=True)
+    return upload_dir / f"{os.urandom(12).hex()}.part"

@@ -1,0 +1,114 @@
+"""HTTP routes for runs: upload, status, listing, deletion, layers, series and CSV export."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from service.deps import SessionDep, SettingsDep
+from service.errors import ErrorBody
+from service.ingest.upload import new_upload_path, receive_upload
+from service.runs import actions
+from service.runs.schemas import LayerRead, RunList, RunRead, SeriesRead
+
+router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
+ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody}}
+StatusFilter = Literal["queued", "processing", "ready", "failed"]
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=RunRead,
+    responses={200: {"model": RunRead, "description": "The same bytes were already uploaded to this project."},
+               400: {"model": ErrorBody}, 413: {"model": ErrorBody}, 415: {"model": ErrorBody}},
+)
+async def create_run(request: Request, settings: SettingsDep) -> JSONResponse:
+    """Upload an `fp8_log_dir` archive (tar, tar.gz, zip) or one statistics log (.log, .log.gz).
+
+    Send multipart/form-data with a `file` part and optional `name`, `project`, `tags` (comma-separated)
+    and `metadata` (a JSON object: model dims, GPU arch, recipe, ...) fields, or a raw body with
+    Content-Type application/gzip, application/x-tar, application/zip or text/plain and the same fields
+    as query parameters. A new run answers 202 and is ingested in the background; identical bytes in the
+    same project answer 200 with the existing run.
+    """
+    upload = await receive_upload(request, new_upload_path(settings.data_dir / "uploads"), settings.max_upload_bytes)
+    fields = {k: v for k, v in request.query_params.items() if k in ("name", "project", "tags", "metadata")}
+    fields.update(upload.fields)
+    state = request.app.state
+    try:
+        with state.unit_of_work() as session:
+            run, created = actions.create_run(session, settings.data_dir, upload, fields)
+            body = actions.run_read(run).model_dump(mode="json")
+    finally:
+        upload.path.unlink(missing_ok=True)
+    if not created:
+        return JSONResponse(body, status_code=200, headers={"Location": f"/api/v1/runs/{body['id']}"})
+    state.ingest.submit(body["id"])
+    return JSONResponse(body, status_code=202, headers={"Location": f"/api/v1/runs/{body['id']}"})
+
+
+@router.get("", response_model=RunList, responses={400: {"model": ErrorBody}})
+def list_runs(
+    session: SessionDep,
+    settings: SettingsDep,
+    project: str | None = None,
+    status: StatusFilter | None = None,
+    tag: str | None = None,
+    cursor: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> RunList:
+    """Runs, newest first, filtered by project, status and tag; follow `next_cursor` for more."""
+    return actions.list_runs(session, project=project, status=status, tag=tag, cursor=cursor,
+                             limit=min(limit, settings.page_size_max))
+
+
+@router.get("/{run_id}", response_model=RunRead, responses=ERRORS)
+def read_run(run_id: int, session: SessionDep) -> RunRead:
+    """A run's status and ingest figures (with a per-file report)."""
+    return actions.run_read(actions.get_run(session, run_id), with_report=True)
+
+
+@router.delete("/{run_id}", status_code=204, responses=ERRORS)
+def delete_run(run_id: int, session: SessionDep, settings: SettingsDep) -> Response:
+    """Delete a run, its metrics and its uploaded archive."""
+    actions.delete_run(session, settings.data_dir, run_id)
+    return Response(status_code=204)
+
+
+@router.get("/{run_id}/layers", response_model=list[LayerRead], responses=ERRORS)
+def list_layers(run_id: int, session: SessionDep, rank: int | None = None) -> list[LayerRead]:
+    """One entry per layer in model order, with per (tensor, stat) summaries over ranks (or one rank)."""
+    return actions.layers_of(session, run_id, rank)
+
+
+@router.get("/{run_id}/series", response_model=SeriesRead, responses=ERRORS)
+def read_series(
+    run_id: int,
+    session: SessionDep,
+    layer: str,
+    tensor: str,
+    stat: Annotated[str, Query(description="As logged after the tensor: underflows%, mxfp8_underflows%, ...")],
+    rank: int | None = None,
+) -> SeriesRead:
+    """Iterations and values of one metric of one layer, per rank."""
+    return actions.series_of(session, run_id, layer=layer, tensor=tensor, stat=stat, rank=rank)
+
+
+@router.get("/{run_id}/metrics.csv", responses={200: {"content": {"text/csv": {}}}, **ERRORS})
+def export_csv(
+    run_id: int,
+    request: Request,
+    session: SessionDep,
+    layout: Literal["long", "bionemo"] = "long",
+    rank: int | None = None,
+) -> StreamingResponse:
+    """All points as CSV, streamed: long layout (rank, layer, tensor, recipe, stat, iteration, value)
+    or `layout=bionemo` (metric_name, iteration, value)."""
+    actions.get_ready_run(session, run_id)
+    rows = actions.csv_rows(request.app.state.session_factory, run_id, layout, rank)
+    filename = f"run_{run_id}_metrics{'_bionemo' if layout == 'bionemo' else ''}.csv"
+    return StreamingResponse(rows, media_type="text/csv",
+                             headers={"Content-Disposition": f'attachment; filename="{filename}"'})

@@ -1,0 +1,92 @@
+"""API shapes of runs, layers and series (never ORM classes).
+
+Non-finite numbers: JSON has no NaN/inf, so values and summaries carry them as the strings
+"NaN", "Infinity" and "-Infinity" (Python's float() reads all three back).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Number = float | Literal["NaN", "Infinity", "-Infinity"] | None
+
+
+class Schema(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class RunRead(Schema):
+    id: int
+    name: str | None
+    project: str
+    tags: list[str]
+    status: Literal["queued", "processing", "ready", "failed"]
+    error: str | None = Field(description="Why ingest failed: '<Code>: <detail>'.")
+    sha256: str
+    upload_filename: str | None
+    upload_bytes: int
+    metadata: dict
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    ranks: int = Field(description="Number of ranks with statistics.")
+    layer_count: int
+    series_count: int
+    points: int = Field(description="Stored (iteration, value) points after de-duplication.")
+    iteration_min: int | None
+    iteration_max: int | None
+    lines_read: int = Field(description="Lines read from statistics logs.")
+    lines_skipped: int = Field(description="Non-blank lines that are not statistics lines.")
+    lines_blank: int
+    lines_duplicated: int = Field(description="Points dropped because a later line had the same name and iteration.")
+    ingest_report: dict | None = Field(None, description="Per-file counts and skipped-line samples.")
+
+
+class RunList(Schema):
+    items: list[RunRead]
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null on the last page.")
+
+
+class StatSummary(Schema):
+    tensor: str
+    stat: str = Field(description="Stat as logged after the tensor, e.g. 'underflows%' or 'mxfp8_underflows%'.")
+    base_stat: str
+    recipe: str | None
+    columnwise: bool
+    min: float | None
+    max: float | None
+    mean: float | None
+    last: float | None
+    p95: float | None
+    count: int
+    nan_count: int
+    inf_count: int
+    ranks: int
+
+
+class LayerRead(Schema):
+    name: str = Field(description="Exact layer name as logged.")
+    group: Literal["embedding", "body", "head", "other"]
+    index: int | None = Field(description="Block number as logged (1-based under TE's layer_number).")
+    sublayer: str | None
+    precision: Literal["fp8", "high", "mixed", "unknown"]
+    fp8: bool | None = Field(description="Ran in FP8 per plan lines (true), in high precision (false), unknown (null).")
+    has_fp8_stats: bool
+    plans: dict[str, str] = Field(description="'tensor/gemm' -> plan line text, merged over ranks.")
+    stats: list[StatSummary]
+
+
+class SeriesPoints(Schema):
+    rank: int
+    iterations: list[int]
+    values: list[Number]
+
+
+class SeriesRead(Schema):
+    layer: str
+    tensor: str
+    stat: str
+    series: list[SeriesPoints]
