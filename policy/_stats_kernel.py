@@ -39,7 +39,7 @@ def _is_digit(c: int) -> bool:
     return 48 <= c <= 57
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, inline="always")
 def hash_name(buf: np.ndarray, start: int, stop: int) -> np.uint64:
     """FNV-1a over four interleaved byte lanes (breaks the multiply dependency chain), then mixed."""
     h0 = _FNV_OFFSET
@@ -88,7 +88,7 @@ def lookup_or_insert(
         slot = (slot + np.uint64(1)) & mask
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, inline="always")
 def _parse_number(buf: np.ndarray, i: int, stop: int) -> tuple[float, int, bool]:
     """Parse ``[-+]?(digits[.digits]|nan|inf)`` at i; returns (value, next index, ok)."""
     neg = False
@@ -126,7 +126,7 @@ def _parse_number(buf: np.ndarray, i: int, stop: int) -> tuple[float, int, bool]
     return (-value if neg else value), i, True
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, inline="always")
 def _match_literal(buf: np.ndarray, i: int, stop: int, lit: np.ndarray) -> bool:
     if i + lit.shape[0] > stop:
         return False
@@ -136,7 +136,7 @@ def _match_literal(buf: np.ndarray, i: int, stop: int, lit: np.ndarray) -> bool:
     return True
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=True, inline="always")
 def _header_end(buf: np.ndarray, i: int, stop: int) -> int:
     """Index after ``YYYY-MM-DD HH:MM:SS,mmm - LEVEL - `` or -1."""
     if i + 29 > stop:
@@ -169,50 +169,121 @@ def _header_end(buf: np.ndarray, i: int, stop: int) -> int:
     return j + 3
 
 
-@numba.njit(nogil=True, cache=True)
-def _parse_line(buf, i, n, lit_iter, lit_value, out_line):
-    """Fast-path parse of the line starting at i.
+@numba.njit(nogil=True, cache=True, inline="always")
+def _parse_line(buf, s, e, lit_iter, lit_value, out_line):
+    """Fast-path parse of the line buf[s:e] (newline excluded), tail first.
 
-    On success fills out_line = [name_start, name_stop, iteration, next_line_start] and returns
-    (value, True). The line must end with optional whitespace and a newline (or the buffer end).
+    The tail `iteration=<digits><ws>value=<number>[ws]` is read backwards from the end, so the
+    name is never scanned byte by byte (only hashed). On success fills out_line = [name_start,
+    name_stop, iteration] and returns (value, True).
     """
-    j = _header_end(buf, i, n)
-    if j < 0:
+    while e > s and _is_space(buf[e - 1]):
+        e -= 1
+    v = e
+    while v > s and not _is_space(buf[v - 1]):
+        v -= 1
+    if not _match_literal(buf, v, e, lit_value):
         return 0.0, False
-    name_start = j
-    while j < n and 33 <= buf[j] <= 126:
-        j += 1
-    name_stop = j
-    if name_stop == name_start or j >= n or not _is_space(buf[j]):
+    value, stop, ok = _parse_number(buf, v + lit_value.shape[0], e)
+    if not ok or stop != e:
         return 0.0, False
-    while j < n and _is_space(buf[j]):
-        j += 1
-    if not _match_literal(buf, j, n, lit_iter):
+    w = v
+    while w > s and _is_space(buf[w - 1]):
+        w -= 1
+    t = w
+    while t > s and _is_digit(buf[t - 1]):
+        t -= 1
+    if w == v or t == w or w - t > 18:
         return 0.0, False
-    j += lit_iter.shape[0]
+    t -= lit_iter.shape[0]
+    if t < s or not _match_literal(buf, t, w, lit_iter):
+        return 0.0, False
     it = 0
-    dstart = j
-    while j < n and _is_digit(buf[j]) and j - dstart < 18:
-        it = it * 10 + (buf[j] - 48)
-        j += 1
-    if j == dstart or j >= n or not _is_space(buf[j]):
-        return 0.0, False
-    while j < n and _is_space(buf[j]):
-        j += 1
-    if not _match_literal(buf, j, n, lit_value):
-        return 0.0, False
-    value, j, ok = _parse_number(buf, j + lit_value.shape[0], n)
-    if not ok:
-        return 0.0, False
-    while j < n and _is_space(buf[j]):
-        j += 1
-    if j < n and buf[j] != 10:
+    for k in range(t + lit_iter.shape[0], w):
+        it = it * 10 + (buf[k] - 48)
+    name_stop = t
+    while name_stop > s and _is_space(buf[name_stop - 1]):
+        name_stop -= 1
+    name_start = _header_end(buf, s, name_stop)
+    if name_stop == t or name_start < 0 or name_start >= name_stop:
         return 0.0, False
     out_line[0] = name_start
     out_line[1] = name_stop
     out_line[2] = it
-    out_line[3] = j + 1
     return value, True
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _is_sep(buf, p: int) -> bool:
+    """nvdlfw's exact separator " \t\t\t\t " at buf[p:p+6]."""
+    return (buf[p] == 32 and buf[p + 1] == 9 and buf[p + 2] == 9 and buf[p + 3] == 9
+            and buf[p + 4] == 9 and buf[p + 5] == 32)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _parse_exact(buf, s, e, out_line):
+    """The line exactly as nvdlfw_inspect writes it (finite value with 4 decimals), else (0.0, False).
+
+    Straight-line checks at fixed offsets from the end; anything unusual (nan/inf, other spacing,
+    more decimals) returns False and the general `_parse_line` decides.
+    """
+    if e > s and buf[e - 1] == 13:
+        e -= 1
+    if e - s < 60 or buf[e - 5] != 46:
+        return 0.0, False
+    frac = 0
+    for k in range(e - 4, e):
+        c = buf[k]
+        if not _is_digit(c):
+            return 0.0, False
+        frac = frac * 10 + (c - 48)
+    p = e - 5
+    whole = 0
+    scale = 1
+    while _is_digit(buf[p - 1]) and e - p < 20:
+        p -= 1
+        whole += (buf[p] - 48) * scale
+        scale *= 10
+    if p == e - 5 or e - p >= 20:
+        return 0.0, False
+    neg = buf[p - 1] == 45
+    if neg:
+        p -= 1
+    p -= 6  # "value="
+    if not (buf[p] == 118 and buf[p + 1] == 97 and buf[p + 2] == 108 and buf[p + 3] == 117
+            and buf[p + 4] == 101 and buf[p + 5] == 61):
+        return 0.0, False
+    p -= 6
+    if not _is_sep(buf, p):
+        return 0.0, False
+    q = p
+    it = 0
+    scale = 1
+    while _is_digit(buf[q - 1]) and p - q < 18 and q - 1 > s:
+        q -= 1
+        it += (buf[q] - 48) * scale
+        scale *= 10
+    if q == p or p - q >= 18:
+        return 0.0, False
+    q -= 10  # "iteration="
+    if q - 6 <= s or not (buf[q] == 105 and buf[q + 1] == 116 and buf[q + 2] == 101 and buf[q + 3] == 114
+                          and buf[q + 8] == 110 and buf[q + 9] == 61 and buf[q + 4] == 97
+                          and buf[q + 5] == 116 and buf[q + 6] == 105 and buf[q + 7] == 111):
+        return 0.0, False
+    q -= 6
+    if not _is_sep(buf, q):
+        return 0.0, False
+    name_start = _header_end(buf, s, q)
+    if name_start < 0 or name_start >= q:
+        return 0.0, False
+    mant = whole * 10000 + frac
+    if mant >= _MAX_EXACT:
+        return 0.0, False
+    value = mant / 10000.0  # exact operands: correctly rounded, equals float(text)
+    out_line[0] = name_start
+    out_line[1] = q
+    out_line[2] = it
+    return (-value if neg else value), True
 
 
 @numba.njit(nogil=True, cache=True)
@@ -226,7 +297,43 @@ def count_lines(buf: np.ndarray) -> int:
     return count
 
 
+_ONES = np.uint64(0x0101010101010101)
+_HIGHS = np.uint64(0x8080808080808080)
+_NEWLINES = np.uint64(0x0A0A0A0A0A0A0A0A)
+
+
 @numba.njit(nogil=True, cache=True)
+def line_ends(buf: np.ndarray, words: np.ndarray, head: int) -> np.ndarray:
+    """Index of every newline (plus len(buf) for a last line without one).
+
+    `words` views buf[head:head + 8*len(words)] as aligned uint64; a word is only looked at byte
+    by byte when the has-zero-byte trick says it holds a newline.
+    """
+    n = buf.shape[0]
+    ends = np.empty(count_lines(buf), dtype=np.int64)
+    c = 0
+    for k in range(min(head, n)):
+        if buf[k] == 10:
+            ends[c] = k
+            c += 1
+    for w in range(words.shape[0]):
+        x = words[w] ^ _NEWLINES
+        if (x - _ONES) & ~x & _HIGHS:
+            base = head + 8 * w
+            for b in range(8):
+                if buf[base + b] == 10:
+                    ends[c] = base + b
+                    c += 1
+    for k in range(head + 8 * words.shape[0], n):
+        if buf[k] == 10:
+            ends[c] = k
+            c += 1
+    if c < ends.shape[0]:
+        ends[c] = n
+    return ends
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
 def _lookup(keys, lengths, ids, h, length) -> int:
     """Read-only probe: the series id, or -1 when the name is not in the table."""
     mask = np.uint64(TABLE_SIZE - 1)
@@ -240,8 +347,16 @@ def _lookup(keys, lengths, ids, h, length) -> int:
         slot = (slot + np.uint64(1)) & mask
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _is_blank(buf, s, e) -> bool:
+    for k in range(s, e):
+        if not _is_space(buf[k]):
+            return False
+    return True
+
+
 @numba.njit(nogil=True, cache=True)
-def scan_block(buf, lit_iter, lit_value, keys, lengths, ids, counter, insert):
+def scan_block(buf, words, head, lit_iter, lit_value, keys, lengths, ids, counter, insert):
     """Scan every line of `buf` (whole lines; the last may lack its newline).
 
     Returns per-line arrays (status, series id, iteration, value, line start) and, for names first
@@ -249,8 +364,8 @@ def scan_block(buf, lit_iter, lit_value, keys, lengths, ids, counter, insert):
     read, so several blocks can be scanned in parallel threads; an unknown name then takes the
     slow path, where Python inserts it.
     """
-    n = buf.shape[0]
-    cap = count_lines(buf)
+    ends = line_ends(buf, words, head)
+    cap = ends.shape[0]
     status = np.empty(cap, dtype=np.int8)
     sids = np.empty(cap, dtype=np.int32)
     iters = np.empty(cap, dtype=np.int64)
@@ -259,12 +374,14 @@ def scan_block(buf, lit_iter, lit_value, keys, lengths, ids, counter, insert):
     new_start = np.zeros(MAX_NAMES, dtype=np.int64)
     new_stop = np.zeros(MAX_NAMES, dtype=np.int64)
     first_new = counter[0]
-    scratch = np.zeros(4, dtype=np.int64)
-    line = 0
+    scratch = np.zeros(3, dtype=np.int64)
     pos = 0
-    while pos < n:
+    for line in range(cap):
+        end = ends[line]
         starts[line] = pos
-        value, ok = _parse_line(buf, pos, n, lit_iter, lit_value, scratch)
+        value, ok = _parse_exact(buf, pos, end, scratch)
+        if not ok:
+            value, ok = _parse_line(buf, pos, end, lit_iter, lit_value, scratch)
         sid = -1
         if ok:
             h = hash_name(buf, scratch[0], scratch[1])
@@ -281,19 +398,11 @@ def scan_block(buf, lit_iter, lit_value, keys, lengths, ids, counter, insert):
             sids[line] = sid
             iters[line] = scratch[2]
             vals[line] = value
-            pos = scratch[3]
         else:
-            end = pos
-            blank = True
-            while end < n and buf[end] != 10:
-                if blank and not _is_space(buf[end]):
-                    blank = False
-                end += 1
-            status[line] = STATUS_BLANK if blank else STATUS_SLOW
-            pos = end + 1
-        line += 1
-    starts[line] = n + 1 if n > 0 and buf[n - 1] != 10 else n
-    return line, first_new, status, sids, iters, vals, starts, new_start, new_stop
+            status[line] = STATUS_BLANK if _is_blank(buf, pos, end) else STATUS_SLOW
+        pos = end + 1
+    starts[cap] = pos
+    return cap, first_new, status, sids, iters, vals, starts, new_start, new_stop
 
 
 @numba.njit(nogil=True, cache=True)

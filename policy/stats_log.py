@@ -84,6 +84,23 @@ class ParsedStats:
         return int(self.offsets[-1])
 
 
+def _read_into(stream: BinaryIO, view: memoryview) -> int:
+    """Fill `view` as far as the stream allows (readinto may return short reads)."""
+    filled = 0
+    readinto = getattr(stream, "readinto", None)
+    while filled < len(view):
+        if readinto is not None:
+            got = readinto(view[filled:])
+        else:
+            chunk = stream.read(len(view) - filled)
+            got = len(chunk)
+            view[filled : filled + got] = chunk
+        if not got:
+            break
+        filled += got
+    return filled
+
+
 class _NameTable:
     """Metric name <-> series id, shared by the compiled fast path and the Python slow path."""
 
@@ -149,31 +166,48 @@ class StatsLogParser:
         self._files.append(report)
         return report
 
-    def _blocks(self, stream: BinaryIO) -> Iterator[bytes | None]:
-        """Blocks of whole lines; None stands for one line longer than max_line_bytes (dropped)."""
+    def _blocks(self, stream: BinaryIO) -> Iterator[memoryview | None]:
+        """Blocks of whole lines, read with readinto (no copies of the big buffers).
+
+        Each block gets its own buffer because the previous one may still be scanned by a
+        worker thread. None stands for one line longer than max_line_bytes (dropped).
+        """
         carry = b""
         discarding = False
-        while chunk := stream.read(self.block_bytes):
+        while True:
+            buf = bytearray(len(carry) + self.block_bytes)
+            buf[: len(carry)] = carry
+            got = _read_into(stream, memoryview(buf)[len(carry) :])
+            if got == 0:
+                break
+            total = len(carry) + got
+            start = 0
             if discarding:
-                cut = chunk.find(b"\n")
+                cut = buf.find(b"\n", 0, total)
                 if cut < 0:
+                    carry = b""
                     continue
-                chunk, discarding = chunk[cut + 1 :], False
-            data = carry + chunk if carry else chunk
-            last_nl = data.rfind(b"\n")
+                start, discarding = cut + 1, False
+            last_nl = buf.rfind(b"\n", start, total)
             if last_nl >= 0:
-                yield data[: last_nl + 1]
-            carry = data[last_nl + 1 :]
+                yield memoryview(buf)[start : last_nl + 1]
+                start = last_nl + 1
+            carry = bytes(buf[start:total])
             if len(carry) > self.max_line_bytes:
                 yield None
                 carry, discarding = b"", True
         if carry:
-            yield carry
+            yield memoryview(carry)
 
-    def _kernel(self, data: bytes, insert: bool):
+    def _kernel(self, data: memoryview, insert: bool):
         t = self._table
         buf = np.frombuffer(data, dtype=np.uint8)
-        return kernel.scan_block(buf, _LIT_ITER, _LIT_VALUE, t.keys, t.lengths, t.ids, t.counter, insert)
+        head = (-buf.ctypes.data) % 8
+        body = (buf.shape[0] - head) // 8 if buf.shape[0] > head else 0
+        words = buf[head : head + 8 * body].view(np.uint64)
+        return kernel.scan_block(
+            buf, words, head, _LIT_ITER, _LIT_VALUE, t.keys, t.lengths, t.ids, t.counter, insert
+        )
 
     def _absorb_pending(self, item, report: FileReport) -> None:
         block, future = item
@@ -189,7 +223,7 @@ class StatsLogParser:
         t = self._table
         for k in range(first_new, int(t.counter[0])):
             if len(t.names) == k:  # registered by this block's fast path
-                t.names.append(data[new_start[k] : new_stop[k]].decode("utf-8", errors="replace"))
+                t.names.append(bytes(data[new_start[k] : new_stop[k]]).decode("utf-8", errors="replace"))
         self._slow_path(data, report, status, sid, its, vals, starts)
         ok = status == kernel.STATUS_OK
         report.lines_read += n
@@ -207,7 +241,7 @@ class StatsLogParser:
     def _slow_path(self, data, report, status, sid, its, vals, starts) -> None:
         """Lines the fast path did not take: the reference regex decides; results go back in place."""
         for idx in np.flatnonzero(status == kernel.STATUS_SLOW).tolist():
-            raw = data[int(starts[idx]) : int(starts[idx + 1]) - 1]
+            raw = bytes(data[int(starts[idx]) : int(starts[idx + 1])]).rstrip(b"\n")
             text = raw.decode("utf-8", errors="replace").rstrip("\r")
             match = STATS_LINE.match(text)
             if match is None:
