@@ -1,0 +1,203 @@
+"""`make bench`: the four ingest figures of the 6M-line run, measured side by side in one run.
+
+(a) parse+store from the directory (fresh process, fresh SQLite; the kernels are loaded first, as
+    the service does at start-up), (b) HTTP upload of the tar.gz to a real uvicorn service until the
+    run is `ready`, (c) peak RSS of that service process, (d) the baseline: a line-by-line `re.match`
+    parser into a pandas DataFrame plus the gradient-underflow pivot (bench/baseline.py).
+Each measurement runs in its own process, so peak RSS figures are per process (os.wait4 / VmHWM).
+Results are printed as a table and written to bench/out/results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out"
+TARGETS = {"parse_store_speedup": 15.0, "upload_seconds": 10.0, "service_rss_mb": 1024.0}
+
+
+def _run_child(args: list[str], env: dict | None = None) -> tuple[dict, float, float]:
+    """Run a Python child that prints one JSON line; returns (its JSON, wall seconds, peak RSS MB)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE, env=env)
+    out = proc.stdout.read() if proc.stdout else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"benchmark step {args} failed with exit code {proc.returncode}")
+    return json.loads(out.decode().strip().splitlines()[-1]), wall, usage.ru_maxrss / 1024
+
+
+def ensure_log_tree(target: str) -> Path:
+    tree = OUT / f"esm2_{target}"
+    marker = tree / ".complete"
+    if not marker.exists():
+        print(f"generating the {target} benchmark log tree in {tree} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "bench.generate", str(tree), "--lines-target", target],
+                       cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+        marker.touch()
+    return tree
+
+
+def ensure_archive(tree: Path) -> Path:
+    archive = tree.with_suffix(".tar.gz")
+    if not archive.exists():
+        print(f"packing {archive.name} ...", flush=True)
+        with tarfile.open(archive, "w:gz", compresslevel=6) as tar:
+            for path in sorted(tree.rglob("*.log")):
+                tar.add(path, arcname=str(path.relative_to(tree.parent)))
+    return archive
+
+
+def measure_baseline(tree: Path) -> dict:
+    result, wall, rss = _run_child(["-m", "bench.steps", "baseline", str(tree)])
+    return {"seconds": result["seconds"], "wall_seconds": wall, "peak_rss_mb": rss, "rows": result["rows"]}
+
+
+def measure_parse_store(tree: Path, workdir: Path) -> dict:
+    url = f"sqlite:///{workdir / 'parse_store.db'}"
+    result, wall, rss = _run_child(["-m", "bench.steps", "parse-store", str(tree), url])
+    return {**result, "wall_seconds": wall, "peak_rss_mb": rss}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _vm_hwm_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure_upload(archive: Path, workdir: Path) -> dict:
+    """Start the real service (uvicorn) on loopback, upload, poll until ready, read its peak RSS."""
+    port = _free_port()
+    env = {**os.environ, "FP8_POLICY_DATA_DIR": str(workdir / "service"), "FP8_POLICY_DATABASE_URL": ""}
+    env.pop("FP8_POLICY_DATABASE_URL")
+    cmd = [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+           "--no-demo", "--log-level", "warning"]
+    server = subprocess.Popen(cmd, cwd=ROOT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=base, timeout=120) as client:
+            _wait_healthy(client, server)
+            time.sleep(1.0)  # let the start-up kernel warm-up finish, as in a running service
+            rss_before = _vm_hwm_mb(server.pid)
+            start = time.perf_counter()
+            with open(archive, "rb") as handle:
+                response = client.post("/api/v1/runs", files={"file": (archive.name, handle, "application/gzip")},
+                                       data={"name": "bench-6m", "project": f"bench-{time.time_ns()}"})
+            response.raise_for_status()
+            run = _poll_ready(client, response.json()["id"])
+            seconds = time.perf_counter() - start
+            analysis = _time_get(client, f"/api/v1/runs/{run['id']}/analysis")
+        return {"seconds": seconds, "service_peak_rss_mb": _vm_hwm_mb(server.pid), "idle_rss_mb": rss_before,
+                "archive_mb": archive.stat().st_size / 1e6, "points": run["points"], "status": run["status"],
+                "analysis_http_seconds": analysis}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _wait_healthy(client: httpx.Client, server: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit("the service exited during start-up")
+        try:
+            if client.get("/healthz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit("the service did not become healthy in 60 s")
+
+
+def _poll_ready(client: httpx.Client, run_id: int) -> dict:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        run = client.get(f"/api/v1/runs/{run_id}").json()
+        if run["status"] in ("ready", "failed"):
+            if run["status"] == "failed":
+                raise SystemExit(f"benchmark run failed: {run['error']}")
+            return run
+        time.sleep(0.05)
+    raise SystemExit("benchmark run not ready after 300 s")
+
+
+def _time_get(client: httpx.Client, path: str) -> float | None:
+    start = time.perf_counter()
+    response = client.get(path)
+    if response.status_code == 404:
+        return None  # endpoint not present in this build
+    response.raise_for_status()
+    return time.perf_counter() - start
+
+
+def report(results: dict) -> None:
+    base, ps, up = results["baseline"], results["parse_store"], results["upload"]
+    speedup = base["seconds"] / ps["seconds"]
+    results["ratios"] = {"parse_store_speedup": speedup, "rss_ratio_baseline_vs_service":
+                         base["peak_rss_mb"] / up["service_peak_rss_mb"]}
+    checks = {
+        f"(a) parse+store >= {TARGETS['parse_store_speedup']:.0f}x faster than (d)": speedup >= TARGETS["parse_store_speedup"],
+        f"(b) upload until ready < {TARGETS['upload_seconds']:.0f} s": up["seconds"] < TARGETS["upload_seconds"],
+        f"(c) service peak RSS < {TARGETS['service_rss_mb']:.0f} MB": up["service_peak_rss_mb"] < TARGETS["service_rss_mb"],
+    }
+    results["targets_met"] = {k: bool(v) for k, v in checks.items()}
+    print()
+    print(f"log: {results['lines']:,} lines, {results['log_mb']:.0f} MB; archive {up['archive_mb']:.1f} MB")
+    print(f"(d) baseline regex -> DataFrame -> pivot : {base['seconds']:7.2f} s   peak RSS {base['peak_rss_mb']:7.0f} MB")
+    print(f"(a) parse+store from the directory      : {ps['seconds']:7.2f} s   peak RSS {ps['peak_rss_mb']:7.0f} MB"
+          f"   (parse {ps['parse_seconds']:.2f} s, store {ps['store_seconds']:.2f} s, {ps['bytes_per_point']:.2f} B/point)")
+    print(f"(b) HTTP upload of the tar.gz until ready: {up['seconds']:7.2f} s")
+    print(f"(c) service peak RSS                     : {up['service_peak_rss_mb']:7.0f} MB (idle {up['idle_rss_mb']:.0f} MB)")
+    if ps.get("analysis_seconds") is not None:
+        print(f"    analysis from stored data            : {ps['analysis_seconds']:7.2f} s")
+    print(f"ratio (d)/(a): {speedup:.1f}x")
+    for label, ok in checks.items():
+        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    parser.add_argument("--target", choices=("6m", "small"), default="6m")
+    args = parser.parse_args(argv)
+    OUT.mkdir(parents=True, exist_ok=True)
+    tree = ensure_log_tree(args.target)
+    archive = ensure_archive(tree)
+    stats_files = list(tree.rglob("nvdlfw_inspect_statistics_logs/*.log"))
+    lines = sum(1 for path in stats_files for _ in open(path, "rb"))
+    results = {"lines": lines, "log_mb": sum(p.stat().st_size for p in stats_files) / 1e6}
+    with tempfile.TemporaryDirectory(prefix="fp8-bench-") as tmp:
+        work = Path(tmp)
+        print("(d) baseline ...", flush=True)
+        results["baseline"] = measure_baseline(tree)
+        print("(a) parse+store ...", flush=True)
+        results["parse_store"] = measure_parse_store(tree, work)
+        print("(b)+(c) HTTP upload to the service ...", flush=True)
+        results["upload"] = measure_upload(archive, work)
+    report(results)
+    (OUT / "results.json").write_text(json.dumps(results, indent=2))
+    return 0 if all(results["targets_met"].values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,85 @@
+"""Child-process steps of `make bench` (each prints one JSON line): `baseline TREE`, `parse-store TREE URL`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def baseline(tree: Path) -> dict:
+    from bench.baseline import baseline_parse, find_stats_log
+
+    start = time.perf_counter()
+    frame, _pivot = baseline_parse(find_stats_log(tree))
+    return {"seconds": time.perf_counter() - start, "rows": len(frame)}
+
+
+def parse_store(tree: Path, url: str) -> dict:
+    from sqlalchemy import func, select
+
+    from db.migrate import upgrade
+    from db.models import Series
+    from db.repositories import NewRun, RunRepository
+    from db.session import create_db_engine, create_session_factory, session_scope
+    from policy.log_files import classify_log_path
+    from service.app import _warm_parser
+    from service.ingest.parse import parse_files
+
+    upgrade(url)
+    factory = create_session_factory(create_db_engine(url))
+    with session_scope(factory) as session:
+        run_id = RunRepository(session).add(NewRun("bench", "bench", (), {}, "0" * 64, None, 0, "")).id
+    _warm_parser()  # the service does this at start-up
+    files = [(log, path) for path in sorted(tree.rglob("*.log")) if (log := classify_log_path(str(path.relative_to(tree))))]
+    start = time.perf_counter()
+    assembled, counts = parse_files(files, max_line_bytes=1 << 20, threads=2)
+    parsed = time.perf_counter()
+    with session_scope(factory) as session:
+        repo = RunRepository(session)
+        repo.store_ingest(repo.get(run_id), assembled, counts)
+    done = time.perf_counter()
+    with session_scope(factory) as session:
+        stored = session.execute(
+            select(func.sum(func.length(Series.iterations) + func.length(Series.values)), func.sum(Series.count))
+        ).one()
+    return {
+        "seconds": done - start,
+        "parse_seconds": parsed - start,
+        "store_seconds": done - parsed,
+        "points": assembled.points,
+        "lines_read": counts.lines_read,
+        "bytes_per_point": stored[0] / stored[1],
+        "analysis_seconds": _analysis_seconds(factory, run_id),
+    }
+
+
+def _analysis_seconds(factory, run_id: int) -> float | None:
+    """Analysis of the stored run, when this build has it (issue 3)."""
+    try:
+        from service.analysis.actions import load_and_analyze
+    except ImportError:
+        return None
+    from db.session import session_scope
+
+    start = time.perf_counter()
+    with session_scope(factory) as session:
+        load_and_analyze(session, run_id)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str]) -> int:
+    step, *args = argv
+    if step == "baseline":
+        result = baseline(Path(args[0]))
+    elif step == "parse-store":
+        result = parse_store(Path(args[0]), args[1])
+    else:
+        raise SystemExit(f"unknown step {step!r}")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

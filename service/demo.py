@@ -1,0 +1,67 @@
+"""Demo data for `make run`: planted-pattern runs from policy/synthetic.py, plus the real bionemo
+fixture logs when ../shared is next to the checkout. Loaded through the normal upload path
+(archive on disk -> queued run -> background ingest) only when the database has no runs yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import tarfile
+import tempfile
+from pathlib import Path
+
+from fastapi import FastAPI
+
+from db.repositories import RunRepository
+from policy.synthetic import SCENARIOS, write_run
+from service.ingest.upload import ReceivedUpload, new_upload_path
+from service.runs import actions
+
+log = logging.getLogger("fp8_policy.demo")
+DEMO_PROJECT = "demo"
+DEMO_SCENARIOS = ("healthy", "u_shape", "head_only", "boundary", "single_tensor", "rising_trend",
+                  "uniform", "rank_outlier", "overflow", "scale_instability")
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "bionemo"
+
+
+def load_demo_runs(app: FastAPI) -> list[int]:
+    """Queue the demo runs if the database is empty; returns the new run ids."""
+    state = app.state
+    with state.unit_of_work() as session:
+        if RunRepository(session).list(project=None, status=None, tag=None, after_id=None, limit=1):
+            return []
+    run_ids = []
+    with tempfile.TemporaryDirectory(prefix="fp8-demo-") as tmp:
+        for name, tree, tags in _demo_trees(Path(tmp)):
+            run_ids.append(_queue(app, tree, name, tags))
+    log.info("queued %d demo runs", len(run_ids))
+    return run_ids
+
+
+def _demo_trees(tmp: Path):
+    for name in DEMO_SCENARIOS:
+        case = SCENARIOS[name]
+        tree = tmp / name
+        write_run(case.run, tree)
+        yield f"demo-{name}", tree, ("synthetic", case.run.family, *sorted(case.truth.patterns))
+    for fixture in ("dummy_logs_esm2", "dummy_logs_llama3"):
+        if (FIXTURES / fixture).is_dir():
+            yield f"bionemo-{fixture.removeprefix('dummy_logs_')}", FIXTURES / fixture, ("bionemo", "real-te-log")
+
+
+def _queue(app: FastAPI, tree: Path, name: str, tags: tuple[str, ...]) -> int:
+    settings = app.state.settings
+    archive = new_upload_path(settings.data_dir / "uploads")
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(tree.rglob("*.log")):
+            tar.add(path, arcname=str(path.relative_to(tree)))
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    upload = ReceivedUpload(archive, digest, archive.stat().st_size, f"{name}.tar.gz")
+    fields = {"name": name, "project": DEMO_PROJECT, "tags": ",".join(tags)}
+    with app.state.unit_of_work() as session:
+        run, created = actions.create_run(session, settings.data_dir, upload, fields)
+        run_id = run.id
+    if created:
+        app.state.ingest.submit(run_id)
+    return run_id
