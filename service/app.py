@@ -15,6 +15,7 @@ from sqlalchemy import text
 from db.session import create_db_engine, create_session_factory, session_scope
 from service.errors import install_error_handlers
 from service.ingest.worker import IngestWorker
+from service.analysis.routes import router as analysis_router
 from service.runs.routes import router as runs_router
 from service.settings import Settings, get_settings
 
@@ -65,6 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings or get_settings()
     install_error_handlers(app)
     app.include_router(runs_router)
+    app.include_router(analysis_router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> JSONResponse:

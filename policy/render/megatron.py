@@ -1,0 +1,221 @@
+"""Megatron-LM flags (and `--te-precision-config-file` YAML) for a `PolicyDecision`.
+
+Belongs here: choosing between the first/last-layers-BF16 flags and a precision-config YAML, mapping
+logged layer names to Megatron's 0-based `named_modules()` paths, recipe flags, and the bash text
+that carries both. Must not be here: TE debug YAML, other dialects.
+
+Conventions (fp8-log-format.md §4.3):
+* Flags route: the skip set is exactly all logged layers of a contiguous run of body blocks at the
+  start and/or end, with no per-GEMM overrides -> `--first-last-layers-bf16 --num-layers-at-start-in-bf16 N
+  --num-layers-at-end-in-bf16 M`.
+* Otherwise a precision-config YAML: one `bf16` TEQuantizationParams config (empty training_recipe)
+  and `glob` matchers (fnmatch, first enabled match wins) over paths such as
+  `decoder.layers.0.self_attention.linear_qkv`. A fully skipped block becomes `decoder.layers.<i>.*`.
+* Logged indices come from TE's 1-based `layer_number` unless the smallest body index is 0 (see
+  `layout`); Megatron's index is 0-based and local to a pipeline stage (no PP assumed).
+* Per-GEMM overrides cannot be expressed: the module is promoted to full BF16 (conservative). When every
+  override is wgrad-only, `--no-fp8-wgrad` is offered as a commented, model-wide alternative.
+* Delayed scaling rejects per-layer BF16: a WARNING comment is emitted whenever something is kept in BF16.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from policy.records import MEGATRON_RECIPES, LayerGroup, LayerInfo, PolicyDecision
+from policy.render import RenderedPolicy, RenderOptions
+from policy.render.layout import (
+    body_blocks,
+    fp8_format,
+    is_one_based,
+    merged_overrides,
+    module_index,
+    split_at_index,
+    strip_root,
+)
+
+MEDIA_TYPE = "text/x-shellscript"
+FILENAME = "megatron_fp8_policy.sh"
+HEREDOC_END = "FP8_POLICY_EOF"
+
+MEGATRON_SUBLAYERS = {
+    "qkv": "self_attention.linear_qkv",
+    "proj": "self_attention.linear_proj",
+    "fc1": "mlp.linear_fc1",
+    "fc2": "mlp.linear_fc2",
+}
+# Leaf names of the common families (TE attribute paths, TE `name=` propagation, Megatron, HF).
+_KIND = {
+    **{leaf: "qkv" for leaf in ("qkv", "layernorm_qkv", "linear_qkv", "layernorm_linear_qkv",
+                                "query_key_value", "q_proj", "k_proj", "v_proj")},
+    **{leaf: "proj" for leaf in ("proj", "linear_proj", "o_proj", "out_proj")},
+    **{leaf: "fc1" for leaf in ("fc1", "linear_fc1", "gate_proj", "up_proj")},
+    **{leaf: "fc2" for leaf in ("fc2", "linear_fc2", "down_proj")},
+}
+_DELAYED_KWARG_FLAGS = {
+    "amax_history_len": "--fp8-amax-history-len",
+    "amax_compute_algo": "--fp8-amax-compute-algo",
+    "margin": "--fp8-margin",
+}
+
+
+def glob_escape(text: str) -> str:
+    """Make fnmatch treat `*`, `?` and `[` literally."""
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def megatron_path(layer: LayerInfo, one_based: bool) -> str:
+    """The GPTModel `named_modules()` path of a logged layer (0-based block index, no wrappers)."""
+    structure = layer.structure
+    if structure.group is LayerGroup.HEAD:
+        return "output_layer"
+    stripped = strip_root(layer.name)
+    if structure.group is not LayerGroup.BODY or structure.index is None:
+        return stripped
+    block = f"decoder.layers.{module_index(structure.index, one_based)}"
+    split = split_at_index(stripped, structure.index)
+    if split and (split[0] == "decoder.layers" or split[0].endswith(".decoder.layers")):
+        return f"{block}.{split[1]}"  # already a Megatron name: keep the sublayer path
+    kind = _KIND.get(structure.sublayer or "") or _KIND.get(layer.name.rsplit(".", 1)[-1])
+    if kind:
+        return f"{block}.{MEGATRON_SUBLAYERS[kind]}"
+    return f"{block}.{split[1] if split else stripped}"
+
+
+def edge_block_counts(decision: PolicyDecision) -> tuple[int, int] | None:
+    """(N, M) when the skip set is exactly the logged layers of the first N and last M body blocks."""
+    blocks = body_blocks(decision)
+    skipped = set(decision.skip_layers)
+    if not skipped or not blocks or merged_overrides(decision):
+        return None
+    indices = list(blocks)
+    if indices != list(range(indices[0], indices[0] + len(indices))):
+        return None  # gaps in the logged numbering: start/end are ambiguous
+    full = [i for i in indices if set(blocks[i]) <= skipped]
+    if {name for i in full for name in blocks[i]} != skipped:
+        return None
+    start = next((n for n, i in enumerate(indices) if i not in full), len(indices))
+    end = next((n for n, i in enumerate(reversed(indices[start:])) if i not in full), len(indices) - start)
+    return (start, end) if start + end == len(full) else None
+
+
+def _matchers(decision: PolicyDecision, one_based: bool) -> list[tuple[str, str]]:
+    """(pattern, comment) per bf16 matcher: whole blocks, single skipped modules, then overrides."""
+    info = {layer.name: layer for layer in decision.layers}
+    skipped = list(dict.fromkeys(decision.skip_layers))
+    whole = {i: names for i, names in body_blocks(decision).items() if set(names) <= set(skipped)}
+    in_whole = {name for names in whole.values() for name in names}
+    out = [
+        (glob_escape(f"decoder.layers.{module_index(i, one_based)}.") + "*",
+         f"logged block {i}: all {len(names)} logged layer(s) skipped")
+        for i, names in whole.items()
+    ]
+    for name in skipped:
+        if name not in in_whole:
+            path = megatron_path(info[name], one_based) if name in info else strip_root(name)
+            out.append((glob_escape(path), f"{name}: skipped"))
+    for name, gemms in merged_overrides(decision).items():
+        path = megatron_path(info[name], one_based) if name in info else strip_root(name)
+        note = f"{name}: {'/'.join(gemms)} requested in high precision; whole module kept in BF16"
+        out.append((glob_escape(path), note))
+    unique: dict[str, str] = {}
+    for pattern, comment in out:
+        unique.setdefault(pattern, comment)
+    return list(unique.items())
+
+
+def _yaml_quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def precision_config_yaml(decision: PolicyDecision) -> str:
+    """The `--te-precision-config-file` YAML text (hand-emitted to keep per-matcher comments)."""
+    one_based = is_one_based(decision)
+    numbering = "1-based TE layer_number -> index - 1" if one_based else "0-based list index, kept"
+    lines = [
+        "# Megatron --te-precision-config-file generated by fp8-policy.",
+        "# Matchers are fnmatch globs over GPTModel.named_modules() paths (no DDP `module.` levels);",
+        f"# block index is 0-based (logged names: {numbering}); assumes no pipeline parallelism.",
+        "# Non-Megatron names are translated (qkv -> self_attention.linear_qkv, proj -> self_attention.linear_proj,",
+        "# fc1 -> mlp.linear_fc1, fc2 -> mlp.linear_fc2, head -> output_layer): check them against named_modules().",
+    ]
+    overrides = merged_overrides(decision)
+    if overrides:
+        lines.append("# Megatron cannot keep single GEMMs (fprop/dgrad/wgrad) of a module in BF16: modules with")
+        lines.append("# per-GEMM overrides are approximated by running the whole module in BF16.")
+        if all(gemms == ("wgrad",) for gemms in overrides.values()):
+            lines.append("# Alternative: drop those matchers and pass --no-fp8-wgrad (wgrad in BF16 for EVERY layer).")
+    lines += ["configs:", "  bf16:", "    transformer_engine_config_type: TEQuantizationParams",
+              "    training_recipe: {}", "matchers:"]
+    for n, (pattern, comment) in enumerate(_matchers(decision, one_based)):
+        lines += [f"  # {comment}", f"  bf16_{n:03d}:", "    config: bf16", "    type: glob",
+                  f"    pattern: {_yaml_quote(pattern)}", "    enabled: true"]
+    return "\n".join(lines) + "\n"
+
+
+def recipe_flags(decision: PolicyDecision) -> tuple[list[str], list[str]]:
+    """(flags, comments) for the FP8 format, recipe and the recipe kwargs Megatron exposes."""
+    recipe = decision.recipe
+    flags = ["--fp8-format", fp8_format(recipe).lower(), "--fp8-recipe", MEGATRON_RECIPES[recipe.name]]
+    comments = []
+    for key, value in recipe.kwargs.items():
+        if key == "fp8_format":
+            continue
+        flag = _DELAYED_KWARG_FLAGS.get(key) if recipe.name == "delayed" else None
+        if flag == "--fp8-amax-compute-algo" and value not in ("max", "most_recent"):
+            flag = None  # Megatron only accepts these two
+        if flag:
+            flags += [flag, str(value)]
+        else:
+            comments.append(f"# recipe kwarg {key}={value!r} has no Megatron flag; Megatron uses its own default.")
+    return flags, comments
+
+
+def _header(decision: PolicyDecision, edges: tuple[int, int] | None) -> list[str]:
+    recipe = decision.recipe
+    lines = [
+        "#!/usr/bin/env bash",
+        "# Megatron-LM FP8 policy generated by fp8-policy.",
+        f"# FP8 recipe: {recipe.name} ({recipe.class_path}) -> --fp8-recipe {MEGATRON_RECIPES[recipe.name]}",
+        '# Append to the training command: pretrain_gpt.py ... "${FP8_POLICY_ARGS[@]}"',
+    ]
+    if not decision.skip_layers and not merged_overrides(decision):
+        lines.append("# No layer needs BF16: every transformer block stays in FP8.")
+    if edges:
+        lines.append(f"# Keeps the first {edges[0]} and last {edges[1]} transformer block(s) in BF16.")
+    keeps_bf16 = bool(decision.skip_layers or merged_overrides(decision))
+    if recipe.name == "delayed" and keeps_bf16:
+        lines.append(
+            "# WARNING: Megatron does not support per-layer BF16 with delayed scaling (--first-last-layers-bf16"
+            " raises 'Delayed scaling does not support first / last layer in BF16.'; precision-config overrides"
+            " run inside one outer fp8_autocast). Switch to --fp8-recipe tensorwise, blockwise or mxfp8."
+        )
+    return lines
+
+
+def _args_block(flags: list[str]) -> list[str]:
+    pairs: list[str] = []
+    for token in flags:
+        if token.startswith("--") or not pairs:
+            pairs.append(shlex.quote(token))
+        else:
+            pairs[-1] += " " + shlex.quote(token)
+    return ["FP8_POLICY_ARGS=(", *[f"  {pair}" for pair in pairs], ")"]
+
+
+def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
+    """Bash text: optional heredoc writing the precision-config YAML, then the FP8_POLICY_ARGS array."""
+    edges = edge_block_counts(decision)
+    flags, comments = recipe_flags(decision)
+    lines = _header(decision, edges) + comments
+    if edges:
+        flags += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(edges[0]),
+                  "--num-layers-at-end-in-bf16", str(edges[1])]
+    elif decision.skip_layers or merged_overrides(decision):
+        path = options.precision_config_file
+        lines += ["", f"cat > {shlex.quote(path)} <<'{HEREDOC_END}'",
+                  precision_config_yaml(decision).rstrip("\n"), HEREDOC_END]
+        flags += ["--te-precision-config-file", path]
+    lines += ["", *_args_block(flags)]
+    return RenderedPolicy(content="\n".join(lines) + "\n", media_type=MEDIA_TYPE, filename=FILENAME)

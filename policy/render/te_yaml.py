@@ -1,0 +1,188 @@
+"""Transformer Engine debug-API config (nvdlfw_inspect YAML) for a `PolicyDecision`.
+
+Belongs here: the sections of the TE debug YAML — layers disabled whole, one section per distinct
+GEMM set of the per-GEMM overrides, a LogTensorStats section for layers that already ran in high
+precision, and FP8-stats monitoring for every remaining layer — plus their YAML emission.
+Must not be here: regex construction (see `regex`), other dialects.
+
+Rules followed (fp8-log-format.md §1.6, §2.4-2.5, §8): names are matched with anchored, escaped
+`layer_name_regex_pattern`s (never `exact_layer_names`); every layer matches at most one enabled
+section, the monitoring section being the complement of all others via a negative lookahead.
+`DisableQuantization*` is emitted when TE >= 2.13 is known, `DisableFP8*` otherwise (it exists in
+every TE with the debug API and is only deprecated on >= 2.13).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import yaml
+
+from policy.records import QUANTIZED_TENSORS, PolicyDecision, Precision
+from policy.render import RenderedPolicy, RenderOptions
+from policy.render import regex
+from policy.render.layout import merged_overrides, te_version_tuple
+
+MEDIA_TYPE = "application/yaml"
+FILENAME = "fp8_debug_config.yaml"
+HIGH_PRECISION_STATS = ("min", "max", "mean", "std", "l1_norm")
+
+
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper with single-quoted regexes and flow-style short lists."""
+
+
+class _Quoted(str):
+    pass
+
+
+class _Flow(list):
+    pass
+
+
+_Dumper.add_representer(
+    _Quoted, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", str(v), style="'")
+)
+_Dumper.add_representer(
+    _Flow, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", list(v), flow_style=True)
+)
+
+
+def disable_feature_names(decision: PolicyDecision, options: RenderOptions) -> tuple[str, str]:
+    """(layer feature, GEMM feature) to emit, from the forced option or the TE version."""
+    family = options.disable_features
+    if family not in (None, "fp8", "quantization"):
+        raise ValueError(f"disable_features must be 'fp8', 'quantization' or None, not {family!r}")
+    if family is None:
+        version = te_version_tuple(decision.te_version)
+        family = "quantization" if version is not None and version >= (2, 13) else "fp8"
+    if family == "quantization":
+        return "DisableQuantizationLayer", "DisableQuantizationGEMM"
+    return "DisableFP8Layer", "DisableFP8GEMM"
+
+
+def fp8_stats(decision: PolicyDecision) -> list[str]:
+    """LogFp8TensorStats stats: TE 2.4-2.6 only knows underflows%; overflows% needs DelayedScaling."""
+    version = te_version_tuple(decision.te_version)
+    if version is not None and version < (2, 7):
+        return ["underflows%"]
+    stats = ["underflows%", "scale_inv_min", "scale_inv_max", "mse"]
+    if decision.recipe.name == "delayed":
+        stats.insert(1, "overflows%")
+    return stats
+
+
+def _log_fp8_stats(decision: PolicyDecision, freq: int) -> dict:
+    structs = [
+        {"tensor": tensor, "stats": _Flow(fp8_stats(decision)), "freq": freq}
+        for tensor in QUANTIZED_TENSORS
+    ]
+    return {"enabled": True, "tensors_struct": structs}
+
+
+def _log_tensor_stats(freq: int) -> dict:
+    return {
+        "enabled": True,
+        "stats": _Flow(HIGH_PRECISION_STATS),
+        "tensors": _Flow(QUANTIZED_TENSORS),
+        "freq": freq,
+    }
+
+
+def _section(names: list[str], features: dict) -> dict:
+    return {
+        "enabled": True,
+        "layers": {"layer_name_regex_pattern": _Quoted(regex.exact(names))},
+        "transformer_engine": features,
+    }
+
+
+def _covered(decision: PolicyDecision) -> set[str]:
+    """Layers with a disable section: skipped whole or with per-GEMM overrides."""
+    return set(decision.skip_layers) | set(merged_overrides(decision))
+
+
+def _already_high_precision(decision: PolicyDecision, covered: set[str]) -> list[str]:
+    """Layers that ran in high precision without being skipped (e.g. a head under autocast(enabled=False))."""
+    return [
+        layer.name
+        for layer in decision.layers
+        if layer.precision is Precision.HIGH and layer.name not in covered
+    ]
+
+
+def build_sections(decision: PolicyDecision, options: RenderOptions) -> list[tuple[str, str, dict]]:
+    """(section name, comment, section body) in emission order; bodies are plain YAML-able dicts."""
+    layer_feature, gemm_feature = disable_feature_names(decision, options)
+    freq = options.stats_freq
+    monitor = {"LogTensorStats": _log_tensor_stats(freq)} if options.monitor_disabled else {}
+    sections: list[tuple[str, str, dict]] = []
+    skipped = list(dict.fromkeys(decision.skip_layers))
+    if skipped:
+        features = {layer_feature: {"enabled": True}, **monitor}
+        comment = f"{len(skipped)} layer(s) run fully in high precision (all of fprop/dgrad/wgrad)"
+        sections.append(("fp8_disabled_layers", comment, _section(skipped, features)))
+    by_gemms: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    for layer, gemms in merged_overrides(decision).items():
+        by_gemms[gemms].append(layer)
+    for gemms, layers in by_gemms.items():
+        features = {gemm_feature: {"enabled": True, "gemms": _Flow(gemms)}, **monitor}
+        comment = f"{len(layers)} layer(s) keep GEMM(s) {', '.join(gemms)} in high precision"
+        sections.append((f"fp8_disabled_gemms_{'_'.join(gemms)}", comment, _section(layers, features)))
+    covered = _covered(decision)
+    high = _already_high_precision(decision, covered)
+    if high:
+        comment = "already ran in high precision in the analysed run: high-precision stats only"
+        features = {"LogTensorStats": _log_tensor_stats(freq)}
+        sections.append(("high_precision_layers_stats", comment, _section(high, features)))
+    remaining = {
+        "enabled": True,
+        "layers": {"layer_name_regex_pattern": _Quoted(regex.excluding(sorted(covered | set(high))))},
+        "transformer_engine": {"LogFp8TensorStats": _log_fp8_stats(decision, freq)},
+    }
+    comment = "every other TE linear layer stays in FP8; keep monitoring its quantization stats"
+    sections.append(("fp8_stats_remaining_layers", comment, remaining))
+    return sections
+
+
+def _header(decision: PolicyDecision, options: RenderOptions, high: int) -> list[str]:
+    layer_feature, gemm_feature = disable_feature_names(decision, options)
+    version = decision.te_version or "unknown"
+    lines = [
+        "# Transformer Engine debug-API config (nvdlfw_inspect) generated by fp8-policy.",
+        f"# FP8 recipe: {decision.recipe.name} ({decision.recipe.class_path})",
+        f"# TE version: {version} -> {layer_feature} / {gemm_feature}"
+        " (DisableQuantization* needs TE >= 2.13; DisableFP8* works on TE >= 2.4).",
+    ]
+    skipped = list(dict.fromkeys(decision.skip_layers))
+    if skipped:
+        lines.append(f"# Runs these {len(skipped)} layer(s) fully in high precision (BF16):")
+        lines += [f"#   {name}" for name in skipped]
+    overrides = merged_overrides(decision)
+    if overrides:
+        lines.append(f"# Keeps selected GEMMs of these {len(overrides)} layer(s) in high precision:")
+        lines += [f"#   {name}: {', '.join(gemms)}" for name, gemms in overrides.items()]
+    if high:
+        lines.append(
+            f"# {high} layer(s) already ran in high precision without being skipped (e.g. a head under"
+            " te.autocast(enabled=False)): they get LogTensorStats, not LogFp8TensorStats."
+        )
+    lines += [
+        f"# Every other TE linear layer stays in FP8 and logs LogFp8TensorStats every {options.stats_freq} steps.",
+        "# Sections are disjoint (nvdlfw allows one enabled section per layer); names match exactly.",
+        "# Use: debug_api.initialize(config_file=<this file>,"
+        " feature_dirs=[<transformer_engine>/debug/features], log_dir=...)",
+    ]
+    return lines
+
+
+def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
+    """The TE debug YAML for `decision`."""
+    high_count = len(_already_high_precision(decision, _covered(decision)))
+    parts = ["\n".join(_header(decision, options, high_count))]
+    for name, comment, body in build_sections(decision, options):
+        dumped = yaml.dump(
+            {name: body}, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=2**31 - 1
+        )
+        parts.append(f"# {comment}\n{dumped.rstrip()}")
+    return RenderedPolicy(content="\n\n".join(parts) + "\n", media_type=MEDIA_TYPE, filename=FILENAME)

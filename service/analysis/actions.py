@@ -1,0 +1,72 @@
+"""Use cases behind analysis and recommendation: load a stored run as `RunData`, analyse, recommend, render."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from db.codec import decode_iterations, decode_values
+from db.repositories import RunRepository
+from policy.analysis import Analysis, analyze
+from policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, RunData, Series
+from policy.recommend import Recommendation, RecommendOptions, recommend
+from policy.render import FORMATS, RenderedPolicy, render
+from policy.thresholds import Thresholds
+from service.errors import BadRequest
+from service.runs.actions import get_ready_run
+
+
+def load_run_data(session: Session, run_id: int) -> RunData:
+    """Every layer and series of a ready run, decoded, in the shape the policy code takes."""
+    run = get_ready_run(session, run_id)
+    repo = RunRepository(session)
+    layers = {
+        layer.name: LayerInfo(
+            name=layer.name,
+            structure=LayerStructure(LayerGroup(layer.group), layer.layer_index, layer.sublayer),
+            precision=Precision(layer.precision),
+            has_fp8_stats=layer.has_fp8_stats,
+        )
+        for layer in repo.layers(run_id)
+    }
+    series = [
+        Series(
+            rank=row.rank,
+            metric=MetricName(layer_name, row.tensor, row.stat, row.recipe, row.columnwise),
+            iterations=decode_iterations(row.iterations),
+            values=decode_values(row.values),
+        )
+        for row, layer_name in repo.point_arrays(run_id)
+    ]
+    return RunData(layers=layers, series=series, metadata=dict(run.run_metadata or {}))
+
+
+def thresholds_from(overrides: Mapping[str, Any] | None) -> Thresholds:
+    try:
+        return Thresholds.from_overrides(overrides)
+    except ValueError as exc:
+        raise BadRequest(str(exc), error="InvalidThresholds") from exc
+
+
+def load_and_analyze(session: Session, run_id: int, thresholds: Thresholds | None = None) -> tuple[RunData, Analysis]:
+    data = load_run_data(session, run_id)
+    return data, analyze(data, thresholds or Thresholds())
+
+
+def recommendation_for(session: Session, run_id: int, overrides: Mapping[str, Any] | None) -> Recommendation:
+    """Recompute from stored data: run metadata first, then the request's overrides on top."""
+    data = load_run_data(session, run_id)
+    try:
+        options = RecommendOptions.from_metadata(data.metadata, overrides or {})
+    except ValueError as exc:
+        raise BadRequest(str(exc), error="InvalidOverrides") from exc
+    return recommend(data, analyze(data, options.thresholds), options)
+
+
+def render_recommendation(rec: Recommendation, fmt: str) -> RenderedPolicy:
+    if fmt not in FORMATS:
+        raise BadRequest(f"unknown format {fmt!r}; expected json or one of: {', '.join(FORMATS)}",
+                         error="UnknownFormat")
+    return render(rec.decision, fmt)

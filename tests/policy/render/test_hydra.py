@@ -1,0 +1,99 @@
+"""bionemo Hydra overrides: fp8_config.* and the 1-indexed fp8_layers list of blocks that stay in FP8."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from policy.render import render
+from policy.render.hydra import hydra_value
+from tests.policy.render import factory as f
+
+
+def overrides(decision) -> dict[str, str]:
+    """key -> value of every non-comment line, as the shell would pass it to Hydra."""
+    out = {}
+    for line in render(decision, "hydra").content.splitlines():
+        if line and not line.startswith("#"):
+            (token,) = shlex.split(line)
+            key, value = token.split("=", 1)
+            out[key] = value
+    return out
+
+
+def comments(decision) -> str:
+    return "\n".join(line for line in render(decision, "hydra").content.splitlines() if line.startswith("#"))
+
+
+def test_esm2_skipped_edge_blocks_leave_fp8_layers():
+    decision = f.decision(f.family_layers("esm2", 6), f.block_names("esm2", 1, 6))
+    got = overrides(decision)
+    assert got["fp8_layers"] == "[2,3,4,5]"
+    assert got["fp8_config.enabled"] == "True"
+    assert "# Blocks kept in BF16: 1, 6" in comments(decision)
+
+
+def test_block_with_any_skipped_sublayer_runs_in_bf16():
+    decision = f.decision(f.family_layers("llama", 5), ["model.model.layers.3.layernorm_mlp.fc2"])
+    assert overrides(decision)["fp8_layers"] == "[1,2,4,5]"
+
+
+def test_zero_based_logs_are_converted_to_one_based():
+    decision = f.decision(f.family_layers("hf", 4), ["model.model.layers.0.mlp.down_proj"])
+    assert overrides(decision)["fp8_layers"] == "[2,3,4]"
+    assert "logged numbering + 1" in comments(decision)
+
+
+def test_empty_skip_keeps_every_block():
+    decision = f.decision(f.family_layers("megatron", 4))
+    assert overrides(decision)["fp8_layers"] == "[1,2,3,4]"
+
+
+def test_recipe_overrides_and_quoting():
+    choice = f.recipe("delayed", amax_history_len=16, amax_compute_algo="max", fp8_format="Format.HYBRID")
+    decision = f.decision(f.family_layers("esm2", 2), recipe_choice=choice)
+    got = overrides(decision)
+    assert got["fp8_config.fp8_recipe"] == "transformer_engine.common.recipe.DelayedScaling"
+    assert got["fp8_config.fp8_format"] == "HYBRID"
+    assert got["fp8_config.fp8_recipe_kwargs"] == "{amax_history_len: 16, amax_compute_algo: max}"
+    text = render(decision, "hydra").content
+    assert "'fp8_config.fp8_recipe_kwargs={amax_history_len: 16, amax_compute_algo: max}'" in text
+    assert "'fp8_layers=[1,2]'" in text
+
+
+@pytest.mark.parametrize(("name", "fmt"), [("current", "HYBRID"), ("block", "E4M3"), ("mxfp8", "E4M3")])
+def test_format_defaults(name, fmt):
+    got = overrides(f.decision(f.family_layers("llama", 1), recipe_choice=f.recipe(name)))
+    assert got["fp8_config.fp8_format"] == fmt
+    assert got["fp8_config.fp8_recipe_kwargs"] == "{}"
+
+
+def test_head_comments():
+    layers = f.family_layers("llama", 3)
+    assert "the recommended head skip needs no override" in comments(f.decision(layers, ["model.lm_head"]))
+    assert "stays BF16 even though" in comments(f.decision(layers))
+    assert overrides(f.decision(layers, ["model.lm_head"]))["fp8_layers"] == "[1,2,3]"
+
+
+def test_inexpressible_parts_are_listed():
+    layers = f.family_layers("llama", 3)
+    fc2 = "model.model.layers.2.layernorm_mlp.fc2"
+    text = comments(f.decision(layers, ["model.embedding.custom"], [f.override(fc2, "wgrad")]))
+    assert "Not expressible with fp8_layers (outside the transformer blocks): model.embedding.custom" in text
+    assert f"{fc2} [wgrad]" in text
+
+
+def test_no_blocks_logged_omits_fp8_layers():
+    decision = f.decision([f.head("model.lm_head")], ["model.lm_head"])
+    assert "fp8_layers" not in overrides(decision)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(True, "true"), (None, "null"), (16, "16"), (0.5, "0.5"), ("max", "max"), ("true", '"true"'),
+     ("a b", '"a b"'), ('q"x', '"q\\"x"'), ([1, "x"], "[1, x]"), ({"a": {"b": False}}, "{a: {b: false}}"),
+     (float("inf"), "inf")],
+)
+def test_hydra_value(value, expected):
+    assert hydra_value(value) == expected
