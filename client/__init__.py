@@ -1,0 +1,20 @@
+"""fp8-policy client: `PolicyClient` (HTTP, one method per endpoint), its typed errors, and the CLI commands.
+
+Talks to the service over HTTP only: nothing here imports `service/`, `db/` or `policy/`.
+"""
+
+from client.client import FORMATS, PolicyClient, backoff_delays
+from client.errors import ApiError, ConnectionFailed, IngestFailed, NoLogFiles, NotFound, PolicyError, WaitTimeout
+
+__all__ = [
+    "FORMATS",
+    "ApiError",
+    "ConnectionFailed",
+    "IngestFailed",
+    "NoLogFiles",
+    "NotFound",
+    "PolicyClient",
+    "PolicyError",
+    "WaitTimeout",
+    "backoff_delays",
+]

@@ -1,4 +1,5 @@
-"""The `fp8-policy` console script: server-side commands (`serve`, `db upgrade`)."""
+"""The `fp8-policy` console script: server-side commands (`serve`, `db upgrade`) plus the client commands
+(`upload`, `status`, `runs`, `analysis`, `recommend`, `gate`, `compare`, `heatmap`, from `client/cli.py`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import sys
 
 import click
 
+from client.cli import register_client_commands
 from service.settings import Settings, get_settings
 
 
@@ -53,6 +55,9 @@ def _upgrade(settings: Settings, revision: str = "head") -> None:
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.resolved_database_url, revision)
+
+
+register_client_commands(cli)
 
 
 def main() -> None:

@@ -1,0 +1,107 @@
+"""The one place that imports httpx: a session over one `httpx.Client` that turns failures into `PolicyError`s.
+
+Belongs here: building the client (base URL, bearer token, timeout, an injectable transport for tests),
+sending requests, streaming downloads to files, and mapping transport failures and `{"error", "detail"}`
+bodies (plus FastAPI's 422 validation shape) onto `client.errors`. Must not be here: endpoint paths or any
+knowledge of runs; those live in `client.py`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from client.errors import ApiError, ConnectionFailed, NotFound
+
+USER_AGENT = "fp8-policy-client/0.1.0"
+DEFAULT_TIMEOUT = 60.0
+
+
+def _clean(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Query parameters without the ones left as None."""
+    if params is None:
+        return None
+    return {key: value for key, value in params.items() if value is not None}
+
+
+def error_from_response(response: httpx.Response) -> ApiError:
+    """The typed error for a non-2xx response, keeping the server's `error` and `detail`."""
+    status = response.status_code
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        error, detail = body["error"], str(body.get("detail", ""))
+    elif isinstance(body, dict) and isinstance(body.get("detail"), list):  # FastAPI request validation (422)
+        parts = [f"{'.'.join(str(p) for p in item.get('loc', ()))}: {item.get('msg', '')}"
+                 for item in body["detail"] if isinstance(item, dict)]
+        error, detail = "ValidationError", "; ".join(parts) or "invalid request"
+    else:
+        error = f"HTTP{status}"
+        detail = (response.text or response.reason_phrase or "").strip()[:300] or f"HTTP {status}"
+    cls = NotFound if status == 404 else ApiError
+    return cls(status, error, detail)
+
+
+class HttpSession:
+    """One `httpx.Client` for one service; every method raises `PolicyError`s, never httpx exceptions."""
+
+    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = DEFAULT_TIMEOUT,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        headers = {"User-Agent": USER_AGENT}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, transport=transport)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
+                json: Any = None, files: Any = None, data: Mapping[str, str] | None = None) -> httpx.Response:
+        """Send one request and return the (2xx) response; raises ApiError/NotFound/ConnectionFailed."""
+        try:
+            response = self._client.request(method, path, params=_clean(params), json=json, files=files, data=data)
+        except httpx.TransportError as exc:
+            raise ConnectionFailed(self.base_url, _reason(exc)) from exc
+        if response.is_error:
+            raise error_from_response(response)
+        return response
+
+    def json(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The decoded JSON body of a successful request (None for an empty body, e.g. 204)."""
+        response = self.request(method, path, **kwargs)
+        return response.json() if response.content else None
+
+    def download(self, path: str, dest: Path, *, params: Mapping[str, Any] | None = None) -> int:
+        """Stream a GET response body to `dest` (written to a temporary name, then renamed); returns bytes."""
+        dest = Path(dest)
+        partial = dest.with_name(f".{dest.name}.part")
+        written = 0
+        try:
+            with self._client.stream("GET", path, params=_clean(params)) as response:
+                if response.is_error:
+                    response.read()
+                    raise error_from_response(response)
+                with open(partial, "wb") as handle:
+                    for chunk in response.iter_bytes():
+                        handle.write(chunk)
+                        written += len(chunk)
+        except httpx.TransportError as exc:
+            partial.unlink(missing_ok=True)
+            raise ConnectionFailed(self.base_url, _reason(exc)) from exc
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        os.replace(partial, dest)
+        return written
+
+
+def _reason(exc: httpx.TransportError) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,294 @@
+"""The client commands of the `fp8-policy` console script: upload, status, runs, analysis, recommend, gate, compare, heatmap.
+
+Belongs here: click options, output (readable columns, or `--json` for scripts) and exit codes: 0 ok,
+1 when `gate` fails the bar, 2 for usage errors and every `PolicyError` (printed as `error: <Code>: <detail>`
+on stderr, no traceback). `register_client_commands(group)` adds them to the server's group (`service/cli.py`);
+`cli` is a stand-alone group with only these. Tests inject a `PolicyClient` as `CliRunner.invoke(obj=...)`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from client import gate as gating
+from client.client import FORMATS, PolicyClient
+from client.errors import PolicyError
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+MAX_CELL = 90
+
+
+# ----------------------------------------------------------------------------------------------- plumbing
+def _client_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--url / --token / --json on every client command, and PolicyError -> `error: ...` with exit code 2."""
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except (PolicyError, OSError) as exc:
+            code, detail = (exc.error, exc.detail) if isinstance(exc, PolicyError) else (type(exc).__name__, str(exc))
+            click.echo(f"error: {code}: {detail}", err=True)
+            raise click.exceptions.Exit(2) from None
+
+    for option in reversed((
+        click.option("--url", envvar="FP8_POLICY_URL", default=DEFAULT_URL, show_default=True,
+                     help="Service base URL (env FP8_POLICY_URL)."),
+        click.option("--token", envvar="FP8_POLICY_TOKEN", default=None,
+                     help="Sent as 'Authorization: Bearer' (env FP8_POLICY_TOKEN; not checked by the service yet)."),
+        click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON."),
+    )):
+        run = option(run)
+    return run
+
+
+@contextmanager
+def _connect(url: str, token: str | None) -> Iterator[PolicyClient]:
+    """The injected client (tests: `invoke(obj=PolicyClient(...))`), or a new one closed on exit."""
+    injected = click.get_current_context().obj
+    if isinstance(injected, PolicyClient):
+        yield injected
+        return
+    with PolicyClient(url, token=token) as client:
+        yield client
+
+
+def _echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        text = f"{value:.4g}"
+    elif isinstance(value, (list, tuple)):
+        text = ", ".join(str(v) for v in value)
+    else:
+        text = "" if value is None else str(value)
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    """Plain text columns, left-aligned, two spaces apart."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    return "\n".join(lines)
+
+
+def _run_summary(run: dict[str, Any]) -> str:
+    rows = [["run", f"{run['id']}  {run.get('name') or ''}".rstrip()], ["project", run.get("project")],
+            ["status", run.get("status")], ["tags", run.get("tags") or "-"]]
+    if run.get("error"):
+        rows.append(["error", run["error"]])
+    if run.get("status") == "ready":
+        rows += [["ranks", run.get("ranks")], ["layers", run.get("layer_count")], ["points", run.get("points")],
+                 ["iterations", f"{run.get('iteration_min')}..{run.get('iteration_max')}"],
+                 ["lines", f"read {run.get('lines_read')}, skipped {run.get('lines_skipped')}, "
+                           f"duplicated {run.get('lines_duplicated')}"]]
+    return "\n".join(f"{key:<11}{_cell(value)}" for key, value in rows)
+
+
+def _metadata(_ctx: click.Context, _param: click.Parameter, value: str | None) -> dict[str, Any] | None:
+    """--metadata '{"gpu": "h100"}' or --metadata @meta.json."""
+    if value is None:
+        return None
+    try:
+        text = Path(value[1:]).read_text() if value.startswith("@") else value
+        parsed = json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise click.BadParameter(f"not a JSON object or @file: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise click.BadParameter("must be a JSON object")
+    return parsed
+
+
+# ----------------------------------------------------------------------------------------------- commands
+@click.command()
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option("--name", help="Run name (default: none).")
+@click.option("--project", help="Project (the service's default when omitted).")
+@click.option("--tags", help="Comma-separated tags, e.g. nightly,h100.")
+@click.option("--metadata", callback=_metadata, help='JSON object or @file: {"hidden_size": 1280, "gpu": "h100"}.')
+@click.option("--wait", "wait_", is_flag=True, help="Wait until the run is ready (exit 2 if ingest fails).")
+@click.option("--timeout", default=600.0, show_default=True, help="Seconds --wait waits.")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
+@_client_options
+def upload(path: Path, name: str | None, project: str | None, tags: str | None, metadata: dict | None,
+           wait_: bool, timeout: float, progress: bool | None, url: str, token: str | None, as_json: bool) -> None:
+    """Upload an fp8_log_dir (only its nvdlfw_inspect logs, packed to tar.gz) or one archive/log file."""
+    with _connect(url, token) as client:
+        run = client.upload(path, name=name, project=project, tags=tags, metadata=metadata, progress=progress)
+        if wait_:
+            run = client.wait(run["id"], timeout=timeout)
+    if as_json:
+        return _echo_json(run)
+    click.echo(_run_summary(run))
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN", type=int)
+@_client_options
+def status(run_id: int, url: str, token: str | None, as_json: bool) -> None:
+    """A run's status and ingest figures."""
+    with _connect(url, token) as client:
+        run = client.run(run_id)
+    if as_json:
+        return _echo_json(run)
+    click.echo(_run_summary(run))
+
+
+@click.command()
+@click.option("--project")
+@click.option("--status", "status_", type=click.Choice(["queued", "processing", "ready", "failed"]))
+@click.option("--tag")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 200))
+@_client_options
+def runs(project: str | None, status_: str | None, tag: str | None, limit: int, url: str, token: str | None,
+         as_json: bool) -> None:
+    """The newest runs (one page)."""
+    with _connect(url, token) as client:
+        page = client.runs(project=project, status=status_, tag=tag, limit=limit)
+    if as_json:
+        return _echo_json(page)
+    rows = [[r["id"], r.get("name"), r.get("project"), r.get("status"), r.get("layer_count"), r.get("created_at")]
+            for r in page["items"]]
+    click.echo(_table(["id", "name", "project", "status", "layers", "created"], rows))
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN", type=int)
+@_client_options
+def analysis(run_id: int, url: str, token: str | None, as_json: bool) -> None:
+    """Findings (pattern, severity, layers) and the worst layers of a ready run."""
+    with _connect(url, token) as client:
+        result = client.analysis(run_id)
+    if as_json:
+        return _echo_json(result)
+    findings = [[f.get("severity"), f.get("pattern"), f.get("layers"), f.get("summary")] for f in result["findings"]]
+    click.echo(_table(["severity", "pattern", "layers", "summary"], findings))
+    worst = gating.worst_layers(result.get("layers", []))
+    if worst:
+        rows = [[r.get("name"), r.get("severity"), r.get("worst_signal"), r.get("worst_level"), r.get("patterns")]
+                for r in worst]
+        click.echo("\n" + _table(["layer", "severity", "worst signal", "level %", "patterns"], rows))
+    for note in result.get("notes", []):
+        click.echo(f"note: {note}")
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN", type=int)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="json", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE.")
+@_client_options
+def recommend(run_id: int, fmt: str, output: Path | None, url: str, token: str | None, as_json: bool) -> None:
+    """The recommended precision policy, as JSON or a ready-to-use config (TE YAML, Megatron, Hydra, torchao)."""
+    with _connect(url, token) as client:
+        result = client.recommendation(run_id, format=fmt)
+    text = json.dumps(result, indent=2) + "\n" if fmt == "json" else str(result)
+    if output is not None:
+        output.write_text(text)
+        done = {"run_id": run_id, "format": fmt, "path": str(output)}
+        return click.echo(json.dumps(done) if as_json else f"wrote the {fmt} policy of run {run_id} to {output}")
+    if fmt != "json" or as_json:
+        return click.echo(text, nl=False)
+    click.echo("\n".join(gating.change_section(result)[2:]) + "rationale:")
+    for line in result.get("rationale", []):
+        click.echo(f"  - {line}")
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN", type=int)
+@click.option("--fail-on", type=click.Choice(gating.FAIL_ON), default="critical", show_default=True,
+              help="Fail when any finding is at least this severe.")
+@click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for a run still ingesting.")
+@click.option("--summary-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Append the markdown to FILE (e.g. $GITHUB_STEP_SUMMARY).")
+@_client_options
+def gate(run_id: int, fail_on: str, timeout: float, summary_file: Path | None, url: str, token: str | None,
+         as_json: bool) -> None:
+    """Pass/fail a run for CI: exit 0 pass, 1 when a finding reaches --fail-on, 2 on usage/service errors."""
+    with _connect(url, token) as client:
+        run = client.run(run_id)
+        if run["status"] != "ready":
+            run = client.wait(run_id, timeout=timeout)
+        result = gating.evaluate(run, client.analysis(run_id), client.recommendation(run_id), fail_on)
+    markdown = gating.render_markdown(result)
+    if summary_file is not None:
+        with summary_file.open("a", encoding="utf-8") as handle:
+            handle.write(markdown + "\n")
+    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else markdown, nl=as_json)
+    if not result.passed:
+        raise click.exceptions.Exit(1)
+
+
+@click.command()
+@click.argument("base", type=int)
+@click.argument("head", type=int)
+@_client_options
+def compare(base: int, head: int, url: str, token: str | None, as_json: bool) -> None:
+    """How run HEAD differs from run BASE: summary, findings that appeared or disappeared, precision changes."""
+    with _connect(url, token) as client:
+        result = client.compare(base, head)
+    if as_json:
+        return _echo_json(result)
+    for side in ("base", "head"):
+        run = result.get(side) or {}
+        click.echo(f"{side}  run {run.get('id')} {run.get('name') or ''}".rstrip())
+    click.echo("".join(f"- {line}\n" for line in result.get("summary", [])), nl=False)
+    for key in ("findings_appeared", "findings_disappeared", "precision_changes"):
+        rows = result.get(key) or []
+        if rows:
+            headers = list(dict.fromkeys(k for row in rows for k in row if k != "evidence"))
+            click.echo(f"\n{key.replace('_', ' ')}:\n" + _table(headers, [[r.get(h) for h in headers] for r in rows]))
+    for note in result.get("notes", []):
+        click.echo(f"note: {note}")
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN", type=int)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path), help="PNG file.")
+@click.option("--tensor", help="gradient (default), activation or weight.")
+@click.option("--stat", help="As logged, e.g. underflows% (default) or mxfp8_underflows%.")
+@click.option("--rank", type=int, help="One rank (default: the max over ranks).")
+@click.option("--dpi", type=int, help="Resolution (service default 150).")
+@_client_options
+def heatmap(run_id: int, output: Path, tensor: str | None, stat: str | None, rank: int | None, dpi: int | None,
+            url: str, token: str | None, as_json: bool) -> None:
+    """Save the run's layers x iterations heatmap (gradient underflows% by default) as a PNG."""
+    with _connect(url, token) as client:
+        client.heatmap(run_id, output, tensor=tensor, stat=stat, rank=rank, dpi=dpi)
+    done = {"run_id": run_id, "path": str(output), "bytes": output.stat().st_size}
+    click.echo(json.dumps(done) if as_json else f"wrote the heatmap of run {run_id} to {output} ({done['bytes']} bytes)")
+
+
+COMMANDS = (upload, status, runs, analysis, recommend, gate, compare, heatmap)
+
+
+def register_client_commands(group: click.Group) -> click.Group:
+    """Add the client commands to `group` (the `fp8-policy` console script's group in `service/cli.py`)."""
+    for command in COMMANDS:
+        group.add_command(command)
+    return group
+
+
+@click.group()
+def cli() -> None:
+    """fp8-policy client: upload FP8 debug logs, read the analysis, get and gate on the recommended policy."""
+
+
+register_client_commands(cli)
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""`PolicyClient`: one method per fp8-policy endpoint, over one HTTP session, plus `upload` and `wait`.
+
+Belongs here: endpoint paths, request parameters, upload (directory packing, progress) and polling.
+Results are the service's JSON as plain dicts/lists (rendered configs as str, files as Path).
+Must not be here: httpx (see `_http.py`), printing (see `cli.py`), gate rules (see `gate.py`), and any import
+of `service/`, `db/` or `policy/`: the client talks to the service over HTTP only.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from client._http import DEFAULT_TIMEOUT, HttpSession
+from client.errors import IngestFailed, WaitTimeout
+from client.packing import ProgressReader, StderrBar, pack_directory
+
+RUNS = "/api/v1/runs"
+FORMATS = ("json", "te-yaml", "megatron", "hydra", "torchao")
+# Seams for tests (monkeypatch these, not the time module).
+_clock = time.monotonic
+_sleep = time.sleep
+
+
+def backoff_delays(initial: float = 0.2, maximum: float = 2.0, factor: float = 2.0) -> Iterator[float]:
+    """0.2, 0.4, 0.8, 1.6, 2.0, 2.0, ... seconds: the pauses between two polls of `wait`."""
+    delay = initial
+    while True:
+        yield delay
+        delay = min(maximum, delay * factor)
+
+
+class PolicyClient:
+    """Client of one fp8-policy service; use as a context manager (it owns one HTTP connection pool).
+
+    `token` is sent as `Authorization: Bearer <token>` (the service does not check it yet).
+    `transport` is an `httpx` transport for tests (e.g. `httpx.MockTransport`).
+    """
+
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT, *,
+                 transport: Any = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = HttpSession(self.base_url, token=token, timeout=timeout, transport=transport)
+
+    def __enter__(self) -> PolicyClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # ------------------------------------------------------------------------------------------------ runs
+    def upload(self, path: str | Path, *, name: str | None = None, project: str | None = None,
+               tags: Sequence[str] | str | None = None, metadata: Mapping[str, Any] | None = None,
+               progress: bool | None = None) -> dict[str, Any]:
+        """Upload a log directory (packed to tar.gz on the fly, logs only) or one file as is; returns the run.
+
+        `progress=None` draws a bar on stderr only when stderr is a terminal. The run comes back `queued`
+        (new) or in whatever state the existing run with the same bytes in the same project is.
+        """
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"{path} does not exist")
+        fields = _upload_fields(name, project, tags, metadata)
+        if path.is_dir():
+            body, filename = pack_directory(path), f"{path.resolve().name or 'logs'}.tar.gz"
+        else:
+            body, filename = open(path, "rb"), path.name  # noqa: SIM115 - closed below
+        show = sys.stderr.isatty() if progress is None else progress
+        bar = StderrBar(f"upload {filename}") if show else None
+        try:
+            reader = ProgressReader(body, bar or (lambda _sent, _total: None))
+            files = {"file": (filename, reader, "application/octet-stream")}
+            return self._http.json("POST", RUNS, files=files, data=fields)
+        finally:
+            if bar:
+                bar.close()
+            body.close()
+
+    def wait(self, run_id: int, timeout: float = 600.0, *, initial: float = 0.2,
+             maximum: float = 2.0) -> dict[str, Any]:
+        """Poll the run with exponential backoff until `ready` (returned) or `failed` (IngestFailed).
+
+        Raises WaitTimeout when it is still queued/processing after `timeout` seconds.
+        """
+        deadline = _clock() + timeout
+        for delay in backoff_delays(initial, maximum):
+            run = self.run(run_id)
+            if run["status"] == "ready":
+                return run
+            if run["status"] == "failed":
+                raise IngestFailed(run)
+            remaining = deadline - _clock()
+            if remaining <= 0:
+                raise WaitTimeout(run_id, run["status"], timeout)
+            _sleep(min(delay, remaining))
+        raise AssertionError("unreachable")  # backoff_delays never ends
+
+    def run(self, run_id: int) -> dict[str, Any]:
+        """Status and ingest figures of one run (with the per-file report)."""
+        return self._http.json("GET", f"{RUNS}/{int(run_id)}")
+
+    def runs(self, *, project: str | None = None, status: str | None = None, tag: str | None = None,
+             cursor: str | None = None, limit: int | None = None) -> dict[str, Any]:
+        """One page of runs, newest first: {"items": [...], "next_cursor": str | None}."""
+        params = {"project": project, "status": status, "tag": tag, "cursor": cursor, "limit": limit}
+        return self._http.json("GET", RUNS, params=params)
+
+    def iter_runs(self, **filters: Any) -> Iterator[dict[str, Any]]:
+        """Every run matching the filters of `runs`, following `next_cursor` page by page."""
+        cursor = None
+        while True:
+            page = self.runs(**filters, cursor=cursor)
+            yield from page["items"]
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+
+    def delete(self, run_id: int) -> None:
+        """Delete a run, its metrics and its stored archive."""
+        self._http.request("DELETE", f"{RUNS}/{int(run_id)}")
+
+    def layers(self, run_id: int, *, rank: int | None = None) -> list[dict[str, Any]]:
+        """Per layer: name, group, index, precision, and per (tensor, stat) summaries."""
+        return self._http.json("GET", f"{RUNS}/{int(run_id)}/layers", params={"rank": rank})
+
+    def series(self, run_id: int, layer: str, tensor: str, stat: str, *, rank: int | None = None) -> dict[str, Any]:
+        """Iterations and values of one metric, per rank (non-finite values as "NaN"/"Infinity")."""
+        params = {"layer": layer, "tensor": tensor, "stat": stat, "rank": rank}
+        return self._http.json("GET", f"{RUNS}/{int(run_id)}/series", params=params)
+
+    def metrics_csv(self, run_id: int, path: str | Path, *, layout: str = "long", rank: int | None = None) -> Path:
+        """Stream every point as CSV (`long` or `bionemo` layout) into `path`; returns the path."""
+        self._http.download(f"{RUNS}/{int(run_id)}/metrics.csv", Path(path), params={"layout": layout, "rank": rank})
+        return Path(path)
+
+    # ------------------------------------------------------------------------------------------- analysis
+    def analysis(self, run_id: int, **thresholds: float) -> dict[str, Any]:
+        """Findings, the per-layer table, thresholds, stats and notes; thresholds may be overridden."""
+        return self._http.json("GET", f"{RUNS}/{int(run_id)}/analysis", params=thresholds)
+
+    def recommendation(self, run_id: int, format: str = "json", *,  # noqa: A002 - the API's own name
+                       overrides: Mapping[str, Any] | None = None) -> dict[str, Any] | str:
+        """The recommended policy: a dict for `json`, the rendered file's text for the other formats.
+
+        With `overrides` (thresholds, gpu_arch, model_dims, te_version, current_recipe) the service
+        recomputes it (POST) without re-ingesting.
+        """
+        path, params = f"{RUNS}/{int(run_id)}/recommendation", {"format": format}
+        if overrides is None:
+            response = self._http.request("GET", path, params=params)
+        else:
+            response = self._http.request("POST", path, params=params, json=dict(overrides))
+        return response.json() if format == "json" else response.text
+
+    def compare(self, base: int, head: int) -> dict[str, Any]:
+        """How run `head` differs from run `base` (findings, layers, recommendation)."""
+        return self._http.json("GET", "/api/v1/compare", params={"base": int(base), "head": int(head)})
+
+    def heatmap(self, run_id: int, path: str | Path, **params: Any) -> Path:
+        """Save the run's per-layer heatmap PNG to `path`; returns the path."""
+        self._http.download(f"{RUNS}/{int(run_id)}/heatmap.png", Path(path), params=params)
+        return Path(path)
+
+    def health(self) -> dict[str, Any]:
+        """The service's /healthz answer (raises ApiError when the database is down)."""
+        return self._http.json("GET", "/healthz")
+
+
+def _upload_fields(name: str | None, project: str | None, tags: Sequence[str] | str | None,
+                   metadata: Mapping[str, Any] | None) -> dict[str, str]:
+    """The multipart form fields the service reads next to `file` (tags comma-separated, metadata JSON)."""
+    fields: dict[str, str] = {}
+    if name:
+        fields["name"] = name
+    if project:
+        fields["project"] = project
+    if tags:
+        fields["tags"] = tags if isinstance(tags, str) else ",".join(tags)
+    if metadata is not None:
+        fields["metadata"] = json.dumps(dict(metadata))
+    return fields

@@ -1,0 +1,150 @@
+"""The CI gate: decide pass/fail from a run's analysis and render the markdown (or JSON) summary.
+
+Belongs here: severity ordering, the pass/fail rule (fail when any finding's severity is at or above the bar),
+the worst-layers pick and the markdown layout of `fp8-policy gate`. Input is the service's JSON as returned by
+`PolicyClient` (run, analysis, recommendation dicts); no HTTP, no printing, no exit codes (see `cli.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SEVERITIES = ("ok", "warning", "critical", "severe")
+FAIL_ON = ("warning", "critical", "severe")
+WORST_LAYERS = 5
+MAX_LAYER_NAMES = 6
+
+
+def severity_rank(severity: str | None) -> int:
+    """ok 0 < warning 1 < critical 2 < severe 3; unknown severities count as ok."""
+    return SEVERITIES.index(severity) if severity in SEVERITIES else 0
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The verdict and everything the summary shows."""
+
+    run: dict[str, Any]
+    fail_on: str
+    passed: bool
+    findings: list[dict[str, Any]]
+    failing: list[dict[str, Any]]
+    worst_layers: list[dict[str, Any]]
+    recommendation: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        rec = self.recommendation
+        return {
+            "run_id": self.run.get("id"), "run_name": self.run.get("name"), "passed": self.passed,
+            "fail_on": self.fail_on, "failing_findings": self.failing, "findings": self.findings,
+            "worst_layers": self.worst_layers,
+            "recommendation": {key: rec.get(key) for key in
+                               ("fp8_skip_layers", "gemm_overrides", "recipe", "expected_cost", "confidence")},
+        }
+
+
+def worst_layers(layers: list[dict[str, Any]], limit: int = WORST_LAYERS) -> list[dict[str, Any]]:
+    """The rows of the analysis table above `ok`, worst severity first, then highest level."""
+    flagged = [row for row in layers if severity_rank(row.get("severity")) > 0]
+    flagged.sort(key=lambda row: (-severity_rank(row.get("severity")), -_number(row.get("worst_level"))))
+    return flagged[:limit]
+
+
+def evaluate(run: dict[str, Any], analysis: dict[str, Any], recommendation: dict[str, Any],
+             fail_on: str = "critical") -> GateResult:
+    """Fail when any finding's severity is at or above `fail_on` (warning | critical | severe)."""
+    if fail_on not in FAIL_ON:
+        raise ValueError(f"fail_on must be one of {', '.join(FAIL_ON)}, got {fail_on!r}")
+    findings = list(analysis.get("findings", []))
+    failing = [f for f in findings if severity_rank(f.get("severity")) >= severity_rank(fail_on)]
+    return GateResult(run=run, fail_on=fail_on, passed=not failing, findings=findings, failing=failing,
+                      worst_layers=worst_layers(list(analysis.get("layers", []))), recommendation=recommendation)
+
+
+def render_markdown(result: GateResult) -> str:
+    """`## FP8 policy gate: PASS|FAIL`, the findings, the worst layers and the recommended change."""
+    run = result.run
+    verdict = "PASS" if result.passed else "FAIL"
+    title = f"run {run.get('id')}" + (f" `{run['name']}`" if run.get("name") else "")
+    lines = [f"## FP8 policy gate: {verdict}", "",
+             f"{title} (project `{run.get('project', '?')}`): {len(result.failing)} finding(s) at or above "
+             f"**{result.fail_on}**.", ""]
+    lines += _findings_table(result.findings)
+    lines += _layers_table(result.worst_layers)
+    lines += change_section(result.recommendation)
+    lines += [f"Get it as a config: `fp8-policy recommend {run.get('id')} --format te-yaml|megatron|hydra|torchao "
+              "-o FILE`", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _findings_table(findings: list[dict[str, Any]]) -> list[str]:
+    rows = ["### Findings", "", "| severity | pattern | layers | summary |", "|---|---|---|---|"]
+    for finding in findings:
+        rows.append(f"| {finding.get('severity')} | {finding.get('pattern')} | {_names(finding.get('layers', []))} "
+                    f"| {_cell(finding.get('summary', ''))} |")
+    return rows + [""]
+
+
+def _layers_table(layers: list[dict[str, Any]]) -> list[str]:
+    if not layers:
+        return ["### Worst layers", "", "No layer above `ok`.", ""]
+    rows = ["### Worst layers", "", "| layer | severity | worst signal | level % | patterns |", "|---|---|---|---|---|"]
+    for row in layers:
+        level = row.get("worst_level")
+        rows.append(f"| `{row.get('name')}` | {row.get('severity')} | {row.get('worst_signal') or ''} "
+                    f"| {_fmt(level)} | {', '.join(row.get('patterns', []))} |")
+    return rows + [""]
+
+
+def change_section(rec: dict[str, Any]) -> list[str]:
+    """Markdown bullets of a recommendation: skip list, GEMM overrides, recipe, expected cost, confidence."""
+    skips = rec.get("fp8_skip_layers") or []
+    lines = ["### Recommended change", "",
+             f"- Keep in BF16 (`fp8_skip_layers`, {len(skips)}): {_names(skips) if skips else 'none'}"]
+    for override in rec.get("gemm_overrides") or []:
+        lines.append(f"- GEMM override `{override.get('layer')}`: {', '.join(override.get('gemms', []))} in BF16"
+                     f" ({_cell(override.get('reason', ''))})")
+    recipe = rec.get("recipe") or {}
+    if recipe:
+        lines.append(f"- Recipe: **{recipe.get('name')}** (`{recipe.get('class')}`): {_cell(recipe.get('reason', ''))}")
+    cost = rec.get("expected_cost") or {}
+    if cost:
+        lines.append(f"- Expected cost: {_fmt(_number(cost.get('bf16_gemm_share')) * 100)}% of GEMMs in BF16, GEMM "
+                     f"time +{_fmt(cost.get('gemm_slowdown_vs_all_fp8_pct'))}% vs all-FP8 "
+                     f"({_fmt(cost.get('gemm_speedup_vs_all_bf16'))}x faster than all-BF16)")
+    if rec.get("confidence") is not None:
+        lines.append(f"- Confidence: {_confidence(rec['confidence'])}")
+    return lines + [""]
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(f"`{name}`" for name in names[:MAX_LAYER_NAMES])
+    more = len(names) - MAX_LAYER_NAMES
+    return shown + (f" (+{more} more)" if more > 0 else "")
+
+
+def _confidence(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {v}" for k, v in value.items() if not isinstance(v, (dict, list)))
+    return str(value)
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    try:
+        return f"{float(value):.3g}"
+    except (TypeError, ValueError):
+        return str(value)

@@ -1,0 +1,136 @@
+"""What an upload body is made of: a log directory packed into a tar.gz on disk, and a byte-counting reader.
+
+Belongs here: recognising nvdlfw_inspect log paths (the same grammar as the service's `policy/log_files.py`,
+repeated because the client never imports `policy/`), packing only those files with their relative paths into
+a temporary file (never the whole archive in memory), and the tiny stderr progress bar. Must not be here: HTTP.
+Packing is deterministic (sorted members, normalised owners, gzip mtime 0), so uploading the same directory
+twice sends the same bytes and the service answers with the existing run.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import IO, TextIO
+
+from client.errors import NoLogFiles
+
+# `[any/folders/][rank_N/]nvdlfw_inspect_{statistics_,}logs/nvdlfw_inspect[_YYYYmmdd_HHMMSS]_globalrank-R.log[.gz]`
+LOG_PATH = re.compile(
+    r"(?:^|/)(?:rank_\d+/)?(?:nvdlfw_inspect_logs|nvdlfw_inspect_statistics_logs)/"
+    r"nvdlfw_inspect(?:_\d{8}_\d{6})?_globalrank-\d+\.log(?:\.gz)?$"
+)
+# Logs are text and compress well even at level 1; speed matters more than size for multi-GB logs.
+COMPRESS_LEVEL = 1
+
+
+def is_log_path(relpath: str) -> bool:
+    """True for an nvdlfw_inspect metadata or statistics log path (POSIX separators)."""
+    return LOG_PATH.search(relpath) is not None
+
+
+def find_log_files(root: Path) -> list[tuple[Path, str]]:
+    """(file, archive name) of every log under `root`, sorted by archive name.
+
+    Archive names are relative to `root`; when `root` itself is a `nvdlfw_inspect_*logs` (or `rank_N`) folder,
+    its own name is kept as the first path component so the service still recognises the files.
+    """
+    root = Path(root)
+    found: dict[str, Path] = {}
+    for folder, _dirs, names in os.walk(root):
+        for name in names:
+            path = Path(folder, name)
+            rel = path.relative_to(root).as_posix()
+            for arcname in (rel, f"{root.name}/{rel}"):
+                if is_log_path(arcname) and path.is_file():
+                    found[arcname] = path
+                    break
+    return [(found[arcname], arcname) for arcname in sorted(found)]
+
+
+def _normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def pack_directory(root: Path) -> IO[bytes]:
+    """The log files under `root` as a tar.gz in an anonymous temporary file, positioned at 0.
+
+    Raises NoLogFiles (before anything is sent) when the directory holds no nvdlfw_inspect logs.
+    The caller closes the returned file, which deletes it.
+    """
+    files = find_log_files(root)
+    if not files:
+        raise NoLogFiles(
+            f"{root} holds no nvdlfw_inspect log files (expected [rank_N/]nvdlfw_inspect_statistics_logs/"
+            "nvdlfw_inspect[_stamp]_globalrank-N.log[.gz] and nvdlfw_inspect_logs/...)")
+    spool = tempfile.TemporaryFile(prefix="fp8-policy-", suffix=".tar.gz")
+    try:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=spool, compresslevel=COMPRESS_LEVEL, mtime=0) as gz, \
+                tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, dereference=True) as tar:
+            for path, arcname in files:
+                tar.add(path, arcname=arcname, recursive=False, filter=_normalise)
+        spool.seek(0)
+    except BaseException:
+        spool.close()
+        raise
+    return spool
+
+
+class ProgressReader:
+    """Wraps a binary file for httpx's multipart encoder, reporting bytes read to `on_progress(sent, total)`."""
+
+    def __init__(self, raw: IO[bytes], on_progress) -> None:
+        self._raw = raw
+        self._on_progress = on_progress
+        self.total = os.fstat(raw.fileno()).st_size
+        self.sent = 0
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self._raw.read(size)
+        self.sent += len(chunk)
+        self._on_progress(self.sent, self.total)
+        return chunk
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        position = self._raw.seek(offset, whence)
+        self.sent = position
+        return position
+
+    def tell(self) -> int:
+        return self._raw.tell()
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+
+class StderrBar:
+    """A one-line `label [#####-----]  45%  12.3/27.1 MiB` bar, redrawn only when the percentage changes."""
+
+    WIDTH = 30
+
+    def __init__(self, label: str, stream: TextIO | None = None) -> None:
+        self.label = label
+        self.stream = stream or sys.stderr
+        self._last = -1
+
+    def __call__(self, sent: int, total: int) -> None:
+        percent = 100 if total <= 0 else min(100, sent * 100 // total)
+        if percent == self._last:
+            return
+        self._last = percent
+        filled = self.WIDTH * percent // 100
+        bar = "#" * filled + "-" * (self.WIDTH - filled)
+        self.stream.write(f"\r{self.label} [{bar}] {percent:3d}%  {sent / 2**20:.1f}/{total / 2**20:.1f} MiB")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self._last >= 0:
+            self.stream.write("\n")
+            self.stream.flush()

@@ -1,0 +1,72 @@
+"""The CI example parses and uses the commands as they are, and `client/` imports nothing of the service side."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from client.cli import cli
+from tests.client.fakes import FakeService
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOW = ROOT / "examples" / "github-actions.yml"
+
+
+def _fp8_commands(workflow: dict) -> list[list[str]]:
+    """Every `fp8-policy ...` command of the workflow's run steps, as argv lists (without the program)."""
+    commands = []
+    for step in workflow["jobs"]["train-and-gate"]["steps"]:
+        script = step.get("run", "").replace("\\\n", " ")
+        for line in script.splitlines():
+            if line.strip().startswith("fp8-policy "):
+                commands.append(shlex.split(line.split(">")[0])[1:])
+    return commands
+
+
+def test_the_github_actions_example_is_a_valid_workflow() -> None:
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    steps = workflow["jobs"]["train-and-gate"]["steps"]
+
+    assert workflow[True] == {"workflow_dispatch": None, "schedule": [{"cron": "0 2 * * *"}]}  # YAML 1.1: on -> True
+    assert [c[0] for c in _fp8_commands(workflow)] == ["upload", "gate", "recommend"]
+    assert any(step.get("uses", "").startswith("actions/upload-artifact@") for step in steps)
+    assert "pip install fp8-policy" in [step.get("run") for step in steps]
+
+
+def _substitute(arg: str, log_dir: Path, summary: Path) -> str:
+    """Workflow expressions and variables -> values a local run can use."""
+    if arg == "$LOG_DIR":
+        return str(log_dir)
+    if arg == "$GITHUB_STEP_SUMMARY":
+        return str(summary)
+    if "run_id" in arg:
+        return "7"
+    return "x" if "$" in arg else arg
+
+
+def test_the_example_commands_run_against_a_fake_service(mock_client, tmp_path: Path, clock, monkeypatch) -> None:
+    log = tmp_path / "logs" / "nvdlfw_inspect_statistics_logs" / "nvdlfw_inspect_globalrank-0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("stats\n")
+    client = mock_client(FakeService())
+    monkeypatch.chdir(tmp_path)  # recommend -o writes a relative path
+    for argv in _fp8_commands(yaml.safe_load(WORKFLOW.read_text())):
+        argv = [_substitute(arg, tmp_path / "logs", tmp_path / "summary.md") for arg in argv]
+        result = CliRunner().invoke(cli, argv, obj=client)
+        assert result.exit_code in (0, 1), (argv, result.output)  # 1: the fake run fails the gate
+    assert (tmp_path / "summary.md").read_text().startswith("## FP8 policy gate: FAIL")
+
+
+def test_client_imports_nothing_from_service_db_or_policy() -> None:
+    code = ("import json, sys, client, client.cli, client.gate, client.packing; "
+            "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    loaded = set(json.loads(done.stdout))
+
+    assert not loaded & {"service", "db", "policy", "fastapi", "sqlalchemy", "numpy"}

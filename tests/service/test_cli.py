@@ -1,0 +1,70 @@
+"""The server side of the `fp8-policy` console script: `db upgrade` and `serve`."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from click.testing import CliRunner
+from sqlalchemy import create_engine, inspect
+
+from service.cli import cli
+from service.settings import get_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_db_upgrade_creates_every_table(tmp_path: Path, monkeypatch) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    monkeypatch.setenv("FP8_POLICY_DATABASE_URL", url)
+    monkeypatch.setenv("FP8_POLICY_DATA_DIR", str(tmp_path / "data"))
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(cli, ["db", "upgrade"])
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 0, result.output
+    assert "database at head" in result.output
+    tables = set(inspect(create_engine(url)).get_table_names())
+    assert {"runs", "run_tags", "layers", "series", "alembic_version"} <= tables
+
+
+def test_serve_starts_uvicorn_on_the_given_port_with_a_migrated_database(tmp_path: Path) -> None:
+    port = _free_port()
+    env = {**os.environ, "FP8_POLICY_DATA_DIR": str(tmp_path / "data")}
+    env.pop("FP8_POLICY_DATABASE_URL", None)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--no-demo",
+         "--log-level", "warning"],
+        cwd=ROOT, env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        health = None
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert health is not None and health.status_code == 200, "service did not answer /healthz"
+        assert health.json() == {"status": "ok", "database": "ok"}
+        listing = httpx.get(f"http://127.0.0.1:{port}/api/v1/runs", timeout=5)
+        assert listing.status_code == 200
+        assert listing.json() == {"items": [], "next_cursor": None}
+        assert (tmp_path / "data" / "fp8_policy.db").exists()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert server.returncode is not None
