@@ -1,0 +1,179 @@
+"""Records produced by analysis: the pattern vocabulary, evidence, findings, the per-layer table and `Analysis`.
+
+Belongs here: frozen/plain dataclasses and their `to_dict()` (JSON-ready, floats rounded for display only).
+Must not be here: computation over series, thresholds logic, I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from policy.thresholds import Severity, Thresholds
+
+if TYPE_CHECKING:  # annotations only: those modules import this one
+    from policy.analysis.layout import Layout
+    from policy.analysis.signals import Signals
+
+
+class Pattern(str, Enum):
+    """The exact pattern strings of the API."""
+
+    HEALTHY = "healthy"
+    U_SHAPE = "u_shape"
+    HEAD_ONLY = "head_only"
+    EARLY_LAYERS = "early_layers"
+    LATE_LAYERS = "late_layers"
+    BOUNDARY = "boundary"
+    SINGLE_TENSOR = "single_tensor"
+    RISING_TREND = "rising_trend"
+    UNIFORM = "uniform"
+    RANK_OUTLIER = "rank_outlier"
+    OVERFLOW = "overflow"
+    SCALE_INSTABILITY = "scale_instability"
+
+
+_PATTERN_ORDER = {pattern: i for i, pattern in enumerate(Pattern)}
+
+
+def _num(value: float | None, digits: int = 4) -> float | None:
+    """JSON-safe rounding: NaN/inf become None."""
+    if value is None or not math.isfinite(value):
+        return None
+    return round(float(value), digits)
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """Numbers behind a finding for one (layer, tensor, stat[, recipe][, rank]) series.
+
+    `window` is the analysed post-warm-up range, `level_window` the trailing window the level is taken from;
+    `rank` None means the worst rank was used (per-layer levels aggregate ranks by max).
+    """
+
+    layer: str
+    tensor: str
+    stat: str
+    recipe: str | None = None
+    rank: int | None = None
+    window: tuple[int, int] | None = None
+    level_window: tuple[int, int] | None = None
+    level: float | None = None
+    max: float | None = None
+    mean: float | None = None
+    last: float | None = None
+    slope_per_1k: float | None = None
+    onset: int | None = None
+    start_level: float | None = None  # median of the first third of the window
+    end_level: float | None = None  # median of the last third of the window
+    projected_value: float | None = None
+    projected_iteration: int | None = None
+    crossing_iteration: int | None = None  # where a projected trend reaches the critical band
+    count: int | None = None  # events (scale jumps, outlier features, ...)
+    ratio: float | None = None  # largest scale jump factor, outlier score, what-if ratio, ...
+    reference: float | None = None  # what the value is compared to (peers' or other ranks' median)
+
+    @property
+    def metric(self) -> str:
+        prefix = f"{self.recipe}_" if self.recipe else ""
+        return f"{self.tensor} {prefix}{self.stat}"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"layer": self.layer, "metric": self.metric, "tensor": self.tensor,
+                               "stat": self.stat, "recipe": self.recipe, "rank": self.rank,
+                               "window": list(self.window) if self.window else None,
+                               "level_window": list(self.level_window) if self.level_window else None}
+        for name in ("level", "max", "mean", "last", "slope_per_1k", "start_level", "end_level",
+                     "projected_value", "ratio", "reference"):
+            out[name] = _num(getattr(self, name))
+        for name in ("onset", "projected_iteration", "crossing_iteration", "count"):
+            out[name] = getattr(self, name)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One detected pattern: its severity, the exact layer names, numeric evidence and a one-sentence summary."""
+
+    pattern: Pattern
+    severity: Severity
+    layers: tuple[str, ...]
+    evidence: tuple[Evidence, ...]
+    summary: str
+
+    def sort_key(self) -> tuple[int, int]:
+        return (-self.severity.rank, _PATTERN_ORDER[self.pattern])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pattern": self.pattern.value, "severity": self.severity.value, "layers": list(self.layers),
+                "summary": self.summary, "evidence": [e.to_dict() for e in self.evidence]}
+
+
+@dataclass(frozen=True, slots=True)
+class TensorUnderflow:
+    """One tensor's underflows% in a layer (worst rank), over the post-warm-up window."""
+
+    level: float
+    max: float
+    mean: float
+    last: float
+    severity: Severity
+
+
+@dataclass(frozen=True, slots=True)
+class LayerAssessment:
+    """One row of the per-layer table."""
+
+    name: str
+    group: str
+    index: int | None
+    sublayer: str | None
+    precision: str
+    status: str  # fp8 (observed) | fp8_unobserved | bf16 | ignored
+    severity: Severity
+    worst_signal: str | None  # e.g. "gradient underflows%"
+    worst_level: float | None
+    underflows: dict[str, TensorUnderflow]  # by tensor: activation / gradient / weight
+    patterns: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "group": self.group, "index": self.index,
+                               "sublayer": self.sublayer, "precision": self.precision, "status": self.status,
+                               "severity": self.severity.value, "worst_signal": self.worst_signal,
+                               "worst_level": _num(self.worst_level), "patterns": list(self.patterns)}
+        for tensor in ("gradient", "activation", "weight"):
+            summary = self.underflows.get(tensor)
+            for stat in ("max", "mean", "last"):
+                out[f"{tensor}_underflow_{stat}"] = _num(getattr(summary, stat)) if summary else None
+        return out
+
+
+@dataclass(slots=True)
+class Analysis:
+    """Everything `analyze()` found; `signals` and `layout` keep the intermediate results for the recommender."""
+
+    findings: list[Finding]
+    layers: list[LayerAssessment]
+    thresholds: Thresholds
+    stats: dict[str, Any] = field(default_factory=dict)  # ranks, windows, warm-up, counts
+    notes: list[str] = field(default_factory=list)  # caveats: rounding, non-finite values, missing stats
+    signals: Signals | None = field(default=None, repr=False)
+    layout: Layout | None = field(default=None, repr=False)
+
+    def patterns(self) -> set[str]:
+        return {finding.pattern.value for finding in self.findings}
+
+    def by_pattern(self, pattern: Pattern | str) -> list[Finding]:
+        return [f for f in self.findings if f.pattern.value == Pattern(pattern).value]
+
+    def layer(self, name: str) -> LayerAssessment:
+        row = next((row for row in self.layers if row.name == name), None)
+        if row is None:
+            raise KeyError(name)
+        return row
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"findings": [f.to_dict() for f in self.findings], "layers": [row.to_dict() for row in self.layers],
+                "thresholds": self.thresholds.to_dict(), "stats": dict(self.stats), "notes": list(self.notes)}

@@ -1,0 +1,109 @@
+"""Precision-policy recommendation: `recommend(run, analysis, options) -> Recommendation` and its JSON shape.
+
+Input contract: a `RunData` and (optionally) its `Analysis`; no I/O, no web or database imports.
+Flow: skip plan under today's levels → recipe choice (what-if, uniform, delayed-scaling rules) → final plan under
+the chosen recipe (what-if levels when logged; deferred for `uniform` without them) → Megatron section, expected
+cost, confidence and rationale. `POLICY_VERSION` changes whenever a rule changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from policy.analysis import analyze
+from policy.analysis.findings import Analysis, Finding, Pattern
+from policy.analysis.recipes import normalize_recipe
+from policy.records import PolicyDecision, RunData
+from policy.recommend.confidence import confidence
+from policy.recommend.cost import expected_cost
+from policy.recommend.megatron import megatron_section
+from policy.recommend.options import ModelDims, RecommendOptions
+from policy.recommend.rationale import build_rationale
+from policy.recommend.recipe import RecipeDecision, choose_recipe, resolve_current
+from policy.recommend.skiplist import SkipPlan, plan_skips
+
+POLICY_VERSION = "2026.11.1"
+
+__all__ = ["POLICY_VERSION", "ModelDims", "RecommendOptions", "Recommendation", "recommend"]
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    decision: PolicyDecision
+    megatron: dict[str, Any]
+    expected_cost: dict[str, Any]
+    rationale: list[str]
+    confidence: float
+    policy_version: str = POLICY_VERSION
+    findings: list[Finding] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        recipe = self.decision.recipe
+        return {
+            "fp8_skip_layers": list(self.decision.skip_layers),
+            "gemm_overrides": [{"layer": o.layer, "gemms": list(o.gemms), "reason": o.reason}
+                               for o in self.decision.gemm_overrides],
+            "recipe": {"name": recipe.name, "class": recipe.class_path, "kwargs": dict(recipe.kwargs),
+                       "reason": recipe.reason},
+            "megatron": self.megatron,
+            "expected_cost": self.expected_cost,
+            "rationale": list(self.rationale),
+            "confidence": self.confidence,
+            "policy_version": self.policy_version,
+            "findings": [{"pattern": f.pattern.value, "severity": f.severity.value, "layers": list(f.layers),
+                          "summary": f.summary} for f in self.findings],
+        }
+
+
+def recommend(run: RunData, analysis: Analysis | None = None,
+              options: RecommendOptions | None = None) -> Recommendation:
+    """Recommend skips, GEMM overrides and a recipe; re-analyzes when `analysis` is missing or used other
+    thresholds (or when options add num_layers / the current recipe the analysis did not see)."""
+    options = options or RecommendOptions.from_metadata(run.metadata)
+    view = _analysis_view(run, options)
+    if analysis is None or analysis.layout is None or analysis.thresholds != options.thresholds or view is not run:
+        analysis = analyze(view, options.thresholds)
+    current, current_source = resolve_current(options.current_recipe, analysis)
+    first = plan_skips(analysis, keep_existing_bf16=options.keep_existing_bf16, skip_projected=options.skip_projected)
+    decision = choose_recipe(analysis, first, current=current, gpu_arch=options.gpu_arch,
+                             current_source=current_source)
+    plan = _final_plan(analysis, options, first, decision)
+    layout = analysis.layout
+    assert layout is not None
+    megatron = megatron_section(layout, plan, decision.choice)
+    cost = expected_cost(layout, plan, decision.choice.name, options.dims)
+    conf = confidence(analysis, plan, decision)
+    te_version = options.te_version or _text(run.metadata.get("te_version"))
+    policy = PolicyDecision(plan.skip_layers, plan.overrides, decision.choice, tuple(run.layers.values()),
+                            te_version)
+    return Recommendation(policy, megatron, cost, build_rationale(analysis, plan, decision, cost, megatron, conf),
+                          conf[0], POLICY_VERSION, list(analysis.findings))
+
+
+def _final_plan(analysis: Analysis, options: RecommendOptions, first: SkipPlan, decision: RecipeDecision,
+                ) -> SkipPlan:
+    if not decision.changed:
+        return first
+    common = {"keep_existing_bf16": options.keep_existing_bf16, "skip_projected": options.skip_projected}
+    levels = decision.level_fn()
+    if levels is not None:
+        return plan_skips(analysis, levels=levels, **common)
+    if analysis.by_pattern(Pattern.UNIFORM):
+        return plan_skips(analysis, defer=True, **common)
+    return first
+
+
+def _analysis_view(run: RunData, options: RecommendOptions) -> RunData:
+    """The run with option-supplied num_layers / current recipe in its metadata (arrays shared, not copied)."""
+    extra: dict[str, object] = {}
+    if options.dims.num_layers and run.metadata.get("num_layers") != options.dims.num_layers:
+        extra["num_layers"] = options.dims.num_layers
+    logged = normalize_recipe(run.metadata.get("recipe") or run.metadata.get("fp8_recipe"))
+    if options.current_recipe and logged != options.current_recipe:
+        extra["recipe"] = options.current_recipe
+    return replace(run, metadata={**run.metadata, **extra}) if extra else run
+
+
+def _text(value: object) -> str | None:
+    return str(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None

@@ -1,0 +1,100 @@
+"""Expected cost of a plan: share of GEMM FLOPs moved to BF16 and the GEMM throughput change it implies.
+
+Rules:
+* FLOPs per token of one GEMM (fprop; dgrad and wgrad cost the same, so a layer is 3 equal GEMMs), from model dims:
+  qkv 2·h·(h + 2·kv), q 2·h·h, k/v 2·h·kv, kv 2·h·2kv (kv = h·query_groups/heads with GQA, else h), proj 2·h·h,
+  fc1 2·h·ffn (×2 when gated), fc2 2·ffn·h, a LayerNormMLP fc1+fc2, head 2·h·vocab (a head `dense` 2·h·h).
+  The sequence length multiplies every GEMM alike, so shares do not depend on it.
+* Without the dims a layer needs (or for an unknown sublayer), every GEMM layer counts equally.
+* GEMM time ∝ fp8_share / speedup + bf16_share, with TE's published GEMM speedups vs BF16 (ecosystem.md §3):
+  Delayed 1.69×, Current 1.58×, Block 1.40× on H200; MXFP8 1.42× on B300 (5B config, autocast). Reported: the
+  slowdown vs all-FP8 GEMMs and the speedup left vs all-BF16 GEMMs. End-to-end gains are smaller (non-GEMM time).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policy.analysis.layout import LayerLevels, LayerStatus, Layout, is_gemm_layer
+from policy.records import GEMMS, GemmOverride, LayerGroup
+from policy.recommend.options import ModelDims
+from policy.recommend.skiplist import SkipPlan
+
+SPEEDUPS: dict[str, tuple[float, str]] = {
+    "delayed": (1.69, "H200"), "current": (1.58, "H200"), "block": (1.40, "H200"), "mxfp8": (1.42, "B300"),
+}
+SOURCE = ("TE GEMM speedup vs BF16, 5B config, autocast: Delayed 1.69x, Current 1.58x, Block 1.40x on H200; "
+          "MXFP8 1.42x on B300 (ecosystem.md §3)")
+
+
+def gemm_flops(lv: LayerLevels, dims: ModelDims) -> float | None:
+    """FLOPs per token of one of the layer's three GEMMs, or None when the dims or the sublayer are unknown."""
+    h, ffn = dims.hidden_size, dims.ffn_hidden_size
+    if h is None:
+        return None
+    structure = lv.info.structure
+    sub = (structure.sublayer or "").split(".gemm_")[0].rsplit(".", 1)[-1].removeprefix("cross_")
+    if structure.group is LayerGroup.HEAD:
+        if "dense" in (structure.sublayer or ""):
+            return 2.0 * h * h
+        return 2.0 * h * dims.vocab_size if dims.vocab_size else None
+    kv = h * dims.num_query_groups / dims.num_attention_heads if (
+        dims.num_query_groups and dims.num_attention_heads) else float(h)
+    attention = {"qkv": 2.0 * h * (h + 2 * kv), "q": 2.0 * h * h, "k": 2.0 * h * kv, "v": 2.0 * h * kv,
+                 "kv": 4.0 * h * kv, "proj": 2.0 * h * h}
+    if sub in attention:
+        return attention[sub]
+    if ffn is None:
+        return None
+    mlp = {"fc1": 2.0 * h * ffn * (2 if dims.gated_mlp else 1), "fc2": 2.0 * ffn * h}
+    mlp["layernorm_mlp"] = mlp["fc1"] + mlp["fc2"]
+    return mlp.get(sub)
+
+
+def _weights(layers: list[LayerLevels], dims: ModelDims) -> tuple[dict[str, float], str, list[str]]:
+    flops = {lv.name: gemm_flops(lv, dims) for lv in layers}
+    missing = [name for name, value in flops.items() if value is None]
+    if not missing and flops:
+        return {name: float(value) for name, value in flops.items()}, "dims", []  # type: ignore[arg-type]
+    return {lv.name: 1.0 for lv in layers}, "layer_count", missing
+
+
+def expected_cost(layout: Layout, plan: SkipPlan, recipe: str, dims: ModelDims) -> dict[str, Any]:
+    layers = [lv for lv in layout.levels.values()
+              if lv.status is not LayerStatus.IGNORED and is_gemm_layer(lv.info)]
+    weights, method, missing = _weights(layers, dims)
+    total = 3.0 * sum(weights.values())
+    if total == 0:
+        return {"method": method, "bf16_gemm_share": 0.0, "note": "no GEMM layers"}
+    as_logged = 3.0 * sum(weights[lv.name] for lv in layers if lv.status is LayerStatus.BF16) / total
+    share = _bf16_flops(weights, plan.bf16_layers, plan.overrides) / total
+    speedup, gpu = SPEEDUPS[recipe]
+    time_now = (1.0 - share) / speedup + share
+    out: dict[str, Any] = {
+        "method": method,
+        "bf16_gemm_share": round(share, 4),
+        "bf16_gemm_share_as_logged": round(as_logged, 4),
+        "moved_to_bf16_share": round(share - as_logged, 4),
+        "fp8_recipe": recipe,
+        "fp8_gemm_speedup": speedup,
+        "speedup_measured_on": gpu,
+        "gemm_time_vs_all_fp8": round(time_now * speedup, 4),
+        "gemm_slowdown_vs_all_fp8_pct": round(100.0 * (time_now * speedup - 1.0), 2),
+        "gemm_speedup_vs_all_bf16": round(1.0 / time_now, 4),
+        "source": SOURCE,
+        "assumptions": "GEMM time ∝ fp8_share/speedup + bf16_share; fprop, dgrad and wgrad cost the same; "
+                       "layers already in BF16 stay in BF16; non-GEMM time is not included, so end-to-end "
+                       "changes are smaller",
+    }
+    if method == "dims" and dims.seq_len:
+        out["gemm_flops_per_sequence"] = total * dims.seq_len
+    if missing and dims.hidden_size:
+        out["missing_dims_for"] = missing[:5]
+    elif method == "layer_count":
+        out["note"] = "no model dims given: every GEMM layer counts equally"
+    return out
+
+
+def _bf16_flops(weights: dict[str, float], skips: tuple[str, ...], overrides: tuple[GemmOverride, ...]) -> float:
+    flops = sum(3.0 * weights.get(name, 0.0) for name in skips)
+    return flops + sum(len(set(o.gemms) & set(GEMMS)) * weights.get(o.layer, 0.0) for o in overrides)

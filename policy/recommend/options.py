@@ -1,0 +1,136 @@
+"""Inputs of a recommendation besides the data: thresholds, GPU, model dims, TE version, current recipe.
+
+`RecommendOptions.from_metadata(run.metadata, overrides)` merges what the uploader sent with per-request overrides
+(overrides win) and raises ValueError with a clear message on bad input (the API turns it into a 400).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping
+
+from policy.analysis.recipes import normalize_recipe
+from policy.thresholds import Thresholds
+
+# Accepted spellings of each model dimension (Megatron / HF config names).
+_DIM_KEYS: dict[str, tuple[str, ...]] = {
+    "hidden_size": ("hidden_size", "d_model", "n_embd"),
+    "ffn_hidden_size": ("ffn_hidden_size", "intermediate_size", "d_ff"),
+    "num_layers": ("num_layers", "num_hidden_layers", "n_layer"),
+    "seq_len": ("seq_len", "seq_length", "max_seq_length"),
+    "vocab_size": ("vocab_size", "padded_vocab_size"),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "num_query_groups": ("num_query_groups", "num_key_value_heads"),
+}
+_GATED_KEYS = ("gated_mlp", "swiglu", "gated_linear_unit")
+_OVERRIDE_KEYS = frozenset({"thresholds", "gpu_arch", "model_dims", "dims", "te_version", "current_recipe",
+                            "recipe", "fp8_recipe", "keep_existing_bf16", "skip_projected", *_GATED_KEYS,
+                            *(k for keys in _DIM_KEYS.values() for k in keys)})
+
+
+@dataclass(frozen=True, slots=True)
+class ModelDims:
+    """Model dimensions for FLOP shares; any may be unknown (None)."""
+
+    hidden_size: int | None = None
+    ffn_hidden_size: int | None = None
+    num_layers: int | None = None
+    seq_len: int | None = None
+    vocab_size: int | None = None
+    num_attention_heads: int | None = None
+    num_query_groups: int | None = None  # GQA key/value heads
+    gated_mlp: bool = False  # SwiGLU/GeGLU: fc1 produces 2 * ffn_hidden_size
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], base: ModelDims | None = None) -> ModelDims:
+        base = base or cls()
+        changes: dict[str, Any] = {}
+        for name, keys in _DIM_KEYS.items():
+            for key in keys:
+                if key in data and data[key] is not None:
+                    changes[name] = _positive_int(key, data[key])
+        for key in _GATED_KEYS:
+            if key in data and data[key] is not None:
+                if not isinstance(data[key], bool):
+                    raise ValueError(f"{key!r} must be true or false, got {data[key]!r}")
+                changes["gated_mlp"] = data[key]
+        return replace(base, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class RecommendOptions:
+    """Everything a recommendation depends on besides the run's statistics."""
+
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    gpu_arch: str | None = None  # "hopper", "sm90", "H100", "blackwell", "sm100", "ampere", ...
+    dims: ModelDims = field(default_factory=ModelDims)
+    te_version: str | None = None
+    current_recipe: str | None = None  # normalised: delayed | current | block | mxfp8
+    keep_existing_bf16: bool = False  # also list layers that already ran in BF16 in fp8_skip_layers
+    skip_projected: bool = False  # also skip layers whose rising trend is projected to turn critical
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any] | None = None,
+                      overrides: Mapping[str, Any] | None = None) -> RecommendOptions:
+        """Run metadata first, then overrides on top.
+
+        Metadata is advisory: entries that do not validate are skipped. Overrides are strict: an unknown key or a
+        bad value raises ValueError.
+        """
+        overrides = dict(overrides or {})
+        unknown = sorted(set(overrides) - _OVERRIDE_KEYS)
+        if unknown:
+            raise ValueError(f"unknown option(s) {', '.join(map(repr, unknown))}; expected some of: "
+                             f"{', '.join(sorted(_OVERRIDE_KEYS))}")
+        options = cls()
+        for key, value in (metadata or {}).items():
+            try:
+                options = _apply(options, {key: value})
+            except ValueError:
+                continue
+        return _apply(options, overrides)
+
+
+def _apply(options: RecommendOptions, data: Mapping[str, Any]) -> RecommendOptions:
+    changes: dict[str, Any] = {}
+    if "thresholds" in data:
+        changes["thresholds"] = Thresholds.from_overrides(data["thresholds"], base=options.thresholds)
+    dims_source = {**data, **_mapping(data.get("model_dims") or data.get("dims") or {}, "model_dims")}
+    changes["dims"] = ModelDims.from_mapping(dims_source, base=options.dims)
+    for key in ("gpu_arch", "te_version"):
+        if data.get(key) is not None:
+            changes[key] = _text(key, data[key])
+    recipe_text = data.get("current_recipe") or data.get("fp8_recipe") or data.get("recipe")
+    if recipe_text is not None:
+        recipe = normalize_recipe(recipe_text)
+        if recipe is None:
+            raise ValueError(f"unknown FP8 recipe {recipe_text!r}; expected delayed, current (tensorwise), "
+                             "block (blockwise) or mxfp8, or a TE recipe class name")
+        changes["current_recipe"] = recipe
+    for key in ("keep_existing_bf16", "skip_projected"):
+        if key in data:
+            if not isinstance(data[key], bool):
+                raise ValueError(f"{key!r} must be true or false, got {data[key]!r}")
+            changes[key] = data[key]
+    return replace(options, **changes)
+
+
+def _mapping(value: Any, key: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{key!r} must be an object, got {type(value).__name__}")
+    return value
+
+
+def _text(key: str, value: Any) -> str:
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool) or not str(value).strip():
+        raise ValueError(f"{key!r} must be a non-empty string, got {value!r}")
+    return str(value).strip()
+
+
+def _positive_int(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value <= 0:
+        raise ValueError(f"model dimension {key!r} must be a positive integer, got {value!r}")
+    return int(value)

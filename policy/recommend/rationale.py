@@ -1,0 +1,93 @@
+"""The `rationale` of a recommendation: sentences with the numbers behind every decision.
+
+Belongs here: wording only. Every number comes from the analysis, the plan, the recipe decision or the cost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policy.analysis.findings import Analysis, Pattern
+from policy.recommend.recipe import RecipeDecision
+from policy.recommend.skiplist import SkipPlan
+
+MAX_NAMED = 5
+
+
+def _names(names: tuple[str, ...] | list[str]) -> str:
+    shown = ", ".join(names[:MAX_NAMED])
+    return shown + (f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else "")
+
+
+def build_rationale(analysis: Analysis, plan: SkipPlan, decision: RecipeDecision, cost: dict[str, Any],
+                    megatron: dict[str, Any], confidence: tuple[float, list[str]]) -> list[str]:
+    lines = [f"[{f.severity.value}] {f.summary}" for f in analysis.findings[:6]]
+    lines += _plan_lines(analysis, plan)
+    choice = decision.choice
+    lines.append(f"Recipe {choice.name} ({choice.class_path}, {choice.kwargs}): {choice.reason} "
+                 f"Current recipe {decision.current} ({decision.current_source or 'given'}); "
+                 f"GPU compute capability: {decision.capability_source}.")
+    lines += decision.notes
+    lines.append(_cost_line(cost))
+    lines.append(_megatron_line(megatron))
+    value, reasons = confidence
+    lines.append(f"Confidence {value:.2f}" + (f": {'; '.join(reasons)}." if reasons else ": no doubts found."))
+    return lines
+
+
+def _plan_lines(analysis: Analysis, plan: SkipPlan) -> list[str]:
+    th = analysis.thresholds
+    lines = []
+    if plan.failing_skips:
+        detail = [f"{name} ({_failing(analysis, name)})" for name in plan.failing_skips]
+        lines.append(f"Skip {len(plan.failing_skips)} layer(s) to BF16, each with two or more tensors at or above "
+                     f"{th.critical:g}% underflow: {_names(detail)}.")
+    lines += [f"Keep {'+'.join(o.gemms)} of {o.layer} in BF16: {o.reason}." for o in plan.overrides[:MAX_NAMED]]
+    if len(plan.overrides) > MAX_NAMED:
+        lines.append(f"... and {len(plan.overrides) - MAX_NAMED} more GEMM override(s) of the same kind.")
+    changed = set(plan.skip_layers) | {o.layer for o in plan.overrides}
+    for finding in analysis.by_pattern(Pattern.BOUNDARY):
+        layer = finding.layers[0]
+        action = ("it is overridden or skipped; re-check the new last FP8 layer next to the BF16 block after the "
+                  "change" if layer in changed else f"it stays in FP8 below {th.critical:g}%: watch it")
+        lines.append(f"Boundary effect at {layer}: the FP8 layer next to a BF16 block degrades; {action}.")
+    if plan.kept_bf16:
+        lines.append(f"{len(plan.kept_bf16)} layer(s) already ran in BF16 and have no FP8 evidence; they stay in "
+                     f"BF16: {_names(list(plan.kept_bf16))}.")
+    if plan.deferred:
+        lines.append(f"{len(plan.deferred)} failing layer(s) are not skipped: most layers fail, so the recipe "
+                     "changes instead; re-run with it and re-analyze before skipping anything.")
+    if plan.watch:
+        lines.append(f"Watch {len(plan.watch)} layer(s) with a rising trend, below {th.critical:g}% today and left "
+                     f"in FP8: {_names(list(plan.watch))}.")
+    if not (plan.failing_skips or plan.overrides or plan.deferred):
+        lines.append(f"No FP8 layer reaches {th.critical:g}% underflow: nothing to skip or override.")
+    return lines
+
+
+def _failing(analysis: Analysis, name: str) -> str:
+    row = analysis.layer(name)
+    parts = [f"{t} {u.level:.2f}%" for t, u in row.underflows.items() if u.level >= analysis.thresholds.critical]
+    return ", ".join(parts) or "projected to fail"
+
+
+def _cost_line(cost: dict[str, Any]) -> str:
+    if "gemm_time_vs_all_fp8" not in cost:
+        return "Expected cost: no GEMM layers to weigh."
+    return (f"{cost['bf16_gemm_share']:.1%} of GEMM FLOPs run in BF16 ({cost['moved_to_bf16_share']:+.1%} vs the "
+            f"run as logged, by {cost['method'].replace('_', ' ')}); with {cost['fp8_recipe']} at "
+            f"{cost['fp8_gemm_speedup']}x ({cost['speedup_measured_on']}) GEMM time is "
+            f"{cost['gemm_slowdown_vs_all_fp8_pct']:.1f}% above all-FP8 and {cost['gemm_speedup_vs_all_bf16']:.2f}x "
+            f"faster than all-BF16 ({cost['source']}).")
+
+
+def _megatron_line(megatron: dict[str, Any]) -> str:
+    if megatron["first_last_layers_bf16"]:
+        text = (f"Megatron: --first-last-layers-bf16 with {megatron['num_layers_at_start_in_bf16']} layer(s) at the "
+                f"start and {megatron['num_layers_at_end_in_bf16']} at the end, --fp8-recipe "
+                f"{megatron['fp8_recipe']}")
+        return text + ("." if megatron["exact"] else
+                       f"; it also covers {len(megatron['extra_bf16_layers'])} healthy sublayer(s) of those blocks.")
+    return (f"Megatron: --fp8-recipe {megatron['fp8_recipe']}; the skip list is not a contiguous first/last block "
+            "run, so --first-last-layers-bf16 is off." if megatron["blocks_needing_precision_config"]
+            else f"Megatron: --fp8-recipe {megatron['fp8_recipe']}, no whole transformer layer in BF16.")

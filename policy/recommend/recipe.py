@@ -1,0 +1,201 @@
+"""Recipe choice: which TE recipe to train with, its kwargs, and why.
+
+Rules 1-2 pick a target (first match wins); rules 3-4 turn a delayed-scaling target into current scaling (rule 3
+also adds its reason to any other target):
+1. What-if: a recipe the GPU supports whose logged what-if underflows% leaves fewer tensors at or above critical
+   and whose median ratio to today's level (over tensors at or above warning) is at most `whatif_gain` → switch
+   to the best such recipe (fewest failing, then lowest median ratio, then the faster recipe).
+2. `uniform` (more than `uniform_fraction` of FP8 layers failing) → the finest-grained recipe the GPU supports
+   (MXFP8 on compute capability ≥ 10, block scaling on ≥ 9, else current scaling) instead of a skip list.
+3. Delayed scaling with `overflow` or `scale_instability` → current scaling (per-tensor scales from this step's amax
+   cannot overflow and do not lag).
+4. Delayed scaling with any transformer-block layer in BF16 (skipped, or already BF16 in the run) → current
+   scaling (heads run outside the per-layer FP8 contexts and do not count): Megatron raises "Delayed scaling does
+   not support first / last layer in BF16" and per-layer autocast breaks amax reduction (fp8-log-format.md §4.3).
+GPU capability: from `gpu_arch`, else inferred from logged what-if stats (TE only computes `mxfp8_*` on ≥ 10 and
+`fp8_block_scaling_*` on ≥ 9), else assumed Hopper (9.0) and said so. Current recipe: options, else metadata,
+else delayed when bare overflows% was logged (only valid under delayed), else TE's default (delayed), said so.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from policy.analysis.findings import Analysis, Pattern
+from policy.analysis.layout import LayerLevels
+from policy.analysis.recipes import MIN_CAPABILITY, PREFIX_RECIPE, RECIPES, STAT_PREFIX
+from policy.records import RECIPE_CLASSES, RecipeChoice
+from policy.recommend.skiplist import LevelFn, SkipPlan
+
+KWARGS: dict[str, dict[str, object]] = {
+    "delayed": {"fp8_format": "HYBRID", "amax_history_len": 1024, "amax_compute_algo": "max"},
+    "current": {"fp8_format": "HYBRID"},
+    "block": {"fp8_format": "E4M3"},
+    "mxfp8": {"fp8_format": "E4M3"},
+}
+SPEED_RANK = {"delayed": 1.69, "current": 1.58, "mxfp8": 1.42, "block": 1.40}  # ecosystem.md §3, tie-break only
+GRANULARITY = {"delayed": 0, "current": 1, "block": 2, "mxfp8": 3}  # coarse (per tensor) -> fine (per block)
+ASSUMED_CAPABILITY = 9.0
+_ARCH_CAPABILITY = {
+    "ampere": 8.0, "a100": 8.0, "a10": 8.6, "a40": 8.6, "ada": 8.9, "lovelace": 8.9, "l4": 8.9, "l40": 8.9,
+    "l40s": 8.9, "hopper": 9.0, "h100": 9.0, "h200": 9.0, "h800": 9.0, "gh200": 9.0, "blackwell": 10.0,
+    "b100": 10.0, "b200": 10.0, "b300": 10.0, "gb200": 10.0, "gb300": 10.0, "rtx5090": 12.0,
+}
+
+
+def compute_capability(arch: str | None) -> float | None:
+    """"hopper" / "H100" / "sm90" / "sm_100" / "9.0" → 9.0 / 9.0 / 9.0 / 10.0 / 9.0; None when unknown."""
+    if not arch:
+        return None
+    key = arch.strip().lower().replace(" ", "").replace("-", "").replace("nvidia", "")
+    match = re.fullmatch(r"(?:sm_?|compute_?)(\d)(\d+)a?", key)
+    if match:
+        return float(f"{match[1]}.{match[2][0]}") if len(match[2]) == 1 else float(f"{match[1]}{match[2][0]}")
+    if re.fullmatch(r"\d+(\.\d+)?", key):
+        return float(key)
+    return next((cap for name, cap in sorted(_ARCH_CAPABILITY.items(), key=lambda kv: -len(kv[0]))
+                 if key.startswith(name)), None)
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIf:
+    """How a logged what-if recipe compares with the training recipe on the observed FP8 layers."""
+
+    recipe: str
+    tensors: int  # (layer, tensor) pairs with both levels
+    failing_now: int
+    failing_after: int
+    median_ratio: float
+    levels: dict[tuple[str, str], float]  # (layer, tensor) -> what-if level
+
+
+@dataclass(slots=True)
+class RecipeDecision:
+    choice: RecipeChoice
+    current: str
+    changed: bool
+    capability: float | None
+    capability_source: str
+    whatif: WhatIf | None = None  # evidence for the chosen recipe, when logged
+    notes: list[str] = field(default_factory=list)
+    current_source: str = ""  # how the current recipe was known
+
+    def level_fn(self) -> LevelFn | None:
+        """Levels under the chosen recipe (what-if where logged, today's level elsewhere), or None."""
+        if self.whatif is None:
+            return None
+        table = self.whatif.levels
+        return lambda lv, tensor: table.get((lv.name, tensor), lv.tensors[tensor].level)
+
+
+def resolve_capability(gpu_arch: str | None, analysis: Analysis) -> tuple[float | None, str]:
+    cap = compute_capability(gpu_arch)
+    if cap is not None:
+        return cap, f"gpu_arch {gpu_arch!r}"
+    recipes = {m.recipe for m in (analysis.signals.summaries if analysis.signals else ())}
+    if "mxfp8" in recipes:
+        return 10.0, "inferred from logged mxfp8_* what-if stats (TE computes them on compute capability >= 10)"
+    if "fp8_block_scaling" in recipes:
+        return 9.0, "inferred from logged fp8_block_scaling_* what-if stats (compute capability >= 9)"
+    return None, f"unknown GPU: assumed Hopper (compute capability {ASSUMED_CAPABILITY})"
+
+
+def resolve_current(option: str | None, analysis: Analysis) -> tuple[str, str]:
+    if option:
+        return option, "from the request/metadata"
+    overflow = any(m.stat == "overflows%" and m.recipe is None for m in (analysis.signals.summaries
+                                                                          if analysis.signals else ()))
+    if overflow:
+        return "delayed", "inferred: bare overflows% is only logged under delayed scaling"
+    return "delayed", "unknown: assumed TE's default DelayedScaling"
+
+
+def whatif_summaries(analysis: Analysis) -> dict[str, WhatIf]:
+    layout, signals, th = analysis.layout, analysis.signals, analysis.thresholds
+    out: dict[str, WhatIf] = {}
+    if layout is None or signals is None:
+        return out
+    for prefix, recipe in PREFIX_RECIPE.items():
+        levels = {(lv.name, t): s.level for lv in layout.fp8() for t in lv.tensors
+                  if (s := signals.worst(lv.name, t, recipe=prefix)) is not None}
+        if levels:
+            out[recipe] = _compare(recipe, levels, layout.fp8(), th.warning, th.critical)
+    return out
+
+
+def _compare(recipe: str, levels: dict[tuple[str, str], float], fp8: list[LayerLevels], warning: float,
+             critical: float) -> WhatIf:
+    now = {(lv.name, t): s.level for lv in fp8 for t, s in lv.tensors.items() if (lv.name, t) in levels}
+    relevant = [k for k, v in now.items() if v >= warning] or list(now)
+    ratios = [levels[k] / now[k] if now[k] > 0 else (0.0 if levels[k] == 0 else np.inf) for k in relevant]
+    return WhatIf(recipe, len(now), sum(v >= critical for v in now.values()),
+                  sum(levels[k] >= critical for k in now), float(np.median(ratios)) if ratios else np.inf, levels)
+
+
+def choose_recipe(analysis: Analysis, plan: SkipPlan, *, current: str, gpu_arch: str | None,
+                  current_source: str = "") -> RecipeDecision:
+    decision = _choose(analysis, plan, current, gpu_arch)
+    decision.current_source = current_source
+    return decision
+
+
+def _choose(analysis: Analysis, plan: SkipPlan, current: str, gpu_arch: str | None) -> RecipeDecision:
+    cap, cap_source = resolve_capability(gpu_arch, analysis)
+    usable = cap if cap is not None else ASSUMED_CAPABILITY
+    allowed = [r for r in RECIPES if usable >= MIN_CAPABILITY[r]]
+    notes = [] if allowed else [f"compute capability {usable} cannot run FP8 (needs >= 8.9); recipe left as is."]
+    whatifs = whatif_summaries(analysis)
+    pick = _best_whatif(whatifs, allowed, current, analysis.thresholds.whatif_gain)
+    if pick is not None:
+        w = whatifs[pick]
+        reason = (f"what-if {STAT_PREFIX[pick]}_underflows% leaves {w.failing_after} of {w.tensors} tensors at or "
+                  f"above {analysis.thresholds.critical:g}% (now {w.failing_now}), median ratio {w.median_ratio:.2f} "
+                  f"of today's level")
+        return _decision(pick, current, cap, cap_source, reason, analysis, plan, w, notes)
+    if analysis.by_pattern(Pattern.UNIFORM) and allowed:
+        finest = max(allowed, key=GRANULARITY.__getitem__)
+        target = finest if GRANULARITY[finest] > GRANULARITY[current] else current
+        reason = (f"most layers fail ({analysis.by_pattern(Pattern.UNIFORM)[0].summary}) → finer-grained "
+                  f"scaling ({target}) instead of a skip list" if target != current
+                  else "most layers fail but no finer-grained recipe runs on this GPU")
+        return _decision(target, current, cap, cap_source, reason, analysis, plan, whatifs.get(target), notes)
+    return _decision(current, current, cap, cap_source, "", analysis, plan, None, notes)
+
+
+def _best_whatif(whatifs: dict[str, WhatIf], allowed: list[str], current: str, gain: float) -> str | None:
+    # delayed is never a what-if target: TE cannot compute it under another recipe, and it forbids BF16 layers
+    good = [w for r, w in whatifs.items() if r in allowed and r not in (current, "delayed")
+            and w.failing_after < w.failing_now and w.median_ratio <= gain]
+    if not good:
+        return None
+    return min(good, key=lambda w: (w.failing_after, w.median_ratio, -SPEED_RANK[w.recipe])).recipe
+
+
+def _body_layers(analysis: Analysis, names: tuple[str, ...]) -> list[str]:
+    levels = analysis.layout.levels if analysis.layout else {}
+    return [name for name in names if name in levels and levels[name].block is not None]
+
+
+def _decision(target: str, current: str, cap: float | None, cap_source: str, reason: str, analysis: Analysis,
+              plan: SkipPlan, whatif: WhatIf | None, notes: list[str]) -> RecipeDecision:
+    reasons = [reason] if reason else []
+    if current == "delayed":
+        delayed_issues = [p.value for p in (Pattern.OVERFLOW, Pattern.SCALE_INSTABILITY) if analysis.by_pattern(p)]
+        if delayed_issues:
+            reasons.append(f"{' and '.join(delayed_issues)} under delayed scaling → scales from each step's amax")
+        bf16 = _body_layers(analysis, plan.bf16_layers)
+        if bf16 and target == "delayed":  # only a reason when it decides: other targets allow BF16 layers
+            new = len(set(bf16) & set(plan.failing_skips))
+            reasons.append(f"{len(bf16)} transformer-block layer(s) in BF16 ({new} newly skipped): Megatron rejects "
+                           "first/last BF16 layers with delayed scaling (and per-layer autocast breaks amax "
+                           "reduction)")
+        if (delayed_issues or bf16) and target == "delayed":
+            target = "current"
+    if target == current and not reasons:
+        reasons.append(f"keep {current}: no overflow, no scale instability, no what-if recipe clearly better")
+    choice = RecipeChoice(target, RECIPE_CLASSES[target], dict(KWARGS[target]), "; ".join(reasons) + ".")
+    return RecipeDecision(choice, current, target != current, cap, cap_source,
+                          whatif if whatif is not None and whatif.recipe == target else None, notes)

@@ -1,0 +1,116 @@
+"""Which layers go to BF16 and which GEMMs get overridden: the smallest change that leaves every FP8 layer < critical.
+
+Rules:
+* Only observed FP8 layers with a tensor at or above `critical` change (under the levels of the recipe that will
+  run: what-if levels after a recipe switch when they were logged). Healthy layers are never touched.
+* Exactly one failing tensor, all three logged → a GEMM override of that tensor's GEMMs (activation → fprop+wgrad,
+  gradient → dgrad+wgrad, weight → fprop+dgrad); the GEMM left in FP8 uses only the two passing tensors, so the
+  layer ends below critical. Two or more failing tensors (their GEMMs cover all three) → skip the whole layer.
+* Whole blocks for Megatron: in a block of the contiguous first/last run of blocks whose FP8 layers are all
+  skipped or overridden, with at least one whole-layer skip, the overrides are promoted to skips, so
+  `--first-last-layers-bf16` expresses the block. Blocks fixed by overrides alone keep their overrides.
+* `deferred`: with a `uniform` finding and a recipe change without what-if evidence, nothing is skipped: the new
+  recipe must be measured first (a huge skip list is not the fix).
+* Layers that already ran in BF16 (`kept_bf16`) are not part of the smallest set; they are listed in
+  `skip_layers` only with `keep_existing_bf16`. Megatron flags, cost and the delayed-scaling rule still count
+  them: with no FP8 evidence for them, they are assumed to stay in BF16.
+* Rising-trend layers below critical are only watched, unless `skip_projected` asks to treat them as failing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from policy.analysis.findings import Analysis, Pattern
+from policy.analysis.layout import LayerLevels, LayerStatus, Layout
+from policy.records import GEMMS, QUANTIZED_TENSORS, TENSOR_GEMMS, GemmOverride
+
+LevelFn = Callable[[LayerLevels, str], float]
+
+
+@dataclass(frozen=True, slots=True)
+class SkipPlan:
+    skip_layers: tuple[str, ...]  # failing skips (+ kept BF16 layers with keep_existing_bf16), in run order
+    failing_skips: tuple[str, ...]  # skipped because failing now
+    kept_bf16: tuple[str, ...]  # already BF16 in the run (assumed to stay BF16)
+    overrides: tuple[GemmOverride, ...]
+    watch: tuple[str, ...]  # rising trends left in FP8
+    deferred: tuple[str, ...] = ()  # failing layers left to a recipe change
+
+    @property
+    def bf16_layers(self) -> tuple[str, ...]:
+        """Every layer fully in BF16 under the plan: skips plus layers already in BF16."""
+        return tuple(dict.fromkeys((*self.skip_layers, *self.kept_bf16)))
+
+
+def current_level(lv: LayerLevels, tensor: str) -> float:
+    return lv.tensors[tensor].level
+
+
+def plan_skips(analysis: Analysis, *, levels: LevelFn = current_level, defer: bool = False,
+               keep_existing_bf16: bool = False, skip_projected: bool = False) -> SkipPlan:
+    layout = analysis.layout
+    assert layout is not None, "analysis without layout: build it with analyze()"
+    critical = analysis.thresholds.critical
+    trending = _trending(analysis)
+    boundary = {name for f in analysis.by_pattern(Pattern.BOUNDARY) for name in f.layers}
+    skips: list[str] = []
+    overrides: list[GemmOverride] = []
+    deferred: list[str] = []
+    for lv in layout.fp8():
+        failing = [t for t in lv.tensors if levels(lv, t) >= critical or (skip_projected and (lv.name, t) in trending)]
+        if not failing:
+            continue
+        if defer:
+            deferred.append(lv.name)
+        elif len(failing) == 1 and len(lv.tensors) == len(QUANTIZED_TENSORS):
+            overrides.append(_override(lv, failing[0], levels, lv.name in boundary))
+        else:
+            skips.append(lv.name)
+    skips, overrides = _whole_edge_blocks(layout, skips, overrides)
+    kept = [lv.name for lv in layout.levels.values() if lv.status is LayerStatus.BF16]
+    order = {name: i for i, name in enumerate(layout.levels)}
+    skip_layers = sorted({*skips, *(kept if keep_existing_bf16 else ())}, key=order.__getitem__)
+    watch = sorted({name for name, _ in trending} - set(skips) - {o.layer for o in overrides}, key=order.get)
+    return SkipPlan(tuple(skip_layers), tuple(skips), tuple(kept), tuple(overrides), tuple(watch), tuple(deferred))
+
+
+def _trending(analysis: Analysis) -> set[tuple[str, str]]:
+    return {(ev.layer, ev.tensor) for f in analysis.by_pattern(Pattern.RISING_TREND) for ev in f.evidence}
+
+
+def _override(lv: LayerLevels, tensor: str, levels: LevelFn, on_boundary: bool) -> GemmOverride:
+    gemms = tuple(g for g in GEMMS if g in TENSOR_GEMMS[tensor])
+    others = ", ".join(f"{t} {levels(lv, t):.2f}%" for t in lv.tensors if t != tensor)
+    reason = f"only {tensor} underflows% fails ({levels(lv, tensor):.2f}%; {others})"
+    if on_boundary:
+        reason += "; last FP8 layer next to a BF16 block (boundary effect)"
+    return GemmOverride(lv.name, gemms, reason)
+
+
+def _whole_edge_blocks(layout: Layout, skips: list[str], overrides: list[GemmOverride],
+                       ) -> tuple[list[str], list[GemmOverride]]:
+    """Promote overrides to skips in first/last-run blocks already partly skipped and otherwise overridden."""
+    touched = set(skips) | {o.layer for o in overrides}
+    members: dict[int, list[str]] = {}
+    for lv in layout.levels.values():
+        if lv.block is not None and lv.status in (LayerStatus.FP8, LayerStatus.UNOBSERVED):
+            members.setdefault(lv.block, []).append(lv.name)
+    skipped = set(skips)
+    covered = [b for b in layout.blocks if layout.block_status.get(b) == "bf16" or (
+        b in members and set(members[b]) <= touched and not skipped.isdisjoint(members[b]))]
+    edge = set(_leading_run(layout.blocks, covered)) | set(_leading_run(layout.blocks[::-1], covered))
+    promote = {name for b in edge for name in members.get(b, ())}
+    kept = [o for o in overrides if o.layer not in promote]
+    extra = [o.layer for o in overrides if o.layer in promote]
+    return [*skips, *extra], kept
+
+
+def _leading_run(ordered: list[int], covered: list[int]) -> list[int]:
+    run = []
+    for block in ordered:
+        if block not in covered:
+            break
+        run.append(block)
+    return run
