@@ -202,6 +202,27 @@ class RunRepository:
         query = select(Series, Layer.name).join(Layer, Layer.id == Series.layer_id).where(Series.run_id == run_id)
         yield from self.session.execute(query).tuples()
 
+    def metric_arrays(
+        self, run_id: int, *, tensor: str, stat_key: str, rank: int | None
+    ) -> list[tuple[str, int, bytes, bytes]]:
+        """(layer name, rank, iterations, values) of one (tensor, stat_key) — e.g. only the gradient
+        underflows% of a run — in model order; arrays still encoded."""
+        query = (
+            select(Layer.name, Series.rank, Series.iterations, Series.values)
+            .join(Layer, Layer.id == Series.layer_id)
+            .where(Series.run_id == run_id, Series.tensor == tensor, Series.stat_key == stat_key)
+            .order_by(Layer.position, Series.rank)
+        )
+        if rank is not None:
+            query = query.where(Series.rank == rank)
+        return [tuple(row) for row in self.session.execute(query)]
+
+    def metric_keys(self, run_id: int) -> list[tuple[str, str]]:
+        """Distinct (tensor, stat_key) pairs a run logged, sorted."""
+        query = (select(Series.tensor, Series.stat_key).where(Series.run_id == run_id).distinct()
+                 .order_by(Series.tensor, Series.stat_key))
+        return [tuple(row) for row in self.session.execute(query)]
+
 
 def _series_row(run_id: int, layer_id: int, record) -> dict:
     s, m = record.summary, record.metric

@@ -1,0 +1,211 @@
+"""Use cases behind the heatmap endpoints: load only the series drawn, build the matrix, render, describe.
+
+Only the selected (tensor, stat[, rank]) series are read (a SQL filter on the indexed columns), decoded and
+placed with numpy; the recommended skip set (`show_skip`) comes from `recommendation_for` and is cached per run
+and thresholds, so a repeated render costs the query, the matrix and the drawing only.
+`render_heatmap_for(session, run_id, params)` is the hook `bench` times.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from db.codec import decode_iterations, decode_values
+from db.models import Run
+from db.repositories import RunRepository
+from policy.heatmap import (
+    HeatmapGeometry,
+    HeatmapMatrix,
+    build_matrix,
+    default_vmax,
+    is_percent_stat,
+    plan_geometry,
+    sublayers_of,
+    summarize,
+)
+from policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, Series
+from service.analysis.actions import recommendation_for
+from service.errors import BadRequest
+from service.runs.actions import get_ready_run
+from service.visual.params import HeatmapParams, parse_heatmap_params
+from service.visual.render import MEDIA_TYPES, Panel, Style, render
+
+_SKIP_CACHE: OrderedDict[tuple, Recommended] = OrderedDict()
+_SKIP_CACHE_SIZE = 128
+_SKIP_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    content: bytes
+    media_type: str
+    headers: dict[str, str]
+
+
+def render_heatmap_for(session: Session, run_id: int, params: HeatmapParams | Mapping[str, str] | None = None,
+                       fmt: str = "png") -> bytes:
+    """The heatmap image of a stored run (the measurement hook for bench: `heatmap_seconds`)."""
+    if not isinstance(params, HeatmapParams):
+        params = parse_heatmap_params(params or {})
+    return heatmap_image(session, run_id, params, fmt).content
+
+
+def heatmap_image(session: Session, run_id: int, params: HeatmapParams, fmt: str) -> Rendered:
+    run = get_ready_run(session, run_id)
+    panel = build_panel(session, run, params)
+    style = style_for(params, [panel.matrix])
+    return render_panels([panel], style, params, fmt)
+
+
+def heatmap_layout(session: Session, run_id: int, params: HeatmapParams) -> dict:
+    """The rows, columns, summary and pixel geometry of the heatmap, without drawing it (JSON)."""
+    run = get_ready_run(session, run_id)
+    panel = build_panel(session, run, params)
+    matrix, summary = panel.matrix, panel.summary
+    geometry = geometry_for([matrix], params)
+    skip = panel.skip_layers or frozenset()
+    boxed = set(summary.boxed)
+    rows = [{"label": row.label, "layer": row.layer, "group": row.group, "kind": row.kind,
+             "precision": row.precision, "level": _num(summary.levels[k]), "boxed": k in boxed,
+             "skip": row.layer in skip, "gemm_override": list(panel.gemm_overrides.get(row.layer, ())) or None}
+            for k, row in enumerate(matrix.rows)]
+    its = matrix.iterations
+    return {"run_id": run.id, "tensor": params.tensor, "stat": params.stat, "rank": params.rank,
+            "sublayer": params.sublayer, "vmax": style_for(params, [matrix]).vmax, "rows": rows,
+            "iterations": {"first": int(its[0]), "last": int(its[-1]), "count": int(its.shape[0])},
+            "summary": summary.to_dict(), "skip_layers": sorted(skip) if panel.skip_layers is not None else None,
+            "image": {"width_px": geometry.pixels[0], "height_px": geometry.pixels[1],
+                      "extent_px": list(geometry.extent_px(0))}}
+
+
+def build_panel(session: Session, run: Run, params: HeatmapParams, *, title: str | None = None) -> Panel:
+    matrix = load_matrix(session, run, params)
+    _check_mark(matrix, params)
+    summary = summarize(matrix, params.thresholds, percent=is_percent_stat(params.stat), boxes=params.boxes)
+    marks = recommended(session, run, params.threshold_overrides) if params.show_skip else None
+    return Panel(matrix, summary, title or run_title(run, params), _subtitle(run, matrix, params),
+                 marks.skip_layers if marks else None, marks.gemm_overrides if marks else {})
+
+
+def load_matrix(session: Session, run: Run, params: HeatmapParams) -> HeatmapMatrix:
+    repo = RunRepository(session)
+    infos = [layer_info(layer) for layer in repo.layers(run.id)]
+    if params.rank is not None and params.rank not in repo.ranks(run.id):
+        ranks = ", ".join(map(str, sorted(repo.ranks(run.id))))
+        raise BadRequest(f"run {run.id} has no rank {params.rank}; ranks: {ranks}", error="InvalidParameter")
+    if params.sublayer is not None and params.sublayer not in sublayers_of(infos):
+        raise BadRequest(f"run {run.id} has no sublayer {params.sublayer!r}; sublayers: "
+                         f"{', '.join(sublayers_of(infos))}", error="InvalidParameter")
+    rows = repo.metric_arrays(run.id, tensor=params.tensor, stat_key=params.stat, rank=params.rank)
+    if not rows:
+        keys = repo.metric_keys(run.id)
+        raise BadRequest(f"run {run.id} logged no {params.tensor} {params.stat!r}; it has: "
+                         f"{', '.join(f'{t}/{s}' for t, s in keys)}", error="NoData")
+    series = [Series(rank, MetricName(layer, params.tensor, params.stat), decode_iterations(its), decode_values(vals))
+              for layer, rank, its, vals in rows]
+    matrix = build_matrix(infos, series, sublayer=params.sublayer)
+    if not matrix.rows or not matrix.iterations.shape[0]:
+        raise BadRequest(f"nothing to draw for sublayer {params.sublayer!r} of run {run.id}", error="NoData")
+    return matrix
+
+
+def layer_info(layer) -> LayerInfo:
+    """A stored `Layer` row as the policy code's `LayerInfo`."""
+    return LayerInfo(name=layer.name,
+                     structure=LayerStructure(LayerGroup(layer.group), layer.layer_index, layer.sublayer),
+                     precision=Precision(layer.precision), has_fp8_stats=layer.has_fp8_stats)
+
+
+@dataclass(frozen=True, slots=True)
+class Recommended:
+    """What the recommendation (default options) changes: whole layers to BF16 and per-layer GEMM overrides."""
+
+    skip_layers: frozenset[str]
+    gemm_overrides: dict[str, tuple[str, ...]]  # layer -> GEMMs kept in high precision
+
+
+def recommended(session: Session, run: Run, overrides: tuple[tuple[str, float], ...]) -> Recommended:
+    """`recommendation_for` with these threshold overrides, cached per run (database, id, bytes, finish time)."""
+    key = (str(session.get_bind().url), run.id, run.sha256, str(run.finished_at), overrides)
+    with _SKIP_LOCK:
+        if key in _SKIP_CACHE:
+            _SKIP_CACHE.move_to_end(key)
+            return _SKIP_CACHE[key]
+    request = {"thresholds": dict(overrides)} if overrides else None
+    decision = recommendation_for(session, run.id, request).decision
+    result = Recommended(frozenset(decision.skip_layers), {o.layer: o.gemms for o in decision.gemm_overrides})
+    with _SKIP_LOCK:
+        _SKIP_CACHE[key] = result
+        while len(_SKIP_CACHE) > _SKIP_CACHE_SIZE:
+            _SKIP_CACHE.popitem(last=False)
+    return result
+
+
+def style_for(params: HeatmapParams, matrices: list[HeatmapMatrix]) -> Style:
+    """One colour scale for every panel: the requested cap, else 6 % (percent stats) or the largest value."""
+    percent = is_percent_stat(params.stat)
+    vmax = params.vmax or max(default_vmax(m.values, percent) for m in matrices)
+    return Style(vmax=vmax, thresholds=params.thresholds, percent=percent,
+                 value_label=f"{params.tensor} {params.stat}", mark_iteration=params.mark_iteration,
+                 boxes=params.boxes)
+
+
+def geometry_for(matrices: list[HeatmapMatrix], params: HeatmapParams) -> HeatmapGeometry:
+    rows = max(m.shape[0] for m in matrices)
+    chars = max((len(row.label) for m in matrices for row in m.rows), default=8)
+    try:
+        return plan_geometry(rows, chars, panels=len(matrices), dpi=params.dpi, width=params.width,
+                             height=params.height)
+    except ValueError as exc:
+        raise BadRequest(str(exc), error="InvalidParameter") from exc
+
+
+def run_title(run: Run, params: HeatmapParams) -> str:
+    name = run.name or f"run {run.id}"
+    return f"{name} — {params.tensor} {params.stat}"
+
+
+def render_panels(panels: list[Panel], style: Style, params: HeatmapParams, fmt: str) -> Rendered:
+    if fmt not in MEDIA_TYPES:
+        raise BadRequest(f"unknown image format {fmt!r}; expected png or svg", error="UnknownFormat")
+    geometry = geometry_for([p.matrix for p in panels], params)
+    content = render(panels, style, geometry, fmt)
+    width, height = geometry.pixels
+    headers = {
+        "X-Heatmap-Size": f"{width},{height}",
+        "X-Heatmap-Extent": ";".join(",".join(f"{v:g}" for v in geometry.extent_px(k)) for k in range(len(panels))),
+        "X-Heatmap-Shape": ";".join(f"{p.matrix.shape[0]},{p.matrix.shape[1]}" for p in panels),
+        "X-Heatmap-Vmax": f"{style.vmax:g}",
+        "Cache-Control": "no-cache",
+    }
+    return Rendered(content, MEDIA_TYPES[fmt], headers)
+
+
+def _subtitle(run: Run, matrix: HeatmapMatrix, params: HeatmapParams) -> str:
+    rows, columns = matrix.shape
+    its = matrix.iterations
+    ranks = f"rank {params.rank}" if params.rank is not None else (
+        "rank 0" if run.rank_count == 1 else f"max over {run.rank_count} ranks")
+    unit = "blocks" if params.sublayer else "rows"
+    what = f"{rows} {unit}" + (f" ({params.sublayer})" if params.sublayer else "")
+    return (f"run {run.id} · {ranks} · {what} × {columns:,} logged iterations ({int(its[0]):,}–{int(its[-1]):,})"
+            f" · row level = p95")
+
+
+def _check_mark(matrix: HeatmapMatrix, params: HeatmapParams) -> None:
+    mark = params.mark_iteration
+    if mark is None:
+        return
+    first, last = int(matrix.iterations[0]), int(matrix.iterations[-1])
+    if not first <= mark <= last:
+        raise BadRequest(f"mark_iteration {mark} is outside the run's iterations {first}-{last}",
+                         error="InvalidParameter")
+
+
+def _num(value: float) -> float | None:
+    return None if value != value else round(float(value), 4)

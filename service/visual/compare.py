@@ -1,0 +1,136 @@
+"""Compare two runs: per-layer and per-group change of the underflow stats, precision changes, findings that
+appeared or disappeared, summary sentences — and the two heatmaps side by side on one colour scale.
+
+Layers match by exact name. A layer's key stats are the analysis table's underflows% of gradient, activation
+and weight (level, max, mean, last; worst rank). A group's value is the mean of its layers' levels, over the
+layers observed in both runs when there are any (a fair before/after), else over each run's own layers.
+Relative change = (head − base) / base. "moved to BF16" comes from the layers' status changing to `bf16`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from policy.analysis import Analysis, Finding, LayerAssessment
+from policy.thresholds import Thresholds
+from service.analysis.actions import load_and_analyze
+from service.runs.actions import get_ready_run
+from service.visual.actions import Rendered, build_panel, render_panels, style_for
+from service.visual.params import HeatmapParams
+from service.visual.sentences import summary_sentences
+
+TENSORS = ("gradient", "activation", "weight")
+STATS = ("level", "max", "mean", "last")
+GROUPS = ("embedding", "body", "other", "head")
+
+
+def compare_runs(session: Session, base_id: int, head_id: int, thresholds: Thresholds) -> dict[str, Any]:
+    base_run, head_run = get_ready_run(session, base_id), get_ready_run(session, head_id)
+    _, base = load_and_analyze(session, base_id, thresholds)
+    _, head = load_and_analyze(session, head_id, thresholds)
+    body = compare_analyses(base, head)
+    body["base"] = {"id": base_run.id, "name": base_run.name}
+    body["head"] = {"id": head_run.id, "name": head_run.name}
+    body["summary"] = summary_sentences(body)
+    return body
+
+
+def compare_analyses(base: Analysis, head: Analysis) -> dict[str, Any]:
+    a = {row.name: row for row in base.layers if row.status != "ignored"}
+    b = {row.name: row for row in head.layers if row.status != "ignored"}
+    names = list(a) + [name for name in b if name not in a]
+    layers = [_layer(name, a.get(name), b.get(name)) for name in names]
+    only_base, only_head = [n for n in a if n not in b], [n for n in b if n not in a]
+    appeared, disappeared = _finding_changes(base.findings, head.findings)
+    notes = []
+    if only_base or only_head:
+        notes.append(f"layers match by exact name: {len(only_base)} only in base, {len(only_head)} only in head")
+    return {
+        "layers": layers,
+        "groups": [_group(group, [layer for layer in layers if layer["group"] == group]) for group in GROUPS
+                   if any(layer["group"] == group for layer in layers)],
+        "precision_changes": [{"layer": layer["name"], "group": layer["group"], **layer["status"]}
+                              for layer in layers if layer["status_changed"]],
+        "findings_appeared": [_finding(f) for f in appeared],
+        "findings_disappeared": [_finding(f) for f in disappeared],
+        "unmatched": {"only_in_base": only_base, "only_in_head": only_head},
+        "notes": notes,
+    }
+
+
+def compare_image(session: Session, base_id: int, head_id: int, params: HeatmapParams, fmt: str) -> Rendered:
+    runs = [get_ready_run(session, base_id), get_ready_run(session, head_id)]
+    panels = [build_panel(session, run, params, title=f"{side} · {run.name or f'run {run.id}'}")
+              for side, run in zip(("base", "head"), runs, strict=True)]
+    style = style_for(params, [panel.matrix for panel in panels])  # one vmax for both
+    return render_panels(panels, style, params, fmt)
+
+
+def change(base: float | None, head: float | None) -> dict[str, float | None]:
+    delta = head - base if base is not None and head is not None else None
+    relative = delta / base if delta is not None and base else None
+    return {"base": _num(base), "head": _num(head), "change": _num(delta), "relative": _num(relative)}
+
+
+def _layer(name: str, a: LayerAssessment | None, b: LayerAssessment | None) -> dict[str, Any]:
+    some = a or b
+    assert some is not None
+    stats = {tensor: {stat: change(_stat(a, tensor, stat), _stat(b, tensor, stat)) for stat in STATS}
+             for tensor in TENSORS}
+    status = {"base": a.status if a else None, "head": b.status if b else None}
+    return {
+        "name": name, "group": some.group, "index": some.index, "sublayer": some.sublayer,
+        "in": "both" if a and b else "base" if a else "head",
+        "precision": {"base": a.precision if a else None, "head": b.precision if b else None},
+        "status": status, "status_changed": bool(a and b and status["base"] != status["head"]),
+        "severity": {"base": a.severity.value if a else None, "head": b.severity.value if b else None},
+        "stats": stats,
+    }
+
+
+def _group(group: str, layers: list[dict[str, Any]]) -> dict[str, Any]:
+    stats = {}
+    for tensor in TENSORS:
+        levels = [(layer["stats"][tensor]["level"]["base"], layer["stats"][tensor]["level"]["head"])
+                  for layer in layers]
+        both = [(x, y) for x, y in levels if x is not None and y is not None]
+        if both:
+            base, head, basis = _mean([x for x, _ in both]), _mean([y for _, y in both]), "both"
+        else:
+            base, head, basis = _mean([x for x, _ in levels if x is not None]), \
+                _mean([y for _, y in levels if y is not None]), "each"
+        stats[tensor] = {**change(base, head), "layers": len(both) if both else None, "basis": basis}
+    moved = [layer["name"] for layer in layers if layer["status_changed"] and layer["status"]["head"] == "bf16"]
+    back = [layer["name"] for layer in layers if layer["status_changed"] and layer["status"]["base"] == "bf16"]
+    return {"group": group, "layers": len(layers), "moved_to_bf16": moved, "moved_to_fp8": back,
+            "bf16": {"base": sum(layer["status"]["base"] == "bf16" for layer in layers),
+                     "head": sum(layer["status"]["head"] == "bf16" for layer in layers)},
+            "stats": stats}
+
+
+def _finding_changes(base: list[Finding], head: list[Finding]) -> tuple[list[Finding], list[Finding]]:
+    def key(finding: Finding) -> tuple[str, frozenset[str]]:
+        return finding.pattern.value, frozenset(finding.layers)
+
+    base_keys, head_keys = {key(f) for f in base}, {key(f) for f in head}
+    return [f for f in head if key(f) not in base_keys], [f for f in base if key(f) not in head_keys]
+
+
+def _finding(finding: Finding) -> dict[str, Any]:
+    return {"pattern": finding.pattern.value, "severity": finding.severity.value, "layers": list(finding.layers),
+            "summary": finding.summary}
+
+
+def _stat(row: LayerAssessment | None, tensor: str, stat: str) -> float | None:
+    summary = row.underflows.get(tensor) if row else None
+    return getattr(summary, stat) if summary else None
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _num(value: float | None) -> float | None:
+    return None if value is None or value != value or value in (float("inf"), float("-inf")) else round(value, 4)

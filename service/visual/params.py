@@ -1,0 +1,124 @@
+"""Query parameters of the heatmap and compare endpoints, validated by hand so that every bad value is a 400
+`{"error", "detail"}` (FastAPI's own coercion would answer 422)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from policy.heatmap import DEFAULT_BOXES
+from policy.thresholds import Thresholds
+from service.errors import BadRequest
+
+MAX_DPI, MIN_DPI = 600, 20
+MAX_BOXES = 50
+THRESHOLD_KEYS = ("warning", "critical", "severe")
+HEATMAP_KEYS = frozenset({"tensor", "stat", "rank", "sublayer", "vmax", "dpi", "mark_iteration", "width", "height",
+                          "show_skip", "boxes", *THRESHOLD_KEYS})
+_TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off"})
+
+
+@dataclass(frozen=True, slots=True)
+class HeatmapParams:
+    tensor: str = "gradient"
+    stat: str = "underflows%"  # the stat as logged after the tensor (recipe prefix / _columnwise included)
+    rank: int | None = None  # None: max over ranks per iteration
+    sublayer: str | None = None  # one sublayer: one row per block
+    vmax: float | None = None  # None: 6 % for percentage stats, the data maximum otherwise
+    dpi: int = 150
+    mark_iteration: int | None = None
+    width: float | None = None  # inches
+    height: float | None = None  # inches
+    show_skip: bool = True
+    boxes: int = DEFAULT_BOXES
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    threshold_overrides: tuple[tuple[str, float], ...] = ()  # as given, for the recommendation (hashable)
+
+
+def parse_heatmap_params(query: Mapping[str, str], *, show_skip: bool = True,
+                         allowed: frozenset[str] = HEATMAP_KEYS) -> HeatmapParams:
+    unknown = sorted(set(query) - allowed)
+    if unknown:
+        raise BadRequest(f"unknown parameter(s): {', '.join(unknown)}; expected: {', '.join(sorted(allowed))}",
+                         error="UnknownParameter")
+    dpi = _int(query, "dpi", 150, low=MIN_DPI)
+    if dpi > MAX_DPI:
+        raise BadRequest(f"dpi must be at most {MAX_DPI}, got {dpi}", error="InvalidParameter")
+    overrides = parse_threshold_overrides(query)
+    return HeatmapParams(
+        tensor=_text(query, "tensor", "gradient"), stat=_text(query, "stat", "underflows%"),
+        rank=_int(query, "rank", None, low=0), sublayer=_text(query, "sublayer", None),
+        vmax=_float(query, "vmax", None, positive=True), dpi=dpi,
+        mark_iteration=_int(query, "mark_iteration", None, low=0),
+        width=_float(query, "width", None, positive=True), height=_float(query, "height", None, positive=True),
+        show_skip=_bool(query, "show_skip", show_skip),
+        boxes=min(_int(query, "boxes", DEFAULT_BOXES, low=0) or 0, MAX_BOXES),
+        thresholds=thresholds_of(overrides), threshold_overrides=tuple(sorted(overrides.items())))
+
+
+def parse_threshold_overrides(query: Mapping[str, str]) -> dict[str, float]:
+    return {key: _float(query, key, 0.0) for key in THRESHOLD_KEYS if key in query}
+
+
+def thresholds_of(overrides: Mapping[str, float]) -> Thresholds:
+    try:
+        return Thresholds.from_overrides(dict(overrides))
+    except ValueError as exc:
+        raise BadRequest(str(exc), error="InvalidThresholds") from exc
+
+
+def run_id_param(query: Mapping[str, str], name: str) -> int:
+    if name not in query:
+        raise BadRequest(f"missing parameter {name!r} (a run id)", error="InvalidParameter")
+    value = _int(query, name, 0, low=1)
+    assert value is not None
+    return value
+
+
+def _text(query: Mapping[str, str], name: str, default: str | None) -> str | None:
+    value = query.get(name)
+    if value is None:
+        return default
+    value = value.strip()
+    if not value or len(value) > 200:
+        raise BadRequest(f"{name} must be 1-200 characters", error="InvalidParameter")
+    return value
+
+
+def _int(query: Mapping[str, str], name: str, default: int | None, *, low: int) -> int | None:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer, got {raw!r}", error="InvalidParameter") from None
+    if value < low:
+        raise BadRequest(f"{name} must be >= {low}, got {value}", error="InvalidParameter")
+    return value
+
+
+def _float(query: Mapping[str, str], name: str, default: float | None, *, positive: bool = False) -> float | None:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise BadRequest(f"{name} must be a number, got {raw!r}", error="InvalidParameter") from None
+    if not math.isfinite(value) or (positive and value <= 0):
+        raise BadRequest(f"{name} must be a finite{' positive' if positive else ''} number, got {raw!r}",
+                         error="InvalidParameter")
+    return value
+
+
+def _bool(query: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    if raw.strip().lower() in _TRUE:
+        return True
+    if raw.strip().lower() in _FALSE:
+        return False
+    raise BadRequest(f"{name} must be true or false, got {raw!r}", error="InvalidParameter")

@@ -1,0 +1,100 @@
+"""HTTP routes for images: a run's heatmap (PNG, SVG, or its layout as JSON) and the comparison of two runs.
+
+Every parameter is validated by `service.visual.params`, so a bad value answers 400 `{"error", "detail"}`;
+an unknown run 404, a run that is not ready 409.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from service.deps import SessionDep
+from service.errors import BadRequest, ErrorBody
+from service.visual import actions, compare
+from service.visual.params import HEATMAP_KEYS, parse_heatmap_params, parse_threshold_overrides, run_id_param, \
+    thresholds_of
+
+router = APIRouter(tags=["visual"])
+ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody}}
+IMAGE = {200: {"content": {"image/png": {}, "image/svg+xml": {}}, "description": "The image; `X-Heatmap-Size` "
+               "(w,h px), `X-Heatmap-Extent` (x0,y0,x1,y1 px of the cells per panel, ';'-separated), "
+               "`X-Heatmap-Shape` (rows,columns per panel), `X-Heatmap-Vmax`."}}
+HEATMAP_HELP = (
+    "\n\nQuery parameters: `tensor` (gradient), `stat` (underflows%; as logged, e.g. mxfp8_underflows%), "
+    "`rank` (default: max over ranks per iteration), `sublayer` (one sublayer, e.g. qkv: one row per block), "
+    "`vmax` (colour cap, default 6 for % stats), `dpi` (150, at most 600), `width`/`height` (inches), "
+    "`mark_iteration`, `show_skip` (mark the recommended skip set), `boxes` (worst rows boxed, 5), "
+    "`warning`/`critical`/`severe` (bands).")
+
+
+def _heatmap_params(request: Request, *, show_skip: bool = True, extra: frozenset[str] = frozenset()):
+    return parse_heatmap_params(request.query_params, show_skip=show_skip, allowed=HEATMAP_KEYS | extra)
+
+
+def _image(rendered: actions.Rendered) -> Response:
+    return Response(rendered.content, media_type=rendered.media_type, headers=rendered.headers)
+
+
+PNG_HELP = (
+    "Components × iterations heatmap of one stat (gradient underflows% by default) as PNG. Rows follow model "
+    "order with group separators and EMBEDDING / BODY / HEAD labels; layers that ran in BF16 are hatched "
+    "\"not in FP8\" rows; the worst rows at or above the critical band are boxed; the recommended skip set is "
+    "marked in the strip on the right; a summary box gives components, max, mean and the critical count."
+    + HEATMAP_HELP)
+
+
+@router.get("/api/v1/runs/{run_id}/heatmap.png", responses={**ERRORS, **IMAGE}, response_class=Response,
+            description=PNG_HELP)
+def heatmap_png(run_id: int, request: Request, session: SessionDep) -> Response:
+    return _image(actions.heatmap_image(session, run_id, _heatmap_params(request), "png"))
+
+
+@router.get("/api/v1/runs/{run_id}/heatmap.svg", responses={**ERRORS, **IMAGE}, response_class=Response,
+            description="The heatmap as SVG: text stays text; boxes, BF16 spans and skip markers carry ids "
+                        "(`critical-box-N`, `bf16-rows-N`, `skip-marker-N`)." + HEATMAP_HELP)
+def heatmap_svg(run_id: int, request: Request, session: SessionDep) -> Response:
+    return _image(actions.heatmap_image(session, run_id, _heatmap_params(request), "svg"))
+
+
+@router.get("/api/v1/runs/{run_id}/heatmap.json", responses=ERRORS)
+def heatmap_json(run_id: int, request: Request, session: SessionDep) -> JSONResponse:
+    """The heatmap's rows (label, layer, group, kind, p95 level, boxed, skip), iteration range, summary and the
+    pixel extent of its cells at the requested dpi — for clients that draw or annotate it themselves. Takes the
+    heatmap parameters."""
+    return JSONResponse(actions.heatmap_layout(session, run_id, _heatmap_params(request)))
+
+
+@router.get("/api/v1/compare", responses=ERRORS)
+def compare_runs(request: Request, session: SessionDep) -> JSONResponse:
+    """`?base=<run id>&head=<run id>`: per-layer and per-group change of gradient / activation / weight
+    underflows% (level, max, mean, last) between two runs, precision changes, findings that appeared or
+    disappeared, and summary sentences such as "body gradient underflow −34% (mean 1.20% → 0.79%) after head
+    moved to BF16". Layers match by exact name. `warning` / `critical` / `severe` may be set."""
+    query = request.query_params
+    unknown = sorted(set(query) - {"base", "head", "warning", "critical", "severe"})
+    if unknown:
+        raise BadRequest(f"unknown parameter(s): {', '.join(unknown)}", error="UnknownParameter")
+    thresholds = thresholds_of(parse_threshold_overrides(query))
+    body = compare.compare_runs(session, run_id_param(query, "base"), run_id_param(query, "head"), thresholds)
+    return JSONResponse(body)
+
+
+@router.get("/api/v1/compare.png", responses={**ERRORS, **IMAGE}, response_class=Response)
+def compare_png(request: Request, session: SessionDep) -> Response:
+    """`?base=&head=`: the two heatmaps side by side on one shared colour scale, titled with the run names.
+    Takes the heatmap parameters too (`show_skip` defaults to false here)."""
+    return _compare_image(request, session, "png")
+
+
+@router.get("/api/v1/compare.svg", responses={**ERRORS, **IMAGE}, response_class=Response)
+def compare_svg(request: Request, session: SessionDep) -> Response:
+    """`compare.png` as SVG."""
+    return _compare_image(request, session, "svg")
+
+
+def _compare_image(request: Request, session, fmt: str) -> Response:
+    query = request.query_params
+    params = _heatmap_params(request, show_skip=False, extra=frozenset({"base", "head"}))
+    rendered = compare.compare_image(session, run_id_param(query, "base"), run_id_param(query, "head"), params, fmt)
+    return _image(rendered)
