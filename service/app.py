@@ -18,6 +18,8 @@ from service.ingest.worker import IngestWorker
 from service.analysis.routes import router as analysis_router
 from service.runs.routes import router as runs_router
 from service.settings import Settings, get_settings
+from service.visual.routes import router as visual_router
+from service.web.routes import router as web_router
 
 log = logging.getLogger("fp8_policy")
 
@@ -67,6 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(runs_router)
     app.include_router(analysis_router)
+    app.include_router(visual_router)
+    app.include_router(web_router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> JSONResponse:

@@ -1,0 +1,53 @@
+"""Serve the dashboard: `/` is the single-page app, `/static/<file>` its assets (no CDN, no build step).
+
+The app routes by URL hash (`#/runs`, `#/runs/<id>`, `#/compare?base=&head=`, `#/upload`), so the server only
+ever hands out index.html and the files in `static/`. The asset list is fixed at import time: a request can
+only name one of those files, never a path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse
+
+from service.errors import NotFound
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+_MEDIA_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+}
+_ASSETS = {path.name: path for path in STATIC_DIR.iterdir() if path.is_file() and path.suffix in _MEDIA_TYPES}
+# Revalidate on every load so a redeploy is picked up at once; the files are small and served with ETags.
+_HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
+
+router = APIRouter(tags=["dashboard"], include_in_schema=False)
+
+
+def _file(name: str) -> FileResponse:
+    path = _ASSETS.get(name)
+    if path is None:
+        raise NotFound(f"no dashboard asset {name!r}")
+    return FileResponse(path, media_type=_MEDIA_TYPES[path.suffix], headers=_HEADERS)
+
+
+@router.get("/")
+def index() -> FileResponse:
+    """The dashboard (runs list, run page, compare, upload)."""
+    return _file("index.html")
+
+
+@router.get("/static/{name}")
+def asset(name: str) -> FileResponse:
+    return _file(name)
+
+
+@router.get("/favicon.ico")
+def favicon() -> FileResponse:
+    return _file("favicon.svg")

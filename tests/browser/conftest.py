@@ -1,0 +1,225 @@
+"""Browser tests: the real app under uvicorn on a free 127.0.0.1 port, driven by Debian's Chromium via Playwright.
+
+Fixtures:
+  live_server   the app (own SQLite database and data_dir, migrated first) served by uvicorn in a thread
+  seeded_runs   ready runs uploaded through the API: {"healthy": id, "u_shape": id, "head_only": id}
+  make_archive  make_archive(scenario) -> Path of a small synthetic fp8_log_dir .tar.gz
+  page          a fresh Chromium page; uncaught JavaScript errors fail the test
+  shot          shot(page_or_locator, "name") saves a screenshot to test-artifacts/browser/name.png
+
+Chromium is not downloaded: `chromium` from Debian (or FP8_POLICY_CHROMIUM) is launched by Playwright's Python
+package. Missing Chromium or Playwright fails the tests under CI=true and skips them (with the reason) otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import socket
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from db.migrate import upgrade
+from policy.synthetic import SCENARIOS, write_run
+from service.app import create_app
+from service.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts" / "browser"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+]
+VIEWPORT = {"width": 1440, "height": 1000}
+SEEDED = {  # scenario -> (project, tags) of the runs every browser test can rely on, oldest first
+    "healthy": ("bt-esm2", "synthetic,esm2,baseline"),
+    "u_shape": ("bt-esm2", "synthetic,esm2"),
+    "head_only": ("bt-llama", "synthetic,llama,head"),
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "browser: drives the dashboard in a real headless Chromium (tests/browser)")
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def _unavailable(reason: str) -> None:
+    """Fail under CI (the browser suite must run there), skip with the reason elsewhere."""
+    if _in_ci():
+        pytest.fail(f"{reason} -- CI=true, so the browser tests fail instead of skipping", pytrace=False)
+    pytest.skip(reason)
+
+
+# ---------------------------------------------------------------------------------------------------- Chromium
+@pytest.fixture(scope="session")
+def chromium_executable() -> str:
+    candidates = [os.environ.get("FP8_POLICY_CHROMIUM"), shutil.which("chromium"), shutil.which("chromium-browser"),
+                  "/usr/bin/chromium"]
+    path = next((c for c in candidates if c and Path(c).is_file() and os.access(c, os.X_OK)), None)
+    if path is None:
+        _unavailable("Chromium not found: `apt-get install -y chromium` (or set FP8_POLICY_CHROMIUM to its path)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        _unavailable("Playwright's Python package is missing: `.venv/bin/pip install playwright`")
+    return path
+
+
+@pytest.fixture(scope="session")
+def browser_context(chromium_executable: str, tmp_path_factory: pytest.TempPathFactory, live_server: LiveServer):
+    from playwright.sync_api import sync_playwright
+
+    profile = tmp_path_factory.mktemp("chromium-profile")  # a fresh user-data dir per session
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(profile), executable_path=chromium_executable, headless=True, args=CHROMIUM_ARGS,
+            viewport=VIEWPORT, accept_downloads=True, locale="en-US", timezone_id="UTC",
+        )
+        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_server.url)
+        context.set_default_timeout(15_000)
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+@pytest.fixture
+def page(browser_context, live_server: LiveServer) -> Iterator:
+    """A fresh page; uncaught JavaScript errors and any request that leaves the app (CDN, fonts) fail the test."""
+    page = browser_context.new_page()
+    errors: list[str] = []
+    external: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("request", lambda request: external.append(request.url)
+            if not request.url.startswith((live_server.url, "data:", "blob:", "about:")) else None)
+    try:
+        yield page
+    finally:
+        page.close()
+    assert not errors, f"uncaught JavaScript errors: {errors}"
+    assert not external, f"the dashboard requested resources outside the app: {external}"
+
+
+@pytest.fixture(scope="session")
+def _artifacts_dir() -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    for old in ARTIFACTS.glob("*.png"):
+        old.unlink()
+    return ARTIFACTS
+
+
+@pytest.fixture
+def shot(_artifacts_dir: Path) -> Callable[..., Path]:
+    def take(target, name: str) -> Path:
+        """A page (full-page screenshot) or a locator (that element only)."""
+        path = _artifacts_dir / f"{name}.png"
+        if hasattr(target, "goto"):
+            target.evaluate("window.scrollTo(0, 0)")  # else the sticky top bar lands mid-page in the capture
+            target.screenshot(path=str(path), full_page=True)
+        else:
+            target.screenshot(path=str(path))
+        return path
+
+    return take
+
+
+# ---------------------------------------------------------------------------------------------------- the app
+@dataclass(frozen=True)
+class LiveServer:
+    url: str
+    settings: Settings
+
+    def api(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30.0)
+
+
+@pytest.fixture(scope="session")
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    import uvicorn
+
+    root = tmp_path_factory.mktemp("browser-app")
+    database_url = f"sqlite+pysqlite:///{root / 'app.db'}"
+    upgrade(database_url)
+    settings = Settings(_env_file=None, data_dir=root / "data", database_url=database_url)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="browser-uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            sock.close()
+            pytest.fail("uvicorn did not start the app within 30 s", pytrace=False)
+        time.sleep(0.05)
+    try:
+        yield LiveServer(f"http://127.0.0.1:{port}", settings)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
+
+
+@pytest.fixture(scope="session")
+def _archive_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("archives")
+
+
+@pytest.fixture(scope="session")
+def make_archive(_archive_dir: Path) -> Callable[[str], Path]:
+    """make_archive("head_only") -> a .tar.gz of that synthetic scenario, cut to 200 iterations."""
+
+    def build(scenario: str) -> Path:
+        archive = _archive_dir / f"{scenario}.tar.gz"
+        if archive.exists():
+            return archive
+        tree = _archive_dir / scenario
+        write_run(dataclasses.replace(SCENARIOS[scenario].run, iterations=200), tree)
+        with tarfile.open(archive, "w:gz") as tar:
+            for path in sorted(tree.rglob("*.log")):
+                tar.add(path, arcname=str(path.relative_to(tree)))
+        return archive
+
+    return build
+
+
+def wait_ready(client: httpx.Client, run_id: int, timeout: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        body = client.get(f"/api/v1/runs/{run_id}").json()
+        if body["status"] in ("ready", "failed"):
+            assert body["status"] == "ready", body
+            return body
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {run_id} still {body['status']} after {timeout} s")
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def seeded_runs(live_server: LiveServer, make_archive: Callable[[str], Path]) -> dict[str, int]:
+    """Ready runs uploaded through the API: two ESM2 runs (healthy, u_shape) and a Llama one (head_only)."""
+    ids: dict[str, int] = {}
+    with live_server.api() as client:
+        for scenario in SEEDED:
+            project, tags = SEEDED[scenario]
+            archive = make_archive(scenario)
+            response = client.post("/api/v1/runs", data={"name": f"seed-{scenario}", "project": project, "tags": tags},
+                                   files={"file": (archive.name, archive.read_bytes(), "application/gzip")})
+            assert response.status_code in (200, 202), response.text
+            ids[scenario] = response.json()["id"]
+        for run_id in ids.values():
+            wait_ready(client, run_id)
+    return ids
