@@ -273,15 +273,18 @@ def _parse_exact(buf, s, e, out_line):
     q -= 6
     if not _is_sep(buf, q):
         return 0.0, False
-    name_start = _header_end(buf, s, q)
-    if name_start < 0 or name_start >= q:
+    name_stop = q
+    while name_stop > s and _is_space(buf[name_stop - 1]):  # as in _parse_line: the name never ends in blanks
+        name_stop -= 1
+    name_start = _header_end(buf, s, name_stop)
+    if name_start < 0 or name_start >= name_stop:
         return 0.0, False
     mant = whole * 10000 + frac
     if mant >= _MAX_EXACT:
         return 0.0, False
     value = mant / 10000.0  # exact operands: correctly rounded, equals float(text)
     out_line[0] = name_start
-    out_line[1] = q
+    out_line[1] = name_stop
     out_line[2] = it
     return (-value if neg else value), True
 

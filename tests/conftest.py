@@ -3,15 +3,27 @@
 Sections:
   1. Throwaway PostgreSQL cluster  (postgres_server)
   2. Database URLs                 (database_url: sqlite + postgresql)
-  3. App / DB fixtures             (reserved for the lead)
+  3. App / DB fixtures             (migrated_url, db_engine, app_settings, client,
+                                    make_client, project; wait_for_run helper)
 """
 
 from __future__ import annotations
 
 import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine
 
+from db.migrate import upgrade
+from db.session import create_db_engine
+from service.app import create_app
+from service.settings import Settings
 from tests.pg_cluster import PostgresUnavailable, ThrowawayPostgres
 
 
@@ -76,3 +88,77 @@ def database_url(request, tmp_path_factory) -> str:
 # ===========================================================================
 # 3. App / DB fixtures
 # ===========================================================================
+#
+# Every fixture here hangs off `database_url`, so a test that uses any of them
+# runs once per backend.  The database is shared by all tests of a backend:
+# isolate by giving each test its own `project` (the `project` fixture) and
+# only assert on that project's runs.
+
+TERMINAL_STATUSES = ("ready", "failed")
+
+
+@pytest.fixture(scope="session")
+def migrated_url(database_url: str) -> str:
+    """`database_url` with the real Alembic migrations applied once (the schema under test)."""
+    upgrade(database_url)
+    return database_url
+
+
+@pytest.fixture(scope="session")
+def db_engine(migrated_url: str) -> Iterator[Engine]:
+    """A direct engine on the migrated database, for asserting on rows behind the API's back."""
+    engine = create_db_engine(migrated_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def app_settings(tmp_path: Path, migrated_url: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """Settings of a test app: its own data_dir, the shared migrated database, defaults for everything else
+    (no .env file, no FP8_POLICY_* variables such as the Makefile's FP8_POLICY_DATA_DIR)."""
+    for field in Settings.model_fields:
+        monkeypatch.delenv(f"FP8_POLICY_{field.upper()}", raising=False)
+    return Settings(_env_file=None, data_dir=tmp_path / "data", database_url=migrated_url)
+
+
+@pytest.fixture
+def client(app_settings: Settings) -> Iterator[TestClient]:
+    """The real app with its lifespan (engine, ingest worker, resume of interrupted runs)."""
+    with TestClient(create_app(app_settings)) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def make_client(app_settings: Settings) -> Iterator[Callable[..., TestClient]]:
+    """`make_client(max_upload_bytes=..., ...)`: a started app with some settings overridden (same data_dir)."""
+    with ExitStack() as stack:
+
+        def factory(**overrides: object) -> TestClient:
+            settings = app_settings.model_copy(update=overrides)
+            return stack.enter_context(TestClient(create_app(settings)))
+
+        yield factory
+
+
+@pytest.fixture
+def project() -> str:
+    """A project name no other test uses."""
+    return f"test-{uuid.uuid4().hex}"
+
+
+def wait_for_run(client: TestClient, run_id: int, timeout: float = 30.0) -> dict:
+    """Poll GET /api/v1/runs/{id} until ready or failed; return the body once the worker is idle again.
+
+    Waiting for the worker too means its clean-up (the work directory) is finished when this returns.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        response = client.get(f"/api/v1/runs/{run_id}")
+        assert response.status_code == 200, response.text
+        body = response.json()
+        if body["status"] in TERMINAL_STATUSES:
+            client.app.state.ingest.wait_idle(timeout=max(0.1, deadline - time.monotonic()))
+            return body
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {run_id} still {body['status']!r} after {timeout} s")
+        time.sleep(0.01)

@@ -1,0 +1,115 @@
+"""The Alembic migrations on SQLite and PostgreSQL: models and migrations agree (drift test, house-style §7.9),
+and upgrade -> downgrade base -> upgrade works on a fresh database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Column, Engine, Integer, MetaData, String, inspect, text
+
+from db.base import Base
+from db.migrate import alembic_config, downgrade, upgrade
+from db.session import create_db_engine
+
+TABLES = {"runs", "run_tags", "layers", "series"}
+
+
+def drift(engine: Engine, metadata: MetaData) -> list:
+    with engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        return compare_metadata(context, metadata)
+
+
+def head_revision() -> str:
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+@pytest.fixture
+def fresh_url(database_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """An empty database of the same backend as `database_url` (never the shared one)."""
+    if database_url.startswith("sqlite"):
+        return f"sqlite+pysqlite:///{tmp_path / 'fresh.db'}"
+    return request.getfixturevalue("postgres_server").create_database()
+
+
+@pytest.fixture
+def fresh_engine(fresh_url: str) -> Iterator[Engine]:
+    engine = create_db_engine(fresh_url)
+    yield engine
+    engine.dispose()
+
+
+def test_models_match_migrations(db_engine: Engine) -> None:
+    assert drift(db_engine, Base.metadata) == [], "models and alembic/versions disagree: write (or fix) a migration"
+
+
+def copy_of_models() -> MetaData:
+    copy = MetaData(naming_convention=Base.metadata.naming_convention)
+    for table in Base.metadata.sorted_tables:
+        table.to_metadata(copy)
+    return copy
+
+
+def test_drift_test_notices_a_changed_column_length(db_engine: Engine) -> None:
+    changed = copy_of_models()
+    changed.tables["runs"].c["name"].type = String(300)
+
+    diffs = drift(db_engine, changed)
+
+    assert [(d[0][0], d[0][3], d[0][5].length, d[0][6].length) for d in diffs] == [
+        ("modify_type", "name", 200, 300)]
+
+
+def test_drift_test_notices_a_new_column(db_engine: Engine) -> None:
+    changed = copy_of_models()
+    changed.tables["layers"].append_column(Column("extra", Integer, nullable=True))
+
+    diffs = drift(db_engine, changed)
+
+    assert [(d[0], d[2], d[3].name) for d in diffs] == [("add_column", "layers", "extra")]
+
+
+def test_migrated_database_is_at_head(db_engine: Engine) -> None:
+    assert current_revision(db_engine) == head_revision()
+    assert TABLES <= set(inspect(db_engine).get_table_names())
+
+
+def test_upgrade_downgrade_base_upgrade(fresh_url: str, fresh_engine: Engine) -> None:
+    upgrade(fresh_url)
+    assert set(inspect(fresh_engine).get_table_names()) == TABLES | {"alembic_version"}
+    assert current_revision(fresh_engine) == head_revision()
+
+    downgrade(fresh_url, "base")
+    assert set(inspect(fresh_engine).get_table_names()) == {"alembic_version"}
+    assert current_revision(fresh_engine) is None
+
+    upgrade(fresh_url)
+    assert set(inspect(fresh_engine).get_table_names()) == TABLES | {"alembic_version"}
+    assert current_revision(fresh_engine) == head_revision()
+    assert drift(fresh_engine, Base.metadata) == []
+
+
+def test_upgrade_twice_is_a_no_op(fresh_url: str, fresh_engine: Engine) -> None:
+    upgrade(fresh_url)
+    with fresh_engine.begin() as connection:
+        connection.execute(text(
+            "INSERT INTO runs (project, status, sha256, upload_bytes, upload_path, metadata, created_at, rank_count,"
+            " layer_count, series_count, point_count, lines_read, lines_skipped, lines_blank, lines_duplicated)"
+            " VALUES ('p', 'queued', 'x', 1, '', '{}', CURRENT_TIMESTAMP, 0, 0, 0, 0, 0, 0, 0, 0)"))
+
+    upgrade(fresh_url)
+
+    with fresh_engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM runs")).scalar_one() == 1
+    assert current_revision(fresh_engine) == head_revision()
