@@ -34,10 +34,17 @@ def encode_values(values: np.ndarray) -> bytes:
     return _VALUES_ZLIB + packed if len(packed) < len(raw) else _VALUES_RAW + raw
 
 
+def _inflate(body: bytes) -> bytes:
+    try:
+        return zlib.decompress(body)
+    except zlib.error as exc:
+        raise CorruptSeries(f"compressed series bytes do not decode: {exc}") from exc
+
+
 def decode_values(blob: bytes) -> np.ndarray:
     tag, body = blob[:1], blob[1:]
     if tag == _VALUES_ZLIB:
-        body = zlib.decompress(body)
+        body = _inflate(body)
     elif tag != _VALUES_RAW:
         raise CorruptSeries(f"unknown values encoding {tag!r}")
     values = np.frombuffer(body, dtype="<f4").astype(np.float64)
@@ -63,7 +70,7 @@ def decode_iterations(blob: bytes) -> np.ndarray:
         return start + step * np.arange(count, dtype=np.int64)
     if tag == _ITER_DELTAS:
         (first,) = _FIRST.unpack(body[: _FIRST.size])
-        deltas = np.frombuffer(zlib.decompress(body[_FIRST.size :]), dtype="<i8")
+        deltas = np.frombuffer(_inflate(body[_FIRST.size :]), dtype="<i8")
         out = np.empty(deltas.shape[0] + 1, dtype=np.int64)
         out[0] = first
         np.cumsum(deltas, out=out[1:])

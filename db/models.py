@@ -26,6 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from db.base import Base, UTCDateTime
+from policy.records import MAX_LAYER_CHARS, MAX_STAT_CHARS, MAX_TENSOR_CHARS
 
 RUN_STATUSES = ("queued", "processing", "ready", "failed")
 
@@ -83,11 +84,11 @@ class Layer(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    name: Mapped[str] = mapped_column(String(500))
+    name: Mapped[str] = mapped_column(String(MAX_LAYER_CHARS))
     position: Mapped[int] = mapped_column(Integer)  # model order within the run
     group: Mapped[str] = mapped_column(String(16))
     layer_index: Mapped[int | None] = mapped_column(Integer)
-    sublayer: Mapped[str | None] = mapped_column(String(200))
+    sublayer: Mapped[str | None] = mapped_column(String(MAX_LAYER_CHARS))
     precision: Mapped[str] = mapped_column(String(16))
     has_fp8_stats: Mapped[bool] = mapped_column(Boolean)
     plans: Mapped[dict] = mapped_column(JSON)  # {"tensor/gemm": plan} merged over ranks
@@ -104,9 +105,9 @@ class Series(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     layer_id: Mapped[int] = mapped_column(ForeignKey("layers.id", ondelete="CASCADE"), index=True)
     rank: Mapped[int] = mapped_column(Integer)
-    tensor: Mapped[str] = mapped_column(String(100))
-    stat_key: Mapped[str] = mapped_column(String(200))  # as logged after the tensor: mxfp8_underflows%_columnwise
-    stat: Mapped[str] = mapped_column(String(200))  # without recipe prefix / columnwise suffix
+    tensor: Mapped[str] = mapped_column(String(MAX_TENSOR_CHARS))
+    stat_key: Mapped[str] = mapped_column(String(MAX_STAT_CHARS))  # as logged after the tensor: mxfp8_underflows%_columnwise
+    stat: Mapped[str] = mapped_column(String(MAX_STAT_CHARS))  # without recipe prefix / columnwise suffix
     recipe: Mapped[str | None] = mapped_column(String(32))
     columnwise: Mapped[bool] = mapped_column(Boolean)
     count: Mapped[int] = mapped_column(Integer)

@@ -163,7 +163,7 @@ class RunRepository:
         )
         if rank is not None:
             query = query.where(Series.rank == rank)
-        return list(self.session.execute(query).tuples())
+        return [tuple(row) for row in self.session.execute(query)]
 
     def ranks(self, run_id: int) -> list[int]:
         return list(self.session.scalars(select(Series.rank).where(Series.run_id == run_id).distinct()))
@@ -180,7 +180,7 @@ class RunRepository:
         )
         if rank is not None:
             query = query.where(Series.rank == rank)
-        return list(self.session.execute(query).tuples())
+        return [tuple(row) for row in self.session.execute(query)]
 
     def iter_points(self, run_id: int, rank: int | None, batch: int = 64) -> Iterator[tuple]:
         """(rank, layer name, tensor, recipe, stat_key, iterations, values) per series, model order."""
@@ -200,7 +200,8 @@ class RunRepository:
     def point_arrays(self, run_id: int) -> Iterator[tuple[Series, str]]:
         """Every series of a run with its layer name (for analysis); arrays still encoded."""
         query = select(Series, Layer.name).join(Layer, Layer.id == Series.layer_id).where(Series.run_id == run_id)
-        yield from self.session.execute(query).tuples()
+        for row in self.session.execute(query):
+            yield row[0], row[1]
 
     def metric_arrays(
         self, run_id: int, *, tensor: str, stat_key: str, rank: int | None

@@ -13,7 +13,16 @@ import numpy as np
 
 from policy.metadata_log import MetadataLog
 from policy.names import layer_structure, order_key, split_metric_name
-from policy.records import QUANT_STATS, LayerInfo, LayerPlan, MetricName, Precision
+from policy.records import (
+    MAX_LAYER_CHARS,
+    MAX_STAT_CHARS,
+    MAX_TENSOR_CHARS,
+    QUANT_STATS,
+    LayerInfo,
+    LayerPlan,
+    MetricName,
+    Precision,
+)
 from policy.stats_log import ParsedStats
 
 MAX_NAME_SAMPLES = 10
@@ -101,7 +110,7 @@ def assemble_run(stats_by_rank: dict[int, ParsedStats], metadata: MetadataLog) -
         parsed = stats_by_rank[rank]
         for k, name in enumerate(parsed.names):
             if name not in split_cache:
-                split_cache[name] = split_metric_name(name, known)
+                split_cache[name] = _within_limits(split_metric_name(name, known))
             metric = split_cache[name]
             iterations, values = parsed.series(k)
             if metric is None:
@@ -112,6 +121,15 @@ def assemble_run(stats_by_rank: dict[int, ParsedStats], metadata: MetadataLog) -
             run.series.append(SeriesRecord(rank, metric, iterations, values, summarize(iterations, values)))
     run.layers = _layers(run.series, metadata)
     return run
+
+
+def _within_limits(metric: MetricName | None) -> MetricName | None:
+    """A split name whose parts are longer than any real layer/tensor/stat counts as unattributed."""
+    if metric is None:
+        return None
+    if len(metric.layer) > MAX_LAYER_CHARS or len(metric.tensor) > MAX_TENSOR_CHARS:
+        return None
+    return metric if len(metric.stat_key) <= MAX_STAT_CHARS else None
 
 
 def _layers(series: list[SeriesRecord], metadata: MetadataLog) -> list[AssembledLayer]:

@@ -51,6 +51,12 @@ TENSOR_STATS: tuple[str, ...] = (
 
 GEMMS: tuple[str, ...] = ("fprop", "dgrad", "wgrad")
 
+# Longest parts of a metric name accepted as a layer / tensor / stat (the database columns use the
+# same limits). TE layer names are ~100 characters; anything longer is no layer name.
+MAX_LAYER_CHARS = 500
+MAX_TENSOR_CHARS = 100
+MAX_STAT_CHARS = 200
+
 # Which GEMMs each quantized tensor feeds (TE debug_quantization._tensor_to_gemm_names_map).
 TENSOR_GEMMS: dict[str, tuple[str, ...]] = {
     "activation": ("fprop", "wgrad"),

@@ -40,6 +40,7 @@ DEFAULT_BLOCK_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_LINE_BYTES = 1024 * 1024
 MAX_SAMPLES = 5
 _MAX_ITERATION = int(np.iinfo(np.int64).max)
+_STATUS_LONG = 3  # set in Python after the kernel: over max_line_bytes, dropped
 _LIT_ITER = np.frombuffer(b"iteration=", dtype=np.uint8)
 _LIT_VALUE = np.frombuffer(b"value=", dtype=np.uint8)
 
@@ -228,6 +229,7 @@ class StatsLogParser:
         for k in range(first_new, int(t.counter[0])):
             if len(t.names) == k:  # registered by this block's fast path
                 t.names.append(bytes(data[new_start[k] : new_stop[k]]).decode("utf-8", errors="replace"))
+        self._drop_long_lines(report, status, starts[: n + 1])
         self._slow_path(data, report, status, sid, its, vals, starts)
         ok = status == kernel.STATUS_OK
         report.lines_read += n
@@ -236,6 +238,14 @@ class StatsLogParser:
         self._sid.append(sid[ok])
         self._it.append(its[ok])
         self._val.append(vals[ok])
+
+    def _drop_long_lines(self, report: FileReport, status: np.ndarray, starts: np.ndarray) -> None:
+        """Lines longer than max_line_bytes (newline excluded) are dropped and counted, parsed or not."""
+        long_lines = np.flatnonzero(np.diff(starts) - 1 > self.max_line_bytes)
+        for idx in long_lines.tolist():
+            status[idx] = _STATUS_LONG
+            report.skipped_lines += 1
+            self._sample(report, f"line {report.lines_read + idx + 1}: longer than {self.max_line_bytes} bytes, dropped")
 
     @staticmethod
     def _sample(report: FileReport, text: str) -> None:
@@ -292,4 +302,9 @@ def _deduplicate(names, offsets, its, vals, files) -> ParsedStats:
     if changed:
         its, vals = np.concatenate(out_it), np.concatenate(out_val)
         offsets = np.asarray(new_offsets, dtype=np.int64)
-    return ParsedStats(list(names), offsets, its, vals, files, duplicated)
+    names = list(names)
+    sizes = np.diff(offsets)
+    if (sizes == 0).any():  # a name seen only on dropped (over-long) lines has no points: no series
+        names = [name for name, size in zip(names, sizes.tolist(), strict=True) if size]
+        offsets = np.concatenate(([0], np.cumsum(sizes[sizes > 0]))).astype(np.int64)
+    return ParsedStats(names, offsets, its, vals, files, duplicated)

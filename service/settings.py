@@ -17,6 +17,7 @@ class Settings(BaseSettings):
     max_upload_bytes: int = 2 * 1024**3
     max_extracted_bytes: int = 16 * 1024**3
     max_compression_ratio: float = 250.0
+    ratio_floor_bytes: int = Field(64 * 1024**2, description="The compression ratio is only checked past this size.")
     max_archive_members: int = 10_000
     max_line_bytes: int = 1024 * 1024
     ingest_workers: int = Field(1, description="Runs ingested at once.")

@@ -59,7 +59,7 @@ def upgrade() -> None:
     sa.Column('position', sa.Integer(), nullable=False),
     sa.Column('group', sa.String(length=16), nullable=False),
     sa.Column('layer_index', sa.Integer(), nullable=True),
-    sa.Column('sublayer', sa.String(length=200), nullable=True),
+    sa.Column('sublayer', sa.String(length=500), nullable=True),
     sa.Column('precision', sa.String(length=16), nullable=False),
     sa.Column('has_fp8_stats', sa.Boolean(), nullable=False),
     sa.Column('plans', sa.JSON(), nullable=False),

@@ -26,6 +26,7 @@ def extract_limits(settings: Settings) -> ExtractLimits:
     return ExtractLimits(
         max_total_bytes=settings.max_extracted_bytes,
         max_ratio=settings.max_compression_ratio,
+        ratio_floor_bytes=settings.ratio_floor_bytes,
         max_members=settings.max_archive_members,
     )
 

@@ -61,7 +61,8 @@ def create_run(session: Session, data_dir: Path, upload: ReceivedUpload, fields:
         return existing, False
     try:
         with session.begin_nested():
-            run = repo.add(NewRun(name, project, tags, metadata, upload.sha256, upload.filename, upload.size, ""))
+            filename = upload.filename[-500:] if upload.filename else None  # the column's limit; keep the extension
+            run = repo.add(NewRun(name, project, tags, metadata, upload.sha256, filename, upload.size, ""))
     except IntegrityError:  # the same bytes arrived concurrently
         upload.path.unlink(missing_ok=True)
         winner = repo.find_by_hash(project, upload.sha256)

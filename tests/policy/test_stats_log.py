@@ -325,8 +325,6 @@ def test_over_long_last_line_without_newline_is_dropped() -> None:
     assert report.skipped_samples == ["line 2: longer than 300 bytes, dropped"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: max_line_bytes is only checked on a line that straddles a block; "
-                                       "a long line inside one block goes to the regex (see the report)")
 def test_line_longer_than_max_line_bytes_inside_one_block_is_dropped_too() -> None:
     data = lines(stats_line(NAME, 0, 1.0), f"{HEADER}{'x' * 5000}", stats_line(NAME, 10, 2.0))
 
