@@ -7,7 +7,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 export FP8_POLICY_DATA_DIR ?= $(CURDIR)/data
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test bench eval clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,9 @@ test: setup
 
 bench: setup
 	$(BIN)/python -m bench.run
+
+eval: setup
+	$(BIN)/python -m bench.eval
 
 clean:
 	rm -rf $(VENV) data .pytest_cache bench/out
