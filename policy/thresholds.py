@@ -88,6 +88,7 @@ class Thresholds:
     rank_outlier_ratio: float = 2.0  # ... and by this factor (either way), so rank-to-rank noise is no outlier
     rank_outlier_score: float = 1.5  # LocalOutlierFactor score (LOF) at or above: outlier
     rank_outlier_max_features: int = 256  # (layer, tensor) series tested across ranks at most
+    rank_outlier_min_share: float = 0.1  # a rank must be an outlier on this share of the assessed series (and >= 2)
     whatif_gain: float = 0.5  # a what-if recipe qualifies when its median underflow ratio is at most this
 
     def band(self, value: float) -> Severity:
@@ -130,7 +131,7 @@ class Thresholds:
                 "thresholds must satisfy 0 <= warning < critical < severe, got "
                 f"warning={self.warning}, critical={self.critical}, severe={self.severe}"
             )
-        for name in ("warmup_fraction",):
+        for name in ("warmup_fraction", "rank_outlier_min_share"):
             _check_range(name, getattr(self, name), 0.0, 1.0, low_open=False)
         for name in ("window_fraction", "level_quantile", "trend_fit_fraction", "uniform_fraction", "edge_fraction",
                      "whatif_gain"):

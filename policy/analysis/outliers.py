@@ -11,6 +11,9 @@ Rules:
   plain rank-to-rank noise highly; the ratio keeps that out). LOF compares a rank's distance to its neighbours
   with their own, so one bad rank in 8 stands out; mean ± 3·std can never flag one rank in 8 (its z-score is at
   most (n−1)/√n ≈ 2.47) because the outlier inflates the std it is judged by.
+* Consistency: a rank is reported only when it is an outlier on at least 2 series and on at least
+  `rank_outlier_min_share` of the (layer, tensor) series assessed across ranks. A rank whose data or hardware
+  is off disagrees on many layers; independent rank-to-rank noise produces isolated disagreements instead.
 * One finding per outlier rank, severity = band of its worst outlying level (at least warning). A rank that is
   a high outlier for a (layer, tensor) is left out of that tensor's per-layer level (the worst of the other
   ranks): one disagreeing rank points at that rank's data or hardware, not at the layer's precision.
@@ -60,13 +63,16 @@ def _differs(value: float, reference: float, thresholds: Thresholds) -> bool:
 
 
 def _features(fp8_layers: Iterable[str], signals: Signals, thresholds: Thresholds,
-              ) -> list[tuple[list[SeriesSummary], np.ndarray]]:
+              ) -> tuple[list[tuple[list[SeriesSummary], np.ndarray]], int]:
+    """The features to test (largest gap first) and how many (layer, tensor) series were assessed."""
     scored = []
+    assessed = 0
     for layer in fp8_layers:
         for tensor in QUANTIZED_TENSORS:
             series = signals.get(MetricName(layer, tensor, "underflows%"))
             if len(series) < thresholds.rank_outlier_min_ranks:
                 continue
+            assessed += 1
             levels = np.array([s.level for s in series])
             if not levels.max() >= thresholds.warning:
                 continue
@@ -74,7 +80,7 @@ def _features(fp8_layers: Iterable[str], signals: Signals, thresholds: Threshold
             if gap >= thresholds.rank_outlier_gap:
                 scored.append((gap, series, levels))
     scored.sort(key=lambda item: -item[0])
-    return [(series, levels) for _, series, levels in scored[: thresholds.rank_outlier_max_features]]
+    return [(series, levels) for _, series, levels in scored[: thresholds.rank_outlier_max_features]], assessed
 
 
 def detect_rank_outliers(fp8_layers: Iterable[str], signals: Signals, thresholds: Thresholds,
@@ -83,14 +89,18 @@ def detect_rank_outliers(fp8_layers: Iterable[str], signals: Signals, thresholds
     if len(signals.ranks) < thresholds.rank_outlier_min_ranks:
         return [], frozenset()
     by_rank: dict[int, list[Evidence]] = {}
-    excluded: set[tuple[str, str, int]] = set()
-    for series, levels in _features(fp8_layers, signals, thresholds):
+    high: dict[int, set[tuple[str, str, int]]] = {}
+    features, assessed = _features(fp8_layers, signals, thresholds)
+    for series, levels in features:
         for index, score in lof_outliers(levels, thresholds):
             summary, reference = series[index], others_median(levels, index)
             by_rank.setdefault(summary.rank, []).append(summary.evidence(rank=True, reference=reference, ratio=score))
             if summary.level > reference:
-                excluded.add((summary.metric.layer, summary.metric.tensor, summary.rank))
-    findings = [_finding(rank, evidence, len(signals.ranks), thresholds) for rank, evidence in sorted(by_rank.items())]
+                high.setdefault(summary.rank, set()).add((summary.metric.layer, summary.metric.tensor, summary.rank))
+    needed = max(2, thresholds.rank_outlier_min_share * assessed)
+    confirmed = {rank: evidence for rank, evidence in by_rank.items() if len(evidence) >= needed}
+    findings = [_finding(rank, evidence, len(signals.ranks), thresholds) for rank, evidence in sorted(confirmed.items())]
+    excluded = set().union(*(high.get(rank, set()) for rank in confirmed))
     return findings, frozenset(excluded)
 
 

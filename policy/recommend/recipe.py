@@ -9,9 +9,10 @@ also adds its reason to any other target):
    (MXFP8 on compute capability ≥ 10, block scaling on ≥ 9, else current scaling) instead of a skip list.
 3. Delayed scaling with `overflow` or `scale_instability` → current scaling (per-tensor scales from this step's amax
    cannot overflow and do not lag).
-4. Delayed scaling with any transformer-block layer in BF16 (skipped, or already BF16 in the run) → current
-   scaling (heads run outside the per-layer FP8 contexts and do not count): Megatron raises "Delayed scaling does
-   not support first / last layer in BF16" and per-layer autocast breaks amax reduction (fp8-log-format.md §4.3).
+4. Delayed scaling with any transformer-block layer in BF16 (skipped, already BF16 in the run, or with a GEMM
+   override, which Megatron can only express as the whole module in BF16) → current scaling (heads run outside
+   the per-layer FP8 contexts and do not count): Megatron raises "Delayed scaling does not support first / last
+   layer in BF16" and per-layer autocast breaks amax reduction (fp8-log-format.md §4.3).
 GPU capability: from `gpu_arch`, else inferred from logged what-if stats (TE only computes `mxfp8_*` on ≥ 10 and
 `fp8_block_scaling_*` on ≥ 9), else assumed Hopper (9.0) and said so. Current recipe: options, else metadata,
 else delayed when bare overflows% was logged (only valid under delayed), else TE's default (delayed), said so.
@@ -187,11 +188,15 @@ def _decision(target: str, current: str, cap: float | None, cap_source: str, rea
         if delayed_issues:
             reasons.append(f"{' and '.join(delayed_issues)} under delayed scaling → scales from each step's amax")
         bf16 = _body_layers(analysis, plan.bf16_layers)
-        if bf16 and target == "delayed":  # only a reason when it decides: other targets allow BF16 layers
+        overridden = [name for name in _body_layers(analysis, tuple(o.layer for o in plan.overrides))
+                      if name not in bf16]
+        if (bf16 or overridden) and target == "delayed":  # only a reason when it decides
             new = len(set(bf16) & set(plan.failing_skips))
-            reasons.append(f"{len(bf16)} transformer-block layer(s) in BF16 ({new} newly skipped): Megatron rejects "
-                           "first/last BF16 layers with delayed scaling (and per-layer autocast breaks amax "
-                           "reduction)")
+            reasons.append(f"{len(bf16)} transformer-block layer(s) in BF16 ({new} newly skipped) and "
+                           f"{len(overridden)} with GEMM overrides (whole-module BF16 in Megatron): Megatron "
+                           "rejects first/last BF16 layers with delayed scaling (and per-layer autocast breaks "
+                           "amax reduction)")
+            bf16 = [*bf16, *overridden]
         if (delayed_issues or bf16) and target == "delayed":
             target = "current"
     if target == current and not reasons:

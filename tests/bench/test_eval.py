@@ -52,12 +52,11 @@ def test_real_fixture_runs_render_accepted_configs():
         assert all(not errors for errors in fixture.configs.values()), (fixture.name, fixture.configs)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="policy/analysis/patterns.py folds failing heads into u_shape (start + end + heads -> one "
-                          "u_shape finding), so a planted head_only is never reported")
-def test_u_shape_with_failing_heads_also_reports_head_only():
-    report = evaluate([SUITE_BY_NAME["combo/u_shape+head_only-esm2"]])
-    assert report.cases[0].score.missed == frozenset()
+def test_failing_heads_with_failing_first_and_last_blocks_are_one_u_shape_that_lists_the_heads():
+    report = evaluate([SUITE_BY_NAME["combo/u_shape+heads-esm2"]])
+    case = report.cases[0]
+    assert case.score.missed == frozenset() and case.score.false_alarms == frozenset()
+    assert case.score.covered >= {"model.lm_head.dense", "model.lm_head.decoder"}
 
 
 def test_stored_run_timing_path_on_a_small_tree(tmp_path):

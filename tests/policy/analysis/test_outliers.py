@@ -67,3 +67,19 @@ def test_rank_to_rank_noise_is_not_an_outlier() -> None:
 def test_needs_enough_ranks() -> None:
     assert "rank_outlier" not in analyze(build_run(outlier_spec(ranks=1))).patterns()
     assert lof_outliers(np.array([0.3, 0.31, 3.0]), Thresholds()) == []
+
+
+def test_independent_per_rank_levels_are_noise_not_outliers() -> None:
+    # Each rank draws its own warning-band level per layer (0.4-1.2 %): isolated disagreements on a few
+    # series, no rank off consistently. Before the consistency rule every rank of 8 was reported.
+    spec = Spec(family="esm2", n_blocks=12, ranks=8, seed=7)
+    rng = np.random.default_rng(11)
+    for rank in range(8):
+        for block in blocks("esm2", 12):
+            for sub in FAMILIES["esm2"]["subs"]:  # type: ignore[union-attr]
+                spec.rank_curves[(rank, name("esm2", block, sub), "gradient")] = float(rng.uniform(0.4, 1.2))
+    analysis = analyze(build_run(spec))
+    assert "rank_outlier" not in analysis.patterns()
+    # ... while the same data without the consistency rule reports isolated "outliers"
+    loose = analyze(build_run(spec), Thresholds(rank_outlier_min_share=0.0))
+    assert "rank_outlier" in loose.patterns()

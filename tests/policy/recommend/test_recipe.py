@@ -126,3 +126,14 @@ def test_ampere_cannot_run_fp8() -> None:
     result = rec(Spec(n_blocks=4), current_recipe="delayed", gpu_arch="ampere")
     assert result.decision.recipe.name == "delayed"
     assert any("cannot run FP8" in line for line in result.rationale)
+
+
+def test_delayed_with_only_gemm_overrides_in_blocks_switches_to_current_for_megatron() -> None:
+    # Gradient-only failures become dgrad+wgrad overrides, not skips; Megatron can only keep the whole module in
+    # BF16, which it rejects under delayed scaling, so the recipe must not stay delayed.
+    spec = Spec(n_blocks=12, metadata={"recipe": "DelayedScaling"})
+    plant(spec, [name("megatron", b, s) for b in (0, 11) for s in SUBS], "gradient", 3.0)
+    result = rec(spec)
+    assert result.decision.skip_layers == () and len(result.decision.gemm_overrides) == 8
+    assert result.decision.recipe.name == "current"
+    assert "with GEMM overrides (whole-module BF16 in Megatron)" in result.decision.recipe.reason
