@@ -52,20 +52,29 @@ def parse_store(tree: Path, url: str) -> dict:
         "lines_read": counts.lines_read,
         "bytes_per_point": stored[0] / stored[1],
         "analysis_seconds": _analysis_seconds(factory, run_id),
+        "heatmap_seconds": _heatmap_seconds(factory, run_id),
     }
 
 
-def _analysis_seconds(factory, run_id: int) -> float | None:
-    """Analysis of the stored run, when this build has it (issue 3)."""
-    try:
-        from service.analysis.actions import load_and_analyze
-    except ImportError:
-        return None
+def _analysis_seconds(factory, run_id: int) -> float:
+    """Load from the database + analyze (service/analysis), as GET /analysis does."""
     from db.session import session_scope
+    from service.analysis.actions import load_and_analyze
 
     start = time.perf_counter()
     with session_scope(factory) as session:
         load_and_analyze(session, run_id)
+    return time.perf_counter() - start
+
+
+def _heatmap_seconds(factory, run_id: int) -> float:
+    """Default heatmap PNG of the stored run (gradient underflows%, 150 dpi, recommended skips marked)."""
+    from db.session import session_scope
+    from service.visual.actions import render_heatmap_for
+
+    start = time.perf_counter()
+    with session_scope(factory) as session:
+        render_heatmap_for(session, run_id)
     return time.perf_counter() - start
 
 

@@ -14,6 +14,7 @@ import struct
 import zlib
 
 import numpy as np
+from isal import isal_zlib
 
 _VALUES_RAW = b"f"  # float32 little-endian
 _VALUES_ZLIB = b"z"  # zlib(float32 little-endian)
@@ -30,7 +31,7 @@ class CorruptSeries(ValueError):
 
 def encode_values(values: np.ndarray) -> bytes:
     raw = np.ascontiguousarray(values, dtype="<f4").tobytes()
-    packed = zlib.compress(raw, 1)
+    packed = isal_zlib.compress(raw, 1)  # ISA-L: zlib format, several times faster than zlib
     return _VALUES_ZLIB + packed if len(packed) < len(raw) else _VALUES_RAW + raw
 
 
@@ -60,7 +61,7 @@ def encode_iterations(iterations: np.ndarray) -> bytes:
     if n == 1 or (step > 0 and np.array_equal(np.diff(it), np.full(n - 1, step))):
         return _ITER_RANGE + _RANGE.pack(int(it[0]), step, n)
     deltas = np.diff(it).astype("<i8").tobytes()
-    return _ITER_DELTAS + _FIRST.pack(int(it[0])) + zlib.compress(deltas, 1)
+    return _ITER_DELTAS + _FIRST.pack(int(it[0])) + isal_zlib.compress(deltas, 1)
 
 
 def decode_iterations(blob: bytes) -> np.ndarray:

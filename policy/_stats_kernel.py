@@ -1,4 +1,4 @@
-"""Compiled inner loops of the statistics-log parser (numba, nogil): scan lines, hash names, group points.
+"""Compiled inner loops of the statistics-log parser (numba, nogil): scan lines, group points.
 
 Belongs here: byte-level loops that would cost seconds per million lines in Python. Everything with
 a policy decision in it (what is a line, how duplicates resolve, what gets reported) is spelled out in
@@ -15,16 +15,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from policy._name_kernel import MAX_NAMES, hash_name, lookup, lookup_or_insert, same_name
+
 STATUS_OK = 0
 STATUS_BLANK = 1
 STATUS_SLOW = 2  # not on the fast path: Python decides with the reference regex
 
-TABLE_BITS = 16
-TABLE_SIZE = 1 << TABLE_BITS  # open-addressing slots; at most half may be used
-MAX_NAMES = TABLE_SIZE // 2
-
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
 _POW10 = np.array([10.0**k for k in range(23)], dtype=np.float64)
 _MAX_EXACT = 1 << 53
 
@@ -37,55 +33,6 @@ def _is_space(c: int) -> bool:
 @numba.njit(nogil=True, cache=True, inline="always")
 def _is_digit(c: int) -> bool:
     return 48 <= c <= 57
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def hash_name(buf: np.ndarray, start: int, stop: int) -> np.uint64:
-    """FNV-1a over four interleaved byte lanes (breaks the multiply dependency chain), then mixed."""
-    h0 = _FNV_OFFSET
-    h1 = _FNV_OFFSET ^ np.uint64(1)
-    h2 = _FNV_OFFSET ^ np.uint64(2)
-    h3 = _FNV_OFFSET ^ np.uint64(3)
-    i = start
-    while i + 4 <= stop:
-        h0 = (h0 ^ np.uint64(buf[i])) * _FNV_PRIME
-        h1 = (h1 ^ np.uint64(buf[i + 1])) * _FNV_PRIME
-        h2 = (h2 ^ np.uint64(buf[i + 2])) * _FNV_PRIME
-        h3 = (h3 ^ np.uint64(buf[i + 3])) * _FNV_PRIME
-        i += 4
-    while i < stop:
-        h0 = (h0 ^ np.uint64(buf[i])) * _FNV_PRIME
-        i += 1
-    h = h0 ^ (h1 * np.uint64(3)) ^ (h2 * np.uint64(5)) ^ (h3 * np.uint64(7)) ^ np.uint64(stop - start)
-    h ^= h >> np.uint64(29)
-    return h * _FNV_PRIME
-
-
-@numba.njit(nogil=True, cache=True)
-def lookup_or_insert(
-    keys: np.ndarray, lengths: np.ndarray, ids: np.ndarray, counter: np.ndarray, h: np.uint64, length: int
-) -> int:
-    """Series id for (hash, name length); a new id when unseen, -1 when the table is full.
-
-    `counter[0]` is the number of ids handed out. A new id is reported to the caller by being
-    equal to the previous `counter[0]`.
-    """
-    mask = np.uint64(TABLE_SIZE - 1)
-    slot = h & mask
-    while True:
-        sid = ids[slot]
-        if sid < 0:
-            if counter[0] >= MAX_NAMES:
-                return -1
-            sid = counter[0]
-            counter[0] += 1
-            keys[slot] = h
-            lengths[slot] = length
-            ids[slot] = sid
-            return sid
-        if keys[slot] == h and lengths[slot] == length:
-            return sid
-        slot = (slot + np.uint64(1)) & mask
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -337,20 +284,6 @@ def line_ends(buf: np.ndarray, words: np.ndarray, head: int) -> np.ndarray:
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _lookup(keys, lengths, ids, h, length) -> int:
-    """Read-only probe: the series id, or -1 when the name is not in the table."""
-    mask = np.uint64(TABLE_SIZE - 1)
-    slot = h & mask
-    while True:
-        sid = ids[slot]
-        if sid < 0:
-            return -1
-        if keys[slot] == h and lengths[slot] == length:
-            return sid
-        slot = (slot + np.uint64(1)) & mask
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
 def _is_blank(buf, s, e) -> bool:
     for k in range(s, e):
         if not _is_space(buf[k]):
@@ -359,7 +292,7 @@ def _is_blank(buf, s, e) -> bool:
 
 
 @numba.njit(nogil=True, cache=True)
-def scan_block(buf, words, head, lit_iter, lit_value, keys, lengths, ids, counter, insert):
+def scan_block(buf, words, head, lit_iter, lit_value, keys, lengths, ids, counter, arena, arena_off, sid_len, insert):
     """Scan every line of `buf` (whole lines; the last may lack its newline).
 
     Returns per-line arrays (status, series id, iteration, value, line start) and, for names first
@@ -378,6 +311,8 @@ def scan_block(buf, words, head, lit_iter, lit_value, keys, lengths, ids, counte
     new_stop = np.zeros(MAX_NAMES, dtype=np.int64)
     first_new = counter[0]
     scratch = np.zeros(3, dtype=np.int64)
+    successor = np.full(MAX_NAMES, -1, dtype=np.int64)  # id that followed each id last time (this block)
+    previous = -1
     pos = 0
     for line in range(cap):
         end = ends[line]
@@ -387,15 +322,23 @@ def scan_block(buf, words, head, lit_iter, lit_value, keys, lengths, ids, counte
             value, ok = _parse_line(buf, pos, end, lit_iter, lit_value, scratch)
         sid = -1
         if ok:
-            h = hash_name(buf, scratch[0], scratch[1])
             length = scratch[1] - scratch[0]
-            if insert:
-                sid = lookup_or_insert(keys, lengths, ids, counter, h, length)
-                if sid >= first_new and new_stop[sid] == 0:
-                    new_start[sid] = scratch[0]
-                    new_stop[sid] = scratch[1]
+            guess = successor[previous] if previous >= 0 else -1
+            if guess >= 0 and same_name(arena, arena_off, sid_len, guess, buf, scratch[0], length):
+                sid = guess
             else:
-                sid = _lookup(keys, lengths, ids, h, length)
+                h = hash_name(buf, scratch[0], scratch[1])
+                if insert:
+                    sid = lookup_or_insert(keys, lengths, ids, counter, arena, arena_off, sid_len,
+                                           h, buf, scratch[0], length)
+                    if sid >= first_new and new_stop[sid] == 0:
+                        new_start[sid] = scratch[0]
+                        new_stop[sid] = scratch[1]
+                else:
+                    sid = lookup(keys, lengths, ids, h, length)
+                if previous >= 0 and sid >= 0:
+                    successor[previous] = sid
+            previous = sid
         if sid >= 0:
             status[line] = STATUS_OK
             sids[line] = sid
@@ -406,6 +349,24 @@ def scan_block(buf, words, head, lit_iter, lit_value, keys, lengths, ids, counte
         pos = end + 1
     starts[cap] = pos
     return cap, first_new, status, sids, iters, vals, starts, new_start, new_stop
+
+
+@numba.njit(nogil=True, cache=True)
+def find_newline(buf: np.ndarray, start: int, stop: int) -> int:
+    """Index of the first newline in buf[start:stop], or -1."""
+    for k in range(start, stop):
+        if buf[k] == 10:
+            return k
+    return -1
+
+
+@numba.njit(nogil=True, cache=True)
+def rfind_newline(buf: np.ndarray, start: int, stop: int) -> int:
+    """Index of the last newline in buf[start:stop], or -1."""
+    for k in range(stop - 1, start - 1, -1):
+        if buf[k] == 10:
+            return k
+    return -1
 
 
 @numba.njit(nogil=True, cache=True)

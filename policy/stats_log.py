@@ -26,6 +26,7 @@ from typing import BinaryIO
 import numpy as np
 
 from policy import _stats_kernel as kernel
+from policy._name_kernel import MAX_NAMES, NameTable
 
 # The reference regex (fp8-log-format.md §1.2); the compiled fast path accepts a subset of it.
 # Same matches and groups as the spec's `(?P<name>.+?)\s+iteration=`, but the name may only end where a
@@ -106,23 +107,18 @@ def _read_into(stream: BinaryIO, view: memoryview) -> int:
     return filled
 
 
-class _NameTable:
-    """Metric name <-> series id, shared by the compiled fast path and the Python slow path."""
+class _NameTable(NameTable):
+    """The compiled name table plus the decoded names, in id order."""
 
     def __init__(self) -> None:
-        self.keys = np.zeros(kernel.TABLE_SIZE, dtype=np.uint64)
-        self.lengths = np.zeros(kernel.TABLE_SIZE, dtype=np.int64)
-        self.ids = np.full(kernel.TABLE_SIZE, -1, dtype=np.int64)
-        self.counter = np.zeros(1, dtype=np.int64)
+        super().__init__()
         self.names: list[str] = []
 
-    def id_for(self, name: bytes) -> int:
-        arr = np.frombuffer(name, dtype=np.uint8)
-        h = np.uint64(kernel.hash_name(arr, 0, arr.shape[0]))
+    def id_of(self, name: bytes) -> int:
         before = int(self.counter[0])
-        sid = int(kernel.lookup_or_insert(self.keys, self.lengths, self.ids, self.counter, h, arr.shape[0]))
+        sid = self.id_for(np.frombuffer(name, dtype=np.uint8))
         if sid < 0:
-            raise TooManyMetrics(f"more than {kernel.MAX_NAMES} distinct metric names in one rank")
+            raise TooManyMetrics(f"more than {MAX_NAMES} distinct metric names in one rank")
         if sid == before:
             self.names.append(name.decode("utf-8", errors="replace"))
         return sid
@@ -149,6 +145,7 @@ class StatsLogParser:
         self._it: list[np.ndarray] = []
         self._val: list[np.ndarray] = []
         self._files: list[FileReport] = []
+        self._free: list[np.ndarray] = []
 
     def feed(self, stream: BinaryIO, source: str) -> FileReport:
         """Parse one file; raises NoStatsLines when it holds no statistics line at all."""
@@ -160,6 +157,7 @@ class StatsLogParser:
                     pending.append((None, None))
                 elif index == 0:  # first block registers the names; later ones only look them up
                     self._absorb(block, self._kernel(block, True), report)
+                    self._recycle(block)
                 else:
                     pending.append((block, pool.submit(self._kernel, block, False)))
                 while len(pending) > self.workers:
@@ -171,8 +169,8 @@ class StatsLogParser:
         self._files.append(report)
         return report
 
-    def _blocks(self, stream: BinaryIO) -> Iterator[memoryview | None]:
-        """Blocks of whole lines, read with readinto (no copies of the big buffers).
+    def _blocks(self, stream: BinaryIO) -> Iterator[np.ndarray | None]:
+        """Blocks of whole lines, read with readinto into uninitialised buffers (no zero-fill, no copies).
 
         Each block gets its own buffer because the previous one may still be scanned by a
         worker thread. None stands for one line longer than max_line_bytes (dropped).
@@ -180,39 +178,53 @@ class StatsLogParser:
         carry = b""
         discarding = False
         while True:
-            buf = bytearray(len(carry) + self.block_bytes)
-            buf[: len(carry)] = carry
+            buf = self._buffer(len(carry) + self.block_bytes)
+            buf[: len(carry)] = np.frombuffer(carry, dtype=np.uint8)
             got = _read_into(stream, memoryview(buf)[len(carry) :])
             if got == 0:
                 break
             total = len(carry) + got
             start = 0
             if discarding:
-                cut = buf.find(b"\n", 0, total)
+                cut = kernel.find_newline(buf, 0, total)
                 if cut < 0:
                     carry = b""
                     continue
                 start, discarding = cut + 1, False
-            last_nl = buf.rfind(b"\n", start, total)
+            last_nl = kernel.rfind_newline(buf, start, total)
             if last_nl >= 0:
-                yield memoryview(buf)[start : last_nl + 1]
+                yield buf[start : last_nl + 1]
                 start = last_nl + 1
-            carry = bytes(buf[start:total])
+            carry = buf[start:total].tobytes()
             if len(carry) > self.max_line_bytes:
                 yield None
                 carry, discarding = b"", True
         if carry:
-            yield memoryview(carry)
+            yield np.frombuffer(carry, dtype=np.uint8)
 
-    def _kernel(self, data: memoryview, insert: bool):
+    def _buffer(self, size: int) -> np.ndarray:
+        """A read buffer: a recycled one (its block was absorbed) or a new one.
+
+        Recycling matters: a fresh buffer page-faults on every 4 KiB it is read into, which cost
+        about as much as the read itself on the 6M-line benchmark.
+        """
+        while self._free:
+            buf = self._free.pop()
+            if buf.shape[0] >= size:
+                return buf[:size]
+        return np.empty(size, dtype=np.uint8)
+
+    def _recycle(self, block: np.ndarray) -> None:
+        base = block.base
+        if isinstance(base, np.ndarray) and base.base is None and len(self._free) < self.workers + 2:
+            self._free.append(base)
+
+    def _kernel(self, buf: np.ndarray, insert: bool):
         t = self._table
-        buf = np.frombuffer(data, dtype=np.uint8)
         head = (-buf.ctypes.data) % 8
         body = (buf.shape[0] - head) // 8 if buf.shape[0] > head else 0
         words = buf[head : head + 8 * body].view(np.uint64)
-        return kernel.scan_block(
-            buf, words, head, _LIT_ITER, _LIT_VALUE, t.keys, t.lengths, t.ids, t.counter, insert
-        )
+        return kernel.scan_block(buf, words, head, _LIT_ITER, _LIT_VALUE, *t.arrays, insert)
 
     def _absorb_pending(self, item, report: FileReport) -> None:
         block, future = item
@@ -222,6 +234,7 @@ class StatsLogParser:
             self._sample(report, f"line {report.lines_read}: longer than {self.max_line_bytes} bytes, dropped")
         else:
             self._absorb(block, future.result(), report)
+            self._recycle(block)
 
     def _absorb(self, data: bytes, result, report: FileReport) -> None:
         n, first_new, status, sid, its, vals, starts, new_start, new_stop = result
@@ -263,7 +276,7 @@ class StatsLogParser:
                 self._sample(report, f"line {report.lines_read + idx + 1}: {text[:200]!r}")
                 continue
             status[idx] = kernel.STATUS_OK
-            sid[idx] = self._table.id_for(match["name"].encode("utf-8"))
+            sid[idx] = self._table.id_of(match["name"].encode("utf-8"))
             its[idx] = int(match["iteration"])
             vals[idx] = float(match["value"])
 
