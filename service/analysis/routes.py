@@ -20,17 +20,27 @@ _GET_OPTION_KEYS = ("gpu_arch", "te_version", "current_recipe")
 def _query_overrides(request: Request) -> dict[str, Any]:
     """GET parameters: threshold names (numbers) plus gpu_arch / te_version / current_recipe."""
     overrides: dict[str, Any] = {}
-    thresholds: dict[str, str] = {}
+    thresholds: dict[str, int | float | str] = {}
     for key, value in request.query_params.items():
         if key == "format":
             continue
         if key in _GET_OPTION_KEYS:
             overrides[key] = value
         else:
-            thresholds[key] = value
+            thresholds[key] = _number(value)
     if thresholds:
         overrides["thresholds"] = thresholds
     return overrides
+
+
+def _number(text: str) -> int | float | str:
+    """A query string as the number it spells (thresholds validate the type); other text unchanged."""
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            continue
+    return text
 
 
 @router.get("/{run_id}/analysis", responses=ERRORS)
