@@ -1,4 +1,4 @@
-"""Demo data for `make run`: planted-pattern runs from policy/synthetic.py, plus the real bionemo
+"""Demo data for `make run`: planted-pattern runs from policy/synthetic/, plus the real bionemo
 fixture logs when ../shared is next to the checkout. Loaded through the normal upload path
 (archive on disk -> queued run -> background ingest) only when the database has no runs yet.
 """

@@ -1,6 +1,6 @@
 """Contract: the real `PolicyClient` and CLI against the real app served by uvicorn on a loopback port (no mocks).
 
-Two synthetic runs (policy/synthetic.py): `healthy` passes the gate, `head_only` fails it at `critical`.
+Two synthetic runs (policy/synthetic/): `healthy` passes the gate, `head_only` fails it at `critical`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tests for policy/synthetic.py: exact log formats, counts, determinism, ranges and the planted signals."""
+"""Tests for policy/synthetic/: exact log formats, counts, determinism, ranges and the planted signals."""
 
 from __future__ import annotations
 

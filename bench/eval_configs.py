@@ -1,0 +1,172 @@
+"""The eval's config checkers: each rendered format (te-yaml, megatron, hydra, torchao) checked for acceptance."""
+
+from __future__ import annotations
+
+import logging
+import re
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from policy.records import PolicyDecision
+from policy.render import FORMATS, render
+
+TE_FEATURES: tuple[str, ...] = (
+    "LogTensorStats", "LogFp8TensorStats", "LogNvfp4TensorStats", "DisableFP8GEMM", "DisableFP8Layer",
+    "DisableQuantizationGEMM", "DisableQuantizationLayer", "PerTensorScaling", "FakeQuant", "DumpTensors",
+)
+LAYER_DISABLE = frozenset({"DisableFP8Layer", "DisableQuantizationLayer"})
+GEMM_DISABLE = frozenset({"DisableFP8GEMM", "DisableQuantizationGEMM"})
+
+
+class ConfigChecker:
+    """Checks rendered artifacts; te-yaml through nvdlfw_inspect's real ConfigManager (use as a context manager)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self._torch_linear: Any = None
+
+    def __enter__(self) -> ConfigChecker:
+        from nvdlfw_inspect import logging as nv_logging
+        from nvdlfw_inspect.config_manager import ConfigManager
+        from nvdlfw_inspect.registry import NamespaceData
+
+        self._nv_logging, self._manager = nv_logging, ConfigManager
+        self._previous_logger = nv_logging.LOGGER
+        self._nv_logger = logging.getLogger("nvdlfw_inspect")
+        self._previous_handlers = list(self._nv_logger.handlers)
+        nv_logging.initialize_logger(str(self.workdir / "nvdlfw_logs"))
+        self.registry = {
+            "base": NamespaceData("base", None, features={"LogTensorStats": object()}),
+            "transformer_engine": NamespaceData("transformer_engine", None,
+                                                features={name: object() for name in TE_FEATURES}),
+        }
+        ConfigManager.reset()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._manager.reset()
+        for handler in list(self._nv_logger.handlers):
+            if handler not in self._previous_handlers:
+                self._nv_logger.removeHandler(handler)
+                handler.close()
+        self._nv_logging.LOGGER = self._previous_logger
+
+    # -- te-yaml
+    def check_te_yaml(self, text: str, decision: PolicyDecision) -> list[str]:
+        manager = self._manager
+        path = self.workdir / "te_debug.yaml"
+        path.write_text(text)
+        manager.reset()
+        try:
+            manager._load_config(str(path), registry_data=self.registry)
+        except Exception as exc:  # AssertionError for unknown features / missing fields, yaml errors, ...
+            return [f"ConfigManager rejected the file: {type(exc).__name__}: {exc}"]
+        errors: list[str] = []
+        skip = set(decision.skip_layers)
+        overrides = {o.layer: o for o in decision.gemm_overrides if o.layer not in skip}
+        names = dict.fromkeys([*(layer.name for layer in decision.layers), *skip, *overrides])
+        for name in names:
+            try:
+                config = manager.get_config_for_layer(name)
+            except ValueError as exc:
+                errors.append(f"{name}: {exc}")
+                continue
+            features = {**config.get("transformer_engine", {}), **config.get("base", {})}
+            layer_off, gemm_off = LAYER_DISABLE & set(features), GEMM_DISABLE & set(features)
+            if name in skip:
+                if len(layer_off) != 1 or gemm_off:
+                    errors.append(f"{name}: skipped but gets {sorted(features)}")
+            elif name in overrides:
+                want = set(overrides[name].gemms)
+                got = set(features[next(iter(gemm_off))].get("gemms", ())) if len(gemm_off) == 1 else None
+                if layer_off or got != want:
+                    errors.append(f"{name}: override {sorted(want)} but gets {sorted(features)} gemms={got}")
+            elif layer_off or gemm_off:
+                errors.append(f"{name}: kept in FP8 but gets {sorted(layer_off | gemm_off)}")
+        manager.reset()
+        return errors
+
+    # -- megatron
+    def check_megatron(self, text: str, decision: PolicyDecision) -> list[str]:
+        errors: list[str] = []
+        result = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True, check=False)
+        if result.returncode != 0:
+            errors.append(f"bash -n: {result.stderr.strip()}")
+        heredoc = re.search(r"<<'(\w+)'\n(.*?)\n\1$", text, re.S | re.M)
+        if heredoc:
+            try:
+                config = yaml.safe_load(heredoc[2])
+                configs, matchers = config["configs"], config["matchers"]
+                unknown = [k for k, m in matchers.items() if m.get("config") not in configs or not m.get("pattern")]
+                if unknown:
+                    errors.append(f"precision config: matchers without a known config/pattern: {unknown}")
+            except Exception as exc:
+                errors.append(f"precision-config YAML: {type(exc).__name__}: {exc}")
+        changed = bool(decision.skip_layers or decision.gemm_overrides)
+        routed = heredoc is not None or "--first-last-layers-bf16" in text
+        if changed and not routed:
+            errors.append("layers are skipped/overridden but neither a precision config nor BF16 flags are emitted")
+        if "FP8_POLICY_ARGS=(" not in text:
+            errors.append("no FP8_POLICY_ARGS array")
+        return errors
+
+    # -- hydra
+    @staticmethod
+    def check_hydra(text: str, decision: PolicyDecision) -> list[str]:
+        errors: list[str] = []
+        for line in text.splitlines():
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            try:
+                tokens = shlex.split(line)
+            except ValueError as exc:
+                errors.append(f"{line!r}: {exc}")
+                continue
+            if len(tokens) != 1 or not re.fullmatch(r"[+~]?[A-Za-z_][\w.]*=.*", tokens[0]):
+                errors.append(f"not one key=value override: {line!r}")
+                continue
+            key, value = tokens[0].split("=", 1)
+            if key == "fp8_layers":
+                parsed = yaml.safe_load(value)
+                if not isinstance(parsed, list) or not all(isinstance(v, int) and v >= 1 for v in parsed):
+                    errors.append(f"fp8_layers is not a list of 1-based block numbers: {value!r}")
+        return errors
+
+    # -- torchao
+    def check_torchao(self, text: str, decision: PolicyDecision) -> list[str]:
+        try:
+            namespace: dict[str, Any] = {"__name__": "torchao_fp8_filter"}
+            exec(compile(text, "torchao_fp8_filter.py", "exec"), namespace)  # noqa: S102 - our own output
+            skip_fqns, keep = namespace["SKIP_FQNS"], namespace["module_filter_fn"]
+            if self._torch_linear is None:
+                import torch
+
+                self._torch_linear = torch.nn.Linear(2, 2)
+        except Exception as exc:
+            return [f"snippet does not run: {type(exc).__name__}: {exc}"]
+        errors = [f"{fqn}: converted although listed" for fqn in skip_fqns if keep(self._torch_linear, fqn)]
+        if not keep(self._torch_linear, "fp8_policy_eval.some.other.linear"):
+            errors.append("an unlisted nn.Linear is not converted")
+        covered = set(decision.skip_layers) | {o.layer for o in decision.gemm_overrides}
+        if len(skip_fqns) != len(covered):
+            errors.append(f"SKIP_FQNS has {len(skip_fqns)} entries for {len(covered)} skipped/overridden layers")
+        return errors
+
+    def check(self, decision: PolicyDecision) -> dict[str, list[str]]:
+        """Errors per format (empty list: accepted); a renderer exception is an error of its format."""
+        checks = {"te-yaml": self.check_te_yaml, "megatron": self.check_megatron, "hydra": self.check_hydra,
+                  "torchao": self.check_torchao}
+        out: dict[str, list[str]] = {}
+        for fmt in FORMATS:
+            try:
+                text = render(decision, fmt).content
+            except Exception as exc:
+                out[fmt] = [f"render failed: {type(exc).__name__}: {exc}"]
+                continue
+            check = checks.get(fmt)
+            out[fmt] = check(text, decision) if check else []
+        return out

@@ -1,0 +1,53 @@
+"""Synthetic Transformer Engine / nvdlfw_inspect debug-log trees with planted, machine-readable ground truth.
+
+Belongs here: the module and layer naming of the model families we emulate, value profiles (`healthy`, `level`,
+`ramp`, `step_at`, ...), `Scenario` (which profile each layer/tensor/stat gets), the named `SCENARIOS` with their
+`PlantedTruth`, and `write_run`, which writes one metadata log and one statistics log per rank in the exact
+formats of fp8-log-format.md §1.1-1.3 and §3. Used by the benchmark, the demo data, tests and the evaluation suite.
+Must not be here: parsing or analysing logs, and any web or database import. The only side effect is
+`write_run` writing the files it is asked to write; everything else is deterministic in `SyntheticRun.seed`.
+
+Layout: `families` (model families, layer naming, `LayerSpec`) → `profiles` (`ProfileContext`, value profiles,
+selectors, `Rule`, `Scenario`) → `run` (`SyntheticRun`, `stats_matrix`) → `writer` (`write_run`, `WrittenRun`,
+line formats) and `scenarios` (`PATTERNS`, `PlantedTruth`, `make_case`, `SCENARIOS`). Import from the package;
+every public name is re-exported here.
+"""
+
+from __future__ import annotations
+
+from policy.synthetic.families import FAMILIES, Family, LayerSpec
+from policy.synthetic.profiles import (
+    Profile,
+    ProfileContext,
+    Rule,
+    Scenario,
+    Value,
+    Where,
+    all_of,
+    any_of,
+    blocks,
+    everywhere,
+    first_blocks,
+    heads,
+    healthy,
+    last_blocks,
+    level,
+    named,
+    ramp,
+    roles,
+    scale_jumps,
+    split_stat,
+    step_at,
+    with_values,
+)
+from policy.synthetic.run import DEFAULT_STATS, PLAN_WORDS, SyntheticRun, matching_layers, stats_matrix
+from policy.synthetic.scenarios import PATTERNS, SCENARIOS, PlantedTruth, ScenarioCase, make_case
+from policy.synthetic.writer import DEFAULT_START, LINE_US, PLAN_ORDER, RankFiles, WrittenRun, stats_line, write_run
+
+__all__ = [
+    "DEFAULT_START", "DEFAULT_STATS", "FAMILIES", "LINE_US", "PATTERNS", "PLAN_ORDER", "PLAN_WORDS", "SCENARIOS",
+    "Family", "LayerSpec", "PlantedTruth", "Profile", "ProfileContext", "RankFiles", "Rule", "Scenario",
+    "ScenarioCase", "SyntheticRun", "Value", "Where", "WrittenRun", "all_of", "any_of", "blocks", "everywhere",
+    "first_blocks", "heads", "healthy", "last_blocks", "level", "make_case", "matching_layers", "named", "ramp",
+    "roles", "scale_jumps", "split_stat", "stats_line", "stats_matrix", "step_at", "with_values", "write_run",
+]

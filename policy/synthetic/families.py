@@ -1,0 +1,72 @@
+"""Model families we emulate: how `infer_and_assign_layer_names` names their modules and TE GEMM layers.
+
+Belongs here: `Family`, the `FAMILIES` table (ESM2, Llama, Megatron, GPT) and `LayerSpec`.
+Must not be here: value profiles, scenarios, file writing, and any web or database import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# ---------------------------------------------------------------------------------------------------- families
+_ATTN_TE = ("core_attention", "core_attention.flash_attention", "core_attention.fused_attention",
+            "core_attention.unfused_attention", "core_attention.unfused_attention.scale_mask_softmax",
+            "core_attention.unfused_attention.attention_dropout")
+_TE_BLOCK = ("", "self_attention", "self_attention.layernorm_qkv",
+             *(f"self_attention.{m}" for m in _ATTN_TE), "self_attention.proj", "layernorm_mlp")
+_TE_GEMMS = (("qkv", "self_attention.layernorm_qkv"), ("proj", "self_attention.proj"),
+             ("fc1", "layernorm_mlp.fc1"), ("fc2", "layernorm_mlp.fc2"))
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """How `infer_and_assign_layer_names` names one model family (fp8-log-format.md §1.4)."""
+
+    blocks: str  # ModuleList path; block i is f"{blocks}.{i}"
+    gemms: tuple[tuple[str, str], ...]  # (role, suffix inside a block) in forward order
+    heads: tuple[str, ...]  # TE GEMM layers after the blocks, in forward order
+    before: tuple[str, ...]  # modules assigned before the first block
+    block_modules: tuple[str, ...]  # modules inside a block in named_children order ("" = the block itself)
+    after: tuple[str, ...]  # modules assigned after the last block
+
+
+FAMILIES: dict[str, Family] = {
+    # Names as in the real bionemo ESM2 log: the heads are model.lm_head.dense / .decoder (not under model.esm).
+    "esm2": Family("model.esm.encoder.layers", _TE_GEMMS, ("model.lm_head.dense", "model.lm_head.decoder"),
+                   ("model", "model.esm", "model.esm.embeddings", "model.esm.embeddings.word_embeddings",
+                    "model.esm.encoder"), _TE_BLOCK,
+                   ("model.esm.encoder.emb_layer_norm_after", "model.esm.encoder.rotary_embeddings",
+                    "model.lm_head", "model.lm_head.dense", "model.lm_head.decoder")),
+    "llama": Family("model.model.layers", _TE_GEMMS, ("model.lm_head",),
+                    ("model", "model.model", "model.model.embed_tokens"), _TE_BLOCK,
+                    ("model.model.norm", "model.model.rotary_emb", "model.lm_head")),
+    "megatron": Family(
+        "model.module.decoder.layers",
+        (("qkv", "self_attention.linear_qkv"), ("proj", "self_attention.linear_proj"),
+         ("fc1", "mlp.linear_fc1"), ("fc2", "mlp.linear_fc2")),
+        ("model.module.output_layer",),
+        ("model", "model.module", "model.module.embedding", "model.module.embedding.word_embeddings",
+         "model.module.embedding.embedding_dropout", "model.module.rotary_pos_emb", "model.module.decoder"),
+        ("", "input_layernorm", "self_attention", *(f"self_attention.{m}" for m in _ATTN_TE),
+         "self_attention.linear_proj", "self_attention.linear_qkv", "pre_cross_attn_layernorm",
+         "cross_attention", "pre_mlp_layernorm", "mlp", "mlp.linear_fc1", "mlp.linear_fc2"),
+        ("model.module.decoder.final_layernorm", "model.module.output_layer")),
+    "gpt": Family(
+        "model.transformer.h",
+        (("qkv", "attn.c_attn"), ("proj", "attn.c_proj"), ("fc1", "mlp.c_fc"), ("fc2", "mlp.c_proj")),
+        ("model.lm_head",),
+        ("model", "model.transformer", "model.transformer.wte", "model.transformer.wpe", "model.transformer.drop"),
+        ("", "ln_1", "attn", "attn.c_attn", "attn.c_proj", "attn.attn_dropout", "attn.resid_dropout", "ln_2",
+         "mlp", "mlp.c_fc", "mlp.c_proj", "mlp.act", "mlp.dropout"),
+        ("model.transformer.ln_f", "model.lm_head")),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LayerSpec:
+    """One TE GEMM layer of a synthetic run."""
+
+    name: str  # exactly as in plan and stats lines
+    role: str  # qkv | proj | fc1 | fc2 | head
+    ordinal: int | None  # 0-based block position; None for heads
+    index: int | None  # block number as logged (ordinal + first_index); None for heads

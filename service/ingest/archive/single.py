@@ -1,0 +1,23 @@
+"""The single-log reader: a bare or gzipped log becomes one statistics file named from its rank."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from policy.log_files import LogFile, single_file_log
+from service.ingest.archive.limits import CHUNK_BYTES, _Budget, _Skipped
+from service.ingest.archive.output import _Output, _write
+
+
+def _extract_single(
+    src: Path, out: _Output, budget: _Budget, skipped: _Skipped, hint: str | None
+) -> list[tuple[LogFile, Path]]:
+    """A bare log is the statistics file; it is written under a name built from its rank, not the client's."""
+    budget.count_members()
+    log = single_file_log(hint)
+    stamp = f"_{log.stamp}" if log.stamp else ""
+    relpath = (
+        f"rank_{log.rank}/nvdlfw_inspect_statistics_logs/nvdlfw_inspect{stamp}_globalrank-{log.rank}.log"
+    )
+    with open(src, "rb", buffering=CHUNK_BYTES) as raw:
+        return [(log, _write(out, budget, relpath, raw, count_total=True))]

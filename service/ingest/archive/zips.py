@@ -1,0 +1,55 @@
+"""The zip reader: member count checked from the central directory, type and encryption checks per member."""
+
+from __future__ import annotations
+
+import stat
+import zipfile
+from pathlib import Path
+from typing import IO
+
+from policy.log_files import LogFile, classify_log_path
+from service.ingest.archive.errors import ArchiveError
+from service.ingest.archive.limits import _Budget, _Skipped
+from service.ingest.archive.output import _Output, _output_relpath, _safe_relpath, _write
+
+
+def _extract_zip(
+    src: Path, out: _Output, budget: _Budget, skipped: _Skipped, hint: str | None
+) -> list[tuple[LogFile, Path]]:
+    """Members are opened one at a time; skipped members are never decompressed."""
+    files: list[tuple[LogFile, Path]] = []
+    with zipfile.ZipFile(src) as archive:
+        infos = archive.infolist()
+        budget.count_members(len(infos))  # the central directory is read already: refuse before any write
+        for info in infos:
+            relpath = _safe_relpath(info.filename)
+            _check_zip_member(info, relpath)
+            if info.is_dir():
+                continue
+            log = classify_log_path(relpath)
+            if log is None:
+                skipped.add(relpath)
+                continue
+            budget.check_member_size(relpath, info.file_size)
+            with _open_zip_member(archive, info, relpath) as raw:
+                files.append((log, _write(out, budget, _output_relpath(log), raw, count_total=True)))
+    return files
+
+
+def _check_zip_member(info: zipfile.ZipInfo, relpath: str) -> None:
+    file_type = stat.S_IFMT(info.external_attr >> 16)
+    if file_type == stat.S_IFLNK:
+        raise ArchiveError("UnsupportedMember", f"{relpath}: symlink")
+    if file_type not in (0, stat.S_IFREG, stat.S_IFDIR):
+        raise ArchiveError("UnsupportedMember", f"{relpath}: not a regular file or directory")
+    if info.flag_bits & 0x1:
+        raise ArchiveError("UnsupportedMember", f"{relpath}: encrypted")
+    if not info.is_dir() and not relpath:
+        raise ArchiveError("UnsafePath", f"{info.filename!r}: file without a name")
+
+
+def _open_zip_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, relpath: str) -> IO[bytes]:
+    try:
+        return archive.open(info)
+    except NotImplementedError as exc:  # compression method zipfile cannot read
+        raise ArchiveError("UnsupportedMember", f"{relpath}: {exc}") from exc
