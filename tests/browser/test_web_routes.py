@@ -28,17 +28,31 @@ def test_index_is_the_single_page_app(web_client):
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
     assert response.headers["cache-control"] == "no-cache"
-    assert '<script src="/static/app.js" defer></script>' in response.text
+    assert '<script type="module" src="/static/app.js"></script>' in response.text
     assert '<link rel="stylesheet" href="/static/app.css">' in response.text
 
 
-@pytest.mark.parametrize(("name", "media_type"), [("app.js", "text/javascript"), ("app.css", "text/css"),
-                                                  ("favicon.svg", "image/svg+xml")])
+MODULES = sorted(path.name for path in STATIC_DIR.glob("*.js"))  # app.js (the entry) and the ES modules it imports
+
+
+@pytest.mark.parametrize(("name", "media_type"), [*((name, "text/javascript") for name in MODULES),
+                                                  ("app.css", "text/css"), ("favicon.svg", "image/svg+xml")])
 def test_assets_are_served_with_their_media_type(web_client, name, media_type):
     response = web_client.get(f"/static/{name}")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith(media_type)
     assert response.content == (STATIC_DIR / name).read_bytes()
+
+
+def test_modules_import_only_sibling_files():
+    """Every `import ... from "./x.js"` names a file served from static/ (flat: the routes serve no subfolders)."""
+    assert "app.js" in MODULES
+    for name in MODULES:
+        text = (STATIC_DIR / name).read_text(encoding="utf-8")
+        assert text.startswith("// "), f"{name} should open with a one-line comment saying what belongs there"
+        for spec in re.findall(r"^import\s[^;]*?from\s+\"([^\"]+)\";", text, flags=re.M):
+            assert re.fullmatch(r"\./[\w-]+\.js", spec), f"{name} imports {spec!r}: only ./<sibling>.js"
+            assert spec[2:] in MODULES, f"{name} imports {spec!r}, which is not in static/"
 
 
 @pytest.mark.parametrize("path", ["/static/nope.js", "/static/..%2Froutes.py", "/static/%2e%2e/routes.py",

@@ -1,0 +1,140 @@
+// The inline-SVG time-series line chart (axes, ticks, threshold guides, hover read-out).
+
+import { h, s, replace } from "./dom.js";
+import { fmtNum, fmtInt } from "./format.js";
+
+function niceStep(range, target) {
+  const raw = range / Math.max(1, target);
+  const mag = 10 ** Math.floor(Math.log10(raw));
+  const norm = raw / mag;
+  return (norm <= 1 ? 1 : norm <= 2 ? 2 : norm <= 2.5 ? 2.5 : norm <= 5 ? 5 : 10) * mag;
+}
+
+function ticks(lo, hi, target) {
+  if (!(hi > lo)) hi = lo + 1;
+  const step = niceStep(hi - lo, target);
+  const out = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Number(v.toPrecision(12)));
+  return { values: out, step };
+}
+
+function tickLabel(v, step) {
+  if (v === 0) return "0";
+  const a = Math.abs(v);
+  if (a >= 1e5 || a < 1e-3) return v.toExponential(1);
+  const digits = Math.max(0, Math.min(6, -Math.floor(Math.log10(step)) + (step / 10 ** Math.floor(Math.log10(step)) === 2.5 ? 1 : 0)));
+  return v.toLocaleString("en-US", { maximumFractionDigits: digits });
+}
+
+/* series: [{label, color, points: [[x, y], ...], dash}]; guides: [{value, label, color}] */
+export function lineChart({ series, guides = [], width, height = 300, xLabel, yLabel, unit = "", title }) {
+  const m = { top: 16, right: 96, bottom: 44, left: 64 };
+  const W = Math.max(420, Math.floor(width));
+  const H = height;
+  const pw = W - m.left - m.right;
+  const ph = H - m.top - m.bottom;
+  const all = series.flatMap((sr) => sr.points.filter((p) => Number.isFinite(p[1])));
+  const xs = all.map((p) => p[0]);
+  const ys = all.map((p) => p[1]);
+  let x0 = Math.min(...xs);
+  let x1 = Math.max(...xs);
+  if (!(x1 > x0)) x1 = x0 + 1;
+  let y0 = Math.min(0, ...ys);
+  let y1 = Math.max(...ys);
+  const guideMax = guides.map((g) => g.value).filter((v) => v <= y1 * 1.25 || y1 === 0);
+  y1 = Math.max(y1, ...guideMax, y0 + 1e-9);
+  const yt = ticks(y0, y1 * 1.05, 5);
+  y1 = yt.values[yt.values.length - 1];
+  y0 = Math.min(y0, yt.values[0]);
+  const xt = ticks(x0, x1, Math.max(3, Math.floor(pw / 90)));
+  const X = (x) => m.left + ((x - x0) / (x1 - x0)) * pw;
+  const Y = (y) => m.top + ph - ((y - y0) / (y1 - y0)) * ph;
+
+  const root = s("svg", {
+    class: "chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": title || "chart",
+  });
+  root.append(s("title", null, title || ""));
+  const grid = s("g", { class: "chart-grid" });
+  for (const v of yt.values) {
+    grid.append(s("line", { x1: m.left, x2: m.left + pw, y1: Y(v), y2: Y(v) }));
+    grid.append(s("text", { x: m.left - 8, y: Y(v), class: "tick tick-y", "text-anchor": "end", "dominant-baseline": "middle" },
+      tickLabel(v, yt.step) + unit));
+  }
+  for (const v of xt.values) {
+    if (v < x0 || v > x1) continue;
+    grid.append(s("line", { class: "xgrid", x1: X(v), x2: X(v), y1: m.top, y2: m.top + ph }));
+    grid.append(s("text", { x: X(v), y: m.top + ph + 18, class: "tick", "text-anchor": "middle" }, tickLabel(v, xt.step)));
+  }
+  root.append(grid);
+  root.append(s("rect", { class: "chart-frame", x: m.left, y: m.top, width: pw, height: ph }));
+  if (xLabel) root.append(s("text", { class: "axis-label", x: m.left + pw / 2, y: H - 6, "text-anchor": "middle" }, xLabel));
+  if (yLabel) {
+    root.append(s("text", {
+      class: "axis-label", transform: `translate(14 ${m.top + ph / 2}) rotate(-90)`, "text-anchor": "middle",
+    }, yLabel));
+  }
+  for (const g of guides) {
+    if (g.value < y0 || g.value > y1) continue;
+    root.append(s("line", { class: "guide", x1: m.left, x2: m.left + pw, y1: Y(g.value), y2: Y(g.value), style: { stroke: g.color } }));
+    root.append(s("text", { class: "guide-label", x: m.left + pw + 6, y: Y(g.value), style: { fill: g.color }, "dominant-baseline": "middle" },
+      `${g.label} ${g.value}${unit}`));
+  }
+  const lines = s("g", { class: "chart-lines" });
+  for (const sr of series) {
+    let d = "";
+    let pen = false;
+    for (const [x, y] of sr.points) {
+      if (!Number.isFinite(y)) {
+        pen = false;
+        continue;
+      }
+      d += `${pen ? "L" : "M"}${X(x).toFixed(1)} ${Y(y).toFixed(1)}`;
+      pen = true;
+    }
+    lines.append(s("path", {
+      d, class: "series", stroke: sr.color, "stroke-dasharray": sr.dash || null, "stroke-opacity": sr.opacity || null,
+      "data-label": sr.label,
+    }));
+  }
+  root.append(lines);
+
+  // Hover read-out: nearest iteration, every series' value there.
+  const cursor = s("line", { class: "cursor", x1: 0, x2: 0, y1: m.top, y2: m.top + ph, visibility: "hidden" });
+  const dots = s("g", { class: "cursor-dots", visibility: "hidden" });
+  root.append(cursor, dots);
+  const overlay = s("rect", { x: m.left, y: m.top, width: pw, height: ph, fill: "transparent", class: "overlay" });
+  root.append(overlay);
+  const tip = h("div", { class: "chart-tip", hidden: true });
+  const allX = [...new Set(xs)].sort((a, b) => a - b);
+  overlay.addEventListener("mousemove", (e) => {
+    const rect = root.getBoundingClientRect();
+    const px = ((e.clientX - rect.left) / rect.width) * W;
+    const xv = x0 + ((px - m.left) / pw) * (x1 - x0);
+    let best = allX[0];
+    for (const v of allX) if (Math.abs(v - xv) < Math.abs(best - xv)) best = v;
+    cursor.setAttribute("x1", X(best));
+    cursor.setAttribute("x2", X(best));
+    cursor.setAttribute("visibility", "visible");
+    dots.replaceChildren();
+    const rows = [];
+    for (const sr of series) {
+      const p = sr.points.find((q) => q[0] === best);
+      if (!p) continue;
+      if (Number.isFinite(p[1])) dots.append(s("circle", { cx: X(best), cy: Y(p[1]), r: 3.5, fill: sr.color }));
+      rows.push(h("div", { class: "tip-row" }, h("span", { class: "swatch", style: { background: sr.color } }),
+        `${sr.label}: `, h("strong", null, `${fmtNum(p[1], 4)}${unit}`)));
+    }
+    dots.setAttribute("visibility", "visible");
+    replace(tip, h("div", { class: "tip-head" }, `iteration ${fmtInt(best)}`), rows);
+    tip.hidden = false;
+    const left = (X(best) / W) * rect.width;
+    tip.style.left = `${Math.min(left + 12, rect.width - 200)}px`;
+    tip.style.top = `${m.top}px`;
+  });
+  overlay.addEventListener("mouseleave", () => {
+    cursor.setAttribute("visibility", "hidden");
+    dots.setAttribute("visibility", "hidden");
+    tip.hidden = true;
+  });
+  return h("div", { class: "chart-wrap" }, root, tip);
+}

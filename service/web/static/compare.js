@@ -1,0 +1,289 @@
+// Compare view (#/compare?base=&head=): run pickers, summary, side-by-side image, findings/groups/layer deltas.
+
+import { TENSORS } from "./constants.js";
+import { h, replace, $ } from "./dom.js";
+import { isNum, fmtNum, fmtPct, fmtSigned, fmtInt, plural, runLabel } from "./format.js";
+import { API, ApiError, apiFetch, api, qs, errorBox, analysisOf, overallSeverity, sevRank } from "./api.js";
+import { sevBadge, layerName, card, loading, selectField, sortableTable } from "./widgets.js";
+import { go, setTitle } from "./router.js";
+
+export async function compareView(ctx, query) {
+  setTitle("Compare");
+  const view = $("#view");
+  const base = query.get("base") || "";
+  const headId = query.get("head") || "";
+  replace(view, h("div", { class: "page-head" }, h("h1", null, "Compare runs")), loading("Loading runs…"));
+  const list = await api(`/runs?status=ready&limit=200`, { signal: ctx.signal });
+  const runs = list.items;
+  const byId = new Map(runs.map((r) => [String(r.id), r]));
+  const option = (r) => [String(r.id), `#${r.id} · ${runLabel(r)} · ${r.project}`];
+  const opts = [["", "Choose a run…"], ...runs.map(option)];
+  const baseSel = selectField("Base run", "compare-base", opts, base, () => {});
+  const headSel = selectField("Head run", "compare-head", opts, headId, () => {});
+  const form = h("form", {
+    class: "filters compare-form", "aria-label": "Choose runs to compare",
+    onsubmit: (e) => {
+      e.preventDefault();
+      const b = $("#compare-base").value;
+      const hd = $("#compare-head").value;
+      go("/compare", { base: b, head: hd });
+    },
+  }, baseSel,
+  h("button", {
+    type: "button", class: "btn btn-ghost swap", "aria-label": "Swap base and head", title: "Swap base and head",
+    onclick: () => {
+      const a = $("#compare-base");
+      const b = $("#compare-head");
+      [a.value, b.value] = [b.value, a.value];
+    },
+  }, "⇄"),
+  headSel,
+  h("button", { type: "submit", class: "btn btn-primary", id: "compare-go" }, "Compare"));
+
+  const content = h("div", { id: "compare-result" });
+  replace(view, h("div", { class: "page-head" }, h("div", null, h("h1", null, "Compare runs"),
+    h("p", { class: "page-sub" }, "Base is the reference; deltas are head − base."))), form, content);
+
+  if (!base || !headId) {
+    replace(content, h("div", { class: "empty-state" },
+      h("h2", null, "Pick two runs"),
+      h("p", { class: "muted" }, runs.length >= 2
+        ? "Choose a base run and a head run, then press Compare. You can also tick two runs in the runs list."
+        : "Comparison needs at least two ready runs.")));
+    return;
+  }
+  if (base === headId) {
+    replace(content, errorBox(new ApiError(400, "SameRun", "base and head are the same run; choose two different runs")));
+    return;
+  }
+  setTitle(`Compare #${base} → #${headId}`);
+  replace(content, loading("Comparing…"));
+  const [cmp, baseRun, headRun] = await Promise.all([
+    api(`/compare${qs({ base, head: headId })}`, { signal: ctx.signal }).catch((err) => {
+      if (err.name === "AbortError") throw err;
+      return { __error: err };
+    }),
+    byId.get(base) || api(`/runs/${base}`, { signal: ctx.signal }).catch(() => null),
+    byId.get(headId) || api(`/runs/${headId}`, { signal: ctx.signal }).catch(() => null),
+  ]);
+
+  const side = (label, run, id) => {
+    const sev = h("span", { class: "muted small" }, "…");
+    if (run && run.status === "ready") {
+      analysisOf(run.id).then((a) => replace(sev, sevBadge(overallSeverity(a)),
+        h("span", { class: "muted small" }, ` ${(a.findings || []).filter((f) => f.pattern !== "healthy").map((f) => f.pattern).join(", ") || "healthy"}`)))
+        .catch(() => replace(sev, "—"));
+    }
+    return h("div", { class: "side card", "data-side": label.toLowerCase() },
+      h("div", { class: "side-label" }, label),
+      run ? h("div", null,
+        h("a", { class: "side-name", href: `#/runs/${run.id}` }, runLabel(run)), " ", h("span", { class: "muted" }, `#${run.id}`),
+        h("div", { class: "muted small" }, `${run.project} · ${fmtInt(run.layer_count)} layers · ${fmtInt(run.ranks)} rank(s) · iterations ${fmtInt(run.iteration_min)}–${fmtInt(run.iteration_max)}`),
+        h("div", { class: "side-sev" }, sev))
+        : h("div", { class: "muted" }, `run ${id} not found`));
+  };
+
+  if (cmp.__error) {
+    replace(content,
+      h("div", { class: "sides" }, side("Base", baseRun, base), h("div", { class: "sides-arrow", "aria-hidden": "true" }, "→"), side("Head", headRun, headId)),
+      errorBox(cmp.__error, { title: "Comparison failed" }));
+    return;
+  }
+  replace(content,
+    h("div", { class: "sides" }, side("Base", baseRun, base), h("div", { class: "sides-arrow", "aria-hidden": "true" }, "→"), side("Head", headRun, headId)),
+    compareSummary(cmp),
+    compareImageCard(ctx, base, headId),
+    h("div", { class: "grid-2" }, compareFindings(cmp), compareGroups(cmp)),
+    compareLayers(cmp));
+}
+
+function compareImageCard(ctx, base, headId) {
+  const img = h("img", { id: "compare-img", class: "compare-img", alt: "" });
+  const status = h("div", { class: "heatmap-status" });
+  const frame = h("div", { class: "heatmap-frame" }, img, status);
+  const open = h("a", { class: "btn btn-small btn-ghost", target: "_blank", rel: "noopener" }, "PNG");
+  const openSvg = h("a", { class: "btn btn-small btn-ghost", target: "_blank", rel: "noopener" }, "SVG");
+  let tensor = "gradient";
+  let token = 0;
+  function load() {
+    const mine = ++token;
+    const src = `${API}/compare.png${qs({ base, head: headId, tensor })}`;
+    open.href = src;
+    openSvg.href = `${API}/compare.svg${qs({ base, head: headId, tensor })}`;
+    img.alt = `${tensor} underflows% heatmaps of run ${base} (base) and run ${headId} (head) side by side, one colour scale`;
+    frame.classList.add("is-loading");
+    frame.classList.remove("is-error");
+    frame.setAttribute("aria-busy", "true");
+    replace(status, loading("Rendering comparison…"));
+    img.onload = () => {
+      if (mine !== token) return;
+      frame.classList.remove("is-loading");
+      frame.setAttribute("aria-busy", "false");
+      status.replaceChildren();
+    };
+    img.onerror = async () => {
+      if (mine !== token) return;
+      frame.classList.remove("is-loading");
+      frame.classList.add("is-error");
+      frame.setAttribute("aria-busy", "false");
+      let err = new ApiError(0, "ImageError", "the comparison image could not be decoded");
+      try {
+        await apiFetch(src, { signal: ctx.signal, as: "response" });
+      } catch (e) {
+        if (e.name === "AbortError") return;
+        err = e;
+      }
+      replace(status, errorBox(err, { title: "Comparison image unavailable", retry: load }));
+    };
+    img.src = src;
+  }
+  load();
+  return card("Side by side", {
+    id: "compare-image",
+    subtitle: "Both heatmaps on one colour scale: base on the left, head on the right.",
+  },
+  h("div", { class: "controls" },
+    selectField("Tensor", "compare-tensor", TENSORS.map((t) => [t, t]), tensor, (v) => {
+      tensor = v;
+      load();
+    }),
+    h("span", { class: "control-links" }, open, openSvg)),
+  frame);
+}
+
+function compareSummary(cmp) {
+  const sentences = Array.isArray(cmp.summary) ? cmp.summary : cmp.summary ? [String(cmp.summary)] : [];
+  const notes = (cmp.notes || []).filter((n) => !sentences.includes(n));
+  const unmatched = cmp.unmatched || {};
+  const onlyBase = (unmatched.only_in_base || []).length;
+  const onlyHead = (unmatched.only_in_head || []).length;
+  return card("Summary", { id: "compare-summary" },
+    sentences.length
+      ? h("ul", { class: "sentences", id: "compare-sentences" }, sentences.map((x) => h("li", null, x)))
+      : h("p", { class: "muted", id: "compare-sentences" }, "No difference worth a sentence."),
+    notes.length ? h("ul", { class: "sentences muted small" }, notes.map((n) => h("li", null, n))) : null,
+    onlyBase || onlyHead ? h("p", { class: "muted small" },
+      `Layers match by exact name: ${plural(onlyBase, "layer")} only in base, ${plural(onlyHead, "layer")} only in head.`) : null);
+}
+
+function findingItem(f) {
+  return h("li", { "data-pattern": f.pattern },
+    h("div", { class: "finding-head" }, sevBadge(f.severity), h("strong", { class: "finding-pattern" }, String(f.pattern).replace(/_/g, " ")),
+      (f.layers || []).length ? h("span", { class: "muted small" }, plural(f.layers.length, "layer")) : null),
+    f.summary ? h("div", { class: "small muted" }, f.summary) : null);
+}
+
+function compareFindings(cmp) {
+  const block = (title, list, cls) => h("div", { class: ["delta-findings", cls] },
+    h("h3", null, title, h("span", { class: "count" }, String(list.length))),
+    list.length ? h("ul", null, list.map(findingItem)) : h("p", { class: "muted small" }, "none"));
+  const changes = cmp.precision_changes || [];
+  return card("Findings and precision", { id: "compare-findings" },
+    block("Appeared in head", cmp.findings_appeared || [], "appeared"),
+    block("Gone in head", cmp.findings_disappeared || [], "disappeared"),
+    h("div", { class: "delta-findings" },
+      h("h3", null, "Precision changes", h("span", { class: "count" }, String(changes.length))),
+      changes.length ? h("ul", null, changes.map((c) => h("li", null, h("span", { class: "mono" }, c.layer), " ",
+        h("span", { class: "muted" }, `${c.base ?? "—"} → ${c.head ?? "—"}`))))
+        : h("p", { class: "muted small" }, "none")));
+}
+
+function deltaCell(d, { pp = true } = {}) {
+  if (!d || !isNum(d.change)) return h("span", { class: "muted" }, "—");
+  const cls = d.change >= 0.005 ? "delta-up" : d.change <= -0.005 ? "delta-down" : "delta-zero";
+  const rel = isNum(d.relative) ? ` (${fmtSigned(d.relative * 100, 0, "%")})` : "";
+  return h("span", { class: ["delta", cls], title: `${fmtNum(d.base)}% → ${fmtNum(d.head)}%${rel}` }, fmtSigned(d.change, 2, pp ? " pp" : ""));
+}
+
+function pair(a, b, fmt = (v) => fmtPct(v)) {
+  return h("span", { class: "pair" }, h("span", null, fmt(a)), h("span", { class: "arrow", "aria-label": "to" }, " → "), h("span", null, fmt(b)));
+}
+
+function compareGroups(cmp) {
+  const groups = cmp.groups || [];
+  const rows = groups.map((g) => h("tr", { "data-group": g.group },
+    h("th", { scope: "row" }, g.group, h("div", { class: "muted small" }, plural(g.layers, "layer"))),
+    TENSORS.map((t) => {
+      const st = (g.stats || {})[t] || {};
+      return h("td", { class: "num" }, pair(st.base, st.head), h("div", null, deltaCell(st)));
+    }),
+    h("td", { class: "num" }, pair((g.bf16 || {}).base, (g.bf16 || {}).head, (v) => fmtInt(v)),
+      (g.moved_to_bf16 || []).length ? h("div", { class: "small muted" }, `+${g.moved_to_bf16.length} to BF16`) : null,
+      (g.moved_to_fp8 || []).length ? h("div", { class: "small muted" }, `+${g.moved_to_fp8.length} to FP8`) : null)));
+  return card("Per group", {
+    id: "compare-groups-card",
+    subtitle: "Mean underflow level (%) of the group's layers, base → head; change in percentage points.",
+  }, groups.length ? h("div", { class: "table-scroll" }, h("table", { class: "table table-compact", id: "compare-groups" },
+    h("thead", null, h("tr", null, h("th", { scope: "col" }, "Group"), TENSORS.map((t) => h("th", { scope: "col", class: "num" }, t)),
+      h("th", { scope: "col", class: "num" }, "BF16 layers"))),
+    h("tbody", null, rows))) : h("p", { class: "muted" }, "No groups."));
+}
+
+function compareLayers(cmp) {
+  const state = { stat: "level", onlyChanged: false, query: "" };
+  const stat = (row, tensor) => ((row.stats || {})[tensor] || {})[state.stat] || {};
+  const rows = (cmp.layers || []).map((l, i) => ({ ...l, order: i }));
+  const sevCell = (r) => {
+    const sv = r.severity || {};
+    return h("span", { class: "pair" }, sv.base ? sevBadge(sv.base) : h("span", { class: "muted" }, "—"),
+      h("span", { class: "arrow", "aria-label": "to" }, " → "), sv.head ? sevBadge(sv.head) : h("span", { class: "muted" }, "—"));
+  };
+  const columns = [
+    { key: "order", label: "#", num: true, render: (r) => h("span", { class: "muted" }, r.order + 1) },
+    { key: "name", label: "Layer", cls: "col-layer", render: (r) => layerName(r.name) },
+    { key: "group", label: "Group" },
+    { key: "index", label: "Block", num: true, render: (r) => fmtNum(r.index) },
+    { key: "sublayer", label: "Sublayer", render: (r) => r.sublayer || "—" },
+    rows.some((r) => r.in !== "both") ? {
+      key: "in", label: "In", render: (r) => (r.in === "both" ? h("span", { class: "muted" }, "both")
+        : h("span", { class: "chip chip-small" }, `only ${r.in}`)),
+    } : null,
+    {
+      key: "severity", label: "Severity", num: true,
+      get: (r) => sevRank((r.severity || {}).head || "ok") - sevRank((r.severity || {}).base || "ok"),
+      render: sevCell, title: "Base → head; sorts by the change",
+    },
+    ...TENSORS.flatMap((t) => [
+      {
+        key: `${t}-pair`, label: `${t[0].toUpperCase()}${t.slice(1)}`, num: true, sortable: true,
+        get: (r) => stat(r, t).head, render: (r) => pair(stat(r, t).base, stat(r, t).head, (v) => (isNum(v) ? v.toFixed(2) : "—")),
+        title: `${t} underflows% (${state.stat}), base → head`,
+      },
+      { key: `${t}-delta`, label: "Δ pp", num: true, get: (r) => stat(r, t).change, render: (r) => deltaCell(stat(r, t), { pp: false }), title: `${t} change, percentage points` },
+    ]),
+    {
+      key: "status_changed", label: "Precision", get: (r) => (r.status_changed ? 1 : 0),
+      render: (r) => (r.status_changed ? h("span", { class: "chip chip-small" }, `${(r.status || {}).base} → ${(r.status || {}).head}`) : h("span", { class: "muted" }, (r.status || {}).head || (r.status || {}).base || "—")),
+    },
+  ].filter(Boolean);
+  const tableApi = sortableTable({
+    id: "compare-layers", caption: "Per-layer changes, head − base", columns, rows: [],
+    initial: { key: "gradient-delta", dir: -1 }, empty: "No layer matches.",
+    rowAttrs: (r) => ({ "data-layer": r.name }),
+  });
+  const shown = h("span", { class: "muted small" });
+  const changed = (r) => r.status_changed || (r.severity || {}).base !== (r.severity || {}).head || r.in !== "both";
+  function apply() {
+    const q = state.query.toLowerCase();
+    const list = rows.filter((r) => (!state.onlyChanged || changed(r)) && (!q || r.name.toLowerCase().includes(q)));
+    shown.textContent = `${list.length} of ${rows.length} layers`;
+    tableApi.setRows(list);
+  }
+  apply();
+  return card("Per layer", {
+    id: "compare-layers-card",
+    subtitle: "Underflows% per tensor, base → head, and the change in percentage points (red: more underflow, green: less). Click a header to sort.",
+  },
+  h("div", { class: "controls" },
+    selectField("Statistic", "compare-stat", [["level", "level (p95, trailing window)"], ["max", "max"], ["mean", "mean"], ["last", "last"]], state.stat, (v) => {
+      state.stat = v;
+      apply();
+    }),
+    h("div", { class: "field field-inline" }, h("label", { for: "compare-filter" }, "Filter"),
+      h("input", { type: "search", id: "compare-filter", placeholder: "layer name", oninput: (e) => { state.query = e.target.value.trim(); apply(); } })),
+    h("div", { class: "field field-check" },
+      h("input", { type: "checkbox", id: "compare-changed", onchange: (e) => { state.onlyChanged = e.target.checked; apply(); } }),
+      h("label", { for: "compare-changed" }, "Only layers whose severity, precision or presence changed")),
+    shown),
+  h("div", { class: "table-scroll table-tall" }, tableApi.table));
+}

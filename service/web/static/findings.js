@@ -1,0 +1,57 @@
+// Run page: the findings card (severity, summary, layer chips, evidence table per finding).
+
+import { h, replace } from "./dom.js";
+import { fmtNum, plural } from "./format.js";
+import { sevBadge, card } from "./widgets.js";
+
+const EVIDENCE_COLUMNS = [
+  ["layer", "Layer"], ["metric", "Metric"], ["rank", "Rank"], ["window", "Window"], ["level", "Level"],
+  ["max", "Max"], ["mean", "Mean"], ["last", "Last"], ["slope_per_1k", "Slope / 1k it"],
+  ["start_level", "Start"], ["end_level", "End"], ["projected_value", "Projected"], ["projected_iteration", "Projected at"],
+  ["ratio", "Ratio"], ["reference", "Reference"], ["onset", "Onset"], ["crossing_iteration", "Crosses at"], ["count", "Count"],
+];
+
+function evidenceValue(key, v) {
+  if (v === null || v === undefined) return "—";
+  if (Array.isArray(v)) return v.map((x) => fmtNum(x)).join("–");
+  if (["onset", "projected_iteration", "crossing_iteration", "rank", "count"].includes(key)) return fmtNum(v);
+  if (typeof v === "number") return fmtNum(v, 4);
+  return String(v);
+}
+
+export function findingsCard(analysis, onLayer) {
+  const findings = analysis.findings || [];
+  const list = h("ol", { class: "findings", id: "findings-list" }, findings.map((f, i) => {
+    const ev = f.evidence || [];
+    const cols = EVIDENCE_COLUMNS.filter(([k]) => ev.some((e) => e[k] !== null && e[k] !== undefined));
+    const limit = 6;
+    const evRows = (all) => (all ? ev : ev.slice(0, limit)).map((e) => h("tr", null, cols.map(([k]) =>
+      h("td", { class: [k === "layer" ? "mono" : "num", k === "layer" || k === "metric" ? "left" : null] },
+        k === "layer" && e.layer ? h("button", { type: "button", class: "link-button mono", onclick: () => onLayer(e.layer) }, e.layer) : evidenceValue(k, e[k])))));
+    const tbody = h("tbody", null, evRows(false));
+    const more = ev.length > limit ? h("button", {
+      type: "button", class: "btn btn-small btn-ghost", onclick: (e) => {
+        replace(tbody, evRows(true));
+        e.target.remove();
+      },
+    }, `Show all ${ev.length} evidence rows`) : null;
+    const layerChips = (f.layers || []).slice(0, 12).map((l) => h("button", { type: "button", class: "chip chip-button mono", onclick: () => onLayer(l), title: `Plot ${l}` }, l));
+    return h("li", { class: ["finding", `finding-${f.severity}`], "data-pattern": f.pattern },
+      h("div", { class: "finding-head" }, sevBadge(f.severity), h("span", { class: "finding-pattern" }, f.pattern.replace(/_/g, " ")),
+        f.layers && f.layers.length ? h("span", { class: "muted small" }, plural(f.layers.length, "layer")) : null),
+      h("p", { class: "finding-summary" }, f.summary),
+      layerChips.length ? h("div", { class: "chips" }, layerChips, f.layers.length > 12 ? h("span", { class: "muted small" }, `+${f.layers.length - 12} more`) : null) : null,
+      ev.length ? h("div", { class: "table-scroll" }, h("table", { class: "table table-compact evidence", "aria-label": `Evidence for finding ${i + 1}` },
+        h("thead", null, h("tr", null, cols.map(([k, label]) => h("th", { scope: "col", class: k === "layer" || k === "metric" ? null : "num" }, label)))),
+        tbody)) : null,
+      more);
+  }));
+  const notes = (analysis.notes || []).length
+    ? h("div", { class: "notes" }, h("h3", null, "Notes"), h("ul", null, analysis.notes.map((n) => h("li", null, n))))
+    : null;
+  const t = analysis.thresholds || {};
+  return card(`Findings (${findings.length})`, {
+    id: "findings",
+    subtitle: `Underflow bands: warning ≥ ${t.warning}%, critical ≥ ${t.critical}%, severe ≥ ${t.severe}% (level = p95 of the trailing window).`,
+  }, list, notes);
+}
