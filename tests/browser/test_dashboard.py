@@ -267,3 +267,24 @@ def test_errors_are_shown_inline(page, live_server, seeded_runs, shot):
 
     page.goto(f"{live_server.url}/#/nowhere")
     expect(page.locator(".alert-error")).to_contain_text("no page /nowhere")
+
+
+def test_a_failing_heatmap_shows_the_api_error_and_retry_recovers(page, live_server, seeded_runs, shot):
+    def refuse(route):
+        route.fulfill(status=400, content_type="application/json",
+                      body='{"error": "NoData", "detail": "run has no gradient underflows% series"}')
+
+    page.route(re.compile(r".*/heatmap\.png.*"), refuse)
+    page.goto(f"{live_server.url}/#/runs/{seeded_runs['head_only']}")
+    alert = page.locator(".heatmap-frame .alert-error")
+    expect(alert).to_contain_text("Heatmap unavailable")
+    expect(alert).to_contain_text("NoData")
+    expect(alert).to_contain_text("run has no gradient underflows% series")
+    shot(page, "errors-03-heatmap-refused")
+
+    page.unroute(re.compile(r".*/heatmap\.png.*"), refuse)
+    alert.get_by_role("button").first.click()
+    frame = page.locator(".heatmap-frame")
+    expect(frame).not_to_have_class(re.compile("is-error"))
+    expect(page.locator(".heatmap-frame .alert-error")).to_have_count(0)
+    wait_image(page, "#heatmap-img")

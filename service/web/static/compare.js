@@ -3,8 +3,8 @@
 import { TENSORS } from "./constants.js";
 import { h, replace, $ } from "./dom.js";
 import { isNum, fmtNum, fmtPct, fmtSigned, fmtInt, plural, runLabel } from "./format.js";
-import { API, ApiError, apiFetch, api, qs, errorBox, analysisOf, overallSeverity, sevRank } from "./api.js";
-import { sevBadge, layerName, card, loading, selectField, sortableTable } from "./widgets.js";
+import { API, ApiError, api, qs, errorBox, analysisOf, overallSeverity, sevRank } from "./api.js";
+import { sevBadge, layerName, card, loading, selectField, sortableTable, imageLoader } from "./widgets.js";
 import { go, setTitle } from "./router.js";
 
 export async function compareView(ctx, query) {
@@ -104,38 +104,14 @@ function compareImageCard(ctx, base, headId) {
   const open = h("a", { class: "btn btn-small btn-ghost", target: "_blank", rel: "noopener" }, "PNG");
   const openSvg = h("a", { class: "btn btn-small btn-ghost", target: "_blank", rel: "noopener" }, "SVG");
   let tensor = "gradient";
-  let token = 0;
+  const show = imageLoader(ctx, { img, frame, status, busyText: "Rendering comparison…",
+    errorTitle: "Comparison image unavailable", undecodable: "the comparison image could not be decoded" });
   function load() {
-    const mine = ++token;
     const src = `${API}/compare.png${qs({ base, head: headId, tensor })}`;
     open.href = src;
     openSvg.href = `${API}/compare.svg${qs({ base, head: headId, tensor })}`;
     img.alt = `${tensor} underflows% heatmaps of run ${base} (base) and run ${headId} (head) side by side, one colour scale`;
-    frame.classList.add("is-loading");
-    frame.classList.remove("is-error");
-    frame.setAttribute("aria-busy", "true");
-    replace(status, loading("Rendering comparison…"));
-    img.onload = () => {
-      if (mine !== token) return;
-      frame.classList.remove("is-loading");
-      frame.setAttribute("aria-busy", "false");
-      status.replaceChildren();
-    };
-    img.onerror = async () => {
-      if (mine !== token) return;
-      frame.classList.remove("is-loading");
-      frame.classList.add("is-error");
-      frame.setAttribute("aria-busy", "false");
-      let err = new ApiError(0, "ImageError", "the comparison image could not be decoded");
-      try {
-        await apiFetch(src, { signal: ctx.signal, as: "response" });
-      } catch (e) {
-        if (e.name === "AbortError") return;
-        err = e;
-      }
-      replace(status, errorBox(err, { title: "Comparison image unavailable", retry: load }));
-    };
-    img.src = src;
+    show(src, load);
   }
   load();
   return card("Side by side", {

@@ -2,8 +2,8 @@
 
 import { TENSORS } from "./constants.js";
 import { h, replace } from "./dom.js";
-import { API, ApiError, apiFetch, qs, errorBox } from "./api.js";
-import { card, loading, selectField } from "./widgets.js";
+import { API, qs } from "./api.js";
+import { card, selectField, imageLoader } from "./widgets.js";
 
 export function heatmapCard(ctx, run, analysis, layersInfo) {
   const statsByTensor = new Map();
@@ -40,39 +40,14 @@ export function heatmapCard(ctx, run, analysis, layersInfo) {
     return `${API}/runs/${run.id}/heatmap.${ext}${qs({ tensor: state.tensor, stat: state.stat, rank: state.rank, sublayer: state.sublayer })}`;
   }
 
-  let token = 0;
+  const show = imageLoader(ctx, { img, frame, status, busyText: "Rendering heatmap…",
+    errorTitle: "Heatmap unavailable", undecodable: "the heatmap could not be decoded" });
   function load() {
-    token += 1;
-    const mine = token;
     const src = url("png");
-    frame.setAttribute("aria-busy", "true");
-    frame.classList.add("is-loading");
-    replace(status, loading("Rendering heatmap…"));
     img.alt = `Heatmap of ${state.tensor} ${state.stat} per layer and iteration${state.rank !== "" ? `, rank ${state.rank}` : ""}`;
     openPng.href = src;
     openSvg.href = url("svg");
-    img.onload = () => {
-      if (mine !== token) return;
-      frame.classList.remove("is-loading", "is-error");
-      frame.setAttribute("aria-busy", "false");
-      status.replaceChildren();
-    };
-    img.onerror = async () => {
-      if (mine !== token) return;
-      frame.classList.remove("is-loading");
-      frame.classList.add("is-error");
-      frame.setAttribute("aria-busy", "false");
-      let err;
-      try {
-        await apiFetch(src, { signal: ctx.signal, as: "response" });
-        err = new ApiError(0, "ImageError", "the heatmap could not be decoded");
-      } catch (e) {
-        if (e.name === "AbortError") return;
-        err = e;
-      }
-      replace(status, errorBox(err, { title: "Heatmap unavailable", retry: load }));
-    };
-    img.src = src;
+    show(src, load);
   }
 
   const controls = h("div", { class: "controls" },

@@ -1,8 +1,10 @@
-// Small reusable widgets: badges, chips, cards, figures, loading/toast, copy, select fields, sortable tables, tabs.
+// Small reusable widgets: badges, chips, cards, figures, loading/toast, copy, select fields, sortable tables, tabs,
+// and the loader of server-rendered images (heatmap, compare).
 
 import { SEVERITIES } from "./constants.js";
 import { h, append, replace, $ } from "./dom.js";
 import { toNum, fmtNum } from "./format.js";
+import { ApiError, apiFetch, errorBox } from "./api.js";
 
 export function sevBadge(sev, extra) {
   const known = SEVERITIES.includes(sev);
@@ -221,4 +223,38 @@ export function tabs({ items, onSelect, label }) {
   }
 
   return { list, panel, select };
+}
+
+// A server-rendered image in its frame: busy state while it renders, the newest request wins, and when the image
+// fails the API's own {"error","detail"} is fetched and shown with a retry button.
+export function imageLoader(ctx, { img, frame, status, busyText, errorTitle, undecodable }) {
+  let token = 0;
+  return function show(src, retry) {
+    const mine = ++token;
+    frame.classList.add("is-loading");
+    frame.classList.remove("is-error");
+    frame.setAttribute("aria-busy", "true");
+    replace(status, loading(busyText));
+    img.onload = () => {
+      if (mine !== token) return;
+      frame.classList.remove("is-loading", "is-error");
+      frame.setAttribute("aria-busy", "false");
+      status.replaceChildren();
+    };
+    img.onerror = async () => {
+      if (mine !== token) return;
+      frame.classList.remove("is-loading");
+      frame.classList.add("is-error");
+      frame.setAttribute("aria-busy", "false");
+      let err = new ApiError(0, "ImageError", undecodable);
+      try {
+        await apiFetch(src, { signal: ctx.signal, as: "response" });
+      } catch (e) {
+        if (e.name === "AbortError") return;
+        err = e;
+      }
+      replace(status, errorBox(err, { title: errorTitle, retry }));
+    };
+    img.src = src;
+  };
 }
