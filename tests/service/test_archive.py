@@ -16,6 +16,7 @@ import pytest
 from policy.log_files import LogFile
 from service.ingest import archive
 from service.ingest.archive import ArchiveError, ExtractLimits, ExtractResult, extract_upload
+from tests.archives import tar_bytes
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 ESM2_LOGS = SHARED / "fixtures" / "bionemo" / "dummy_logs_esm2"
@@ -38,16 +39,7 @@ Members = dict[str, bytes]
 
 
 def _tar(path: Path, members: Members | list[tarfile.TarInfo | tuple[str, bytes]], mode: str = "w:gz") -> Path:
-    items = members.items() if isinstance(members, dict) else members
-    with tarfile.open(path, mode) as tar:
-        for item in items:
-            if isinstance(item, tarfile.TarInfo):
-                tar.addfile(item)
-                continue
-            name, data = item
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+    path.write_bytes(tar_bytes(members, mode))
     return path
 
 
