@@ -23,7 +23,7 @@ from policy.recommend.rationale import build_rationale
 from policy.recommend.recipe import RecipeDecision, choose_recipe, resolve_current
 from policy.recommend.skiplist import SkipPlan, plan_skips
 
-POLICY_VERSION = "2026.11.2"
+POLICY_VERSION = "2026.11.3"
 
 __all__ = ["POLICY_VERSION", "ModelDims", "RecommendOptions", "Recommendation", "recommend"]
 

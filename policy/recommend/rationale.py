@@ -86,8 +86,8 @@ def _megatron_line(megatron: dict[str, Any]) -> str:
         text = (f"Megatron: --first-last-layers-bf16 with {megatron['num_layers_at_start_in_bf16']} layer(s) at the "
                 f"start and {megatron['num_layers_at_end_in_bf16']} at the end, --fp8-recipe "
                 f"{megatron['fp8_recipe']}")
-        return text + ("." if megatron["exact"] else
-                       f"; it also covers {len(megatron['extra_bf16_layers'])} healthy sublayer(s) of those blocks.")
-    return (f"Megatron: --fp8-recipe {megatron['fp8_recipe']}; the skip list is not a contiguous first/last block "
-            "run, so --first-last-layers-bf16 is off." if megatron["blocks_needing_precision_config"]
+        partial = megatron["blocks_needing_precision_config"]
+        return text + (f"; blocks {partial} (0-based) need --te-precision-config-file." if partial else ".")
+    return (f"Megatron: --fp8-recipe {megatron['fp8_recipe']}; no whole first/last block is in BF16, so "
+            "--first-last-layers-bf16 is off and --te-precision-config-file carries the modules." if megatron["blocks_needing_precision_config"]
             else f"Megatron: --fp8-recipe {megatron['fp8_recipe']}, no whole transformer layer in BF16.")

@@ -5,8 +5,9 @@ logged layer names to Megatron's 0-based `named_modules()` paths, recipe flags, 
 that carries both. Must not be here: TE debug YAML, other dialects.
 
 Conventions (fp8-log-format.md §4.3):
-* Flags route: the skip set is exactly all logged layers of a contiguous run of body blocks at the
-  start and/or end, with no per-GEMM overrides -> `--first-last-layers-bf16 --num-layers-at-start-in-bf16 N
+* Flags route: the layers Megatron must keep in BF16 (skipped, plus modules with per-GEMM overrides, which
+  Megatron can only run whole in BF16) are exactly all logged layers of a contiguous run of body blocks at
+  the start and/or end -> `--first-last-layers-bf16 --num-layers-at-start-in-bf16 N
   --num-layers-at-end-in-bf16 M`.
 * Otherwise a precision-config YAML: one `bf16` TEQuantizationParams config (empty training_recipe)
   and `glob` matchers (fnmatch, first enabled match wins) over paths such as
@@ -84,10 +85,10 @@ def megatron_path(layer: LayerInfo, one_based: bool) -> str:
 
 
 def edge_block_counts(decision: PolicyDecision) -> tuple[int, int] | None:
-    """(N, M) when the skip set is exactly the logged layers of the first N and last M body blocks."""
+    """(N, M) when the layers Megatron keeps in BF16 are exactly those of the first N and last M body blocks."""
     blocks = body_blocks(decision)
-    skipped = set(decision.skip_layers)
-    if not skipped or not blocks or merged_overrides(decision):
+    skipped = set(decision.skip_layers) | set(merged_overrides(decision))
+    if not skipped or not blocks:
         return None
     indices = list(blocks)
     if indices != list(range(indices[0], indices[0] + len(indices))):
@@ -184,6 +185,9 @@ def _header(decision: PolicyDecision, edges: tuple[int, int] | None) -> list[str
         lines.append("# No layer needs BF16: every transformer block stays in FP8.")
     if edges:
         lines.append(f"# Keeps the first {edges[0]} and last {edges[1]} transformer block(s) in BF16.")
+        if merged_overrides(decision):
+            lines.append("# Per-GEMM overrides are approximated by whole modules in BF16 (Megatron cannot keep single"
+                         " GEMMs in BF16); the TE debug YAML keeps only the requested GEMMs in BF16.")
     keeps_bf16 = bool(decision.skip_layers or merged_overrides(decision))
     if recipe.name == "delayed" and keeps_bf16:
         lines.append(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from policy.analysis import analyze
-from policy.records import RECIPE_CLASSES, RecipeChoice
+from policy.records import RECIPE_CLASSES, GemmOverride, RecipeChoice
 from policy.recommend.megatron import megatron_section
 from policy.recommend.recipe import KWARGS
 from policy.recommend.skiplist import SkipPlan
@@ -33,19 +33,30 @@ def test_contiguous_first_and_last_blocks() -> None:
                                recipe("current"))
     assert section["first_last_layers_bf16"] is True
     assert (section["num_layers_at_start_in_bf16"], section["num_layers_at_end_in_bf16"]) == (2, 2)
-    assert section["fp8_recipe"] == "tensorwise" and section["exact"] is True
+    assert section["fp8_recipe"] == "tensorwise" and section["blocks_needing_precision_config"] == []
     assert section["extra_args"] == ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise",
                                      "--first-last-layers-bf16", "--num-layers-at-start-in-bf16", "2",
                                      "--num-layers-at-end-in-bf16", "2"]
     assert any("output_layer precision is set separately" in note for note in section["notes"])
 
 
-def test_partial_block_is_covered_but_not_exact() -> None:
+def test_a_partial_first_block_goes_to_the_precision_config_not_the_flags() -> None:
+    # The flags would put the 3 healthy sublayers of block 0 in BF16 too.
     section = megatron_section(layout_of(Spec(n_blocks=12)), skip((name("megatron", 0, "qkv"),)), recipe("block"))
-    assert section["first_last_layers_bf16"] is True and section["num_layers_at_start_in_bf16"] == 1
-    assert section["num_layers_at_end_in_bf16"] == 0 and section["exact"] is False
-    assert len(section["extra_bf16_layers"]) == 3
+    assert section["first_last_layers_bf16"] is False
+    assert (section["num_layers_at_start_in_bf16"], section["num_layers_at_end_in_bf16"]) == (0, 0)
+    assert section["blocks_needing_precision_config"] == [0]
     assert section["fp8_recipe"] == "blockwise" and section["fp8_format"] == "e4m3"
+
+
+def test_whole_blocks_of_gemm_overrides_use_the_flags() -> None:
+    # Megatron can only run a whole module in BF16, so overrides count like skips for the flags.
+    layers = block_layers("megatron", [0, 11])
+    overrides = tuple(GemmOverride(layer, ("dgrad", "wgrad"), "gradient") for layer in layers)
+    section = megatron_section(layout_of(Spec(n_blocks=12)), SkipPlan((), (), (), overrides, ()), recipe("current"))
+    assert section["first_last_layers_bf16"] is True
+    assert (section["num_layers_at_start_in_bf16"], section["num_layers_at_end_in_bf16"]) == (1, 1)
+    assert any("kept as whole modules in BF16" in note for note in section["notes"])
 
 
 def test_middle_block_needs_a_precision_config_not_first_last() -> None:
@@ -75,5 +86,5 @@ def test_heads_are_not_transformer_layers() -> None:
 
 def test_no_skips_no_flags() -> None:
     section = megatron_section(layout_of(Spec(n_blocks=6)), skip(()), recipe("current"))
-    assert section["first_last_layers_bf16"] is False and section["exact"] is False
+    assert section["first_last_layers_bf16"] is False and section["blocks_needing_precision_config"] == []
     assert "--first-last-layers-bf16" not in section["extra_args"]

@@ -160,3 +160,14 @@ def test_glob_metacharacters_are_literal():
     assert glob_escape("a.b[0]*?") == "a.b[[]0][*][?]"
     assert fnmatch.fnmatch("a.b[0]*?", glob_escape("a.b[0]*?"))
     assert not fnmatch.fnmatch("a.b0xy", glob_escape("a.b[0]*?"))
+
+
+def test_whole_edge_blocks_of_gemm_overrides_use_the_flags(tmp_path):
+    # Megatron can only run whole modules in BF16; when the overridden modules fill the first and last blocks,
+    # the flags say exactly that (the JSON `megatron` section agrees).
+    layers = f.family_layers("megatron", 6)
+    overrides = [f.override(name, "dgrad", "wgrad") for name in f.block_names("megatron", 1, 6)]
+    text, args, config = run(f.decision(layers, (), overrides), tmp_path)
+    assert config is None and "approximated by whole modules in BF16" in text
+    assert args[-5:] == ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", "1",
+                         "--num-layers-at-end-in-bf16", "1"]
