@@ -22,11 +22,11 @@ from policy.records import (
     LayerPlan,
     MetricName,
     Precision,
+    nonfinite_text,
 )
 from policy.stats_log import ParsedStats
 
 MAX_NAME_SAMPLES = 10
-_NONFINITE_TEXT = {np.inf: "Infinity", -np.inf: "-Infinity"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +82,7 @@ def summarize(iterations: np.ndarray, values: np.ndarray) -> SeriesSummary:
     last = float(values[-1]) if n else None
     last_nonfinite = None
     if last is not None and not np.isfinite(last):
-        last_nonfinite = "NaN" if np.isnan(last) else _NONFINITE_TEXT[last]
+        last_nonfinite = nonfinite_text(last)
         last = None
     has = finite.shape[0] > 0
     return SeriesSummary(

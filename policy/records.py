@@ -65,6 +65,14 @@ TENSOR_GEMMS: dict[str, tuple[str, ...]] = {
 }
 
 
+def nonfinite_text(value: float) -> str:
+    """How NaN and ±inf are spelled where JSON and SQL cannot hold them: "NaN", "Infinity", "-Infinity"
+    (the JavaScript names; Python's float() reads all three back)."""
+    if value != value:
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
 class LayerGroup(str, Enum):
     """Where a layer sits in the network, recognised from its logged name."""
 

@@ -150,7 +150,7 @@ class StatsLogParser:
     def feed(self, stream: BinaryIO, source: str) -> FileReport:
         """Parse one file; raises NoStatsLines when it holds no statistics line at all."""
         report = FileReport(source=source)
-        pending: deque[tuple[bytes | None, Future | None]] = deque()
+        pending: deque[tuple[np.ndarray | None, Future | None]] = deque()
         with ThreadPoolExecutor(self.workers) as pool:
             for index, block in enumerate(self._blocks(stream)):
                 if block is None:  # an over-long line was dropped here
@@ -172,8 +172,8 @@ class StatsLogParser:
     def _blocks(self, stream: BinaryIO) -> Iterator[np.ndarray | None]:
         """Blocks of whole lines, read with readinto into uninitialised buffers (no zero-fill, no copies).
 
-        Each block gets its own buffer because the previous one may still be scanned by a
-        worker thread. None stands for one line longer than max_line_bytes (dropped).
+        A buffer is reused only after its block was absorbed (`_recycle`), since a worker thread may
+        still be scanning it before that. None stands for one line longer than max_line_bytes (dropped).
         """
         carry = b""
         discarding = False
@@ -230,13 +230,12 @@ class StatsLogParser:
         block, future = item
         if block is None:
             report.lines_read += 1
-            report.skipped_lines += 1
-            self._sample(report, f"line {report.lines_read}: longer than {self.max_line_bytes} bytes, dropped")
+            self._skip_long_line(report, report.lines_read)
         else:
             self._absorb(block, future.result(), report)
             self._recycle(block)
 
-    def _absorb(self, data: bytes, result, report: FileReport) -> None:
+    def _absorb(self, data: np.ndarray, result, report: FileReport) -> None:
         n, first_new, status, sid, its, vals, starts, new_start, new_stop = result
         t = self._table
         for k in range(first_new, int(t.counter[0])):
@@ -257,8 +256,11 @@ class StatsLogParser:
         long_lines = np.flatnonzero(np.diff(starts) - 1 > self.max_line_bytes)
         for idx in long_lines.tolist():
             status[idx] = _STATUS_LONG
-            report.skipped_lines += 1
-            self._sample(report, f"line {report.lines_read + idx + 1}: longer than {self.max_line_bytes} bytes, dropped")
+            self._skip_long_line(report, report.lines_read + idx + 1)
+
+    def _skip_long_line(self, report: FileReport, line_no: int) -> None:
+        report.skipped_lines += 1
+        self._sample(report, f"line {line_no}: longer than {self.max_line_bytes} bytes, dropped")
 
     @staticmethod
     def _sample(report: FileReport, text: str) -> None:

@@ -17,12 +17,12 @@ from db.codec import decode_iterations, decode_values
 from db.models import Run
 from db.repositories import NewRun, RunRepository, tags_of
 from db.session import session_scope
+from policy.records import nonfinite_text
 from service.errors import BadRequest, NotFound, NotReady
 from service.ingest.upload import ReceivedUpload
 from service.runs.schemas import LayerRead, RunList, RunRead, SeriesPoints, SeriesRead, StatSummary
 
 MAX_TAGS = 50
-_NONFINITE = {np.inf: "Infinity", -np.inf: "-Infinity"}
 
 
 def parse_upload_fields(fields: dict[str, str]) -> tuple[str | None, str, tuple[str, ...], dict]:
@@ -161,8 +161,7 @@ def json_values(values: np.ndarray) -> list:
     out = values.tolist()
     if not np.isfinite(values).all():
         for k in np.flatnonzero(~np.isfinite(values)).tolist():
-            v = values[k]
-            out[k] = "NaN" if np.isnan(v) else _NONFINITE[v]
+            out[k] = nonfinite_text(float(values[k]))
     return out
 
 
