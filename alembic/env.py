@@ -6,9 +6,9 @@ from logging.config import fileConfig
 
 from alembic import context
 
-from db import models  # noqa: F401  (registers the tables on Base.metadata)
-from db.base import Base
-from db.session import create_db_engine
+from fp8_policy.db import models  # noqa: F401  (registers the tables on Base.metadata)
+from fp8_policy.db.base import Base
+from fp8_policy.db.session import create_db_engine
 
 config = context.config
 if config.config_file_name and not config.attributes.get("database_url"):
@@ -19,7 +19,7 @@ def _url() -> str:
     url = config.attributes.get("database_url")
     if url:
         return url
-    from service.settings import get_settings
+    from fp8_policy.service.settings import get_settings
 
     return get_settings().resolved_database_url
 

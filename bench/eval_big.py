@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.eval_ingest import MAX_LINE_BYTES, log_files
-from service.ingest.parse import parse_files
+from fp8_policy.service.ingest.parse import parse_files
 
 ROOT = Path(__file__).resolve().parent.parent
 BIG_TREE = ROOT / "bench" / "out" / "esm2_6m"
@@ -22,10 +22,10 @@ BIG_ANALYSIS_TARGET_S = 2.0
 @contextmanager
 def stored_run(tree: Path, url: str) -> Iterator[tuple[Any, int, dict[str, float]]]:
     """Ingest `tree` into the database at `url` the way bench/steps.py parse_store does; yields (factory, id, times)."""
-    from db.migrate import upgrade
-    from db.repositories import NewRun, RunRepository
-    from db.session import create_db_engine, create_session_factory, session_scope
-    from service.app import _warm_parser
+    from fp8_policy.db.migrate import upgrade
+    from fp8_policy.db.repositories import NewRun, RunRepository
+    from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
+    from fp8_policy.service.app import _warm_parser
 
     upgrade(url)
     engine = create_db_engine(url)
@@ -63,8 +63,8 @@ def big_timings(tree: Path, repeats: int = 3, truth: Any = None) -> dict[str, An
     """Times service.analysis.actions.load_and_analyze and recommendation_for on a stored run (the 6M-line one);
     `truth` (a PlantedTruth, default: what bench/generate.py planted in the 6M tree) is compared with the result."""
     from bench.steps import _analysis_seconds
-    from db.session import session_scope
-    from service.analysis.actions import load_and_analyze, recommendation_for
+    from fp8_policy.db.session import session_scope
+    from fp8_policy.service.analysis.actions import load_and_analyze, recommendation_for
 
     out: dict[str, Any] = {"tree": str(tree)}
     with tempfile.TemporaryDirectory(prefix="fp8-eval-big-") as tmp:

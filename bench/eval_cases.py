@@ -16,10 +16,10 @@ from bench.eval_big import BIG_ANALYSIS_TARGET_S
 from bench.eval_configs import ConfigChecker
 from bench.eval_ingest import parse_tree
 from bench.eval_scoring import CaseScore, Totals, score, totals
-from policy.analysis import Analysis, analyze
-from policy.records import RunData
-from policy.recommend import Recommendation, recommend
-from policy.render import FORMATS
+from fp8_policy.policy.analysis import Analysis, analyze
+from fp8_policy.policy.records import RunData
+from fp8_policy.policy.recommend import Recommendation, recommend
+from fp8_policy.policy.render import FORMATS
 
 
 @dataclass
@@ -70,7 +70,7 @@ def run_pipeline(data: RunData) -> tuple[Analysis, Recommendation, float, float]
 
 def evaluate_case(case: Any, workdir: Path, checker: ConfigChecker) -> CaseResult:
     """Write, parse, analyse, recommend, render and score one `bench.scenarios.EvalCase`."""
-    from policy.synthetic import write_run
+    from fp8_policy.policy.synthetic import write_run
 
     tree = workdir / re.sub(r"[^\w.+-]", "_", case.name)
     truth = case.truth

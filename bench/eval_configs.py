@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from policy.records import PolicyDecision
-from policy.render import FORMATS, render
+from fp8_policy.policy.records import PolicyDecision
+from fp8_policy.policy.render import FORMATS, render
 
 TE_FEATURES: tuple[str, ...] = (
     "LogTensorStats", "LogFp8TensorStats", "LogNvfp4TensorStats", "DisableFP8GEMM", "DisableFP8Layer",

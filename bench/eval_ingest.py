@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from policy.assemble import AssembledRun
-from policy.log_files import LogFile, classify_log_path
-from policy.records import RunData, Series
-from service.ingest.parse import parse_files
+from fp8_policy.policy.assemble import AssembledRun
+from fp8_policy.policy.log_files import LogFile, classify_log_path
+from fp8_policy.policy.records import RunData, Series
+from fp8_policy.service.ingest.parse import parse_files
 
 MAX_LINE_BYTES = 1 << 20
 

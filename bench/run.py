@@ -91,7 +91,7 @@ def measure_upload(archive: Path, workdir: Path) -> dict:
     port = _free_port()
     env = {**os.environ, "FP8_POLICY_DATA_DIR": str(workdir / "service"), "FP8_POLICY_DATABASE_URL": ""}
     env.pop("FP8_POLICY_DATABASE_URL")
-    cmd = [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+    cmd = [sys.executable, "-m", "fp8_policy.service.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
            "--no-demo", "--log-level", "warning"]
     server = subprocess.Popen(cmd, cwd=ROOT, env=env)
     base = f"http://127.0.0.1:{port}"

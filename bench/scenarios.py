@@ -51,7 +51,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from policy.synthetic import (
+from fp8_policy.policy.synthetic import (
     SCENARIOS,
     PlantedTruth,
     Profile,

@@ -19,13 +19,13 @@ def baseline(tree: Path) -> dict:
 def parse_store(tree: Path, url: str) -> dict:
     from sqlalchemy import func, select
 
-    from db.migrate import upgrade
-    from db.models import Series
-    from db.repositories import NewRun, RunRepository
-    from db.session import create_db_engine, create_session_factory, session_scope
-    from policy.log_files import classify_log_path
-    from service.app import _warm_parser
-    from service.ingest.parse import parse_files
+    from fp8_policy.db.migrate import upgrade
+    from fp8_policy.db.models import Series
+    from fp8_policy.db.repositories import NewRun, RunRepository
+    from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
+    from fp8_policy.policy.log_files import classify_log_path
+    from fp8_policy.service.app import _warm_parser
+    from fp8_policy.service.ingest.parse import parse_files
 
     upgrade(url)
     factory = create_session_factory(create_db_engine(url))
@@ -58,8 +58,8 @@ def parse_store(tree: Path, url: str) -> dict:
 
 def _analysis_seconds(factory, run_id: int) -> float:
     """Load from the database + analyze (service/analysis), as GET /analysis does."""
-    from db.session import session_scope
-    from service.analysis.actions import load_and_analyze
+    from fp8_policy.db.session import session_scope
+    from fp8_policy.service.analysis.actions import load_and_analyze
 
     start = time.perf_counter()
     with session_scope(factory) as session:
@@ -69,8 +69,8 @@ def _analysis_seconds(factory, run_id: int) -> float:
 
 def _heatmap_seconds(factory, run_id: int) -> float:
     """Default heatmap PNG of the stored run (gradient underflows%, 150 dpi, recommended skips marked)."""
-    from db.session import session_scope
-    from service.visual.actions import render_heatmap_for
+    from fp8_policy.db.session import session_scope
+    from fp8_policy.service.visual.actions import render_heatmap_for
 
     start = time.perf_counter()
     with session_scope(factory) as session:

@@ -3,8 +3,8 @@
 Talks to the service over HTTP only: nothing here imports `service/`, `db/` or `policy/`.
 """
 
-from client.client import FORMATS, PolicyClient, backoff_delays
-from client.errors import ApiError, ConnectionFailed, IngestFailed, NoLogFiles, NotFound, PolicyError, WaitTimeout
+from fp8_policy.client.client import FORMATS, PolicyClient, backoff_delays
+from fp8_policy.client.errors import ApiError, ConnectionFailed, IngestFailed, NoLogFiles, NotFound, PolicyError, WaitTimeout
 
 __all__ = [
     "FORMATS",

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from client.errors import ApiError, ConnectionFailed, NotFound
+from fp8_policy.client.errors import ApiError, ConnectionFailed, NotFound
 
 USER_AGENT = "fp8-policy-client/0.1.0"
 DEFAULT_TIMEOUT = 60.0

@@ -17,9 +17,9 @@ from typing import Any
 
 import click
 
-from client import gate as gating
-from client.client import FORMATS, PolicyClient
-from client.errors import PolicyError
+from fp8_policy.client import gate as gating
+from fp8_policy.client.client import FORMATS, PolicyClient
+from fp8_policy.client.errors import PolicyError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 MAX_CELL = 90

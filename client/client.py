@@ -15,9 +15,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from client._http import DEFAULT_TIMEOUT, HttpSession
-from client.errors import IngestFailed, WaitTimeout
-from client.packing import ProgressReader, StderrBar, pack_directory
+from fp8_policy.client._http import DEFAULT_TIMEOUT, HttpSession
+from fp8_policy.client.errors import IngestFailed, WaitTimeout
+from fp8_policy.client.packing import ProgressReader, StderrBar, pack_directory
 
 RUNS = "/api/v1/runs"
 FORMATS = ("json", "te-yaml", "megatron", "hydra", "torchao")

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, TextIO
 
-from client.errors import NoLogFiles
+from fp8_policy.client.errors import NoLogFiles
 
 # `[any/folders/][rank_N/]nvdlfw_inspect_{statistics_,}logs/nvdlfw_inspect[_YYYYmmdd_HHMMSS]_globalrank-R.log[.gz]`
 LOG_PATH = re.compile(

@@ -25,8 +25,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from db.base import Base, UTCDateTime
-from policy.records import MAX_LAYER_CHARS, MAX_STAT_CHARS, MAX_TENSOR_CHARS
+from fp8_policy.db.base import Base, UTCDateTime
+from fp8_policy.policy.records import MAX_LAYER_CHARS, MAX_STAT_CHARS, MAX_TENSOR_CHARS
 
 RUN_STATUSES = ("queued", "processing", "ready", "failed")
 

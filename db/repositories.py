@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 from sqlalchemy import Select, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from db.codec import decode_iterations, decode_values, encode_iterations, encode_values
-from db.models import Layer, Run, RunTag, Series
-from policy.assemble import AssembledRun
+from fp8_policy.db.codec import decode_iterations, decode_values, encode_iterations, encode_values
+from fp8_policy.db.models import Layer, Run, RunTag, Series
+from fp8_policy.policy.assemble import AssembledRun
 
 
 def utcnow() -> datetime:

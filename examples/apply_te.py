@@ -32,10 +32,10 @@ import torch
 import torch.nn.functional as F
 
 try:
-    from client.apply import UnmatchedLayers, apply_policy, recipe_from_policy, write_te_debug_config
+    from fp8_policy.client.apply import UnmatchedLayers, apply_policy, recipe_from_policy, write_te_debug_config
 except ImportError:  # running from a source checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from client.apply import UnmatchedLayers, apply_policy, recipe_from_policy, write_te_debug_config
+    from fp8_policy.client.apply import UnmatchedLayers, apply_policy, recipe_from_policy, write_te_debug_config
 
 HIDDEN, FFN, HEADS, LAYERS, VOCAB, SEQ, BATCH = 1024, 4096, 16, 4, 32000, 512, 2
 
@@ -66,7 +66,7 @@ def build_model() -> torch.nn.Module:
 def load_policy(args: argparse.Namespace) -> dict:
     if args.policy:
         return json.loads(Path(args.policy).read_text())
-    from client import PolicyClient
+    from fp8_policy.client import PolicyClient
 
     with PolicyClient(args.url) as api:
         return api.recommendation(args.run_id)

@@ -24,10 +24,10 @@ import torch.nn.functional as F
 from torch import nn
 
 try:
-    from client.apply import UnmatchedLayers, apply_policy
+    from fp8_policy.client.apply import UnmatchedLayers, apply_policy
 except ImportError:  # running from a source checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from client.apply import UnmatchedLayers, apply_policy
+    from fp8_policy.client.apply import UnmatchedLayers, apply_policy
 
 from torchao.float8 import Float8LinearConfig
 

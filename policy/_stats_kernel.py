@@ -15,7 +15,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from policy._name_kernel import MAX_NAMES, hash_name, lookup, lookup_or_insert, same_name
+from fp8_policy.policy._name_kernel import MAX_NAMES, hash_name, lookup, lookup_or_insert, same_name
 
 STATUS_OK = 0
 STATUS_BLANK = 1

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from policy.metadata_log import MetadataLog
-from policy.names import layer_structure, order_key, split_metric_name
-from policy.records import (
+from fp8_policy.policy.metadata_log import MetadataLog
+from fp8_policy.policy.names import layer_structure, order_key, split_metric_name
+from fp8_policy.policy.records import (
     MAX_LAYER_CHARS,
     MAX_STAT_CHARS,
     MAX_TENSOR_CHARS,
@@ -24,7 +24,7 @@ from policy.records import (
     Precision,
     nonfinite_text,
 )
-from policy.stats_log import ParsedStats
+from fp8_policy.policy.stats_log import ParsedStats
 
 MAX_NAME_SAMPLES = 10
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from policy.records import LayerPlan
+from fp8_policy.policy.records import LayerPlan
 
 # §1.3 META_* regexes, split into the logging header and the message so each message form is matched once.
 # The optional "NVDLFW INSPECT - " prefix is the stderr stream handler's format (WARNING and above).

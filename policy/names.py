@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
-from policy.records import (
+from fp8_policy.policy.records import (
     QUANT_STATS,
     RECIPE_PREFIXES,
     TENSOR_STATS,

@@ -25,8 +25,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from policy import _stats_kernel as kernel
-from policy._name_kernel import MAX_NAMES, NameTable
+from fp8_policy.policy import _stats_kernel as kernel
+from fp8_policy.policy._name_kernel import MAX_NAMES, NameTable
 
 # The reference regex (fp8-log-format.md §1.2); the compiled fast path accepts a subset of it.
 # Same matches and groups as the spec's `(?P<name>.+?)\s+iteration=`, but the name may only end where a

@@ -12,21 +12,21 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from db.session import create_db_engine, create_session_factory, session_scope
-from service.errors import install_error_handlers
-from service.ingest.worker import IngestWorker
-from service.analysis.routes import router as analysis_router
-from service.runs.routes import router as runs_router
-from service.settings import Settings, get_settings
-from service.visual.routes import router as visual_router
-from service.web.routes import router as web_router
+from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
+from fp8_policy.service.errors import install_error_handlers
+from fp8_policy.service.ingest.worker import IngestWorker
+from fp8_policy.service.analysis.routes import router as analysis_router
+from fp8_policy.service.runs.routes import router as runs_router
+from fp8_policy.service.settings import Settings, get_settings
+from fp8_policy.service.visual.routes import router as visual_router
+from fp8_policy.service.web.routes import router as web_router
 
 log = logging.getLogger("fp8_policy")
 
 
 def _warm_parser() -> None:
     """Load (or compile, first time) the numba kernels so the first upload does not pay for it."""
-    from policy.stats_log import StatsLogParser
+    from fp8_policy.policy.stats_log import StatsLogParser
 
     line = b"2026-01-01 00:00:00,000 - INFO - model.l_gradient_mse \t\t\t\t iteration=000000 \t\t\t\t value=0.0000\n"
     parser = StatsLogParser(workers=1)
@@ -48,7 +48,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.ingest = worker
     worker.resume_interrupted()
     if settings.load_demo:
-        from service.demo import load_demo_runs
+        from fp8_policy.service.demo import load_demo_runs
 
         load_demo_runs(app)
     try:

@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from client.cli import register_client_commands
-from service.settings import Settings, get_settings
+from fp8_policy.client.cli import register_client_commands
+from fp8_policy.service.settings import Settings, get_settings
 
 
 @click.group()
@@ -27,7 +27,7 @@ def serve(host: str, port: int, demo: bool | None, migrate: bool, log_level: str
     """Start the API with uvicorn."""
     import uvicorn
 
-    from service.app import create_app
+    from fp8_policy.service.app import create_app
 
     settings = get_settings()
     if demo is not None:
@@ -51,7 +51,7 @@ def db_upgrade(revision: str) -> None:
 
 
 def _upgrade(settings: Settings, revision: str = "head") -> None:
-    from db.migrate import upgrade
+    from fp8_policy.db.migrate import upgrade
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.resolved_database_url, revision)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from db.repositories import RunRepository
-from policy.synthetic import SCENARIOS, write_run
-from service.ingest.upload import ReceivedUpload, new_upload_path
-from service.runs import actions
+from fp8_policy.db.repositories import RunRepository
+from fp8_policy.policy.synthetic import SCENARIOS, write_run
+from fp8_policy.service.ingest.upload import ReceivedUpload, new_upload_path
+from fp8_policy.service.runs import actions
 
 log = logging.getLogger("fp8_policy.demo")
 DEMO_PROJECT = "demo"

@@ -8,8 +8,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
-from db.session import session_scope
-from service.settings import Settings
+from fp8_policy.db.session import session_scope
+from fp8_policy.service.settings import Settings
 
 
 def get_session(request: Request) -> Iterator[Session]:

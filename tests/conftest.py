@@ -20,10 +20,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from db.migrate import upgrade
-from db.session import create_db_engine
-from service.app import create_app
-from service.settings import Settings
+from fp8_policy.db.migrate import upgrade
+from fp8_policy.db.session import create_db_engine
+from fp8_policy.service.app import create_app
+from fp8_policy.service.settings import Settings
 from tests.pg_cluster import PostgresUnavailable, ThrowawayPostgres
 
 

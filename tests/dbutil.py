@@ -7,8 +7,8 @@ from pathlib import Path
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
-from db.models import Layer, Run, RunTag, Series
-from db.repositories import NewRun, RunRepository
+from fp8_policy.db.models import Layer, Run, RunTag, Series
+from fp8_policy.db.repositories import NewRun, RunRepository
 
 
 def insert_run(engine: Engine, project: str, *, status: str = "queued", upload_path: str = "",

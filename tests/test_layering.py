@@ -15,16 +15,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+_DB, _SERVICE, _CLIENT, _POLICY = "fp8_policy.db", "fp8_policy.service", "fp8_policy.client", "fp8_policy.policy"
 FORBIDDEN = {
-    "policy": ("fastapi", "starlette", "sqlalchemy", "alembic", "httpx", "uvicorn", "db", "service", "client"),
-    "db": ("fastapi", "starlette", "uvicorn", "httpx", "service", "client"),
-    "client": ("fastapi", "starlette", "sqlalchemy", "alembic", "uvicorn", "db", "service", "policy"),
+    "policy": ("fastapi", "starlette", "sqlalchemy", "alembic", "httpx", "uvicorn", _DB, _SERVICE, _CLIENT),
+    "db": ("fastapi", "starlette", "uvicorn", "httpx", _SERVICE, _CLIENT),
+    "client": ("fastapi", "starlette", "sqlalchemy", "alembic", "uvicorn", _DB, _SERVICE, _POLICY),
 }
 
 
 def _modules(package: str) -> list[str]:
-    names = [package]
-    for info in pkgutil.walk_packages([str(ROOT / package)], prefix=f"{package}."):
+    names = [f"fp8_policy.{package}"]
+    for info in pkgutil.walk_packages([str(ROOT / package)], prefix=f"fp8_policy.{package}."):
         names.append(info.name)
     return names
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from client.apply.names import Unmatched, UnmatchedLayers
-from client.apply.recipe import recipe_from_policy
-from client.apply.report import AlreadyBF16, ApplyReport, MatchedLayer
-from client.apply.te_config import te_debug_config, write_te_debug_config
+from fp8_policy.client.apply.names import Unmatched, UnmatchedLayers
+from fp8_policy.client.apply.recipe import recipe_from_policy
+from fp8_policy.client.apply.report import AlreadyBF16, ApplyReport, MatchedLayer
+from fp8_policy.client.apply.te_config import te_debug_config, write_te_debug_config
 
 if TYPE_CHECKING:
     from torch import nn
@@ -57,12 +57,12 @@ def apply_policy(model: nn.Module | Sequence[nn.Module], policy: Mapping[str, An
     precision; "ignore" leaves overrides to the TE debug API (`write_te_debug_config`).
     """
     if backend == "te":
-        from client.apply.te import apply_te
+        from fp8_policy.client.apply.te import apply_te
 
         return apply_te(model, policy, allow_unmatched=allow_unmatched, gemm_overrides=gemm_overrides,
                         **backend_options)
     if backend == "torchao":
-        from client.apply.torchao import apply_torchao
+        from fp8_policy.client.apply.torchao import apply_torchao
 
         return apply_torchao(model, policy, allow_unmatched=allow_unmatched, gemm_overrides=gemm_overrides,
                              **backend_options)

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from client.apply.names import NameIndex, UnmatchedLayers, fused_parts, resolve_names
-from client.apply.report import AlreadyBF16, ApplyReport, MatchedLayer
+from fp8_policy.client.apply.names import NameIndex, UnmatchedLayers, fused_parts, resolve_names
+from fp8_policy.client.apply.report import AlreadyBF16, ApplyReport, MatchedLayer
 
 if TYPE_CHECKING:
     from torch import nn

@@ -24,8 +24,8 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from client.apply.plan import RECIPE_CLASSES
-from client.apply.te import import_te
+from fp8_policy.client.apply.plan import RECIPE_CLASSES
+from fp8_policy.client.apply.te import import_te
 
 RECIPE_MODULE = "transformer_engine.common.recipe"
 FORMAT_KWARGS = ("fp8_format", "fp4_format")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from client.apply.names import Unmatched
+from fp8_policy.client.apply.names import Unmatched
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,8 +33,8 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from client.apply.plan import make_plan
-from client.apply.report import ApplyReport
+from fp8_policy.client.apply.plan import make_plan
+from fp8_policy.client.apply.report import ApplyReport
 
 if TYPE_CHECKING:
     from torch import nn

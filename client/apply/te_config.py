@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from client.apply.plan import PolicyView
+from fp8_policy.client.apply.plan import PolicyView
 
 FEATURES = {
     "fp8": ("DisableFP8Layer", "DisableFP8GEMM"),

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from client.apply.plan import make_plan
-from client.apply.report import ApplyReport
+from fp8_policy.client.apply.plan import make_plan
+from fp8_policy.client.apply.report import ApplyReport
 
 if TYPE_CHECKING:
     from torch import nn

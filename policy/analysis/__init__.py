@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from threadpoolctl import threadpool_limits
 
-from policy.analysis.findings import Analysis, Evidence, Finding, LayerAssessment, Pattern, TensorUnderflow
-from policy.analysis.layout import LayerStatus, build_layout, layer_statuses
-from policy.analysis.outliers import detect_rank_outliers
-from policy.analysis.patterns import detect_layer_patterns, healthy_finding
-from policy.analysis.signals import extract_signals
-from policy.analysis.stability import detect_overflow, detect_scale_instability
-from policy.analysis.table import assessment_table, run_notes, run_stats
-from policy.analysis.trends import crossed_layers, detect_rising_trends
-from policy.records import RunData
-from policy.thresholds import Severity, Thresholds
+from fp8_policy.policy.analysis.findings import Analysis, Evidence, Finding, LayerAssessment, Pattern, TensorUnderflow
+from fp8_policy.policy.analysis.layout import LayerStatus, build_layout, layer_statuses
+from fp8_policy.policy.analysis.outliers import detect_rank_outliers
+from fp8_policy.policy.analysis.patterns import detect_layer_patterns, healthy_finding
+from fp8_policy.policy.analysis.signals import extract_signals
+from fp8_policy.policy.analysis.stability import detect_overflow, detect_scale_instability
+from fp8_policy.policy.analysis.table import assessment_table, run_notes, run_stats
+from fp8_policy.policy.analysis.trends import crossed_layers, detect_rising_trends
+from fp8_policy.policy.records import RunData
+from fp8_policy.policy.thresholds import Severity, Thresholds
 
 __all__ = ["Analysis", "Evidence", "Finding", "LayerAssessment", "Pattern", "Severity", "TensorUnderflow",
            "Thresholds", "analyze"]

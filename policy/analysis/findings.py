@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from policy.thresholds import Severity, Thresholds
+from fp8_policy.policy.thresholds import Severity, Thresholds
 
 if TYPE_CHECKING:  # annotations only: those modules import this one
-    from policy.analysis.layout import Layout
-    from policy.analysis.signals import Signals
+    from fp8_policy.policy.analysis.layout import Layout
+    from fp8_policy.policy.analysis.signals import Signals
 
 
 class Pattern(str, Enum):

@@ -19,9 +19,9 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from policy.analysis.signals import SeriesSummary, Signals
-from policy.records import QUANTIZED_TENSORS, LayerGroup, LayerInfo, Precision, RunData
-from policy.thresholds import Severity, Thresholds, worst
+from fp8_policy.policy.analysis.signals import SeriesSummary, Signals
+from fp8_policy.policy.records import QUANTIZED_TENSORS, LayerGroup, LayerInfo, Precision, RunData
+from fp8_policy.policy.thresholds import Severity, Thresholds, worst
 
 GEMM_SUBLAYERS: frozenset[str] = frozenset({"qkv", "q", "k", "v", "kv", "proj", "fc1", "fc2", "layernorm_mlp"})
 

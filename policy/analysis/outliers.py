@@ -27,10 +27,10 @@ from collections.abc import Iterable
 import numpy as np
 from sklearn.neighbors import LocalOutlierFactor
 
-from policy.analysis.findings import Evidence, Finding, Pattern
-from policy.analysis.signals import SeriesSummary, Signals
-from policy.records import QUANTIZED_TENSORS, MetricName
-from policy.thresholds import Severity, Thresholds, worst
+from fp8_policy.policy.analysis.findings import Evidence, Finding, Pattern
+from fp8_policy.policy.analysis.signals import SeriesSummary, Signals
+from fp8_policy.policy.records import QUANTIZED_TENSORS, MetricName
+from fp8_policy.policy.thresholds import Severity, Thresholds, worst
 
 
 def others_median(values: np.ndarray, index: int) -> float:

@@ -21,11 +21,11 @@ Rules (a layer fails when one of its tensors' level is at or above `critical`):
 
 from __future__ import annotations
 
-from policy.analysis.findings import Evidence, Finding, Pattern
-from policy.analysis.layout import LayerLevels, Layout
-from policy.analysis.signals import onset
-from policy.records import LayerGroup
-from policy.thresholds import Severity, Thresholds, worst
+from fp8_policy.policy.analysis.findings import Evidence, Finding, Pattern
+from fp8_policy.policy.analysis.layout import LayerLevels, Layout
+from fp8_policy.policy.analysis.signals import onset
+from fp8_policy.policy.records import LayerGroup
+from fp8_policy.policy.thresholds import Severity, Thresholds, worst
 
 
 def detect_layer_patterns(layout: Layout, thresholds: Thresholds, explained: frozenset[str] = frozenset(),

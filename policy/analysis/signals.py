@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policy.analysis.findings import Evidence
-from policy.analysis.recipes import STAT_PREFIX, normalize_recipe
-from policy.records import QUANTIZED_TENSORS, MetricName, RunData, Series
-from policy.thresholds import Thresholds
+from fp8_policy.policy.analysis.findings import Evidence
+from fp8_policy.policy.analysis.recipes import STAT_PREFIX, normalize_recipe
+from fp8_policy.policy.records import QUANTIZED_TENSORS, MetricName, RunData, Series
+from fp8_policy.policy.thresholds import Thresholds
 
 WANTED_STATS: frozenset[str] = frozenset({"underflows%", "overflows%", "scale_inv_min", "scale_inv_max", "mse"})
 SCALE_STATS: tuple[str, str] = ("scale_inv_min", "scale_inv_max")

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from policy.analysis.findings import Evidence, Finding, Pattern
-from policy.analysis.layout import LayerStatus, Layout
-from policy.analysis.signals import SCALE_STATS, SeriesSummary, Signals
-from policy.records import MetricName
-from policy.thresholds import Severity, Thresholds, worst
+from fp8_policy.policy.analysis.findings import Evidence, Finding, Pattern
+from fp8_policy.policy.analysis.layout import LayerStatus, Layout
+from fp8_policy.policy.analysis.signals import SCALE_STATS, SeriesSummary, Signals
+from fp8_policy.policy.records import MetricName
+from fp8_policy.policy.thresholds import Severity, Thresholds, worst
 
 
 def scale_jumps(summary: SeriesSummary, thresholds: Thresholds) -> tuple[int, float, int | None]:

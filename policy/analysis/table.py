@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from policy.analysis.findings import Finding, LayerAssessment, TensorUnderflow
-from policy.analysis.layout import LayerLevels, LayerStatus, Layout
-from policy.analysis.signals import SCALE_STATS, Signals
-from policy.thresholds import Thresholds
+from fp8_policy.policy.analysis.findings import Finding, LayerAssessment, TensorUnderflow
+from fp8_policy.policy.analysis.layout import LayerLevels, LayerStatus, Layout
+from fp8_policy.policy.analysis.signals import SCALE_STATS, Signals
+from fp8_policy.policy.thresholds import Thresholds
 
 
 def assessment_table(layout: Layout, findings: list[Finding], thresholds: Thresholds) -> list[LayerAssessment]:

@@ -25,10 +25,10 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import HuberRegressor
 
-from policy.analysis.findings import Evidence, Finding, Pattern
-from policy.analysis.layout import Layout
-from policy.analysis.signals import SeriesSummary, onset
-from policy.thresholds import Severity, Thresholds, worst
+from fp8_policy.policy.analysis.findings import Evidence, Finding, Pattern
+from fp8_policy.policy.analysis.layout import Layout
+from fp8_policy.policy.analysis.signals import SeriesSummary, onset
+from fp8_policy.policy.thresholds import Severity, Thresholds, worst
 
 MAX_FIT_POINTS = 400
 EARLY_SHARE = 0.1  # share of post-warm-up points that show where a crossed series started

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policy.analysis.layout import is_gemm_layer
-from policy.records import LayerGroup, LayerInfo, Precision, Series
+from fp8_policy.policy.analysis.layout import is_gemm_layer
+from fp8_policy.policy.records import LayerGroup, LayerInfo, Precision, Series
 
 ROW_DATA = "fp8"  # the row has points of the selected metric
 ROW_BF16 = "bf16"  # the layer ran in high precision: no FP8 statistics exist, drawn hatched

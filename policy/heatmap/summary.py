@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from policy.heatmap.matrix import HeatmapMatrix
-from policy.thresholds import Thresholds
+from fp8_policy.policy.heatmap.matrix import HeatmapMatrix
+from fp8_policy.policy.thresholds import Thresholds
 
 DEFAULT_VMAX = 6.0  # % — the colour cap of the heatmap users know
 LEVEL_QUANTILE = 0.95

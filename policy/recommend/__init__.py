@@ -11,17 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from policy.analysis import analyze
-from policy.analysis.findings import Analysis, Finding, Pattern
-from policy.analysis.recipes import normalize_recipe
-from policy.records import PolicyDecision, RunData
-from policy.recommend.confidence import confidence
-from policy.recommend.cost import expected_cost
-from policy.recommend.megatron import megatron_section
-from policy.recommend.options import ModelDims, RecommendOptions
-from policy.recommend.rationale import build_rationale
-from policy.recommend.recipe import RecipeDecision, choose_recipe, resolve_current
-from policy.recommend.skiplist import SkipPlan, plan_skips
+from fp8_policy.policy.analysis import analyze
+from fp8_policy.policy.analysis.findings import Analysis, Finding, Pattern
+from fp8_policy.policy.analysis.recipes import normalize_recipe
+from fp8_policy.policy.records import PolicyDecision, RunData
+from fp8_policy.policy.recommend.confidence import confidence
+from fp8_policy.policy.recommend.cost import expected_cost
+from fp8_policy.policy.recommend.megatron import megatron_section
+from fp8_policy.policy.recommend.options import ModelDims, RecommendOptions
+from fp8_policy.policy.recommend.rationale import build_rationale
+from fp8_policy.policy.recommend.recipe import RecipeDecision, choose_recipe, resolve_current
+from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
 
 POLICY_VERSION = "2026.11.3"
 

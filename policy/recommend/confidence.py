@@ -9,10 +9,10 @@ a failing set deferred to a recipe change (×0.8). Floor 0.05.
 
 from __future__ import annotations
 
-from policy.analysis.findings import Analysis, Pattern
-from policy.analysis.layout import LayerStatus
-from policy.recommend.recipe import RecipeDecision
-from policy.recommend.skiplist import SkipPlan
+from fp8_policy.policy.analysis.findings import Analysis, Pattern
+from fp8_policy.policy.analysis.layout import LayerStatus
+from fp8_policy.policy.recommend.recipe import RecipeDecision
+from fp8_policy.policy.recommend.skiplist import SkipPlan
 
 
 def confidence(analysis: Analysis, plan: SkipPlan, decision: RecipeDecision) -> tuple[float, list[str]]:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from policy.analysis.layout import LayerLevels, LayerStatus, Layout, is_gemm_layer
-from policy.records import GEMMS, GemmOverride, LayerGroup
-from policy.recommend.options import ModelDims
-from policy.recommend.skiplist import SkipPlan
+from fp8_policy.policy.analysis.layout import LayerLevels, LayerStatus, Layout, is_gemm_layer
+from fp8_policy.policy.records import GEMMS, GemmOverride, LayerGroup
+from fp8_policy.policy.recommend.options import ModelDims
+from fp8_policy.policy.recommend.skiplist import SkipPlan
 
 SPEEDUPS: dict[str, tuple[float, str]] = {
     "delayed": (1.69, "H200"), "current": (1.58, "H200"), "block": (1.40, "H200"), "mxfp8": (1.42, "B300"),

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from policy.analysis.layout import LayerStatus, Layout
-from policy.records import MEGATRON_RECIPES, LayerGroup, RecipeChoice
-from policy.recommend.skiplist import SkipPlan
+from fp8_policy.policy.analysis.layout import LayerStatus, Layout
+from fp8_policy.policy.records import MEGATRON_RECIPES, LayerGroup, RecipeChoice
+from fp8_policy.policy.recommend.skiplist import SkipPlan
 
 
 def _runs(blocks: list[int], skipped: set[int]) -> tuple[int, int]:

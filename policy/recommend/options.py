@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
-from policy.analysis.recipes import normalize_recipe
-from policy.thresholds import Thresholds
+from fp8_policy.policy.analysis.recipes import normalize_recipe
+from fp8_policy.policy.thresholds import Thresholds
 
 # Accepted spellings of each model dimension (Megatron / HF config names).
 _DIM_KEYS: dict[str, tuple[str, ...]] = {

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from policy.analysis.findings import Analysis, Pattern
-from policy.recommend.recipe import RecipeDecision
-from policy.recommend.skiplist import SkipPlan
+from fp8_policy.policy.analysis.findings import Analysis, Pattern
+from fp8_policy.policy.recommend.recipe import RecipeDecision
+from fp8_policy.policy.recommend.skiplist import SkipPlan
 
 MAX_NAMED = 5
 

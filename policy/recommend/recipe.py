@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from policy.analysis.findings import Analysis, Pattern
-from policy.analysis.layout import LayerLevels
-from policy.analysis.recipes import MIN_CAPABILITY, PREFIX_RECIPE, RECIPES, STAT_PREFIX
-from policy.records import RECIPE_CLASSES, RecipeChoice
-from policy.recommend.skiplist import LevelFn, SkipPlan
+from fp8_policy.policy.analysis.findings import Analysis, Pattern
+from fp8_policy.policy.analysis.layout import LayerLevels
+from fp8_policy.policy.analysis.recipes import MIN_CAPABILITY, PREFIX_RECIPE, RECIPES, STAT_PREFIX
+from fp8_policy.policy.records import RECIPE_CLASSES, RecipeChoice
+from fp8_policy.policy.recommend.skiplist import LevelFn, SkipPlan
 
 KWARGS: dict[str, dict[str, object]] = {
     "delayed": {"fp8_format": "HYBRID", "amax_history_len": 1024, "amax_compute_algo": "max"},

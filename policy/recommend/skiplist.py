@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from policy.analysis.findings import Analysis, Pattern
-from policy.analysis.layout import LayerLevels, LayerStatus, Layout
-from policy.records import GEMMS, QUANTIZED_TENSORS, TENSOR_GEMMS, GemmOverride
+from fp8_policy.policy.analysis.findings import Analysis, Pattern
+from fp8_policy.policy.analysis.layout import LayerLevels, LayerStatus, Layout
+from fp8_policy.policy.records import GEMMS, QUANTIZED_TENSORS, TENSOR_GEMMS, GemmOverride
 
 LevelFn = Callable[[LayerLevels, str], float]
 

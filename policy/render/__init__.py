@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from policy.records import PolicyDecision
+from fp8_policy.policy.records import PolicyDecision
 
 FORMATS: tuple[str, ...] = ("te-yaml", "megatron", "hydra", "torchao")
 
@@ -46,7 +46,7 @@ def render(
     decision: PolicyDecision, fmt: str, options: RenderOptions | None = None
 ) -> RenderedPolicy:
     """Render `decision` as `fmt` (one of FORMATS)."""
-    from policy.render import hydra, megatron, te_yaml, torchao
+    from fp8_policy.policy.render import hydra, megatron, te_yaml, torchao
 
     renderers = {
         "te-yaml": te_yaml.render,

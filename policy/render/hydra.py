@@ -19,9 +19,9 @@ import math
 import re
 import shlex
 
-from policy.records import LayerGroup, PolicyDecision
-from policy.render import RenderedPolicy, RenderOptions
-from policy.render.layout import body_blocks, fp8_format, is_one_based, merged_overrides, module_index
+from fp8_policy.policy.records import LayerGroup, PolicyDecision
+from fp8_policy.policy.render import RenderedPolicy, RenderOptions
+from fp8_policy.policy.render.layout import body_blocks, fp8_format, is_one_based, merged_overrides, module_index
 
 MEDIA_TYPE = "text/plain"
 FILENAME = "bionemo_fp8_overrides.txt"

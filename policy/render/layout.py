@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from policy.records import GEMMS, LayerGroup, PolicyDecision, RecipeChoice
+from fp8_policy.policy.records import GEMMS, LayerGroup, PolicyDecision, RecipeChoice
 
 ROOT = "model"
 WRAPPER_LEVELS = ("module",)  # DDP / Megatron Float16Module wrappers add `.module`

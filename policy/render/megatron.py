@@ -24,9 +24,9 @@ from __future__ import annotations
 import re
 import shlex
 
-from policy.records import MEGATRON_RECIPES, LayerGroup, LayerInfo, PolicyDecision
-from policy.render import RenderedPolicy, RenderOptions
-from policy.render.layout import (
+from fp8_policy.policy.records import MEGATRON_RECIPES, LayerGroup, LayerInfo, PolicyDecision
+from fp8_policy.policy.render import RenderedPolicy, RenderOptions
+from fp8_policy.policy.render.layout import (
     body_blocks,
     fp8_format,
     is_one_based,

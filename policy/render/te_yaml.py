@@ -18,10 +18,10 @@ from collections import defaultdict
 
 import yaml
 
-from policy.records import QUANTIZED_TENSORS, PolicyDecision, Precision
-from policy.render import RenderedPolicy, RenderOptions
-from policy.render import regex
-from policy.render.layout import merged_overrides, te_version_tuple
+from fp8_policy.policy.records import QUANTIZED_TENSORS, PolicyDecision, Precision
+from fp8_policy.policy.render import RenderedPolicy, RenderOptions
+from fp8_policy.policy.render import regex
+from fp8_policy.policy.render.layout import merged_overrides, te_version_tuple
 
 MEDIA_TYPE = "application/yaml"
 FILENAME = "fp8_debug_config.yaml"

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import shlex
 
-from policy.records import PolicyDecision
-from policy.render import RenderedPolicy, RenderOptions
-from policy.render.layout import is_one_based, layer_index, merged_overrides, torch_fqn
+from fp8_policy.policy.records import PolicyDecision
+from fp8_policy.policy.render import RenderedPolicy, RenderOptions
+from fp8_policy.policy.render.layout import is_one_based, layer_index, merged_overrides, torch_fqn
 
 MEDIA_TYPE = "text/x-python"
 FILENAME = "torchao_fp8_filter.py"

@@ -15,8 +15,8 @@ every public name is re-exported here.
 
 from __future__ import annotations
 
-from policy.synthetic.families import FAMILIES, Family, LayerSpec
-from policy.synthetic.profiles import (
+from fp8_policy.policy.synthetic.families import FAMILIES, Family, LayerSpec
+from fp8_policy.policy.synthetic.profiles import (
     Profile,
     ProfileContext,
     Rule,
@@ -40,9 +40,9 @@ from policy.synthetic.profiles import (
     step_at,
     with_values,
 )
-from policy.synthetic.run import DEFAULT_STATS, PLAN_WORDS, SyntheticRun, matching_layers, stats_matrix
-from policy.synthetic.scenarios import PATTERNS, SCENARIOS, PlantedTruth, ScenarioCase, make_case
-from policy.synthetic.writer import DEFAULT_START, LINE_US, PLAN_ORDER, RankFiles, WrittenRun, stats_line, write_run
+from fp8_policy.policy.synthetic.run import DEFAULT_STATS, PLAN_WORDS, SyntheticRun, matching_layers, stats_matrix
+from fp8_policy.policy.synthetic.scenarios import PATTERNS, SCENARIOS, PlantedTruth, ScenarioCase, make_case
+from fp8_policy.policy.synthetic.writer import DEFAULT_START, LINE_US, PLAN_ORDER, RankFiles, WrittenRun, stats_line, write_run
 
 __all__ = [
     "DEFAULT_START", "DEFAULT_STATS", "FAMILIES", "LINE_US", "PATTERNS", "PLAN_ORDER", "PLAN_WORDS", "SCENARIOS",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from policy.records import RECIPE_PREFIXES
+from fp8_policy.policy.records import RECIPE_PREFIXES
 
 # ---------------------------------------------------------------------------------------------------- profiles
 @dataclass(frozen=True)

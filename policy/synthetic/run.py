@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from policy.records import QUANTIZED_TENSORS
-from policy.synthetic.families import FAMILIES, LayerSpec
-from policy.synthetic.profiles import Profile, ProfileContext, Where, _values, healthy, split_stat
+from fp8_policy.policy.records import QUANTIZED_TENSORS
+from fp8_policy.policy.synthetic.families import FAMILIES, LayerSpec
+from fp8_policy.policy.synthetic.profiles import Profile, ProfileContext, Where, _values, healthy, split_stat
 
 DEFAULT_STATS: tuple[str, ...] = ("underflows%", "scale_inv_min", "scale_inv_max", "mse")
 PLAN_WORDS: tuple[str, ...] = ("FP8 Quantize", "Quantize")  # TE <= 2.12, TE >= 2.13

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from policy.synthetic.profiles import (
+from fp8_policy.policy.synthetic.profiles import (
     Rule,
     Scenario,
     all_of,
@@ -23,7 +23,7 @@ from policy.synthetic.profiles import (
     roles,
     scale_jumps,
 )
-from policy.synthetic.run import SyntheticRun, matching_layers
+from fp8_policy.policy.synthetic.run import SyntheticRun, matching_layers
 
 PATTERNS: tuple[str, ...] = (
     "healthy", "u_shape", "head_only", "early_layers", "late_layers", "boundary", "single_tensor",

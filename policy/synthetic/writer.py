@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from policy.records import TENSOR_GEMMS
-from policy.synthetic.run import SyntheticRun, stats_matrix
+from fp8_policy.policy.records import TENSOR_GEMMS
+from fp8_policy.policy.synthetic.run import SyntheticRun, stats_matrix
 
 # The six plan lines TE writes per GEMM layer, in TE order (debug_quantization._tensor_to_gemm_names_map).
 PLAN_ORDER: tuple[tuple[str, str], ...] = tuple(

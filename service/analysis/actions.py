@@ -7,15 +7,15 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from db.codec import decode_iterations, decode_values
-from db.repositories import RunRepository
-from policy.analysis import Analysis, analyze
-from policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, RunData, Series
-from policy.recommend import Recommendation, RecommendOptions, recommend
-from policy.render import FORMATS, RenderedPolicy, render
-from policy.thresholds import Thresholds
-from service.errors import BadRequest
-from service.runs.actions import get_ready_run
+from fp8_policy.db.codec import decode_iterations, decode_values
+from fp8_policy.db.repositories import RunRepository
+from fp8_policy.policy.analysis import Analysis, analyze
+from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, RunData, Series
+from fp8_policy.policy.recommend import Recommendation, RecommendOptions, recommend
+from fp8_policy.policy.render import FORMATS, RenderedPolicy, render
+from fp8_policy.policy.thresholds import Thresholds
+from fp8_policy.service.errors import BadRequest
+from fp8_policy.service.runs.actions import get_ready_run
 
 
 def load_run_data(session: Session, run_id: int) -> RunData:

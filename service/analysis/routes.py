@@ -7,9 +7,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from service.analysis import actions
-from service.deps import SessionDep
-from service.errors import BadRequest, ErrorBody
+from fp8_policy.service.analysis import actions
+from fp8_policy.service.deps import SessionDep
+from fp8_policy.service.errors import BadRequest, ErrorBody
 
 router = APIRouter(prefix="/api/v1/runs", tags=["analysis"])
 ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody}}

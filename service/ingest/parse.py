@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from db.repositories import IngestCounts
-from policy.assemble import AssembledRun, assemble_run
-from policy.log_files import LogFile
-from policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
-from policy.stats_log import ParsedStats, StatsLogParser
+from fp8_policy.db.repositories import IngestCounts
+from fp8_policy.policy.assemble import AssembledRun, assemble_run
+from fp8_policy.policy.log_files import LogFile
+from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
+from fp8_policy.policy.stats_log import ParsedStats, StatsLogParser
 
 MAX_METADATA_BYTES = 256 * 1024 * 1024
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from db.repositories import RunRepository
-from db.session import session_scope
-from policy.stats_log import StatsLogError
-from service.ingest.archive import ArchiveError, ExtractLimits, extract_upload
-from service.ingest.parse import IngestError, parse_files
-from service.settings import Settings
+from fp8_policy.db.repositories import RunRepository
+from fp8_policy.db.session import session_scope
+from fp8_policy.policy.stats_log import StatsLogError
+from fp8_policy.service.ingest.archive import ArchiveError, ExtractLimits, extract_upload
+from fp8_policy.service.ingest.parse import IngestError, parse_files
+from fp8_policy.service.settings import Settings
 
 log = logging.getLogger("fp8_policy.ingest")
 

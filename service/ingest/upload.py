@@ -16,7 +16,7 @@ from pathlib import Path
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
-from service.errors import InvalidUpload, UnsupportedMediaType, UploadTooLarge
+from fp8_policy.service.errors import InvalidUpload, UnsupportedMediaType, UploadTooLarge
 
 RAW_TYPES = {
     "application/gzip",

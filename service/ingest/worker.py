@@ -7,10 +7,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from db.repositories import RunRepository
-from db.session import session_scope
-from service.ingest.pipeline import process_run
-from service.settings import Settings
+from fp8_policy.db.repositories import RunRepository
+from fp8_policy.db.session import session_scope
+from fp8_policy.service.ingest.pipeline import process_run
+from fp8_policy.service.settings import Settings
 
 log = logging.getLogger("fp8_policy.ingest")
 

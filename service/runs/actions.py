@@ -13,14 +13,14 @@ import numpy as np
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from db.codec import decode_iterations, decode_values
-from db.models import Run
-from db.repositories import NewRun, RunRepository, tags_of
-from db.session import session_scope
-from policy.records import nonfinite_text
-from service.errors import BadRequest, NotFound, NotReady
-from service.ingest.upload import ReceivedUpload
-from service.runs.schemas import LayerRead, RunList, RunRead, SeriesPoints, SeriesRead, StatSummary
+from fp8_policy.db.codec import decode_iterations, decode_values
+from fp8_policy.db.models import Run
+from fp8_policy.db.repositories import NewRun, RunRepository, tags_of
+from fp8_policy.db.session import session_scope
+from fp8_policy.policy.records import nonfinite_text
+from fp8_policy.service.errors import BadRequest, NotFound, NotReady
+from fp8_policy.service.ingest.upload import ReceivedUpload
+from fp8_policy.service.runs.schemas import LayerRead, RunList, RunRead, SeriesPoints, SeriesRead, StatSummary
 
 MAX_TAGS = 50
 

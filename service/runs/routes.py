@@ -7,11 +7,11 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from service.deps import SessionDep, SettingsDep
-from service.errors import ErrorBody
-from service.ingest.upload import new_upload_path, receive_upload
-from service.runs import actions
-from service.runs.schemas import LayerRead, RunList, RunRead, SeriesRead
+from fp8_policy.service.deps import SessionDep, SettingsDep
+from fp8_policy.service.errors import ErrorBody
+from fp8_policy.service.ingest.upload import new_upload_path, receive_upload
+from fp8_policy.service.runs import actions
+from fp8_policy.service.runs.schemas import LayerRead, RunList, RunRead, SeriesRead
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
 ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody}}

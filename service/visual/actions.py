@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from db.codec import decode_iterations, decode_values
-from db.models import Run
-from db.repositories import RunRepository
-from policy.heatmap import (
+from fp8_policy.db.codec import decode_iterations, decode_values
+from fp8_policy.db.models import Run
+from fp8_policy.db.repositories import RunRepository
+from fp8_policy.policy.heatmap import (
     HeatmapGeometry,
     HeatmapMatrix,
     build_matrix,
@@ -28,12 +28,12 @@ from policy.heatmap import (
     sublayers_of,
     summarize,
 )
-from policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, Series
-from service.analysis.actions import recommendation_for
-from service.errors import BadRequest
-from service.runs.actions import get_ready_run
-from service.visual.params import HeatmapParams, parse_heatmap_params
-from service.visual.render import MEDIA_TYPES, Panel, Style, render
+from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, Series
+from fp8_policy.service.analysis.actions import recommendation_for
+from fp8_policy.service.errors import BadRequest
+from fp8_policy.service.runs.actions import get_ready_run
+from fp8_policy.service.visual.params import HeatmapParams, parse_heatmap_params
+from fp8_policy.service.visual.render import MEDIA_TYPES, Panel, Style, render
 
 _SKIP_CACHE: OrderedDict[tuple, Recommended] = OrderedDict()
 _SKIP_CACHE_SIZE = 128

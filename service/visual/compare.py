@@ -13,13 +13,13 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from policy.analysis import Analysis, Finding, LayerAssessment
-from policy.thresholds import Thresholds
-from service.analysis.actions import load_and_analyze
-from service.runs.actions import get_ready_run
-from service.visual.actions import Rendered, build_panel, render_panels, style_for
-from service.visual.params import HeatmapParams
-from service.visual.sentences import summary_sentences
+from fp8_policy.policy.analysis import Analysis, Finding, LayerAssessment
+from fp8_policy.policy.thresholds import Thresholds
+from fp8_policy.service.analysis.actions import load_and_analyze
+from fp8_policy.service.runs.actions import get_ready_run
+from fp8_policy.service.visual.actions import Rendered, build_panel, render_panels, style_for
+from fp8_policy.service.visual.params import HeatmapParams
+from fp8_policy.service.visual.sentences import summary_sentences
 
 TENSORS = ("gradient", "activation", "weight")
 STATS = ("level", "max", "mean", "last")

@@ -11,11 +11,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from policy.heatmap import HeatmapGeometry, severity_bands
-from service.visual.style import BAND_TEXT, BF16_EDGE, BF16_FACE, BOX, MARK, NO_DATA, SKIP
+from fp8_policy.policy.heatmap import HeatmapGeometry, severity_bands
+from fp8_policy.service.visual.style import BAND_TEXT, BF16_EDGE, BF16_FACE, BOX, MARK, NO_DATA, SKIP
 
 if TYPE_CHECKING:  # render imports this module
-    from service.visual.render import Panel, Style
+    from fp8_policy.service.visual.render import Panel, Style
 
 _CBAR_X_IN, _CBAR_W_IN = 0.5, 0.2
 

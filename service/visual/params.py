@@ -7,9 +7,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from policy.heatmap import DEFAULT_BOXES
-from policy.thresholds import Thresholds
-from service.errors import BadRequest
+from fp8_policy.policy.heatmap import DEFAULT_BOXES
+from fp8_policy.policy.thresholds import Thresholds
+from fp8_policy.service.errors import BadRequest
 
 MAX_DPI, MIN_DPI = 600, 20
 MAX_BOXES = 50

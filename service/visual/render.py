@@ -25,10 +25,10 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
-from policy.heatmap import HeatmapGeometry, HeatmapMatrix, HeatSummary  # noqa: E402
-from policy.thresholds import Thresholds  # noqa: E402
-from service.visual import legend  # noqa: E402
-from service.visual.style import BF16_EDGE, BF16_FACE, BOX, GROUP, MARK, NO_DATA, SKIP, TEXT_MUTED, rc  # noqa: E402
+from fp8_policy.policy.heatmap import HeatmapGeometry, HeatmapMatrix, HeatSummary  # noqa: E402
+from fp8_policy.policy.thresholds import Thresholds  # noqa: E402
+from fp8_policy.service.visual import legend  # noqa: E402
+from fp8_policy.service.visual.style import BF16_EDGE, BF16_FACE, BOX, GROUP, MARK, NO_DATA, SKIP, TEXT_MUTED, rc  # noqa: E402
 
 MEDIA_TYPES = {"png": "image/png", "svg": "image/svg+xml"}
 _LOCK = threading.Lock()  # rc_context is process-global; renders are serialized (each takes well under 1 s)

@@ -9,10 +9,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from service.deps import SessionDep
-from service.errors import BadRequest, ErrorBody
-from service.visual import actions, compare
-from service.visual.params import HEATMAP_KEYS, parse_heatmap_params, parse_threshold_overrides, run_id_param, \
+from fp8_policy.service.deps import SessionDep
+from fp8_policy.service.errors import BadRequest, ErrorBody
+from fp8_policy.service.visual import actions, compare
+from fp8_policy.service.visual.params import HEATMAP_KEYS, parse_heatmap_params, parse_threshold_overrides, run_id_param, \
     thresholds_of
 
 router = APIRouter(tags=["visual"])

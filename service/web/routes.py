@@ -12,7 +12,7 @@ from pathlib import Path
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
 
-from service.errors import NotFound
+from fp8_policy.service.errors import NotFound
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 _MEDIA_TYPES = {

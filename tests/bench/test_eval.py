@@ -8,8 +8,8 @@ import yaml
 
 from bench.eval import FIXTURE_RUNS, FIXTURES, ConfigChecker, big_timings, evaluate, score, totals
 from bench.scenarios import PER_STEP_RECIPES, QUICK, SUITE, SUITE_BY_NAME
-from policy.render import render
-from policy.synthetic import PATTERNS, SCENARIOS, write_run
+from fp8_policy.policy.render import render
+from fp8_policy.policy.synthetic import PATTERNS, SCENARIOS, write_run
 from tests.policy.render import factory as f
 
 

@@ -27,10 +27,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from db.migrate import upgrade
-from policy.synthetic import SCENARIOS, write_run
-from service.app import create_app
-from service.settings import Settings
+from fp8_policy.db.migrate import upgrade
+from fp8_policy.policy.synthetic import SCENARIOS, write_run
+from fp8_policy.service.app import create_app
+from fp8_policy.service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "browser"

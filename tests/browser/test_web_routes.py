@@ -7,14 +7,14 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from service.web.routes import STATIC_DIR
+from fp8_policy.service.web.routes import STATIC_DIR
 
 
 @pytest.fixture(scope="module")
 def web_client(tmp_path_factory) -> TestClient:
-    from db.migrate import upgrade
-    from service.app import create_app
-    from service.settings import Settings
+    from fp8_policy.db.migrate import upgrade
+    from fp8_policy.service.app import create_app
+    from fp8_policy.service.settings import Settings
 
     root = tmp_path_factory.mktemp("web-routes")
     url = f"sqlite+pysqlite:///{root / 'app.db'}"

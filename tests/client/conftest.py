@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
-import client.client as client_module
-from client import PolicyClient
+import fp8_policy.client.client as client_module
+from fp8_policy.client import PolicyClient
 
 Handler = Callable[[httpx.Request], httpx.Response]
 BASE = "http://fp8.test"

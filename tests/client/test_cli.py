@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from client.cli import cli
+from fp8_policy.client.cli import cli
 from tests.client.fakes import FakeService, run_body
 
 @pytest.fixture
@@ -202,7 +202,7 @@ def test_heatmap_saves_the_png(invoke, service: FakeService, tmp_path: Path) -> 
 
 
 def test_the_console_script_has_the_client_commands() -> None:
-    from service.cli import cli as console
+    from fp8_policy.service.cli import cli as console
 
     assert {"serve", "db", "upload", "status", "runs", "analysis", "recommend", "gate", "compare",
             "heatmap"} <= set(console.commands)

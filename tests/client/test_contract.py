@@ -22,12 +22,12 @@ import uvicorn
 import yaml
 from click.testing import CliRunner
 
-from client import ApiError, IngestFailed, NotFound, PolicyClient
-from db.migrate import upgrade
-from policy.synthetic import SCENARIOS, write_run
-from service.app import create_app
-from service.cli import cli
-from service.settings import Settings
+from fp8_policy.client import ApiError, IngestFailed, NotFound, PolicyClient
+from fp8_policy.db.migrate import upgrade
+from fp8_policy.policy.synthetic import SCENARIOS, write_run
+from fp8_policy.service.app import create_app
+from fp8_policy.service.cli import cli
+from fp8_policy.service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "contract"
@@ -207,7 +207,7 @@ def test_cli_journey_upload_wait_recommend(served: Served, tmp_path: Path) -> No
 def test_console_script_process_exit_code(served: Served, run_ids: dict[str, int]) -> None:
     """The real process: exit code 1 for a failing gate, no traceback."""
     env = {**os.environ, "FP8_POLICY_URL": served.url}
-    done = subprocess.run([sys.executable, "-m", "service.cli", "gate", str(run_ids["head_only"]), "--json"],
+    done = subprocess.run([sys.executable, "-m", "fp8_policy.service.cli", "gate", str(run_ids["head_only"]), "--json"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
 
     assert done.returncode == 1, done.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from client.cli import cli
+from fp8_policy.client.cli import cli
 from tests.client.fakes import FakeService
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,9 +64,9 @@ def test_the_example_commands_run_against_a_fake_service(mock_client, tmp_path: 
 
 
 def test_client_imports_nothing_from_service_db_or_policy() -> None:
-    code = ("import json, sys, client, client.cli, client.gate, client.packing; "
-            "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
+    code = ("import json, sys, fp8_policy, fp8_policy.client, fp8_policy.client.cli, fp8_policy.client.gate, "
+            "fp8_policy.client.packing; print(json.dumps(sorted({'.'.join(m.split('.')[:2]) for m in sys.modules})))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     loaded = set(json.loads(done.stdout))
 
-    assert not loaded & {"service", "db", "policy", "fastapi", "sqlalchemy", "numpy"}
+    assert not loaded & {"fp8_policy.service", "fp8_policy.db", "fp8_policy.policy", "fastapi", "sqlalchemy", "numpy"}

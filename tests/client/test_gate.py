@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from client.gate import evaluate, render_markdown, severity_rank, worst_layers
+from fp8_policy.client.gate import evaluate, render_markdown, severity_rank, worst_layers
 from tests.client.fakes import ANALYSIS, HEAD, RECOMMENDATION, RUN, finding, layer
 
 

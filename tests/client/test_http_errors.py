@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from client import ApiError, ConnectionFailed, NotFound, PolicyClient, PolicyError
+from fp8_policy.client import ApiError, ConnectionFailed, NotFound, PolicyClient, PolicyError
 from tests.client.fakes import run_body
 
 

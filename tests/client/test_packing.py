@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from client import NoLogFiles
-from client.packing import ProgressReader, StderrBar, find_log_files, is_log_path, pack_directory
+from fp8_policy.client import NoLogFiles
+from fp8_policy.client.packing import ProgressReader, StderrBar, find_log_files, is_log_path, pack_directory
 from tests.client.fakes import run_body
 
 LOGS = {

@@ -7,7 +7,7 @@ from itertools import islice
 import httpx
 import pytest
 
-from client import IngestFailed, WaitTimeout, backoff_delays
+from fp8_policy.client import IngestFailed, WaitTimeout, backoff_delays
 from tests.client.fakes import run_body
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from db.codec import CorruptSeries, decode_iterations, decode_values, encode_iterations, encode_values
+from fp8_policy.db.codec import CorruptSeries, decode_iterations, decode_values, encode_iterations, encode_values
 
 RNG_SEED = 20261121
 REALISTIC_POINTS = 3661

@@ -13,9 +13,9 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Column, Engine, Integer, MetaData, String, inspect, text
 
-from db.base import Base
-from db.migrate import alembic_config, downgrade, upgrade
-from db.session import create_db_engine
+from fp8_policy.db.base import Base
+from fp8_policy.db.migrate import alembic_config, downgrade, upgrade
+from fp8_policy.db.session import create_db_engine
 
 TABLES = {"runs", "run_tags", "layers", "series"}
 

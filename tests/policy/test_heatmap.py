@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policy.heatmap import (
+from fp8_policy.policy.heatmap import (
     ROW_BF16,
     ROW_DATA,
     build_matrix,
@@ -17,9 +17,9 @@ from policy.heatmap import (
     sublayers_of,
     summarize,
 )
-from policy.names import layer_structure, order_key
-from policy.records import LayerInfo, MetricName, Precision, Series
-from policy.thresholds import Thresholds
+from fp8_policy.policy.names import layer_structure, order_key
+from fp8_policy.policy.records import LayerInfo, MetricName, Precision, Series
+from fp8_policy.policy.thresholds import Thresholds
 
 BLOCK = "model.layers.{}.self_attention.layernorm_qkv"
 FC1 = "model.layers.{}.layernorm_mlp.fc1"

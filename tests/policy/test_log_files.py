@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policy.log_files import Kind, LogFile, classify_log_path, order_log_files, single_file_log
+from fp8_policy.policy.log_files import Kind, LogFile, classify_log_path, order_log_files, single_file_log
 
 STATS = "nvdlfw_inspect_statistics_logs"
 META = "nvdlfw_inspect_logs"

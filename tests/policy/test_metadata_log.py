@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
-from policy.names import split_metric_name
-from policy.records import LayerPlan, Precision
+from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
+from fp8_policy.policy.names import split_metric_name
+from fp8_policy.policy.records import LayerPlan, Precision
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared/fixtures/bionemo"
 METADATA_LOGS = {

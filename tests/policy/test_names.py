@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from policy.names import layer_structure, order_key, split_metric_name
-from policy.records import QUANTIZED_TENSORS, LayerGroup, LayerStructure, MetricName
+from fp8_policy.policy.names import layer_structure, order_key, split_metric_name
+from fp8_policy.policy.records import QUANTIZED_TENSORS, LayerGroup, LayerStructure, MetricName
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared/fixtures/bionemo"
 STATS_LOGS = {

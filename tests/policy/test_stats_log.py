@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from policy.stats_log import STATS_LINE, FileReport, NoStatsLines, ParsedStats, StatsLogParser
+from fp8_policy.policy.stats_log import STATS_LINE, FileReport, NoStatsLines, ParsedStats, StatsLogParser
 from tests.archives import ESM2_STATS, LLAMA3_STATS, TS, parse_reference, same_float, stats_line
 
 NAME = "model.layers.1.self_attention.linear_qkv_activation_underflows%"

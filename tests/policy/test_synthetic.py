@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from policy.synthetic import (
+from fp8_policy.policy.synthetic import (
     PATTERNS,
     PLAN_ORDER,
     SCENARIOS,

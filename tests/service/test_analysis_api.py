@@ -9,7 +9,7 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from policy.synthetic import SCENARIOS, write_run
+from fp8_policy.policy.synthetic import SCENARIOS, write_run
 from tests.archives import esm2_tar_gz, tree_tar_gz
 from tests.conftest import wait_for_run
 

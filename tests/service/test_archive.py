@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from policy.log_files import LogFile
-from service.ingest import archive
-from service.ingest.archive import ArchiveError, ExtractLimits, ExtractResult, extract_upload
+from fp8_policy.policy.log_files import LogFile
+from fp8_policy.service.ingest import archive
+from fp8_policy.service.ingest.archive import ArchiveError, ExtractLimits, ExtractResult, extract_upload
 from tests.archives import tar_bytes
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"

@@ -13,8 +13,8 @@ import httpx
 from click.testing import CliRunner
 from sqlalchemy import create_engine, inspect
 
-from service.cli import cli
-from service.settings import get_settings
+from fp8_policy.service.cli import cli
+from fp8_policy.service.settings import get_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +45,7 @@ def test_serve_starts_uvicorn_on_the_given_port_with_a_migrated_database(tmp_pat
     env = {**os.environ, "FP8_POLICY_DATA_DIR": str(tmp_path / "data")}
     env.pop("FP8_POLICY_DATABASE_URL", None)
     server = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--no-demo",
+        [sys.executable, "-m", "fp8_policy.service.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--no-demo",
          "--log-level", "warning"],
         cwd=ROOT, env=env,
     )

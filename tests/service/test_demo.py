@@ -6,10 +6,10 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from db.migrate import upgrade
-from service.app import create_app
-from service.demo import DEMO_SCENARIOS, FIXTURES, load_demo_runs
-from service.settings import Settings
+from fp8_policy.db.migrate import upgrade
+from fp8_policy.service.app import create_app
+from fp8_policy.service.demo import DEMO_SCENARIOS, FIXTURES, load_demo_runs
+from fp8_policy.service.settings import Settings
 
 
 def test_demo_runs_are_queued_once_and_become_ready_with_their_planted_patterns(tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from service.app import create_app
-from service.settings import Settings
+from fp8_policy.service.app import create_app
+from fp8_policy.service.settings import Settings
 from tests.archives import esm2_tar_gz, stats_log
 from tests.conftest import wait_for_run
 from tests.dbutil import files_under, insert_run, row_counts

@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from service.settings import Settings
+from fp8_policy.service.settings import Settings
 from tests.archives import (
     TS,
     esm2_tar_gz,

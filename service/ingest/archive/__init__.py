@@ -18,10 +18,10 @@ from pathlib import Path
 # Re-exported: tests patch `archive.igzip.open`, which every reader here looks up through the igzip module.
 from isal import igzip as igzip
 
-from policy.log_files import LogFile
-from service.ingest.archive.detect import PEEK_BYTES, _detect_format
-from service.ingest.archive.errors import _CORRUPT, ERROR_CODES, ArchiveError
-from service.ingest.archive.limits import (
+from fp8_policy.policy.log_files import LogFile
+from fp8_policy.service.ingest.archive.detect import PEEK_BYTES, _detect_format
+from fp8_policy.service.ingest.archive.errors import _CORRUPT, ERROR_CODES, ArchiveError
+from fp8_policy.service.ingest.archive.limits import (
     CHUNK_BYTES,
     DEFAULT_LIMITS,
     MAX_SKIPPED_SAMPLES,
@@ -32,10 +32,10 @@ from service.ingest.archive.limits import (
     _Budget,
     _Skipped,
 )
-from service.ingest.archive.output import _Output
-from service.ingest.archive.single import _extract_single
-from service.ingest.archive.tar import _extract_tar, _extract_tar_gz
-from service.ingest.archive.zips import _extract_zip
+from fp8_policy.service.ingest.archive.output import _Output
+from fp8_policy.service.ingest.archive.single import _extract_single
+from fp8_policy.service.ingest.archive.tar import _extract_tar, _extract_tar_gz
+from fp8_policy.service.ingest.archive.zips import _extract_zip
 
 __all__ = [
     "CHUNK_BYTES",

@@ -9,7 +9,7 @@ from typing import IO
 
 from isal import igzip
 
-from service.ingest.archive.errors import ArchiveError
+from fp8_policy.service.ingest.archive.errors import ArchiveError
 
 PEEK_BYTES = 64 * 1024
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from policy.log_files import LogFile
-from service.ingest.archive.errors import ArchiveError
+from fp8_policy.policy.log_files import LogFile
+from fp8_policy.service.ingest.archive.errors import ArchiveError
 
 MiB = 1024**2
 GiB = 1024**3

@@ -9,10 +9,10 @@ from typing import IO, Any
 
 from isal import igzip
 
-from policy.log_files import LogFile
-from service.ingest.archive.detect import _GZIP_MAGIC
-from service.ingest.archive.errors import ArchiveError
-from service.ingest.archive.limits import CHUNK_BYTES, _Budget, _Meter
+from fp8_policy.policy.log_files import LogFile
+from fp8_policy.service.ingest.archive.detect import _GZIP_MAGIC
+from fp8_policy.service.ingest.archive.errors import ArchiveError
+from fp8_policy.service.ingest.archive.limits import CHUNK_BYTES, _Budget, _Meter
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 

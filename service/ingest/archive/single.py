@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from policy.log_files import LogFile, single_file_log
-from service.ingest.archive.limits import CHUNK_BYTES, _Budget, _Skipped
-from service.ingest.archive.output import _Output, _write
+from fp8_policy.policy.log_files import LogFile, single_file_log
+from fp8_policy.service.ingest.archive.limits import CHUNK_BYTES, _Budget, _Skipped
+from fp8_policy.service.ingest.archive.output import _Output, _write
 
 
 def _extract_single(

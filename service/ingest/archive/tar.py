@@ -8,10 +8,10 @@ from typing import IO
 
 from isal import igzip
 
-from policy.log_files import LogFile, classify_log_path
-from service.ingest.archive.errors import ArchiveError
-from service.ingest.archive.limits import _Budget, _Meter, _Skipped
-from service.ingest.archive.output import _Output, _output_relpath, _safe_relpath, _write
+from fp8_policy.policy.log_files import LogFile, classify_log_path
+from fp8_policy.service.ingest.archive.errors import ArchiveError
+from fp8_policy.service.ingest.archive.limits import _Budget, _Meter, _Skipped
+from fp8_policy.service.ingest.archive.output import _Output, _output_relpath, _safe_relpath, _write
 
 
 def _extract_tar_gz(

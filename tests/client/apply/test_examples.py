@@ -32,8 +32,9 @@ def test_apply_te_example_compiles() -> None:
 
 
 def test_importing_client_apply_needs_no_torch_te_or_server_code() -> None:
-    code = ("import sys, client.apply; heavy = {'torch', 'torchao', 'transformer_engine', 'service', 'db', "
-            "'policy'}; print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))")
+    code = ("import sys, fp8_policy.client.apply; heavy = {'torch', 'torchao', 'transformer_engine', "
+            "'fp8_policy.service', 'fp8_policy.db', 'fp8_policy.policy'}; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or '.'.join(m.split('.')[:2]) in heavy))")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
@@ -44,4 +45,5 @@ def test_client_apply_never_imports_server_packages() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            assert not any(n.split(".")[0] in {"service", "db", "policy"} for n in names), path
+            assert not any(".".join(n.split(".")[:2]) in {"fp8_policy.service", "fp8_policy.db", "fp8_policy.policy"}
+                           for n in names), path

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from torch import nn
 
-from client.apply.names import NameIndex, UnmatchedLayers, normalize, resolve_names, walk
+from fp8_policy.client.apply.names import NameIndex, UnmatchedLayers, normalize, resolve_names, walk
 from tests.client.apply.models import FusedModel, ToyTransformer, Wrapper
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from client.apply import recipe_from_policy
-from client.apply.te import TE_MISSING
+from fp8_policy.client.apply import recipe_from_policy
+from fp8_policy.client.apply.te import TE_MISSING
 from tests.client.apply import fake_te
 
 CURRENT = {"name": "current", "class": "transformer_engine.common.recipe.Float8CurrentScaling",

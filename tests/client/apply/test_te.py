@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from client.apply import UnmatchedLayers, apply_policy, recipe_from_policy
-from client.apply.te import TE_MISSING, is_wrapped, restore_forwards
+from fp8_policy.client.apply import UnmatchedLayers, apply_policy, recipe_from_policy
+from fp8_policy.client.apply.te import TE_MISSING, is_wrapped, restore_forwards
 from tests.client.apply import fake_te
 from tests.client.apply.models import D_MODEL, FusedModel, ToyTransformer, Wrapper, tokens
 

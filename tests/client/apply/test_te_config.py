@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-from client.apply import te_debug_config, write_te_debug_config
+from fp8_policy.client.apply import te_debug_config, write_te_debug_config
 
 POLICY = {
     "fp8_skip_layers": ["model.module.decoder.layers.1.self_attention.layernorm_qkv", "model.module.lm_head"],

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from client.apply import UnmatchedLayers, apply_policy
+from fp8_policy.client.apply import UnmatchedLayers, apply_policy
 from tests.client.apply.models import VOCAB, ToyTransformer, Wrapper, tokens
 
 from torchao.float8 import Float8LinearConfig

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, RunData, Series
+from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, RunData, Series
 
 Curve = float | np.ndarray | Callable[[np.ndarray], np.ndarray]
 

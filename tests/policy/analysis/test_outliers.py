@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from policy.analysis import Pattern, Thresholds, analyze
-from policy.analysis.outliers import lof_outliers
+from fp8_policy.policy.analysis import Pattern, Thresholds, analyze
+from fp8_policy.policy.analysis.outliers import lof_outliers
 from tests.policy.analysis.factories import FAMILIES, Spec, blocks, build_run, name
 
 BAD_RANK = 5

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from policy.analysis import Pattern, Severity, Thresholds, analyze
-from policy.analysis.patterns import block_ranges
+from fp8_policy.policy.analysis import Pattern, Severity, Thresholds, analyze
+from fp8_policy.policy.analysis.patterns import block_ranges
 from tests.policy.analysis.factories import FAMILIES, Spec, blocks, build_run, heads, name, plant, ramp
 
 BOTH = ("gradient", "activation")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from policy.analysis import Severity, Thresholds, analyze
-from policy.analysis.signals import extract_signals, onset
-from policy.records import MetricName, RunData, Series
+from fp8_policy.policy.analysis import Severity, Thresholds, analyze
+from fp8_policy.policy.analysis.signals import extract_signals, onset
+from fp8_policy.policy.records import MetricName, RunData, Series
 from tests.policy.analysis.factories import Spec, build_run, name
 
 

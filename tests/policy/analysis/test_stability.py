@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from policy.analysis import Pattern, Severity, Thresholds, analyze
+from fp8_policy.policy.analysis import Pattern, Severity, Thresholds, analyze
 from tests.policy.analysis.factories import Spec, build_run, name
 
 LAYER = name("hf", 3, "proj")

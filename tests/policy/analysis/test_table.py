@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import time
 
-from policy.analysis import Severity, analyze
-from policy.analysis.layout import LayerStatus, is_gemm_layer, layer_status
-from policy.records import LayerGroup, LayerInfo, LayerStructure, Precision
+from fp8_policy.policy.analysis import Severity, analyze
+from fp8_policy.policy.analysis.layout import LayerStatus, is_gemm_layer, layer_status
+from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, Precision
 from tests.policy.analysis.factories import Spec, big_run, build_run, heads, name, plant
 
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from policy.thresholds import Severity, Thresholds, worst
+from fp8_policy.policy.thresholds import Severity, Thresholds, worst
 
 
 @pytest.mark.parametrize(("value", "expected"), [

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policy.analysis import Pattern, Severity, Thresholds, analyze
-from policy.analysis.signals import extract_signals
-from policy.analysis.trends import fit_window, robust_trend
+from fp8_policy.policy.analysis import Pattern, Severity, Thresholds, analyze
+from fp8_policy.policy.analysis.signals import extract_signals
+from fp8_policy.policy.analysis.trends import fit_window, robust_trend
 from tests.policy.analysis.factories import Spec, build_run, name, plant, ramp
 
 LAYER = name("megatron", 6, "fc1")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from policy.analysis import analyze
-from policy.records import GemmOverride
-from policy.recommend.cost import expected_cost, gemm_flops
-from policy.recommend.options import ModelDims
-from policy.recommend.skiplist import SkipPlan
+from fp8_policy.policy.analysis import analyze
+from fp8_policy.policy.records import GemmOverride
+from fp8_policy.policy.recommend.cost import expected_cost, gemm_flops
+from fp8_policy.policy.recommend.options import ModelDims
+from fp8_policy.policy.recommend.skiplist import SkipPlan
 from tests.policy.analysis.factories import Spec, build_run, heads, name
 
 DIMS = ModelDims(hidden_size=4, ffn_hidden_size=16)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from policy.analysis.recipes import normalize_recipe
-from policy.recommend import RecommendOptions, recommend
-from policy.recommend.recipe import compute_capability
+from fp8_policy.policy.analysis.recipes import normalize_recipe
+from fp8_policy.policy.recommend import RecommendOptions, recommend
+from fp8_policy.policy.recommend.recipe import compute_capability
 from tests.policy.analysis.factories import FAMILIES, Spec, build_run, heads, name, plant
 
 SUBS = tuple(FAMILIES["megatron"]["subs"])  # type: ignore[arg-type]

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from policy.analysis import Thresholds, analyze
-from policy.recommend import POLICY_VERSION, ModelDims, RecommendOptions, recommend
+from fp8_policy.policy.analysis import Thresholds, analyze
+from fp8_policy.policy.recommend import POLICY_VERSION, ModelDims, RecommendOptions, recommend
 from tests.policy.analysis.factories import FAMILIES, Spec, build_run, name, plant, ramp
 
 KEYS = {"fp8_skip_layers", "gemm_overrides", "recipe", "megatron", "expected_cost", "rationale", "confidence",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from policy.analysis import analyze
-from policy.recommend.skiplist import plan_skips
+from fp8_policy.policy.analysis import analyze
+from fp8_policy.policy.recommend.skiplist import plan_skips
 from tests.policy.analysis.factories import FAMILIES, Spec, build_run, name, plant, ramp
 
 SUBS = tuple(FAMILIES["megatron"]["subs"])  # type: ignore[arg-type]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from policy.records import (
+from fp8_policy.policy.records import (
     RECIPE_CLASSES,
     GemmOverride,
     LayerGroup,

@@ -6,8 +6,8 @@ import shlex
 
 import pytest
 
-from policy.render import render
-from policy.render.hydra import hydra_value
+from fp8_policy.policy.render import render
+from fp8_policy.policy.render.hydra import hydra_value
 from tests.policy.render import factory as f
 
 

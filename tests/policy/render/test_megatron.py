@@ -12,8 +12,8 @@ import subprocess
 import pytest
 import yaml
 
-from policy.render import RenderOptions, render
-from policy.render.megatron import edge_block_counts, glob_escape
+from fp8_policy.policy.render import RenderOptions, render
+from fp8_policy.policy.render.megatron import edge_block_counts, glob_escape
 from tests.policy.render import factory as f
 
 SUBLAYERS = ("self_attention.linear_qkv", "self_attention.linear_proj", "mlp.linear_fc1", "mlp.linear_fc2")

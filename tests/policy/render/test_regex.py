@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from policy.render import regex
+from fp8_policy.policy.render import regex
 
 UNIVERSE = (
     [f"model.module.decoder.layers.{i}.{s}" for i in range(0, 13)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policy.render import FORMATS, RenderedPolicy, RenderOptions, render
+from fp8_policy.policy.render import FORMATS, RenderedPolicy, RenderOptions, render
 from tests.policy.render import factory as f
 
 EXPECTED = {

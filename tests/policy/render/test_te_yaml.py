@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from policy.records import Precision
-from policy.render import RenderOptions, render
+from fp8_policy.policy.records import Precision
+from fp8_policy.policy.render import RenderOptions, render
 from tests.policy.render import factory as f
 
 FP8_STATS = ["underflows%", "scale_inv_min", "scale_inv_max", "mse"]

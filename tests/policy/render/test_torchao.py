@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from torch import nn
 
-from policy.render import render
-from policy.render.torchao import skip_fqns
+from fp8_policy.policy.render import render
+from fp8_policy.policy.render.torchao import skip_fqns
 from tests.policy.render import factory as f
 
 

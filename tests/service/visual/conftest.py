@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from policy.synthetic import Rule, Scenario, SyntheticRun, first_blocks, heads, level, write_run
-from service.app import create_app
-from service.settings import Settings
+from fp8_policy.policy.synthetic import Rule, Scenario, SyntheticRun, first_blocks, heads, level, write_run
+from fp8_policy.service.app import create_app
+from fp8_policy.service.settings import Settings
 from tests.archives import tree_tar_gz
 from tests.conftest import wait_for_run
 

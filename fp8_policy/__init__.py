@@ -1,0 +1,59 @@
+"""fp8-policy: turn Transformer Engine FP8 debug statistics into a precision policy.
+
+The one import namespace of the project. The base install (`pip install fp8-policy`) is the client:
+
+    from fp8_policy import PolicyClient, apply_policy
+
+Subpackages map the repository's folders (setup.py): `fp8_policy.client` (HTTP client, CLI commands, CI
+gate, `apply`), `fp8_policy.policy` (pure parsing, classification, recommendation), `fp8_policy.db`
+(SQLAlchemy), `fp8_policy.service` (the FastAPI service), `fp8_policy.migrations` (Alembic). The public
+names below are resolved on first use (PEP 562), so importing a server subpackage never loads the HTTP
+client and importing the client never loads the server.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "ApiError": "fp8_policy.client.errors",
+    "ConnectionFailed": "fp8_policy.client.errors",
+    "IngestFailed": "fp8_policy.client.errors",
+    "NoLogFiles": "fp8_policy.client.errors",
+    "NotFound": "fp8_policy.client.errors",
+    "PolicyError": "fp8_policy.client.errors",
+    "WaitTimeout": "fp8_policy.client.errors",
+    "PolicyClient": "fp8_policy.client.client",
+    "apply_policy": "fp8_policy.client.apply",
+    "recipe_from_policy": "fp8_policy.client.apply",
+    "write_te_debug_config": "fp8_policy.client.apply",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from fp8_policy.client.apply import apply_policy, recipe_from_policy, write_te_debug_config
+    from fp8_policy.client.client import PolicyClient
+    from fp8_policy.client.errors import (
+        ApiError,
+        ConnectionFailed,
+        IngestFailed,
+        NoLogFiles,
+        NotFound,
+        PolicyError,
+        WaitTimeout,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fp8_policy' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
