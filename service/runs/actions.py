@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import shutil
 from collections.abc import Iterator
@@ -17,6 +15,7 @@ from fp8_policy.db.codec import decode_iterations, decode_values
 from fp8_policy.db.models import Run
 from fp8_policy.db.repositories import NewRun, RunRepository, tags_of
 from fp8_policy.db.session import session_scope
+from fp8_policy.policy import csv_export
 from fp8_policy.policy.records import nonfinite_text
 from fp8_policy.service.errors import BadRequest, NotFound, NotReady
 from fp8_policy.service.ingest.upload import ReceivedUpload
@@ -165,23 +164,20 @@ def json_values(values: np.ndarray) -> list:
     return out
 
 
-def csv_rows(factory: sessionmaker[Session], run_id: int, layout: str, rank: int | None) -> Iterator[str]:
-    """The metrics CSV, generated series by series with its own session (the response streams it)."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    bionemo = layout == "bionemo"
-    writer.writerow(["metric_name", "iteration", "value"] if bionemo else
-                    ["rank", "layer", "tensor", "recipe", "stat", "iteration", "value"])
-    yield buffer.getvalue()
+def csv_rows(factory: sessionmaker[Session], run_id: int, layout: str, rank: int | None) -> Iterator[bytes]:
+    """The metrics CSV, generated series by series with its own session (the response streams it) in pieces of
+    about a megabyte: the rows are written by policy.csv_export's compiled writer."""
+    yield csv_export.header(layout)
+    pending: list[bytes] = []
+    size = 0
     with session_scope(factory) as session:
         for r, layer, tensor, recipe, stat_key, its, vals in RunRepository(session).iter_points(run_id, rank):
-            buffer.seek(0)
-            buffer.truncate()
-            texts = [f"{v:.4f}" for v in vals.tolist()]  # as the log printed them: nan, inf, -inf included
-            if bionemo:
-                name = f"{layer}_{tensor}_{stat_key}"
-                writer.writerows(zip([name] * len(texts), its.tolist(), texts, strict=True))
-            else:
-                fixed = [r, layer, tensor, recipe or "", stat_key]
-                writer.writerows([*fixed, i, t] for i, t in zip(its.tolist(), texts, strict=True))
-            yield buffer.getvalue()
+            prefix = csv_export.row_prefix(layout, r, layer, tensor, recipe, stat_key)
+            for piece in csv_export.series_rows(prefix, its, vals):
+                pending.append(piece)
+                size += len(piece)
+                if size >= csv_export.CHUNK_BYTES:
+                    yield b"".join(pending)
+                    pending, size = [], 0
+    if pending:
+        yield b"".join(pending)
