@@ -25,7 +25,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
-TARGETS = {"parse_store_speedup": 15.0, "upload_seconds": 10.0, "service_rss_mb": 1024.0}
+TARGETS = {"parse_store_speedup": 15.0, "upload_seconds": 10.0, "service_rss_mb": 1024.0,
+           "csv_rows_per_second": 2e6}
 
 
 def _run_child(args: list[str], env: dict | None = None) -> tuple[dict, float, float]:
@@ -108,9 +109,11 @@ def measure_upload(archive: Path, workdir: Path) -> dict:
             run = _poll_ready(client, response.json()["id"])
             seconds = time.perf_counter() - start
             analysis = _time_get(client, f"/api/v1/runs/{run['id']}/analysis")
+            csv_figures = {layout: _time_csv(client, run["id"], layout) for layout in ("long", "bionemo")}
         return {"seconds": seconds, "service_peak_rss_mb": _vm_hwm_mb(server.pid), "idle_rss_mb": rss_before,
                 "archive_mb": archive.stat().st_size / 1e6, "points": run["points"], "status": run["status"],
-                "analysis_http_seconds": analysis}
+                "analysis_http_seconds": analysis, "run_id": run["id"], "csv": csv_figures,
+                "database_url": f"sqlite:///{workdir / 'service' / 'fp8_policy.db'}"}
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -142,6 +145,25 @@ def _poll_ready(client: httpx.Client, run_id: int) -> dict:
     raise SystemExit("benchmark run not ready after 300 s")
 
 
+def _time_csv(client: httpx.Client, run_id: int, layout: str) -> dict:
+    """(g) GET metrics.csv streamed over HTTP: rows (data lines) per second, bytes, and the client never holds it."""
+    start = time.perf_counter()
+    rows, size = -1, 0  # the header line is not a row
+    with client.stream("GET", f"/api/v1/runs/{run_id}/metrics.csv", params={"layout": layout}) as response:
+        response.raise_for_status()
+        for chunk in response.iter_raw(1 << 20):
+            rows += chunk.count(b"\n")
+            size += len(chunk)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "rows": rows, "mb": size / 1e6, "rows_per_second": rows / seconds}
+
+
+def measure_csv_baseline(database_url: str, run_id: int) -> dict:
+    """(g) baseline: the previous export, Python's csv module formatting every value, on the same stored run."""
+    result, wall, rss = _run_child(["-m", "bench.steps", "csv-python", database_url, str(run_id)])
+    return {**result, "wall_seconds": wall, "peak_rss_mb": rss}
+
+
 def _time_get(client: httpx.Client, path: str) -> float | None:
     start = time.perf_counter()
     response = client.get(path)
@@ -162,6 +184,9 @@ def report(results: dict) -> None:
         f"(c) service peak RSS < {TARGETS['service_rss_mb']:.0f} MB": up["service_peak_rss_mb"] < TARGETS["service_rss_mb"],
         "analysis of the stored 6M run < 2 s": ps["analysis_seconds"] < 2.0,
         "heatmap of the stored 6M run < 2 s": ps["heatmap_seconds"] < 2.0,
+        f"(g) metrics.csv >= {TARGETS['csv_rows_per_second'] / 1e6:.0f} M rows/s, both layouts":
+            min(c["rows_per_second"] for c in up["csv"].values()) >= TARGETS["csv_rows_per_second"],
+        "(g) metrics.csv holds every point": all(c["rows"] == up["points"] for c in up["csv"].values()),
     }
     results["targets_met"] = {k: bool(v) for k, v in checks.items()}
     print()
@@ -175,6 +200,13 @@ def report(results: dict) -> None:
     print(f"    heatmap PNG from stored data         : {ps['heatmap_seconds']:7.2f} s   (target < 2 s)")
     if up.get("analysis_http_seconds") is not None:
         print(f"    GET /analysis over HTTP              : {up['analysis_http_seconds']:7.2f} s")
+    for layout, c in up["csv"].items():
+        print(f"(g) GET metrics.csv ({layout:7s}) over HTTP : {c['seconds']:7.2f} s   {c['rows_per_second'] / 1e6:5.2f} M rows/s"
+              f"   ({c['rows']:,} rows, {c['mb']:.0f} MB)")
+    cb = results.get("csv_baseline")
+    if cb:
+        print(f"    baseline: csv module, in process      : {cb['seconds']:7.2f} s   {cb['rows_per_second'] / 1e6:5.2f} M rows/s"
+              f"   (long layout, no HTTP)")
     print(f"ratio (d)/(a): {speedup:.1f}x")
     for label, ok in checks.items():
         print(f"  [{'ok' if ok else 'MISSED'}] {label}")
@@ -198,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         results["parse_store"] = measure_parse_store(tree, work)
         print("(b)+(c) HTTP upload to the service ...", flush=True)
         results["upload"] = measure_upload(archive, work)
+        print("(g) baseline csv export ...", flush=True)
+        results["csv_baseline"] = measure_csv_baseline(results["upload"]["database_url"], results["upload"]["run_id"])
     report(results)
     (OUT / "results.json").write_text(json.dumps(results, indent=2))
     return 0 if all(results["targets_met"].values()) else 1

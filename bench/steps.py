@@ -1,4 +1,5 @@
-"""Child-process steps of `make bench` (each prints one JSON line): `baseline TREE`, `parse-store TREE URL`."""
+"""Child-process steps of `make bench` (each prints one JSON line): `baseline TREE`, `parse-store TREE URL`,
+`csv-python URL RUN_ID`."""
 
 from __future__ import annotations
 
@@ -78,12 +79,41 @@ def _heatmap_seconds(factory, run_id: int) -> float:
     return time.perf_counter() - start
 
 
+def csv_python(url: str, run_id: int) -> dict:
+    """The metrics export as it was before the compiled writer: Python's csv module formats every value (long
+    layout, in process, no HTTP) — the baseline for figure (g)."""
+    import csv
+    import io
+
+    from fp8_policy.db.repositories import RunRepository
+    from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
+
+    factory = create_session_factory(create_db_engine(url))
+    start = time.perf_counter()
+    rows = size = 0
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    with session_scope(factory) as session:
+        for r, layer, tensor, recipe, stat_key, its, vals in RunRepository(session).iter_points(run_id, None):
+            buffer.seek(0)
+            buffer.truncate()
+            texts = [f"{v:.4f}" for v in vals.tolist()]
+            fixed = [r, layer, tensor, recipe or "", stat_key]
+            writer.writerows([*fixed, i, t] for i, t in zip(its.tolist(), texts, strict=True))
+            size += len(buffer.getvalue().encode())
+            rows += len(texts)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "rows": rows, "mb": size / 1e6, "rows_per_second": rows / seconds}
+
+
 def main(argv: list[str]) -> int:
     step, *args = argv
     if step == "baseline":
         result = baseline(Path(args[0]))
     elif step == "parse-store":
         result = parse_store(Path(args[0]), args[1])
+    elif step == "csv-python":
+        result = csv_python(args[0], int(args[1]))
     else:
         raise SystemExit(f"unknown step {step!r}")
     print(json.dumps(result))
