@@ -1,14 +1,23 @@
-"""The `fp8-policy` console script: server-side commands (`serve`, `db upgrade`) plus the client commands
-(`upload`, `status`, `runs`, `analysis`, `recommend`, `gate`, `compare`, `heatmap`, from `client/cli.py`)."""
+"""The server commands of the `fp8-policy` console script (`serve`, `db upgrade`, ...); `cli` also carries the
+client commands (`upload`, `status`, ... from `client/cli.py`) so `python -m fp8_policy.service.cli` has them all.
+
+Import rule: at module level only click and `fp8_policy.client.cli`; import anything of the server (settings,
+uvicorn, db, app) inside the command functions. The installed console script (`fp8_policy/cli.py`) lists
+these commands on the base install too, where the server extra is missing, and answers them with a one-line
+hint (tests/test_console_script.py checks this module imports with the server's dependencies absent).
+"""
 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from fp8_policy.client.cli import register_client_commands
-from fp8_policy.service.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from fp8_policy.service.settings import Settings
 
 
 @click.group()
@@ -28,6 +37,7 @@ def serve(host: str, port: int, demo: bool | None, migrate: bool, log_level: str
     import uvicorn
 
     from fp8_policy.service.app import create_app
+    from fp8_policy.service.settings import get_settings
 
     settings = get_settings()
     if demo is not None:
@@ -46,6 +56,8 @@ def db() -> None:
 @click.option("--revision", default="head", show_default=True)
 def db_upgrade(revision: str) -> None:
     """Apply the Alembic migrations to FP8_POLICY_DATABASE_URL (default: SQLite in the data dir)."""
+    from fp8_policy.service.settings import get_settings
+
     _upgrade(get_settings(), revision)
     click.echo(f"database at {revision}")
 
