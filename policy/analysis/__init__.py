@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from threadpoolctl import threadpool_limits
 
-from fp8_policy.policy.analysis.findings import Analysis, Evidence, Finding, LayerAssessment, Pattern, TensorUnderflow
+from fp8_policy.policy.analysis.findings import Evidence, Finding, LayerAssessment, Pattern, TensorUnderflow
 from fp8_policy.policy.analysis.layout import LayerStatus, build_layout, layer_statuses
 from fp8_policy.policy.analysis.outliers import detect_rank_outliers
 from fp8_policy.policy.analysis.patterns import detect_layer_patterns, healthy_finding
+from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.analysis.signals import extract_signals
 from fp8_policy.policy.analysis.stability import detect_overflow, detect_scale_instability
 from fp8_policy.policy.analysis.table import assessment_table, run_notes, run_stats
@@ -55,5 +56,4 @@ def _analyze(run: RunData, thresholds: Thresholds) -> Analysis:
     stats = run_stats(layout, signals, thresholds)
     stats["rank_outlier_series_excluded"] = len(excluded)
     return Analysis(findings=findings, layers=assessment_table(layout, findings, thresholds), thresholds=thresholds,
-                    stats=stats, notes=run_notes(layout, signals, stats, thresholds), signals=signals,
-                    layout=layout)
+                    signals=signals, layout=layout, stats=stats, notes=run_notes(layout, signals, stats, thresholds))

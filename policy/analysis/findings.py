@@ -1,4 +1,7 @@
-"""Records produced by analysis: the pattern vocabulary, evidence, findings, the per-layer table and `Analysis`.
+"""Records produced by analysis: the pattern vocabulary, evidence, findings and the per-layer table.
+
+`Analysis`, which also holds the intermediate signals and layout, lives in `result.py` (so this module imports
+neither `signals` nor `layout`, and both may import it).
 
 Belongs here: frozen/plain dataclasses and their `to_dict()` (JSON-ready, floats rounded for display only).
 Must not be here: computation over series, thresholds logic, I/O.
@@ -7,15 +10,11 @@ Must not be here: computation over series, thresholds logic, I/O.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from fp8_policy.policy.thresholds import Severity, Thresholds
-
-if TYPE_CHECKING:  # annotations only: those modules import this one
-    from fp8_policy.policy.analysis.layout import Layout
-    from fp8_policy.policy.analysis.signals import Signals
+from fp8_policy.policy.thresholds import Severity
 
 
 class Pattern(str, Enum):
@@ -148,32 +147,3 @@ class LayerAssessment:
             for stat in ("max", "mean", "last"):
                 out[f"{tensor}_underflow_{stat}"] = _num(getattr(summary, stat)) if summary else None
         return out
-
-
-@dataclass(slots=True)
-class Analysis:
-    """Everything `analyze()` found; `signals` and `layout` keep the intermediate results for the recommender."""
-
-    findings: list[Finding]
-    layers: list[LayerAssessment]
-    thresholds: Thresholds
-    stats: dict[str, Any] = field(default_factory=dict)  # ranks, windows, warm-up, counts
-    notes: list[str] = field(default_factory=list)  # caveats: rounding, non-finite values, missing stats
-    signals: Signals | None = field(default=None, repr=False)
-    layout: Layout | None = field(default=None, repr=False)
-
-    def patterns(self) -> set[str]:
-        return {finding.pattern.value for finding in self.findings}
-
-    def by_pattern(self, pattern: Pattern | str) -> list[Finding]:
-        return [f for f in self.findings if f.pattern.value == Pattern(pattern).value]
-
-    def layer(self, name: str) -> LayerAssessment:
-        row = next((row for row in self.layers if row.name == name), None)
-        if row is None:
-            raise KeyError(name)
-        return row
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"findings": [f.to_dict() for f in self.findings], "layers": [row.to_dict() for row in self.layers],
-                "thresholds": self.thresholds.to_dict(), "stats": dict(self.stats), "notes": list(self.notes)}

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fp8_policy.policy.analysis import analyze
-from fp8_policy.policy.analysis.findings import Analysis, Finding, Pattern
+from fp8_policy.policy.analysis.findings import Finding, Pattern
+from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.analysis.recipes import normalize_recipe
 from fp8_policy.policy.records import PolicyDecision, RunData
 from fp8_policy.policy.recommend.confidence import confidence
@@ -62,7 +63,7 @@ def recommend(run: RunData, analysis: Analysis | None = None,
     thresholds (or when options add num_layers / the current recipe the analysis did not see)."""
     options = options or RecommendOptions.from_metadata(run.metadata)
     view = _analysis_view(run, options)
-    if analysis is None or analysis.layout is None or analysis.thresholds != options.thresholds or view is not run:
+    if analysis is None or analysis.thresholds != options.thresholds or view is not run:
         analysis = analyze(view, options.thresholds)
     current, current_source = resolve_current(options.current_recipe, analysis)
     first = plan_skips(analysis, keep_existing_bf16=options.keep_existing_bf16, skip_projected=options.skip_projected)
@@ -70,7 +71,6 @@ def recommend(run: RunData, analysis: Analysis | None = None,
                              current_source=current_source)
     plan = _final_plan(analysis, options, first, decision)
     layout = analysis.layout
-    assert layout is not None
     megatron = megatron_section(layout, plan, decision.choice)
     cost = expected_cost(layout, plan, decision.choice.name, options.dims)
     conf = confidence(analysis, plan, decision)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fp8_policy.policy.analysis.findings import Analysis, Pattern
+from fp8_policy.policy.analysis.findings import Pattern
+from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.recommend.recipe import RecipeDecision
 from fp8_policy.policy.recommend.skiplist import SkipPlan
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fp8_policy.policy.analysis.findings import Analysis, Pattern
+from fp8_policy.policy.analysis.findings import Pattern
+from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.analysis.layout import LayerLevels
 from fp8_policy.policy.analysis.recipes import MIN_CAPABILITY, PREFIX_RECIPE, RECIPES, STAT_PREFIX
 from fp8_policy.policy.records import RECIPE_CLASSES, RecipeChoice
@@ -96,7 +97,7 @@ def resolve_capability(gpu_arch: str | None, analysis: Analysis) -> tuple[float 
     cap = compute_capability(gpu_arch)
     if cap is not None:
         return cap, f"gpu_arch {gpu_arch!r}"
-    recipes = {m.recipe for m in (analysis.signals.summaries if analysis.signals else ())}
+    recipes = {m.recipe for m in analysis.signals.summaries}
     if "mxfp8" in recipes:
         return 10.0, "inferred from logged mxfp8_* what-if stats (TE computes them on compute capability >= 10)"
     if "fp8_block_scaling" in recipes:
@@ -107,8 +108,7 @@ def resolve_capability(gpu_arch: str | None, analysis: Analysis) -> tuple[float 
 def resolve_current(option: str | None, analysis: Analysis) -> tuple[str, str]:
     if option:
         return option, "from the request/metadata"
-    overflow = any(m.stat == "overflows%" and m.recipe is None for m in (analysis.signals.summaries
-                                                                          if analysis.signals else ()))
+    overflow = any(m.stat == "overflows%" and m.recipe is None for m in analysis.signals.summaries)
     if overflow:
         return "delayed", "inferred: bare overflows% is only logged under delayed scaling"
     return "delayed", "unknown: assumed TE's default DelayedScaling"
@@ -117,8 +117,6 @@ def resolve_current(option: str | None, analysis: Analysis) -> tuple[str, str]:
 def whatif_summaries(analysis: Analysis) -> dict[str, WhatIf]:
     layout, signals, th = analysis.layout, analysis.signals, analysis.thresholds
     out: dict[str, WhatIf] = {}
-    if layout is None or signals is None:
-        return out
     for prefix, recipe in PREFIX_RECIPE.items():
         levels = {(lv.name, t): s.level for lv in layout.fp8() for t in lv.tensors
                   if (s := signals.worst(lv.name, t, recipe=prefix)) is not None}
@@ -176,7 +174,7 @@ def _best_whatif(whatifs: dict[str, WhatIf], allowed: list[str], current: str, g
 
 
 def _body_layers(analysis: Analysis, names: tuple[str, ...]) -> list[str]:
-    levels = analysis.layout.levels if analysis.layout else {}
+    levels = analysis.layout.levels
     return [name for name in names if name in levels and levels[name].block is not None]
 
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fp8_policy.policy.analysis.findings import Analysis, Pattern
+from fp8_policy.policy.analysis.findings import Pattern
+from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.analysis.layout import LayerLevels, LayerStatus, Layout
 from fp8_policy.policy.records import GEMMS, QUANTIZED_TENSORS, TENSOR_GEMMS, GemmOverride
 
@@ -51,7 +52,6 @@ def current_level(lv: LayerLevels, tensor: str) -> float:
 def plan_skips(analysis: Analysis, *, levels: LevelFn = current_level, defer: bool = False,
                keep_existing_bf16: bool = False, skip_projected: bool = False) -> SkipPlan:
     layout = analysis.layout
-    assert layout is not None, "analysis without layout: build it with analyze()"
     critical = analysis.thresholds.critical
     trending = _trending(analysis)
     boundary = {name for f in analysis.by_pattern(Pattern.BOUNDARY) for name in f.layers}

@@ -20,7 +20,7 @@ import re
 import shlex
 
 from fp8_policy.policy.records import LayerGroup, PolicyDecision
-from fp8_policy.policy.render import RenderedPolicy, RenderOptions
+from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 from fp8_policy.policy.render.layout import body_blocks, fp8_format, is_one_based, merged_overrides, module_index
 
 MEDIA_TYPE = "text/plain"

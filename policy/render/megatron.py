@@ -25,7 +25,7 @@ import re
 import shlex
 
 from fp8_policy.policy.records import MEGATRON_RECIPES, LayerGroup, LayerInfo, PolicyDecision
-from fp8_policy.policy.render import RenderedPolicy, RenderOptions
+from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 from fp8_policy.policy.render.layout import (
     body_blocks,
     fp8_format,

@@ -19,7 +19,7 @@ from collections import defaultdict
 import yaml
 
 from fp8_policy.policy.records import QUANTIZED_TENSORS, PolicyDecision, Precision
-from fp8_policy.policy.render import RenderedPolicy, RenderOptions
+from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 from fp8_policy.policy.render import regex
 from fp8_policy.policy.render.layout import merged_overrides, te_version_tuple
 

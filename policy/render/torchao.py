@@ -16,7 +16,7 @@ from __future__ import annotations
 import shlex
 
 from fp8_policy.policy.records import PolicyDecision
-from fp8_policy.policy.render import RenderedPolicy, RenderOptions
+from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 from fp8_policy.policy.render.layout import is_one_based, layer_index, merged_overrides, torch_fqn
 
 MEDIA_TYPE = "text/x-python"

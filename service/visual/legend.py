@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Colormap, Normalize
@@ -12,10 +10,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from fp8_policy.policy.heatmap import HeatmapGeometry, severity_bands
+from fp8_policy.service.visual.panel import Panel, Style
 from fp8_policy.service.visual.style import BAND_TEXT, BF16_EDGE, BF16_FACE, BOX, MARK, NO_DATA, SKIP
-
-if TYPE_CHECKING:  # render imports this module
-    from fp8_policy.service.visual.render import Panel, Style
 
 _CBAR_X_IN, _CBAR_W_IN = 0.5, 0.2
 

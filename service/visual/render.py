@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import threading
-from dataclasses import dataclass, field
 
 import matplotlib
 
@@ -26,34 +25,14 @@ from matplotlib.patches import Rectangle  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from fp8_policy.policy.heatmap import HeatmapGeometry, HeatmapMatrix, HeatSummary  # noqa: E402
-from fp8_policy.policy.thresholds import Thresholds  # noqa: E402
 from fp8_policy.service.visual import legend  # noqa: E402
+from fp8_policy.service.visual.panel import Panel, Style  # noqa: E402
 from fp8_policy.service.visual.style import BF16_EDGE, BF16_FACE, BOX, GROUP, MARK, NO_DATA, SKIP, TEXT_MUTED, rc  # noqa: E402
+
+__all__ = ["MEDIA_TYPES", "Panel", "Style", "colormap", "render"]
 
 MEDIA_TYPES = {"png": "image/png", "svg": "image/svg+xml"}
 _LOCK = threading.Lock()  # rc_context is process-global; renders are serialized (each takes well under 1 s)
-
-
-@dataclass(slots=True)
-class Panel:
-    """One run's heatmap and everything drawn around it."""
-
-    matrix: HeatmapMatrix
-    summary: HeatSummary
-    title: str
-    subtitle: str
-    skip_layers: frozenset[str] | None  # None: the recommendation is not shown
-    gemm_overrides: dict[str, tuple[str, ...]] = field(default_factory=dict)  # layer -> GEMMs kept in BF16
-
-
-@dataclass(frozen=True, slots=True)
-class Style:
-    vmax: float
-    thresholds: Thresholds
-    percent: bool
-    value_label: str  # "gradient underflows%"
-    mark_iteration: int | None = None
-    boxes: int = 5
 
 
 def colormap() -> Colormap:

@@ -1,0 +1,44 @@
+"""`Analysis`: everything `analyze()` found, with the intermediate signals and layout the recommender reuses.
+
+Belongs here: the result record and its lookups / `to_dict()`. It sits above `findings`, `signals` and `layout`
+(it imports all three, none of them imports it), so the analysis modules form no import cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fp8_policy.policy.analysis.findings import Finding, LayerAssessment, Pattern
+from fp8_policy.policy.analysis.layout import Layout
+from fp8_policy.policy.analysis.signals import Signals
+from fp8_policy.policy.thresholds import Thresholds
+
+
+@dataclass(slots=True)
+class Analysis:
+    """Everything `analyze()` found; `signals` and `layout` keep the intermediate results for the recommender."""
+
+    findings: list[Finding]
+    layers: list[LayerAssessment]
+    thresholds: Thresholds
+    signals: Signals = field(repr=False)
+    layout: Layout = field(repr=False)
+    stats: dict[str, Any] = field(default_factory=dict)  # ranks, windows, warm-up, counts
+    notes: list[str] = field(default_factory=list)  # caveats: rounding, non-finite values, missing stats
+
+    def patterns(self) -> set[str]:
+        return {finding.pattern.value for finding in self.findings}
+
+    def by_pattern(self, pattern: Pattern | str) -> list[Finding]:
+        return [f for f in self.findings if f.pattern.value == Pattern(pattern).value]
+
+    def layer(self, name: str) -> LayerAssessment:
+        row = next((row for row in self.layers if row.name == name), None)
+        if row is None:
+            raise KeyError(name)
+        return row
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"findings": [f.to_dict() for f in self.findings], "layers": [row.to_dict() for row in self.layers],
+                "thresholds": self.thresholds.to_dict(), "stats": dict(self.stats), "notes": list(self.notes)}
