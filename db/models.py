@@ -14,6 +14,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    CheckConstraint,
     Float,
     ForeignKey,
     Index,
@@ -63,6 +64,7 @@ class Run(Base):
     lines_blank: Mapped[int] = mapped_column(BigInteger, default=0)
     lines_duplicated: Mapped[int] = mapped_column(BigInteger, default=0)
     ingest_report: Mapped[dict | None] = mapped_column(JSON)  # per-file counts, skipped samples
+    uploaded_by: Mapped[str | None] = mapped_column(String(100))  # the access token's name; NULL when anonymous
 
     tags: Mapped[list[RunTag]] = relationship(
         back_populates="run", cascade="all, delete-orphan", passive_deletes=True, lazy="selectin"
@@ -124,3 +126,35 @@ class Series(Base):
     last_iteration: Mapped[int | None] = mapped_column(BigInteger)
     iterations: Mapped[bytes] = mapped_column(LargeBinary)
     values: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class ApiToken(Base):
+    """An access token: only its keyed hash (HMAC-SHA256, service/auth/tokens.py) is stored, never the token.
+
+    `prefix` is the token's public, random lookup part (shown by `fp8-policy token list`); names are never
+    reused, so a run's `uploaded_by` always names one token, revoked or not.
+    """
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (CheckConstraint("scope IN ('read', 'upload', 'admin')", name="scope"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    scope: Mapped[str] = mapped_column(String(16))
+    prefix: Mapped[str] = mapped_column(String(32), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64))
+    key_id: Mapped[str] = mapped_column(String(16))  # which hashing key made token_hash (see service/auth/tokens.py)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class ServiceSecret(Base):
+    """Secrets the service generates once and every process on the database shares (the token hashing key)."""
+
+    __tablename__ = "service_secrets"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())

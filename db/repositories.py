@@ -28,6 +28,7 @@ class NewRun:
     upload_filename: str | None
     upload_bytes: int
     upload_path: str
+    uploaded_by: str | None = None  # the access token's name
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,7 @@ class RunRepository:
         run = Run(
             name=new.name, project=new.project, status="queued", sha256=new.sha256,
             upload_filename=new.upload_filename, upload_bytes=new.upload_bytes, upload_path=new.upload_path,
+            uploaded_by=new.uploaded_by,
             run_metadata=new.metadata, created_at=utcnow(), rank_count=0, layer_count=0, series_count=0,
             point_count=0, lines_read=0, lines_skipped=0, lines_blank=0, lines_duplicated=0,
         )

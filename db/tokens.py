@@ -1,0 +1,88 @@
+"""All SQL about access tokens and service secrets. Repositories flush, they never commit (db/session.py).
+
+Hashing, token format and scope rules live in `service/auth/`; this module stores and finds rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import exists, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from fp8_policy.db.models import ApiToken, ServiceSecret
+from fp8_policy.db.repositories import utcnow
+
+
+@dataclass(frozen=True, slots=True)
+class NewToken:
+    name: str
+    scope: str
+    prefix: str
+    token_hash: str
+    key_id: str
+    expires_at: datetime | None
+
+
+class TokenRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def add(self, new: NewToken) -> ApiToken:
+        """Insert a token; raises IntegrityError when the name (or, improbably, the prefix) is taken."""
+        token = ApiToken(name=new.name, scope=new.scope, prefix=new.prefix, token_hash=new.token_hash,
+                         key_id=new.key_id, created_at=utcnow(), expires_at=new.expires_at)
+        self.session.add(token)
+        self.session.flush()
+        return token
+
+    def by_prefix(self, prefix: str) -> ApiToken | None:
+        return self.session.scalars(select(ApiToken).where(ApiToken.prefix == prefix)).first()
+
+    def by_name(self, name: str) -> ApiToken | None:
+        return self.session.scalars(select(ApiToken).where(ApiToken.name == name)).first()
+
+    def name_taken(self, name: str) -> bool:
+        return bool(self.session.scalar(select(exists().where(ApiToken.name == name))))
+
+    def all(self) -> list[ApiToken]:
+        return list(self.session.scalars(select(ApiToken).order_by(ApiToken.id)))
+
+    def any_unrevoked(self) -> bool:
+        """True once any token exists that is not revoked (expired ones count: expiry never reopens a service)."""
+        return bool(self.session.scalar(select(exists().where(ApiToken.revoked_at.is_(None)))))
+
+    def revoke(self, token: ApiToken) -> None:
+        if token.revoked_at is None:
+            token.revoked_at = utcnow()
+            self.session.flush()
+
+    def touch(self, token_id: int, now: datetime, not_since: datetime) -> None:
+        """Set last_used_at = now unless it was already set at or after `not_since` (one write per interval)."""
+        self.session.execute(
+            update(ApiToken)
+            .where(ApiToken.id == token_id)
+            .where(ApiToken.last_used_at.is_(None) | (ApiToken.last_used_at < not_since))
+            .values(last_used_at=now)
+        )
+
+
+class SecretRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def get_or_create(self, name: str, value: str) -> str:
+        """The stored secret `name`, storing `value` first if there is none. Safe when several processes race:
+        the loser's insert fails on the primary key and it reads the winner's value."""
+        stored = self.session.get(ServiceSecret, name)
+        if stored is not None:
+            return stored.value
+        try:
+            with self.session.begin_nested():
+                self.session.add(ServiceSecret(name=name, value=value, created_at=utcnow()))
+        except IntegrityError:
+            winner = self.session.scalars(select(ServiceSecret).where(ServiceSecret.name == name)).one()
+            return winner.value
+        return value
