@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
+from fp8_policy.service.docs.routes import router as docs_router
 from fp8_policy.service.errors import install_error_handlers
 from fp8_policy.service.ingest.worker import IngestWorker
 from fp8_policy.service.analysis.routes import router as analysis_router
@@ -64,6 +65,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         summary="Upload Transformer Engine FP8 debug logs; get which layers to keep in BF16.",
         lifespan=lifespan,
+        docs_url=None,  # FastAPI's pages load Swagger UI / ReDoc from a CDN: service/docs serves them locally
+        redoc_url=None,
     )
     app.state.settings = settings or get_settings()
     install_error_handlers(app)
@@ -71,6 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(analysis_router)
     app.include_router(visual_router)
     app.include_router(web_router)
+    app.include_router(docs_router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> JSONResponse:
