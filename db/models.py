@@ -158,3 +158,7 @@ class ServiceSecret(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+# The ingest job queue lives in its own module; imported here so every table is on Base.metadata.
+from fp8_policy.db.job_models import IngestJob  # noqa: E402,F401

@@ -7,6 +7,7 @@ Output: `AssembledRun`, ready to store: layers in model order with structure and
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -134,16 +135,21 @@ def _within_limits(metric: MetricName | None) -> MetricName | None:
 
 def _layers(series: list[SeriesRecord], metadata: MetadataLog) -> list[AssembledLayer]:
     """Layers with stats or plan lines, in model order."""
+    return layer_table(((s.metric.layer, s.metric.stat, s.metric.recipe) for s in series), metadata)
+
+
+def layer_table(facts: Iterable[tuple[str, str, str | None]], metadata: MetadataLog) -> list[AssembledLayer]:
+    """Layers with stats or plan lines, in model order, from (layer, stat, recipe) of every series (the
+    per-rank ingest derives the table from what all ranks stored, so a fact may repeat)."""
     any_quant: set[str] = set()  # any quantization stat, what-if recipes included
     trained_quant: set[str] = set()  # unprefixed: measured on the recipe the layer trained with
     with_stats: set[str] = set()
-    for record in series:
-        metric = record.metric
-        with_stats.add(metric.layer)
-        if metric.stat in QUANT_STATS:
-            any_quant.add(metric.layer)
-            if metric.recipe is None or metric.recipe == "nvfp4":
-                trained_quant.add(metric.layer)
+    for layer, stat, recipe in facts:
+        with_stats.add(layer)
+        if stat in QUANT_STATS:
+            any_quant.add(layer)
+            if recipe is None or recipe == "nvfp4":
+                trained_quant.add(layer)
     layers = []
     for position, name in enumerate(sorted(with_stats | set(metadata.plans), key=order_key)):
         plan = metadata.plans.get(name)

@@ -60,7 +60,7 @@ def _queue(app: FastAPI, tree: Path, name: str, tags: tuple[str, ...]) -> int:
     upload = ReceivedUpload(archive, digest, archive.stat().st_size, f"{name}.tar.gz")
     fields = {"name": name, "project": DEMO_PROJECT, "tags": ",".join(tags)}
     with app.state.unit_of_work() as session:
-        run, created = actions.create_run(session, settings.data_dir, upload, fields)
+        run, created = actions.create_run(session, settings.data_dir, upload, fields, store=app.state.ingest.store)
         run_id = run.id
     if created:
         app.state.ingest.submit(run_id)

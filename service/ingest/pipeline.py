@@ -1,22 +1,39 @@
-"""One ingest job: claim a queued run, extract its upload, parse, store in one transaction.
+"""The three ingest jobs of a run, run by any worker holding the job's lease (service/ingest/worker.py).
 
-Any failure leaves the run `failed` with a precise `error` and no metrics (the store is a single
-transaction); the work directory is always removed.
+* `plan`: scan the archive once from the store (every safety check and limit), list its ranks and files,
+  queue one `rank` job per rank plus the `finalize` job; the run becomes `processing`.
+* `rank`: stream that rank's statistics files out of the archive straight into the parser (no extracted
+  copy), summarise, and store its series in one transaction that also marks the job done, replacing what
+  an earlier attempt stored: a retried job never duplicates a series.
+* `finalize` (once every rank is stored): the layer table from all ranks plus the plan lines, the run's
+  totals and report, and `ready`.
+
+Any job failure fails the whole run in one transaction: the error (with the rank on multi-rank runs), the
+other jobs cancelled, every stored series and layer removed (all-or-nothing). A job whose lease was lost
+(retried elsewhere, run deleted) stores nothing.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from fp8_policy.db.repositories import RunRepository
+from fp8_policy.db.jobs import ClaimedJob, JobRepository, LeaseLost
+from fp8_policy.db.rank_store import RankStore
+from fp8_policy.db.repositories import IngestCounts, RunRepository
 from fp8_policy.db.session import session_scope
-from fp8_policy.policy.stats_log import StatsLogError
-from fp8_policy.service.ingest.archive import ArchiveError, ExtractLimits, extract_upload
-from fp8_policy.service.ingest.parse import IngestError, parse_files
+from fp8_policy.policy.assemble import MAX_NAME_SAMPLES, assemble_run, layer_table
+from fp8_policy.policy.log_files import classify_log_path
+from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
+from fp8_policy.policy.stats_log import StatsLogError, StatsLogParser
+from fp8_policy.service.ingest.archive import ArchiveError, ExtractLimits
+from fp8_policy.service.ingest.archive.stream import read_members, scan_archive
+from fp8_policy.service.ingest.parse import MAX_METADATA_BYTES, IngestError
+from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
 from fp8_policy.service.settings import Settings
 
 log = logging.getLogger("fp8_policy.ingest")
@@ -31,53 +48,231 @@ def extract_limits(settings: Settings) -> ExtractLimits:
     )
 
 
-def process_run(factory: sessionmaker[Session], settings: Settings, run_id: int) -> None:
-    with session_scope(factory) as session:
-        run = RunRepository(session).claim(run_id)
-        if run is None:
-            return
-        upload = settings.data_dir / run.upload_path
-        hint = run.upload_filename
-    work = settings.data_dir / "work" / str(run_id)
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """What a job needs: the database, the settings, the archive store and the lease holder's name."""
+
+    factory: sessionmaker[Session]
+    settings: Settings
+    store: ArchiveStore
+    owner: str
+
+
+def run_job(ctx: JobContext, job: ClaimedJob) -> None:
+    """Run one claimed job; every outcome is recorded (done, or the run failed), nothing is raised."""
+    handler: Callable[[JobContext, ClaimedJob], None] = _HANDLERS[job.kind]
     try:
-        _ingest(factory, settings, run_id, upload, work, hint)
+        if job.attempts > ctx.settings.job_max_attempts:
+            raise IngestError("WorkerLost", f"the worker running this job stopped {job.attempts - 1} times")
+        handler(ctx, job)
+    except LeaseLost as exc:
+        log.info("%s", exc)
     except (ArchiveError, IngestError) as exc:
-        _fail(factory, run_id, f"{exc.code}: {exc.detail}")
+        _fail(ctx, job, f"{exc.code}: {exc.detail}")
     except StatsLogError as exc:
-        _fail(factory, run_id, f"{type(exc).__name__}: {exc}")
+        _fail(ctx, job, f"{type(exc).__name__}: {exc}")
     except Exception as exc:
-        log.exception("ingest of run %s failed unexpectedly", run_id)
-        _fail(factory, run_id, f"InternalError: {type(exc).__name__}: {exc}")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        log.exception("%s job of run %s failed unexpectedly", job.kind, job.run_id)
+        _fail(ctx, job, f"InternalError: {type(exc).__name__}: {exc}")
 
 
-def _ingest(factory, settings: Settings, run_id: int, upload: Path, work: Path, hint: str | None) -> None:
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    if not upload.exists():
-        raise IngestError("UploadMissing", f"the uploaded file of run {run_id} is no longer on disk")
-    extracted = extract_upload(upload, work, extract_limits(settings), filename_hint=hint)
-    assembled, counts = parse_files(
-        extracted.files, max_line_bytes=settings.max_line_bytes, threads=settings.parse_threads
-    )
-    if not assembled.series:
-        raise IngestError("NoStatsLines", "no statistics line could be attributed to a layer, tensor and stat")
-    counts.report["archive"] = {
-        "format": extracted.format,
-        "skipped_members": extracted.skipped_members,
-        "skipped_samples": list(extracted.skipped_samples),
-    }
-    with session_scope(factory) as session:
+# --- plan --------------------------------------------------------------------------------------
+def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
+    with session_scope(ctx.factory) as session:
         repo = RunRepository(session)
-        run = repo.get(run_id)
-        if run is None or run.status != "processing":
-            return  # deleted (or reset) while we worked
-        repo.store_ingest(run, assembled, counts)
-    log.info("run %s ready: %s series, %s points", run_id, len(assembled.series), assembled.points)
+        repo.claim(job.run_id)  # queued -> processing (a resumed run is processing already)
+        run = repo.get(job.run_id)
+        if run is None:
+            raise LeaseLost(f"run {job.run_id} was deleted")
+        key, hint = run.upload_path, run.upload_filename
+    with _open_upload(ctx, job.run_id, key) as (src, size):
+        scan = scan_archive(src, size, extract_limits(ctx.settings), hint)
+    result = {
+        "format": scan.format, "skipped_members": scan.skipped_members, "skipped_samples": scan.skipped_samples,
+        "stats": {str(rank): files for rank, files in scan.stats.items()}, "metadata": scan.metadata,
+    }
+    with session_scope(ctx.factory) as session:
+        jobs = JobRepository(session)
+        jobs.complete(job, ctx.owner, result)
+        RankStore(session).clear_metrics(job.run_id)  # an earlier, interrupted ingest of the same run
+        jobs.add_rank_jobs(job.run_id, sorted(scan.stats))
+    log.info("run %s: %s rank(s) queued", job.run_id, len(scan.stats))
 
 
-def _fail(factory, run_id: int, error: str) -> None:
-    log.warning("run %s failed: %s", run_id, error)
-    with session_scope(factory) as session:
-        RunRepository(session).mark_failed(run_id, error)
+# --- rank --------------------------------------------------------------------------------------
+def ingest_rank(ctx: JobContext, job: ClaimedJob) -> None:
+    key, hint, plan = _run_and_plan(ctx, job.run_id)
+    files = plan["stats"][str(job.rank)]
+    member_of = {streamed: member for member, streamed in files}
+    parser = StatsLogParser(max_line_bytes=ctx.settings.max_line_bytes, workers=ctx.settings.parse_threads)
+    reports: list[dict] = []
+
+    def on_stats(streamed: str, stream: IO[bytes]) -> None:
+        report = parser.feed(stream, member_of[streamed])
+        reports.append({"path": report.source, "rank": job.rank, "kind": "stats", "lines_read": report.lines_read,
+                        "stats_lines": report.stats_lines, "blank_lines": report.blank_lines,
+                        "skipped_lines": report.skipped_lines, "skipped_samples": report.skipped_samples})
+
+    metadata = _MetadataReader(plan["metadata"])
+    with _open_upload(ctx, job.run_id, key) as (src, size):
+        read_members(src, size, extract_limits(ctx.settings), hint, stats=[s for _m, s in files],
+                     on_stats=on_stats, metadata=metadata.wanted, on_metadata=metadata.read,
+                     spill_dir=_spill_dir(ctx))
+    parsed = parser.finish()
+    duplicated = parsed.duplicated_points
+    assembled = assemble_run({job.rank: parsed}, metadata.merged())
+    del parsed, parser
+    result = {
+        "files": reports, "lines_read": sum(r["lines_read"] for r in reports),
+        "lines_skipped": sum(r["skipped_lines"] for r in reports),
+        "lines_blank": sum(r["blank_lines"] for r in reports), "lines_duplicated": duplicated,
+        "unsplit_names": assembled.unsplit_names, "unsplit_points": assembled.unsplit_points,
+    }
+    with session_scope(ctx.factory) as session:
+        JobRepository(session).complete(job, ctx.owner, result)
+        _require_processing(session, job)
+        store = RankStore(session)
+        layer_ids = store.ensure_layers(job.run_id, (s.metric.layer for s in assembled.series))
+        store.replace_rank(job.run_id, job.rank, assembled.series, layer_ids)
+    log.info("run %s rank %s stored: %s series, %s points", job.run_id, job.rank, len(assembled.series),
+             assembled.points)
+
+
+# --- finalize ----------------------------------------------------------------------------------
+def finalize_run(ctx: JobContext, job: ClaimedJob) -> None:
+    key, hint, plan = _run_and_plan(ctx, job.run_id)
+    metadata = _MetadataReader(plan["metadata"])
+    if metadata.wanted:
+        with _open_upload(ctx, job.run_id, key) as (src, size):
+            read_members(src, size, extract_limits(ctx.settings), hint, stats=[], on_stats=_unexpected,
+                         metadata=metadata.wanted, on_metadata=metadata.read, spill_dir=_spill_dir(ctx))
+    with session_scope(ctx.factory) as session:
+        jobs = JobRepository(session)
+        jobs.complete(job, ctx.owner)
+        run = _require_processing(session, job)
+        store = RankStore(session)
+        facts = store.layer_facts(job.run_id)
+        if not facts:
+            raise IngestError("NoStatsLines", "no statistics line could be attributed to a layer, tensor and stat")
+        store.write_layer_table(job.run_id, layer_table(facts, metadata.merged()))
+        store.mark_ready(run, _counts(plan, jobs.rank_results(job.run_id), metadata.reports))
+    log.info("run %s ready", job.run_id)
+
+
+def _counts(plan: dict, ranks: dict[int, dict], metadata_reports: list[dict]) -> IngestCounts:
+    per_rank = [ranks[rank] for rank in sorted(ranks)]
+    unsplit: list[str] = []
+    for result in per_rank:
+        unsplit += [name for name in result["unsplit_names"] if name not in unsplit]
+    report = {
+        "files": metadata_reports + [f for result in per_rank for f in result["files"]],
+        "unsplit_metric_names": unsplit[:MAX_NAME_SAMPLES],
+        "unsplit_points": sum(result["unsplit_points"] for result in per_rank),
+        "archive": {"format": plan["format"], "skipped_members": plan["skipped_members"],
+                    "skipped_samples": plan["skipped_samples"]},
+    }
+    return IngestCounts(
+        lines_read=sum(r["lines_read"] for r in per_rank), lines_skipped=sum(r["lines_skipped"] for r in per_rank),
+        lines_blank=sum(r["lines_blank"] for r in per_rank),
+        lines_duplicated=sum(r["lines_duplicated"] for r in per_rank), report=report,
+    )
+
+
+# --- shared ------------------------------------------------------------------------------------
+class _MetadataReader:
+    """Reads the metadata members a job asks for (bounded), merged in session order at the end."""
+
+    def __init__(self, members: list[list[str]]) -> None:
+        self.member_of = {streamed: member for member, streamed in members}
+        self.wanted = list(self.member_of)
+        self.logs: dict[str, MetadataLog] = {}
+
+    def read(self, streamed: str, stream: IO[bytes]) -> None:
+        data = stream.read(MAX_METADATA_BYTES + 1)
+        if len(data) > MAX_METADATA_BYTES:
+            raise IngestError("MetadataTooLarge", f"{streamed.rsplit('/', 1)[-1]}: more than "
+                              f"{MAX_METADATA_BYTES} bytes is not a metadata log")
+        self.logs[streamed] = parse_metadata_lines(data.decode("utf-8", "replace").splitlines())
+
+    def merged(self) -> MetadataLog:
+        return merge_metadata(self.logs[name] for name in self.wanted if name in self.logs)
+
+    @property
+    def reports(self) -> list[dict]:
+        out = []
+        for name in self.wanted:
+            meta, member = self.logs.get(name), self.member_of[name]
+            logfile = classify_log_path(name)
+            if meta is not None:
+                out.append({"path": member, "rank": logfile.rank if logfile else 0, "kind": "metadata",
+                            "lines_read": meta.lines_read, "lines_unrecognised": meta.lines_unrecognised})
+        return out
+
+
+class _open_upload:  # noqa: N801 - used as a context manager
+    """The run's archive from the store, with its size; UploadMissing when it is gone."""
+
+    def __init__(self, ctx: JobContext, run_id: int, key: str) -> None:
+        self.ctx, self.run_id, self.key = ctx, run_id, key
+        self.handle: IO[bytes] | None = None
+
+    def __enter__(self) -> tuple[IO[bytes], int]:
+        try:
+            if not self.key:
+                raise ArchiveMissing(self.key)
+            size = self.ctx.store.size(self.key)
+            self.handle = self.ctx.store.open(self.key)
+        except ArchiveMissing:
+            raise IngestError("UploadMissing", f"the uploaded file of run {self.run_id} is no longer on disk") from None
+        return self.handle, size
+
+    def __exit__(self, *exc: object) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
+
+def _run_and_plan(ctx: JobContext, run_id: int) -> tuple[str, str | None, dict]:
+    with session_scope(ctx.factory) as session:
+        run = RunRepository(session).get(run_id)
+        plan = JobRepository(session).result_of(run_id, "plan")
+        if run is None or plan is None:
+            raise LeaseLost(f"run {run_id} was deleted or re-planned")
+        return run.upload_path, run.upload_filename, plan
+
+
+def _require_processing(session: Session, job: ClaimedJob):
+    run = RunRepository(session).get(job.run_id)
+    if run is None or run.status != "processing":
+        raise LeaseLost(f"run {job.run_id} is no longer being ingested")
+    return run
+
+
+def _spill_dir(ctx: JobContext):
+    path = ctx.settings.data_dir / "work"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _unexpected(streamed: str, _stream: IO[bytes]) -> None:
+    raise AssertionError(f"{streamed}: no statistics member was asked for")
+
+
+def _fail(ctx: JobContext, job: ClaimedJob, error: str) -> None:
+    """The run fails with `error` and keeps nothing; a job this worker no longer holds changes nothing."""
+    try:
+        with session_scope(ctx.factory) as session:
+            jobs = JobRepository(session)
+            if job.kind == "rank" and jobs.rank_count(job.run_id) > 1:
+                error = f"rank {job.rank}: {error}"
+            jobs.fail(job, ctx.owner, error)
+            RankStore(session).clear_metrics(job.run_id)
+            RunRepository(session).mark_failed(job.run_id, error)
+    except LeaseLost as exc:
+        log.info("not failing run %s: %s", job.run_id, exc)
+        return
+    log.warning("run %s failed: %s", job.run_id, error)
+
+
+_HANDLERS: dict[str, Callable[[JobContext, ClaimedJob], None]] = {
+    "plan": plan_run, "rank": ingest_rank, "finalize": finalize_run,
+}

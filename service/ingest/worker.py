@@ -1,45 +1,186 @@
-"""Background ingest: a small thread pool owned by the app; resumes interrupted runs at start-up."""
+"""Ingest workers: threads that claim jobs from the queue (db/jobs.py), hold them with a heartbeat, and run
+them (service/ingest/pipeline.py).
+
+The same class runs inside the API process (the embedded default: nothing extra to start) and as
+`fp8-policy worker` on any machine that reaches the database and the archive store. A job is held by a
+lease renewed every third of `job_lease_seconds`; a killed worker's jobs become claimable when their lease
+runs out (at once when the holder was a process on this host that no longer exists), so another worker
+retries them, and a live process's jobs are never taken.
+"""
 
 from __future__ import annotations
 
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor
+import os
+import socket
+import threading
+import time
+import uuid
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from fp8_policy.db.repositories import RunRepository
+from fp8_policy.db.jobs import JobRepository
 from fp8_policy.db.session import session_scope
-from fp8_policy.service.ingest.pipeline import process_run
+from fp8_policy.service.ingest.pipeline import JobContext, run_job
+from fp8_policy.service.ingest.store import ArchiveStore, store_for
 from fp8_policy.service.settings import Settings
 
 log = logging.getLogger("fp8_policy.ingest")
 
 
+def new_owner_name() -> str:
+    """host:pid:token: unique per worker object; host and pid let a restarted process recognise its dead predecessor."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _process_gone(owner: str) -> bool:
+    """True when `owner` names a process on this host that does not exist any more."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # exists, owned by another user
+        return False
+    return False
+
+
 class IngestWorker:
-    def __init__(self, factory: sessionmaker[Session], settings: Settings) -> None:
+    """`threads` job loops plus a heartbeat; with `run_jobs=False` (`serve --no-ingest`) it only queues."""
+
+    def __init__(self, factory: sessionmaker[Session], settings: Settings, *, run_jobs: bool | None = None,
+                 threads: int | None = None, store: ArchiveStore | None = None) -> None:
         self.factory = factory
         self.settings = settings
-        self._pool = ThreadPoolExecutor(max(1, settings.ingest_workers), thread_name_prefix="ingest")
-        self._futures: dict[int, Future] = {}
+        self.store = store or store_for(settings)
+        self.run_jobs = settings.ingest_in_process if run_jobs is None else run_jobs
+        self.threads = max(1, threads or settings.ingest_workers)
+        self.owner = new_owner_name()
+        self.context = JobContext(factory, settings, self.store, self.owner)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.Condition()
+        self._held: set[int] = set()
+        self._busy = 0
+        self._last_empty = 0.0  # monotonic time a loop last found nothing to claim
+        self._last_claim = 0.0
+        self._next_maintenance = 0.0
+        self._threads: list[threading.Thread] = []
 
-    def submit(self, run_id: int) -> Future:
-        future = self._pool.submit(process_run, self.factory, self.settings, run_id)
-        self._futures[run_id] = future
-        future.add_done_callback(lambda _f: self._futures.pop(run_id, None))
-        return future
-
-    def resume_interrupted(self) -> list[int]:
-        """Runs a stopped service left `processing` or `queued` are queued again and submitted."""
+    # --- used by the API ---------------------------------------------------------------------
+    def submit(self, run_id: int) -> None:
+        """Queue the ingest of a run (no-op while it has unfinished jobs) and wake a local loop."""
         with session_scope(self.factory) as session:
-            run_ids = RunRepository(session).requeue_interrupted()
-        for run_id in run_ids:
-            log.info("resuming ingest of run %s", run_id)
-            self.submit(run_id)
-        return run_ids
+            JobRepository(session).enqueue_plan(run_id)
+        self._wake.set()
+
+    def resume_interrupted(self) -> None:
+        """Start the loops; runs left without a job (or held by a dead local process) are taken up."""
+        if self.run_jobs and not self._threads:
+            self.start()
+
+    def start(self) -> None:
+        self._maintain()
+        for k in range(self.threads):
+            thread = threading.Thread(target=self._loop, name=f"ingest-{k}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        beat = threading.Thread(target=self._heartbeat, name="ingest-heartbeat", daemon=True)
+        beat.start()
+        self._threads.append(beat)
 
     def wait_idle(self, timeout: float | None = None) -> None:
-        for future in list(self._futures.values()):
-            future.result(timeout=timeout)
+        """Block until no job is running here and a loop found nothing left to claim (TimeoutError after `timeout`)."""
+        if not self._threads:
+            return
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        with self._lock:
+            while not (self._busy == 0 and self._last_empty > max(start, self._last_claim)):
+                self._wake.set()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"ingest still busy after {timeout} s")
+                self._lock.wait(0.05 if remaining is None else min(0.05, remaining))
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """Finish the jobs in hand, then stop (a killed process's jobs are retried after their lease)."""
+        self._stop.set()
+        self._wake.set()
+        for thread in self._threads:
+            thread.join()
+        self._threads.clear()
+
+    def serve_forever(self) -> None:
+        """`fp8-policy worker`: run until `shutdown()` is called (by a signal handler)."""
+        self.start()
+        while not self._stop.wait(1.0):
+            pass
+
+    # --- the loops ---------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            job = None
+            with self._lock:
+                self._busy += 1
+            try:
+                job = self._claim()
+                if job is not None:
+                    run_job(self.context, job)
+            except Exception:  # the database is unreachable, ...: try again after a pause
+                log.exception("ingest loop error")
+                self._stop.wait(self.settings.job_poll_seconds)
+            finally:
+                with self._lock:
+                    if job is not None:
+                        self._held.discard(job.id)
+                    self._busy -= 1
+                    self._lock.notify_all()
+            if job is None:
+                self._wake.wait(self.settings.job_poll_seconds)
+                self._wake.clear()
+                if time.monotonic() >= self._next_maintenance:
+                    self._maintain()
+
+    def _claim(self):
+        with session_scope(self.factory) as session:
+            job = JobRepository(session).claim(self.owner, self.settings.job_lease_seconds)
+        with self._lock:
+            if job is None:
+                self._last_empty = time.monotonic()
+            else:
+                self._held.add(job.id)
+                self._last_claim = time.monotonic()
+        return job
+
+    def _heartbeat(self) -> None:
+        interval = self.settings.job_lease_seconds / 3
+        while not self._stop.wait(interval):
+            with self._lock:
+                held = sorted(self._held)
+            if not held:
+                continue
+            try:
+                with session_scope(self.factory) as session:
+                    kept = JobRepository(session).renew(self.owner, held, self.settings.job_lease_seconds)
+                if kept < len(held):
+                    log.warning("%s of %s job lease(s) were lost", len(held) - kept, len(held))
+            except Exception:
+                log.exception("heartbeat failed")
+
+    def _maintain(self) -> None:
+        """Expire the leases of dead local processes; queue runs that have no job (see JobRepository.orphaned_runs)."""
+        self._next_maintenance = time.monotonic() + self.settings.job_lease_seconds
+        try:
+            with session_scope(self.factory) as session:
+                jobs = JobRepository(session)
+                jobs.expire_leases_of([o for o in jobs.owners_holding() if _process_gone(o)])
+                orphans = jobs.orphaned_runs()
+            for run_id in orphans:
+                log.info("queueing the ingest of run %s again", run_id)
+                self.submit(run_id)
+        except Exception:
+            log.exception("ingest maintenance failed")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from fp8_policy.db.session import session_scope
 from fp8_policy.policy import csv_export
 from fp8_policy.policy.records import nonfinite_text
 from fp8_policy.service.errors import BadRequest, NotFound, NotReady
+from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
 from fp8_policy.service.runs.schemas import LayerRead, RunList, RunRead, SeriesPoints, SeriesRead, StatSummary
 
@@ -47,7 +47,8 @@ def parse_upload_fields(fields: dict[str, str]) -> tuple[str | None, str, tuple[
     return name, project, tags, metadata
 
 
-def create_run(session: Session, data_dir: Path, upload: ReceivedUpload, fields: dict[str, str]) -> tuple[Run, bool]:
+def create_run(session: Session, data_dir: Path, upload: ReceivedUpload, fields: dict[str, str],
+               store: ArchiveStore | None = None) -> tuple[Run, bool]:
     """Store a new queued run for the upload, or return the existing run with the same bytes.
 
     Returns (run, created). The upload file is moved under data_dir/runs/<id>/ or deleted.
@@ -70,7 +71,7 @@ def create_run(session: Session, data_dir: Path, upload: ReceivedUpload, fields:
         return winner, False
     relative = Path("runs") / str(run.id) / "upload.bin"
     (data_dir / relative).parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(upload.path, data_dir / relative)
+    (store or ArchiveStore(str(data_dir))).put_file(upload.path, relative.as_posix())  # the archive store (S3, ...)
     run.upload_path = str(relative)
     session.flush()
     return run, True
@@ -115,11 +116,11 @@ def list_runs(session: Session, *, project, status, tag, cursor: str | None, lim
     return RunList(items=[run_read(r) for r in page], next_cursor=str(page[-1].id) if more and page else None)
 
 
-def delete_run(session: Session, data_dir: Path, run_id: int) -> None:
+def delete_run(session: Session, data_dir: Path, run_id: int, store: ArchiveStore | None = None) -> None:
     repo = RunRepository(session)
     run = get_run(session, run_id)
     repo.delete(run)
-    shutil.rmtree(data_dir / "runs" / str(run_id), ignore_errors=True)
+    (store or ArchiveStore(str(data_dir))).delete_prefix(f"runs/{run_id}")
 
 
 def layers_of(session: Session, run_id: int, rank: int | None) -> list[LayerRead]:

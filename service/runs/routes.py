@@ -40,7 +40,7 @@ async def create_run(request: Request, settings: SettingsDep) -> JSONResponse:
     state = request.app.state
     try:
         with state.unit_of_work() as session:
-            run, created = actions.create_run(session, settings.data_dir, upload, fields)
+            run, created = actions.create_run(session, settings.data_dir, upload, fields, store=state.ingest.store)
             body = actions.run_read(run).model_dump(mode="json")
     finally:
         upload.path.unlink(missing_ok=True)
@@ -72,9 +72,9 @@ def read_run(run_id: int, session: SessionDep) -> RunRead:
 
 
 @router.delete("/{run_id}", status_code=204, responses=ERRORS)
-def delete_run(run_id: int, session: SessionDep, settings: SettingsDep) -> Response:
+def delete_run(run_id: int, request: Request, session: SessionDep, settings: SettingsDep) -> Response:
     """Delete a run, its metrics and its uploaded archive."""
-    actions.delete_run(session, settings.data_dir, run_id)
+    actions.delete_run(session, settings.data_dir, run_id, store=request.app.state.ingest.store)
     return Response(status_code=204)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import tarfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -22,11 +24,12 @@ _UTF8_BOM = b"\xef\xbb\xbf"
 _LOG_LINE = re.compile(rb"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3} - [A-Z]+ - ")
 
 
-def _detect_format(src: Path) -> str:
-    with open(src, "rb") as handle:
+def _detect_format(src: Path | IO[bytes]) -> str:
+    """`src` is a path or a seekable binary stream (left at offset 0)."""
+    with open_source(src) as handle:
         head = _read_up_to(handle, PEEK_BYTES)
     if head.startswith(_GZIP_MAGIC):
-        with igzip.open(src, "rb") as gz:
+        with open_source(src) as handle, igzip.open(handle, "rb") as gz:
             inner = _read_up_to(gz, PEEK_BYTES)
         if _is_tar(inner):
             return "tar.gz"
@@ -40,6 +43,19 @@ def _detect_format(src: Path) -> str:
         return "tar"
     _require_text_log(head, "the upload")
     return "log"
+
+
+@contextmanager
+def open_source(src: Path | IO[bytes], buffering: int = -1) -> Iterator[IO[bytes]]:
+    """The upload as a binary stream from its start: a path is opened (and closed); a stream (an archive
+    read from the store) is rewound and left open for its owner."""
+    if isinstance(src, (str, Path)):
+        with open(src, "rb", buffering=buffering) as handle:
+            yield handle
+    else:
+        src.seek(0)
+        yield src
+        src.seek(0)
 
 
 def _read_up_to(handle: IO[bytes], n: int) -> bytes:

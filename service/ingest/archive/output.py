@@ -90,6 +90,10 @@ def _write(out: _Output, budget: _Budget, relpath: str, raw: Any, count_total: b
             budget.add(n)
 
     source = igzip.open(raw, "rb") if gzipped else raw
+    consume = getattr(out, "consume", None)
+    if consume is not None:  # streaming ingest (archive/stream.py): the member is read, never written
+        consume(relpath, _Meter(source, account))
+        return out.root / relpath
     with out.new_file(relpath) as handle:
         shutil.copyfileobj(_Meter(source, account), handle, CHUNK_BYTES)
     return out.root / relpath

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from fp8_policy.policy.log_files import LogFile, single_file_log
+from fp8_policy.service.ingest.archive.detect import open_source
 from fp8_policy.service.ingest.archive.limits import CHUNK_BYTES, _Budget, _Skipped
-from fp8_policy.service.ingest.archive.output import _Output, _write
+from fp8_policy.service.ingest.archive.output import _check_rank, _Output, _write
 
 
 def _extract_single(
@@ -14,10 +16,11 @@ def _extract_single(
 ) -> list[tuple[LogFile, Path]]:
     """A bare log is the statistics file; it is written under a name built from its rank, not the client's."""
     budget.count_members()
-    log = single_file_log(hint)
+    log = _check_rank(single_file_log(hint))
     stamp = f"_{log.stamp}" if log.stamp else ""
     relpath = (
         f"rank_{log.rank}/nvdlfw_inspect_statistics_logs/nvdlfw_inspect{stamp}_globalrank-{log.rank}.log"
     )
-    with open(src, "rb", buffering=CHUNK_BYTES) as raw:
+    with open_source(src, CHUNK_BYTES) as opened:
+        raw = opened if hasattr(opened, "peek") else io.BufferedReader(opened, CHUNK_BYTES)  # _write peeks
         return [(log, _write(out, budget, relpath, raw, count_total=True))]

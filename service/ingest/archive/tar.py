@@ -9,6 +9,7 @@ from typing import IO
 from isal import igzip
 
 from fp8_policy.policy.log_files import LogFile, classify_log_path
+from fp8_policy.service.ingest.archive.detect import open_source
 from fp8_policy.service.ingest.archive.errors import ArchiveError
 from fp8_policy.service.ingest.archive.limits import _Budget, _Meter, _Skipped
 from fp8_policy.service.ingest.archive.output import _Output, _output_relpath, _safe_relpath, _write
@@ -17,14 +18,14 @@ from fp8_policy.service.ingest.archive.output import _Output, _output_relpath, _
 def _extract_tar_gz(
     src: Path, out: _Output, budget: _Budget, skipped: _Skipped, hint: str | None
 ) -> list[tuple[LogFile, Path]]:
-    with igzip.open(src, "rb") as gz:
+    with open_source(src) as handle, igzip.open(handle, "rb") as gz:
         return _extract_tar_stream(gz, out, budget, skipped)
 
 
 def _extract_tar(
     src: Path, out: _Output, budget: _Budget, skipped: _Skipped, hint: str | None
 ) -> list[tuple[LogFile, Path]]:
-    with open(src, "rb") as handle:
+    with open_source(src) as handle:
         return _extract_tar_stream(handle, out, budget, skipped)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import IO
 
 from fp8_policy.policy.log_files import LogFile, classify_log_path
+from fp8_policy.service.ingest.archive.detect import open_source
 from fp8_policy.service.ingest.archive.errors import ArchiveError
 from fp8_policy.service.ingest.archive.limits import _Budget, _Skipped
 from fp8_policy.service.ingest.archive.output import _Output, _output_relpath, _safe_relpath, _write
@@ -18,7 +19,7 @@ def _extract_zip(
 ) -> list[tuple[LogFile, Path]]:
     """Members are opened one at a time; skipped members are never decompressed."""
     files: list[tuple[LogFile, Path]] = []
-    with zipfile.ZipFile(src) as archive:
+    with open_source(src) as handle, zipfile.ZipFile(handle) as archive:
         infos = archive.infolist()
         budget.count_members(len(infos))  # the central directory is read already: refuse before any write
         for info in infos:

@@ -1,0 +1,100 @@
+"""All SQL of the per-rank ingest: a rank's layers and series, the finalize step's layer table and totals.
+
+A rank job stores its series in its own transaction, replacing whatever an earlier attempt of the same
+rank stored (idempotent: a retried job never duplicates a series). Layers are shared by the ranks of a
+run: each rank adds the ones it is missing (INSERT ... ON CONFLICT DO NOTHING on both backends), and the
+finalize step sets their model order, precision and plans once every rank is in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from fp8_policy.db.models import Layer, Run, Series
+from fp8_policy.db.repositories import IngestCounts, _series_row, utcnow
+from fp8_policy.policy.assemble import AssembledLayer, SeriesRecord
+from fp8_policy.policy.names import layer_structure
+from fp8_policy.policy.records import Precision
+
+
+class RankStore:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def ensure_layers(self, run_id: int, names: Iterable[str]) -> dict[str, int]:
+        """Layer rows for `names` (added when missing, placeholders until finalize); returns name -> id."""
+        wanted = sorted(set(names))  # one insert order everywhere: concurrent ranks never deadlock
+        rows = [_placeholder_layer(run_id, name) for name in wanted]
+        if rows:
+            dialect = postgresql if self.session.get_bind().dialect.name == "postgresql" else sqlite
+            statement = dialect.insert(Layer).on_conflict_do_nothing(index_elements=["run_id", "name"])
+            self.session.execute(statement, rows)
+        query = select(Layer.name, Layer.id).where(Layer.run_id == run_id)
+        return {name: id_ for name, id_ in self.session.execute(query) if name in set(wanted)}
+
+    def replace_rank(self, run_id: int, rank: int, series: list[SeriesRecord], layer_ids: dict[str, int]) -> None:
+        """The series of one rank, replacing an earlier attempt's."""
+        self.session.execute(delete(Series).where(Series.run_id == run_id, Series.rank == rank))
+        rows = [_series_row(run_id, layer_ids[s.metric.layer], s) for s in series]
+        for start in range(0, len(rows), 500):
+            self.session.execute(insert(Series), rows[start : start + 500])
+
+    def clear_metrics(self, run_id: int) -> None:
+        """All-or-nothing: a failed (or re-planned) run keeps no series and no layers."""
+        self.session.execute(delete(Series).where(Series.run_id == run_id))
+        self.session.execute(delete(Layer).where(Layer.run_id == run_id))
+
+    def layer_facts(self, run_id: int) -> list[tuple[str, str, str | None]]:
+        """Distinct (layer name, stat, recipe) of the stored series: what the layer table is derived from."""
+        query = (select(Layer.name, Series.stat, Series.recipe).join(Series, Series.layer_id == Layer.id)
+                 .where(Series.run_id == run_id).distinct())
+        return [tuple(row) for row in self.session.execute(query)]
+
+    def write_layer_table(self, run_id: int, layers: list[AssembledLayer]) -> None:
+        """Final order, precision and plans of every layer; layers known only from plan lines are added."""
+        existing = {name: id_ for name, id_ in
+                    self.session.execute(select(Layer.name, Layer.id).where(Layer.run_id == run_id))}
+        new_rows = []
+        for layer in layers:
+            values = _layer_values(run_id, layer)
+            if layer.info.name in existing:
+                self.session.execute(update(Layer).where(Layer.id == existing[layer.info.name]).values(**values))
+            else:
+                new_rows.append(values)
+        if new_rows:
+            self.session.execute(insert(Layer), new_rows)
+
+    def mark_ready(self, run: Run, counts: IngestCounts) -> None:
+        """Run totals from the stored rows, then `ready` (the caller's transaction)."""
+        query = select(func.count(), func.coalesce(func.sum(Series.count), 0), func.min(Series.first_iteration),
+                       func.max(Series.last_iteration), func.count(Series.rank.distinct())
+                       ).where(Series.run_id == run.id)
+        series_count, points, first, last, ranks = self.session.execute(query).one()
+        layers = self.session.scalar(select(func.count()).select_from(Layer).where(Layer.run_id == run.id))
+        run.status, run.error, run.finished_at = "ready", None, utcnow()
+        run.rank_count, run.layer_count, run.series_count = ranks, layers, series_count
+        run.point_count, run.iteration_min, run.iteration_max = int(points), first, last
+        run.lines_read, run.lines_skipped = counts.lines_read, counts.lines_skipped
+        run.lines_blank, run.lines_duplicated = counts.lines_blank, counts.lines_duplicated
+        run.ingest_report = counts.report
+        self.session.flush()
+
+
+def _placeholder_layer(run_id: int, name: str) -> dict:
+    structure = layer_structure(name)
+    return {"run_id": run_id, "name": name, "position": 0, "group": structure.group.value,
+            "layer_index": structure.index, "sublayer": structure.sublayer,
+            "precision": Precision.UNKNOWN.value, "has_fp8_stats": False, "plans": {}}
+
+
+def _layer_values(run_id: int, layer: AssembledLayer) -> dict:
+    return {
+        "run_id": run_id, "name": layer.info.name, "position": layer.position,
+        "group": layer.info.structure.group.value, "layer_index": layer.info.structure.index,
+        "sublayer": layer.info.structure.sublayer, "precision": layer.info.precision.value,
+        "has_fp8_stats": layer.info.has_fp8_stats, "plans": layer.plans,
+    }

@@ -1,0 +1,151 @@
+"""Streaming ingest of an archive: members are read where they lie (tar stream, zip member, gzip) and handed
+to a callback, never extracted to disk.
+
+Same formats, member checks and limits as `extract_upload` (the same readers run, with an output that
+hands each recognised member's metered, decompressed stream to a callback instead of a file). Two passes:
+`scan_archive` reads everything once (every limit checked, gzip members verified) and lists the ranks and
+their files; `read_members` then picks the members a job needs. A rank's statistics files must be parsed
+oldest session first: when an archive holds them in another order, the early ones are spilled to a
+temporary file until their turn (nothing is spilled in the common one-file-per-rank case).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from fp8_policy.policy.log_files import LogFile
+from fp8_policy.service.ingest.archive import _EXTRACTORS
+from fp8_policy.service.ingest.archive.detect import _detect_format
+from fp8_policy.service.ingest.archive.errors import _CORRUPT, ArchiveError
+from fp8_policy.service.ingest.archive.limits import CHUNK_BYTES, ExtractLimits, _Budget, _Skipped
+from fp8_policy.service.ingest.archive.output import _output_relpath
+
+MemberCallback = Callable[[str, IO[bytes]], None]
+
+
+@dataclass(slots=True)
+class ArchiveScan:
+    """The recognised members: `stats[rank]` in session order, as (member path, streamed name) pairs."""
+
+    format: str
+    stats: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
+    metadata: list[tuple[str, str]] = field(default_factory=list)
+    skipped_members: int = 0
+    skipped_samples: list[str] = field(default_factory=list)
+
+
+class _Handover:
+    """Stands in for the extractors' `_Output`: each member goes to `on_member`, nothing is written."""
+
+    root = Path("/")
+
+    def __init__(self, on_member: MemberCallback) -> None:
+        self.on_member = on_member
+        self.seen: set[str] = set()
+
+    def consume(self, relpath: str, stream: IO[bytes]) -> None:
+        if relpath in self.seen:
+            raise ArchiveError("DuplicateMember", f"{relpath}: written twice")
+        self.seen.add(relpath)
+        self.on_member(relpath, stream)
+
+    def remove_all(self) -> None:  # nothing was written
+        pass
+
+
+def _walk(src: IO[bytes], size: int, limits: ExtractLimits, hint: str | None,
+          on_member: MemberCallback) -> tuple[str, list[LogFile], _Skipped]:
+    if size == 0:
+        raise ArchiveError("EmptyUpload", "the upload is empty")
+    budget, skipped = _Budget(limits, size), _Skipped()
+    try:
+        fmt = _detect_format(src)
+        files = _EXTRACTORS[fmt](src, _Handover(on_member), budget, skipped, hint)  # type: ignore[arg-type]
+    except _CORRUPT as exc:
+        raise ArchiveError("CorruptArchive", f"{type(exc).__name__}: {exc}") from exc
+    return fmt, [log for log, _path in files], skipped
+
+
+def _drain(_relpath: str, stream: IO[bytes]) -> None:
+    while stream.read(CHUNK_BYTES):
+        pass
+
+
+def scan_archive(src: IO[bytes], size: int, limits: ExtractLimits, hint: str | None = None) -> ArchiveScan:
+    """Read the whole upload once, checking every limit; ArchiveError as `extract_upload` raises it."""
+    fmt, logs, skipped = _walk(src, size, limits, hint, _drain)
+    if not any(log.kind == "stats" for log in logs):
+        detail = "no nvdlfw_inspect_statistics_logs/nvdlfw_inspect[_stamp]_globalrank-N.log in the upload"
+        if logs:
+            detail += f" ({len(logs)} metadata log(s) only)"
+        if skipped.samples:
+            detail += f"; skipped e.g. {', '.join(skipped.samples)}"
+        raise ArchiveError("NoStatsFile", detail)
+    scan = ArchiveScan(fmt, skipped_members=skipped.count, skipped_samples=list(skipped.samples))
+    for log in sorted(logs, key=session_key):
+        pair = (log.relpath, _streamed_name(log, fmt))
+        if log.kind == "stats":
+            scan.stats.setdefault(log.rank, []).append(pair)
+        else:
+            scan.metadata.append(pair)
+    return scan
+
+
+def read_members(src: IO[bytes], size: int, limits: ExtractLimits, hint: str | None, *,
+                 stats: list[str], on_stats: MemberCallback, metadata: list[str], on_metadata: MemberCallback,
+                 spill_dir: Path) -> None:
+    """Hand the named statistics members to `on_stats` in the given order and the metadata members to
+    `on_metadata`; other members are skipped unread. Raises ArchiveError when a named member is missing."""
+    pending = list(stats)
+    wanted, wanted_metadata = set(stats), set(metadata)
+    spilled: dict[str, Path] = {}
+    work = Path(tempfile.mkdtemp(prefix="spill-", dir=spill_dir)) if len(stats) > 1 else None
+
+    def next_spilled() -> None:
+        while pending and pending[0] in spilled:
+            relpath = pending.pop(0)
+            path = spilled.pop(relpath)
+            with open(path, "rb") as handle:
+                on_stats(relpath, handle)
+            path.unlink()
+
+    def on_member(relpath: str, stream: IO[bytes]) -> None:
+        if relpath in wanted_metadata:
+            on_metadata(relpath, stream)
+        elif relpath in wanted:
+            if pending and pending[0] == relpath:
+                pending.pop(0)
+                on_stats(relpath, stream)
+                next_spilled()
+            else:  # a later session came first in the archive: keep it until its turn
+                assert work is not None
+                path = work / f"{len(spilled)}"
+                with open(path, "wb") as handle:
+                    shutil.copyfileobj(stream, handle, CHUNK_BYTES)
+                spilled[relpath] = path
+
+    try:
+        _walk(src, size, limits, hint, on_member)
+        if pending:
+            raise ArchiveError("CorruptArchive", f"{pending[0]}: listed by the scan but not found in the archive")
+    finally:
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def session_key(log: LogFile) -> tuple:
+    """Rank, kind, then timestamped sessions in order and the untimestamped (overwritten each run) file last."""
+    return (log.rank, log.kind, log.stamp is None, log.stamp or "", log.relpath)
+
+
+def _streamed_name(log: LogFile, fmt: str) -> str:
+    """The name a member reaches the callback under (archive readers strip `.gz`; a single log gets one)."""
+    if fmt in ("log", "log.gz"):
+        stamp = f"_{log.stamp}" if log.stamp else ""
+        return f"rank_{log.rank}/nvdlfw_inspect_statistics_logs/nvdlfw_inspect{stamp}_globalrank-{log.rank}.log"
+    return _output_relpath(log)
