@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from bench import eval_bf16
 from fp8_policy.policy.records import PolicyDecision
 from fp8_policy.policy.render import FORMATS, render
 
@@ -69,6 +70,7 @@ class ConfigChecker:
         skip = set(decision.skip_layers)
         overrides = {o.layer: o for o in decision.gemm_overrides if o.layer not in skip}
         names = dict.fromkeys([*(layer.name for layer in decision.layers), *skip, *overrides])
+        resolved: dict[str, dict] = {}
         for name in names:
             try:
                 config = manager.get_config_for_layer(name)
@@ -76,6 +78,7 @@ class ConfigChecker:
                 errors.append(f"{name}: {exc}")
                 continue
             features = {**config.get("transformer_engine", {}), **config.get("base", {})}
+            resolved[name] = features
             layer_off, gemm_off = LAYER_DISABLE & set(features), GEMM_DISABLE & set(features)
             if name in skip:
                 if len(layer_off) != 1 or gemm_off:
@@ -88,7 +91,8 @@ class ConfigChecker:
             elif layer_off or gemm_off:
                 errors.append(f"{name}: kept in FP8 but gets {sorted(layer_off | gemm_off)}")
         manager.reset()
-        return errors
+        got = eval_bf16.te_yaml_applied(resolved, LAYER_DISABLE, GEMM_DISABLE)
+        return errors + eval_bf16.compare("te-yaml", got, decision)
 
     # -- megatron
     def check_megatron(self, text: str, decision: PolicyDecision) -> list[str]:
@@ -112,7 +116,12 @@ class ConfigChecker:
             errors.append("layers are skipped/overridden but neither a precision config nor BF16 flags are emitted")
         if "FP8_POLICY_ARGS=(" not in text:
             errors.append("no FP8_POLICY_ARGS array")
-        return errors
+            return errors
+        try:
+            got = eval_bf16.megatron_applied(text, decision)
+        except Exception as exc:
+            return [*errors, f"flags/precision config unreadable: {type(exc).__name__}: {exc}"]
+        return errors + eval_bf16.compare("megatron", got, decision)
 
     # -- hydra
     @staticmethod
@@ -134,7 +143,14 @@ class ConfigChecker:
                 parsed = yaml.safe_load(value)
                 if not isinstance(parsed, list) or not all(isinstance(v, int) and v >= 1 for v in parsed):
                     errors.append(f"fp8_layers is not a list of 1-based block numbers: {value!r}")
-        return errors
+        if errors:
+            return errors
+        if "analysis would allow FP8" in text and any(
+                layer.structure.group.value == "head" and (layer.name in decision.skip_layers or layer.name in
+                                                           {o.layer for o in decision.gemm_overrides})
+                for layer in decision.layers):
+            errors.append("says the analysis would allow FP8 on a head it asked to keep in BF16")
+        return errors + eval_bf16.compare("hydra", eval_bf16.hydra_applied(text, decision), decision)
 
     # -- torchao
     def check_torchao(self, text: str, decision: PolicyDecision) -> list[str]:
@@ -154,7 +170,8 @@ class ConfigChecker:
         covered = set(decision.skip_layers) | {o.layer for o in decision.gemm_overrides}
         if len(skip_fqns) != len(covered):
             errors.append(f"SKIP_FQNS has {len(skip_fqns)} entries for {len(covered)} skipped/overridden layers")
-        return errors
+        got = eval_bf16.torchao_applied(keep, self._torch_linear, decision)
+        return errors + eval_bf16.compare("torchao", got, decision)
 
     def check(self, decision: PolicyDecision) -> dict[str, list[str]]:
         """Errors per format (empty list: accepted); a renderer exception is an error of its format."""

@@ -23,6 +23,7 @@ from fp8_policy.policy.recommend.options import ModelDims, RecommendOptions
 from fp8_policy.policy.recommend.rationale import build_rationale
 from fp8_policy.policy.recommend.recipe import RecipeDecision, choose_recipe, resolve_current
 from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
+from fp8_policy.policy.render import applied_by_format
 
 POLICY_VERSION = "2026.11.3"
 
@@ -48,6 +49,7 @@ class Recommendation:
             "recipe": {"name": recipe.name, "class": recipe.class_path, "kwargs": dict(recipe.kwargs),
                        "reason": recipe.reason},
             "megatron": self.megatron,
+            "formats": applied_by_format(self.decision),
             "expected_cost": self.expected_cost,
             "rationale": list(self.rationale),
             "confidence": self.confidence,

@@ -1,7 +1,7 @@
 """Render a `PolicyDecision` in the dialects users paste into their training setup.
 
-Belongs here: the public entry point `render(decision, fmt)` and the one table of formats (`RENDERERS`;
-`FORMATS` is its keys). Each dialect lives in its own module (`te_yaml`, `megatron`, `hydra`, `torchao`)
+Belongs here: the public entry points `render(decision, fmt)` / `applied(decision, fmt)` and the one table
+of formats (`DIALECTS`; `FORMATS` is its keys). Each dialect lives in its own module (`te_yaml`, `megatron`, `hydra`, `torchao`)
 with a `render(decision, options)` and an `applied(decision)` (what that dialect really keeps in BF16, see
 `applied`); the records are in `options`, shared layer facts in `layout`, exact-name regexes in `regex`.
 Must not be here: analysis or recommendation logic, I/O, web or database imports.
@@ -9,27 +9,38 @@ Must not be here: analysis or recommendation logic, I/O, web or database imports
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 from fp8_policy.policy.records import PolicyDecision
 from fp8_policy.policy.render import hydra, megatron, te_yaml, torchao
+from fp8_policy.policy.render.applied import AppliedPolicy
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 
-RENDERERS: dict[str, Callable[[PolicyDecision, RenderOptions], RenderedPolicy]] = {
-    "te-yaml": te_yaml.render,
-    "megatron": megatron.render,
-    "hydra": hydra.render,
-    "torchao": torchao.render,
-}
-FORMATS: tuple[str, ...] = tuple(RENDERERS)
+# format -> dialect module (each has `render(decision, options)` and `applied(decision)`)
+DIALECTS: dict[str, ModuleType] = {"te-yaml": te_yaml, "megatron": megatron, "hydra": hydra, "torchao": torchao}
+FORMATS: tuple[str, ...] = tuple(DIALECTS)
 
 
 def render(decision: PolicyDecision, fmt: str, options: RenderOptions | None = None) -> RenderedPolicy:
     """Render `decision` as `fmt` (one of FORMATS)."""
-    renderer = RENDERERS.get(fmt)
-    if renderer is None:
+    dialect = DIALECTS.get(fmt)
+    if dialect is None:
         raise ValueError(f"unknown policy format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    return renderer(decision, options or RenderOptions())
+    return dialect.render(decision, options or RenderOptions())
 
 
-__all__ = ["FORMATS", "RENDERERS", "RenderOptions", "RenderedPolicy", "render"]
+def applied(decision: PolicyDecision, fmt: str) -> AppliedPolicy:
+    """What `fmt` really keeps in BF16 for `decision` (see `applied.py`)."""
+    if fmt not in DIALECTS:
+        raise ValueError(f"unknown policy format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    return DIALECTS[fmt].applied(decision)
+
+
+def applied_by_format(decision: PolicyDecision) -> dict[str, dict[str, Any]]:
+    """The JSON recommendation's `formats` section: per format, the BF16 set it applies and what it approximated."""
+    return {fmt: applied(decision, fmt).to_dict(decision) for fmt in FORMATS}
+
+
+__all__ = ["DIALECTS", "FORMATS", "AppliedPolicy", "RenderOptions", "RenderedPolicy", "applied", "applied_by_format",
+           "render"]

@@ -1,15 +1,15 @@
 """bionemo-recipes Hydra overrides for a `PolicyDecision`.
 
-Belongs here: `fp8_config.*` overrides, the `fp8_layers` list, Hydra value syntax and shell quoting.
-Must not be here: other dialects.
+Belongs here: `fp8_config.*` overrides, the `fp8_layers` list, Hydra value syntax and shell quoting, and what
+that list really keeps in BF16 (`applied`). Must not be here: other dialects.
 
-Conventions (fp8-log-format.md §5.1, §8.4; ecosystem.md §4):
-* `fp8_layers` lists the body blocks that STAY in FP8, 1-indexed; unlisted blocks run in BF16. A block
-  with any skipped layer leaves the list (bionemo's granularity is the block). Logged indices are
-  already 1-based when they come from TE's `layer_number`; 0-based logs (smallest index 0) get +1.
+Conventions (bionemo-recipes `fp8_layers` / `fp8_config`, https://github.com/NVIDIA/bionemo-framework/tree/main/bionemo-recipes):
+* `fp8_layers` lists the body blocks that STAY in FP8, 1-indexed; unlisted blocks run in BF16. bionemo's
+  granularity is the block, so the safe-side approximation is: a block with ANY skipped layer or GEMM
+  override leaves the list (its healthy layers go to BF16 with it; stated in the file's first lines).
+  Logged indices are already 1-based when they come from TE's `layer_number`; 0-based logs get +1.
 * bionemo builds and runs the LM head in BF16 by default (`te.autocast(enabled=False)`), so heads need
-  no override; a comment says so. Embedding/other layers and per-GEMM overrides cannot be expressed and
-  are listed in comments (the te-yaml dialect can apply per-GEMM overrides through the debug API).
+  no override; a comment says so. Embedding/other layers cannot be expressed: they are listed as not applied.
 * `fp8_format` is its own key, so it is removed from `fp8_recipe_kwargs`.
 """
 
@@ -19,9 +19,10 @@ import math
 import re
 import shlex
 
-from fp8_policy.policy.records import LayerGroup, PolicyDecision
-from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
+from fp8_policy.policy.records import LayerGroup, PolicyDecision, Precision
+from fp8_policy.policy.render.applied import AppliedPolicy, names
 from fp8_policy.policy.render.layout import body_blocks, fp8_format, is_one_based, merged_overrides, module_index
+from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 
 MEDIA_TYPE = "text/plain"
 FILENAME = "bionemo_fp8_overrides.txt"
@@ -49,14 +50,63 @@ def hydra_value(value: object) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _requested(decision: PolicyDecision) -> set[str]:
+    """Layers the recommendation keeps (wholly or partly) in BF16."""
+    return set(decision.skip_layers) | set(merged_overrides(decision))
+
+
+def bf16_blocks(decision: PolicyDecision) -> list[int]:
+    """Logged indices of the body blocks that leave `fp8_layers`: any skipped or overridden layer."""
+    requested = _requested(decision)
+    return [i for i, members in body_blocks(decision).items() if requested & set(members)]
+
+
 def fp8_layer_numbers(decision: PolicyDecision) -> list[int] | None:
-    """1-indexed body blocks with no skipped layer; None when the run logged no body blocks."""
+    """1-indexed body blocks with no skipped or overridden layer; None when the run logged no body blocks."""
     blocks = body_blocks(decision)
     if not blocks:
         return None
     one_based = is_one_based(decision)
-    skipped = set(decision.skip_layers)
-    return [module_index(i, one_based) + 1 for i, names in blocks.items() if not skipped & set(names)]
+    leave = set(bf16_blocks(decision))
+    return [module_index(i, one_based) + 1 for i in blocks if i not in leave]
+
+
+def applied(decision: PolicyDecision) -> AppliedPolicy:
+    """Whole BF16 blocks, heads (bionemo's default) and the requested layers it cannot express."""
+    blocks = body_blocks(decision)
+    requested = _requested(decision)
+    leave = bf16_blocks(decision)
+    in_blocks = {name for i in leave for name in blocks[i]}
+    heads = [layer.name for layer in decision.layers if layer.structure.group is LayerGroup.HEAD]
+    bf16 = tuple(layer.name for layer in decision.layers if layer.name in in_blocks or layer.name in heads)
+    body = {name for members in blocks.values() for name in members}
+    not_applied = tuple(n for n in dict.fromkeys((*decision.skip_layers, *merged_overrides(decision)))
+                        if n not in body and n not in heads)
+    parts = []
+    widened = [n for n in bf16 if n in in_blocks and n not in requested]
+    if widened:
+        parts.append(f"fp8_layers works per block, so block(s) {_numbers(decision, leave)} run wholly in BF16 "
+                     f"for {len(requested & in_blocks)} skipped/overridden layer(s), taking {len(widened)} "
+                     "healthy layer(s) with them")
+    promoted = [n for n in merged_overrides(decision) if n in in_blocks]
+    if promoted:
+        parts.append(f"{len(promoted)} GEMM override(s) run as whole layers (the te-yaml policy keeps only "
+                     "those GEMMs in BF16)")
+    if not_applied:
+        parts.append(f"cannot keep {names(list(not_applied))} (outside the transformer blocks) in BF16")
+    allowed_heads = [h for h in heads if h not in requested and _precision(decision, h) is not Precision.HIGH]
+    if allowed_heads and parts:
+        parts.append("the LM head stays in BF16 (bionemo's default)")
+    return AppliedPolicy("hydra", bf16, {}, not_applied, "; ".join(parts) + "." if parts else None)
+
+
+def _precision(decision: PolicyDecision, name: str) -> Precision | None:
+    return next((layer.precision for layer in decision.layers if layer.name == name), None)
+
+
+def _numbers(decision: PolicyDecision, indices: list[int]) -> str:
+    one_based = is_one_based(decision)
+    return ", ".join(str(module_index(i, one_based) + 1) for i in indices)
 
 
 def overrides(decision: PolicyDecision) -> list[str]:
@@ -75,47 +125,41 @@ def overrides(decision: PolicyDecision) -> list[str]:
     return lines
 
 
-def _skipped_by_group(decision: PolicyDecision) -> dict[LayerGroup, list[str]]:
-    group = {layer.name: layer.structure.group for layer in decision.layers}
-    out: dict[LayerGroup, list[str]] = {}
-    for name in dict.fromkeys(decision.skip_layers):
-        out.setdefault(group.get(name, LayerGroup.OTHER), []).append(name)
-    return out
-
-
 def _head_note(decision: PolicyDecision) -> str:
     heads = [layer.name for layer in decision.layers if layer.structure.group is LayerGroup.HEAD]
     if not heads:
         return "no head layer was logged."
-    if set(heads) & set(decision.skip_layers):
-        return "the recommended head skip needs no override."
+    if set(heads) & _requested(decision):
+        return "the recommended head BF16 (skip or GEMM override) needs no override."
+    if all(_precision(decision, h) is Precision.HIGH for h in heads):
+        return "it ran in BF16 in the analysed run too (no FP8 evidence for it)."
     return "it stays BF16 even though the analysis would allow FP8 there."
 
 
 def _comments(decision: PolicyDecision) -> list[str]:
     one_based = is_one_based(decision)
     blocks = body_blocks(decision)
-    skipped = set(decision.skip_layers)
-    bf16 = [module_index(i, one_based) + 1 for i, names in blocks.items() if skipped & set(names)]
-    by_group = _skipped_by_group(decision)
+    leave = bf16_blocks(decision)
     lines = [
         "# bionemo-recipes Hydra overrides generated by fp8-policy: append them to the train command.",
+        f"# {applied(decision).statement()}",
         f"# FP8 recipe: {decision.recipe.name} ({decision.recipe.class_path})",
         "# fp8_layers = transformer blocks that STAY in FP8, 1-indexed (logged numbering"
         f"{'' if one_based else ' + 1'}); blocks not listed run in BF16.",
-        f"# Blocks kept in BF16: {', '.join(map(str, bf16)) if bf16 else 'none'}",
+        f"# Blocks kept in BF16: {_numbers(decision, leave) if leave else 'none'}",
     ]
     if not blocks:
         lines.append("# fp8_layers not set: the analysed run logged no transformer blocks.")
     lines.append("# LM head: bionemo keeps lm_head in BF16 by default (te.autocast(enabled=False)); " + _head_note(decision))
-    rest = by_group.get(LayerGroup.EMBEDDING, []) + by_group.get(LayerGroup.OTHER, [])
+    rest = list(applied(decision).not_applied)
     if rest:
         lines.append("# Not expressible with fp8_layers (outside the transformer blocks): " + ", ".join(rest))
     gemm_overrides = merged_overrides(decision)
     if gemm_overrides:
         listed = ", ".join(f"{name} [{'/'.join(g)}]" for name, g in gemm_overrides.items())
-        lines.append(f"# Per-GEMM overrides are not expressible here and stay FP8: {listed}.")
-        lines.append("# Apply them with the te-yaml policy as the TE debug-API config (debug_api.initialize(config_file=...)).")
+        lines.append(f"# Per-GEMM overrides run here as whole BF16 blocks (safe side): {listed}.")
+        lines.append("# To keep only those GEMMs in BF16, use the te-yaml policy as the TE debug-API config "
+                     "(debug_api.initialize(config_file=...)) and keep their blocks in fp8_layers.")
     return lines
 
 

@@ -94,6 +94,6 @@ def test_the_cycle_check_finds_a_cycle():
 def test_formats_are_listed_once():
     from fp8_policy.policy import render
 
-    assert render.FORMATS == tuple(render.RENDERERS) == ("te-yaml", "megatron", "hydra", "torchao")
+    assert render.FORMATS == tuple(render.DIALECTS) == ("te-yaml", "megatron", "hydra", "torchao")
     source = (ROOT / "policy/render/__init__.py").read_text()
     assert source.count('"te-yaml"') == 1

@@ -11,7 +11,7 @@ from fp8_policy.policy.recommend import POLICY_VERSION, ModelDims, RecommendOpti
 from tests.policy.analysis.factories import FAMILIES, Spec, build_run, name, plant, ramp
 
 KEYS = {"fp8_skip_layers", "gemm_overrides", "recipe", "megatron", "expected_cost", "rationale", "confidence",
-        "policy_version", "findings"}
+        "policy_version", "findings", "formats"}
 SUBS = tuple(FAMILIES["megatron"]["subs"])  # type: ignore[arg-type]
 
 

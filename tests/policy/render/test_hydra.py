@@ -71,7 +71,7 @@ def test_format_defaults(name, fmt):
 
 def test_head_comments():
     layers = f.family_layers("llama", 3)
-    assert "the recommended head skip needs no override" in comments(f.decision(layers, ["model.lm_head"]))
+    assert "the recommended head BF16 (skip or GEMM override) needs no override" in comments(f.decision(layers, ["model.lm_head"]))
     assert "stays BF16 even though" in comments(f.decision(layers))
     assert overrides(f.decision(layers, ["model.lm_head"]))["fp8_layers"] == "[1,2,3]"
 

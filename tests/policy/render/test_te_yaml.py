@@ -169,7 +169,7 @@ def test_layers_already_in_high_precision_get_high_precision_stats(nvdlfw_config
 def test_skipped_head_and_header_lists_layers(nvdlfw_config):
     layers = f.family_layers("llama", 4)
     text = te_yaml(f.decision(layers, ["model.lm_head"], te_version="2.13"))
-    assert "#   model.lm_head" in text and "DisableQuantizationLayer" in text.splitlines()[2]
+    assert "#   model.lm_head" in text and "DisableQuantizationLayer" in text.splitlines()[3]
     manager = nvdlfw_config(text)
     assert set(features(manager, "model.lm_head")) == {"DisableQuantizationLayer", "LogTensorStats"}
     assert set(features(manager, "model.model.layers.4.layernorm_mlp.fc2")) == {"LogFp8TensorStats"}
