@@ -5,16 +5,36 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from fp8_policy.service.analysis import actions
+from fp8_policy.policy.render import FORMATS, hydra, megatron, te_yaml, torchao
+from fp8_policy.service.analysis.schemas import AnalysisRead, RecommendationRead
 from fp8_policy.service.deps import SessionDep
-from fp8_policy.service.errors import BadRequest, ErrorBody
+from fp8_policy.service.errors import BadRequest
+from fp8_policy.service.openapi import error_responses, query_param, threshold_params
 
 router = APIRouter(prefix="/api/v1/runs", tags=["analysis"])
-ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody}}
+ERRORS = error_responses(400, 404, 409)
 FORMAT_HELP = "json (default), te-yaml, megatron, hydra or torchao"
+FORMAT_QUERY = Query(description=FORMAT_HELP, json_schema_extra={"enum": ["json", *FORMATS]})
 _GET_OPTION_KEYS = ("gpu_arch", "te_version", "current_recipe")
+OVERRIDES_HELP = ("Any of: `thresholds` (name -> number, as in GET .../analysis), `gpu_arch`, `model_dims` (hidden_size, "
+                  "ffn_hidden_size, num_layers, seq_len, vocab_size, num_attention_heads, num_query_groups, "
+                  "gated_mlp), `te_version`, `current_recipe`, `keep_existing_bf16`, `skip_projected`. Unknown keys "
+                  "or bad values are a 400 InvalidOverrides.")
+_OPTION_PARAMS = [
+    query_param("gpu_arch", {"type": "string", "examples": ["hopper", "sm90", "blackwell"]}, "GPU the policy is for "
+                "(decides which recipes are possible); default: the run's metadata."),
+    query_param("te_version", {"type": "string", "examples": ["2.8"]}, "Transformer Engine version the rendered config "
+                "targets; default: the run's metadata."),
+    query_param("current_recipe", {"type": "string", "examples": ["delayed", "current", "mxfp8"]}, "The recipe the run "
+                "trained with (DelayedScaling, current, block, mxfp8, ...); default: the run's metadata."),
+]
+# The rendered formats' media types (?format= other than json); each dialect module names its own.
+_RENDERED = {module.MEDIA_TYPE: {"schema": {"type": "string"}} for module in (te_yaml, megatron, hydra, torchao)}
+RECOMMENDATION_RESPONSES = {**ERRORS, 200: {"description": "The policy as JSON, or rendered in the requested "
+                                             "format (sent as an attachment)", "content": _RENDERED}}
 
 
 def _query_overrides(request: Request) -> dict[str, Any]:
@@ -43,8 +63,9 @@ def _number(text: str) -> int | float | str:
     return text
 
 
-@router.get("/{run_id}/analysis", responses=ERRORS)
-def read_analysis(run_id: int, request: Request, session: SessionDep) -> JSONResponse:
+@router.get("/{run_id}/analysis", response_model=AnalysisRead, responses=ERRORS,
+            openapi_extra={"parameters": threshold_params()})
+def read_analysis(run_id: int, request: Request, session: SessionDep) -> AnalysisRead:
     """Findings (pattern, severity, layers, numeric evidence) and the per-layer table.
 
     Any threshold may be set as a query parameter, e.g. `?critical=3&severe=6`.
@@ -55,16 +76,18 @@ def read_analysis(run_id: int, request: Request, session: SessionDep) -> JSONRes
         raise BadRequest(f"not a threshold: {', '.join(sorted(unknown))}", error="InvalidThresholds")
     thresholds = actions.thresholds_from(overrides.get("thresholds"))
     _data, analysis = actions.load_and_analyze(session, run_id, thresholds)
-    return JSONResponse({"run_id": run_id, **analysis.to_dict()})
+    return AnalysisRead.model_validate({"run_id": run_id, **analysis.to_dict()})
 
 
-@router.get("/{run_id}/recommendation", responses=ERRORS)
+@router.get("/{run_id}/recommendation", response_model=RecommendationRead, response_model_exclude_unset=True,
+            responses=RECOMMENDATION_RESPONSES,
+            openapi_extra={"parameters": [*threshold_params(), *_OPTION_PARAMS]})
 def read_recommendation(
     run_id: int,
     request: Request,
     session: SessionDep,
-    format: Annotated[str, Query(description=FORMAT_HELP)] = "json",
-) -> Response:
+    format: Annotated[str, FORMAT_QUERY] = "json",
+) -> RecommendationRead | Response:
     """The recommended policy: `fp8_skip_layers`, `gemm_overrides`, `recipe`, `megatron`, `expected_cost`,
     `rationale`, `confidence`, `policy_version` — or, with `?format=`, the same policy as a TE debug YAML,
     Megatron flags, bionemo Hydra overrides or a torchao filter. Thresholds, `gpu_arch`, `te_version`
@@ -72,23 +95,24 @@ def read_recommendation(
     return _respond(session, run_id, _query_overrides(request), format)
 
 
-@router.post("/{run_id}/recommendation", responses=ERRORS)
+@router.post("/{run_id}/recommendation", response_model=RecommendationRead, response_model_exclude_unset=True,
+             responses=RECOMMENDATION_RESPONSES)
 def recompute_recommendation(
     run_id: int,
     session: SessionDep,
-    overrides: Annotated[dict[str, Any], Body(examples=[{"thresholds": {"critical": 3.0}, "gpu_arch": "hopper",
+    overrides: Annotated[dict[str, Any], Body(description=OVERRIDES_HELP, examples=[{"thresholds": {"critical": 3.0}, "gpu_arch": "hopper",
                                                         "model_dims": {"hidden_size": 1280}, "te_version": "2.13"}])],
-    format: Annotated[str, Query(description=FORMAT_HELP)] = "json",
-) -> Response:
+    format: Annotated[str, FORMAT_QUERY] = "json",
+) -> RecommendationRead | Response:
     """Recompute the recommendation from stored data with overrides (thresholds, GPU arch, model dims,
     TE version, current recipe) without re-ingesting."""
     return _respond(session, run_id, overrides, format)
 
 
-def _respond(session, run_id: int, overrides: dict[str, Any], fmt: str) -> Response:
+def _respond(session, run_id: int, overrides: dict[str, Any], fmt: str) -> RecommendationRead | Response:
     rec = actions.recommendation_for(session, run_id, overrides)
     if fmt == "json":
-        return JSONResponse({"run_id": run_id, **rec.to_dict()})
+        return RecommendationRead.model_validate({"run_id": run_id, **rec.to_dict()})
     rendered = actions.render_recommendation(rec, fmt)
     return Response(rendered.content, media_type=rendered.media_type,
                     headers={"Content-Disposition": f'attachment; filename="{rendered.filename}"'})

@@ -7,19 +7,37 @@ an unknown run 404, a run that is not ready 409.
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from fp8_policy.service.deps import SessionDep
-from fp8_policy.service.errors import BadRequest, ErrorBody
+from fp8_policy.service.errors import BadRequest
+from fp8_policy.service.openapi import error_responses, threshold_params
 from fp8_policy.service.visual import actions, compare
 from fp8_policy.service.visual.params import HEATMAP_KEYS, parse_heatmap_params, parse_threshold_overrides, run_id_param, \
     thresholds_of
+from fp8_policy.service.visual.query_docs import heatmap_params, run_pair_params
+from fp8_policy.service.visual.schemas import CompareRead, HeatmapLayoutRead
 
 router = APIRouter(tags=["visual"])
-ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody}}
-IMAGE = {200: {"content": {"image/png": {}, "image/svg+xml": {}}, "description": "The image; `X-Heatmap-Size` "
-               "(w,h px), `X-Heatmap-Extent` (x0,y0,x1,y1 px of the cells per panel, ';'-separated), "
-               "`X-Heatmap-Shape` (rows,columns per panel), `X-Heatmap-Vmax`."}}
+ERRORS = error_responses(400, 404, 409)
+_IMAGE_HEADERS = {
+    "X-Heatmap-Size": "w,h of the image in pixels",
+    "X-Heatmap-Extent": "x0,y0,x1,y1 pixels of the cells per panel, ';'-separated",
+    "X-Heatmap-Shape": "rows,columns per panel, ';'-separated",
+    "X-Heatmap-Vmax": "top of the colour scale",
+}
+
+
+def _image_responses(media_type: str) -> dict[int | str, dict]:
+    headers = {name: {"description": text, "schema": {"type": "string"}} for name, text in _IMAGE_HEADERS.items()}
+    image = {"description": "The image.", "headers": headers,
+             "content": {media_type: {"schema": {"type": "string", "format": "binary"}}}}
+    return {**ERRORS, 200: image}
+
+
+PNG, SVG = _image_responses("image/png"), _image_responses("image/svg+xml")
+HEATMAP_PARAMS = {"parameters": heatmap_params()}
+COMPARE_IMAGE_PARAMS = {"parameters": [*run_pair_params(), *heatmap_params(show_skip_default=False)]}
 HEATMAP_HELP = (
     "\n\nQuery parameters: `tensor` (gradient), `stat` (underflows%; as logged, e.g. mxfp8_underflows%), "
     "`rank` (default: max over ranks per iteration), `sublayer` (one sublayer, e.g. qkv: one row per block), "
@@ -44,29 +62,31 @@ PNG_HELP = (
     + HEATMAP_HELP)
 
 
-@router.get("/api/v1/runs/{run_id}/heatmap.png", responses={**ERRORS, **IMAGE}, response_class=Response,
-            description=PNG_HELP)
+@router.get("/api/v1/runs/{run_id}/heatmap.png", responses=PNG, response_class=Response,
+            description=PNG_HELP, openapi_extra=HEATMAP_PARAMS)
 def heatmap_png(run_id: int, request: Request, session: SessionDep) -> Response:
     return _image(actions.heatmap_image(session, run_id, _heatmap_params(request), "png"))
 
 
-@router.get("/api/v1/runs/{run_id}/heatmap.svg", responses={**ERRORS, **IMAGE}, response_class=Response,
+@router.get("/api/v1/runs/{run_id}/heatmap.svg", responses=SVG, response_class=Response, openapi_extra=HEATMAP_PARAMS,
             description="The heatmap as SVG: text stays text; boxes, BF16 spans and skip markers carry ids "
                         "(`critical-box-N`, `bf16-rows-N`, `skip-marker-N`)." + HEATMAP_HELP)
 def heatmap_svg(run_id: int, request: Request, session: SessionDep) -> Response:
     return _image(actions.heatmap_image(session, run_id, _heatmap_params(request), "svg"))
 
 
-@router.get("/api/v1/runs/{run_id}/heatmap.json", responses=ERRORS)
-def heatmap_json(run_id: int, request: Request, session: SessionDep) -> JSONResponse:
+@router.get("/api/v1/runs/{run_id}/heatmap.json", response_model=HeatmapLayoutRead, responses=ERRORS,
+            openapi_extra=HEATMAP_PARAMS)
+def heatmap_json(run_id: int, request: Request, session: SessionDep) -> HeatmapLayoutRead:
     """The heatmap's rows (label, layer, group, kind, p95 level, boxed, skip), iteration range, summary and the
     pixel extent of its cells at the requested dpi — for clients that draw or annotate it themselves. Takes the
     heatmap parameters."""
-    return JSONResponse(actions.heatmap_layout(session, run_id, _heatmap_params(request)))
+    return HeatmapLayoutRead.model_validate(actions.heatmap_layout(session, run_id, _heatmap_params(request)))
 
 
-@router.get("/api/v1/compare", responses=ERRORS)
-def compare_runs(request: Request, session: SessionDep) -> JSONResponse:
+@router.get("/api/v1/compare", response_model=CompareRead, responses=ERRORS,
+            openapi_extra={"parameters": [*run_pair_params(), *threshold_params(("warning", "critical", "severe"))]})
+def compare_runs(request: Request, session: SessionDep) -> CompareRead:
     """`?base=<run id>&head=<run id>`: per-layer and per-group change of gradient / activation / weight
     underflows% (level, max, mean, last) between two runs, precision changes, findings that appeared or
     disappeared, and summary sentences such as "body gradient underflow −34% (mean 1.20% → 0.79%) after head
@@ -77,17 +97,17 @@ def compare_runs(request: Request, session: SessionDep) -> JSONResponse:
         raise BadRequest(f"unknown parameter(s): {', '.join(unknown)}", error="UnknownParameter")
     thresholds = thresholds_of(parse_threshold_overrides(query))
     body = compare.compare_runs(session, run_id_param(query, "base"), run_id_param(query, "head"), thresholds)
-    return JSONResponse(body)
+    return CompareRead.model_validate(body)
 
 
-@router.get("/api/v1/compare.png", responses={**ERRORS, **IMAGE}, response_class=Response)
+@router.get("/api/v1/compare.png", responses=PNG, response_class=Response, openapi_extra=COMPARE_IMAGE_PARAMS)
 def compare_png(request: Request, session: SessionDep) -> Response:
     """`?base=&head=`: the two heatmaps side by side on one shared colour scale, titled with the run names.
     Takes the heatmap parameters too (`show_skip` defaults to false here)."""
     return _compare_image(request, session, "png")
 
 
-@router.get("/api/v1/compare.svg", responses={**ERRORS, **IMAGE}, response_class=Response)
+@router.get("/api/v1/compare.svg", responses=SVG, response_class=Response, openapi_extra=COMPARE_IMAGE_PARAMS)
 def compare_svg(request: Request, session: SessionDep) -> Response:
     """`compare.png` as SVG."""
     return _compare_image(request, session, "svg")

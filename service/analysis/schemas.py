@@ -1,0 +1,211 @@
+"""Response models of the analysis and recommendation endpoints (`GET .../analysis`, `GET|POST .../recommendation`).
+
+They mirror `policy.analysis.Analysis.to_dict()` and `policy.recommend.Recommendation.to_dict()` field by field.
+FastAPI filters every response through its model, so a key the policy code adds to those dicts reaches clients
+only once it is declared here as well: extend these models together with the `to_dict()` you change.
+tests/service/test_response_models.py fails, naming the key, when a real response loses one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, create_model
+
+from fp8_policy.policy.analysis.findings import Pattern
+from fp8_policy.policy.analysis.layout import LayerStatus
+from fp8_policy.policy.records import GEMMS, RECIPE_CLASSES, LayerGroup, Precision
+from fp8_policy.policy.thresholds import Severity
+from fp8_policy.service.schema_base import ApiModel, threshold_fields
+
+Gemm = Literal[GEMMS]  # type: ignore[valid-type]
+RecipeName = Literal[tuple(RECIPE_CLASSES)]  # type: ignore[valid-type]
+
+ThresholdsRead = create_model(  # one field per policy.thresholds.Thresholds field, with its comment as description
+    "ThresholdsRead", __base__=ApiModel, __doc__="Every threshold the analysis used (defaults or overrides).",
+    **threshold_fields())
+
+
+class EvidenceRead(ApiModel):
+    """Numbers behind a finding for one (layer, tensor, stat[, recipe][, rank]) series."""
+
+    layer: str = Field(description="Exact layer name as logged.")
+    metric: str = Field(description="'<tensor> <recipe_><stat>', e.g. 'gradient underflows%'.")
+    tensor: str
+    stat: str
+    recipe: str | None
+    rank: int | None = Field(description="The rank the numbers come from; null: worst rank per point.")
+    window: list[int] | None = Field(description="[first, last] iteration of the analysed post-warm-up range.")
+    level_window: list[int] | None = Field(description="[first, last] iteration the level is taken from.")
+    level: float | None
+    max: float | None
+    mean: float | None
+    last: float | None
+    slope_per_1k: float | None = Field(description="Robust trend slope per 1,000 iterations.")
+    start_level: float | None = Field(description="Median of the first third of the window.")
+    end_level: float | None = Field(description="Median of the last third of the window.")
+    projected_value: float | None
+    ratio: float | None = Field(description="Largest scale jump factor, outlier score, what-if ratio, ...")
+    reference: float | None = Field(description="What the value is compared to (peers' or other ranks' median).")
+    onset: int | None
+    projected_iteration: int | None
+    crossing_iteration: int | None = Field(description="Where a projected trend reaches the critical band.")
+    count: int | None = Field(description="Events: scale jumps, outlier features, ...")
+
+
+class FindingBrief(ApiModel):
+    """A finding without its evidence (recommendation and compare responses)."""
+
+    pattern: Pattern
+    severity: Severity
+    layers: list[str] = Field(description="Exact layer names as logged.")
+    summary: str
+
+
+class FindingRead(FindingBrief):
+    """One detected pattern with its numeric evidence."""
+
+    evidence: list[EvidenceRead]
+
+
+class LayerAssessmentRead(ApiModel):
+    """One row of the per-layer table. Underflow numbers are the worst rank's, over the post-warm-up window."""
+
+    name: str = Field(description="Exact layer name as logged.")
+    group: LayerGroup
+    index: int | None = Field(description="Block number as logged.")
+    sublayer: str | None
+    precision: Precision = Field(description="From the metadata plan lines.")
+    status: LayerStatus = Field(description="fp8 (observed), fp8_unobserved, bf16 or ignored.")
+    severity: Severity
+    worst_signal: str | None = Field(description="e.g. 'gradient underflows%'.")
+    worst_level: float | None
+    patterns: list[Pattern]
+    gradient_underflow_max: float | None
+    gradient_underflow_mean: float | None
+    gradient_underflow_last: float | None
+    activation_underflow_max: float | None
+    activation_underflow_mean: float | None
+    activation_underflow_last: float | None
+    weight_underflow_max: float | None
+    weight_underflow_mean: float | None
+    weight_underflow_last: float | None
+
+
+class AnalysisStats(ApiModel):
+    """Counts, windows and rules of the analysis."""
+
+    n_series: int
+    n_series_used: int
+    ranks: list[int]
+    iterations: list[int | None] = Field(description="[first, last] logged iteration.")
+    warmup_cut_iteration: float
+    warmup_rule: str
+    level_rule: str
+    median_points_per_series: float
+    layers_by_status: dict[LayerStatus, int]
+    body_blocks: int
+    index_base: int = Field(description="0 or 1: how the log numbers its blocks.")
+    censored_scale_fraction: float = Field(description="Share of scale_inv points printed as 0.0000 (< 5e-5).")
+    nonfinite_points: int
+    warmup_only_series: int
+    rank_outlier_series_excluded: int
+
+
+class AnalysisRead(ApiModel):
+    """`GET /api/v1/runs/{run_id}/analysis`."""
+
+    run_id: int
+    findings: list[FindingRead] = Field(description="Worst first; `healthy` alone when nothing was found.")
+    layers: list[LayerAssessmentRead] = Field(description="The per-layer table, in model order.")
+    thresholds: ThresholdsRead  # type: ignore[valid-type]
+    stats: AnalysisStats
+    notes: list[str] = Field(description="Caveats: rounding, non-finite values, missing stats.")
+
+
+class GemmOverrideRead(ApiModel):
+    layer: str = Field(description="Exact layer name as logged.")
+    gemms: list[Gemm] = Field(description="GEMMs of this layer kept in high precision.")
+    reason: str
+
+
+class RecipeRead(ApiModel):
+    """The Transformer Engine recipe to train with."""
+
+    model_config = {**ApiModel.model_config, "populate_by_name": True}
+
+    name: RecipeName  # type: ignore[valid-type]
+    class_path: str = Field(alias="class", description="e.g. transformer_engine.common.recipe.DelayedScaling")
+    kwargs: dict[str, Any] = Field(description="Keyword arguments of the recipe class (fp8_format, ...).")
+    reason: str
+
+
+class MegatronRead(ApiModel):
+    """The policy as Megatron-LM arguments (`extra_args` is the command-line form)."""
+
+    first_last_layers_bf16: bool
+    num_layers_at_start_in_bf16: int
+    num_layers_at_end_in_bf16: int
+    fp8_recipe: str
+    fp8_format: Literal["e4m3", "hybrid"]
+    extra_args: list[str]
+    blocks_needing_precision_config: list[int] = Field(description="0-based blocks that need a TE precision "
+                                                                   "config file (not covered by first/last).")
+    notes: list[str]
+
+
+class ExpectedCostRead(ApiModel):
+    """Estimated GEMM time of the policy. Only `method` and `bf16_gemm_share` are always present."""
+
+    method: Literal["dims", "layer_count"] = Field(description="FLOP weights from model dims, or one per layer.")
+    bf16_gemm_share: float
+    bf16_gemm_share_as_logged: float | None = None
+    moved_to_bf16_share: float | None = None
+    fp8_recipe: str | None = None
+    fp8_gemm_speedup: float | None = None
+    speedup_measured_on: str | None = None
+    gemm_time_vs_all_fp8: float | None = None
+    gemm_slowdown_vs_all_fp8_pct: float | None = None
+    gemm_speedup_vs_all_bf16: float | None = None
+    source: str | None = None
+    assumptions: str | None = None
+    gemm_flops_per_sequence: float | None = None
+    missing_dims_for: list[str] | None = None
+    note: str | None = None
+
+
+class GemmSetRead(ApiModel):
+    layer: str = Field(description="Exact layer name as logged.")
+    gemms: list[Gemm] = Field(description="GEMMs of this layer the format keeps in BF16.")
+
+
+class FormatAppliedRead(ApiModel):
+    """What one rendered format really keeps in BF16: at least the recommendation's set (issue 12 item 1)."""
+
+    bf16_layers: list[str] = Field(description="Layers the format runs wholly in BF16.")
+    bf16_gemms: list[GemmSetRead] = Field(description="Layers of which only some GEMMs run in BF16.")
+    overrides_as_whole_layers: list[str] = Field(description="GEMM overrides the format can only apply as the "
+                                                             "whole layer in BF16.")
+    extra_bf16_layers: list[str] = Field(description="Layers in BF16 beyond the recommendation (safe-side "
+                                                     "approximation, e.g. Hydra's whole blocks).")
+    not_applied: list[str] = Field(description="Requested layers the format cannot keep in BF16 (stated).")
+    exact: bool
+    approximation: str | None = Field(description="The one-line statement at the top of the rendered file; "
+                                                   "null when exact.")
+
+
+class RecommendationRead(ApiModel):
+    """`GET|POST /api/v1/runs/{run_id}/recommendation` with `format=json`."""
+
+    run_id: int
+    fp8_skip_layers: list[str] = Field(description="Layers to run entirely in BF16 (exact logged names).")
+    gemm_overrides: list[GemmOverrideRead]
+    recipe: RecipeRead
+    megatron: MegatronRead
+    formats: dict[str, FormatAppliedRead] = Field(description="Per rendered format (te-yaml, megatron, hydra, "
+                                                              "torchao): the BF16 set it applies.")
+    expected_cost: ExpectedCostRead
+    rationale: list[str]
+    confidence: float = Field(description="How much the evidence supports the policy, from 0.05 to 1.")
+    policy_version: str = Field(description="Changes whenever a rule changes.")
+    findings: list[FindingBrief]
