@@ -1,0 +1,190 @@
+"""The wheel is the product: built from this tree and installed in clean venvs OUTSIDE the source tree.
+
+- base (`pip install <wheel>`): the client only — `from fp8_policy import PolicyClient` works, no generic
+  top-level module (`client`, `db`, ...) exists, none of the server's dependencies is installed, and a server
+  command answers with one line naming the extra.
+- `<wheel>[server]`: `fp8-policy db upgrade` runs the packaged migrations, `fp8-policy serve` answers `/`,
+  `/healthz` and `/docs` (with its assets from the wheel), and the base install's client CLI uploads the
+  BioNeMo ESM-2 fixture and waits until it is ingested.
+
+Dependencies come from the configured package indexes (pip's cache and local mirrors make it quick); every
+command runs from a temporary cwd with a scrubbed environment so neither the checkout nor the editable
+install of the dev venv can be imported by accident.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT.parent / "shared" / "fixtures" / "bionemo" / "dummy_logs_esm2"
+# Distributions only the `server` extra may bring (and pandas, which only the dev tools use).
+SERVER_DISTRIBUTIONS = {"fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "psycopg", "psycopg-binary",
+                        "numpy", "pandas", "numba", "llvmlite", "scikit-learn", "scipy", "matplotlib", "pydantic",
+                        "pydantic-settings", "isal", "python-multipart"}
+HINT = "pip install 'fp8-policy[server]'"
+# What a copy of the tree for building leaves out (.gitignore's entries and the VCS folder).
+_NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "data", "build", "dist", "*.egg-info", "__pycache__",
+                                     "test-artifacts", ".pytest_cache", "out", "*.db")
+
+
+def _env(home: Path) -> dict[str, str]:
+    """The environment of an installed-tool session: no PYTHONPATH, no FP8_POLICY_* from the test run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FP8_POLICY_", "PYTHON", "VIRTUAL_ENV"))}
+    return {**env, "FP8_POLICY_DATA_DIR": str(home / "data"), "PYTHONNOUSERSITE": "1"}
+
+
+def _run(argv: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, env=_env(cwd), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wheel built from a copy of the working tree (setuptools writes build/ and *.egg-info into the source)."""
+    source = tmp_path_factory.mktemp("source") / "fp8-policy"
+    shutil.copytree(ROOT, source, ignore=_NOT_SOURCE)
+    out = tmp_path_factory.mktemp("dist")
+    built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out)],
+                           cwd=source, capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    (path,) = out.glob("fp8_policy-*.whl")
+    return path
+
+
+def _venv(where: Path, requirement: str) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=120)
+    python = where / "bin" / "python"
+    done = _run([str(python), "-m", "pip", "install", "--quiet", "--no-compile", requirement], where.parent,
+                timeout=540)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return python
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
+    return _venv(tmp_path_factory.mktemp("base") / "venv", str(wheel))
+
+
+@pytest.fixture(scope="module")
+def server_venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
+    return _venv(tmp_path_factory.mktemp("server") / "venv", f"{wheel}[server]")
+
+
+def test_the_base_install_is_the_client_and_nothing_of_the_server(base: Path, tmp_path: Path) -> None:
+    script = (
+        "import importlib.metadata as m, importlib.util as u, json, fp8_policy\n"
+        "from fp8_policy import PolicyClient, apply_policy\n"
+        "print(json.dumps({'file': fp8_policy.__file__, 'client': PolicyClient.__module__,\n"
+        "  'generic': [n for n in ('client', 'db', 'policy', 'service', 'alembic') if u.find_spec(n)],\n"
+        "  'dists': sorted(d.metadata['Name'].lower() for d in m.distributions())}))\n"
+    )
+    done = _run([str(base), "-c", script], tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert Path(found["file"]).is_relative_to(base.parent.parent)  # the venv's copy, not the checkout
+    assert found["client"] == "fp8_policy.client.client"
+    assert found["generic"] == []  # `import client` fails: nothing generic in site-packages
+    assert "fp8-policy" in found["dists"]
+    assert sorted(SERVER_DISTRIBUTIONS & set(found["dists"])) == []
+
+
+def test_a_server_command_on_the_base_install_names_the_extra_in_one_line(base: Path, tmp_path: Path) -> None:
+    script = base.parent / "fp8-policy"
+    for argv in (["serve", "--host", "0.0.0.0"], ["db", "upgrade"]):
+        done = _run([str(script), *argv], tmp_path)
+
+        assert done.returncode == 2
+        assert done.stdout == ""
+        assert done.stderr.count("\n") == 1 and HINT in done.stderr, done.stderr
+    listed = _run([str(script), "--help"], tmp_path)
+    assert listed.returncode == 0 and "upload" in listed.stdout and "serve" in listed.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(server_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """`fp8-policy db upgrade` then `fp8-policy serve` from the [server] install; yields (base URL, its home)."""
+    home = tmp_path_factory.mktemp("home")
+    script = server_venv.parent / "fp8-policy"
+    upgraded = _run([str(script), "db", "upgrade"], home)
+    assert upgraded.returncode == 0, upgraded.stderr[-3000:]
+    assert upgraded.stdout.strip().endswith("database at head")
+    assert list((home / "data").glob("*.db")), "db upgrade created no SQLite database in the data dir"
+
+    port = _free_port()
+    log = (home / "serve.log").open("w")
+    server = subprocess.Popen([str(script), "serve", "--host", "127.0.0.1", "--port", str(port), "--no-demo",
+                               "--log-level", "warning"], cwd=home, env=_env(home), stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while server.poll() is None and time.monotonic() < deadline:
+            try:
+                httpx.get(f"{url}/healthz", timeout=2)
+                break
+            except httpx.TransportError:
+                time.sleep(0.3)
+        assert server.poll() is None, (home / "serve.log").read_text()[-3000:]
+        yield url, home
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+def test_the_server_install_serves_the_dashboard_health_and_offline_docs(served: tuple[str, Path]) -> None:
+    url, _ = served
+    with httpx.Client(base_url=url, timeout=30) as http:
+        assert http.get("/healthz").status_code == 200
+        page = http.get("/")
+        assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+        docs = http.get("/docs")
+        assert docs.status_code == 200
+        assets = [*re.findall(r"""(?:src|href)=["']([^"']+)["']""", page.text),
+                  *re.findall(r"""(?:src|href)=["']([^"']+)["']""", docs.text)]
+        local = [a for a in assets if not a.startswith(("#", "data:"))]
+        assert [a for a in local if re.match(r"^(https?:)?//", a)] == []  # nothing from another host
+        assert local, "the dashboard and docs pages load no asset at all"
+        for asset in local:  # each one ships in the wheel
+            path = asset if asset.startswith("/") else "/" + asset
+            assert http.get(path).status_code == 200, asset
+
+
+def test_the_base_client_uploads_the_esm2_fixture_and_the_server_ingests_it(served: tuple[str, Path], base: Path,
+                                                                             tmp_path: Path) -> None:
+    url, _ = served
+    client = base.parent / "fp8-policy"
+    done = _run([str(client), "upload", str(FIXTURE), "--name", "esm2-wheel", "--wait", "--timeout", "180",
+                 "--json", "--url", url], tmp_path, timeout=240)
+
+    assert done.returncode == 0, done.stderr
+    run = json.loads(done.stdout)
+    assert run["status"] == "ready", run
+    assert run["layer_count"] > 0
+    recommended = _run([str(client), "recommend", str(run["id"]), "--json", "--url", url], tmp_path)
+    assert recommended.returncode == 0, recommended.stderr
+    assert {"recipe", "rationale", "policy_version"} <= set(json.loads(recommended.stdout))
