@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from fp8_policy.client.cli import register_client_commands
+from fp8_policy.service.ingest.cli import worker
 
 if TYPE_CHECKING:
     from fp8_policy.service.settings import Settings
@@ -32,7 +33,9 @@ def cli() -> None:
 @click.option("--migrate/--no-migrate", default=True, show_default=True,
               help="Run the database migrations before serving.")
 @click.option("--log-level", default="info", show_default=True)
-def serve(host: str, port: int, demo: bool | None, migrate: bool, log_level: str) -> None:
+@click.option("--ingest/--no-ingest", default=None,
+              help="Run ingest jobs in this process (default) or leave them to `fp8-policy worker` processes.")
+def serve(host: str, port: int, demo: bool | None, migrate: bool, log_level: str, ingest: bool | None) -> None:
     """Start the API with uvicorn."""
     import uvicorn
 
@@ -42,6 +45,8 @@ def serve(host: str, port: int, demo: bool | None, migrate: bool, log_level: str
     settings = get_settings()
     if demo is not None:
         settings = settings.model_copy(update={"load_demo": demo})
+    if ingest is not None:
+        settings = settings.model_copy(update={"ingest_in_process": ingest})
     if migrate:
         _upgrade(settings)
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
@@ -69,6 +74,7 @@ def _upgrade(settings: Settings, revision: str = "head") -> None:
     upgrade(settings.resolved_database_url, revision)
 
 
+cli.add_command(worker)
 register_client_commands(cli)
 
 

@@ -28,6 +28,18 @@ from fp8_policy.service.settings import Settings
 log = logging.getLogger("fp8_policy.ingest")
 
 
+def warm_parser() -> None:
+    """Load (or compile, first time) the numba kernels so the first job does not pay for it."""
+    import io
+
+    from fp8_policy.policy.stats_log import StatsLogParser
+
+    line = b"2026-01-01 00:00:00,000 - INFO - model.l_gradient_mse \t\t\t\t iteration=000000 \t\t\t\t value=0.0000\n"
+    parser = StatsLogParser(workers=1)
+    parser.feed(io.BytesIO(line * 2), "warm-up")
+    parser.finish()
+
+
 def new_owner_name() -> str:
     """host:pid:token: unique per worker object; host and pid let a restarted process recognise its dead predecessor."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -114,11 +126,17 @@ class IngestWorker:
             thread.join()
         self._threads.clear()
 
+    def request_stop(self) -> None:
+        """Ask the loops to stop after the jobs in hand (safe from a signal handler)."""
+        self._stop.set()
+        self._wake.set()
+
     def serve_forever(self) -> None:
-        """`fp8-policy worker`: run until `shutdown()` is called (by a signal handler)."""
+        """`fp8-policy worker`: run until `request_stop()` (SIGTERM / SIGINT), then finish the jobs in hand."""
         self.start()
         while not self._stop.wait(1.0):
             pass
+        self.shutdown()
 
     # --- the loops ---------------------------------------------------------------------------
     def _loop(self) -> None:

@@ -1,0 +1,231 @@
+"""The ingest job queue on SQLite and PostgreSQL: one job per rank plus finalize, the same result as parsing
+the whole tree at once, all-or-nothing failures with the rank, idempotent retries, leases (a second
+process never takes a live process's jobs, issue 9 item 10; a dead local process's jobs are taken at once).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.orm import Session
+
+from fp8_policy.db.job_models import IngestJob
+from fp8_policy.db.jobs import JobRepository
+from fp8_policy.db.models import Layer, Series
+from fp8_policy.db.repositories import utcnow
+from fp8_policy.db.session import create_session_factory, session_scope
+from fp8_policy.policy.log_files import classify_log_path
+from fp8_policy.service.app import create_app
+from fp8_policy.service.ingest.parse import parse_files
+from fp8_policy.service.ingest.pipeline import JobContext, run_job
+from fp8_policy.service.ingest.store import ArchiveStore
+from fp8_policy.service.settings import Settings
+from tests.archives import meta_relpath, multi_rank_tree, stats_relpath, tree_tar_gz, write_tree
+from tests.conftest import wait_for_run
+from tests.dbutil import insert_run, row_counts
+
+FAST = {"job_poll_seconds": 0.05, "job_lease_seconds": 2.0}
+
+
+def jobs_of(engine: Engine, run_id: int) -> list[tuple[str, int, str]]:
+    with Session(engine) as session:
+        return [(j.kind, j.rank, j.status) for j in JobRepository(session).jobs_of(run_id)]
+
+
+def upload(client: TestClient, data: bytes, project: str) -> int:
+    response = client.post("/api/v1/runs", params={"project": project}, content=data,
+                           headers={"Content-Type": "application/gzip"})
+    assert response.status_code == 202, response.text
+    return response.json()["id"]
+
+
+def plant(settings: Settings, engine: Engine, project: str, data: bytes, status: str = "queued") -> int:
+    """A run whose archive is in the store, as an API process leaves it (no job queued)."""
+    key = f"runs/planted-{project}/upload.bin"
+    path = settings.data_dir / key
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return insert_run(engine, project, status=status, upload_path=key)
+
+
+class TestPerRankJobs:
+    def test_a_4_rank_archive_is_a_plan_4_rank_jobs_and_a_finalize(self, make_client, db_engine: Engine,
+                                                                   project: str, tmp_path: Path) -> None:
+        tree = multi_rank_tree(tmp_path / "logs", 4, layers=3)
+        client = make_client(**FAST)
+        run = wait_for_run(client, upload(client, tree_tar_gz(tree), project))
+
+        assert (run["status"], run["ranks"], run["layer_count"], run["series_count"], run["points"]) == (
+            "ready", 4, 3, 12, 60)
+        assert jobs_of(db_engine, run["id"]) == [("plan", -1, "done"), *[("rank", r, "done") for r in range(4)],
+                                                ("finalize", -1, "done")]
+
+    def test_the_stored_run_equals_parsing_the_whole_tree_at_once(self, make_client, db_engine: Engine,
+                                                                   project: str, tmp_path: Path) -> None:
+        tree = multi_rank_tree(tmp_path / "logs", 3, layers=4)
+        client = make_client(**FAST)
+        run = wait_for_run(client, upload(client, tree_tar_gz(tree), project))
+        files = [(classify_log_path(p.relative_to(tree).as_posix()), p) for p in sorted(tree.rglob("*.log"))]
+        assembled, counts = parse_files(files, max_line_bytes=1 << 20, threads=1)
+
+        with Session(db_engine) as session:
+            layers = [(l.name, l.position, l.group, l.layer_index, l.precision, l.has_fp8_stats, l.plans)
+                      for l in session.scalars(select(Layer).where(Layer.run_id == run["id"]).order_by(Layer.position))]
+            series = {(s.rank, s.stat_key, s.count, s.min, s.max, s.last)
+                      for s in session.scalars(select(Series).where(Series.run_id == run["id"]))}
+        assert layers == [(l.info.name, l.position, l.info.structure.group.value, l.info.structure.index,
+                           l.info.precision.value, l.info.has_fp8_stats, l.plans) for l in assembled.layers]
+        assert series == {(s.rank, s.metric.stat_key, s.summary.count, s.summary.min, s.summary.max, s.summary.last)
+                          for s in assembled.series}
+        assert (run["points"], run["lines_read"], run["lines_duplicated"]) == (
+            assembled.points, counts.lines_read, counts.lines_duplicated)
+
+    def test_a_failing_rank_fails_the_run_with_its_rank_and_nothing_is_kept(
+            self, make_client, db_engine: Engine, project: str, tmp_path: Path) -> None:
+        tree = multi_rank_tree(tmp_path / "logs", 3)
+        (tree / stats_relpath(1)).write_bytes(b"2026-01-01 00:00:00,000 - INFO - not a statistics line\n")
+        client = make_client(**FAST)
+        run = wait_for_run(client, upload(client, tree_tar_gz(tree), project))
+
+        assert run["status"] == "failed"
+        assert run["error"].startswith("rank 1: NoStatsLines: rank_1/nvdlfw_inspect_statistics_logs/"), run["error"]
+        assert row_counts(db_engine, run["id"]) == {"runs": 1, "run_tags": 0, "layers": 0, "series": 0}
+        assert {status for _k, _r, status in jobs_of(db_engine, run["id"])} <= {"done", "failed"}
+
+    def test_sessions_stored_out_of_order_in_the_archive_are_parsed_oldest_first(
+            self, make_client, project: str, tmp_path: Path) -> None:
+        import tarfile
+
+        from tests.archives import stats_log
+        old = stats_log([("model.layers.1.fc1_activation_underflows%", 0, 1.0)])
+        new = stats_log([("model.layers.1.fc1_activation_underflows%", 0, 2.0)])
+        members = {stats_relpath(0): new, stats_relpath(0, stamp="20260101_000000"): old,
+                   meta_relpath(0): b""}
+        tree = write_tree(tmp_path / "logs", members)
+        archive = tmp_path / "x.tgz"
+        with tarfile.open(archive, "w:gz") as tar:  # the plain (newest) file first
+            for relpath in members:
+                tar.add(tree / relpath, arcname=relpath)
+        client = make_client(**FAST)
+        run = wait_for_run(client, upload(client, archive.read_bytes(), project))
+        series = client.get(f"/api/v1/runs/{run['id']}/series", params={
+            "layer": "model.layers.1.fc1", "tensor": "activation", "stat": "underflows%"}).json()
+
+        assert (run["status"], run["lines_duplicated"]) == ("ready", 1)
+        assert series["series"][0]["values"] == [2.0]
+
+
+class TestRetriesAndLeases:
+    def _context(self, settings: Settings, engine: Engine, owner: str) -> JobContext:
+        return JobContext(create_session_factory(engine), settings, ArchiveStore(str(settings.data_dir)), owner)
+
+    def _claim(self, ctx: JobContext, kind: str):
+        with session_scope(ctx.factory) as session:
+            job = JobRepository(session).claim(ctx.owner, 60)
+        assert job is not None and job.kind == kind, job
+        return job
+
+    def test_a_rank_job_run_twice_stores_its_series_once(self, app_settings: Settings, db_engine: Engine,
+                                                         project: str, tmp_path: Path) -> None:
+        run_id = plant(app_settings, db_engine, project, tree_tar_gz(multi_rank_tree(tmp_path / "t", 1, layers=2)))
+        first = self._context(app_settings, db_engine, f"first-{project}")
+        second = self._context(app_settings, db_engine, f"second-{project}")
+        with session_scope(first.factory) as session:
+            JobRepository(session).enqueue_plan(run_id)
+        run_job(first, self._claim(first, "plan"))
+        rank_job = self._claim(first, "rank")
+        run_job(first, rank_job)
+        with Session(db_engine) as session, session.begin():  # as if the job's completion were lost
+            session.execute(update(IngestJob).where(IngestJob.id == rank_job.id).values(
+                status="doing", owner=first.owner, lease_until=utcnow() - timedelta(seconds=1)))
+        again = self._claim(second, "rank")
+        run_job(second, again)
+        run_job(second, self._claim(second, "finalize"))
+
+        assert (again.id, again.attempts) == (rank_job.id, 2)
+        assert row_counts(db_engine, run_id) == {"runs": 1, "run_tags": 0, "layers": 2, "series": 2}
+        with Session(db_engine) as session:
+            points = session.scalar(select(func.sum(Series.count)).where(Series.run_id == run_id))
+        assert points == 10
+
+    def test_a_worker_whose_lease_was_taken_over_stores_nothing(self, app_settings: Settings, db_engine: Engine,
+                                                                project: str, tmp_path: Path) -> None:
+        run_id = plant(app_settings, db_engine, project, tree_tar_gz(multi_rank_tree(tmp_path / "t", 1)))
+        slow = self._context(app_settings, db_engine, f"slow-{project}")
+        with session_scope(slow.factory) as session:
+            JobRepository(session).enqueue_plan(run_id)
+        run_job(slow, self._claim(slow, "plan"))
+        held = self._claim(slow, "rank")
+        with Session(db_engine) as session, session.begin():  # its heartbeat stopped; another worker took it
+            session.execute(update(IngestJob).where(IngestJob.id == held.id).values(owner="someone-else"))
+
+        run_job(slow, held)
+
+        assert row_counts(db_engine, run_id)["series"] == 0
+        assert [(k, s) for k, _r, s in jobs_of(db_engine, run_id)] == [("plan", "done"), ("rank", "doing"),
+                                                                       ("finalize", "queued")]
+
+    def test_a_job_started_too_often_fails_the_run(self, app_settings: Settings, db_engine: Engine,
+                                                   project: str, tmp_path: Path) -> None:
+        run_id = plant(app_settings, db_engine, project, tree_tar_gz(multi_rank_tree(tmp_path / "t", 1)))
+        ctx = self._context(app_settings.model_copy(update={"job_max_attempts": 1}), db_engine, f"w-{project}")
+        with session_scope(ctx.factory) as session:
+            JobRepository(session).enqueue_plan(run_id)
+        with Session(db_engine) as session, session.begin():  # two workers died holding it
+            session.execute(update(IngestJob).where(IngestJob.run_id == run_id).values(attempts=1))
+        run_job(ctx, self._claim(ctx, "plan"))
+
+        with Session(db_engine) as session:
+            from fp8_policy.db.models import Run
+            run = session.get(Run, run_id)
+            assert (run.status, run.error) == ("failed", "WorkerLost: the worker running this job stopped 1 times")
+
+
+class TestSecondProcessOnTheSameDatabase:
+    """Issue 9 item 10: start-up recovery only takes jobs whose owner is gone."""
+
+    def _hold(self, engine: Engine, run_id: int, owner: str, seconds: float) -> None:
+        with Session(engine) as session, session.begin():
+            JobRepository(session).enqueue_plan(run_id)
+            session.execute(update(IngestJob).where(IngestJob.run_id == run_id).values(
+                status="doing", owner=owner, attempts=1, lease_until=utcnow() + timedelta(seconds=seconds)))
+
+    def test_a_live_owners_job_is_left_alone_until_its_lease_runs_out(
+            self, make_client, app_settings: Settings, db_engine: Engine, project: str, tmp_path: Path) -> None:
+        run_id = plant(app_settings, db_engine, project, tree_tar_gz(multi_rank_tree(tmp_path / "t", 2)),
+                       status="processing")
+        self._hold(db_engine, run_id, "another-host:4242:live", seconds=3600)
+        client = make_client(**FAST)
+        time.sleep(1.0)  # the new process polled ~20 times meanwhile
+
+        assert client.get(f"/api/v1/runs/{run_id}").json()["status"] == "processing"
+        assert jobs_of(db_engine, run_id) == [("plan", -1, "doing")]
+
+        with Session(db_engine) as session, session.begin():  # the other process stops sending heartbeats
+            session.execute(update(IngestJob).where(IngestJob.run_id == run_id).values(
+                lease_until=utcnow() - timedelta(seconds=1)))
+        run = wait_for_run(client, run_id)
+        assert (run["status"], run["ranks"], run["points"]) == ("ready", 2, 20)
+
+    def test_jobs_of_a_dead_process_on_this_host_are_taken_at_start_up(
+            self, make_client, app_settings: Settings, db_engine: Engine, project: str, tmp_path: Path) -> None:
+        run_id = plant(app_settings, db_engine, project, tree_tar_gz(multi_rank_tree(tmp_path / "t", 1)),
+                       status="processing")
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        self._hold(db_engine, run_id, f"{socket.gethostname()}:{dead.pid}:gone", seconds=3600)
+        client = make_client(**FAST)
+
+        run = wait_for_run(client, run_id, timeout=10)
+        assert run["status"] == "ready"
+        with Session(db_engine) as session:
+            attempts = [j.attempts for j in JobRepository(session).jobs_of(run_id) if j.kind == "plan"]
+        assert attempts == [2]  # the dead process's attempt, then this one's
