@@ -69,7 +69,7 @@ def recommend(run: RunData, analysis: Analysis | None = None,
         analysis = analyze(view, options.thresholds)
     current, current_source = resolve_current(options.current_recipe, analysis)
     first = plan_skips(analysis, keep_existing_bf16=options.keep_existing_bf16, skip_projected=options.skip_projected)
-    decision = choose_recipe(analysis, first, current=current, gpu_arch=options.gpu_arch,
+    decision = choose_recipe(analysis, first, current=current, gpu_arch=options.gpu or options.gpu_arch,
                              current_source=current_source)
     plan = _final_plan(analysis, options, first, decision)
     layout = analysis.layout

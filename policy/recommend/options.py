@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from fp8_policy.policy.analysis.recipes import normalize_recipe
+from fp8_policy.policy.recommend.gpu import GPU_KEYS, GpuSpec, gpu_from
 from fp8_policy.policy.thresholds import Thresholds
 
 # Accepted spellings of each model dimension (Megatron / HF config names).
@@ -23,7 +24,7 @@ _DIM_KEYS: dict[str, tuple[str, ...]] = {
     "num_query_groups": ("num_query_groups", "num_key_value_heads"),
 }
 _GATED_KEYS = ("gated_mlp", "swiglu", "gated_linear_unit")
-_OVERRIDE_KEYS = frozenset({"thresholds", "gpu_arch", "model_dims", "dims", "te_version", "current_recipe",
+_OVERRIDE_KEYS = frozenset({"thresholds", *GPU_KEYS, "model_dims", "dims", "te_version", "current_recipe",
                             "recipe", "fp8_recipe", "keep_existing_bf16", "skip_projected", *_GATED_KEYS,
                             *(k for keys in _DIM_KEYS.values() for k in keys)})
 
@@ -65,7 +66,8 @@ class RecommendOptions:
     """Everything a recommendation depends on besides the run's statistics."""
 
     thresholds: Thresholds = field(default_factory=Thresholds)
-    gpu_arch: str | None = None  # "hopper", "sm90", "H100", "blackwell", "sm100", "ampere", ...
+    gpu_arch: str | None = None  # "hopper", "sm90", "H100", "B200", "9.0", "RTX 4090", ... (see gpu.py)
+    gpu: GpuSpec | None = None  # the same, parsed, with the key it came from (None: no GPU given)
     dims: ModelDims = field(default_factory=ModelDims)
     te_version: str | None = None
     current_recipe: str | None = None  # normalised: delayed | current | block | mxfp8
@@ -86,9 +88,11 @@ class RecommendOptions:
             raise ValueError(f"unknown option(s) {', '.join(map(repr, unknown))}; expected some of: "
                              f"{', '.join(sorted(_OVERRIDE_KEYS))}")
         options = cls()
-        for key, value in (metadata or {}).items():
+        metadata = dict(metadata or {})
+        gpu_keys = {key: metadata.pop(key) for key in GPU_KEYS if key in metadata}
+        for item in (*({key: value} for key, value in metadata.items()), gpu_keys):  # GPU keys together: priority
             try:
-                options = _apply(options, {key: value})
+                options = _apply(options, item)
             except ValueError:
                 continue
         return _apply(options, overrides)
@@ -100,9 +104,14 @@ def _apply(options: RecommendOptions, data: Mapping[str, Any]) -> RecommendOptio
         changes["thresholds"] = Thresholds.from_overrides(data["thresholds"], base=options.thresholds)
     dims_source = {**data, **_mapping(data.get("model_dims") or data.get("dims") or {}, "model_dims")}
     changes["dims"] = ModelDims.from_mapping(dims_source, base=options.dims)
-    for key in ("gpu_arch", "te_version"):
+    for key in GPU_KEYS:
         if data.get(key) is not None:
-            changes[key] = _text(key, data[key])
+            _text(key, data[key])  # a GPU must be a non-empty string or number
+    gpu = gpu_from(data)
+    if gpu is not None:
+        changes["gpu"], changes["gpu_arch"] = gpu, gpu.text
+    if data.get("te_version") is not None:
+        changes["te_version"] = _text("te_version", data["te_version"])
     recipe_text = data.get("current_recipe") or data.get("fp8_recipe") or data.get("recipe")
     if recipe_text is not None:
         recipe = normalize_recipe(recipe_text)

@@ -13,14 +13,14 @@ also adds its reason to any other target):
    override, which Megatron can only express as the whole module in BF16) → current scaling (heads run outside
    the per-layer FP8 contexts and do not count): Megatron raises "Delayed scaling does not support first / last
    layer in BF16" and per-layer autocast breaks amax reduction (fp8-log-format.md §4.3).
-GPU capability: from `gpu_arch`, else inferred from logged what-if stats (TE only computes `mxfp8_*` on ≥ 10 and
+GPU capability: from the GPU the metadata or request names (`gpu_arch`, `gpu`, ...: see gpu.py; an unrecognised
+name is reported), else inferred from logged what-if stats (TE only computes `mxfp8_*` on ≥ 10 and
 `fp8_block_scaling_*` on ≥ 9), else assumed Hopper (9.0) and said so. Current recipe: options, else metadata,
 else delayed when bare overflows% was logged (only valid under delayed), else TE's default (delayed), said so.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,6 +30,7 @@ from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.analysis.layout import LayerLevels
 from fp8_policy.policy.analysis.recipes import MIN_CAPABILITY, PREFIX_RECIPE, RECIPES, STAT_PREFIX
 from fp8_policy.policy.records import RECIPE_CLASSES, RecipeChoice
+from fp8_policy.policy.recommend.gpu import ASSUMED_CAPABILITY, GpuSpec, compute_capability
 from fp8_policy.policy.recommend.skiplist import LevelFn, SkipPlan
 
 KWARGS: dict[str, dict[str, object]] = {
@@ -40,28 +41,6 @@ KWARGS: dict[str, dict[str, object]] = {
 }
 SPEED_RANK = {"delayed": 1.69, "current": 1.58, "mxfp8": 1.42, "block": 1.40}  # ecosystem.md §3, tie-break only
 GRANULARITY = {"delayed": 0, "current": 1, "block": 2, "mxfp8": 3}  # coarse (per tensor) -> fine (per block)
-ASSUMED_CAPABILITY = 9.0
-_ARCH_CAPABILITY = {
-    "ampere": 8.0, "a100": 8.0, "a10": 8.6, "a40": 8.6, "ada": 8.9, "lovelace": 8.9, "l4": 8.9, "l40": 8.9,
-    "l40s": 8.9, "hopper": 9.0, "h100": 9.0, "h200": 9.0, "h800": 9.0, "gh200": 9.0, "blackwell": 10.0,
-    "b100": 10.0, "b200": 10.0, "b300": 10.0, "gb200": 10.0, "gb300": 10.0, "rtx5090": 12.0,
-}
-
-
-def compute_capability(arch: str | None) -> float | None:
-    """"hopper" / "H100" / "sm90" / "sm_100" / "9.0" → 9.0 / 9.0 / 9.0 / 10.0 / 9.0; None when unknown."""
-    if not arch:
-        return None
-    key = arch.strip().lower().replace(" ", "").replace("-", "").replace("nvidia", "")
-    match = re.fullmatch(r"(?:sm_?|compute_?)(\d)(\d+)a?", key)
-    if match:
-        return float(f"{match[1]}.{match[2][0]}") if len(match[2]) == 1 else float(f"{match[1]}{match[2][0]}")
-    if re.fullmatch(r"\d+(\.\d+)?", key):
-        return float(key)
-    return next((cap for name, cap in sorted(_ARCH_CAPABILITY.items(), key=lambda kv: -len(kv[0]))
-                 if key.startswith(name)), None)
-
-
 @dataclass(frozen=True, slots=True)
 class WhatIf:
     """How a logged what-if recipe compares with the training recipe on the observed FP8 layers."""
@@ -93,16 +72,24 @@ class RecipeDecision:
         return lambda lv, tensor: table.get((lv.name, tensor), lv.tensors[tensor].level)
 
 
-def resolve_capability(gpu_arch: str | None, analysis: Analysis) -> tuple[float | None, str]:
-    cap = compute_capability(gpu_arch)
-    if cap is not None:
-        return cap, f"gpu_arch {gpu_arch!r}"
+def resolve_capability(gpu_arch: str | GpuSpec | None, analysis: Analysis) -> tuple[float | None, str]:
+    """(capability, where it came from); an unrecognised GPU is said so and the next source is used."""
+    gpu = gpu_arch if isinstance(gpu_arch, GpuSpec) or gpu_arch is None else GpuSpec(
+        gpu_arch, "gpu_arch", compute_capability(gpu_arch))
+    if gpu is not None and gpu.capability is not None:
+        return gpu.capability, gpu.describe()
+    unknown = f"{gpu.describe()}; " if gpu is not None else ""
+    cap, source = _capability_from_stats(analysis)
+    return cap, unknown + source
+
+
+def _capability_from_stats(analysis: Analysis) -> tuple[float | None, str]:
     recipes = {m.recipe for m in analysis.signals.summaries}
     if "mxfp8" in recipes:
         return 10.0, "inferred from logged mxfp8_* what-if stats (TE computes them on compute capability >= 10)"
     if "fp8_block_scaling" in recipes:
         return 9.0, "inferred from logged fp8_block_scaling_* what-if stats (compute capability >= 9)"
-    return None, f"unknown GPU: assumed Hopper (compute capability {ASSUMED_CAPABILITY})"
+    return None, f"unknown GPU: assumed Hopper (compute capability {ASSUMED_CAPABILITY:g})"
 
 
 def resolve_current(option: str | None, analysis: Analysis) -> tuple[str, str]:
@@ -134,14 +121,14 @@ def _compare(recipe: str, levels: dict[tuple[str, str], float], fp8: list[LayerL
                   sum(levels[k] >= critical for k in now), float(np.median(ratios)) if ratios else np.inf, levels)
 
 
-def choose_recipe(analysis: Analysis, plan: SkipPlan, *, current: str, gpu_arch: str | None,
+def choose_recipe(analysis: Analysis, plan: SkipPlan, *, current: str, gpu_arch: str | GpuSpec | None,
                   current_source: str = "") -> RecipeDecision:
     decision = _choose(analysis, plan, current, gpu_arch)
     decision.current_source = current_source
     return decision
 
 
-def _choose(analysis: Analysis, plan: SkipPlan, current: str, gpu_arch: str | None) -> RecipeDecision:
+def _choose(analysis: Analysis, plan: SkipPlan, current: str, gpu_arch: str | GpuSpec | None) -> RecipeDecision:
     cap, cap_source = resolve_capability(gpu_arch, analysis)
     usable = cap if cap is not None else ASSUMED_CAPABILITY
     allowed = [r for r in RECIPES if usable >= MIN_CAPABILITY[r]]

@@ -84,7 +84,7 @@ export function uploadView(ctx) {
         h("div", { class: "field" }, h("label", { for: "upload-name" }, "Name"), name),
         h("div", { class: "field" }, h("label", { for: "upload-project" }, "Project"), project),
         h("div", { class: "field" }, h("label", { for: "upload-tags" }, "Tags ", h("span", { class: "muted small" }, "(comma-separated)")), tags),
-        h("div", { class: "field field-wide" }, h("label", { for: "upload-metadata" }, "Metadata ", h("span", { class: "muted small" }, "(optional JSON object: model dims, GPU, recipe, TE version)")), metadata)),
+        h("div", { class: "field field-wide" }, h("label", { for: "upload-metadata" }, "Metadata ", h("span", { class: "muted small", id: "upload-metadata-hint" }, "(optional JSON object: model dims, GPU as \"gpu\": \"H100\" / \"B200\" / \"sm_90\" / \"9.0\", recipe, TE version)")), metadata)),
       formError,
       h("div", { class: "form-actions" }, submit, cancel)));
 

@@ -27,7 +27,8 @@ def rec(spec: Spec, **overrides: object):
 
 @pytest.mark.parametrize(("arch", "cap"), [
     ("hopper", 9.0), ("H100", 9.0), ("h200-sxm", 9.0), ("sm90", 9.0), ("sm_90a", 9.0), ("sm100", 10.0),
-    ("Blackwell", 10.0), ("B300", 10.0), ("ampere", 8.0), ("A100", 8.0), ("sm89", 8.9), ("9.0", 9.0),
+    ("Blackwell", 10.0), ("B300", 10.3),  # B300 is sm_103
+    ("ampere", 8.0), ("A100", 8.0), ("sm89", 8.9), ("9.0", 9.0),
     ("tpu", None), (None, None),
 ])
 def test_compute_capability(arch: str | None, cap: float | None) -> None:

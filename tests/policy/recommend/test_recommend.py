@@ -113,7 +113,7 @@ def test_options_from_metadata_and_overrides() -> None:
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    ({"gpu": "hopper"}, "unknown option(s) 'gpu'"),
+    ({"gpu_type": "hopper"}, "unknown option(s) 'gpu_type'"),
     ({"hidden_size": -1}, "model dimension 'hidden_size' must be a positive integer"),
     ({"recipe": "fp4"}, "unknown FP8 recipe 'fp4'"),
     ({"thresholds": {"critical": 0.1}}, "warning < critical < severe"),
