@@ -1,0 +1,69 @@
+"""All SQL of stored run summaries (db/summary_models.py): read fresh ones, write, find the stale."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from fp8_policy.db.repositories import utcnow
+from fp8_policy.db.models import Run
+from fp8_policy.db.summary_models import RunSummary
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRecord:
+    run_id: int
+    policy_version: str
+    severity: str
+    pattern: str | None
+    headline: str | None
+    to_bf16: int
+    gemm_overrides: int
+
+
+def _record(row: RunSummary) -> SummaryRecord:
+    return SummaryRecord(row.run_id, row.policy_version, row.severity, row.pattern, row.headline, row.to_bf16,
+                         row.gemm_overrides)
+
+
+class SummaryRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def fresh(self, run_ids: Iterable[int], policy_version: str) -> dict[int, SummaryRecord]:
+        """Summaries of these runs computed by this policy version (stale and missing ones are left out)."""
+        ids = list(run_ids)
+        if not ids:
+            return {}
+        rows = self.session.scalars(
+            select(RunSummary).where(RunSummary.run_id.in_(ids), RunSummary.policy_version == policy_version)
+        )
+        return {row.run_id: _record(row) for row in rows}
+
+    def analysis(self, run_id: int, policy_version: str) -> dict[str, Any] | None:
+        return self.session.scalar(
+            select(RunSummary.analysis).where(RunSummary.run_id == run_id,
+                                              RunSummary.policy_version == policy_version)
+        )
+
+    def put(self, record: SummaryRecord, analysis: dict[str, Any]) -> None:
+        """Insert or replace the run's summary (a run deleted meanwhile is left alone)."""
+        if self.session.get(Run, record.run_id) is None:
+            return
+        self.session.execute(delete(RunSummary).where(RunSummary.run_id == record.run_id))
+        self.session.add(RunSummary(
+            run_id=record.run_id, policy_version=record.policy_version, severity=record.severity,
+            pattern=record.pattern, headline=record.headline, to_bf16=record.to_bf16,
+            gemm_overrides=record.gemm_overrides, analysis=analysis, computed_at=utcnow(),
+        ))
+
+    def stale_ready_runs(self, policy_version: str, limit: int = 1000) -> list[int]:
+        """Ready runs with no summary of this policy version, newest first."""
+        current = select(RunSummary.run_id).where(RunSummary.policy_version == policy_version)
+        return list(self.session.scalars(
+            select(Run.id).where(Run.status == "ready", Run.id.not_in(current)).order_by(Run.id.desc()).limit(limit)
+        ))

@@ -1,0 +1,129 @@
+"""A ready run's stored summary: its default analysis and the runs-list columns, computed once per policy version.
+
+Belongs here: what the summary holds (worst severity, the leading finding, how many layers the recommendation
+keeps in BF16) and when it is computed — after ingest, or by `SummaryRefresher` in the background for runs whose
+summary is missing or was computed by an older `POLICY_VERSION`. The runs list only reads stored summaries
+(a list request never analyses a run); GET /analysis with default thresholds serves the stored analysis.
+SQL is in db/summaries.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from fp8_policy.db.session import session_scope
+from fp8_policy.db.summaries import SummaryRecord, SummaryRepository
+from fp8_policy.policy.analysis import analyze
+from fp8_policy.policy.recommend import POLICY_VERSION, RecommendOptions, recommend
+from fp8_policy.policy.thresholds import Severity, Thresholds
+from fp8_policy.service.analysis.actions import load_run_data
+
+log = logging.getLogger("fp8_policy.summary")
+
+
+def compute(session: Session, run_id: int) -> tuple[SummaryRecord, dict[str, Any]]:
+    """Analyse the stored run with default thresholds and recommend as GET /recommendation would."""
+    data = load_run_data(session, run_id)
+    analysis = analyze(data, Thresholds())
+    try:
+        options = RecommendOptions.from_metadata(data.metadata, {})
+    except ValueError:  # metadata the recommender cannot read: the summary uses defaults, the API says why
+        options = RecommendOptions.from_metadata({}, {})
+    rec_analysis = analysis if options.thresholds == analysis.thresholds else analyze(data, options.thresholds)
+    recommendation = recommend(data, rec_analysis, options).to_dict()
+    findings = analysis.findings
+    worst = max((f.severity for f in findings), default=Severity.OK)
+    lead = findings[0] if findings else None
+    record = SummaryRecord(
+        run_id=run_id, policy_version=POLICY_VERSION, severity=Severity(worst).value,
+        pattern=lead.pattern.value if lead else None, headline=lead.summary if lead else None,
+        to_bf16=len(recommendation.get("fp8_skip_layers") or []),
+        gemm_overrides=len(recommendation.get("gemm_overrides") or {}),
+    )
+    return record, {"run_id": run_id, **analysis.to_dict()}
+
+
+def refresh(factory: sessionmaker[Session], run_id: int) -> SummaryRecord:
+    """Compute and store the run's summary (its own transaction)."""
+    with session_scope(factory) as session:
+        record, analysis = compute(session, run_id)
+        SummaryRepository(session).put(record, analysis)
+    return record
+
+
+def stored_analysis(factory: sessionmaker[Session], run_id: int) -> dict[str, Any]:
+    """The default-threshold analysis: stored if this policy version computed it, else computed and stored."""
+    with session_scope(factory) as session:
+        cached = SummaryRepository(session).analysis(run_id, POLICY_VERSION)
+    if cached is not None:
+        return cached
+    with session_scope(factory) as session:
+        record, analysis = compute(session, run_id)
+        SummaryRepository(session).put(record, analysis)
+    return analysis
+
+
+class SummaryRefresher:
+    """One background thread that (re)computes summaries of ready runs, each run at most once at a time.
+
+    `request(ids)` is what the runs list calls for rows without a fresh summary: it returns at once.
+    `catch_up()` queues every stale ready run (at start-up, after a policy-version change).
+    """
+
+    def __init__(self, factory: sessionmaker[Session], max_pending: int = 10_000) -> None:
+        self.factory = factory
+        self._queue: queue.Queue[int | None] = queue.Queue(max_pending)
+        self._pending: set[int] = set()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name="summaries", daemon=True)
+        self._thread.start()
+
+    def request(self, run_ids: list[int]) -> None:
+        for run_id in run_ids:
+            with self._lock:
+                if run_id in self._pending:
+                    continue
+                self._pending.add(run_id)
+            try:
+                self._queue.put_nowait(run_id)
+            except queue.Full:  # the backlog is already long: this run is picked up on a later request
+                with self._lock:
+                    self._pending.discard(run_id)
+
+    def catch_up(self) -> None:
+        with session_scope(self.factory) as session:
+            stale = SummaryRepository(session).stale_ready_runs(POLICY_VERSION)
+        self.request(stale)
+
+    def wait_idle(self, timeout: float = 60.0) -> bool:
+        """True once nothing is pending (tests and the demo loader)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._pending:
+                    return True
+            time.sleep(0.02)
+        return False
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while True:
+            run_id = self._queue.get()
+            if run_id is None:
+                return
+            try:
+                refresh(self.factory, run_id)
+            except Exception:  # a run deleted or not ready meanwhile, or a bug: logged, the list shows no summary
+                log.exception("summary of run %s could not be computed", run_id)
+            finally:
+                with self._lock:
+                    self._pending.discard(run_id)
