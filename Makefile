@@ -1,4 +1,5 @@
-# fp8-policy: `make run` serves the API with demo data on embedded SQLite; `make test` runs the suite.
+# fp8-policy: `make run` serves the API with demo data on embedded SQLite; `make test` runs the suite;
+# `make lint` runs ruff (lint + format check) and mypy (strict on fp8_policy.policy and fp8_policy.client).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -7,7 +8,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 export FP8_POLICY_DATA_DIR ?= $(CURDIR)/data
 
-.PHONY: setup run test bench eval clean
+.PHONY: setup run test lint system-deps typecheck-tree bench eval clean
 
 setup: $(STAMP)
 
@@ -21,8 +22,39 @@ $(STAMP): pyproject.toml
 run: setup
 	$(BIN)/fp8-policy serve --demo --host $(HOST) --port $(PORT)
 
-test: setup
+test: setup system-deps
 	$(BIN)/python -m pytest -q
+
+# Debian packages the suite drives: Chromium (tests/browser, via Playwright) and the PostgreSQL server
+# (tests/pg_cluster.py). Installed with apt-get when missing and run as root (CI); otherwise one line says what
+# to install. FP8_POLICY_CHROMIUM / FP8_POLICY_PG_BINDIR point at other installs.
+system-deps:
+	@missing=""; \
+	[ -n "$$FP8_POLICY_CHROMIUM" ] || command -v chromium >/dev/null || missing="$$missing chromium"; \
+	[ -n "$$FP8_POLICY_PG_BINDIR" ] || [ "$$FP8_POLICY_SKIP_POSTGRES" = 1 ] || command -v initdb >/dev/null \
+		|| ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian packages for the test suite:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	else \
+		echo "make test needs Debian packages:$$missing -- install them first: sudo apt-get install$$missing" >&2; \
+		exit 1; \
+	fi
+
+lint: setup typecheck-tree
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy -p fp8_policy.policy -p fp8_policy.client
+
+# The editable install maps client/ db/ policy/ service/ alembic/ into `fp8_policy` with an import hook that
+# mypy does not run, so mypy reads the same mapping (setup.py) from a tree of symlinks.
+TYPECHECK := build/typecheck/fp8_policy
+typecheck-tree:
+	@rm -rf build/typecheck && mkdir -p $(TYPECHECK)
+	@ln -s $(CURDIR)/fp8_policy/*.py $(TYPECHECK)/
+	@for d in client db policy service; do ln -s $(CURDIR)/$$d $(TYPECHECK)/$$d; done
+	@ln -s $(CURDIR)/alembic $(TYPECHECK)/migrations
 
 bench: setup
 	$(BIN)/python -m bench.run
@@ -31,4 +63,4 @@ eval: setup
 	$(BIN)/python -m bench.eval
 
 clean:
-	rm -rf $(VENV) data .pytest_cache bench/out
+	rm -rf $(VENV) data .pytest_cache bench/out build
