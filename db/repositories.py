@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from fp8_policy.db.codec import decode_iterations, decode_values, encode_iterations, encode_values
 from fp8_policy.db.models import Layer, Run, RunTag, Series
 from fp8_policy.policy.assemble import AssembledRun
+from fp8_policy.policy.safe_text import displayable
 
 
 def utcnow() -> datetime:
@@ -95,9 +96,23 @@ class RunRepository:
         return self.get(run_id) if result.rowcount == 1 else None
 
     def mark_failed(self, run_id: int, error: str) -> None:
+        """Failing a run must never fail: the message (which may quote member names that are not UTF-8, or
+        NUL) is stored as displayable text, which both SQLite and PostgreSQL accept."""
         self.session.execute(
-            update(Run).where(Run.id == run_id).values(status="failed", error=error, finished_at=utcnow())
+            update(Run).where(Run.id == run_id)
+            .values(status="failed", error=displayable(error), finished_at=utcnow())
         )
+
+    def requeue_failed(self, run_id: int, *, upload_path: str) -> bool:
+        """failed (or queued without its upload) -> queued again with `upload_path`; False when it is not.
+
+        A failed run stores no layers or series (the ingest is all-or-nothing), so only its status, error and
+        times are reset."""
+        result = self.session.execute(
+            update(Run).where(Run.id == run_id, Run.status.in_(("failed", "queued")))
+            .values(status="queued", error=None, started_at=None, finished_at=None, upload_path=upload_path)
+        )
+        return result.rowcount == 1
 
     def requeue_interrupted(self) -> list[int]:
         """Runs left in `processing` by a stopped service go back to `queued`; returns all queued ids."""

@@ -8,13 +8,14 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
 from fp8_policy.service.docs.routes import router as docs_router
 from fp8_policy.service.errors import install_error_handlers
+from fp8_policy.service.limits import check_request
 from fp8_policy.service.ingest.worker import IngestWorker
 from fp8_policy.service.analysis.routes import router as analysis_router
 from fp8_policy.service.runs.routes import router as runs_router
@@ -65,6 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         summary="Upload Transformer Engine FP8 debug logs; get which layers to keep in BF16.",
         lifespan=lifespan,
+        dependencies=[Depends(check_request)],  # ids, ranks, NUL: the same limits for every route (service/limits.py)
         docs_url=None,  # FastAPI's pages load Swagger UI / ReDoc from a CDN: service/docs serves them locally
         redoc_url=None,
     )

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -16,12 +16,14 @@ from fp8_policy.db.repositories import NewRun, RunRepository, tags_of
 from fp8_policy.db.session import session_scope
 from fp8_policy.policy import csv_export
 from fp8_policy.policy.records import nonfinite_text
+from fp8_policy.policy.safe_text import displayable, displayable_json
+from fp8_policy.service import limits
 from fp8_policy.service.errors import BadRequest, NotFound, NotReady
 from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
 from fp8_policy.service.runs.schemas import LayerRead, RunList, RunRead, SeriesPoints, SeriesRead, StatSummary
 
-MAX_TAGS = 50
+MAX_TAGS = limits.MAX_TAGS
 
 
 def parse_upload_fields(fields: dict[str, str]) -> tuple[str | None, str, tuple[str, ...], dict]:
@@ -29,68 +31,125 @@ def parse_upload_fields(fields: dict[str, str]) -> tuple[str | None, str, tuple[
     name = (fields.get("name") or "").strip() or None
     project = (fields.get("project") or "").strip() or "default"
     tags = tuple(t.strip() for t in (fields.get("tags") or "").split(",") if t.strip())
-    if name and len(name) > 200:
-        raise BadRequest("name is longer than 200 characters")
-    if len(project) > 200:
-        raise BadRequest("project is longer than 200 characters")
-    if len(tags) > MAX_TAGS or any(len(t) > 100 for t in tags):
-        raise BadRequest(f"at most {MAX_TAGS} tags of at most 100 characters each")
-    raw = fields.get("metadata")
-    metadata: dict = {}
-    if raw and raw.strip():
-        try:
-            metadata = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise BadRequest(f"metadata is not valid JSON: {exc}") from exc
-        if not isinstance(metadata, dict):
-            raise BadRequest("metadata must be a JSON object")
-    return name, project, tags, metadata
+    if name:
+        limits.check_text("name", name, limits.MAX_NAME_CHARS)
+    limits.check_text("project", project, limits.MAX_NAME_CHARS)
+    if len(tags) > limits.MAX_TAGS or any(len(t) > limits.MAX_TAG_CHARS for t in tags):
+        raise BadRequest(f"at most {limits.MAX_TAGS} tags of at most {limits.MAX_TAG_CHARS} characters each")
+    for tag in tags:
+        limits.check_text("a tag", tag, limits.MAX_TAG_CHARS)
+    return name, project, tags, limits.parse_metadata(fields.get("metadata"))
 
 
 def create_run(session: Session, data_dir: Path, upload: ReceivedUpload, fields: dict[str, str],
                store: ArchiveStore | None = None) -> tuple[Run, bool]:
     """Store a new queued run for the upload, or return the existing run with the same bytes.
 
-    Returns (run, created). The upload file is moved under data_dir/runs/<id>/ or deleted.
+    Returns (run, queued): queued is True when the run needs an ingest job — a new run, or an existing one whose
+    earlier ingest failed for a server-side reason (RETRY_ERRORS) or whose upload is gone: the same bytes
+    bring it back (issue 9 item 5). The upload file is moved to the archive store or deleted.
+
+    Nothing is half-stored (issue 9 item 4): every field is checked before the first write; no SAVEPOINT (with
+    pysqlite, releasing the outermost one commits the row); and the stored upload is removed again when the
+    transaction rolls back, so a failed commit leaves neither a row nor an orphaned runs/<id>/upload.bin.
     """
     name, project, tags, metadata = parse_upload_fields(fields)
+    filename = limits.clean_filename(upload.filename)
+    store = store or ArchiveStore(str(data_dir))
     repo = RunRepository(session)
     existing = repo.find_by_hash(project, upload.sha256)
     if existing is not None:
-        upload.path.unlink(missing_ok=True)
-        return existing, False
+        return _same_bytes_again(session, data_dir, store, existing, upload)
     try:
-        with session.begin_nested():
-            filename = upload.filename[-500:] if upload.filename else None  # the column's limit; keep the extension
-            run = repo.add(NewRun(name, project, tags, metadata, upload.sha256, filename, upload.size, ""))
-    except IntegrityError:  # the same bytes arrived concurrently
-        upload.path.unlink(missing_ok=True)
+        run = repo.add(NewRun(name, project, tags, metadata, upload.sha256, filename, upload.size, ""))
+    except IntegrityError:  # the same bytes arrived concurrently: the whole (read-only so far) transaction goes
+        session.rollback()
         winner = repo.find_by_hash(project, upload.sha256)
         if winner is None:
             raise
+        upload.path.unlink(missing_ok=True)
         return winner, False
-    relative = Path("runs") / str(run.id) / "upload.bin"
-    (data_dir / relative).parent.mkdir(parents=True, exist_ok=True)
-    (store or ArchiveStore(str(data_dir))).put_file(upload.path, relative.as_posix())  # the archive store (S3, ...)
-    run.upload_path = str(relative)
+    run.upload_path = _store_upload_file(session, data_dir, store, run.id, upload)
     session.flush()
     return run, True
 
 
+def _same_bytes_again(session: Session, data_dir: Path, store: ArchiveStore, run: Run,
+                      upload: ReceivedUpload) -> tuple[Run, bool]:
+    if not needs_its_bytes_again(run, store):
+        upload.path.unlink(missing_ok=True)
+        return run, False
+    run.upload_path = _store_upload_file(session, data_dir, store, run.id, upload)
+    RunRepository(session).requeue_failed(run.id, upload_path=run.upload_path)
+    session.refresh(run)
+    return run, True
+
+
+# Failures that are the service's, not the upload's: the same bytes may well succeed next time.
+RETRY_ERRORS = ("InternalError", "InsufficientStorage", "UploadMissing")
+
+
+def needs_its_bytes_again(run: Run, store: ArchiveStore) -> bool:
+    """A run that another upload of the same bytes should re-queue instead of answering as it is."""
+    if run.status == "failed" and (run.error or "").split(":", 1)[0] in RETRY_ERRORS:
+        return True
+    # A run left behind without its upload (by an older version, or a crash) can never finish on its own.
+    return run.status in ("queued", "failed") and not (run.upload_path and store.exists(run.upload_path))
+
+
+def _store_upload_file(session: Session, data_dir: Path, store: ArchiveStore, run_id: int,
+                       upload: ReceivedUpload) -> str:
+    relative = (Path("runs") / str(run_id) / "upload.bin").as_posix()
+    _remove_on_rollback(session, store, f"runs/{run_id}")
+    (data_dir / relative).parent.mkdir(parents=True, exist_ok=True)
+    store.put_file(upload.path, relative)
+    return relative
+
+
+def _remove_on_rollback(session: Session, store: ArchiveStore, prefix: str) -> None:
+    """Delete `prefix` from the store if this session's transaction rolls back instead of committing."""
+    committed = False
+
+    def on_commit(_session: Session) -> None:
+        nonlocal committed
+        committed = True
+
+    def on_rollback(_session: Session) -> None:
+        if not committed:
+            store.delete_prefix(prefix)
+
+    event.listen(session, "after_commit", on_commit)
+    event.listen(session, "after_rollback", on_rollback)
+
+
 def run_read(run: Run, *, with_report: bool = False) -> RunRead:
+    # Stored text and JSON go out through displayable(): a run that exists always serializes (issue 9 item 1),
+    # even one stored before the edge checks in service/limits.py existed.
+    shown = _shown_text
+    report = displayable_json(run.ingest_report) if with_report and run.ingest_report is not None else None
     return RunRead(
-        id=run.id, name=run.name, project=run.project, tags=list(tags_of(run)), status=run.status,
-        error=run.error, sha256=run.sha256, upload_filename=run.upload_filename, upload_bytes=run.upload_bytes,
-        metadata=run.run_metadata or {}, created_at=run.created_at, started_at=run.started_at,
+        id=run.id, name=shown(run.name), project=shown(run.project), tags=[shown(t) for t in tags_of(run)],
+        status=run.status, error=shown(run.error), sha256=run.sha256, upload_filename=shown(run.upload_filename),
+        upload_bytes=run.upload_bytes, metadata=_shown_metadata(run.run_metadata), created_at=run.created_at, started_at=run.started_at,
         finished_at=run.finished_at, ranks=run.rank_count, layer_count=run.layer_count,
         series_count=run.series_count, points=run.point_count, iteration_min=run.iteration_min,
         iteration_max=run.iteration_max, lines_read=run.lines_read, lines_skipped=run.lines_skipped,
         lines_blank=run.lines_blank, lines_duplicated=run.lines_duplicated,
-        ingest_report=run.ingest_report if with_report else None,
+        ingest_report=report,
     )
 
 
+def _shown_text(text: str | None) -> str | None:
+    return None if text is None else displayable(text)
+
+
+def _shown_metadata(metadata: object) -> dict:
+    shown = displayable_json(metadata) if metadata else {}
+    return shown if isinstance(shown, dict) else {"value": shown}
+
+
 def get_run(session: Session, run_id: int) -> Run:
+    limits.check_run_id(run_id)
     run = RunRepository(session).get(run_id)
     if run is None:
         raise NotFound(f"run {run_id} does not exist")
@@ -106,11 +165,8 @@ def get_ready_run(session: Session, run_id: int) -> Run:
 
 
 def list_runs(session: Session, *, project, status, tag, cursor: str | None, limit: int) -> RunList:
-    after = None
-    if cursor:
-        if not cursor.isdigit():
-            raise BadRequest(f"invalid cursor {cursor!r}")
-        after = int(cursor)
+    limits.check_filters(project=project, tag=tag)
+    after = limits.parse_cursor(cursor)
     runs = RunRepository(session).list(project=project, status=status, tag=tag, after_id=after, limit=limit + 1)
     page, more = runs[:limit], len(runs) > limit
     return RunList(items=[run_read(r) for r in page], next_cursor=str(page[-1].id) if more and page else None)
@@ -125,6 +181,7 @@ def delete_run(session: Session, data_dir: Path, run_id: int, store: ArchiveStor
 
 def layers_of(session: Session, run_id: int, rank: int | None) -> list[LayerRead]:
     get_ready_run(session, run_id)
+    limits.check_rank(rank)
     repo = RunRepository(session)
     stats: dict[int, list[StatSummary]] = {}
     for row in repo.layer_summaries(run_id, rank):
@@ -145,6 +202,8 @@ def layers_of(session: Session, run_id: int, rank: int | None) -> list[LayerRead
 
 def series_of(session: Session, run_id: int, *, layer: str, tensor: str, stat: str, rank: int | None) -> SeriesRead:
     get_ready_run(session, run_id)
+    limits.check_rank(rank)
+    limits.check_filters(layer=layer, tensor=tensor, stat=stat)
     rows = RunRepository(session).series(run_id, layer=layer, tensor=tensor, stat_key=stat, rank=rank)
     if not rows:
         where = f" on rank {rank}" if rank is not None else ""

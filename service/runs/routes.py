@@ -11,6 +11,7 @@ from fp8_policy.service.deps import SessionDep, SettingsDep
 from fp8_policy.service.errors import ErrorBody
 from fp8_policy.service.ingest.upload import new_upload_path, receive_upload
 from fp8_policy.service.runs import actions
+from fp8_policy.service.limits import check_rank
 from fp8_policy.service.runs.schemas import LayerRead, RunList, RunRead, SeriesRead
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
@@ -108,6 +109,7 @@ def export_csv(
     """All points as CSV, streamed: long layout (rank, layer, tensor, recipe, stat, iteration, value)
     or `layout=bionemo` (metric_name, iteration, value)."""
     actions.get_ready_run(session, run_id)
+    check_rank(rank)  # before the response starts: a bad rank is a 400, never a 200 with a cut-off body
     rows = actions.csv_rows(request.app.state.session_factory, run_id, layout, rank)
     filename = f"run_{run_id}_metrics{'_bionemo' if layout == 'bionemo' else ''}.csv"
     return StreamingResponse(rows, media_type="text/csv",

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from fp8_policy.policy.heatmap import DEFAULT_BOXES
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service.errors import BadRequest
+from fp8_policy.service.limits import check_filters, check_rank
 
 MAX_DPI, MIN_DPI = 600, 20
 MAX_BOXES = 50
@@ -48,7 +49,7 @@ def parse_heatmap_params(query: Mapping[str, str], *, show_skip: bool = True,
     overrides = parse_threshold_overrides(query)
     return HeatmapParams(
         tensor=_text(query, "tensor", "gradient"), stat=_text(query, "stat", "underflows%"),
-        rank=_int(query, "rank", None, low=0), sublayer=_text(query, "sublayer", None),
+        rank=check_rank(_int(query, "rank", None, low=0)), sublayer=_text(query, "sublayer", None),
         vmax=_float(query, "vmax", None, positive=True), dpi=dpi,
         mark_iteration=_int(query, "mark_iteration", None, low=0),
         width=_float(query, "width", None, positive=True), height=_float(query, "height", None, positive=True),
@@ -83,6 +84,7 @@ def _text(query: Mapping[str, str], name: str, default: str | None) -> str | Non
     value = value.strip()
     if not value or len(value) > 200:
         raise BadRequest(f"{name} must be 1-200 characters", error="InvalidParameter")
+    check_filters(**{name: value})  # no NUL or control characters: compared with stored names in SQL
     return value
 
 

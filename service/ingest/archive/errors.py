@@ -20,6 +20,8 @@ ERROR_CODES = frozenset(
         "ArchiveTooLarge",  # uncompressed total or one member over its limit
         "CompressionRatioExceeded",
         "NoStatsFile",  # nothing recognised as a statistics log (an empty zip included)
+        "PathTooLong",  # a member name or path longer than a file system takes
+        "RankOutOfRange",  # a globalrank-N above what the series table holds (2^31 - 1)
     }
 )
 

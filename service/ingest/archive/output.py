@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import re
 import shutil
 from pathlib import Path
@@ -10,11 +11,15 @@ from typing import IO, Any
 from isal import igzip
 
 from fp8_policy.policy.log_files import LogFile
+from fp8_policy.policy.safe_text import displayable
 from fp8_policy.service.ingest.archive.detect import _GZIP_MAGIC
 from fp8_policy.service.ingest.archive.errors import ArchiveError
 from fp8_policy.service.ingest.archive.limits import CHUNK_BYTES, _Budget, _Meter
+from fp8_policy.service.limits import MAX_RANK
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
+MAX_NAME_BYTES = 255  # NAME_MAX of Linux file systems (ext4, xfs, tmpfs)
+MAX_PATH_BYTES = 1024  # well inside PATH_MAX (4096) once the work directory is in front
 
 
 class _Output:
@@ -33,6 +38,10 @@ class _Output:
             handle = open(target, "xb")  # O_EXCL: never overwrites, never follows a planted symlink
         except (FileExistsError, IsADirectoryError):
             raise ArchiveError("DuplicateMember", f"{relpath}: written twice") from None
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:  # a deep work directory: the OS limit, not only ours
+                raise ArchiveError("PathTooLong", f"{relpath[:80]}...: longer than the file system allows") from None
+            raise
         self.created.append(target)
         return handle
 
@@ -44,7 +53,12 @@ class _Output:
         if not directory.is_dir():
             raise ArchiveError("UnsafePath", f"{relpath}: a parent folder is a file")
         for path in reversed(missing):
-            path.mkdir()
+            try:
+                path.mkdir()
+            except OSError as exc:
+                if exc.errno == errno.ENAMETOOLONG:
+                    raise ArchiveError("PathTooLong", f"{relpath[:80]}...: longer than the file system allows") from None
+                raise
             self.created.append(path)
 
     def remove_all(self) -> None:
@@ -57,7 +71,13 @@ class _Output:
 
 
 def _safe_relpath(name: str) -> str:
-    """Normalise a member name to `a/b/c` ("" for the archive root), refusing anything that could escape."""
+    """Normalise a member name to `a/b/c` ("" for the archive root), refusing anything that could escape.
+
+    The result is always displayable text (policy/safe_text.py): tar decodes names that are not UTF-8 with
+    `surrogateescape`, and such a name must not reach a failure message, the per-file report or the database
+    as it is (a latin-1 `notes-caf\xe9.txt` becomes `notes-caf\\xe9.txt`). Names longer than a file system
+    takes are refused with PathTooLong before anything is written.
+    """
     if "\\" in name or "\x00" in name:
         raise ArchiveError("UnsafePath", f"{name!r}: backslash or NUL in member name")
     if name.startswith("/") or _DRIVE.match(name):
@@ -65,7 +85,26 @@ def _safe_relpath(name: str) -> str:
     parts = [part for part in name.split("/") if part not in ("", ".")]
     if ".." in parts:
         raise ArchiveError("UnsafePath", f"{name!r}: '..' component")
-    return "/".join(parts)
+    relpath = displayable("/".join(parts))
+    _check_length(relpath)
+    return relpath
+
+
+def _check_length(relpath: str) -> None:
+    longest = max(relpath.split("/"), key=lambda part: len(part.encode()))
+    if len(longest.encode()) > MAX_NAME_BYTES:
+        raise ArchiveError("PathTooLong", f"{relpath[:80]}...: a name of {len(longest.encode())} bytes "
+                                          f"(at most {MAX_NAME_BYTES})")
+    if len(relpath.encode()) > MAX_PATH_BYTES:
+        raise ArchiveError("PathTooLong", f"{relpath[:80]}...: a path of {len(relpath.encode())} bytes "
+                                          f"(at most {MAX_PATH_BYTES})")
+
+
+def _check_rank(log: LogFile) -> LogFile:
+    """A rank the series table can hold (service/limits.py), the same on SQLite and PostgreSQL."""
+    if log.rank > MAX_RANK:
+        raise ArchiveError("RankOutOfRange", f"{log.relpath[:120]}: rank {log.rank} is above {MAX_RANK}")
+    return log
 
 
 def _output_relpath(log: LogFile) -> str:

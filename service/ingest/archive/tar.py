@@ -12,7 +12,7 @@ from fp8_policy.policy.log_files import LogFile, classify_log_path
 from fp8_policy.service.ingest.archive.detect import open_source
 from fp8_policy.service.ingest.archive.errors import ArchiveError
 from fp8_policy.service.ingest.archive.limits import _Budget, _Meter, _Skipped
-from fp8_policy.service.ingest.archive.output import _Output, _output_relpath, _safe_relpath, _write
+from fp8_policy.service.ingest.archive.output import _check_rank, _Output, _output_relpath, _safe_relpath, _write
 
 
 def _extract_tar_gz(
@@ -42,6 +42,8 @@ def _extract_tar_stream(
             if member.isdir():
                 continue
             log = classify_log_path(relpath)
+            if log is not None:
+                _check_rank(log)
             if log is None:
                 skipped.add(relpath)
                 continue

@@ -11,7 +11,7 @@ from fp8_policy.policy.log_files import LogFile, classify_log_path
 from fp8_policy.service.ingest.archive.detect import open_source
 from fp8_policy.service.ingest.archive.errors import ArchiveError
 from fp8_policy.service.ingest.archive.limits import _Budget, _Skipped
-from fp8_policy.service.ingest.archive.output import _Output, _output_relpath, _safe_relpath, _write
+from fp8_policy.service.ingest.archive.output import _check_rank, _Output, _output_relpath, _safe_relpath, _write
 
 
 def _extract_zip(
@@ -28,6 +28,8 @@ def _extract_zip(
             if info.is_dir():
                 continue
             log = classify_log_path(relpath)
+            if log is not None:
+                _check_rank(log)
             if log is None:
                 skipped.add(relpath)
                 continue

@@ -1,0 +1,182 @@
+"""Input limits, in one place: every value a request carries is checked here before it reaches the database.
+
+The limits are the same on SQLite and PostgreSQL, set by the narrower of the two: `INTEGER` columns (run ids,
+ranks) are 32-bit on PostgreSQL, its text columns refuse NUL, and its `json` type refuses lone surrogates —
+so nothing that one database would store and the other refuse gets through, and nothing that cannot be read
+back (a lone surrogate, a 5,000-digit integer, JSON nested 1,000 deep) is ever stored.
+
+Belongs here: the limits and the checks that raise a 4xx `{"error", "detail"}` for them (run ids, ranks,
+cursors, names / projects / tags, upload file names, run metadata). Must not be here: the routes themselves,
+display of values already stored (policy/safe_text.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from starlette.requests import Request
+from fp8_policy.policy.safe_text import displayable
+from fp8_policy.service.errors import BadRequest, NotFound
+
+MAX_ROW_ID = 2**31 - 1  # runs.id is INTEGER: int4 on PostgreSQL
+MAX_RANK = 2**31 - 1  # series.rank is INTEGER
+MAX_NAME_CHARS = 200  # runs.name, runs.project: String(200)
+MAX_TAGS = 50
+MAX_TAG_CHARS = 100  # run_tags.tag: String(100)
+MAX_FILENAME_CHARS = 500  # runs.upload_filename: String(500)
+MAX_METADATA_DEPTH = 32  # objects and arrays nested in the metadata object, itself included
+MAX_METADATA_INT = 2**63  # |int| < 2^63: what every JSON reader in the pipeline keeps exactly (not JS, see docs)
+MAX_CURSOR_DIGITS = len(str(MAX_ROW_ID))
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_ASCII_DIGITS = re.compile(r"[0-9]+")
+
+
+# --- every request ---------------------------------------------------------------------------------------------
+
+
+def check_request(request: Request) -> None:
+    """App-wide dependency (service/app.py): the checks every route needs, before any route code runs.
+
+    A `{run_id}` path parameter beyond the id column is 404 (no row can have it), a `rank` query parameter
+    outside 0..MAX_RANK is 400, and NUL in any query value is 400 (PostgreSQL text cannot hold it). Values that
+    are not integers at all are left to FastAPI's own validation (422).
+    """
+    run_id = request.path_params.get("run_id")
+    if isinstance(run_id, str) and _ASCII_DIGITS.fullmatch(run_id):
+        check_run_id(int(run_id) if len(run_id) <= MAX_CURSOR_DIGITS else MAX_ROW_ID + 1, shown=run_id)
+    for key, value in request.query_params.multi_items():
+        if "\x00" in key or "\x00" in value:
+            raise BadRequest(f"query parameter {displayable(key[:40])!r} contains NUL", error="InvalidParameter")
+    rank = request.query_params.get("rank")
+    if rank is not None and re.fullmatch(r"-?[0-9]+", rank.strip()):
+        check_rank(int(rank) if len(rank) <= MAX_CURSOR_DIGITS + 1 else MAX_RANK + 1, shown=rank.strip())
+
+
+# --- ids, ranks, cursors ----------------------------------------------------------------------------------------
+
+
+def check_run_id(run_id: int, *, shown: str | None = None) -> int:
+    """A run id that no row can have is simply not found (never an overflow in the driver)."""
+    if not 1 <= run_id <= MAX_ROW_ID:
+        raise NotFound(f"run {shown or run_id} does not exist")
+    return run_id
+
+
+def check_rank(rank: int | None, *, shown: str | None = None) -> int | None:
+    if rank is not None and not 0 <= rank <= MAX_RANK:
+        raise BadRequest(f"rank must be between 0 and {MAX_RANK}, got {shown or rank}", error="InvalidParameter")
+    return rank
+
+
+def parse_cursor(cursor: str | None) -> int | None:
+    """`next_cursor` as given back by the list endpoint: a run id in ASCII digits."""
+    if not cursor:
+        return None
+    if (len(cursor) > MAX_CURSOR_DIGITS or not _ASCII_DIGITS.fullmatch(cursor)
+            or not 1 <= int(cursor) <= MAX_ROW_ID):
+        raise BadRequest(f"invalid cursor {displayable(cursor[:40])!r}")
+    return int(cursor)
+
+
+# --- text fields -----------------------------------------------------------------------------------------------
+
+
+def check_text(field: str, value: str, max_chars: int, *, error: str = "BadRequest") -> str:
+    """A name / project / tag / filter: at most `max_chars`, no control characters (NUL included), valid UTF-8."""
+    if len(value) > max_chars:
+        raise BadRequest(f"{field} is longer than {max_chars} characters", error=error)
+    if _CONTROL.search(value):
+        raise BadRequest(f"{field} contains a control character (NUL, newline, ...)", error=error)
+    if displayable(value) != value:
+        raise BadRequest(f"{field} is not valid UTF-8 text", error=error)
+    return value
+
+
+def clean_filename(filename: str | None) -> str | None:
+    """The client's file name is only a label (and a rank hint): control characters become U+FFFD, the end is kept."""
+    if not filename:
+        return None
+    cleaned = displayable(_CONTROL.sub("\ufffd", filename))
+    return cleaned[-MAX_FILENAME_CHARS:]
+
+
+def check_filters(**values: str | None) -> None:
+    """Query filters are compared with stored text: the same rules, so PostgreSQL never sees a NUL."""
+    for name, value in values.items():
+        if value is not None:
+            check_text(name, value, 1000, error="InvalidParameter")
+
+
+# --- metadata --------------------------------------------------------------------------------------------------
+
+
+def parse_metadata(raw: str | None) -> dict:
+    """The `metadata` field: a JSON object that reads back exactly as sent from both databases, or 400."""
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw, parse_constant=_refuse_constant, parse_int=_bounded_int, parse_float=_finite_float)
+    except _MetadataRefused as exc:
+        raise _invalid(str(exc)) from None
+    except RecursionError:
+        raise _invalid(f"is nested deeper than {MAX_METADATA_DEPTH} levels") from None
+    except ValueError as exc:  # JSONDecodeError, and int() past sys.get_int_max_str_digits()
+        raise _invalid(f"is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise _invalid("must be a JSON object")
+    _check_value(value, 1)
+    return value
+
+
+class _MetadataRefused(ValueError):
+    pass
+
+
+def _invalid(reason: str) -> BadRequest:
+    return BadRequest(f"metadata {reason}")  # the same code as every other refused field
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _MetadataRefused(f"holds {name}, which is not JSON")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > 20:
+        raise _MetadataRefused(f"holds an integer of {len(text.lstrip('-'))} digits (at most 64-bit integers)")
+    value = int(text)
+    if not -MAX_METADATA_INT <= value < MAX_METADATA_INT:
+        raise _MetadataRefused(f"holds the integer {value}, outside the 64-bit range")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _MetadataRefused(f"holds the number {text[:40]}, which is not a finite double")
+    return value
+
+
+def _check_value(value: Any, depth: int) -> None:
+    if isinstance(value, str):
+        _check_string(value)
+    elif isinstance(value, (dict, list)):
+        if depth > MAX_METADATA_DEPTH:
+            raise _invalid(f"is nested deeper than {MAX_METADATA_DEPTH} levels")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                _check_string(key)
+                _check_value(item, depth + 1)
+        else:
+            for item in value:
+                _check_value(item, depth + 1)
+
+
+def _check_string(text: str) -> None:
+    if "\x00" in text:
+        raise _invalid("holds a NUL character (\\u0000), which PostgreSQL cannot store")
+    if displayable(text) != text:
+        raise _invalid("holds a lone surrogate (\\ud800-\\udfff), which is not Unicode text")
