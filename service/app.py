@@ -18,6 +18,7 @@ from fp8_policy.service.errors import install_error_handlers
 from fp8_policy.service.limits import check_request
 from fp8_policy.service.ingest.worker import IngestWorker
 from fp8_policy.service.analysis.routes import router as analysis_router
+from fp8_policy.service.analysis.summary import SummaryRefresher
 from fp8_policy.service.runs.routes import router as runs_router
 from fp8_policy.service.settings import Settings, get_settings
 from fp8_policy.service.visual.routes import router as visual_router
@@ -49,6 +50,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     worker = IngestWorker(factory, settings)
     app.state.ingest = worker
     worker.resume_interrupted()
+    summaries = SummaryRefresher(factory)
+    app.state.summaries = summaries
+    summaries.catch_up()  # runs stored before a policy-version change get their summary recomputed
     if settings.load_demo:
         from fp8_policy.service.demo import load_demo_runs
 
@@ -57,6 +61,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         worker.shutdown()
+        summaries.stop()
         engine.dispose()
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import Response
 
-from fp8_policy.service.analysis import actions
+from fp8_policy.service.analysis import actions, summary
 from fp8_policy.policy.render import FORMATS, hydra, megatron, te_yaml, torchao
 from fp8_policy.service.analysis.schemas import AnalysisRead, RecommendationRead
 from fp8_policy.service.deps import SessionDep
@@ -74,6 +74,8 @@ def read_analysis(run_id: int, request: Request, session: SessionDep) -> Analysi
     unknown = set(overrides) - {"thresholds"}
     if unknown:
         raise BadRequest(f"not a threshold: {', '.join(sorted(unknown))}", error="InvalidThresholds")
+    if not overrides:  # default thresholds: the analysis stored for this policy version (service/analysis/summary.py)
+        return AnalysisRead.model_validate(summary.stored_analysis(request.app.state.session_factory, run_id))
     thresholds = actions.thresholds_from(overrides.get("thresholds"))
     _data, analysis = actions.load_and_analyze(session, run_id, thresholds)
     return AnalysisRead.model_validate({"run_id": run_id, **analysis.to_dict()})

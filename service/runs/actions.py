@@ -14,14 +14,16 @@ from fp8_policy.db.codec import decode_iterations, decode_values
 from fp8_policy.db.models import Run
 from fp8_policy.db.repositories import NewRun, RunRepository, tags_of
 from fp8_policy.db.session import session_scope
+from fp8_policy.db.summaries import SummaryRepository
 from fp8_policy.policy import csv_export
+from fp8_policy.policy.recommend import POLICY_VERSION
 from fp8_policy.policy.records import nonfinite_text
 from fp8_policy.policy.safe_text import displayable, displayable_json
 from fp8_policy.service import limits
 from fp8_policy.service.errors import BadRequest, NotFound, NotReady
 from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
-from fp8_policy.service.runs.schemas import LayerRead, RunList, RunRead, SeriesPoints, SeriesRead, StatSummary
+from fp8_policy.service.runs.schemas import LayerRead, RunList, RunRead, RunSummaryRead, SeriesPoints, SeriesRead, StatSummary
 
 MAX_TAGS = limits.MAX_TAGS
 
@@ -164,12 +166,22 @@ def get_ready_run(session: Session, run_id: int) -> Run:
     return run
 
 
-def list_runs(session: Session, *, project, status, tag, cursor: str | None, limit: int) -> RunList:
+def list_runs(session: Session, *, project, status, tag, cursor: str | None, limit: int) -> tuple[RunList, list[int]]:
+    """A page of runs with their stored summaries, and the ready runs on it whose summary is still to compute."""
     limits.check_filters(project=project, tag=tag)
     after = limits.parse_cursor(cursor)
     runs = RunRepository(session).list(project=project, status=status, tag=tag, after_id=after, limit=limit + 1)
     page, more = runs[:limit], len(runs) > limit
-    return RunList(items=[run_read(r) for r in page], next_cursor=str(page[-1].id) if more and page else None)
+    items = [run_read(r) for r in page]
+    summaries = SummaryRepository(session).fresh([r.id for r in page if r.status == "ready"], POLICY_VERSION)
+    for item in items:
+        stored = summaries.get(item.id)
+        if stored is not None:
+            item.summary = RunSummaryRead(severity=stored.severity, pattern=stored.pattern,
+                                          headline=stored.headline, to_bf16=stored.to_bf16,
+                                          gemm_overrides=stored.gemm_overrides, policy_version=stored.policy_version)
+    missing = [item.id for item in items if item.status == "ready" and item.summary is None]
+    return RunList(items=items, next_cursor=str(page[-1].id) if more and page else None), missing
 
 
 def delete_run(session: Session, data_dir: Path, run_id: int, store: ArchiveStore | None = None) -> None:

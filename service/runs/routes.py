@@ -53,6 +53,7 @@ async def create_run(request: Request, settings: SettingsDep) -> JSONResponse:
 
 @router.get("", response_model=RunList, responses={400: {"model": ErrorBody}})
 def list_runs(
+    request: Request,
     session: SessionDep,
     settings: SettingsDep,
     project: str | None = None,
@@ -61,9 +62,13 @@ def list_runs(
     cursor: str | None = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> RunList:
-    """Runs, newest first, filtered by project, status and tag; follow `next_cursor` for more."""
-    return actions.list_runs(session, project=project, status=status, tag=tag, cursor=cursor,
-                             limit=min(limit, settings.page_size_max))
+    """Runs, newest first, filtered by project, status and tag; follow `next_cursor` for more. Ready runs carry
+    their stored `summary` (severity, leading finding, layers to BF16); one still being computed is null."""
+    page, missing = actions.list_runs(session, project=project, status=status, tag=tag, cursor=cursor,
+                                      limit=min(limit, settings.page_size_max))
+    if missing:
+        request.app.state.summaries.request(missing)  # computed in the background, never in this request
+    return page
 
 
 @router.get("/{run_id}", response_model=RunRead, responses=ERRORS)

@@ -43,6 +43,19 @@ class RunRead(Schema):
     lines_blank: int
     lines_duplicated: int = Field(description="Points dropped because a later line had the same name and iteration.")
     ingest_report: dict | None = Field(None, description="Per-file counts and skipped-line samples.")
+    summary: RunSummaryRead | None = Field(None, description="Stored summary of a ready run (runs list only); null "
+                                           "while it is being computed for the current policy version.")
+
+
+class RunSummaryRead(Schema):
+    """The stored summary of a ready run (service/analysis/summary.py), computed once per policy version."""
+
+    severity: Literal["ok", "warning", "critical", "severe"] = Field(description="Worst finding's severity.")
+    pattern: str | None = Field(description="The leading (worst) finding's pattern; null when none.")
+    headline: str | None = Field(description="That finding's one-sentence summary.")
+    to_bf16: int = Field(description="Layers the default recommendation keeps in BF16 (fp8_skip_layers).")
+    gemm_overrides: int = Field(description="Layers with per-GEMM overrides in the default recommendation.")
+    policy_version: str
 
 
 class RunList(Schema):
