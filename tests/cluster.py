@@ -1,0 +1,108 @@
+"""Real `fp8-policy serve` and `fp8-policy worker` processes on loopback, for the scale-out test and the
+benchmark: N API processes (`--no-ingest`) and M workers sharing one database and one archive store.
+
+Each process gets its own data directory (nothing local is shared: archives go through the store), its
+output in a log file, and is stopped (SIGTERM, then SIGKILL) when the cluster closes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Member:
+    name: str
+    process: subprocess.Popen
+    log: Path
+    url: str | None = None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class Cluster:
+    """`env`: FP8_POLICY_DATABASE_URL, FP8_POLICY_ARCHIVE_URL, ... shared by every process."""
+
+    workdir: Path
+    env: dict[str, str]
+    apis: list[Member] = field(default_factory=list)
+    workers: list[Member] = field(default_factory=list)
+
+    def _spawn(self, name: str, args: list[str]) -> Member:
+        data_dir = self.workdir / name
+        data_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.env, "FP8_POLICY_DATA_DIR": str(data_dir)}
+        log = self.workdir / f"{name}.log"
+        with open(log, "wb") as out:
+            process = subprocess.Popen([sys.executable, "-m", "fp8_policy.service.cli", *args], cwd=ROOT, env=env,
+                                       stdout=out, stderr=subprocess.STDOUT)
+        return Member(name, process, log)
+
+    def start_api(self, *extra: str) -> Member:
+        port = free_port()
+        member = self._spawn(f"api{len(self.apis)}", ["serve", "--no-ingest", "--no-migrate", "--host", "127.0.0.1",
+                                                      "--port", str(port), "--log-level", "warning", *extra])
+        member.url = f"http://127.0.0.1:{port}"
+        self.apis.append(member)
+        return member
+
+    def start_worker(self, *extra: str) -> Member:
+        member = self._spawn(f"worker{len(self.workers)}", ["worker", "--log-level", "info", *extra])
+        self.workers.append(member)
+        return member
+
+    def wait_healthy(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        for member in self.apis:
+            while True:
+                if member.process.poll() is not None:
+                    raise RuntimeError(f"{member.name} exited:\n{member.log_tail()}")
+                try:
+                    if httpx.get(f"{member.url}/healthz", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{member.name} not healthy after {timeout} s:\n{member.log_tail()}")
+                time.sleep(0.1)
+
+    def close(self) -> None:
+        members = self.apis + self.workers
+        for member in members:
+            if member.process.poll() is None:
+                member.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for member in members:
+            try:
+                member.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                member.process.kill()
+                member.process.wait()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
