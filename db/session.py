@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -11,16 +11,24 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 
-def create_db_engine(url: str) -> Engine:
-    """An engine for `url`; SQLite gets WAL, foreign keys and a busy timeout for the ingest worker."""
+def create_db_engine(url: str, pool: Mapping[str, float] | None = None) -> Engine:
+    """An engine for `url`; SQLite gets WAL, foreign keys and a busy timeout for the ingest worker.
+
+    `pool`: QueuePool options (`pool_size`, `max_overflow`, `pool_timeout`; see
+    https://docs.sqlalchemy.org/en/20/core/pooling.html#sqlalchemy.pool.QueuePool). An in-memory SQLite
+    database keeps SQLAlchemy's single-connection pool and ignores them.
+    """
     parsed = make_url(url)
+    options = dict(pool or {})
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        else:
+            options = {}
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, **options)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    return create_engine(url, pool_pre_ping=True, **options)
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:

@@ -21,6 +21,8 @@ from fp8_policy.service.analysis.routes import router as analysis_router
 from fp8_policy.service.analysis.summary import SummaryRefresher
 from fp8_policy.service.runs.routes import router as runs_router
 from fp8_policy.service.settings import Settings, get_settings
+from fp8_policy.service.transport.body import BodyTimeoutMiddleware
+from fp8_policy.service.transport.uploads import UploadGate
 from fp8_policy.service.visual.routes import router as visual_router
 from fp8_policy.service.web.routes import router as web_router
 
@@ -41,7 +43,7 @@ def _warm_parser() -> None:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    engine = create_db_engine(settings.resolved_database_url)
+    engine = create_db_engine(settings.resolved_database_url, settings.pool_options())
     factory = create_session_factory(engine)
     app.state.engine = engine
     app.state.session_factory = factory
@@ -75,7 +77,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,  # FastAPI's pages load Swagger UI / ReDoc from a CDN: service/docs serves them locally
         redoc_url=None,
     )
-    app.state.settings = settings or get_settings()
+    app.state.settings = settings = settings or get_settings()
+    app.state.upload_gate = UploadGate(settings.max_concurrent_uploads)
+    app.add_middleware(BodyTimeoutMiddleware, timeout=settings.body_timeout)
     install_error_handlers(app)
     app.include_router(runs_router)
     app.include_router(analysis_router)

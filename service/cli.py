@@ -35,21 +35,38 @@ def cli() -> None:
 @click.option("--log-level", default="info", show_default=True)
 @click.option("--ingest/--no-ingest", default=None,
               help="Run ingest jobs in this process (default) or leave them to `fp8-policy worker` processes.")
-def serve(host: str, port: int, demo: bool | None, migrate: bool, log_level: str, ingest: bool | None) -> None:
+@click.option("--header-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds to receive a request head [FP8_POLICY_HEADER_TIMEOUT, 15].")
+@click.option("--body-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds a request body may stall [FP8_POLICY_BODY_TIMEOUT, 30].")
+@click.option("--max-uploads", type=click.IntRange(min=1), default=None,
+              help="Uploads received at once, 503 beyond [FP8_POLICY_MAX_CONCURRENT_UPLOADS, 8].")
+@click.option("--limit-concurrency", type=click.IntRange(min=1), default=None,
+              help="Open connections at most, lowered to fit `ulimit -n` [FP8_POLICY_LIMIT_CONCURRENCY, 1024].")
+def serve(host: str, port: int, demo: bool | None, migrate: bool, log_level: str, ingest: bool | None,
+          header_timeout: float | None, body_timeout: float | None, max_uploads: int | None,
+          limit_concurrency: int | None) -> None:
     """Start the API with uvicorn."""
     import uvicorn
 
     from fp8_policy.service.app import create_app
     from fp8_policy.service.settings import get_settings
+    from fp8_policy.service.transport.server import raise_descriptor_limit, uvicorn_config
 
     settings = get_settings()
     if demo is not None:
         settings = settings.model_copy(update={"load_demo": demo})
     if ingest is not None:
         settings = settings.model_copy(update={"ingest_in_process": ingest})
+    limits = {"header_timeout": header_timeout, "body_timeout": body_timeout, "max_concurrent_uploads": max_uploads,
+              "limit_concurrency": limit_concurrency}
+    settings = settings.model_copy(update={k: v for k, v in limits.items() if v is not None})
     if migrate:
         _upgrade(settings)
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+    descriptors = raise_descriptor_limit()
+    config = uvicorn_config(create_app(settings), settings, host=host, port=port, log_level=log_level,
+                            descriptors=descriptors)
+    uvicorn.Server(config).run()
 
 
 @cli.group()

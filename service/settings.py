@@ -34,6 +34,34 @@ class Settings(BaseSettings):
     page_size_max: int = 200
     load_demo: bool = Field(False, description="Load the demo runs on start-up when the database is empty.")
 
+    # Database connection pool (SQLAlchemy QueuePool). None: a per-backend default, see `pool_options`.
+    db_pool_size: int | None = Field(None, ge=1, description="Connections kept open (SQLite 20, PostgreSQL 10).")
+    db_max_overflow: int | None = Field(None, ge=0, description="Extra connections under load (10 on both).")
+    db_pool_timeout: float = Field(30.0, gt=0, description="Seconds a request waits for a pooled connection.")
+
+    # Connection and request limits (service/transport). None: derived from the descriptor limit at start-up.
+    header_timeout: float = Field(15.0, gt=0, description="Seconds a connection may take to send a request head.")
+    body_timeout: float = Field(30.0, gt=0, description="Seconds a request body may stall between two reads.")
+    max_concurrent_uploads: int = Field(8, ge=1, description="Uploads received at once; 503 beyond.")
+    limit_concurrency: int | None = Field(None, ge=1, description="Open connections at most (uvicorn's option).")
+
+    # Heatmap rendering (service/visual/pool.py).
+    heatmap_max_pixels: int = Field(25_000_000, ge=1, description="Largest image (width x height px) rendered.")
+    heavy_render_pixels: int = Field(4_000_000, ge=1, description="Images larger than this use the heavy lane.")
+    render_queue: int = Field(8, ge=1, description="Renders waiting per lane; 429 beyond.")
+    render_cache_bytes: int = Field(64 * 1024**2, ge=0, description="Memory for rendered images kept (LRU).")
+    render_processes: bool = Field(True, description="Render in worker processes (false: in-process threads).")
+
+    def pool_options(self) -> dict[str, float]:
+        """QueuePool options for `create_db_engine`: SQLite connections are cheap (a file handle, readers
+        never block each other in WAL mode), PostgreSQL ones cost a server process each."""
+        sqlite = self.resolved_database_url.startswith("sqlite")
+        return {
+            "pool_size": self.db_pool_size or (20 if sqlite else 10),
+            "max_overflow": self.db_max_overflow if self.db_max_overflow is not None else 10,
+            "pool_timeout": self.db_pool_timeout,
+        }
+
     @property
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anyio
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
-from fp8_policy.service.errors import InvalidUpload, UnsupportedMediaType, UploadTooLarge
+from fp8_policy.service.errors import AppError, InvalidUpload, UnsupportedMediaType, UploadTooLarge
 
 RAW_TYPES = {
     "application/gzip",
@@ -30,6 +32,7 @@ RAW_TYPES = {
 }
 FORM_FIELDS = ("name", "project", "tags", "metadata")
 MAX_FIELD_BYTES = 64 * 1024
+BATCH_BYTES = 1024 * 1024  # body bytes handed to a worker thread at a time
 
 
 @dataclass(slots=True)
@@ -62,8 +65,12 @@ class _HashingFile:
         self.handle.close()
 
 
-async def receive_upload(request: Request, dest: Path, max_bytes: int) -> ReceivedUpload:
-    """Stream the request body to `dest`; on any error `dest` is removed before raising."""
+async def receive_upload(request: Request, dest: Path, max_bytes: int,
+                         limiter: anyio.CapacityLimiter | None = None) -> ReceivedUpload:
+    """Stream the request body to `dest`; on any error `dest` is removed before raising.
+
+    Hashing, multipart parsing and disk writes run in worker threads of `limiter` (default: anyio's shared one),
+    never on the event loop."""
     media_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes + (MAX_FIELD_BYTES if media_type.startswith("multipart/") else 0):
@@ -71,10 +78,9 @@ async def receive_upload(request: Request, dest: Path, max_bytes: int) -> Receiv
     sink = _HashingFile(dest, max_bytes)
     try:
         if media_type == "multipart/form-data":
-            filename, fields = await _receive_multipart(request, sink)
+            filename, fields = await _receive_multipart(request, sink, limiter)
         elif media_type in RAW_TYPES:
-            async for chunk in request.stream():
-                sink.write(chunk)
+            await _pump(request, sink.write, limiter)
             filename, fields = None, {}
         else:
             raise UnsupportedMediaType(
@@ -150,7 +156,22 @@ class _FormSink:
             self.fields[self._current] = self._buffer.decode("utf-8", "replace")
 
 
-async def _receive_multipart(request: Request, sink: _HashingFile) -> tuple[str | None, dict[str, str]]:
+async def _pump(request: Request, feed: Callable[[bytes], object], limiter: anyio.CapacityLimiter | None) -> None:
+    """Hand the body to `feed` in batches of about BATCH_BYTES, each call in a worker thread: the event loop only
+    appends received chunks to a buffer."""
+    pending = bytearray()
+    async for chunk in request.stream():
+        pending += chunk
+        if len(pending) >= BATCH_BYTES:
+            batch = bytes(pending)
+            pending.clear()
+            await anyio.to_thread.run_sync(feed, batch, limiter=limiter)
+    if pending:
+        await anyio.to_thread.run_sync(feed, bytes(pending), limiter=limiter)
+
+
+async def _receive_multipart(request: Request, sink: _HashingFile,
+                             limiter: anyio.CapacityLimiter | None) -> tuple[str | None, dict[str, str]]:
     _, params = parse_options_header(request.headers.get("content-type"))
     boundary = params.get(b"boundary")
     if not boundary:
@@ -158,10 +179,9 @@ async def _receive_multipart(request: Request, sink: _HashingFile) -> tuple[str 
     form = _FormSink(sink)
     parser = MultipartParser(boundary, form.callbacks())
     try:
-        async for chunk in request.stream():
-            parser.write(chunk)
+        await _pump(request, parser.write, limiter)
         parser.finalize()
-    except (InvalidUpload, UploadTooLarge):
+    except AppError:  # ours: field limits, size limit, body timeout
         raise
     except Exception as exc:  # python-multipart raises several parse error types
         raise InvalidUpload(f"malformed multipart body: {exc}") from exc

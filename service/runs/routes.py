@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+import anyio
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from fp8_policy.service.deps import SessionDep, SettingsDep
 from fp8_policy.service.errors import ErrorBody
-from fp8_policy.service.ingest.upload import new_upload_path, receive_upload
+from fp8_policy.service.ingest.upload import ReceivedUpload, new_upload_path, receive_upload
 from fp8_policy.service.runs import actions
 from fp8_policy.service.limits import check_rank
 from fp8_policy.service.runs.schemas import LayerRead, RunList, RunRead, SeriesRead
+from fp8_policy.service.settings import Settings
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
 ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody}}
@@ -24,7 +26,9 @@ StatusFilter = Literal["queued", "processing", "ready", "failed"]
     status_code=202,
     response_model=RunRead,
     responses={200: {"model": RunRead, "description": "The same bytes were already uploaded to this project."},
-               400: {"model": ErrorBody}, 413: {"model": ErrorBody}, 415: {"model": ErrorBody}},
+               400: {"model": ErrorBody}, 408: {"model": ErrorBody}, 413: {"model": ErrorBody},
+               415: {"model": ErrorBody}, 503: {"model": ErrorBody, "description": "Too many uploads at once; "
+                                                "retry after `Retry-After` seconds."}},
 )
 async def create_run(request: Request, settings: SettingsDep) -> JSONResponse:
     """Upload an `fp8_log_dir` archive (tar, tar.gz, zip) or one statistics log (.log, .log.gz).
@@ -35,20 +39,30 @@ async def create_run(request: Request, settings: SettingsDep) -> JSONResponse:
     as query parameters. A new run answers 202 and is ingested in the background; identical bytes in the
     same project answer 200 with the existing run.
     """
-    upload = await receive_upload(request, new_upload_path(settings.data_dir / "uploads"), settings.max_upload_bytes)
-    fields = {k: v for k, v in request.query_params.items() if k in ("name", "project", "tags", "metadata")}
-    fields.update(upload.fields)
-    state = request.app.state
+    # async only to stream the body; everything blocking (disk, hashing, database) runs in the upload gate's
+    # worker threads, never on the event loop (issue 9 item 6)
+    async with request.app.state.upload_gate.slot() as limiter:
+        upload = await receive_upload(request, new_upload_path(settings.data_dir / "uploads"),
+                                      settings.max_upload_bytes, limiter)
+        fields = {k: v for k, v in request.query_params.items() if k in ("name", "project", "tags", "metadata")}
+        fields.update(upload.fields)
+        body, created = await anyio.to_thread.run_sync(
+            _store_upload, request.app.state, settings, upload, fields, limiter=limiter)
+    headers = {"Location": f"/api/v1/runs/{body['id']}"}
+    return JSONResponse(body, status_code=202 if created else 200, headers=headers)
+
+
+def _store_upload(state, settings: Settings, upload: ReceivedUpload, fields: dict[str, str]) -> tuple[dict, bool]:
+    """The blocking part of an upload (in a worker thread): store the run, queue its ingest."""
     try:
         with state.unit_of_work() as session:
             run, created = actions.create_run(session, settings.data_dir, upload, fields, store=state.ingest.store)
             body = actions.run_read(run).model_dump(mode="json")
     finally:
         upload.path.unlink(missing_ok=True)
-    if not created:
-        return JSONResponse(body, status_code=200, headers={"Location": f"/api/v1/runs/{body['id']}"})
-    state.ingest.submit(body["id"])
-    return JSONResponse(body, status_code=202, headers={"Location": f"/api/v1/runs/{body['id']}"})
+    if created:
+        state.ingest.submit(body["id"])
+    return body, created
 
 
 @router.get("", response_model=RunList, responses={400: {"model": ErrorBody}})

@@ -1,0 +1,64 @@
+"""The uvicorn options the service runs with (`fp8-policy serve`, the tests' and the benchmark's live servers).
+
+Descriptor budget: every open connection costs one file descriptor, an upload one more (its `.part` file), every
+pooled database connection one; the rest of the process (interpreter, shared libraries, the SQLite file and its
+WAL, fonts, ingest work files, render workers' pipes) is covered by `RESERVED_DESCRIPTORS`. The connection limit
+is chosen so that the sum stays under `ulimit -n`: the process then answers 503 instead of failing with
+"Too many open files" whatever clients do.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+
+import uvicorn
+
+from fp8_policy.service.settings import Settings
+from fp8_policy.service.transport.protocol import guarded_h11
+
+log = logging.getLogger("fp8_policy.transport")
+
+RESERVED_DESCRIPTORS = 256
+DEFAULT_CONNECTIONS = 1024
+MIN_CONNECTIONS = 16
+KEEP_ALIVE_SECONDS = 5  # uvicorn's default, stated here because the head timeout is documented relative to it
+
+
+def raise_descriptor_limit(target: int = 65536) -> int:
+    """Raise the soft RLIMIT_NOFILE towards the hard limit (a process may do so without privileges); returns the
+    soft limit in effect."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = target if hard == resource.RLIM_INFINITY else min(hard, target)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def connection_limit(settings: Settings, descriptors: int) -> int:
+    """Open connections allowed: the configured `limit_concurrency` (default 1024), lowered to what the
+    descriptor budget leaves after the database pool, the uploads' files and the reserve."""
+    pool = settings.pool_options()
+    budget = descriptors - RESERVED_DESCRIPTORS - int(pool["pool_size"] + pool["max_overflow"]) \
+        - settings.max_concurrent_uploads
+    wanted = settings.limit_concurrency or DEFAULT_CONNECTIONS
+    limit = max(MIN_CONNECTIONS, min(wanted, budget))
+    if limit < wanted:
+        log.warning("limit_concurrency lowered from %d to %d: ulimit -n is %d", wanted, limit, descriptors)
+    return limit
+
+
+def uvicorn_config(app, settings: Settings, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
+                   descriptors: int | None = None) -> uvicorn.Config:
+    """uvicorn's Config with the guarded h11 protocol (head timeout, connection cap) and `limit_concurrency`."""
+    if descriptors is None:
+        descriptors = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if descriptors == resource.RLIM_INFINITY:
+        descriptors = 1 << 20
+    limit = connection_limit(settings, descriptors)
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, http=guarded_h11(settings.header_timeout, limit),
+                          limit_concurrency=limit, timeout_keep_alive=KEEP_ALIVE_SECONDS)
