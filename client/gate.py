@@ -32,12 +32,14 @@ class GateResult:
     failing: list[dict[str, Any]]
     worst_layers: list[dict[str, Any]]
     recommendation: dict[str, Any] = field(default_factory=dict)
+    failing_layers: list[str] = field(default_factory=list)  # table rows at or above the bar
 
     def to_dict(self) -> dict[str, Any]:
         rec = self.recommendation
         return {
             "run_id": self.run.get("id"), "run_name": self.run.get("name"), "passed": self.passed,
-            "fail_on": self.fail_on, "failing_findings": self.failing, "findings": self.findings,
+            "fail_on": self.fail_on, "failing_findings": self.failing, "failing_layers": self.failing_layers,
+            "findings": self.findings,
             "worst_layers": self.worst_layers,
             "recommendation": {key: rec.get(key) for key in
                                ("fp8_skip_layers", "gemm_overrides", "recipe", "expected_cost", "confidence")},
@@ -53,13 +55,17 @@ def worst_layers(layers: list[dict[str, Any]], limit: int = WORST_LAYERS) -> lis
 
 def evaluate(run: dict[str, Any], analysis: dict[str, Any], recommendation: dict[str, Any],
              fail_on: str = "critical") -> GateResult:
-    """Fail when any finding's severity is at or above `fail_on` (warning | critical | severe)."""
+    """Fail when any finding's severity, or any layer's in the per-layer table, is at or above `fail_on`
+    (warning | critical | severe). A `healthy` finding is always `ok`; its warning-band layers are in the table."""
     if fail_on not in FAIL_ON:
         raise ValueError(f"fail_on must be one of {', '.join(FAIL_ON)}, got {fail_on!r}")
     findings = list(analysis.get("findings", []))
     failing = [f for f in findings if severity_rank(f.get("severity")) >= severity_rank(fail_on)]
-    return GateResult(run=run, fail_on=fail_on, passed=not failing, findings=findings, failing=failing,
-                      worst_layers=worst_layers(list(analysis.get("layers", []))), recommendation=recommendation)
+    rows = list(analysis.get("layers", []))
+    layers = [str(r.get("name")) for r in rows if severity_rank(r.get("severity")) >= severity_rank(fail_on)]
+    return GateResult(run=run, fail_on=fail_on, passed=not failing and not layers, findings=findings,
+                      failing=failing, worst_layers=worst_layers(rows), recommendation=recommendation,
+                      failing_layers=layers)
 
 
 def render_markdown(result: GateResult) -> str:

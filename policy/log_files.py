@@ -1,6 +1,6 @@
 """Recognise nvdlfw_inspect log files by their path and order them per rank.
 
-Belongs here: the file-name grammar of an `fp8_log_dir` tree (fp8-log-format.md §1.1, PATH regex of §1.3),
+Belongs here: the file-name grammar of an `fp8_log_dir` tree (nvdlfw_inspect log dir layout, https://github.com/NVIDIA/nvidia-dlfw-inspect),
 extended to any leading folders and to `.log.gz`, and the order in which a rank's files are read.
 Input contract: relative POSIX paths as strings (archive member names); whether a path is *safe* to write
 is not decided here. Must not be here: any I/O, archive handling, web or database imports.
@@ -25,7 +25,7 @@ KIND_DIRS: dict[str, Kind] = {
 # The basename nvdlfw_inspect writes: nvdlfw_inspect[_YYYYmmdd_HHMMSS]_globalrank-R.log (optionally gzipped later).
 _BASENAME = r"nvdlfw_inspect(?:_(?P<stamp>\d{8}_\d{6}))?_globalrank-(?P<rank>\d+)\.log(?:\.gz)?"
 
-# fp8-log-format.md §1.3 PATH, with `.gz` allowed; `search` accepts any leading folders.
+# nvdlfw_inspect's log path (rank_N/nvdlfw_inspect_{logs,statistics_logs}/...log), with `.gz` allowed; `search` accepts any leading folders.
 PATH = re.compile(
     r"(?:^|/)(?:rank_(?P<dirrank>\d+)/)?(?P<kind>nvdlfw_inspect_logs|nvdlfw_inspect_statistics_logs)/"
     + _BASENAME

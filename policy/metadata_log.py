@@ -2,7 +2,7 @@
 
 Input contract: an iterable of text lines of one metadata log (one rank, one file), with or without line endings;
 CRLF and blank lines are tolerated, unknown lines are counted in `lines_unrecognised` and never raise.
-Ground truth for precision is the TE plan lines (fp8-log-format.md §1.3). Note that the "Assigned layer name"
+Ground truth for precision is the TE plan lines (TE debug API plan lines in nvdlfw_inspect_logs). Note that the "Assigned layer name"
 list is not the list of GEMM layers: LayerNormMLP is assigned as `…layernorm_mlp` but its plan and stats lines
 use `…layernorm_mlp.fc1` / `…layernorm_mlp.fc2`, and container modules (`model`, `…self_attention`) have no plans.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from fp8_policy.policy.records import LayerPlan
 
-# §1.3 META_* regexes, split into the logging header and the message so each message form is matched once.
+# Plan-line regexes (TE debug API messages in nvdlfw_inspect_logs), split into the logging header and the message so each message form is matched once.
 # The optional "NVDLFW INSPECT - " prefix is the stderr stream handler's format (WARNING and above).
 _HEADER = re.compile(r"^(?:NVDLFW INSPECT - )?(?P<ts>\S+ \S+) - (?P<level>[A-Z]+) - (?P<message>.*)$")
 _ASSIGNED = re.compile(r"^Assigned layer name: (?P<layer>.+?)\s*$")

@@ -2,7 +2,7 @@
 
 Belongs here: pure string logic on names (no I/O, no numpy). Must not be here: reading logs, thresholds, decisions.
 
-Conventions (fp8-log-format.md §1.4, §3):
+Conventions (nvdlfw_inspect `infer_and_assign_layer_names`, https://github.com/NVIDIA/nvidia-dlfw-inspect; TE debug tensor names):
 * `split_metric_name` is called once per distinct name; it returns None when a name cannot be split.
 * `layer_structure.index` is the block number exactly as logged (1-based under TE's `layer_number`, else 0-based).
 * T5-style encoder-decoder stacks (`encoder.block.N`, `decoder.block.N`) keep the logged index and put the stack

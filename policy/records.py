@@ -11,7 +11,7 @@ from enum import Enum
 
 import numpy as np
 
-# Tensor names TE and nvdlfw_inspect log (fp8-log-format.md §3): the three GEMM inputs are quantizable,
+# Tensor names TE and nvdlfw_inspect log (TE debug API, transformer_engine/debug in https://github.com/NVIDIA/TransformerEngine): the three GEMM inputs are quantizable,
 # the three GEMM outputs are high precision only.
 QUANTIZED_TENSORS: tuple[str, ...] = ("activation", "gradient", "weight")
 TENSORS: tuple[str, ...] = (*QUANTIZED_TENSORS, "output", "wgrad", "dgrad")

@@ -4,7 +4,7 @@ Input contract: one or more binary streams (plain or already-decompressed) holdi
 rank, fed in session order (older files first). Output: one (iterations, values) pair per distinct
 metric name, iterations ascending and unique, plus a report of what was read, skipped and deduplicated.
 
-Line rules (fp8-log-format.md §1.2):
+Line rules (the statistics lines nvdlfw_inspect writes, https://github.com/NVIDIA/nvidia-dlfw-inspect):
 * ``<asctime> - <LEVEL> - <name> \\t\\t\\t\\t iteration=<n> \\t\\t\\t\\t value=<v>``; iterations of any length;
   values ``[-+]?digits[.digits]``, ``nan``, ``inf``, ``-inf``; CRLF endings tolerated.
 * Blank lines are counted, other non-matching lines are counted as skipped with a few samples kept;
@@ -28,7 +28,7 @@ import numpy as np
 from fp8_policy.policy import _stats_kernel as kernel
 from fp8_policy.policy._name_kernel import MAX_NAMES, NameTable
 
-# The reference regex (fp8-log-format.md §1.2); the compiled fast path accepts a subset of it.
+# The reference regex of a statistics line (as nvdlfw_inspect writes it, `<layer>_<tensor>_<stat>  iteration=N  value=V`); the compiled fast path accepts a subset of it.
 # Same matches and groups as the spec's `(?P<name>.+?)\s+iteration=`, but the name may only end where a
 # blank run starts (or be one blank), so a long blank run is not re-scanned from each of its characters:
 # linear instead of quadratic (a 1 MiB line of blanks took ~15 minutes with the spec's form).

@@ -3,16 +3,17 @@
 Belongs here: the `Severity` scale, the frozen `Thresholds` record and `Thresholds.from_overrides`.
 Must not be here: signal extraction, pattern logic, I/O, web or database imports.
 
-Underflow bands follow the bionemo analyzer and FAQ (ecosystem.md §3): < 0.5 % ok, 0.5–2 % warning,
+Underflow bands follow the bionemo-framework fp8_analysis heatmap and FAQ (https://github.com/NVIDIA/bionemo-framework): < 0.5 % ok, 0.5–2 % warning,
 2–4 % critical, ≥ 4 % severe. A value exactly on a bound belongs to the higher band.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any
 
 
 class Severity(str, Enum):
@@ -103,7 +104,7 @@ class Thresholds:
 
     @property
     def censor_below(self) -> float:
-        """Values below this printed as 0.0000: they are "< 5e-5", not zero (fp8-log-format.md §2.2)."""
+        """Values below this printed as 0.0000: they are "< 5e-5", not zero (nvdlfw_inspect prints values with 4 decimals)."""
         return self.print_resolution / 2.0
 
     @classmethod

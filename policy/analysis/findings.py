@@ -33,6 +33,26 @@ class Pattern(str, Enum):
     OVERFLOW = "overflow"
     SCALE_INSTABILITY = "scale_instability"
 
+    @property
+    def label(self) -> str:
+        """The human name shown next to the API string, e.g. "U-shape"."""
+        return PATTERN_LABELS[self]
+
+
+PATTERN_LABELS: dict[Pattern, str] = {
+    Pattern.HEALTHY: "Healthy",
+    Pattern.U_SHAPE: "U-shape",
+    Pattern.HEAD_ONLY: "Head only",
+    Pattern.EARLY_LAYERS: "Early layers",
+    Pattern.LATE_LAYERS: "Late layers",
+    Pattern.BOUNDARY: "Boundary effect",
+    Pattern.SINGLE_TENSOR: "Single tensor",
+    Pattern.RISING_TREND: "Rising trend",
+    Pattern.UNIFORM: "Uniform (recipe problem)",
+    Pattern.RANK_OUTLIER: "Rank outlier",
+    Pattern.OVERFLOW: "Overflow",
+    Pattern.SCALE_INSTABILITY: "Scale instability",
+}
 
 _PATTERN_ORDER = {pattern: i for i, pattern in enumerate(Pattern)}
 
@@ -106,8 +126,12 @@ class Finding:
         return (-self.severity.rank, _PATTERN_ORDER[self.pattern])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pattern": self.pattern.value, "severity": self.severity.value, "layers": list(self.layers),
-                "summary": self.summary, "evidence": [e.to_dict() for e in self.evidence]}
+        return {**self.brief(), "evidence": [e.to_dict() for e in self.evidence]}
+
+    def brief(self) -> dict[str, Any]:
+        """The finding without its evidence (recommendation and compare responses)."""
+        return {"pattern": self.pattern.value, "label": self.pattern.label, "severity": self.severity.value,
+                "layers": list(self.layers), "summary": self.summary}
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,10 +55,12 @@ def healthy_finding(layout: Layout, thresholds: Thresholds) -> Finding:
         return Finding(Pattern.HEALTHY, Severity.OK, (), (), "No FP8 underflow statistics to assess.")
     tensor, summary = pick
     warned = sum(1 for lv in fp8 if lv.severity is Severity.WARNING)
-    text = (f"No pattern: all {len(fp8)} FP8 layers stay below {thresholds.critical:g}% underflow; worst is "
-            f"{tensor} {summary.level:.2f}% at {worst_layer.name}" + (f", {warned} in the warning band." if warned
-                                                                     else "."))
-    return Finding(Pattern.HEALTHY, worst_layer.severity, (), (summary.evidence(),), text)
+    band = (f"healthy, {warned} layer(s) in the warning band ({thresholds.warning:g}-{thresholds.critical:g}%)"
+            if warned else "healthy")
+    text = (f"No pattern ({band}): all {len(fp8)} FP8 layers stay below {thresholds.critical:g}% underflow; worst "
+            f"is {tensor} {summary.level:.2f}% at {worst_layer.name}.")
+    # `healthy` is always severity ok: the warning band shows in the text and in the per-layer table (issue 12)
+    return Finding(Pattern.HEALTHY, Severity.OK, (), (summary.evidence(),), text)
 
 
 def failing_evidence(lv: LayerLevels, thresholds: Thresholds, tensors: tuple[str, ...] | None = None,

@@ -7,7 +7,16 @@ from __future__ import annotations
 
 RECIPES: tuple[str, ...] = ("delayed", "current", "block", "mxfp8")
 
-# LogFp8TensorStats prefix of each recipe (fp8-log-format.md §2.2, §4.2 `_get_recipe_name`).
+# Human names: what the recipe does, then the TE class (https://nvidia.github.io/TransformerEngine, Common API).
+RECIPE_LABELS: dict[str, str] = {
+    "delayed": "Delayed scaling (DelayedScaling)",
+    "current": "Current scaling (Float8CurrentScaling)",
+    "block": "Block scaling (Float8BlockScaling)",
+    "mxfp8": "MXFP8 block scaling (MXFP8BlockScaling)",
+}
+
+# LogFp8TensorStats prefix of each recipe (TE transformer_engine/debug/features/log_fp8_tensor_stats.py,
+# `_get_recipe_name`; https://github.com/NVIDIA/TransformerEngine).
 STAT_PREFIX: dict[str, str] = {
     "delayed": "fp8_delayed_scaling",
     "current": "fp8_current_scaling",

@@ -14,7 +14,7 @@ from typing import Any
 from fp8_policy.policy.analysis import analyze
 from fp8_policy.policy.analysis.findings import Finding, Pattern
 from fp8_policy.policy.analysis.result import Analysis
-from fp8_policy.policy.analysis.recipes import normalize_recipe
+from fp8_policy.policy.analysis.recipes import RECIPE_LABELS, normalize_recipe
 from fp8_policy.policy.records import PolicyDecision, RunData
 from fp8_policy.policy.recommend.confidence import confidence
 from fp8_policy.policy.recommend.cost import expected_cost
@@ -25,7 +25,7 @@ from fp8_policy.policy.recommend.recipe import RecipeDecision, choose_recipe, re
 from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
 from fp8_policy.policy.render import applied_by_format
 
-POLICY_VERSION = "2026.11.3"
+POLICY_VERSION = "2026.11.4"
 
 __all__ = ["POLICY_VERSION", "ModelDims", "RecommendOptions", "Recommendation", "recommend"]
 
@@ -46,16 +46,15 @@ class Recommendation:
             "fp8_skip_layers": list(self.decision.skip_layers),
             "gemm_overrides": [{"layer": o.layer, "gemms": list(o.gemms), "reason": o.reason}
                                for o in self.decision.gemm_overrides],
-            "recipe": {"name": recipe.name, "class": recipe.class_path, "kwargs": dict(recipe.kwargs),
-                       "reason": recipe.reason},
+            "recipe": {"name": recipe.name, "label": RECIPE_LABELS[recipe.name], "class": recipe.class_path,
+                       "kwargs": dict(recipe.kwargs), "reason": recipe.reason},
             "megatron": self.megatron,
             "formats": applied_by_format(self.decision),
             "expected_cost": self.expected_cost,
             "rationale": list(self.rationale),
             "confidence": self.confidence,
             "policy_version": self.policy_version,
-            "findings": [{"pattern": f.pattern.value, "severity": f.severity.value, "layers": list(f.layers),
-                          "summary": f.summary} for f in self.findings],
+            "findings": [f.brief() for f in self.findings],
         }
 
 

@@ -45,7 +45,7 @@ class GpuSpec:
     def describe(self) -> str:
         if self.capability is None:
             return f"unrecognised GPU {self.text!r} (key {self.key!r})"
-        return f"{self.key} {self.text!r} = compute capability {self.capability:g}"
+        return f"{self.key} {self.text!r} = compute capability {self.capability:.1f}"
 
 
 def compute_capability(text: str | None) -> float | None:

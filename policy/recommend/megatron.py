@@ -1,6 +1,6 @@
 """The `megatron` section of a recommendation (JSON values only; CLI rendering lives in the renderers).
 
-Rules (fp8-log-format.md §4.3):
+Rules (Megatron-LM arguments and transformer_config, https://github.com/NVIDIA/Megatron-LM):
 * The layers Megatron must keep in BF16 are the skipped ones, those already BF16 in the run (the flags describe
   the whole next run) and those with GEMM overrides (Megatron can only run a whole module in BF16).
 * `first_last_layers_bf16` covers only WHOLE blocks: a contiguous run, from the first block and/or to the last,
@@ -8,7 +8,7 @@ Rules (fp8-log-format.md §4.3):
   `layer_no < num_layers_at_start_in_bf16` or `layer_no >= num_layers - num_layers_at_end_in_bf16` (0-based).
   A block only partly in BF16 goes to `--te-precision-config-file` (module globs, 0-based paths) instead of the
   flags, so the flags never move a healthy sublayer to BF16 (a wider BF16 region moves the boundary effect and
-  converged worse in bionemo's FL2/FL4 comparison, ecosystem.md).
+  converged worse in bionemo's FL2/FL4 comparison, OG2-7B, bionemo-framework fp8_analysis).
 * Heads are not Megatron transformer layers: `output_layer` precision is separate.
 * `fp8_recipe` uses Megatron's names (delayed | tensorwise | blockwise | mxfp8); delayed never comes with
   first/last BF16 (Megatron raises a ValueError), the recipe choice already switched it.
@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from fp8_policy.policy.analysis.layout import LayerStatus, Layout
-from fp8_policy.policy.records import MEGATRON_RECIPES, LayerGroup, RecipeChoice
 from fp8_policy.policy.recommend.skiplist import SkipPlan
+from fp8_policy.policy.records import MEGATRON_RECIPES, LayerGroup, RecipeChoice
 
 
 def _runs(blocks: list[int], skipped: set[int]) -> tuple[int, int]:
@@ -33,7 +33,7 @@ def _runs(blocks: list[int], skipped: set[int]) -> tuple[int, int]:
 
 def megatron_section(layout: Layout, plan: SkipPlan, recipe: RecipeChoice) -> dict[str, Any]:
     levels = layout.levels
-    bf16 = set((*plan.bf16_layers, *(o.layer for o in plan.overrides)))
+    bf16 = {*plan.bf16_layers, *(o.layer for o in plan.overrides)}
     members: dict[int, list[str]] = {}
     for lv in levels.values():
         if lv.block is not None and lv.status is not LayerStatus.IGNORED:

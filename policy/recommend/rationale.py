@@ -1,6 +1,8 @@
 """The `rationale` of a recommendation: sentences with the numbers behind every decision.
 
 Belongs here: wording only. Every number comes from the analysis, the plan, the recipe decision or the cost.
+Number formats (the same in every sentence): underflow levels `3.93%` (2 decimals), thresholds as set (`2%`),
+shares of GEMM FLOPs `16.3%` (1 decimal), speed factors `1.58x`, confidence `0.77`.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from fp8_policy.policy.analysis.findings import Pattern
+from fp8_policy.policy.analysis.recipes import RECIPE_LABELS
 from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.recommend.recipe import RecipeDecision
 from fp8_policy.policy.recommend.skiplist import SkipPlan
@@ -25,9 +28,10 @@ def build_rationale(analysis: Analysis, plan: SkipPlan, decision: RecipeDecision
     lines = [f"[{f.severity.value}] {f.summary}" for f in analysis.findings[:6]]
     lines += _plan_lines(analysis, plan)
     choice = decision.choice
-    lines.append(f"Recipe {choice.name} ({choice.class_path}, {choice.kwargs}): {choice.reason} "
-                 f"Current recipe {decision.current} ({decision.current_source or 'given'}); "
-                 f"GPU compute capability: {decision.capability_source}.")
+    kwargs = ", ".join(f"{key}={value}" for key, value in choice.kwargs.items()) or "defaults"
+    lines.append(f"Recipe: {RECIPE_LABELS[choice.name]} with {kwargs}: {choice.reason} "
+                 f"Current recipe: {RECIPE_LABELS.get(decision.current, decision.current)} "
+                 f"({decision.current_source or 'given'}); GPU: {decision.capability_source}.")
     lines += decision.notes
     lines.append(_cost_line(cost))
     lines.append(_megatron_line(megatron))

@@ -12,7 +12,7 @@ also adds its reason to any other target):
 4. Delayed scaling with any transformer-block layer in BF16 (skipped, already BF16 in the run, or with a GEMM
    override, which Megatron can only express as the whole module in BF16) → current scaling (heads run outside
    the per-layer FP8 contexts and do not count): Megatron raises "Delayed scaling does not support first / last
-   layer in BF16" and per-layer autocast breaks amax reduction (fp8-log-format.md §4.3).
+   layer in BF16" and per-layer autocast breaks amax reduction (Megatron-LM transformer_config.py).
 GPU capability: from the GPU the metadata or request names (`gpu_arch`, `gpu`, ...: see gpu.py; an unrecognised
 name is reported), else inferred from logged what-if stats (TE only computes `mxfp8_*` on ≥ 10 and
 `fp8_block_scaling_*` on ≥ 9), else assumed Hopper (9.0) and said so. Current recipe: options, else metadata,
@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fp8_policy.policy.analysis.findings import Pattern
-from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.analysis.layout import LayerLevels
 from fp8_policy.policy.analysis.recipes import MIN_CAPABILITY, PREFIX_RECIPE, RECIPES, STAT_PREFIX
-from fp8_policy.policy.records import RECIPE_CLASSES, RecipeChoice
+from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.recommend.gpu import ASSUMED_CAPABILITY, GpuSpec, compute_capability
 from fp8_policy.policy.recommend.skiplist import LevelFn, SkipPlan
+from fp8_policy.policy.records import RECIPE_CLASSES, RecipeChoice
 
 KWARGS: dict[str, dict[str, object]] = {
     "delayed": {"fp8_format": "HYBRID", "amax_history_len": 1024, "amax_compute_algo": "max"},
@@ -39,7 +39,7 @@ KWARGS: dict[str, dict[str, object]] = {
     "block": {"fp8_format": "E4M3"},
     "mxfp8": {"fp8_format": "E4M3"},
 }
-SPEED_RANK = {"delayed": 1.69, "current": 1.58, "mxfp8": 1.42, "block": 1.40}  # ecosystem.md §3, tie-break only
+SPEED_RANK = {"delayed": 1.69, "current": 1.58, "mxfp8": 1.42, "block": 1.40}  # cost.SOURCE; tie-break only
 GRANULARITY = {"delayed": 0, "current": 1, "block": 2, "mxfp8": 3}  # coarse (per tensor) -> fine (per block)
 @dataclass(frozen=True, slots=True)
 class WhatIf:

@@ -4,7 +4,7 @@ Belongs here: choosing between the first/last-layers-BF16 flags and a precision-
 logged layer names to Megatron's 0-based `named_modules()` paths, recipe flags, and the bash text
 that carries both. Must not be here: TE debug YAML, other dialects.
 
-Conventions (fp8-log-format.md §4.3):
+Conventions (Megatron-LM `--first-last-layers-bf16` / `--te-precision-config-file`, https://github.com/NVIDIA/Megatron-LM):
 * Flags route: the layers Megatron must keep in BF16 (skipped, plus modules with per-GEMM overrides, which
   Megatron can only run whole in BF16) are exactly all logged layers of a contiguous run of body blocks at
   the start and/or end -> `--first-last-layers-bf16 --num-layers-at-start-in-bf16 N
@@ -26,7 +26,6 @@ import shlex
 
 from fp8_policy.policy.records import MEGATRON_RECIPES, LayerGroup, LayerInfo, PolicyDecision
 from fp8_policy.policy.render.applied import AppliedPolicy, whole_module_overrides
-from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 from fp8_policy.policy.render.layout import (
     body_blocks,
     fp8_format,
@@ -36,6 +35,7 @@ from fp8_policy.policy.render.layout import (
     split_at_index,
     strip_root,
 )
+from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 
 MEDIA_TYPE = "text/x-shellscript"
 FILENAME = "megatron_fp8_policy.sh"
@@ -49,11 +49,10 @@ MEGATRON_SUBLAYERS = {
 }
 # Leaf names of the common families (TE attribute paths, TE `name=` propagation, Megatron, HF).
 _KIND = {
-    **{leaf: "qkv" for leaf in ("qkv", "layernorm_qkv", "linear_qkv", "layernorm_linear_qkv",
-                                "query_key_value", "q_proj", "k_proj", "v_proj")},
-    **{leaf: "proj" for leaf in ("proj", "linear_proj", "o_proj", "out_proj")},
-    **{leaf: "fc1" for leaf in ("fc1", "linear_fc1", "gate_proj", "up_proj")},
-    **{leaf: "fc2" for leaf in ("fc2", "linear_fc2", "down_proj")},
+    **dict.fromkeys(("qkv", "layernorm_qkv", "linear_qkv", "layernorm_linear_qkv", "query_key_value", "q_proj", "k_proj", "v_proj"), "qkv"),
+    **dict.fromkeys(("proj", "linear_proj", "o_proj", "out_proj"), "proj"),
+    **dict.fromkeys(("fc1", "linear_fc1", "gate_proj", "up_proj"), "fc1"),
+    **dict.fromkeys(("fc2", "linear_fc2", "down_proj"), "fc2"),
 }
 _DELAYED_KWARG_FLAGS = {
     "amax_history_len": "--fp8-amax-history-len",

@@ -5,7 +5,7 @@ GEMM set of the per-GEMM overrides, a LogTensorStats section for layers that alr
 precision, and FP8-stats monitoring for every remaining layer — plus their YAML emission.
 Must not be here: regex construction (see `regex`), other dialects.
 
-Rules followed (fp8-log-format.md §1.6, §2.4-2.5, §8): names are matched with anchored, escaped
+Rules followed (TE debug features in transformer_engine/debug/features, https://github.com/NVIDIA/TransformerEngine, and nvdlfw_inspect's ConfigManager): names are matched with anchored, escaped
 `layer_name_regex_pattern`s (never `exact_layer_names`); every layer matches at most one enabled
 section, the monitoring section being the complement of all others via a negative lookahead.
 `DisableQuantization*` is emitted when TE >= 2.13 is known, `DisableFP8*` otherwise (it exists in
@@ -19,10 +19,10 @@ from collections import defaultdict
 import yaml
 
 from fp8_policy.policy.records import QUANTIZED_TENSORS, PolicyDecision, Precision
-from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 from fp8_policy.policy.render import regex
 from fp8_policy.policy.render.applied import AppliedPolicy
 from fp8_policy.policy.render.layout import merged_overrides, te_version_tuple
+from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 
 MEDIA_TYPE = "application/yaml"
 FILENAME = "fp8_debug_config.yaml"

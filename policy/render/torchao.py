@@ -3,7 +3,7 @@
 Belongs here: mapping logged names to `named_modules()` FQNs for torchao/torchtitan and writing the
 Python snippet. Must not be here: other dialects.
 
-Conventions (ecosystem.md §4): `module_filter_fn(mod, fqn)` returns True for modules to convert.
+Conventions (torchao float8, https://github.com/pytorch/ao/tree/main/torchao/float8): `module_filter_fn(mod, fqn)` returns True for modules to convert.
 FQNs are the logged names minus nvdlfw's `model.` root and DDP `module.` levels, with the block index
 made 0-based when the logged names used TE's 1-based `layer_number` (see `layout`); sublayer names such
 as `layernorm_mlp.fc1` are kept as logged. torchao converts whole modules, so a per-GEMM override puts
@@ -17,8 +17,8 @@ import shlex
 
 from fp8_policy.policy.records import PolicyDecision
 from fp8_policy.policy.render.applied import AppliedPolicy, whole_module_overrides
-from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 from fp8_policy.policy.render.layout import is_one_based, layer_index, merged_overrides, torch_fqn
+from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 
 MEDIA_TYPE = "text/x-python"
 FILENAME = "torchao_fp8_filter.py"

@@ -3,7 +3,7 @@
 Belongs here: the module and layer naming of the model families we emulate, value profiles (`healthy`, `level`,
 `ramp`, `step_at`, ...), `Scenario` (which profile each layer/tensor/stat gets), the named `SCENARIOS` with their
 `PlantedTruth`, and `write_run`, which writes one metadata log and one statistics log per rank in the exact
-formats of fp8-log-format.md §1.1-1.3 and §3. Used by the benchmark, the demo data, tests and the evaluation suite.
+formats of TE debug API / nvdlfw_inspect logs (https://github.com/NVIDIA/nvidia-dlfw-inspect). Used by the benchmark, the demo data, tests and the evaluation suite.
 Must not be here: parsing or analysing logs, and any web or database import. The only side effect is
 `write_run` writing the files it is asked to write; everything else is deterministic in `SyntheticRun.seed`.
 
@@ -42,7 +42,15 @@ from fp8_policy.policy.synthetic.profiles import (
 )
 from fp8_policy.policy.synthetic.run import DEFAULT_STATS, PLAN_WORDS, SyntheticRun, matching_layers, stats_matrix
 from fp8_policy.policy.synthetic.scenarios import PATTERNS, SCENARIOS, PlantedTruth, ScenarioCase, make_case
-from fp8_policy.policy.synthetic.writer import DEFAULT_START, LINE_US, PLAN_ORDER, RankFiles, WrittenRun, stats_line, write_run
+from fp8_policy.policy.synthetic.writer import (
+    DEFAULT_START,
+    LINE_US,
+    PLAN_ORDER,
+    RankFiles,
+    WrittenRun,
+    stats_line,
+    write_run,
+)
 
 __all__ = [
     "DEFAULT_START", "DEFAULT_STATS", "FAMILIES", "LINE_US", "PATTERNS", "PLAN_ORDER", "PLAN_WORDS", "SCENARIOS",

@@ -20,7 +20,7 @@ _TE_GEMMS = (("qkv", "self_attention.layernorm_qkv"), ("proj", "self_attention.p
 
 @dataclass(frozen=True, slots=True)
 class Family:
-    """How `infer_and_assign_layer_names` names one model family (fp8-log-format.md §1.4)."""
+    """How `infer_and_assign_layer_names` names one model family (nvdlfw_inspect, https://github.com/NVIDIA/nvidia-dlfw-inspect)."""
 
     blocks: str  # ModuleList path; block i is f"{blocks}.{i}"
     gemms: tuple[tuple[str, str], ...]  # (role, suffix inside a block) in forward order

@@ -1,8 +1,8 @@
 """`write_run`: one metadata log and one statistics log per rank in the exact nvdlfw_inspect formats.
 
 Belongs here: `write_run`, `WrittenRun` / `RankFiles`, `stats_line` (the reference line format), the metadata
-messages (plan, feature and `Assigned layer name:` lines) and the timestamps; formats of fp8-log-format.md
-§1.1-1.3 and §3. The only side effect of the package is `write_run` writing the files it is asked to write.
+messages (plan, feature and `Assigned layer name:` lines) and the timestamps; formats of nvdlfw_inspect's
+log tree. The only side effect of the package is `write_run` writing the files it is asked to write.
 Must not be here: deciding values (that is `run` and `profiles`), parsing or analysing logs, web or database imports.
 """
 
@@ -83,7 +83,7 @@ class _Clock:
 
 def stats_line(asctime: str, name: str, iteration: int, value: float) -> str:
     """One statistics line exactly as nvdlfw_inspect's FileLogger writes it (reference for the fast path)."""
-    return f"{asctime} - INFO - " + "{} \t\t\t\t iteration={:06d} \t\t\t\t value={:.4f}".format(name, iteration, value)
+    return f"{asctime} - INFO - " + f"{name} \t\t\t\t iteration={iteration:06d} \t\t\t\t value={value:.4f}"
 
 
 def _plan_messages(run: SyntheticRun, t0: int) -> tuple[list[tuple[int, str]], int]:
@@ -144,7 +144,7 @@ def _write_stats(path: Path, names: list[str], iterations: np.ndarray, values: n
         for j, it in enumerate(iterations.tolist() if n else []):
             base = start_ms + it * step_ms
             args[0::3] = pick([clock.stamp(base + off) for off in offsets])
-            args[1::3] = ("%06d" % it,) * n
+            args[1::3] = (f"{it:06d}",) * n
             args[2::3] = rows[j].tolist()
             fh.write(template % tuple(args))
     return n * len(iterations)

@@ -14,10 +14,12 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from fp8_policy.policy.analysis import Analysis, Finding, LayerAssessment
+from fp8_policy.policy.recommend import POLICY_VERSION
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service.analysis.actions import load_and_analyze
 from fp8_policy.service.runs.actions import get_ready_run
-from fp8_policy.service.visual.actions import Rendered, build_panel, render_panels, style_for
+from fp8_policy.service.visual.actions import Rendered, RenderJob, build_panel, plan_render, render_job, \
+    run_identity, style_for
 from fp8_policy.service.visual.params import HeatmapParams
 from fp8_policy.service.visual.sentences import summary_sentences
 
@@ -61,11 +63,21 @@ def compare_analyses(base: Analysis, head: Analysis) -> dict[str, Any]:
 
 
 def compare_image(session: Session, base_id: int, head_id: int, params: HeatmapParams, fmt: str) -> Rendered:
+    return render_job(compare_job(session, base_id, head_id, params, fmt))
+
+
+def compare_job(session: Session, base_id: int, head_id: int, params: HeatmapParams, fmt: str,
+                max_pixels: int | None = None) -> RenderJob:
     runs = [get_ready_run(session, base_id), get_ready_run(session, head_id)]
     panels = [build_panel(session, run, params, title=f"{side} · {run.name or f'run {run.id}'}")
               for side, run in zip(("base", "head"), runs, strict=True)]
     style = style_for(params, [panel.matrix for panel in panels])  # one vmax for both
-    return render_panels(panels, style, params, fmt)
+    return plan_render(panels, style, params, fmt, max_pixels)
+
+
+def compare_cache_key(session: Session, base_id: int, head_id: int, params: HeatmapParams, fmt: str) -> tuple:
+    runs = tuple(run_identity(session, get_ready_run(session, run_id)) for run_id in (base_id, head_id))
+    return ("compare", runs, params, fmt, POLICY_VERSION)
 
 
 def change(base: float | None, head: float | None) -> dict[str, float | None]:
@@ -119,8 +131,7 @@ def _finding_changes(base: list[Finding], head: list[Finding]) -> tuple[list[Fin
 
 
 def _finding(finding: Finding) -> dict[str, Any]:
-    return {"pattern": finding.pattern.value, "severity": finding.severity.value, "layers": list(finding.layers),
-            "summary": finding.summary}
+    return finding.brief()
 
 
 def _stat(row: LayerAssessment | None, tensor: str, stat: str) -> float | None:

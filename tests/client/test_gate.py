@@ -66,3 +66,10 @@ def test_long_layer_lists_are_shortened() -> None:
     markdown = render_markdown(evaluate(RUN, {"findings": [finding("uniform", "critical", names)]}, {}, "critical"))
 
     assert "`model.x.5.fc1` (+4 more) |" in markdown
+
+
+def test_a_healthy_run_with_warning_band_layers_fails_a_warning_bar_through_the_table() -> None:
+    analysis = {"findings": [finding("healthy", "ok")], "layers": [layer("model.x.3.fc1", "warning", 1.2)]}
+    assert evaluate(RUN, analysis, {}, "warning").failing_layers == ["model.x.3.fc1"]
+    assert evaluate(RUN, analysis, {}, "warning").passed is False
+    assert evaluate(RUN, analysis, {}, "critical").passed is True

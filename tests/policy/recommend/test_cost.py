@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from fp8_policy.policy.analysis import analyze
-from fp8_policy.policy.records import GemmOverride
 from fp8_policy.policy.recommend.cost import expected_cost, gemm_flops
 from fp8_policy.policy.recommend.options import ModelDims
 from fp8_policy.policy.recommend.skiplist import SkipPlan
+from fp8_policy.policy.records import GemmOverride
 from tests.policy.analysis.factories import Spec, build_run, heads, name
 
 DIMS = ModelDims(hidden_size=4, ffn_hidden_size=16)
@@ -46,7 +46,7 @@ def test_skip_share_and_throughput_by_hand() -> None:
     assert cost["gemm_slowdown_vs_all_fp8_pct"] == pytest.approx(9.67, abs=0.01)
     assert cost["gemm_speedup_vs_all_bf16"] == pytest.approx(1 / time_rel, abs=1e-4)  # 1.4407
     assert cost["fp8_gemm_speedup"] == 1.58 and cost["speedup_measured_on"] == "H200"
-    assert "ecosystem.md §3" in cost["source"]
+    assert "https://nvidia.github.io/TransformerEngine/features/low_precision_training/speedups.html" in cost["source"]
 
 
 def test_override_counts_only_its_gemms() -> None:

@@ -27,7 +27,7 @@ def test_to_dict_has_exactly_the_api_keys_and_is_json() -> None:
     result = recommend(u_shape_run(), None, RecommendOptions(gpu_arch="hopper"))
     data = json.loads(json.dumps(result.to_dict()))
     assert set(data) == KEYS
-    assert set(data["recipe"]) == {"name", "class", "kwargs", "reason"}
+    assert set(data["recipe"]) == {"name", "label", "class", "kwargs", "reason"}
     assert data["policy_version"] == POLICY_VERSION
     assert {"first_last_layers_bf16", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "fp8_recipe",
             "extra_args"} <= set(data["megatron"])
