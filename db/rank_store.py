@@ -56,8 +56,8 @@ class RankStore:
 
     def write_layer_table(self, run_id: int, layers: list[AssembledLayer]) -> None:
         """Final order, precision and plans of every layer; layers known only from plan lines are added."""
-        existing = {name: id_ for name, id_ in
-                    self.session.execute(select(Layer.name, Layer.id).where(Layer.run_id == run_id))}
+        query = select(Layer.name, Layer.id).where(Layer.run_id == run_id)
+        existing: dict[str, int] = {name: id_ for name, id_ in self.session.execute(query)}
         new_rows = []
         for layer in layers:
             values = _layer_values(run_id, layer)

@@ -32,6 +32,7 @@ from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_me
 from fp8_policy.policy.stats_log import StatsLogError, StatsLogParser
 from fp8_policy.service.ingest.archive import ArchiveError, ExtractLimits
 from fp8_policy.service.ingest.archive.stream import read_members, scan_archive
+from fp8_policy.service.ingest.metadata_codec import metadata_from_json, metadata_to_json
 from fp8_policy.service.ingest.parse import MAX_METADATA_BYTES, IngestError
 from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
 from fp8_policy.service.settings import Settings
@@ -85,11 +86,14 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
         if run is None:
             raise LeaseLost(f"run {job.run_id} was deleted")
         key, hint = run.upload_path, run.upload_filename
+    metadata = _MetadataReader()
     with _open_upload(ctx, job.run_id, key) as (src, size):
-        scan = scan_archive(src, size, extract_limits(ctx.settings), hint)
+        scan = scan_archive(src, size, extract_limits(ctx.settings), hint, on_metadata=metadata.read)
     result = {
         "format": scan.format, "skipped_members": scan.skipped_members, "skipped_samples": scan.skipped_samples,
-        "stats": {str(rank): files for rank, files in scan.stats.items()}, "metadata": scan.metadata,
+        "stats": {str(rank): files for rank, files in scan.stats.items()},
+        "metadata_log": metadata_to_json(metadata.merged(scan.metadata)),
+        "metadata_reports": metadata.reports(scan.metadata),
     }
     with session_scope(ctx.factory) as session:
         jobs = JobRepository(session)
@@ -108,19 +112,17 @@ def ingest_rank(ctx: JobContext, job: ClaimedJob) -> None:
     reports: list[dict] = []
 
     def on_stats(streamed: str, stream: IO[bytes]) -> None:
-        report = parser.feed(stream, member_of[streamed])
+        report = parser.feed(stream, member_of[streamed])  # noqa: F821 (called before the `del parser` below)
         reports.append({"path": report.source, "rank": job.rank, "kind": "stats", "lines_read": report.lines_read,
                         "stats_lines": report.stats_lines, "blank_lines": report.blank_lines,
                         "skipped_lines": report.skipped_lines, "skipped_samples": report.skipped_samples})
 
-    metadata = _MetadataReader(plan["metadata"])
     with _open_upload(ctx, job.run_id, key) as (src, size):
         read_members(src, size, extract_limits(ctx.settings), hint, stats=[s for _m, s in files],
-                     on_stats=on_stats, metadata=metadata.wanted, on_metadata=metadata.read,
-                     spill_dir=_spill_dir(ctx))
+                     on_stats=on_stats, spill_dir=_spill_dir(ctx))
     parsed = parser.finish()
     duplicated = parsed.duplicated_points
-    assembled = assemble_run({job.rank: parsed}, metadata.merged())
+    assembled = assemble_run({job.rank: parsed}, metadata_from_json(plan["metadata_log"]))
     del parsed, parser
     result = {
         "files": reports, "lines_read": sum(r["lines_read"] for r in reports),
@@ -140,12 +142,7 @@ def ingest_rank(ctx: JobContext, job: ClaimedJob) -> None:
 
 # --- finalize ----------------------------------------------------------------------------------
 def finalize_run(ctx: JobContext, job: ClaimedJob) -> None:
-    key, hint, plan = _run_and_plan(ctx, job.run_id)
-    metadata = _MetadataReader(plan["metadata"])
-    if metadata.wanted:
-        with _open_upload(ctx, job.run_id, key) as (src, size):
-            read_members(src, size, extract_limits(ctx.settings), hint, stats=[], on_stats=_unexpected,
-                         metadata=metadata.wanted, on_metadata=metadata.read, spill_dir=_spill_dir(ctx))
+    _key, _hint, plan = _run_and_plan(ctx, job.run_id)
     with session_scope(ctx.factory) as session:
         jobs = JobRepository(session)
         jobs.complete(job, ctx.owner)
@@ -154,18 +151,18 @@ def finalize_run(ctx: JobContext, job: ClaimedJob) -> None:
         facts = store.layer_facts(job.run_id)
         if not facts:
             raise IngestError("NoStatsLines", "no statistics line could be attributed to a layer, tensor and stat")
-        store.write_layer_table(job.run_id, layer_table(facts, metadata.merged()))
-        store.mark_ready(run, _counts(plan, jobs.rank_results(job.run_id), metadata.reports))
+        store.write_layer_table(job.run_id, layer_table(facts, metadata_from_json(plan["metadata_log"])))
+        store.mark_ready(run, _counts(plan, jobs.rank_results(job.run_id)))
     log.info("run %s ready", job.run_id)
 
 
-def _counts(plan: dict, ranks: dict[int, dict], metadata_reports: list[dict]) -> IngestCounts:
+def _counts(plan: dict, ranks: dict[int, dict]) -> IngestCounts:
     per_rank = [ranks[rank] for rank in sorted(ranks)]
     unsplit: list[str] = []
     for result in per_rank:
         unsplit += [name for name in result["unsplit_names"] if name not in unsplit]
     report = {
-        "files": metadata_reports + [f for result in per_rank for f in result["files"]],
+        "files": plan["metadata_reports"] + [f for result in per_rank for f in result["files"]],
         "unsplit_metric_names": unsplit[:MAX_NAME_SAMPLES],
         "unsplit_points": sum(result["unsplit_points"] for result in per_rank),
         "archive": {"format": plan["format"], "skipped_members": plan["skipped_members"],
@@ -180,11 +177,9 @@ def _counts(plan: dict, ranks: dict[int, dict], metadata_reports: list[dict]) ->
 
 # --- shared ------------------------------------------------------------------------------------
 class _MetadataReader:
-    """Reads the metadata members a job asks for (bounded), merged in session order at the end."""
+    """Parses the metadata members of the scan (each bounded); merged and reported in session order."""
 
-    def __init__(self, members: list[list[str]]) -> None:
-        self.member_of = {streamed: member for member, streamed in members}
-        self.wanted = list(self.member_of)
+    def __init__(self) -> None:
         self.logs: dict[str, MetadataLog] = {}
 
     def read(self, streamed: str, stream: IO[bytes]) -> None:
@@ -194,18 +189,15 @@ class _MetadataReader:
                               f"{MAX_METADATA_BYTES} bytes is not a metadata log")
         self.logs[streamed] = parse_metadata_lines(data.decode("utf-8", "replace").splitlines())
 
-    def merged(self) -> MetadataLog:
-        return merge_metadata(self.logs[name] for name in self.wanted if name in self.logs)
+    def merged(self, members: list[tuple[str, str]]) -> MetadataLog:
+        return merge_metadata(self.logs[streamed] for _member, streamed in members)
 
-    @property
-    def reports(self) -> list[dict]:
+    def reports(self, members: list[tuple[str, str]]) -> list[dict]:
         out = []
-        for name in self.wanted:
-            meta, member = self.logs.get(name), self.member_of[name]
-            logfile = classify_log_path(name)
-            if meta is not None:
-                out.append({"path": member, "rank": logfile.rank if logfile else 0, "kind": "metadata",
-                            "lines_read": meta.lines_read, "lines_unrecognised": meta.lines_unrecognised})
+        for member, streamed in members:
+            meta, logfile = self.logs[streamed], classify_log_path(streamed)
+            out.append({"path": member, "rank": logfile.rank if logfile else 0, "kind": "metadata",
+                        "lines_read": meta.lines_read, "lines_unrecognised": meta.lines_unrecognised})
         return out
 
 
@@ -251,10 +243,6 @@ def _spill_dir(ctx: JobContext):
     path = ctx.settings.data_dir / "work"
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def _unexpected(streamed: str, _stream: IO[bytes]) -> None:
-    raise AssertionError(f"{streamed}: no statistics member was asked for")
 
 
 def _fail(ctx: JobContext, job: ClaimedJob, error: str) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from fp8_policy.policy.log_files import LogFile
+from fp8_policy.policy.log_files import LogFile, classify_log_path
 from fp8_policy.service.ingest.archive import _EXTRACTORS
 from fp8_policy.service.ingest.archive.detect import _detect_format
 from fp8_policy.service.ingest.archive.errors import _CORRUPT, ArchiveError
@@ -76,9 +76,18 @@ def _drain(_relpath: str, stream: IO[bytes]) -> None:
         pass
 
 
-def scan_archive(src: IO[bytes], size: int, limits: ExtractLimits, hint: str | None = None) -> ArchiveScan:
-    """Read the whole upload once, checking every limit; ArchiveError as `extract_upload` raises it."""
-    fmt, logs, skipped = _walk(src, size, limits, hint, _drain)
+def scan_archive(src: IO[bytes], size: int, limits: ExtractLimits, hint: str | None = None,
+                 on_metadata: MemberCallback | None = None) -> ArchiveScan:
+    """Read the whole upload once, checking every limit (ArchiveError as `extract_upload` raises it); metadata
+    members go to `on_metadata` when given, under the name `ArchiveScan.metadata` lists them with."""
+
+    def on_member(relpath: str, stream: IO[bytes]) -> None:
+        log = classify_log_path(relpath)
+        if on_metadata is not None and log is not None and log.kind == "metadata":
+            on_metadata(relpath, stream)
+        _drain(relpath, stream)
+
+    fmt, logs, skipped = _walk(src, size, limits, hint, on_member)
     if not any(log.kind == "stats" for log in logs):
         detail = "no nvdlfw_inspect_statistics_logs/nvdlfw_inspect[_stamp]_globalrank-N.log in the upload"
         if logs:
@@ -97,12 +106,11 @@ def scan_archive(src: IO[bytes], size: int, limits: ExtractLimits, hint: str | N
 
 
 def read_members(src: IO[bytes], size: int, limits: ExtractLimits, hint: str | None, *,
-                 stats: list[str], on_stats: MemberCallback, metadata: list[str], on_metadata: MemberCallback,
-                 spill_dir: Path) -> None:
-    """Hand the named statistics members to `on_stats` in the given order and the metadata members to
-    `on_metadata`; other members are skipped unread. Raises ArchiveError when a named member is missing."""
+                 stats: list[str], on_stats: MemberCallback, spill_dir: Path) -> None:
+    """Hand the named statistics members to `on_stats` in the given order; other members are skipped unread.
+    Raises ArchiveError when a named member is missing."""
     pending = list(stats)
-    wanted, wanted_metadata = set(stats), set(metadata)
+    wanted = set(stats)
     spilled: dict[str, Path] = {}
     work = Path(tempfile.mkdtemp(prefix="spill-", dir=spill_dir)) if len(stats) > 1 else None
 
@@ -115,9 +123,7 @@ def read_members(src: IO[bytes], size: int, limits: ExtractLimits, hint: str | N
             path.unlink()
 
     def on_member(relpath: str, stream: IO[bytes]) -> None:
-        if relpath in wanted_metadata:
-            on_metadata(relpath, stream)
-        elif relpath in wanted:
+        if relpath in wanted:
             if pending and pending[0] == relpath:
                 pending.pop(0)
                 on_stats(relpath, stream)
