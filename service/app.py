@@ -16,6 +16,8 @@ from fp8_policy.db.session import create_db_engine, create_session_factory, sess
 from fp8_policy.service.docs.routes import router as docs_router
 from fp8_policy.service.errors import install_error_handlers
 from fp8_policy.service.limits import check_request
+from fp8_policy.service.runs.retry import router as retry_router
+from fp8_policy.service.storage import install_storage_handlers, sweep_stale_parts
 from fp8_policy.service.ingest.worker import IngestWorker
 from fp8_policy.service.analysis.routes import router as analysis_router
 from fp8_policy.service.analysis.summary import SummaryRefresher
@@ -43,6 +45,7 @@ def _warm_parser() -> None:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    sweep_stale_parts(settings.data_dir / "uploads")  # left by a killed process; live uploads are locked
     engine = create_db_engine(settings.resolved_database_url, settings.pool_options())
     factory = create_session_factory(engine)
     app.state.engine = engine
@@ -81,7 +84,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.upload_gate = UploadGate(settings.max_concurrent_uploads)
     app.add_middleware(BodyTimeoutMiddleware, timeout=settings.body_timeout)
     install_error_handlers(app)
+    install_storage_handlers(app)  # a full disk is 507, never blamed on the client
     app.include_router(runs_router)
+    app.include_router(retry_router)
     app.include_router(analysis_router)
     app.include_router(visual_router)
     app.include_router(web_router)

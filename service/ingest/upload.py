@@ -19,6 +19,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
 from fp8_policy.service.errors import AppError, InvalidUpload, UnsupportedMediaType, UploadTooLarge
+from fp8_policy.service.storage import hold_part, is_out_of_space, out_of_space
 
 RAW_TYPES = {
     "application/gzip",
@@ -45,24 +46,46 @@ class ReceivedUpload:
 
 
 class _HashingFile:
-    """Writes chunks to `path`, hashing and counting them; raises UploadTooLarge past the limit."""
+    """Writes chunks to `path`, hashing and counting them; raises UploadTooLarge past the limit and
+    InsufficientStorage (507) when the disk is full. The file is held (service/storage.py) until closed, so the
+    start-up sweep can tell a live upload from one a killed process left behind."""
 
     def __init__(self, path: Path, max_bytes: int) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.size = 0
         self.hash = hashlib.sha256()
-        self.handle = open(path, "xb")  # noqa: SIM115 - closed in close()
+        try:
+            self.handle = open(path, "xb")  # noqa: SIM115 - closed in close() or discard()
+        except OSError as exc:
+            raise (out_of_space(exc) if is_out_of_space(exc) else exc) from exc
+        hold_part(self.handle)
 
     def write(self, data: bytes | memoryview) -> None:
         self.size += len(data)
         if self.size > self.max_bytes:
             raise UploadTooLarge(f"upload exceeds the limit of {self.max_bytes} bytes")
         self.hash.update(data)
-        self.handle.write(data)
+        try:
+            self.handle.write(data)
+        except OSError as exc:
+            raise (out_of_space(exc) if is_out_of_space(exc) else exc) from exc
 
     def close(self) -> None:
-        self.handle.close()
+        try:
+            self.handle.close()  # flushes: on a full disk this is where ENOSPC may surface
+        except OSError as exc:
+            raise (out_of_space(exc) if is_out_of_space(exc) else exc) from exc
+
+    def discard(self) -> None:
+        """Close and remove the file; never raises (closing a file on a full disk fails again: the unlink
+        must happen anyway, or the `.part` keeps the disk full)."""
+        try:
+            self.handle.close()
+        except OSError:
+            pass
+        finally:
+            self.path.unlink(missing_ok=True)
 
 
 async def receive_upload(request: Request, dest: Path, max_bytes: int,
@@ -89,11 +112,10 @@ async def receive_upload(request: Request, dest: Path, max_bytes: int,
             )
         if sink.size == 0:
             raise InvalidUpload("the upload is empty", error="EmptyUpload")
-    except BaseException:
         sink.close()
-        dest.unlink(missing_ok=True)
+    except BaseException:
+        sink.discard()
         raise
-    sink.close()
     return ReceivedUpload(dest, sink.hash.hexdigest(), sink.size, filename, fields)
 
 
@@ -181,7 +203,7 @@ async def _receive_multipart(request: Request, sink: _HashingFile,
     try:
         await _pump(request, parser.write, limiter)
         parser.finalize()
-    except AppError:  # ours: field limits, size limit, body timeout
+    except (AppError, OSError):  # ours (field limits, size limit, body timeout, full disk) or the server's
         raise
     except Exception as exc:  # python-multipart raises several parse error types
         raise InvalidUpload(f"malformed multipart body: {exc}") from exc

@@ -109,19 +109,21 @@ def _store_upload_file(session: Session, data_dir: Path, store: ArchiveStore, ru
 
 
 def _remove_on_rollback(session: Session, store: ArchiveStore, prefix: str) -> None:
-    """Delete `prefix` from the store if this session's transaction rolls back instead of committing."""
+    """Delete `prefix` from the store if this session's transaction ends without committing."""
     committed = False
 
     def on_commit(_session: Session) -> None:
         nonlocal committed
         committed = True
 
-    def on_rollback(_session: Session) -> None:
-        if not committed:
+    def on_end(_session: Session, transaction) -> None:
+        # The end of the outermost transaction without a commit: rolled back, or closed after a failed commit
+        # (session_scope closes the session without an explicit rollback when commit() itself raises).
+        if transaction.parent is None and not committed:
             store.delete_prefix(prefix)
 
     event.listen(session, "after_commit", on_commit)
-    event.listen(session, "after_rollback", on_rollback)
+    event.listen(session, "after_transaction_end", on_end)
 
 
 def run_read(run: Run, *, with_report: bool = False) -> RunRead:

@@ -9,6 +9,7 @@ from typing import IO
 from isal import igzip
 
 from fp8_policy.policy.log_files import LogFile, classify_log_path
+from fp8_policy.policy.safe_text import displayable
 from fp8_policy.service.ingest.archive.detect import open_source
 from fp8_policy.service.ingest.archive.errors import ArchiveError
 from fp8_policy.service.ingest.archive.limits import _Budget, _Meter, _Skipped
@@ -56,7 +57,7 @@ def _extract_tar_stream(
 def _check_tar_member(member: tarfile.TarInfo, relpath: str) -> None:
     if member.issym() or member.islnk():
         kind = "symlink" if member.issym() else "hard link"
-        raise ArchiveError("UnsupportedMember", f"{relpath}: {kind} to {member.linkname!r}")
+        raise ArchiveError("UnsupportedMember", f"{relpath}: {kind} to '{displayable(member.linkname)}'")
     if member.isdev() or member.issparse() or not (member.isfile() or member.isdir()):
         raise ArchiveError("UnsupportedMember", f"{relpath}: not a regular file or directory")
     if member.isfile() and not relpath:

@@ -1,0 +1,48 @@
+"""`POST /api/v1/runs/{id}/retry`: queue the ingest of a failed run again, from its stored upload.
+
+A run that failed for a server-side reason (a full disk, a crash) can be retried without deleting it; uploading
+the same bytes again does the same for those reasons (service/runs/actions.py: RETRY_ERRORS). Here the user
+asks explicitly, so any failed run is retried as long as its upload is still stored.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy.orm import Session
+
+from fp8_policy.db.repositories import RunRepository
+from fp8_policy.service.errors import Conflict, ErrorBody
+from fp8_policy.service.ingest.store import ArchiveStore
+from fp8_policy.service.runs import actions
+from fp8_policy.service.runs.schemas import RunRead
+
+router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
+
+
+@router.post(
+    "/{run_id}/retry",
+    status_code=202,
+    response_model=RunRead,
+    responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody, "description": "NotRetryable (the run is not "
+               "failed) or UploadMissing (upload the same bytes again instead)."}},
+)
+def retry_run(run_id: int, request: Request) -> JSONResponse:
+    """Queue a failed run's ingest again from its stored upload: 202 with the run, now `queued`."""
+    state = request.app.state
+    with state.unit_of_work() as session:
+        body = requeue(session, state.ingest.store, run_id)
+    state.ingest.submit(run_id)
+    return JSONResponse(body, status_code=202, headers={"Location": f"/api/v1/runs/{run_id}"})
+
+
+def requeue(session: Session, store: ArchiveStore, run_id: int) -> dict:
+    run = actions.get_run(session, run_id)
+    if run.status != "failed":
+        raise Conflict(f"run {run_id} is {run.status}; only a failed run can be retried", error="NotRetryable")
+    if not (run.upload_path and store.exists(run.upload_path)):
+        raise Conflict(f"the upload of run {run_id} is no longer stored; upload the same bytes again to retry it",
+                       error="UploadMissing")
+    RunRepository(session).requeue_failed(run_id, upload_path=run.upload_path)
+    session.refresh(run)
+    return actions.run_read(run).model_dump(mode="json")
