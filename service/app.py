@@ -15,6 +15,7 @@ from sqlalchemy import text
 from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
 from fp8_policy.service.docs.routes import router as docs_router
 from fp8_policy.service.errors import install_error_handlers
+from fp8_policy.service.health import HEALTH_RESPONSES, HealthRead
 from fp8_policy.service.limits import check_request
 from fp8_policy.service.runs.retry import router as retry_router
 from fp8_policy.service.storage import install_storage_handlers, sweep_stale_parts
@@ -92,7 +93,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(web_router)
     app.include_router(docs_router)
 
-    @app.get("/healthz", tags=["health"])
+    @app.get("/healthz", tags=["health"], response_model=HealthRead, responses=HEALTH_RESPONSES)
     def healthz() -> JSONResponse:
         """Liveness plus a database round trip."""
         try:

@@ -19,18 +19,25 @@ ERRORS = error_responses(400, 404, 409)
 FORMAT_HELP = "json (default), te-yaml, megatron, hydra or torchao"
 FORMAT_QUERY = Query(description=FORMAT_HELP, json_schema_extra={"enum": ["json", *FORMATS]})
 _GET_OPTION_KEYS = ("gpu_arch", "te_version", "current_recipe")
-OVERRIDES_HELP = ("Any of: `thresholds` (name -> number, as in GET .../analysis), `gpu_arch`, `model_dims` (hidden_size, "
-                  "ffn_hidden_size, num_layers, seq_len, vocab_size, num_attention_heads, num_query_groups, "
-                  "gated_mlp), `te_version`, `current_recipe`, `keep_existing_bf16`, `skip_projected`. Unknown keys "
-                  "or bad values are a 400 InvalidOverrides.")
-_OPTION_PARAMS = [
-    query_param("gpu_arch", {"type": "string", "examples": ["hopper", "sm90", "blackwell"]}, "GPU the policy is for "
-                "(decides which recipes are possible); default: the run's metadata."),
-    query_param("te_version", {"type": "string", "examples": ["2.8"]}, "Transformer Engine version the rendered config "
-                "targets; default: the run's metadata."),
-    query_param("current_recipe", {"type": "string", "examples": ["delayed", "current", "mxfp8"]}, "The recipe the run "
-                "trained with (DelayedScaling, current, block, mxfp8, ...); default: the run's metadata."),
-]
+OVERRIDES_HELP = ("Any of: `thresholds` (name -> number, as in GET .../analysis), `gpu_arch`, `model_dims` "
+                  "(hidden_size, ffn_hidden_size, num_layers, seq_len, vocab_size, num_attention_heads, "
+                  "num_query_groups, gated_mlp), `te_version`, `current_recipe`, `keep_existing_bf16`, "
+                  "`skip_projected`. Unknown keys or bad values are a 400 InvalidOverrides.")
+# Documentation of each non-threshold GET parameter in _GET_OPTION_KEYS (tests/service/test_openapi_document.py
+# fails when one is missing here).
+_OPTION_HELP = {
+    "gpu_arch": ("GPU the policy is for (decides which recipes are possible); default: the run's metadata.",
+                 ["hopper", "sm90", "blackwell"]),
+    "gpu": ("Same as gpu_arch.", ["H100"]),
+    "te_version": ("Transformer Engine version the rendered config targets; default: the run's metadata.", ["2.8"]),
+    "current_recipe": ("The recipe the run trained with (DelayedScaling, current, block, mxfp8, ...); default: the "
+                       "run's metadata.", ["delayed", "current", "mxfp8"]),
+    "previous_run": ("Id of the run this one follows: the recommendation then says what changed (`history`).",
+                     ["41"]),
+}
+_OPTION_PARAMS = [query_param(key, {"type": "string", "examples": _OPTION_HELP[key][1]}, _OPTION_HELP[key][0])
+                  if key in _OPTION_HELP else query_param(key, {"type": "string"}, "")
+                  for key in _GET_OPTION_KEYS]
 # The rendered formats' media types (?format= other than json); each dialect module names its own.
 _RENDERED = {module.MEDIA_TYPE: {"schema": {"type": "string"}} for module in (te_yaml, megatron, hydra, torchao)}
 RECOMMENDATION_RESPONSES = {**ERRORS, 200: {"description": "The policy as JSON, or rendered in the requested "
@@ -102,8 +109,9 @@ def read_recommendation(
 def recompute_recommendation(
     run_id: int,
     session: SessionDep,
-    overrides: Annotated[dict[str, Any], Body(description=OVERRIDES_HELP, examples=[{"thresholds": {"critical": 3.0}, "gpu_arch": "hopper",
-                                                        "model_dims": {"hidden_size": 1280}, "te_version": "2.13"}])],
+    overrides: Annotated[dict[str, Any], Body(description=OVERRIDES_HELP, examples=[
+        {"thresholds": {"critical": 3.0}, "gpu_arch": "hopper", "model_dims": {"hidden_size": 1280},
+         "te_version": "2.13"}])],
     format: Annotated[str, FORMAT_QUERY] = "json",
 ) -> RecommendationRead | Response:
     """Recompute the recommendation from stored data with overrides (thresholds, GPU arch, model dims,

@@ -11,19 +11,22 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fp8_policy.service.deps import SessionDep, SettingsDep
 from fp8_policy.service.errors import ErrorBody
 from fp8_policy.service.ingest.upload import ReceivedUpload, new_upload_path, receive_upload
+from fp8_policy.service.openapi import error_responses
 from fp8_policy.service.runs import actions
+from fp8_policy.service.runs.upload_docs import UPLOAD_OPENAPI
 from fp8_policy.service.limits import check_rank
 from fp8_policy.service.runs.schemas import LayerRead, RunList, RunRead, SeriesRead
 from fp8_policy.service.settings import Settings
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
-ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody}}
+ERRORS = error_responses(400, 404, 409)
 StatusFilter = Literal["queued", "processing", "ready", "failed"]
 
 
 @router.post(
     "",
     status_code=202,
+    openapi_extra=UPLOAD_OPENAPI,
     response_model=RunRead,
     responses={200: {"model": RunRead, "description": "The same bytes were already uploaded to this project."},
                400: {"model": ErrorBody}, 408: {"model": ErrorBody}, 413: {"model": ErrorBody},
@@ -70,11 +73,11 @@ def list_runs(
     request: Request,
     session: SessionDep,
     settings: SettingsDep,
-    project: str | None = None,
-    status: StatusFilter | None = None,
-    tag: str | None = None,
-    cursor: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    project: Annotated[str | None, Query(description="Only runs of this project.")] = None,
+    status: Annotated[StatusFilter | None, Query(description="Only runs in this state.")] = None,
+    tag: Annotated[str | None, Query(description="Only runs carrying this tag.")] = None,
+    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
+    limit: Annotated[int, Query(ge=1, le=200, description="Runs per page.")] = 50,
 ) -> RunList:
     """Runs, newest first, filtered by project, status and tag; follow `next_cursor` for more. Ready runs carry
     their stored `summary` (severity, leading finding, layers to BF16); one still being computed is null."""
@@ -99,7 +102,10 @@ def delete_run(run_id: int, request: Request, session: SessionDep, settings: Set
 
 
 @router.get("/{run_id}/layers", response_model=list[LayerRead], responses=ERRORS)
-def list_layers(run_id: int, session: SessionDep, rank: int | None = None) -> list[LayerRead]:
+def list_layers(
+    run_id: int, session: SessionDep,
+    rank: Annotated[int | None, Query(ge=0, description="One rank; default: every rank.")] = None,
+) -> list[LayerRead]:
     """One entry per layer in model order, with per (tensor, stat) summaries over ranks (or one rank)."""
     return actions.layers_of(session, run_id, rank)
 
@@ -108,22 +114,26 @@ def list_layers(run_id: int, session: SessionDep, rank: int | None = None) -> li
 def read_series(
     run_id: int,
     session: SessionDep,
-    layer: str,
-    tensor: str,
+    layer: Annotated[str, Query(description="Exact layer name as logged (see .../layers).")],
+    tensor: Annotated[str, Query(description="As logged: activation, gradient, weight, ...")],
     stat: Annotated[str, Query(description="As logged after the tensor: underflows%, mxfp8_underflows%, ...")],
-    rank: int | None = None,
+    rank: Annotated[int | None, Query(ge=0, description="One rank; default: every rank.")] = None,
 ) -> SeriesRead:
     """Iterations and values of one metric of one layer, per rank."""
     return actions.series_of(session, run_id, layer=layer, tensor=tensor, stat=stat, rank=rank)
 
 
-@router.get("/{run_id}/metrics.csv", responses={200: {"content": {"text/csv": {}}}, **ERRORS})
+@router.get("/{run_id}/metrics.csv", response_class=Response,
+            responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}},
+                             "description": "The CSV, streamed as an attachment."}, **ERRORS})
 def export_csv(
     run_id: int,
     request: Request,
     session: SessionDep,
-    layout: Literal["long", "bionemo"] = "long",
-    rank: int | None = None,
+    layout: Annotated[Literal["long", "bionemo"], Query(description="long: rank, layer, tensor, recipe, stat, "
+                                                                 "iteration, value; bionemo: metric_name, "
+                                                                 "iteration, value.")] = "long",
+    rank: Annotated[int | None, Query(ge=0, description="One rank; default: every rank.")] = None,
 ) -> StreamingResponse:
     """All points as CSV, streamed: long layout (rank, layer, tensor, recipe, stat, iteration, value)
     or `layout=bionemo` (metric_name, iteration, value)."""

@@ -7,16 +7,19 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import math
+import socket
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from fastapi.testclient import TestClient
 
 from fp8_policy.db.migrate import upgrade
+from fp8_policy.policy.synthetic import SCENARIOS, write_run
 from fp8_policy.service.app import create_app
 from fp8_policy.service.settings import Settings
-
-from fp8_policy.policy.synthetic import SCENARIOS, write_run
 from tests.archives import stats_log, tree_tar_gz
 from tests.conftest import wait_for_run
 
@@ -61,10 +64,39 @@ def upload_runs(client: TestClient, tmp_path: Path, project: str) -> dict[str, i
     return ids
 
 
-def sqlite_client(root: Path, **settings: object) -> Iterator[TestClient]:
-    """The real app (with its lifespan) on a fresh, migrated SQLite database under `root`."""
+def sqlite_settings(root: Path, **settings: object) -> Settings:
+    """Settings of an app on a fresh, migrated SQLite database and data directory under `root`."""
     url = f"sqlite+pysqlite:///{root / 'app.db'}"
     upgrade(url)
-    with TestClient(create_app(Settings(_env_file=None, data_dir=root / "data", database_url=url,
-                                        **settings))) as client:
+    return Settings(_env_file=None, data_dir=root / "data", database_url=url, **settings)
+
+
+def sqlite_client(root: Path, **settings: object) -> Iterator[TestClient]:
+    """The real app (with its lifespan) on a fresh, migrated SQLite database under `root`."""
+    with TestClient(create_app(sqlite_settings(root, **settings))) as client:
         yield client
+
+
+@contextmanager
+def live_server(settings: Settings) -> Iterator[str]:
+    """The app under uvicorn on a free 127.0.0.1 port (in a thread); yields its base URL."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="api-uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            sock.close()
+            raise RuntimeError("uvicorn did not start the app within 30 s")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()

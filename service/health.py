@@ -1,0 +1,17 @@
+"""The response model of `GET /healthz` (the route itself is in service/app.py): liveness plus a database round
+trip. A failed round trip answers 503 with the same shape, `status` "error" and the driver's message."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class HealthRead(BaseModel):
+    status: Literal["ok", "error"]
+    database: str = Field(description="'ok', or '<ExceptionType>: <message>' when the round trip failed.")
+
+
+HEALTH_RESPONSES: dict[int | str, dict] = {
+    503: {"model": HealthRead, "description": "The database round trip failed (`status` is \"error\")."}}
