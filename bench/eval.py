@@ -31,7 +31,13 @@ from pathlib import Path
 # Re-exported so `from bench.eval import ...` keeps working; each name lives in the module its section moved to.
 from bench.eval_big import BIG_ANALYSIS_TARGET_S, BIG_TREE, ROOT, big_timings, ensure_big_tree, stored_run
 from bench.eval_cases import (
-    CaseResult, FixtureResult, Report, evaluate, evaluate_case, evaluate_fixture, run_pipeline,
+    CaseResult,
+    FixtureResult,
+    Report,
+    evaluate,
+    evaluate_case,
+    evaluate_fixture,
+    run_pipeline,
 )
 from bench.eval_configs import GEMM_DISABLE, LAYER_DISABLE, TE_FEATURES, ConfigChecker
 from bench.eval_ingest import MAX_LINE_BYTES, log_files, parse_tree, run_data

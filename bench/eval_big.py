@@ -67,20 +67,22 @@ def big_timings(tree: Path, repeats: int = 3, truth: Any = None) -> dict[str, An
     from fp8_policy.service.analysis.actions import load_and_analyze, recommendation_for
 
     out: dict[str, Any] = {"tree": str(tree)}
-    with tempfile.TemporaryDirectory(prefix="fp8-eval-big-") as tmp:
-        with stored_run(tree, f"sqlite:///{Path(tmp) / 'eval.db'}") as (factory, run_id, times):
-            out.update(times)
-            analysis_runs, recommend_runs = [], []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                with session_scope(factory) as session:
-                    data, analysis = load_and_analyze(session, run_id)
-                analysis_runs.append(time.perf_counter() - start)
-                start = time.perf_counter()
-                with session_scope(factory) as session:
-                    rec = recommendation_for(session, run_id, None)
-                recommend_runs.append(time.perf_counter() - start)
-            out["steps_analysis_seconds"] = _analysis_seconds(factory, run_id)  # what `make bench` reports
+    with (
+        tempfile.TemporaryDirectory(prefix="fp8-eval-big-") as tmp,
+        stored_run(tree, f"sqlite:///{Path(tmp) / 'eval.db'}") as (factory, run_id, times),
+    ):
+        out.update(times)
+        analysis_runs, recommend_runs = [], []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            with session_scope(factory) as session:
+                data, analysis = load_and_analyze(session, run_id)
+            analysis_runs.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            with session_scope(factory) as session:
+                rec = recommendation_for(session, run_id, None)
+            recommend_runs.append(time.perf_counter() - start)
+        out["steps_analysis_seconds"] = _analysis_seconds(factory, run_id)  # what `make bench` reports
     if truth is None:
         from bench.generate import benchmark_case
 

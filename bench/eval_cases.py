@@ -17,8 +17,8 @@ from bench.eval_configs import ConfigChecker
 from bench.eval_ingest import parse_tree
 from bench.eval_scoring import CaseScore, Totals, score, totals
 from fp8_policy.policy.analysis import Analysis, analyze
-from fp8_policy.policy.records import RunData
 from fp8_policy.policy.recommend import Recommendation, recommend
+from fp8_policy.policy.records import RunData
 from fp8_policy.policy.render import FORMATS
 
 

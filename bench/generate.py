@@ -12,8 +12,18 @@ import sys
 import time
 from pathlib import Path
 
-from fp8_policy.policy.synthetic import Rule, ScenarioCase, SyntheticRun, any_of, first_blocks, heads, last_blocks, level, \
-    make_case, write_run
+from fp8_policy.policy.synthetic import (
+    Rule,
+    ScenarioCase,
+    SyntheticRun,
+    any_of,
+    first_blocks,
+    heads,
+    last_blocks,
+    level,
+    make_case,
+    write_run,
+)
 
 # "6m": 33 blocks x 4 GEMMs + 2 heads, 3 tensors x 4 stats, iterations 0-7320 every 2 -> 5,886,888 lines.
 PRESETS: dict[str, dict[str, int]] = {

@@ -212,6 +212,11 @@ def report(results: dict) -> None:
         print(f"  [{'ok' if ok else 'MISSED'}] {label}")
 
 
+def _line_count(path: Path) -> int:
+    with path.open("rb") as fh:  # streamed: the logs can be larger than memory
+        return sum(1 for _ in fh)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     parser.add_argument("--target", choices=("6m", "small"), default="6m")
@@ -220,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     tree = ensure_log_tree(args.target)
     archive = ensure_archive(tree)
     stats_files = list(tree.rglob("nvdlfw_inspect_statistics_logs/*.log"))
-    lines = sum(1 for path in stats_files for _ in open(path, "rb"))
+    lines = sum(_line_count(path) for path in stats_files)
     results = {"lines": lines, "log_mb": sum(p.stat().st_size for p in stats_files) / 1e6}
     with tempfile.TemporaryDirectory(prefix="fp8-bench-") as tmp:
         work = Path(tmp)

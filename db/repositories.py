@@ -152,7 +152,7 @@ class RunRepository:
         ]
         if rows:
             self.session.execute(insert(Layer), rows)
-        return {name: id_ for name, id_ in self.session.execute(select(Layer.name, Layer.id).where(Layer.run_id == run_id))}
+        return dict(self.session.execute(select(Layer.name, Layer.id).where(Layer.run_id == run_id)).tuples().all())
 
     # --- reads ------------------------------------------------------------------------------
     def layers(self, run_id: int) -> list[Layer]:

@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.repositories import utcnow
 from fp8_policy.db.models import Run
+from fp8_policy.db.repositories import utcnow
 from fp8_policy.db.summary_models import RunSummary
 
 

@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from starlette.requests import Request
+
 from fp8_policy.policy.safe_text import displayable
 from fp8_policy.service.errors import BadRequest, NotFound
 

@@ -81,7 +81,7 @@ def multi_rank_tree(root: Path, ranks: int, layers: int = 2, iterations: Iterabl
         points = [(f"{name}_activation_underflows%", it, rank_value(rank, k + 1, it))
                   for it in its for k, name in enumerate(names)]
         files[stats_relpath(rank)] = stats_log(points)
-        files[meta_relpath(rank)] = metadata_log({name: "FP8 Quantize" for name in names})
+        files[meta_relpath(rank)] = metadata_log(dict.fromkeys(names, "FP8 Quantize"))
     return write_tree(root, files)
 
 

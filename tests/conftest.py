@@ -26,7 +26,6 @@ from fp8_policy.service.app import create_app
 from fp8_policy.service.settings import Settings
 from tests.pg_cluster import PostgresUnavailable, ThrowawayPostgres
 
-
 # ===========================================================================
 # 1. Throwaway PostgreSQL cluster
 # ===========================================================================

@@ -34,6 +34,7 @@ as the watchdog script (``python pg_cluster.py --watchdog ...``).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import glob
 import itertools
 import os
@@ -167,22 +168,18 @@ def _stop_and_remove(base_dir: Path, bindir: Path, as_root: bool, timeout: float
         cmd = [str(bindir / "pg_ctl"), "-D", str(datadir), "-m", "immediate", "-w", "-t", str(int(timeout)), "stop"]
         if as_root:
             cmd = ["runuser", "-u", _OS_USER, "--", *cmd]
-        try:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run(
                 cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 cwd=str(base_dir), env=_clean_env(), timeout=timeout + 5, check=False,
             )
-        except (OSError, subprocess.SubprocessError):
-            pass
         # Belt and braces: if the postmaster survived, kill it outright.
         deadline = time.monotonic() + 5
         while _pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         if _pid_alive(pid):
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
     shutil.rmtree(base_dir, ignore_errors=True)
 
 
@@ -277,7 +274,7 @@ class ThrowawayPostgres:
     def log_tail(self, lines: int = 40) -> str:
         return _tail(self.log_path, lines) if self.base_dir else "<not started>"
 
-    def __enter__(self) -> "ThrowawayPostgres":
+    def __enter__(self) -> ThrowawayPostgres:
         self.start()
         return self
 
@@ -290,7 +287,7 @@ class ThrowawayPostgres:
 
     # -- lifecycle ----------------------------------------------------------
 
-    def start(self) -> "ThrowawayPostgres":
+    def start(self) -> ThrowawayPostgres:
         with self._lock:
             if self.running:
                 return self
@@ -465,17 +462,13 @@ def _stop_and_remove_server_only(datadir: Path) -> None:
     """After a failed start attempt: make sure no half-started postmaster lingers."""
     pid = _postmaster_pid(datadir)
     if pid is not None and _pid_alive(pid):
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
         deadline = time.monotonic() + 5
         while _pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-    try:
+    with contextlib.suppress(OSError):
         (datadir / "postmaster.pid").unlink()
-    except OSError:
-        pass
 
 
 def _watchdog_main(base_dir: str, bindir: str, as_root: str) -> int:

@@ -1,7 +1,7 @@
 """initial schema: runs, tags, layers, series
 
 Revision ID: 0001
-Revises: 
+Revises:
 Create Date: 2026-11-21 23:45:29.183357
 """
 
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-
-
 
 revision = '0001'
 down_revision = None

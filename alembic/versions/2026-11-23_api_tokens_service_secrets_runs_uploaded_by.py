@@ -12,7 +12,6 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-
 revision = 'api_tokens'
 down_revision = '0001'
 branch_labels = None

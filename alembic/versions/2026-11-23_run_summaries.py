@@ -10,7 +10,6 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-
 revision = 'run_summaries'
 down_revision = 'ingest_jobs'
 branch_labels = None

@@ -101,7 +101,9 @@ def walk(model: nn.Module | Sequence[nn.Module]) -> list[LoggedModule]:
     out: list[LoggedModule] = []
 
     def visit(module: nn.Module, name: str, fqn: str, chunk: int) -> None:
-        join = (lambda child: f"{fqn}.{child}" if fqn else child)
+        def join(child: str) -> str:
+            return f"{fqn}.{child}" if fqn else child
+
         if isinstance(module, nn.ModuleList):  # unnamed itself; children by layer_number or index
             for key, child in module.named_children():
                 visit(child, f"{name}.{getattr(child, 'layer_number', key)}", join(key), chunk)

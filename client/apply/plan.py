@@ -115,9 +115,9 @@ def make_plan(model: nn.Module | Sequence[nn.Module], policy: Mapping[str, Any],
         raise ValueError(f"gemm_overrides must be one of {OVERRIDE_MODES}, not {gemm_overrides!r}")
     view = PolicyView.from_dict(policy)
     report = ApplyReport(backend=backend, recipe=view.recipe_name)
-    reasons = {name: "skip" for name in view.skip_layers}
+    reasons = dict.fromkeys(view.skip_layers, "skip")
     if gemm_overrides == "whole_module":
-        reasons.update({name: "gemm override" for name in view.override_only})
+        reasons.update(dict.fromkeys(view.override_only, "gemm override"))
     resolved, unmatched = resolve_names(NameIndex(model), reasons)
     if unmatched and not allow_unmatched:
         raise UnmatchedLayers(unmatched)

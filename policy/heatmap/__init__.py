@@ -9,7 +9,15 @@ Input contract: `LayerInfo`s in model order and `Series` of one (tensor, stat) â
 from __future__ import annotations
 
 from fp8_policy.policy.heatmap.geometry import HeatmapGeometry, Rect, plan_geometry
-from fp8_policy.policy.heatmap.matrix import ROW_BF16, ROW_DATA, HeatmapMatrix, HeatRow, RowSpan, build_matrix, sublayers_of
+from fp8_policy.policy.heatmap.matrix import (
+    ROW_BF16,
+    ROW_DATA,
+    HeatmapMatrix,
+    HeatRow,
+    RowSpan,
+    build_matrix,
+    sublayers_of,
+)
 from fp8_policy.policy.heatmap.summary import (
     DEFAULT_BOXES,
     DEFAULT_VMAX,

@@ -10,8 +10,8 @@ a failing set deferred to a recipe change (×0.8). Floor 0.05.
 from __future__ import annotations
 
 from fp8_policy.policy.analysis.findings import Pattern
-from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.analysis.layout import LayerStatus
+from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.recommend.recipe import RecipeDecision
 from fp8_policy.policy.recommend.skiplist import SkipPlan
 

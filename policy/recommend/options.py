@@ -6,8 +6,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping
+from typing import Any
 
 from fp8_policy.policy.analysis.recipes import normalize_recipe
 from fp8_policy.policy.recommend.gpu import GPU_KEYS, GpuSpec, gpu_from

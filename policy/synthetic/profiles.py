@@ -15,6 +15,7 @@ import numpy as np
 
 from fp8_policy.policy.records import RECIPE_PREFIXES
 
+
 # ---------------------------------------------------------------------------------------------------- profiles
 @dataclass(frozen=True)
 class ProfileContext:

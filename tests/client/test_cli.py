@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from fp8_policy.client.cli import cli
 from tests.client.fakes import FakeService, run_body
 
+
 @pytest.fixture
 def service() -> FakeService:
     return FakeService()

@@ -235,12 +235,11 @@ class TestAllOrNothing:
                                                                  assembled: AssembledRun) -> None:
         run_id = new_run(factory, project)
 
-        with pytest.raises(RuntimeError, match="crash after the flush"):
-            with session_scope(factory) as session:
-                repo = RunRepository(session)
-                repo.store_ingest(repo.get(run_id), assembled, COUNTS)
-                assert row_counts_in(session, run_id) == (26, 72)  # flushed, visible inside the transaction
-                raise RuntimeError("crash after the flush")
+        with pytest.raises(RuntimeError, match="crash after the flush"), session_scope(factory) as session:
+            repo = RunRepository(session)
+            repo.store_ingest(repo.get(run_id), assembled, COUNTS)
+            assert row_counts_in(session, run_id) == (26, 72)  # flushed, visible inside the transaction
+            raise RuntimeError("crash after the flush")
 
         assert row_counts(db_engine, run_id) == {"runs": 1, "run_tags": 2, "layers": 0, "series": 0}
         assert status_of(factory, run_id) == ("queued", 0, 0)

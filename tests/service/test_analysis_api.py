@@ -80,7 +80,7 @@ class TestAnalysis:
 class TestRecommendation:
     def test_json_has_every_documented_key_and_skips_the_head(self, client: TestClient, head_only: int) -> None:
         body = client.get(f"/api/v1/runs/{head_only}/recommendation").json()
-        assert RECOMMENDATION_KEYS <= set(body)
+        assert set(body) >= RECOMMENDATION_KEYS
         assert body["fp8_skip_layers"] == ["model.lm_head"]
         assert body["recipe"]["class"].startswith("transformer_engine.common.recipe.")
         assert 0.0 < body["confidence"] <= 1.0 and body["rationale"]

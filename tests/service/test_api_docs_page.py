@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 import pytest
 from fastapi.testclient import TestClient
 
-from fp8_policy.service.docs.routes import ASSET_PREFIX, OWN_DIR, _ASSETS
+from fp8_policy.service.docs.routes import _ASSETS, ASSET_PREFIX, OWN_DIR
 
 EXTERNAL = re.compile(r"(?:https?:)?//[a-z0-9.-]+", re.IGNORECASE)
 

@@ -59,7 +59,7 @@ def _zip(path: Path, members: Members | list[tuple[zipfile.ZipInfo | str, bytes]
 
 
 def _files_under(root: Path) -> set[Path]:
-    return {p for p in root.rglob("*")} if root.exists() else set()
+    return set(root.rglob("*")) if root.exists() else set()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
@@ -23,7 +22,6 @@ from fp8_policy.db.models import Layer, Series
 from fp8_policy.db.repositories import utcnow
 from fp8_policy.db.session import create_session_factory, session_scope
 from fp8_policy.policy.log_files import classify_log_path
-from fp8_policy.service.app import create_app
 from fp8_policy.service.ingest.parse import parse_files
 from fp8_policy.service.ingest.pipeline import JobContext, run_job
 from fp8_policy.service.ingest.store import ArchiveStore
@@ -77,12 +75,12 @@ class TestPerRankJobs:
         assembled, counts = parse_files(files, max_line_bytes=1 << 20, threads=1)
 
         with Session(db_engine) as session:
-            layers = [(l.name, l.position, l.group, l.layer_index, l.precision, l.has_fp8_stats, l.plans)
-                      for l in session.scalars(select(Layer).where(Layer.run_id == run["id"]).order_by(Layer.position))]
+            layers = [(la.name, la.position, la.group, la.layer_index, la.precision, la.has_fp8_stats, la.plans)
+                      for la in session.scalars(select(Layer).where(Layer.run_id == run["id"]).order_by(Layer.position))]
             series = {(s.rank, s.stat_key, s.count, s.min, s.max, s.last)
                       for s in session.scalars(select(Series).where(Series.run_id == run["id"]))}
-        assert layers == [(l.info.name, l.position, l.info.structure.group.value, l.info.structure.index,
-                           l.info.precision.value, l.info.has_fp8_stats, l.plans) for l in assembled.layers]
+        assert layers == [(la.info.name, la.position, la.info.structure.group.value, la.info.structure.index,
+                           la.info.precision.value, la.info.has_fp8_stats, la.plans) for la in assembled.layers]
         assert series == {(s.rank, s.metric.stat_key, s.summary.count, s.summary.min, s.summary.max, s.summary.last)
                           for s in assembled.series}
         assert (run["points"], run["lines_read"], run["lines_duplicated"]) == (

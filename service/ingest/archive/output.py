@@ -35,7 +35,7 @@ class _Output:
             raise ArchiveError("UnsafePath", f"{relpath}: resolves outside the work directory")
         self._make_dirs(target.parent, relpath)
         try:
-            handle = open(target, "xb")  # O_EXCL: never overwrites, never follows a planted symlink
+            handle = open(target, "xb")  # noqa: SIM115 (closed by the caller) O_EXCL: never overwrites, never follows a planted symlink
         except (FileExistsError, IsADirectoryError):
             raise ArchiveError("DuplicateMember", f"{relpath}: written twice") from None
         except OSError as exc:

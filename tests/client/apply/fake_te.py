@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import sys
 import types
+from collections.abc import Callable
 from contextlib import contextmanager
 from enum import Enum
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 from pydantic.dataclasses import dataclass
 from torch import nn
@@ -52,11 +53,11 @@ class DelayedScaling(Recipe):
     fp8_format: Format = Format.HYBRID
     amax_history_len: int = 1024
     amax_compute_algo: Any = "max"
-    scaling_factor_compute_algo: Optional[Callable] = None
+    scaling_factor_compute_algo: Callable | None = None
     reduce_amax: bool = True
     fp8_dpa: bool = False
     fp8_mha: bool = False
-    backward_override: Optional[str] = None
+    backward_override: str | None = None
 
     def __post_init__(self) -> None:
         assert self.fp8_format != Format.E5M2, "Pure E5M2 training is not supported."
@@ -72,7 +73,7 @@ class Float8CurrentScaling(Recipe):
     fp8_gemm_wgrad: MMParams = MMParams(use_split_accumulator=True)
     fp8_dpa: bool = False
     fp8_mha: bool = False
-    backward_override: Optional[str] = None
+    backward_override: str | None = None
 
 
 @dataclass(repr=False)
@@ -81,7 +82,7 @@ class MXFP8BlockScaling(Recipe):
     fp8_format: Format = Format.E4M3
     fp8_dpa: bool = False
     fp8_mha: bool = False
-    backward_override: Optional[str] = None
+    backward_override: str | None = None
     enable_2d_quantization: bool = False
 
 
@@ -98,7 +99,7 @@ class Float8BlockScaling(Recipe):
     fp8_gemm_wgrad: MMParams = MMParams(use_split_accumulator=True)
     fp8_dpa: bool = False
     fp8_mha: bool = False
-    backward_override: Optional[str] = None
+    backward_override: str | None = None
 
     def __post_init__(self) -> None:
         assert self.fp8_gemm_fprop.use_split_accumulator, "Split accumulator required for fprop."
@@ -117,12 +118,12 @@ class State:
 
 
 class autocast:  # noqa: N801 - TE's name
-    def __init__(self, enabled: bool = True, calibrating: bool = False, recipe: Optional[Recipe] = None,
+    def __init__(self, enabled: bool = True, calibrating: bool = False, recipe: Recipe | None = None,
                  amax_reduction_group: Any = None, _graph: bool = False) -> None:
         self._enabled, self._entered, self.recipe = enabled, False, recipe
         State.recipes.append(recipe)
 
-    def __enter__(self) -> "autocast":
+    def __enter__(self) -> autocast:
         if self._entered:
             raise RuntimeError("autocast context manager cannot be entered more than once concurrently")
         self._entered = True
@@ -137,7 +138,7 @@ class autocast:  # noqa: N801 - TE's name
 
 
 @contextmanager
-def fp8_autocast(enabled: bool = True, calibrating: bool = False, fp8_recipe: Optional[Recipe] = None,
+def fp8_autocast(enabled: bool = True, calibrating: bool = False, fp8_recipe: Recipe | None = None,
                  fp8_group: Any = None, _graph: bool = False):
     State.stack.append(enabled)
     State.recipes.append(fp8_recipe)

@@ -9,12 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torchao.float8 import Float8LinearConfig
+from torchao.float8.float8_linear import Float8Linear
 
 from fp8_policy.client.apply import UnmatchedLayers, apply_policy
 from tests.client.apply.models import VOCAB, ToyTransformer, Wrapper, tokens
-
-from torchao.float8 import Float8LinearConfig
-from torchao.float8.float8_linear import Float8Linear
 
 SKIPS = ["model.layers.1.self_attention.qkv", "model.lm_head"]
 POLICY = {

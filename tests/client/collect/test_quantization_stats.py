@@ -11,10 +11,10 @@ import math
 import pytest
 import torch
 
-from fp8_policy.collect import QuantSums, parse_stat_name, quantization_stats, quantization_sums
 from fp8_policy.client.collect.delayed import DelayedScaler
 from fp8_policy.client.collect.fp8 import E4M3, E5M2, float_to_e8m0
 from fp8_policy.client.collect.quantizers import quantize_mxfp8
+from fp8_policy.collect import QuantSums, parse_stat_name, quantization_stats, quantization_sums
 
 
 def f32(value: float) -> float:

@@ -50,7 +50,7 @@ def test_without_the_outlier_model_the_max_across_ranks_would_fail_every_layer()
 
 def test_ranks_split_in_two_groups_are_not_outliers() -> None:
     spec = outlier_spec()
-    for (rank, layer, tensor), curve in list(spec.rank_curves.items()):
+    for (_rank, layer, tensor), curve in list(spec.rank_curves.items()):
         for other in (1, 2, 3):
             spec.rank_curves[(other, layer, tensor)] = curve
     analysis = analyze(build_run(spec))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from fp8_policy.policy.analysis import analyze
-from fp8_policy.policy.records import RECIPE_CLASSES, GemmOverride, RecipeChoice
 from fp8_policy.policy.recommend.megatron import megatron_section
 from fp8_policy.policy.recommend.recipe import KWARGS
 from fp8_policy.policy.recommend.skiplist import SkipPlan
+from fp8_policy.policy.records import RECIPE_CLASSES, GemmOverride, RecipeChoice
 from tests.policy.analysis.factories import FAMILIES, Spec, build_run, heads, name
 
 
