@@ -29,22 +29,17 @@ from fp8_policy.policy.heatmap import (
     summarize,
 )
 from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, Series
+from fp8_policy.policy.recommend import POLICY_VERSION
 from fp8_policy.service.analysis.actions import recommendation_for
 from fp8_policy.service.errors import BadRequest
 from fp8_policy.service.runs.actions import get_ready_run
 from fp8_policy.service.visual.params import HeatmapParams, parse_heatmap_params
-from fp8_policy.service.visual.render import MEDIA_TYPES, Panel, Style, render
+from fp8_policy.service.visual.job import Rendered, RenderJob, render_job
+from fp8_policy.service.visual.render import MEDIA_TYPES, Panel, Style
 
 _SKIP_CACHE: OrderedDict[tuple, Recommended] = OrderedDict()
 _SKIP_CACHE_SIZE = 128
 _SKIP_LOCK = threading.Lock()
-
-
-@dataclass(frozen=True, slots=True)
-class Rendered:
-    content: bytes
-    media_type: str
-    headers: dict[str, str]
 
 
 def render_heatmap_for(session: Session, run_id: int, params: HeatmapParams | Mapping[str, str] | None = None,
@@ -56,10 +51,27 @@ def render_heatmap_for(session: Session, run_id: int, params: HeatmapParams | Ma
 
 
 def heatmap_image(session: Session, run_id: int, params: HeatmapParams, fmt: str) -> Rendered:
+    return render_job(heatmap_job(session, run_id, params, fmt))
+
+
+def heatmap_job(session: Session, run_id: int, params: HeatmapParams, fmt: str,
+                max_pixels: int | None = None) -> RenderJob:
+    """Everything but the drawing: the data read, the matrix built, the size checked against `max_pixels`."""
     run = get_ready_run(session, run_id)
     panel = build_panel(session, run, params)
     style = style_for(params, [panel.matrix])
-    return render_panels([panel], style, params, fmt)
+    return plan_render([panel], style, params, fmt, max_pixels)
+
+
+def heatmap_cache_key(session: Session, run_id: int, params: HeatmapParams, fmt: str) -> tuple:
+    """What a rendered heatmap depends on: the stored run (404 / 409 raised here), the parameters, the format
+    and the policy version (the skip set drawn comes from the recommendation)."""
+    return ("heatmap", run_identity(session, get_ready_run(session, run_id)), params, fmt, POLICY_VERSION)
+
+
+def run_identity(session: Session, run: Run) -> tuple:
+    """A stored run as it is now: database, id, uploaded bytes and when its ingest finished."""
+    return str(session.get_bind().url), run.id, run.sha256, str(run.finished_at)
 
 
 def heatmap_layout(session: Session, run_id: int, params: HeatmapParams) -> dict:
@@ -131,7 +143,7 @@ class Recommended:
 
 def recommended(session: Session, run: Run, overrides: tuple[tuple[str, float], ...]) -> Recommended:
     """`recommendation_for` with these threshold overrides, cached per run (database, id, bytes, finish time)."""
-    key = (str(session.get_bind().url), run.id, run.sha256, str(run.finished_at), overrides)
+    key = (*run_identity(session, run), overrides)
     with _SKIP_LOCK:
         if key in _SKIP_CACHE:
             _SKIP_CACHE.move_to_end(key)
@@ -171,11 +183,21 @@ def run_title(run: Run, params: HeatmapParams) -> str:
 
 
 def render_panels(panels: list[Panel], style: Style, params: HeatmapParams, fmt: str) -> Rendered:
+    return render_job(plan_render(panels, style, params, fmt))
+
+
+def plan_render(panels: list[Panel], style: Style, params: HeatmapParams, fmt: str,
+                max_pixels: int | None = None) -> RenderJob:
+    """The geometry and headers of the figure; 400 `ImageTooLarge` beyond `max_pixels` (a 600 dpi poster costs
+    gigabytes of memory and many seconds to draw)."""
     if fmt not in MEDIA_TYPES:
         raise BadRequest(f"unknown image format {fmt!r}; expected png or svg", error="UnknownFormat")
     geometry = geometry_for([p.matrix for p in panels], params)
-    content = render(panels, style, geometry, fmt)
     width, height = geometry.pixels
+    if max_pixels is not None and width * height > max_pixels:
+        raise BadRequest(f"the image would be {width:,} x {height:,} = {width * height:,} pixels "
+                         f"({geometry.width_in:g} x {geometry.height_in:g} in at {geometry.dpi} dpi); the limit is "
+                         f"{max_pixels:,} pixels: lower dpi, width or height", error="ImageTooLarge")
     headers = {
         "X-Heatmap-Size": f"{width},{height}",
         "X-Heatmap-Extent": ";".join(",".join(f"{v:g}" for v in geometry.extent_px(k)) for k in range(len(panels))),
@@ -183,7 +205,7 @@ def render_panels(panels: list[Panel], style: Style, params: HeatmapParams, fmt:
         "X-Heatmap-Vmax": f"{style.vmax:g}",
         "Cache-Control": "no-cache",
     }
-    return Rendered(content, MEDIA_TYPES[fmt], headers)
+    return RenderJob(tuple(panels), style, geometry, fmt, headers)
 
 
 def _subtitle(run: Run, matrix: HeatmapMatrix, params: HeatmapParams) -> str:

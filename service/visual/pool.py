@@ -1,0 +1,192 @@
+"""Where heatmap and compare images are drawn: two small worker pools with bounded queues, and a cache.
+
+matplotlib is not thread-safe (https://matplotlib.org/stable/users/faq.html#work-with-threads) and
+`render` serializes on a process-wide lock, so drawing in more threads buys nothing, and one huge figure made
+every other request wait behind it. Here each lane is one worker *process* (single-threaded: no lock contention,
+and the memory of a big figure goes back to the system with the process):
+
+* the light lane draws figures up to `heavy_render_pixels` (the dashboard's images);
+* the heavy lane draws larger ones (high dpi, posters); its worker is replaced after every figure;
+* each lane admits one figure drawing plus `render_queue` waiting; beyond that the request is answered
+  429 `{"error": "RenderQueueFull", ...}` with `Retry-After`, so heavy requests can never starve light ones,
+  nor pile up without bound;
+* figures beyond `heatmap_max_pixels` are refused before anything is drawn (400 `ImageTooLarge`, in actions).
+
+Rendered images are cached in memory (LRU, at most `render_cache_bytes`) by what they depend on: the run as
+stored (database, id, sha256, ingest finish time), the parameters, the format and the policy version.
+Routes stay off the event loop: the database work runs in the threadpool, the drawing in the lane's process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import replace
+
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from fp8_policy.service.errors import AppError
+from fp8_policy.service.settings import Settings
+from fp8_policy.service.visual.job import Rendered, RenderJob, render_job
+
+log = logging.getLogger("fp8_policy.render")
+RETRY_AFTER_SECONDS = 2
+LIGHT_TASKS_PER_WORKER = 500  # recycle the light worker now and then (fragmentation)
+
+
+def _worker_context() -> multiprocessing.context.BaseContext:
+    """Workers are forked from a forkserver that has imported matplotlib and the drawing code once
+    (https://docs.python.org/3/library/multiprocessing.html#contexts-and-start-methods): a new worker starts in
+    milliseconds, and the service's own threads are never forked."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["fp8_policy.service.visual.job", "fp8_policy.service.visual.render"])
+    return context
+
+
+class RenderQueueFull(AppError):
+    status_code = 429
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+
+
+class RendererUnavailable(AppError):
+    status_code = 503
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+
+
+class RenderCache:
+    """LRU of rendered images bounded by their total size in bytes (thread-safe)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._items: OrderedDict[tuple, Rendered] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> Rendered | None:
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+            return hit
+
+    def put(self, key: tuple, rendered: Rendered) -> None:
+        size = len(rendered.content)
+        if size > self.max_bytes // 4:  # one image never pushes out most of the others
+            return
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self.bytes -= len(old.content)
+            self._items[key] = rendered
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, evicted = self._items.popitem(last=False)
+                self.bytes -= len(evicted.content)
+
+
+class RenderLane:
+    """One worker (process, or thread when processes are off) and a bounded count of admitted figures."""
+
+    def __init__(self, name: str, queue: int, *, processes: bool, tasks_per_worker: int | None) -> None:
+        self.name = name
+        self.capacity = queue + 1  # drawing + waiting
+        self.processes = processes
+        self.tasks_per_worker = tasks_per_worker
+        self.admitted = 0
+        self._lock = threading.Lock()
+        self._executor: Executor | None = None
+
+    def _pool(self) -> Executor:
+        if self._executor is None:
+            if self.processes:
+                self._executor = ProcessPoolExecutor(1, mp_context=_worker_context(),
+                                                     max_tasks_per_child=self.tasks_per_worker)
+            else:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"render-{self.name}")
+        return self._executor
+
+    def submit(self, job: RenderJob) -> Future:
+        with self._lock:
+            if self.admitted >= self.capacity:
+                raise RenderQueueFull(f"{self.admitted} {self.name} images are being drawn or waiting (limit "
+                                      f"{self.capacity}); retry in a few seconds")
+            self.admitted += 1
+            try:
+                future = self._pool().submit(render_job, job)
+            except BrokenProcessPool:
+                self._executor = None
+                self.admitted -= 1
+                raise RendererUnavailable("the image renderer restarted; retry") from None
+        future.add_done_callback(self._release)  # also when the waiting request went away
+        return future
+
+    def _release(self, _future: Future) -> None:
+        with self._lock:
+            self.admitted -= 1
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+
+
+class Renderer:
+    """The app's render lanes and image cache (`app.state.renderer`)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.max_pixels = settings.heatmap_max_pixels
+        self.heavy_pixels = settings.heavy_render_pixels
+        processes = settings.render_processes
+        self.light = RenderLane("light", settings.render_queue, processes=processes,
+                                tasks_per_worker=LIGHT_TASKS_PER_WORKER if processes else None)
+        self.heavy = RenderLane("heavy", settings.render_queue, processes=processes,
+                                tasks_per_worker=1 if processes else None)
+        self.cache = RenderCache(settings.render_cache_bytes)
+
+    async def image(self, unit_of_work: Callable, cache_key: Callable[[Session], tuple],
+                    build: Callable[[Session, int], RenderJob]) -> Rendered:
+        """`cache_key(session)` (raises 404/409), then the cached image or `build(session, max_pixels)` drawn in
+        its lane. The database work runs in the threadpool, the drawing in the lane's worker."""
+        key, hit = await run_in_threadpool(self._prepare, unit_of_work, cache_key, build)
+        if isinstance(hit, Rendered):
+            return replace(hit, headers={**hit.headers, "X-Render-Cache": "hit"})
+        lane = self.heavy if hit.pixels > self.heavy_pixels else self.light
+        try:
+            rendered = await asyncio.wrap_future(lane.submit(hit))
+        except BrokenProcessPool:  # the worker died (killed for memory?): start a new one next time
+            lane.close()
+            raise RendererUnavailable("the image renderer stopped while drawing; retry") from None
+        self.cache.put(key, rendered)
+        return replace(rendered, headers={**rendered.headers, "X-Render-Cache": "miss"})
+
+    def _prepare(self, unit_of_work: Callable, cache_key: Callable, build: Callable) -> tuple[tuple, object]:
+        with unit_of_work() as session:
+            key = cache_key(session)
+            hit = self.cache.get(key)
+            return key, hit if hit is not None else build(session, self.max_pixels)
+
+    def warm(self) -> None:
+        """Start the light worker now (in the background), so the first image does not wait for it."""
+        if self.light.processes:
+            self.light._pool().submit(_ready)
+
+    def close(self) -> None:
+        self.light.close()
+        self.heavy.close()
+
+
+def _ready() -> bool:
+    return True
