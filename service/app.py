@@ -19,6 +19,7 @@ from fp8_policy.service.health import HEALTH_RESPONSES, HealthRead
 from fp8_policy.service.limits import check_request
 from fp8_policy.service.runs.retry import router as retry_router
 from fp8_policy.service.storage import install_storage_handlers, sweep_stale_parts
+from fp8_policy.service.security import BrowserGuard
 from fp8_policy.service.ingest.worker import IngestWorker
 from fp8_policy.service.analysis.routes import router as analysis_router
 from fp8_policy.service.analysis.summary import SummaryRefresher
@@ -86,6 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyTimeoutMiddleware, timeout=settings.body_timeout)
     install_error_handlers(app)
     install_storage_handlers(app)  # a full disk is 507, never blamed on the client
+    app.add_middleware(BrowserGuard, allowed_origins=settings.allowed_origins)  # cross-site writes, headers
     app.include_router(runs_router)
     app.include_router(retry_router)
     app.include_router(analysis_router)

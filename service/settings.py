@@ -33,6 +33,10 @@ class Settings(BaseSettings):
     parse_threads: int = Field(2, description="Threads scanning one statistics log.")
     page_size_max: int = 200
     load_demo: bool = Field(False, description="Load the demo runs on start-up when the database is empty.")
+    allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="Other origins (scheme://host:port) whose pages may POST/PUT/PATCH/DELETE; by default only "
+                    "this service's own pages and clients that send no Origin header (service/security.py).")
 
     # Database connection pool (SQLAlchemy QueuePool). None: a per-backend default, see `pool_options`.
     db_pool_size: int | None = Field(None, ge=1, description="Connections kept open (SQLite 20, PostgreSQL 10).")
