@@ -27,6 +27,7 @@ from fp8_policy.service.runs.routes import router as runs_router
 from fp8_policy.service.settings import Settings, get_settings
 from fp8_policy.service.transport.body import BodyTimeoutMiddleware
 from fp8_policy.service.transport.uploads import UploadGate
+from fp8_policy.service.visual.pool import Renderer
 from fp8_policy.service.visual.routes import router as visual_router
 from fp8_policy.service.web.routes import router as web_router
 
@@ -54,6 +55,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.session_factory = factory
     app.state.unit_of_work = lambda: session_scope(factory)
     threading.Thread(target=_warm_parser, name="warm-parser", daemon=True).start()
+    app.state.renderer.warm()
     worker = IngestWorker(factory, settings)
     app.state.ingest = worker
     worker.resume_interrupted()
@@ -67,6 +69,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        app.state.renderer.close()
         worker.shutdown()
         summaries.stop()
         engine.dispose()
@@ -84,6 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings = settings or get_settings()
     app.state.upload_gate = UploadGate(settings.max_concurrent_uploads)
+    app.state.renderer = Renderer(settings)  # worker processes start at the first image
     app.add_middleware(BodyTimeoutMiddleware, timeout=settings.body_timeout)
     install_error_handlers(app)
     install_storage_handlers(app)  # a full disk is 507, never blamed on the client

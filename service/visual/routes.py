@@ -32,7 +32,7 @@ def _image_responses(media_type: str) -> dict[int | str, dict]:
     headers = {name: {"description": text, "schema": {"type": "string"}} for name, text in _IMAGE_HEADERS.items()}
     image = {"description": "The image.", "headers": headers,
              "content": {media_type: {"schema": {"type": "string", "format": "binary"}}}}
-    return {**ERRORS, 200: image}
+    return {**error_responses(400, 404, 409, 429, 503), 200: image}  # 429/503: service/visual/pool.py
 
 
 PNG, SVG = _image_responses("image/png"), _image_responses("image/svg+xml")
@@ -64,15 +64,25 @@ PNG_HELP = (
 
 @router.get("/api/v1/runs/{run_id}/heatmap.png", responses=PNG, response_class=Response,
             description=PNG_HELP, openapi_extra=HEATMAP_PARAMS)
-def heatmap_png(run_id: int, request: Request, session: SessionDep) -> Response:
-    return _image(actions.heatmap_image(session, run_id, _heatmap_params(request), "png"))
+async def heatmap_png(run_id: int, request: Request) -> Response:
+    return await _heatmap_image(request, run_id, "png")
 
 
 @router.get("/api/v1/runs/{run_id}/heatmap.svg", responses=SVG, response_class=Response, openapi_extra=HEATMAP_PARAMS,
             description="The heatmap as SVG: text stays text; boxes, BF16 spans and skip markers carry ids "
                         "(`critical-box-N`, `bf16-rows-N`, `skip-marker-N`)." + HEATMAP_HELP)
-def heatmap_svg(run_id: int, request: Request, session: SessionDep) -> Response:
-    return _image(actions.heatmap_image(session, run_id, _heatmap_params(request), "svg"))
+async def heatmap_svg(run_id: int, request: Request) -> Response:
+    return await _heatmap_image(request, run_id, "svg")
+
+
+async def _heatmap_image(request: Request, run_id: int, fmt: str) -> Response:
+    """Drawn by the app's renderer (service/visual/pool.py): cached, in a worker process, never on the loop."""
+    params = _heatmap_params(request)
+    state = request.app.state
+    rendered = await state.renderer.image(
+        state.unit_of_work, lambda session: actions.heatmap_cache_key(session, run_id, params, fmt),
+        lambda session, max_pixels: actions.heatmap_job(session, run_id, params, fmt, max_pixels))
+    return _image(rendered)
 
 
 @router.get("/api/v1/runs/{run_id}/heatmap.json", response_model=HeatmapLayoutRead, responses=ERRORS,
@@ -101,20 +111,24 @@ def compare_runs(request: Request, session: SessionDep) -> CompareRead:
 
 
 @router.get("/api/v1/compare.png", responses=PNG, response_class=Response, openapi_extra=COMPARE_IMAGE_PARAMS)
-def compare_png(request: Request, session: SessionDep) -> Response:
+async def compare_png(request: Request) -> Response:
     """`?base=&head=`: the two heatmaps side by side on one shared colour scale, titled with the run names.
     Takes the heatmap parameters too (`show_skip` defaults to false here)."""
-    return _compare_image(request, session, "png")
+    return await _compare_image(request, "png")
 
 
 @router.get("/api/v1/compare.svg", responses=SVG, response_class=Response, openapi_extra=COMPARE_IMAGE_PARAMS)
-def compare_svg(request: Request, session: SessionDep) -> Response:
+async def compare_svg(request: Request) -> Response:
     """`compare.png` as SVG."""
-    return _compare_image(request, session, "svg")
+    return await _compare_image(request, "svg")
 
 
-def _compare_image(request: Request, session, fmt: str) -> Response:
+async def _compare_image(request: Request, fmt: str) -> Response:
     query = request.query_params
     params = _heatmap_params(request, show_skip=False, extra=frozenset({"base", "head"}))
-    rendered = compare.compare_image(session, run_id_param(query, "base"), run_id_param(query, "head"), params, fmt)
+    base, head = run_id_param(query, "base"), run_id_param(query, "head")
+    state = request.app.state
+    rendered = await state.renderer.image(
+        state.unit_of_work, lambda session: compare.compare_cache_key(session, base, head, params, fmt),
+        lambda session, max_pixels: compare.compare_job(session, base, head, params, fmt, max_pixels))
     return _image(rendered)
