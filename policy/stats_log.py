@@ -44,6 +44,9 @@ _MAX_ITERATION = int(np.iinfo(np.int64).max)
 _STATUS_LONG = 3  # set in Python after the kernel: over max_line_bytes, dropped
 _LIT_ITER = np.frombuffer(b"iteration=", dtype=np.uint8)
 _LIT_VALUE = np.frombuffer(b"value=", dtype=np.uint8)
+# kernel.scan_block's result: n, first_new, status, sid, its, vals, starts, new_start, new_stop
+_ScanResult = tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+_Pending = tuple[np.ndarray | None, "Future[_ScanResult] | None"]  # (None, None): an over-long line, dropped
 
 
 class StatsLogError(ValueError):
@@ -150,7 +153,7 @@ class StatsLogParser:
     def feed(self, stream: BinaryIO, source: str) -> FileReport:
         """Parse one file; raises NoStatsLines when it holds no statistics line at all."""
         report = FileReport(source=source)
-        pending: deque[tuple[np.ndarray | None, Future | None]] = deque()
+        pending: deque[_Pending] = deque()
         with ThreadPoolExecutor(self.workers) as pool:
             for index, block in enumerate(self._blocks(stream)):
                 if block is None:  # an over-long line was dropped here
@@ -180,7 +183,7 @@ class StatsLogParser:
         while True:
             buf = self._buffer(len(carry) + self.block_bytes)
             buf[: len(carry)] = np.frombuffer(carry, dtype=np.uint8)
-            got = _read_into(stream, memoryview(buf)[len(carry) :])
+            got = _read_into(stream, buf.data[len(carry) :])
             if got == 0:
                 break
             total = len(carry) + got
@@ -219,23 +222,24 @@ class StatsLogParser:
         if isinstance(base, np.ndarray) and base.base is None and len(self._free) < self.workers + 2:
             self._free.append(base)
 
-    def _kernel(self, buf: np.ndarray, insert: bool):
+    def _kernel(self, buf: np.ndarray, insert: bool) -> _ScanResult:
         t = self._table
         head = (-buf.ctypes.data) % 8
         body = (buf.shape[0] - head) // 8 if buf.shape[0] > head else 0
         words = buf[head : head + 8 * body].view(np.uint64)
-        return kernel.scan_block(buf, words, head, _LIT_ITER, _LIT_VALUE, *t.arrays, insert)
+        result: _ScanResult = kernel.scan_block(buf, words, head, _LIT_ITER, _LIT_VALUE, *t.arrays, insert)
+        return result
 
-    def _absorb_pending(self, item, report: FileReport) -> None:
+    def _absorb_pending(self, item: _Pending, report: FileReport) -> None:
         block, future = item
-        if block is None:
+        if block is None or future is None:
             report.lines_read += 1
             self._skip_long_line(report, report.lines_read)
         else:
             self._absorb(block, future.result(), report)
             self._recycle(block)
 
-    def _absorb(self, data: np.ndarray, result, report: FileReport) -> None:
+    def _absorb(self, data: np.ndarray, result: _ScanResult, report: FileReport) -> None:
         n, first_new, status, sid, its, vals, starts, new_start, new_stop = result
         t = self._table
         for k in range(first_new, int(t.counter[0])):
@@ -267,7 +271,8 @@ class StatsLogParser:
         if len(report.skipped_samples) < MAX_SAMPLES:
             report.skipped_samples.append(text)
 
-    def _slow_path(self, data, report, status, sid, its, vals, starts) -> None:
+    def _slow_path(self, data: np.ndarray, report: FileReport, status: np.ndarray, sid: np.ndarray, its: np.ndarray,
+                   vals: np.ndarray, starts: np.ndarray) -> None:
         """Lines the fast path did not take: the reference regex decides; results go back in place."""
         for idx in np.flatnonzero(status == kernel.STATUS_SLOW).tolist():
             raw = bytes(data[int(starts[idx]) : int(starts[idx + 1])]).rstrip(b"\n")
@@ -294,7 +299,8 @@ class StatsLogParser:
         return _deduplicate(self._table.names, offsets, its, vals, self._files)
 
 
-def _deduplicate(names, offsets, its, vals, files) -> ParsedStats:
+def _deduplicate(names: list[str], offsets: np.ndarray, its: np.ndarray, vals: np.ndarray,
+                 files: list[FileReport]) -> ParsedStats:
     """Per series: sort by iteration (stable) and keep the last point of each iteration."""
     duplicated = 0
     new_offsets = [0]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from fp8_policy.policy.analysis.findings import Evidence, Finding, Pattern
 from fp8_policy.policy.analysis.layout import LayerLevels, Layout
-from fp8_policy.policy.analysis.signals import onset
+from fp8_policy.policy.analysis.signals import SeriesSummary, onset
 from fp8_policy.policy.records import LayerGroup
 from fp8_policy.policy.thresholds import Severity, Thresholds, worst
 
@@ -47,13 +47,20 @@ def detect_layer_patterns(layout: Layout, thresholds: Thresholds, explained: fro
     return [*findings, *positional, *_single_tensor(single, thresholds), *_by_halves(layout, rest, thresholds)]
 
 
+def _worst(lv: LayerLevels) -> tuple[str, SeriesSummary]:
+    """The worst tensor of a layer that has statistics (every failing layer has)."""
+    pick = lv.worst_tensor()
+    if pick is None:
+        raise ValueError(f"{lv.name} has no FP8 statistics")
+    return pick
+
+
 def healthy_finding(layout: Layout, thresholds: Thresholds) -> Finding:
     fp8 = layout.fp8()
-    worst_layer = max(fp8, key=lambda lv: lv.worst_tensor()[1].level if lv.tensors else -1.0, default=None)
-    pick = worst_layer.worst_tensor() if worst_layer is not None else None
-    if pick is None:
+    worst_layer = max(fp8, key=lambda lv: _worst(lv)[1].level if lv.tensors else -1.0, default=None)
+    if worst_layer is None or not worst_layer.tensors:
         return Finding(Pattern.HEALTHY, Severity.OK, (), (), "No FP8 underflow statistics to assess.")
-    tensor, summary = pick
+    tensor, summary = _worst(worst_layer)
     warned = sum(1 for lv in fp8 if lv.severity is Severity.WARNING)
     band = (f"healthy, {warned} layer(s) in the warning band ({thresholds.warning:g}-{thresholds.critical:g}%)"
             if warned else "healthy")
@@ -89,8 +96,8 @@ def _uniform(layout: Layout, fp8: list[LayerLevels], failing: list[LayerLevels],
     if middle and sum(1 for lv in middle if lv.failing) <= thresholds.uniform_fraction * len(middle):
         return None
     share = len(failing) / len(fp8)
-    top = sorted(failing, key=lambda lv: -lv.worst_tensor()[1].level)
-    tensor, summary = top[0].worst_tensor()
+    top = sorted(failing, key=lambda lv: -_worst(lv)[1].level)
+    tensor, summary = _worst(top[0])
     text = (f"{len(failing)} of {len(fp8)} FP8 layers ({share:.0%}) reach the critical band (>= "
             f"{thresholds.critical:g}%); worst {tensor} underflows% {summary.level:.2f}% at {top[0].name}: "
             "a recipe problem, not a layer problem.")
@@ -203,8 +210,8 @@ def _finding(pattern: Pattern, layers: list[LayerLevels], layout: Layout, thresh
         return None
     blocks = [lv.block for lv in layers if lv.block is not None]
     heads = [lv.name for lv in layers if lv.info.structure.group is LayerGroup.HEAD]
-    top = max(layers, key=lambda lv: lv.worst_tensor()[1].level)
-    tensor, summary = top.worst_tensor()
+    top = max(layers, key=lambda lv: _worst(lv)[1].level)
+    tensor, summary = _worst(top)
     where = f"blocks {block_ranges(blocks)}" if blocks else ""
     if heads:
         where = f"{where} and head {', '.join(heads)}" if where else f"head {', '.join(heads)}"

@@ -9,16 +9,24 @@ Must not be here: analysis or recommendation logic, I/O, web or database imports
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from fp8_policy.policy.records import PolicyDecision
 from fp8_policy.policy.render import hydra, megatron, te_yaml, torchao
 from fp8_policy.policy.render.applied import AppliedPolicy
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 
-# format -> dialect module (each has `render(decision, options)` and `applied(decision)`)
-DIALECTS: dict[str, ModuleType] = {"te-yaml": te_yaml, "megatron": megatron, "hydra": hydra, "torchao": torchao}
+
+class Dialect(Protocol):
+    """What a dialect module provides (modules satisfy a Protocol structurally)."""
+
+    def render(self, decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy: ...
+
+    def applied(self, decision: PolicyDecision) -> AppliedPolicy: ...
+
+
+# format -> dialect module
+DIALECTS: dict[str, Dialect] = {"te-yaml": te_yaml, "megatron": megatron, "hydra": hydra, "torchao": torchao}
 FORMATS: tuple[str, ...] = tuple(DIALECTS)
 
 

@@ -24,7 +24,7 @@ def _alt(parts: Iterable[str]) -> str:
     return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
 
 
-def _numbered_groups(names: Iterable[str]) -> tuple[dict[str, dict[frozenset, set]], list[str]]:
+def _numbered_groups(names: Iterable[str]) -> tuple[dict[str, dict[frozenset[str], set[str]]], list[str]]:
     """prefix -> number set -> suffixes, plus the names without a numeric segment."""
     by_prefix_rest: dict[tuple[str, str], set[str]] = defaultdict(set)
     plain: list[str] = []
@@ -34,7 +34,7 @@ def _numbered_groups(names: Iterable[str]) -> tuple[dict[str, dict[frozenset, se
             plain.append(name)
         else:
             by_prefix_rest[(match["prefix"], match["rest"])].add(match["number"])
-    grouped: dict[str, dict[frozenset, set]] = defaultdict(lambda: defaultdict(set))
+    grouped: dict[str, dict[frozenset[str], set[str]]] = defaultdict(lambda: defaultdict(set))
     for (prefix, rest), numbers in by_prefix_rest.items():
         grouped[prefix][frozenset(numbers)].add(rest)
     return grouped, plain

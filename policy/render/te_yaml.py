@@ -15,6 +15,7 @@ every TE with the debug API and is only deprecated on >= 2.13).
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 import yaml
 
@@ -37,7 +38,7 @@ class _Quoted(str):
     pass
 
 
-class _Flow(list):
+class _Flow(list[str]):
     pass
 
 
@@ -78,7 +79,7 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
     return AppliedPolicy("te-yaml", tuple(dict.fromkeys(decision.skip_layers)), merged_overrides(decision))
 
 
-def _log_fp8_stats(decision: PolicyDecision, freq: int) -> dict:
+def _log_fp8_stats(decision: PolicyDecision, freq: int) -> dict[str, Any]:
     structs = [
         {"tensor": tensor, "stats": _Flow(fp8_stats(decision)), "freq": freq}
         for tensor in QUANTIZED_TENSORS
@@ -86,7 +87,7 @@ def _log_fp8_stats(decision: PolicyDecision, freq: int) -> dict:
     return {"enabled": True, "tensors_struct": structs}
 
 
-def _log_tensor_stats(freq: int) -> dict:
+def _log_tensor_stats(freq: int) -> dict[str, Any]:
     return {
         "enabled": True,
         "stats": _Flow(HIGH_PRECISION_STATS),
@@ -95,7 +96,7 @@ def _log_tensor_stats(freq: int) -> dict:
     }
 
 
-def _section(names: list[str], features: dict) -> dict:
+def _section(names: list[str], features: dict[str, Any]) -> dict[str, Any]:
     return {
         "enabled": True,
         "layers": {"layer_name_regex_pattern": _Quoted(regex.exact(names))},
@@ -117,12 +118,12 @@ def _already_high_precision(decision: PolicyDecision, covered: set[str]) -> list
     ]
 
 
-def build_sections(decision: PolicyDecision, options: RenderOptions) -> list[tuple[str, str, dict]]:
+def build_sections(decision: PolicyDecision, options: RenderOptions) -> list[tuple[str, str, dict[str, Any]]]:
     """(section name, comment, section body) in emission order; bodies are plain YAML-able dicts."""
     layer_feature, gemm_feature = disable_feature_names(decision, options)
     freq = options.stats_freq
     monitor = {"LogTensorStats": _log_tensor_stats(freq)} if options.monitor_disabled else {}
-    sections: list[tuple[str, str, dict]] = []
+    sections: list[tuple[str, str, dict[str, Any]]] = []
     skipped = list(dict.fromkeys(decision.skip_layers))
     if skipped:
         features = {layer_feature: {"enabled": True}, **monitor}

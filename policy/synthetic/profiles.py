@@ -162,7 +162,8 @@ def scale_jumps(factor: float = 16.0, *, every: int | None = None, base: Profile
         n = len(ctx.iterations)
         window = every or max(1, n // 8)
         jumped = (np.arange(n) // window) % 2 == 1
-        return np.where(jumped, factor, 1.0) * _values(base, ctx)
+        scaled: np.ndarray = np.where(jumped, factor, 1.0) * _values(base, ctx)
+        return scaled
 
     return profile
 

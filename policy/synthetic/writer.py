@@ -177,6 +177,6 @@ def write_run(run: SyntheticRun, dest: Path, *, with_rank_dirs: bool = True, sta
         names = [f"{layer}_{tensor}_{stat}" for layer, tensor, stat in cycle]
         lines = _write_stats(stats_path, names, iterations, values, clock, end + 150 + 3 * rank, step_ms)
         files.append(RankFiles(rank, meta_path, stats_path, meta_lines, lines, stats_path.stat().st_size))
-    names = tuple(f"{layer}_{tensor}_{stat}" for layer, tensor, stat in run.metric_cycle())
+    metric_names = tuple(f"{layer}_{tensor}_{stat}" for layer, tensor, stat in run.metric_cycle())
     return WrittenRun(dest, tuple(files), tuple(s.name for s in run.layers()),
-                      tuple(s.name for s in run.stats_layers()), names, len(iterations))
+                      tuple(s.name for s in run.stats_layers()), metric_names, len(iterations))
