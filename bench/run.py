@@ -4,6 +4,9 @@
     the service does at start-up), (b) HTTP upload of the tar.gz to a real uvicorn service until the
     run is `ready`, (c) peak RSS of that service process, (d) the baseline: a line-by-line `re.match`
     parser into a pandas DataFrame plus the gradient-underflow pivot (bench/baseline.py).
+(h) the mixed load of bench/load.py: 30 readers (runs list, analysis, recommendation) and 8 uploads for 60 s
+    against `fp8-policy serve` on SQLite: p50/p99 per endpoint, no 5xx, every upload `ready` with exact counts
+    (`python -m bench.load --seconds 15` runs it alone).
 Each measurement runs in its own process, so peak RSS figures are per process (os.wait4 / VmHWM).
 Results are printed as a table and written to bench/out/results.json.
 """
@@ -22,6 +25,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from bench import load
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -237,7 +242,13 @@ def main(argv: list[str] | None = None) -> int:
         results["upload"] = measure_upload(archive, work)
         print("(g) baseline csv export ...", flush=True)
         results["csv_baseline"] = measure_csv_baseline(results["upload"]["database_url"], results["upload"]["run_id"])
+    print("(h) mixed load: readers and uploads at once ...", flush=True)
+    results["mixed_load"] = load.run_load()
     report(results)
+    load.report(results["mixed_load"])
+    for label, ok in load.targets_met(results["mixed_load"]).items():
+        results["targets_met"][label] = ok
+        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
     (OUT / "results.json").write_text(json.dumps(results, indent=2))
     return 0 if all(results["targets_met"].values()) else 1
 
