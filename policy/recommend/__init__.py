@@ -18,16 +18,17 @@ from fp8_policy.policy.analysis.recipes import RECIPE_LABELS, normalize_recipe
 from fp8_policy.policy.records import PolicyDecision, RunData
 from fp8_policy.policy.recommend.confidence import confidence
 from fp8_policy.policy.recommend.cost import expected_cost
+from fp8_policy.policy.recommend.history import History, HistoryEffect, history_effect
 from fp8_policy.policy.recommend.megatron import megatron_section
 from fp8_policy.policy.recommend.options import ModelDims, RecommendOptions
 from fp8_policy.policy.recommend.rationale import build_rationale
-from fp8_policy.policy.recommend.recipe import RecipeDecision, choose_recipe, resolve_current
+from fp8_policy.policy.recommend.recipe import RecipeDecision, choose_recipe, prefer_finer, resolve_current
 from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
 from fp8_policy.policy.render import applied_by_format
 
 POLICY_VERSION = "2026.11.4"
 
-__all__ = ["POLICY_VERSION", "ModelDims", "RecommendOptions", "Recommendation", "recommend"]
+__all__ = ["POLICY_VERSION", "History", "ModelDims", "RecommendOptions", "Recommendation", "recommend"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,7 @@ class Recommendation:
     confidence: float
     policy_version: str = POLICY_VERSION
     findings: list[Finding] = field(default_factory=list)
+    history: HistoryEffect | None = None  # set when the previous run was given
 
     def to_dict(self) -> dict[str, Any]:
         recipe = self.decision.recipe
@@ -55,22 +57,31 @@ class Recommendation:
             "confidence": self.confidence,
             "policy_version": self.policy_version,
             "findings": [f.brief() for f in self.findings],
+            "history": self.history.to_dict() if self.history is not None else None,
         }
 
 
-def recommend(run: RunData, analysis: Analysis | None = None,
-              options: RecommendOptions | None = None) -> Recommendation:
+def recommend(run: RunData, analysis: Analysis | None = None, options: RecommendOptions | None = None,
+              history: History | None = None) -> Recommendation:
     """Recommend skips, GEMM overrides and a recipe; re-analyzes when `analysis` is missing or used other
-    thresholds (or when options add num_layers / the current recipe the analysis did not see)."""
+    thresholds (or when options add num_layers / the current recipe the analysis did not see). With `history`
+    (the previous run's analysis), problems that followed a moved BF16 boundary are not answered with a wider
+    BF16 edge (recommend/history.py)."""
     options = options or RecommendOptions.from_metadata(run.metadata)
     view = _analysis_view(run, options)
     if analysis is None or analysis.thresholds != options.thresholds or view is not run:
         analysis = analyze(view, options.thresholds)
+    effect = history_effect(history, analysis)
+    no_promote = effect.no_promote if effect is not None else frozenset()
     current, current_source = resolve_current(options.current_recipe, analysis)
-    first = plan_skips(analysis, keep_existing_bf16=options.keep_existing_bf16, skip_projected=options.skip_projected)
+    first = plan_skips(analysis, keep_existing_bf16=options.keep_existing_bf16, skip_projected=options.skip_projected,
+                       no_promote=no_promote)
     decision = choose_recipe(analysis, first, current=current, gpu_arch=options.gpu or options.gpu_arch,
                              current_source=current_source)
-    plan = _final_plan(analysis, options, first, decision)
+    if effect is not None and effect.moved:
+        decision = prefer_finer(decision, analysis, first, f"the problem followed the BF16 boundary since run "
+                                f"{effect.previous_run}: a finer-grained recipe instead of a wider BF16 edge")
+    plan = _final_plan(analysis, options, first, decision, no_promote)
     layout = analysis.layout
     megatron = megatron_section(layout, plan, decision.choice)
     cost = expected_cost(layout, plan, decision.choice.name, options.dims)
@@ -78,15 +89,20 @@ def recommend(run: RunData, analysis: Analysis | None = None,
     te_version = options.te_version or _text(run.metadata.get("te_version"))
     policy = PolicyDecision(plan.skip_layers, plan.overrides, decision.choice, tuple(run.layers.values()),
                             te_version)
-    return Recommendation(policy, megatron, cost, build_rationale(analysis, plan, decision, cost, megatron, conf),
-                          conf[0], POLICY_VERSION, list(analysis.findings))
+    rationale = build_rationale(analysis, plan, decision, cost, megatron, conf)
+    if effect is not None:
+        rationale += effect.advice() or [f"Compared with run {effect.previous_run}: no problem followed a moved BF16 "
+                                         "boundary."]
+    return Recommendation(policy, megatron, cost, rationale, conf[0], POLICY_VERSION, list(analysis.findings),
+                          effect)
 
 
 def _final_plan(analysis: Analysis, options: RecommendOptions, first: SkipPlan, decision: RecipeDecision,
-                ) -> SkipPlan:
+                no_promote: frozenset[str] = frozenset()) -> SkipPlan:
     if not decision.changed:
         return first
-    common = {"keep_existing_bf16": options.keep_existing_bf16, "skip_projected": options.skip_projected}
+    common = {"keep_existing_bf16": options.keep_existing_bf16, "skip_projected": options.skip_projected,
+              "no_promote": no_promote}
     levels = decision.level_fn()
     if levels is not None:
         return plan_skips(analysis, levels=levels, **common)

@@ -53,8 +53,9 @@ def _plan_lines(analysis: Analysis, plan: SkipPlan) -> list[str]:
     changed = set(plan.skip_layers) | {o.layer for o in plan.overrides}
     for finding in analysis.by_pattern(Pattern.BOUNDARY):
         layer = finding.layers[0]
-        action = ("it is overridden or skipped; re-check the new last FP8 layer next to the BF16 block after the "
-                  "change" if layer in changed else f"it stays in FP8 below {th.critical:g}%: watch it")
+        action = ("its failing GEMMs go to BF16 here; do not answer it with more BF16 blocks, which moves the "
+                  "effect to the new FP8 layer next to the BF16 edge" if layer in changed
+                  else f"it stays in FP8 below {th.critical:g}%: watch it")
         lines.append(f"Boundary effect at {layer}: the FP8 layer next to a BF16 block degrades; {action}.")
     if plan.kept_bf16:
         lines.append(f"{len(plan.kept_bf16)} layer(s) already ran in BF16 and have no FP8 evidence; they stay in "

@@ -151,6 +151,23 @@ def _choose(analysis: Analysis, plan: SkipPlan, current: str, gpu_arch: str | Gp
     return _decision(current, current, cap, cap_source, "", analysis, plan, None, notes)
 
 
+def prefer_finer(decision: RecipeDecision, analysis: Analysis, plan: SkipPlan, reason: str) -> RecipeDecision:
+    """The finest-grained recipe the GPU runs when it is finer than `decision`'s (history rule: a recipe change
+    instead of a wider BF16 edge); `decision` unchanged otherwise."""
+    usable = decision.capability if decision.capability is not None else ASSUMED_CAPABILITY
+    allowed = [r for r in RECIPES if usable >= MIN_CAPABILITY[r]]
+    if not allowed:
+        return decision
+    finest = max(allowed, key=GRANULARITY.__getitem__)
+    if GRANULARITY[finest] <= GRANULARITY[decision.choice.name]:
+        return decision
+    whatif = whatif_summaries(analysis).get(finest)
+    new = _decision(finest, decision.current, decision.capability, decision.capability_source, reason, analysis,
+                    plan, whatif, list(decision.notes))
+    new.current_source = decision.current_source
+    return new
+
+
 def _best_whatif(whatifs: dict[str, WhatIf], allowed: list[str], current: str, gain: float) -> str | None:
     # delayed is never a what-if target: TE cannot compute it under another recipe, and it forbids BF16 layers
     good = [w for r, w in whatifs.items() if r in allowed and r not in (current, "delayed")

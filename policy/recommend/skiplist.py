@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fp8_policy.policy.analysis.findings import Pattern
-from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.analysis.layout import LayerLevels, LayerStatus, Layout
+from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.records import GEMMS, QUANTIZED_TENSORS, TENSOR_GEMMS, GemmOverride
 
 LevelFn = Callable[[LayerLevels, str], float]
@@ -50,7 +50,10 @@ def current_level(lv: LayerLevels, tensor: str) -> float:
 
 
 def plan_skips(analysis: Analysis, *, levels: LevelFn = current_level, defer: bool = False,
-               keep_existing_bf16: bool = False, skip_projected: bool = False) -> SkipPlan:
+               keep_existing_bf16: bool = False, skip_projected: bool = False,
+               no_promote: frozenset[str] = frozenset()) -> SkipPlan:
+    """The plan (module docstring); blocks holding a `no_promote` layer never become whole BF16 blocks (a problem
+    that followed a moved BF16 boundary: see recommend/history.py)."""
     layout = analysis.layout
     critical = analysis.thresholds.critical
     trending = _trending(analysis)
@@ -68,7 +71,7 @@ def plan_skips(analysis: Analysis, *, levels: LevelFn = current_level, defer: bo
             overrides.append(_override(lv, failing[0], levels, lv.name in boundary))
         else:
             skips.append(lv.name)
-    skips, overrides = _whole_edge_blocks(layout, skips, overrides)
+    skips, overrides = _whole_edge_blocks(layout, skips, overrides, no_promote)
     kept = [lv.name for lv in layout.levels.values() if lv.status is LayerStatus.BF16]
     order = {name: i for i, name in enumerate(layout.levels)}
     skip_layers = sorted({*skips, *(kept if keep_existing_bf16 else ())}, key=order.__getitem__)
@@ -90,16 +93,17 @@ def _override(lv: LayerLevels, tensor: str, levels: LevelFn, on_boundary: bool) 
 
 
 def _whole_edge_blocks(layout: Layout, skips: list[str], overrides: list[GemmOverride],
-                       ) -> tuple[list[str], list[GemmOverride]]:
+                       no_promote: frozenset[str] = frozenset()) -> tuple[list[str], list[GemmOverride]]:
     """Promote overrides to skips in first/last-run blocks already partly skipped and otherwise overridden."""
     touched = set(skips) | {o.layer for o in overrides}
+    held = {layout.levels[name].block for name in no_promote if name in layout.levels}
     members: dict[int, list[str]] = {}
     for lv in layout.levels.values():
         if lv.block is not None and lv.status in (LayerStatus.FP8, LayerStatus.UNOBSERVED):
             members.setdefault(lv.block, []).append(lv.name)
     skipped = set(skips)
     covered = [b for b in layout.blocks if layout.block_status.get(b) == "bf16" or (
-        b in members and set(members[b]) <= touched and not skipped.isdisjoint(members[b]))]
+        b in members and b not in held and set(members[b]) <= touched and not skipped.isdisjoint(members[b]))]
     edge = set(_leading_run(layout.blocks, covered)) | set(_leading_run(layout.blocks[::-1], covered))
     promote = {name for b in edge for name in members.get(b, ())}
     kept = [o for o in overrides if o.layer not in promote]

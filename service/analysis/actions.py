@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session
 from fp8_policy.db.codec import decode_iterations, decode_values
 from fp8_policy.db.repositories import RunRepository
 from fp8_policy.policy.analysis import Analysis, analyze
+from fp8_policy.policy.recommend import History, Recommendation, RecommendOptions, recommend
 from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, RunData, Series
-from fp8_policy.policy.recommend import Recommendation, RecommendOptions, recommend
 from fp8_policy.policy.render import FORMATS, RenderedPolicy, render
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service.errors import BadRequest
@@ -56,13 +56,32 @@ def load_and_analyze(session: Session, run_id: int, thresholds: Thresholds | Non
 
 
 def recommendation_for(session: Session, run_id: int, overrides: Mapping[str, Any] | None) -> Recommendation:
-    """Recompute from stored data: run metadata first, then the request's overrides on top."""
+    """Recompute from stored data: run metadata first, then the request's overrides on top. `previous_run` (a run
+    id) names the run before this one: its analysis (same thresholds) is the recommendation's history."""
+    overrides = dict(overrides or {})
+    previous = overrides.pop("previous_run", None)
     data = load_run_data(session, run_id)
     try:
-        options = RecommendOptions.from_metadata(data.metadata, overrides or {})
+        options = RecommendOptions.from_metadata(data.metadata, overrides)
     except ValueError as exc:
         raise BadRequest(str(exc), error="InvalidOverrides") from exc
-    return recommend(data, analyze(data, options.thresholds), options)
+    history = None
+    if previous is not None:
+        previous_id = _run_id(previous)
+        if previous_id == run_id:
+            raise BadRequest("previous_run must be another run than the one recommended for",
+                             error="InvalidOverrides")
+        history = History(analyze(load_run_data(session, previous_id), options.thresholds), previous_id)
+    return recommend(data, analyze(data, options.thresholds), options, history)
+
+
+def _run_id(value: Any) -> int:
+    """A run id given as a JSON number or a query string."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or int(text) < 1 or len(text) > 18:
+        raise BadRequest(f"previous_run must be a run id (a positive integer), got {value!r}",
+                         error="InvalidOverrides")
+    return int(text)
 
 
 def render_recommendation(rec: Recommendation, fmt: str) -> RenderedPolicy:

@@ -18,7 +18,7 @@ router = APIRouter(prefix="/api/v1/runs", tags=["analysis"])
 ERRORS = error_responses(400, 404, 409)
 FORMAT_HELP = "json (default), te-yaml, megatron, hydra or torchao"
 FORMAT_QUERY = Query(description=FORMAT_HELP, json_schema_extra={"enum": ["json", *FORMATS]})
-_GET_OPTION_KEYS = ("gpu_arch", "te_version", "current_recipe")
+_GET_OPTION_KEYS = ("gpu_arch", "gpu", "te_version", "current_recipe", "previous_run")
 OVERRIDES_HELP = ("Any of: `thresholds` (name -> number, as in GET .../analysis), `gpu_arch`, `model_dims` "
                   "(hidden_size, ffn_hidden_size, num_layers, seq_len, vocab_size, num_attention_heads, "
                   "num_query_groups, gated_mlp), `te_version`, `current_recipe`, `keep_existing_bf16`, "

@@ -4,7 +4,10 @@ appeared or disappeared, summary sentences — and the two heatmaps side by side
 Layers match by exact name. A layer's key stats are the analysis table's underflows% of gradient, activation
 and weight (level, max, mean, last; worst rank). A group's value is the mean of its layers' levels, over the
 layers observed in both runs when there are any (a fair before/after), else over each run's own layers.
-Relative change = (head − base) / base. "moved to BF16" comes from the layers' status changing to `bf16`.
+Relative change = (head − base) / base, only above the noise floor (policy/compare/changes.py; below it the change
+is in absolute points). "moved to BF16" comes from the layers' status changing to `bf16`. Runs with no layer in
+common are `comparable: false`, said first. Problems that followed a moved BF16 boundary, and the two runs'
+recommendations (the head's with the base as its history), come from `policy.compare`.
 """
 
 from __future__ import annotations
@@ -13,7 +16,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from dataclasses import replace
+
 from fp8_policy.policy.analysis import Analysis, Finding, LayerAssessment
+from fp8_policy.policy.compare import moved_problems
+from fp8_policy.policy.compare.changes import change as noise_floor_change
+from fp8_policy.policy.compare.recommendations import compare_recommendations
+from fp8_policy.policy.records import RunData
+from fp8_policy.policy.recommend import History, RecommendOptions, recommend
 from fp8_policy.policy.recommend import POLICY_VERSION
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service.analysis.actions import load_and_analyze
@@ -30,13 +40,28 @@ GROUPS = ("embedding", "body", "other", "head")
 
 def compare_runs(session: Session, base_id: int, head_id: int, thresholds: Thresholds) -> dict[str, Any]:
     base_run, head_run = get_ready_run(session, base_id), get_ready_run(session, head_id)
-    _, base = load_and_analyze(session, base_id, thresholds)
-    _, head = load_and_analyze(session, head_id, thresholds)
+    base_data, base = load_and_analyze(session, base_id, thresholds)
+    head_data, head = load_and_analyze(session, head_id, thresholds)
     body = compare_analyses(base, head)
     body["base"] = {"id": base_run.id, "name": base_run.name}
     body["head"] = {"id": head_run.id, "name": head_run.name}
+    body["recommendations"] = (_recommendations(base_data, base, head_data, head, base_run.id, thresholds)
+                               if body["comparable"] else None)
     body["summary"] = summary_sentences(body)
     return body
+
+
+def _recommendations(base_data: RunData, base: Analysis, head_data: RunData, head: Analysis, base_id: int,
+                     thresholds: Thresholds) -> dict[str, Any]:
+    """Both runs' recommendations (each from its own metadata, the compare's thresholds); the head's takes the base
+    run as its history."""
+    rec_base = recommend(base_data, base, replace(RecommendOptions.from_metadata(base_data.metadata),
+                                                  thresholds=thresholds))
+    rec_head = recommend(head_data, head, replace(RecommendOptions.from_metadata(head_data.metadata),
+                                                  thresholds=thresholds), History(base, base_id))
+    out = compare_recommendations(rec_base, rec_head)
+    out["head_history"] = rec_head.history.to_dict() if rec_head.history is not None else None
+    return out
 
 
 def compare_analyses(base: Analysis, head: Analysis) -> dict[str, Any]:
@@ -47,9 +72,17 @@ def compare_analyses(base: Analysis, head: Analysis) -> dict[str, Any]:
     only_base, only_head = [n for n in a if n not in b], [n for n in b if n not in a]
     appeared, disappeared = _finding_changes(base.findings, head.findings)
     notes = []
-    if only_base or only_head:
+    common = len(a) - len(only_base)
+    if not common:
+        notes.append(f"incomparable: the runs have no layer in common ({len(a)} layer(s) in base, {len(b)} in head; "
+                     "layers match by exact name), so no change below is meaningful")
+    elif only_base or only_head:
         notes.append(f"layers match by exact name: {len(only_base)} only in base, {len(only_head)} only in head")
+    moved = moved_problems(base, head) if common else []
     return {
+        "comparable": bool(common),
+        "common_layers": common,
+        "moved_problems": [m.to_dict() for m in moved],
         "layers": layers,
         "groups": [_group(group, [layer for layer in layers if layer["group"] == group]) for group in GROUPS
                    if any(layer["group"] == group for layer in layers)],
@@ -80,10 +113,9 @@ def compare_cache_key(session: Session, base_id: int, head_id: int, params: Heat
     return ("compare", runs, params, fmt, POLICY_VERSION)
 
 
-def change(base: float | None, head: float | None) -> dict[str, float | None]:
-    delta = head - base if base is not None and head is not None else None
-    relative = delta / base if delta is not None and base else None
-    return {"base": _num(base), "head": _num(head), "change": _num(delta), "relative": _num(relative)}
+def change(base: float | None, head: float | None) -> dict[str, float | bool | None]:
+    """Before/after with the noise floor of policy/compare/changes.py (`relative` None below it)."""
+    return noise_floor_change(base, head)
 
 
 def _layer(name: str, a: LayerAssessment | None, b: LayerAssessment | None) -> dict[str, Any]:
@@ -141,7 +173,3 @@ def _stat(row: LayerAssessment | None, tensor: str, stat: str) -> float | None:
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
-
-
-def _num(value: float | None) -> float | None:
-    return None if value is None or value != value or value in (float("inf"), float("-inf")) else round(value, 4)
