@@ -15,6 +15,7 @@ import re
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TextIO
 
@@ -86,7 +87,7 @@ def pack_directory(root: Path) -> IO[bytes]:
 class ProgressReader:
     """Wraps a binary file for httpx's multipart encoder, reporting bytes read to `on_progress(sent, total)`."""
 
-    def __init__(self, raw: IO[bytes], on_progress) -> None:
+    def __init__(self, raw: IO[bytes], on_progress: Callable[[int, int], object]) -> None:
         self._raw = raw
         self._on_progress = on_progress
         self.total = os.fstat(raw.fileno()).st_size

@@ -97,7 +97,7 @@ def walk(model: nn.Module | Sequence[nn.Module]) -> list[LoggedModule]:
     """Every named module, in the order nvdlfw_inspect names them, plus fused GEMM aliases."""
     from torch import nn
 
-    chunks = list(model) if isinstance(model, (list, tuple)) else [model]
+    chunks: list[nn.Module] = [model] if isinstance(model, nn.Module) else list(model)
     out: list[LoggedModule] = []
 
     def visit(module: nn.Module, name: str, fqn: str, chunk: int) -> None:
@@ -147,7 +147,7 @@ class NameIndex:
     def suggest(self, name: str, limit: int = 3) -> tuple[str, ...]:
         """Closest logged names of this model: same-role heads first, then difflib matches."""
         candidates = [n for n in self.exact if n != ROOT]
-        by_key = {}
+        by_key: dict[str, str] = {}
         for candidate in candidates:
             by_key.setdefault(normalize(candidate), candidate)
         key = normalize(name)

@@ -46,7 +46,7 @@ def recipe_class_name(recipe: Mapping[str, Any]) -> str:
     if from_path and from_name and from_path != from_name:
         raise ValueError(f"recipe name {name!r} means {from_name}, but its class is {path!r}")
     chosen = from_path or from_name
-    if chosen not in RECIPE_CLASSES.values():
+    if chosen is None or chosen not in RECIPE_CLASSES.values():
         raise ValueError(f"recipe class {chosen!r} is not one of {', '.join(RECIPE_CLASSES.values())}")
     return chosen
 

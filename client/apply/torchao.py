@@ -13,13 +13,14 @@ torchao's own `_auto_filter_for_*` do ("hardware requirement for float8").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from fp8_policy.client.apply.plan import make_plan
 from fp8_policy.client.apply.report import ApplyReport
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
 TORCHAO_MISSING = "torchao is not installed: pip install 'fp8-policy[torch]'"
@@ -30,7 +31,8 @@ ModuleFilter = Callable[["nn.Module", str], bool]
 
 def dims_multiple_of_16(module: nn.Module) -> bool:
     """torchao's float8 requirement: both weight dims divisible by 16."""
-    out_features, in_features = module.weight.shape
+    weight = cast("torch.Tensor", module.weight)  # nn.Module.__getattr__ is typed `Tensor | Module`
+    out_features, in_features = weight.shape
     return out_features % 16 == 0 and in_features % 16 == 0
 
 
@@ -55,7 +57,7 @@ def default_config(config_cls: Any, recipe_name: str | None, report: ApplyReport
     return config_cls.from_recipe_name(torchao_recipe)
 
 
-def apply_torchao(model: nn.Module, policy: Mapping[str, Any], *, config: Any = None,
+def apply_torchao(model: nn.Module | Sequence[nn.Module], policy: Mapping[str, Any], *, config: Any = None,
                   module_filter_fn: ModuleFilter | None = None, allow_unmatched: bool = False,
                   gemm_overrides: str = "whole_module") -> ApplyReport:
     """Convert `model` in place with torchao float8 training, keeping the policy's layers in high precision.
