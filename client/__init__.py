@@ -4,17 +4,29 @@ Talks to the service over HTTP only: nothing here imports `service/`, `db/` or `
 """
 
 from fp8_policy.client.client import FORMATS, PolicyClient, backoff_delays
-from fp8_policy.client.errors import ApiError, ConnectionFailed, IngestFailed, NoLogFiles, NotFound, PolicyError, WaitTimeout
+from fp8_policy.client.errors import (
+    ApiError,
+    ConnectionFailed,
+    Forbidden,
+    IngestFailed,
+    NoLogFiles,
+    NotFound,
+    PolicyError,
+    Unauthorized,
+    WaitTimeout,
+)
 
 __all__ = [
     "FORMATS",
     "ApiError",
     "ConnectionFailed",
+    "Forbidden",
     "IngestFailed",
     "NoLogFiles",
     "NotFound",
     "PolicyClient",
     "PolicyError",
+    "Unauthorized",
     "WaitTimeout",
     "backoff_delays",
 ]

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from fp8_policy.client.errors import ApiError, ConnectionFailed, NotFound
+from fp8_policy.client.errors import ApiError, ConnectionFailed, Forbidden, NotFound, Unauthorized
 
 USER_AGENT = "fp8-policy-client/0.1.0"
 DEFAULT_TIMEOUT = 60.0
@@ -26,6 +26,9 @@ def _clean(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if params is None:
         return None
     return {key: value for key, value in params.items() if value is not None}
+
+
+_ERRORS_BY_STATUS: dict[int, type[ApiError]] = {401: Unauthorized, 403: Forbidden, 404: NotFound}
 
 
 def error_from_response(response: httpx.Response) -> ApiError:
@@ -44,7 +47,7 @@ def error_from_response(response: httpx.Response) -> ApiError:
     else:
         error = f"HTTP{status}"
         detail = (response.text or response.reason_phrase or "").strip()[:300] or f"HTTP {status}"
-    cls = NotFound if status == 404 else ApiError
+    cls = _ERRORS_BY_STATUS.get(status, ApiError)
     return cls(status, error, detail)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +25,7 @@ from fp8_policy.client.errors import PolicyError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 MAX_CELL = 90
+WIDE_COLUMNS = tuple(f"{t}_underflow_{s}" for t in ("gradient", "activation", "weight") for s in ("max", "last"))
 
 
 # ----------------------------------------------------------------------------------------------- plumbing
@@ -32,6 +35,9 @@ def _client_options(command: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
+        except BrokenPipeError:  # `fp8-policy recommend 7 | head -1`: the reader left; not an error
+            _silence_stdout()
+            raise click.exceptions.Exit(0) from None
         except (PolicyError, OSError) as exc:
             code, detail = (exc.error, exc.detail) if isinstance(exc, PolicyError) else (type(exc).__name__, str(exc))
             click.echo(f"error: {code}: {detail}", err=True)
@@ -41,11 +47,82 @@ def _client_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--url", envvar="FP8_POLICY_URL", default=DEFAULT_URL, show_default=True,
                      help="Service base URL (env FP8_POLICY_URL)."),
         click.option("--token", envvar="FP8_POLICY_TOKEN", default=None,
-                     help="Sent as 'Authorization: Bearer' (env FP8_POLICY_TOKEN; not checked by the service yet)."),
+                     help="Access token, sent as 'Authorization: Bearer' (env FP8_POLICY_TOKEN)."),
         click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON."),
     )):
         run = option(run)
     return run
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again (Python docs, "Note on
+    SIGPIPE": https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (e.g. click's CliRunner)
+        pass
+
+
+class RunRefType(click.ParamType):
+    """A run named by its id (`7`) or as `project/name` (the newest run of that name in the project)."""
+
+    name = "RUN"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | tuple[str, str]:
+        text = str(value).strip()
+        if text.isdigit():
+            return int(text)
+        project, sep, name = text.partition("/")
+        if sep and project and name:
+            return project, name
+        self.fail(f"{value!r} is neither a run id nor project/name", param, ctx)
+
+
+RUN_REF = RunRefType()
+
+
+def _run_id(client: PolicyClient, ref: int | tuple[str, str]) -> int:
+    """The id of a run given as an id or as (project, name)."""
+    if isinstance(ref, int):
+        return ref
+    return int(client.find_run(*ref)["id"])
+
+
+def _overrides(thresholds: tuple[str, ...], gpu: str | None, te_version: str | None,
+               previous_run: int | None = None) -> dict[str, Any]:
+    """The POST .../recommendation body from --threshold NAME=VALUE, --gpu, --te-version, --previous-run."""
+    out: dict[str, Any] = {}
+    parsed: dict[str, float] = {}
+    for item in thresholds:
+        name, sep, value = item.partition("=")
+        try:
+            parsed[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip():
+            raise click.BadParameter(f"{item!r} is not NAME=NUMBER (e.g. critical=3)", param_hint="--threshold")
+    if parsed:
+        out["thresholds"] = parsed
+    if gpu:
+        out["gpu"] = gpu
+    if te_version:
+        out["te_version"] = te_version
+    if previous_run is not None:
+        out["previous_run"] = previous_run
+    return out
+
+
+def _policy_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--threshold / --gpu / --te-version: recompute the recommendation (POST) with these settings."""
+    for option in reversed((
+        click.option("--threshold", "thresholds", multiple=True, metavar="NAME=VALUE",
+                     help="Analysis threshold, repeatable (e.g. --threshold critical=3 --threshold severe=6)."),
+        click.option("--gpu", help="GPU the policy is for: H100, B200, sm_90, 9.0, ... (default: run metadata)."),
+        click.option("--te-version", help="Transformer Engine version the config targets, e.g. 2.13."),
+    )):
+        command = option(command)
+    return command
 
 
 @contextmanager
@@ -63,19 +140,19 @@ def _echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, width: int | None = MAX_CELL) -> str:
     if isinstance(value, float):
         text = f"{value:.4g}"
     elif isinstance(value, (list, tuple)):
         text = ", ".join(str(v) for v in value)
     else:
         text = "" if value is None else str(value)
-    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
 
 
-def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    """Plain text columns, left-aligned, two spaces apart."""
-    cells = [[_cell(v) for v in row] for row in rows]
+def _table(headers: list[str], rows: list[list[Any]], width: int | None = MAX_CELL) -> str:
+    """Plain text columns, left-aligned, two spaces apart; cells cut at `width` characters (None: never)."""
+    cells = [[_cell(v, width) for v in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
     lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
@@ -133,12 +210,12 @@ def upload(path: Path, name: str | None, project: str | None, tags: str | None, 
 
 
 @click.command()
-@click.argument("run_id", metavar="RUN", type=int)
+@click.argument("run_ref", metavar="RUN", type=RUN_REF)
 @_client_options
-def status(run_id: int, url: str, token: str | None, as_json: bool) -> None:
-    """A run's status and ingest figures."""
+def status(run_ref: int | tuple[str, str], url: str, token: str | None, as_json: bool) -> None:
+    """A run's status and ingest figures (RUN: an id or project/name)."""
     with _connect(url, token) as client:
-        run = client.run(run_id)
+        run = client.run(_run_id(client, run_ref))
     if as_json:
         return _echo_json(run)
     click.echo(_run_summary(run))
@@ -163,16 +240,27 @@ def runs(project: str | None, status_: str | None, tag: str | None, limit: int, 
 
 
 @click.command()
-@click.argument("run_id", metavar="RUN", type=int)
+@click.argument("run_ref", metavar="RUN", type=RUN_REF)
+@click.option("--wide", is_flag=True, help="Every layer with its underflow columns, cells not shortened.")
 @_client_options
-def analysis(run_id: int, url: str, token: str | None, as_json: bool) -> None:
-    """Findings (pattern, severity, layers) and the worst layers of a ready run."""
+def analysis(run_ref: int | tuple[str, str], wide: bool, url: str, token: str | None, as_json: bool) -> None:
+    """Findings (pattern, severity, layers) and the worst layers of a ready run (RUN: an id or project/name)."""
     with _connect(url, token) as client:
-        result = client.analysis(run_id)
+        result = client.analysis(_run_id(client, run_ref))
     if as_json:
         return _echo_json(result)
-    findings = [[f.get("severity"), f.get("pattern"), f.get("layers"), f.get("summary")] for f in result["findings"]]
-    click.echo(_table(["severity", "pattern", "layers", "summary"], findings))
+    width = None if wide else MAX_CELL
+    findings = [[f.get("severity"), f.get("label") or f.get("pattern"), f.get("layers"), f.get("summary")]
+                for f in result["findings"]]
+    click.echo(_table(["severity", "pattern", "layers", "summary"], findings, width))
+    if wide:
+        columns = ["name", "status", "severity", "worst_signal", "worst_level", *WIDE_COLUMNS, "patterns"]
+        rows = [[row.get(c) for c in columns] for row in result.get("layers", [])]
+        click.echo("\n" + _table(["layer", "status", "severity", "worst signal", "level %",
+                                   *(c.replace("_underflow_", " uf ") for c in WIDE_COLUMNS), "patterns"], rows, None))
+        for note in result.get("notes", []):
+            click.echo(f"note: {note}")
+        return None
     worst = gating.worst_layers(result.get("layers", []))
     if worst:
         rows = [[r.get("name"), r.get("severity"), r.get("worst_signal"), r.get("worst_level"), r.get("patterns")]
@@ -183,20 +271,30 @@ def analysis(run_id: int, url: str, token: str | None, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("run_id", metavar="RUN", type=int)
+@click.argument("run_ref", metavar="RUN", type=RUN_REF)
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="json", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE.")
+@click.option("--summary", "summary", is_flag=True, help="Print a human summary instead of the JSON.")
+@click.option("--previous-run", type=RUN_REF, help="The run before this one (id or project/name): a problem that "
+                                                   "followed a moved BF16 boundary is not answered with a wider one.")
+@_policy_options
 @_client_options
-def recommend(run_id: int, fmt: str, output: Path | None, url: str, token: str | None, as_json: bool) -> None:
-    """The recommended precision policy, as JSON or a ready-to-use config (TE YAML, Megatron, Hydra, torchao)."""
+def recommend(run_ref: int | tuple[str, str], fmt: str, output: Path | None, summary: bool,
+              previous_run: int | tuple[str, str] | None, thresholds: tuple[str, ...], gpu: str | None,
+              te_version: str | None, url: str, token: str | None, as_json: bool) -> None:
+    """The recommended precision policy, as JSON (stdout) or a ready-to-use config (TE YAML, Megatron, Hydra,
+    torchao). RUN is an id or project/name; --threshold/--gpu/--te-version/--previous-run recompute it."""
     with _connect(url, token) as client:
-        result = client.recommendation(run_id, format=fmt)
+        run_id = _run_id(client, run_ref)
+        previous = _run_id(client, previous_run) if previous_run is not None else None
+        overrides = _overrides(thresholds, gpu, te_version, previous)
+        result = client.recommendation(run_id, format=fmt, overrides=overrides or None)
     text = json.dumps(result, indent=2) + "\n" if fmt == "json" else str(result)
     if output is not None:
         output.write_text(text)
         done = {"run_id": run_id, "format": fmt, "path": str(output)}
         return click.echo(json.dumps(done) if as_json else f"wrote the {fmt} policy of run {run_id} to {output}")
-    if fmt != "json" or as_json:
+    if fmt != "json" or not summary:
         return click.echo(text, nl=False)
     click.echo("\n".join(gating.change_section(result)[2:]) + "rationale:")
     for line in result.get("rationale", []):
@@ -204,21 +302,28 @@ def recommend(run_id: int, fmt: str, output: Path | None, url: str, token: str |
 
 
 @click.command()
-@click.argument("run_id", metavar="RUN", type=int)
+@click.argument("run_ref", metavar="RUN", type=RUN_REF)
 @click.option("--fail-on", type=click.Choice(gating.FAIL_ON), default="critical", show_default=True,
               help="Fail when any finding is at least this severe.")
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for a run still ingesting.")
 @click.option("--summary-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Append the markdown to FILE (e.g. $GITHUB_STEP_SUMMARY).")
+@_policy_options
 @_client_options
-def gate(run_id: int, fail_on: str, timeout: float, summary_file: Path | None, url: str, token: str | None,
+def gate(run_ref: int | tuple[str, str], fail_on: str, timeout: float, summary_file: Path | None,
+         thresholds: tuple[str, ...], gpu: str | None, te_version: str | None, url: str, token: str | None,
          as_json: bool) -> None:
-    """Pass/fail a run for CI: exit 0 pass, 1 when a finding reaches --fail-on, 2 on usage/service errors."""
+    """Pass/fail a run for CI: exit 0 pass, 1 when a finding reaches --fail-on, 2 on usage/service errors.
+    RUN is an id or project/name; --threshold applies to the analysis and the recommendation."""
+    overrides = _overrides(thresholds, gpu, te_version)
     with _connect(url, token) as client:
+        run_id = _run_id(client, run_ref)
         run = client.run(run_id)
         if run["status"] != "ready":
             run = client.wait(run_id, timeout=timeout)
-        result = gating.evaluate(run, client.analysis(run_id), client.recommendation(run_id), fail_on)
+        analysis_result = client.analysis(run_id, **overrides.get("thresholds", {}))
+        rec = client.recommendation(run_id, overrides=overrides or None)
+        result = gating.evaluate(run, analysis_result, rec, fail_on)
     markdown = gating.render_markdown(result)
     if summary_file is not None:
         with summary_file.open("a", encoding="utf-8") as handle:
@@ -229,13 +334,15 @@ def gate(run_id: int, fail_on: str, timeout: float, summary_file: Path | None, u
 
 
 @click.command()
-@click.argument("base", type=int)
-@click.argument("head", type=int)
+@click.argument("base", type=RUN_REF)
+@click.argument("head", type=RUN_REF)
 @_client_options
-def compare(base: int, head: int, url: str, token: str | None, as_json: bool) -> None:
-    """How run HEAD differs from run BASE: summary, findings that appeared or disappeared, precision changes."""
+def compare(base: int | tuple[str, str], head: int | tuple[str, str], url: str, token: str | None,
+            as_json: bool) -> None:
+    """How run HEAD differs from run BASE (ids or project/name): summary, findings that appeared or
+    disappeared, precision changes."""
     with _connect(url, token) as client:
-        result = client.compare(base, head)
+        result = client.compare(_run_id(client, base), _run_id(client, head))
     if as_json:
         return _echo_json(result)
     for side in ("base", "head"):
@@ -252,23 +359,40 @@ def compare(base: int, head: int, url: str, token: str | None, as_json: bool) ->
 
 
 @click.command()
-@click.argument("run_id", metavar="RUN", type=int)
+@click.argument("run_ref", metavar="RUN", type=RUN_REF)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path), help="PNG file.")
 @click.option("--tensor", help="gradient (default), activation or weight.")
 @click.option("--stat", help="As logged, e.g. underflows% (default) or mxfp8_underflows%.")
 @click.option("--rank", type=int, help="One rank (default: the max over ranks).")
 @click.option("--dpi", type=int, help="Resolution (service default 150).")
 @_client_options
-def heatmap(run_id: int, output: Path, tensor: str | None, stat: str | None, rank: int | None, dpi: int | None,
-            url: str, token: str | None, as_json: bool) -> None:
-    """Save the run's layers x iterations heatmap (gradient underflows% by default) as a PNG."""
+def heatmap(run_ref: int | tuple[str, str], output: Path, tensor: str | None, stat: str | None, rank: int | None,
+            dpi: int | None, url: str, token: str | None, as_json: bool) -> None:
+    """Save the run's layers x iterations heatmap (gradient underflows% by default) as a PNG (RUN: id or
+    project/name)."""
     with _connect(url, token) as client:
+        run_id = _run_id(client, run_ref)
         client.heatmap(run_id, output, tensor=tensor, stat=stat, rank=rank, dpi=dpi)
     done = {"run_id": run_id, "path": str(output), "bytes": output.stat().st_size}
     click.echo(json.dumps(done) if as_json else f"wrote the heatmap of run {run_id} to {output} ({done['bytes']} bytes)")
 
 
-COMMANDS = (upload, status, runs, analysis, recommend, gate, compare, heatmap)
+@click.command()
+@click.argument("run_ref", metavar="RUN", type=RUN_REF)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@_client_options
+def delete(run_ref: int | tuple[str, str], yes: bool, url: str, token: str | None, as_json: bool) -> None:
+    """Delete a run, its metrics and its stored archive (RUN: an id or project/name; needs an admin token)."""
+    with _connect(url, token) as client:
+        run_id = _run_id(client, run_ref)
+        if not yes:
+            click.confirm(f"delete run {run_id} and all its data?", abort=True, err=True)
+        client.delete(run_id)
+    done = {"run_id": run_id, "deleted": True}
+    click.echo(json.dumps(done) if as_json else f"deleted run {run_id}")
+
+
+COMMANDS = (upload, status, runs, analysis, recommend, gate, compare, heatmap, delete)
 
 
 def register_client_commands(group: click.Group) -> click.Group:

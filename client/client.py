@@ -9,6 +9,7 @@ of `service/`, `db/` or `policy/`: the client talks to the service over HTTP onl
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -16,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from fp8_policy.client._http import DEFAULT_TIMEOUT, HttpSession
-from fp8_policy.client.errors import IngestFailed, WaitTimeout
+from fp8_policy.client.errors import IngestFailed, NotFound, WaitTimeout
 from fp8_policy.client.packing import ProgressReader, StderrBar, pack_directory
 
 RUNS = "/api/v1/runs"
+TOKEN_ENV = "FP8_POLICY_TOKEN"
 FORMATS = ("json", "te-yaml", "megatron", "hydra", "torchao")
 # Seams for tests (monkeypatch these, not the time module).
 _clock = time.monotonic
@@ -37,13 +39,16 @@ def backoff_delays(initial: float = 0.2, maximum: float = 2.0, factor: float = 2
 class PolicyClient:
     """Client of one fp8-policy service; use as a context manager (it owns one HTTP connection pool).
 
-    `token` is sent as `Authorization: Bearer <token>` (the service does not check it yet).
+    `token` is sent as `Authorization: Bearer <token>`; left out, FP8_POLICY_TOKEN is used when set.
+    A missing or rejected token raises `Unauthorized` (401), a token without the scope `Forbidden` (403).
     `transport` is an `httpx` transport for tests (e.g. `httpx.MockTransport`).
     """
 
     def __init__(self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT, *,
                  transport: Any = None) -> None:
         self.base_url = base_url.rstrip("/")
+        if token is None:
+            token = os.environ.get(TOKEN_ENV) or None
         self._http = HttpSession(self.base_url, token=token, timeout=timeout, transport=transport)
 
     def __enter__(self) -> PolicyClient:
@@ -121,6 +126,13 @@ class PolicyClient:
             cursor = page.get("next_cursor")
             if not cursor:
                 return
+
+    def find_run(self, project: str, name: str) -> dict[str, Any]:
+        """The newest run called `name` in `project` (runs are listed newest first); NotFound when none is."""
+        for run in self.iter_runs(project=project):
+            if run.get("name") == name:
+                return run
+        raise NotFound(404, "NotFound", f"no run named {name!r} in project {project!r}")
 
     def delete(self, run_id: int) -> None:
         """Delete a run, its metrics and its stored archive."""

@@ -34,6 +34,15 @@ class NotFound(ApiError):
     """404: the run (or route) does not exist on this service."""
 
 
+class Unauthorized(ApiError):
+    """401: the service needs an access token, or the one sent is unknown, revoked or expired
+    (pass `token=` / `--token`, or set FP8_POLICY_TOKEN)."""
+
+
+class Forbidden(ApiError):
+    """403: the token is valid but its scope (read < upload < admin) does not cover the request."""
+
+
 class ConnectionFailed(PolicyError):
     """The service could not be reached (refused, DNS, TLS, timeout); the message names the URL."""
 

@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS = {
     "ApiError": "fp8_policy.client.errors",
     "ConnectionFailed": "fp8_policy.client.errors",
+    "Forbidden": "fp8_policy.client.errors",
     "IngestFailed": "fp8_policy.client.errors",
     "NoLogFiles": "fp8_policy.client.errors",
     "NotFound": "fp8_policy.client.errors",
     "PolicyError": "fp8_policy.client.errors",
+    "Unauthorized": "fp8_policy.client.errors",
     "WaitTimeout": "fp8_policy.client.errors",
     "PolicyClient": "fp8_policy.client.client",
     "apply_policy": "fp8_policy.client.apply",
@@ -38,10 +40,12 @@ if TYPE_CHECKING:
     from fp8_policy.client.errors import (
         ApiError,
         ConnectionFailed,
+        Forbidden,
         IngestFailed,
         NoLogFiles,
         NotFound,
         PolicyError,
+        Unauthorized,
         WaitTimeout,
     )
 

@@ -23,6 +23,7 @@ from fp8_policy.service.security import BrowserGuard
 from fp8_policy.service.ingest.worker import IngestWorker
 from fp8_policy.service.analysis.routes import router as analysis_router
 from fp8_policy.service.analysis.summary import SummaryRefresher
+from fp8_policy.service.auth.routes import router as auth_router
 from fp8_policy.service.runs.routes import router as runs_router
 from fp8_policy.service.settings import Settings, get_settings
 from fp8_policy.service.transport.body import BodyTimeoutMiddleware
@@ -96,6 +97,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(retry_router)
     app.include_router(analysis_router)
     app.include_router(visual_router)
+    app.include_router(auth_router)
     app.include_router(web_router)
     app.include_router(docs_router)
 

@@ -16,6 +16,7 @@ import click
 
 from fp8_policy.client.cli import register_client_commands
 from fp8_policy.service.ingest.cli import worker
+from fp8_policy.service.auth.cli import token
 
 if TYPE_CHECKING:
     from fp8_policy.service.settings import Settings
@@ -35,6 +36,8 @@ def cli() -> None:
 @click.option("--log-level", default="info", show_default=True)
 @click.option("--ingest/--no-ingest", default=None,
               help="Run ingest jobs in this process (default) or leave them to `fp8-policy worker` processes.")
+@click.option("--allow-anonymous", is_flag=True,
+              help="On a non-loopback --host, serve requests without a token while no access token exists.")
 @click.option("--header-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds to receive a request head [FP8_POLICY_HEADER_TIMEOUT, 15].")
 @click.option("--body-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -44,9 +47,10 @@ def cli() -> None:
 @click.option("--limit-concurrency", type=click.IntRange(min=1), default=None,
               help="Open connections at most, lowered to fit `ulimit -n` [FP8_POLICY_LIMIT_CONCURRENCY, 1024].")
 def serve(host: str, port: int, demo: bool | None, migrate: bool, log_level: str, ingest: bool | None,
+          allow_anonymous: bool,
           header_timeout: float | None, body_timeout: float | None, max_uploads: int | None,
           limit_concurrency: int | None) -> None:
-    """Start the API with uvicorn."""
+    """Start the API with uvicorn (on a non-loopback --host only once an access token exists)."""
     import uvicorn
 
     from fp8_policy.service.app import create_app
@@ -63,6 +67,7 @@ def serve(host: str, port: int, demo: bool | None, migrate: bool, log_level: str
     settings = settings.model_copy(update={k: v for k, v in limits.items() if v is not None})
     if migrate:
         _upgrade(settings)
+    settings = _check_anonymous_access(settings, host, allow_anonymous)
     descriptors = raise_descriptor_limit()
     config = uvicorn_config(create_app(settings), settings, host=host, port=port, log_level=log_level,
                             descriptors=descriptors)
@@ -84,6 +89,25 @@ def db_upgrade(revision: str) -> None:
     click.echo(f"database at {revision}")
 
 
+def _check_anonymous_access(settings: Settings, host: str, allow_anonymous: bool) -> Settings:
+    """Exit with one line when `host` is not loopback, no token exists and --allow-anonymous is not given;
+    otherwise the settings with `allow_anonymous` decided for this address (service/auth/binding.py)."""
+    from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
+    from fp8_policy.service.auth import binding
+    from fp8_policy.service.auth.actions import tokens_required
+
+    engine = create_db_engine(settings.resolved_database_url)
+    try:
+        with session_scope(create_session_factory(engine)) as session:
+            refusal = binding.refusal(host, allow_anonymous, tokens_required(session))
+    finally:
+        engine.dispose()
+    if refusal:
+        click.echo(refusal, err=True)
+        sys.exit(2)
+    return settings.model_copy(update={"allow_anonymous": binding.anonymous_allowed(host, allow_anonymous)})
+
+
 def _upgrade(settings: Settings, revision: str = "head") -> None:
     from fp8_policy.db.migrate import upgrade
 
@@ -91,6 +115,7 @@ def _upgrade(settings: Settings, revision: str = "head") -> None:
     upgrade(settings.resolved_database_url, revision)
 
 
+cli.add_command(token)
 cli.add_command(worker)
 register_client_commands(cli)
 

@@ -15,6 +15,7 @@ class ErrorBody(BaseModel):
 
 class AppError(Exception):
     status_code = 500
+    headers: dict[str, str] | None = None
 
     def __init__(self, detail: str, *, error: str | None = None) -> None:
         super().__init__(detail)
@@ -50,6 +51,28 @@ class NotReady(AppError):
     status_code = 409
 
 
+class Unauthorized(AppError):
+    """401: no token, or one that is unknown, revoked or expired (RFC 6750 §3 challenge)."""
+
+    status_code = 401
+
+    def __init__(self, detail: str, *, error: str, invalid_token: bool = False) -> None:
+        super().__init__(detail, error=error)
+        challenge = 'Bearer realm="fp8-policy"' + (', error="invalid_token"' if invalid_token else "")
+        self.headers = {"WWW-Authenticate": challenge}
+
+
+class Forbidden(AppError):
+    """403: a valid token whose scope does not cover the request."""
+
+    status_code = 403
+
+    def __init__(self, detail: str, *, needed_scope: str) -> None:
+        super().__init__(detail, error="InsufficientScope")
+        self.headers = {"WWW-Authenticate": f'Bearer realm="fp8-policy", error="insufficient_scope", '
+                                            f'scope="{needed_scope}"'}
+
+
 _HTTP_NAMES = {
     400: "BadRequest",
     404: "NotFound",
@@ -63,7 +86,8 @@ _HTTP_NAMES = {
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AppError)
     async def _app_error(_request: Request, exc: AppError) -> JSONResponse:
-        return JSONResponse({"error": exc.error, "detail": exc.detail}, status_code=exc.status_code)
+        return JSONResponse({"error": exc.error, "detail": exc.detail}, status_code=exc.status_code,
+                            headers=exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -37,6 +37,10 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Other origins (scheme://host:port) whose pages may POST/PUT/PATCH/DELETE; by default only "
                     "this service's own pages and clients that send no Origin header (service/security.py).")
+    secret_key: SecretStr | None = Field(None, description="Key of the access tokens' HMAC; default: a key "
+                                         "generated once and stored in the database.")
+    allow_anonymous: bool = Field(True, description="Serve requests without a token while no access token exists "
+                                  "(`fp8-policy serve` sets it: loopback or --allow-anonymous).")
 
     # Database connection pool (SQLAlchemy QueuePool). None: a per-backend default, see `pool_options`.
     db_pool_size: int | None = Field(None, ge=1, description="Connections kept open (SQLite 20, PostgreSQL 10).")

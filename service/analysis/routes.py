@@ -8,13 +8,15 @@ from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import Response
 
 from fp8_policy.service.analysis import actions, summary
+from fp8_policy.service.auth.deps import READ
 from fp8_policy.policy.render import FORMATS, hydra, megatron, te_yaml, torchao
 from fp8_policy.service.analysis.schemas import AnalysisRead, RecommendationRead
 from fp8_policy.service.deps import SessionDep
 from fp8_policy.service.errors import BadRequest
 from fp8_policy.service.openapi import error_responses, query_param, threshold_params
 
-router = APIRouter(prefix="/api/v1/runs", tags=["analysis"])
+# Every route reads, the POST recommendation included: it recomputes from stored data and stores nothing.
+router = APIRouter(prefix="/api/v1/runs", tags=["analysis"], dependencies=[READ])
 ERRORS = error_responses(400, 404, 409)
 FORMAT_HELP = "json (default), te-yaml, megatron, hydra or torchao"
 FORMAT_QUERY = Query(description=FORMAT_HELP, json_schema_extra={"enum": ["json", *FORMATS]})

@@ -16,6 +16,7 @@ from fp8_policy.db.repositories import NewRun, RunRepository, tags_of
 from fp8_policy.db.session import session_scope
 from fp8_policy.db.summaries import SummaryRepository
 from fp8_policy.policy import csv_export
+from fp8_policy.policy.analysis.findings import Pattern
 from fp8_policy.policy.recommend import POLICY_VERSION
 from fp8_policy.policy.records import nonfinite_text
 from fp8_policy.policy.safe_text import displayable, displayable_json
@@ -44,8 +45,9 @@ def parse_upload_fields(fields: dict[str, str]) -> tuple[str | None, str, tuple[
 
 
 def create_run(session: Session, data_dir: Path, upload: ReceivedUpload, fields: dict[str, str],
-               store: ArchiveStore | None = None) -> tuple[Run, bool]:
+               uploaded_by: str | None = None, store: ArchiveStore | None = None) -> tuple[Run, bool]:
     """Store a new queued run for the upload, or return the existing run with the same bytes.
+    `uploaded_by` is the access token's name (None when anonymous).
 
     Returns (run, queued): queued is True when the run needs an ingest job — a new run, or an existing one whose
     earlier ingest failed for a server-side reason (RETRY_ERRORS) or whose upload is gone: the same bytes
@@ -63,7 +65,8 @@ def create_run(session: Session, data_dir: Path, upload: ReceivedUpload, fields:
     if existing is not None:
         return _same_bytes_again(session, data_dir, store, existing, upload)
     try:
-        run = repo.add(NewRun(name, project, tags, metadata, upload.sha256, filename, upload.size, ""))
+        run = repo.add(NewRun(name, project, tags, metadata, upload.sha256, filename, upload.size, "",
+                              uploaded_by))
     except IntegrityError:  # the same bytes arrived concurrently: the whole (read-only so far) transaction goes
         session.rollback()
         winner = repo.find_by_hash(project, upload.sha256)
@@ -139,7 +142,7 @@ def run_read(run: Run, *, with_report: bool = False) -> RunRead:
         series_count=run.series_count, points=run.point_count, iteration_min=run.iteration_min,
         iteration_max=run.iteration_max, lines_read=run.lines_read, lines_skipped=run.lines_skipped,
         lines_blank=run.lines_blank, lines_duplicated=run.lines_duplicated,
-        ingest_report=report,
+        ingest_report=report, uploaded_by=run.uploaded_by,
     )
 
 
@@ -180,10 +183,21 @@ def list_runs(session: Session, *, project, status, tag, cursor: str | None, lim
         stored = summaries.get(item.id)
         if stored is not None:
             item.summary = RunSummaryRead(severity=stored.severity, pattern=stored.pattern,
+                                          label=pattern_label(stored.pattern),
                                           headline=stored.headline, to_bf16=stored.to_bf16,
                                           gemm_overrides=stored.gemm_overrides, policy_version=stored.policy_version)
     missing = [item.id for item in items if item.status == "ready" and item.summary is None]
     return RunList(items=items, next_cursor=str(page[-1].id) if more and page else None), missing
+
+
+def pattern_label(pattern: str | None) -> str | None:
+    """The human name of a stored pattern string ("u_shape" -> "U-shape"); the string itself if unknown."""
+    if pattern is None:
+        return None
+    try:
+        return Pattern(pattern).label
+    except ValueError:
+        return pattern
 
 
 def delete_run(session: Session, data_dir: Path, run_id: int, store: ArchiveStore | None = None) -> None:

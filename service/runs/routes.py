@@ -8,6 +8,7 @@ import anyio
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from fp8_policy.service.auth.deps import ADMIN, READ, UPLOAD, PrincipalDep
 from fp8_policy.service.deps import SessionDep, SettingsDep
 from fp8_policy.service.errors import ErrorBody
 from fp8_policy.service.ingest.upload import ReceivedUpload, new_upload_path, receive_upload
@@ -27,13 +28,14 @@ StatusFilter = Literal["queued", "processing", "ready", "failed"]
     "",
     status_code=202,
     openapi_extra=UPLOAD_OPENAPI,
+    dependencies=[UPLOAD],
     response_model=RunRead,
     responses={200: {"model": RunRead, "description": "The same bytes were already uploaded to this project."},
                400: {"model": ErrorBody}, 408: {"model": ErrorBody}, 413: {"model": ErrorBody},
                415: {"model": ErrorBody}, 503: {"model": ErrorBody, "description": "Too many uploads at once; "
                                                 "retry after `Retry-After` seconds."}},
 )
-async def create_run(request: Request, settings: SettingsDep) -> JSONResponse:
+async def create_run(request: Request, settings: SettingsDep, principal: PrincipalDep) -> JSONResponse:
     """Upload an `fp8_log_dir` archive (tar, tar.gz, zip) or one statistics log (.log, .log.gz).
 
     Send multipart/form-data with a `file` part and optional `name`, `project`, `tags` (comma-separated)
@@ -50,16 +52,18 @@ async def create_run(request: Request, settings: SettingsDep) -> JSONResponse:
         fields = {k: v for k, v in request.query_params.items() if k in ("name", "project", "tags", "metadata")}
         fields.update(upload.fields)
         body, created = await anyio.to_thread.run_sync(
-            _store_upload, request.app.state, settings, upload, fields, limiter=limiter)
+            _store_upload, request.app.state, settings, upload, fields, principal.name, limiter=limiter)
     headers = {"Location": f"/api/v1/runs/{body['id']}"}
     return JSONResponse(body, status_code=202 if created else 200, headers=headers)
 
 
-def _store_upload(state, settings: Settings, upload: ReceivedUpload, fields: dict[str, str]) -> tuple[dict, bool]:
+def _store_upload(state, settings: Settings, upload: ReceivedUpload, fields: dict[str, str],
+                  uploaded_by: str | None) -> tuple[dict, bool]:
     """The blocking part of an upload (in a worker thread): store the run, queue its ingest."""
     try:
         with state.unit_of_work() as session:
-            run, created = actions.create_run(session, settings.data_dir, upload, fields, store=state.ingest.store)
+            run, created = actions.create_run(session, settings.data_dir, upload, fields, uploaded_by,
+                                              store=state.ingest.store)
             body = actions.run_read(run).model_dump(mode="json")
     finally:
         upload.path.unlink(missing_ok=True)
@@ -68,7 +72,7 @@ def _store_upload(state, settings: Settings, upload: ReceivedUpload, fields: dic
     return body, created
 
 
-@router.get("", response_model=RunList, responses={400: {"model": ErrorBody}})
+@router.get("", response_model=RunList, dependencies=[READ], responses={400: {"model": ErrorBody}})
 def list_runs(
     request: Request,
     session: SessionDep,
@@ -88,20 +92,20 @@ def list_runs(
     return page
 
 
-@router.get("/{run_id}", response_model=RunRead, responses=ERRORS)
+@router.get("/{run_id}", response_model=RunRead, dependencies=[READ], responses=ERRORS)
 def read_run(run_id: int, session: SessionDep) -> RunRead:
     """A run's status and ingest figures (with a per-file report)."""
     return actions.run_read(actions.get_run(session, run_id), with_report=True)
 
 
-@router.delete("/{run_id}", status_code=204, responses=ERRORS)
+@router.delete("/{run_id}", status_code=204, dependencies=[ADMIN], responses=ERRORS)
 def delete_run(run_id: int, request: Request, session: SessionDep, settings: SettingsDep) -> Response:
     """Delete a run, its metrics and its uploaded archive."""
     actions.delete_run(session, settings.data_dir, run_id, store=request.app.state.ingest.store)
     return Response(status_code=204)
 
 
-@router.get("/{run_id}/layers", response_model=list[LayerRead], responses=ERRORS)
+@router.get("/{run_id}/layers", response_model=list[LayerRead], dependencies=[READ], responses=ERRORS)
 def list_layers(
     run_id: int, session: SessionDep,
     rank: Annotated[int | None, Query(ge=0, description="One rank; default: every rank.")] = None,
@@ -110,7 +114,7 @@ def list_layers(
     return actions.layers_of(session, run_id, rank)
 
 
-@router.get("/{run_id}/series", response_model=SeriesRead, responses=ERRORS)
+@router.get("/{run_id}/series", response_model=SeriesRead, dependencies=[READ], responses=ERRORS)
 def read_series(
     run_id: int,
     session: SessionDep,
@@ -123,7 +127,7 @@ def read_series(
     return actions.series_of(session, run_id, layer=layer, tensor=tensor, stat=stat, rank=rank)
 
 
-@router.get("/{run_id}/metrics.csv", response_class=Response,
+@router.get("/{run_id}/metrics.csv", response_class=Response, dependencies=[READ],
             responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}},
                              "description": "The CSV, streamed as an attachment."}, **ERRORS})
 def export_csv(

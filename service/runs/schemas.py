@@ -43,6 +43,8 @@ class RunRead(Schema):
     lines_blank: int
     lines_duplicated: int = Field(description="Points dropped because a later line had the same name and iteration.")
     ingest_report: dict | None = Field(None, description="Per-file counts and skipped-line samples.")
+    uploaded_by: str | None = Field(None, description="Name of the access token that uploaded the run; null when "
+                                    "the service was open (no token).")
     summary: RunSummaryRead | None = Field(None, description="Stored summary of a ready run (runs list only); null "
                                            "while it is being computed for the current policy version.")
 
@@ -52,6 +54,7 @@ class RunSummaryRead(Schema):
 
     severity: Literal["ok", "warning", "critical", "severe"] = Field(description="Worst finding's severity.")
     pattern: str | None = Field(description="The leading (worst) finding's pattern; null when none.")
+    label: str | None = Field(None, description="Human name of that pattern, e.g. 'U-shape'; null when none.")
     headline: str | None = Field(description="That finding's one-sentence summary.")
     to_bf16: int = Field(description="Layers the default recommendation keeps in BF16 (fp8_skip_layers).")
     gemm_overrides: int = Field(description="Layers with per-GEMM overrides in the default recommendation.")

@@ -9,16 +9,17 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep
 from fp8_policy.service.errors import BadRequest
 from fp8_policy.service.openapi import error_responses, threshold_params
 from fp8_policy.service.visual import actions, compare
-from fp8_policy.service.visual.params import HEATMAP_KEYS, parse_heatmap_params, parse_threshold_overrides, run_id_param, \
-    thresholds_of
-from fp8_policy.service.visual.query_docs import heatmap_params, run_pair_params
+from fp8_policy.service.visual.params import HEATMAP_KEYS, parse_cell_columns, parse_heatmap_params, \
+    parse_threshold_overrides, run_id_param, thresholds_of
+from fp8_policy.service.visual.query_docs import heatmap_json_params, heatmap_params, run_pair_params
 from fp8_policy.service.visual.schemas import CompareRead, HeatmapLayoutRead
 
-router = APIRouter(tags=["visual"])
+router = APIRouter(tags=["visual"], dependencies=[READ])
 ERRORS = error_responses(400, 404, 409)
 _IMAGE_HEADERS = {
     "X-Heatmap-Size": "w,h of the image in pixels",
@@ -86,12 +87,15 @@ async def _heatmap_image(request: Request, run_id: int, fmt: str) -> Response:
 
 
 @router.get("/api/v1/runs/{run_id}/heatmap.json", response_model=HeatmapLayoutRead, responses=ERRORS,
-            openapi_extra=HEATMAP_PARAMS)
+            openapi_extra={"parameters": heatmap_json_params()})
 def heatmap_json(run_id: int, request: Request, session: SessionDep) -> HeatmapLayoutRead:
     """The heatmap's rows (label, layer, group, kind, p95 level, boxed, skip), iteration range, summary and the
     pixel extent of its cells at the requested dpi — for clients that draw or annotate it themselves. Takes the
-    heatmap parameters."""
-    return HeatmapLayoutRead.model_validate(actions.heatmap_layout(session, run_id, _heatmap_params(request)))
+    heatmap parameters, and `cells=N` for the values themselves (at most N columns) with the image's colour map
+    (the dashboard draws its interactive heatmap from them)."""
+    params = _heatmap_params(request, extra=frozenset({"cells"}))
+    columns = parse_cell_columns(request.query_params)
+    return HeatmapLayoutRead.model_validate(actions.heatmap_layout(session, run_id, params, cell_columns=columns))
 
 
 @router.get("/api/v1/compare", response_model=CompareRead, responses=ERRORS,

@@ -1,0 +1,77 @@
+"""HTTP routes for access tokens: who am I (`read`), and token management (`admin`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from fp8_policy.service.auth import actions
+from fp8_policy.service.auth.deps import ADMIN, READ, PrincipalDep, app_hasher
+from fp8_policy.service.auth.tokens import TokenHasher
+from fp8_policy.service.deps import SessionDep
+from fp8_policy.service.errors import ErrorBody
+
+router = APIRouter(prefix="/api/v1", tags=["access tokens"])
+AUTH_ERRORS = {401: {"model": ErrorBody}, 403: {"model": ErrorBody}}
+HasherDep = Annotated[TokenHasher, Depends(app_hasher)]
+
+
+class Me(BaseModel):
+    name: str | None = Field(description="The token's name; null when the service is open (no token exists).")
+    scope: Literal["read", "upload", "admin"]
+    anonymous: bool
+    expires_at: datetime | None
+
+
+class TokenRead(BaseModel):
+    name: str
+    scope: Literal["read", "upload", "admin"]
+    prefix: str = Field(description="The token's public beginning, e.g. fp8p_1a2b3c4d.")
+    state: Literal["active", "expired", "revoked"]
+    created_at: datetime
+    last_used_at: datetime | None = Field(description="Recorded at most once a minute.")
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+
+class TokenCreate(BaseModel):
+    name: str = Field(description="Unique; letters, digits, '.', '_', '@', '-'; at most 100 characters.")
+    scope: Literal["read", "upload", "admin"]
+    expires_days: int | None = Field(None, ge=1, le=actions.MAX_EXPIRES_DAYS)
+
+
+class TokenCreated(TokenRead):
+    token: str = Field(description="The token itself: shown this once, stored only as a keyed hash.")
+
+
+@router.get("/auth/me", response_model=Me, dependencies=[READ], responses=AUTH_ERRORS)
+def who_am_i(principal: PrincipalDep) -> Me:
+    """The calling token's name and scope (the dashboard shows it)."""
+    return Me(name=principal.name, scope=principal.scope, anonymous=principal.anonymous,
+              expires_at=principal.expires_at)
+
+
+@router.get("/tokens", response_model=list[TokenRead], dependencies=[ADMIN], responses=AUTH_ERRORS)
+def list_tokens(session: SessionDep) -> list[TokenRead]:
+    """Every token, revoked and expired ones included (never the token or its hash)."""
+    return [TokenRead(**actions.token_info(t)) for t in actions.list_tokens(session)]
+
+
+@router.post("/tokens", status_code=201, response_model=TokenCreated, dependencies=[ADMIN],
+             responses={400: {"model": ErrorBody}, 409: {"model": ErrorBody}, **AUTH_ERRORS})
+def create_token(body: TokenCreate, session: SessionDep, hasher: HasherDep) -> JSONResponse:
+    """Create a token; the answer carries it once (`token`)."""
+    row, token = actions.create_token(session, hasher, body.name, body.scope, body.expires_days)
+    created = TokenCreated(**actions.token_info(row), token=token)
+    return JSONResponse(created.model_dump(mode="json"), status_code=201, headers={"Cache-Control": "no-store"})
+
+
+@router.delete("/tokens/{name}", response_model=TokenRead, dependencies=[ADMIN],
+               responses={404: {"model": ErrorBody}, **AUTH_ERRORS})
+def revoke_token(name: str, session: SessionDep) -> TokenRead:
+    """Revoke a token (kept, as revoked, so runs it uploaded still name it)."""
+    return TokenRead(**actions.token_info(actions.revoke_token(session, name)))
