@@ -31,11 +31,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-try:
-    from fp8_policy.client.apply import UnmatchedLayers, apply_policy, recipe_from_policy, write_te_debug_config
-except ImportError:  # running from a source checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from fp8_policy.client.apply import UnmatchedLayers, apply_policy, recipe_from_policy, write_te_debug_config
+from fp8_policy import apply_policy, recipe_from_policy, write_te_debug_config  # pip install 'fp8-policy[te]'
+from fp8_policy.client.apply import UnmatchedLayers
 
 HIDDEN, FFN, HEADS, LAYERS, VOCAB, SEQ, BATCH = 1024, 4096, 16, 4, 32000, 512, 2
 

@@ -22,14 +22,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-try:
-    from fp8_policy.client.apply import UnmatchedLayers, apply_policy
-except ImportError:  # running from a source checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from fp8_policy.client.apply import UnmatchedLayers, apply_policy
-
 from torchao.float8 import Float8LinearConfig
+
+from fp8_policy import apply_policy  # pip install 'fp8-policy[torch]'
+from fp8_policy.client.apply import UnmatchedLayers
 
 D_MODEL, VOCAB, SEQ = 64, 128, 16
 
