@@ -31,8 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from fp8_policy import apply_policy, recipe_from_policy, write_te_debug_config  # pip install 'fp8-policy[te]'
-from fp8_policy.client.apply import UnmatchedLayers
+from fp8_policy import UnmatchedLayers, apply_policy, recipe_from_policy, write_te_debug_config  # 'fp8-policy[te]'
 
 HIDDEN, FFN, HEADS, LAYERS, VOCAB, SEQ, BATCH = 1024, 4096, 16, 4, 32000, 512, 2
 

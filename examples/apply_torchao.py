@@ -24,8 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchao.float8 import Float8LinearConfig
 
-from fp8_policy import apply_policy  # pip install 'fp8-policy[torch]'
-from fp8_policy.client.apply import UnmatchedLayers
+from fp8_policy import UnmatchedLayers, apply_policy  # pip install 'fp8-policy[torch]'
 
 D_MODEL, VOCAB, SEQ = 64, 128, 16
 

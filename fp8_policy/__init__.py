@@ -27,6 +27,7 @@ _EXPORTS = {
     "Unauthorized": "fp8_policy.client.errors",
     "WaitTimeout": "fp8_policy.client.errors",
     "PolicyClient": "fp8_policy.client.client",
+    "UnmatchedLayers": "fp8_policy.client.apply",
     "apply_policy": "fp8_policy.client.apply",
     "recipe_from_policy": "fp8_policy.client.apply",
     "write_te_debug_config": "fp8_policy.client.apply",
@@ -34,20 +35,21 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-if TYPE_CHECKING:
-    from fp8_policy.client.apply import apply_policy, recipe_from_policy, write_te_debug_config
-    from fp8_policy.client.client import PolicyClient
-    from fp8_policy.client.errors import (
-        ApiError,
-        ConnectionFailed,
-        Forbidden,
-        IngestFailed,
-        NoLogFiles,
-        NotFound,
-        PolicyError,
-        Unauthorized,
-        WaitTimeout,
-    )
+if TYPE_CHECKING:  # `X as X`: explicit re-exports (PEP 484), so type checkers see the lazy names
+    from fp8_policy.client.apply import UnmatchedLayers as UnmatchedLayers
+    from fp8_policy.client.apply import apply_policy as apply_policy
+    from fp8_policy.client.apply import recipe_from_policy as recipe_from_policy
+    from fp8_policy.client.apply import write_te_debug_config as write_te_debug_config
+    from fp8_policy.client.client import PolicyClient as PolicyClient
+    from fp8_policy.client.errors import ApiError as ApiError
+    from fp8_policy.client.errors import ConnectionFailed as ConnectionFailed
+    from fp8_policy.client.errors import Forbidden as Forbidden
+    from fp8_policy.client.errors import IngestFailed as IngestFailed
+    from fp8_policy.client.errors import NoLogFiles as NoLogFiles
+    from fp8_policy.client.errors import NotFound as NotFound
+    from fp8_policy.client.errors import PolicyError as PolicyError
+    from fp8_policy.client.errors import Unauthorized as Unauthorized
+    from fp8_policy.client.errors import WaitTimeout as WaitTimeout
 
 
 def __getattr__(name: str) -> Any:
