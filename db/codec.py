@@ -23,10 +23,14 @@ _ITER_DELTAS = b"d"  # first value int64, then zlib(int64 deltas)
 _RANGE = struct.Struct("<qqq")
 _FIRST = struct.Struct("<q")
 DECIMALS = 4
+# A range-encoded series describes its length in 8 bytes: a damaged row must not make a read allocate 2^63
+# points. 2^28 points is far beyond any logged run (one point per iteration per series) and 2 GiB of int64.
+MAX_SERIES_POINTS = 2**28
 
 
 class CorruptSeries(ValueError):
-    """Stored bytes that do not decode: a bug or a damaged database, never user input."""
+    """Stored bytes that do not decode: a bug or a damaged database, never user input. Decoding raises nothing
+    else, whatever the bytes (tests/db/test_codec_properties.py)."""
 
 
 def encode_values(values: np.ndarray) -> bytes:
@@ -48,6 +52,8 @@ def decode_values(blob: bytes) -> np.ndarray:
         body = _inflate(body)
     elif tag != _VALUES_RAW:
         raise CorruptSeries(f"unknown values encoding {tag!r}")
+    if len(body) % 4:
+        raise CorruptSeries(f"values of {len(body)} bytes are not float32s")
     values = np.frombuffer(body, dtype="<f4").astype(np.float64)
     return np.round(values, DECIMALS)
 
@@ -67,11 +73,20 @@ def encode_iterations(iterations: np.ndarray) -> bytes:
 def decode_iterations(blob: bytes) -> np.ndarray:
     tag, body = blob[:1], blob[1:]
     if tag == _ITER_RANGE:
+        if len(body) != _RANGE.size:
+            raise CorruptSeries(f"an iteration range of {len(body)} bytes instead of {_RANGE.size}")
         start, step, count = _RANGE.unpack(body)
+        if not 0 <= count <= MAX_SERIES_POINTS:
+            raise CorruptSeries(f"an iteration range of {count} points")
         return start + step * np.arange(count, dtype=np.int64)
     if tag == _ITER_DELTAS:
+        if len(body) < _FIRST.size:
+            raise CorruptSeries(f"iteration deltas of {len(body)} bytes have no first iteration")
         (first,) = _FIRST.unpack(body[: _FIRST.size])
-        deltas = np.frombuffer(_inflate(body[_FIRST.size :]), dtype="<i8")
+        raw = _inflate(body[_FIRST.size :])
+        if len(raw) % 8:
+            raise CorruptSeries(f"iteration deltas of {len(raw)} bytes are not int64s")
+        deltas = np.frombuffer(raw, dtype="<i8")
         out = np.empty(deltas.shape[0] + 1, dtype=np.int64)
         out[0] = first
         np.cumsum(deltas, out=out[1:])

@@ -1,5 +1,6 @@
 // API access: fetch helpers and ApiError, query strings, the inline error box, the cached per-run analysis.
 
+import { askForToken, authHeaders, signInReason } from "./auth.js";
 import { SEVERITIES } from "./constants.js";
 import { h } from "./dom.js";
 
@@ -30,7 +31,7 @@ export async function apiFetch(path, { signal, as = "json", method = "GET" } = {
     response = await fetch(path.startsWith("/") ? path : `${API}/${path}`, {
       method,
       signal,
-      headers: as === "json" ? { Accept: "application/json" } : {},
+      headers: { ...(as === "json" ? { Accept: "application/json" } : {}), ...authHeaders() },
     });
   } catch (err) {
     if (err.name === "AbortError") throw err;
@@ -44,6 +45,7 @@ export async function apiFetch(path, { signal, as = "json", method = "GET" } = {
       /* not JSON */
     }
     const error = (body && body.error) || (response.status === 422 ? "ValidationError" : `HTTP ${response.status}`);
+    if (response.status === 401) askForToken(signInReason(error, detailText(body)));
     throw new ApiError(response.status, error, detailText(body) || response.statusText);
   }
   if (as === "response") return response;

@@ -8,12 +8,14 @@
  * Every view renders into #view; leaving a view aborts its requests and timers (router.js). API errors
  * ({"error", "detail"}) are shown inline where the data would have been (api.js).
  */
+import { initAuth } from "./auth.js";
 import { start } from "./router.js";
 import { runsView } from "./runs.js";
 import { runView } from "./run.js";
 import { compareView } from "./compare.js";
 import { uploadView } from "./upload.js";
 
+initAuth();
 start([
   [/^\/runs$/, "runs", (ctx, m, q) => runsView(ctx, q)],
   [/^\/runs\/(\d+)$/, "runs", (ctx, m) => runView(ctx, Number(m[1]))],

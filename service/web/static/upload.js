@@ -4,6 +4,7 @@ import { TERMINAL } from "./constants.js";
 import { h, replace, $ } from "./dom.js";
 import { fmtInt, fmtBytes, plural } from "./format.js";
 import { API, ApiError, detailText, api, errorBox } from "./api.js";
+import { authHeaders } from "./auth.js";
 import { statusBadge, card } from "./widgets.js";
 import { setTitle } from "./router.js";
 
@@ -207,6 +208,7 @@ export function uploadView(ctx) {
     });
     xhr.open("POST", `${API}/runs`);
     xhr.setRequestHeader("Accept", "application/json");
+    for (const [name, value] of Object.entries(authHeaders())) xhr.setRequestHeader(name, value);
     xhr.send(data);
   }
 

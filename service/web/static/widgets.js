@@ -5,6 +5,7 @@ import { SEVERITIES } from "./constants.js";
 import { h, append, replace, $ } from "./dom.js";
 import { toNum, fmtNum } from "./format.js";
 import { ApiError, apiFetch, errorBox } from "./api.js";
+import { hasToken } from "./auth.js";
 
 export function sevBadge(sev, extra) {
   const known = SEVERITIES.includes(sev);
@@ -255,6 +256,24 @@ export function imageLoader(ctx, { img, frame, status, busyText, errorTitle, und
       }
       replace(status, errorBox(err, { title: errorTitle, retry }));
     };
-    img.src = src;
+    if (!hasToken()) {
+      img.src = src;
+      return;
+    }
+    // An <img> cannot send the Authorization header: fetch the image, show it as a blob (errors as above).
+    apiFetch(src, { signal: ctx.signal, as: "response" })
+      .then((response) => response.blob())
+      .then((blob) => {
+        if (mine !== token) return;
+        if (img.src.startsWith("blob:")) URL.revokeObjectURL(img.src);
+        img.src = URL.createObjectURL(blob);
+      })
+      .catch((err) => {
+        if (err.name === "AbortError" || mine !== token) return;
+        frame.classList.remove("is-loading");
+        frame.classList.add("is-error");
+        frame.setAttribute("aria-busy", "false");
+        replace(status, errorBox(err, { title: errorTitle, retry }));
+      });
   };
 }

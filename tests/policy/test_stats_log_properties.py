@@ -1,0 +1,178 @@
+"""Property-based tests of the statistics-log parser (issue 9, "find the next ones before users do").
+
+* Arbitrary bytes, fed with any block size, line limit and thread count, only ever raise the documented
+  StatsLogError subclasses, and every line is accounted for: lines_read = stats + blank + skipped.
+* Arbitrary well-formed logs (stats lines of any grammar-conforming name, any int64 iteration, any printed value,
+  mixed with blank and garbage lines, LF or CRLF, appended sessions) parse to exactly what the reference regex
+  reads (last line wins), with every line counted in the right bucket and every duplicate counted.
+Budget: tests/fuzz.py (FP8_POLICY_FUZZ_EXAMPLES for longer runs).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fp8_policy.policy.stats_log import STATS_LINE, StatsLogError, StatsLogParser
+from tests.archives import TS
+from tests.fuzz import fuzz
+
+INT64_MAX = 2**63 - 1
+
+parser_options = st.fixed_dictionaries({
+    "block_bytes": st.integers(16, 4096),
+    "max_line_bytes": st.integers(8, 600),
+    "workers": st.integers(1, 3),
+})
+
+
+def line_count(data: bytes) -> int:
+    """Lines as the parser counts them: newline-terminated ones, plus a last one without a newline."""
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
+def parse(data: bytes, options: dict):
+    parser = StatsLogParser(**options)
+    report = parser.feed(io.BytesIO(data), "fuzz.log")
+    return report, parser.finish()
+
+
+@fuzz(300)
+@given(data=st.binary(max_size=3000), options=parser_options)
+def test_arbitrary_bytes_raise_only_documented_errors_and_every_line_is_counted(data: bytes, options: dict) -> None:
+    try:
+        report, parsed = parse(data, options)
+    except StatsLogError:
+        return
+    assert report.lines_read == line_count(data)
+    assert report.lines_read == report.stats_lines + report.blank_lines + report.skipped_lines
+    assert parsed.points == report.stats_lines - parsed.duplicated_points
+    assert len(parsed.names) == parsed.offsets.shape[0] - 1
+    for k in range(len(parsed.names)):
+        iterations, _values = parsed.series(k)
+        assert iterations.shape[0] > 0 and (np.diff(iterations) > 0).all()
+
+
+@fuzz(200)
+@given(lines=st.lists(st.one_of(
+    st.binary(max_size=80),
+    st.sampled_from([b"", b"\r", b"   \t", b"iteration=1 value=2", TS.encode() + b" - INFO - x iteration=1 value=",
+                     TS.encode() + b" - INFO - a_b_c \t iteration=99999999999999999999 \t value=1.0"]),
+), max_size=40), options=parser_options)
+def test_near_miss_lines_raise_only_documented_errors(lines: list[bytes], options: dict) -> None:
+    data = b"\n".join(lines)
+    try:
+        report, _parsed = parse(data, options)
+    except StatsLogError:
+        return
+    assert report.lines_read == line_count(data)
+    assert report.lines_read == report.stats_lines + report.blank_lines + report.skipped_lines
+
+
+# --- well-formed logs --------------------------------------------------------------------------------------------
+
+_word = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=8)
+layer_names = st.builds(lambda parts: "model." + ".".join(parts), st.lists(_word, min_size=1, max_size=4))
+metric_names = st.builds(lambda layer, tensor, stat: f"{layer}_{tensor}_{stat}", layer_names,
+                         st.sampled_from(["activation", "gradient", "weight"]),
+                         st.sampled_from(["underflows%", "overflows%", "scale_inv_min", "scale_inv_max", "mse",
+                                          "mxfp8_underflows%_columnwise"]))
+values = st.one_of(
+    st.floats(min_value=-1e6, max_value=1e6, allow_nan=False).map(lambda v: f"{v:.4f}"),
+    st.sampled_from(["nan", "inf", "-inf", "0", "-0.0000", "+1.5", "12"]),
+)
+stats_lines = st.builds(
+    lambda name, iteration, value, digits: f"{TS} - INFO - {name} \t\t\t\t iteration={iteration:0{digits}d} "
+                                           f"\t\t\t\t value={value}",
+    metric_names, st.integers(0, INT64_MAX), values, st.integers(1, 8))
+blank_lines = st.sampled_from(["", " ", "\t", "   \t  "])
+garbage_lines = st.one_of(
+    st.sampled_from([f"{TS} - INFO - Assigned layer name: model.x", "Traceback (most recent call last):",
+                     "# comment", f"{TS} - WARNING - something happened"]),
+    st.text(alphabet="abcdefgh #:-", min_size=1, max_size=60).filter(lambda t: t.strip()),
+)
+
+
+@st.composite
+def well_formed_logs(draw) -> tuple[list[str], str]:
+    kinds = draw(st.lists(st.sampled_from(["stats", "stats", "stats", "blank", "garbage"]), min_size=1, max_size=60))
+    names = draw(st.lists(metric_names, min_size=1, max_size=5, unique=True))
+    lines: list[str] = []
+    for kind in kinds:
+        if kind == "stats":
+            name = draw(st.sampled_from(names))
+            iteration = draw(st.one_of(st.integers(0, 30), st.integers(0, INT64_MAX)))  # small ones repeat
+            value, digits = draw(values), draw(st.integers(1, 8))
+            lines.append(f"{TS} - INFO - {name} \t\t\t\t iteration={iteration:0{digits}d} \t\t\t\t value={value}")
+        elif kind == "blank":
+            lines.append(draw(blank_lines))
+        else:
+            lines.append(draw(garbage_lines))
+    if not any(STATS_LINE.match(line) for line in lines):
+        lines.append(draw(stats_lines))
+    return lines, draw(st.sampled_from(["\n", "\r\n"]))
+
+
+def reference(lines: list[str]) -> tuple[dict[str, dict[int, float]], int, int, int, int]:
+    """What the reference regex reads: name -> {iteration: value} (last wins), stats/blank/skipped/duplicates."""
+    series: dict[str, dict[int, float]] = {}
+    stats = blank = skipped = duplicates = 0
+    for line in lines:
+        match = STATS_LINE.match(line)
+        if match is not None:
+            stats += 1
+            points = series.setdefault(match["name"], {})
+            iteration = int(match["iteration"])
+            duplicates += iteration in points
+            points[iteration] = float(match["value"])
+        elif line.strip():
+            skipped += 1
+        else:
+            blank += 1
+    return series, stats, blank, skipped, duplicates
+
+
+def same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+
+
+@fuzz(200)
+@given(log=well_formed_logs(), options=parser_options.filter(lambda o: o["max_line_bytes"] >= 300))
+def test_well_formed_logs_parse_like_the_reference_and_every_line_is_accounted_for(log, options: dict) -> None:
+    lines, newline = log
+    data = "".join(line + newline for line in lines).encode()
+    expected, stats, blank, skipped, duplicates = reference(lines)
+
+    report, parsed = parse(data, options)
+
+    assert (report.lines_read, report.stats_lines, report.blank_lines, report.skipped_lines) == (
+        len(lines), stats, blank, skipped)
+    assert parsed.duplicated_points == duplicates
+    got = {name: dict(zip(*(a.tolist() for a in parsed.series(k)), strict=True))
+           for k, name in enumerate(parsed.names)}
+    assert got.keys() == expected.keys()
+    for name, points in expected.items():
+        assert sorted(got[name]) == sorted(points)
+        assert all(same(got[name][it], value) for it, value in points.items()), name
+
+
+@fuzz(100)
+@given(sessions=st.lists(well_formed_logs(), min_size=2, max_size=3))
+def test_appended_sessions_last_file_wins(sessions) -> None:
+    parser = StatsLogParser(block_bytes=512, workers=2)
+    all_lines: list[str] = []
+    for lines, newline in sessions:
+        parser.feed(io.BytesIO("".join(line + newline for line in lines).encode()), "session.log")
+        all_lines += lines
+    parsed = parser.finish()
+    expected, stats, _blank, _skipped, duplicates = reference(all_lines)
+
+    assert parsed.points == stats - duplicates
+    assert parsed.duplicated_points == duplicates
+    got = {name: dict(zip(*(a.tolist() for a in parsed.series(k)), strict=True))
+           for k, name in enumerate(parsed.names)}
+    assert all(same(got[n][i], v) for n, points in expected.items() for i, v in points.items())
