@@ -1,0 +1,124 @@
+"""Dashboard sign-in in a real headless Chromium against a service that has access tokens (its own database, so
+the other browser tests keep their open service): the 401 opens the sign-in dialog, a wrong token is refused
+in the dialog, the right one is kept in sessionStorage (never in the URL) and sent as a Bearer header on every
+API call and image, the top bar names the token, and signing out forgets it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fp8_policy.db.migrate import upgrade
+from fp8_policy.service.settings import Settings
+from tests.authutil import bearer, make_token
+from tests.browser.conftest import wait_ready
+from tests.service.live import live_service
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # the chromium_executable fixture reports it
+    expect = None
+
+pytestmark = pytest.mark.browser
+STORAGE_KEY = "fp8-policy.token"
+
+
+@dataclass(frozen=True)
+class Locked:
+    url: str
+    reader: str  # the read token's name
+    read_token: str
+    run_id: int
+
+
+@pytest.fixture(scope="module")
+def locked_server(tmp_path_factory: pytest.TempPathFactory, make_archive: Callable[[str], Path]) -> Iterator[Locked]:
+    root = tmp_path_factory.mktemp("signin-app")
+    url = f"sqlite+pysqlite:///{root / 'app.db'}"
+    upgrade(url)
+    _uploader, upload_token = make_token(url, "upload", name="ci-uploader")
+    reader, read_token = make_token(url, "read", name="alice")
+    settings = Settings(_env_file=None, data_dir=root / "data", database_url=url)
+    with live_service(settings) as live, httpx.Client(base_url=live.url, timeout=30,
+                                                      headers=bearer(upload_token)) as api:
+        archive = make_archive("u_shape")
+        response = api.post("/api/v1/runs", data={"name": "signed-upload", "project": "bt-auth"},
+                            files={"file": (archive.name, archive.read_bytes(), "application/gzip")})
+        assert response.status_code == 202, response.text
+        run_id = response.json()["id"]
+        wait_ready(api, run_id)
+        yield Locked(live.url, reader, read_token, run_id)
+
+
+@pytest.fixture
+def locked_page(browser_context, locked_server: Locked) -> Iterator:
+    """A page on the locked service; uncaught JavaScript errors fail the test; records API request headers."""
+    page = browser_context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.api_headers = []
+    page.on("request", lambda request: page.api_headers.append((request.url, request.headers.get("authorization")))
+            if "/api/v1/" in request.url else None)
+    try:
+        yield page
+    finally:
+        page.close()
+    assert not errors, f"uncaught JavaScript errors: {errors}"
+
+
+def test_sign_in_with_a_token_then_sign_out(locked_page, locked_server: Locked, shot) -> None:
+    page = locked_page
+    page.goto(f"{locked_server.url}/#/runs")
+    dialog = page.locator("#signin-dialog")
+    expect(dialog).to_be_visible()
+    expect(page.locator("#signin-reason")).to_contain_text("needs an access token")
+    shot(page, "auth-01-sign-in-dialog")
+
+    page.fill("#signin-token", "fp8p_00000000_" + "A" * 43)
+    page.click("#signin-submit")
+    expect(page.locator("#signin-error")).to_contain_text("not valid")
+    assert page.evaluate(f"sessionStorage.getItem('{STORAGE_KEY}')") is None
+    shot(page, "auth-02-wrong-token")
+
+    page.fill("#signin-token", locked_server.read_token)
+    signed_in_from = len(page.api_headers)
+    page.click("#signin-submit")
+    expect(page.locator("#signed-in-as")).to_contain_text(locked_server.reader)
+    expect(page.locator("#signed-in-as")).to_contain_text("read")
+    expect(dialog).to_be_hidden()
+    expect(page.locator("a.run-link", has_text="signed-upload")).to_be_visible()
+    assert page.evaluate(f"sessionStorage.getItem('{STORAGE_KEY}')") == locked_server.read_token
+    assert page.evaluate(f"localStorage.getItem('{STORAGE_KEY}')") is None
+    assert locked_server.read_token not in page.url
+    shot(page, "auth-03-signed-in-runs")
+
+    page.click("a.run-link")
+    page.wait_for_function("""() => { const img = document.querySelector('#heatmap-img');
+        return !!img && img.complete && img.naturalWidth > 0 && img.src.startsWith('blob:'); }""", timeout=30_000)
+    expect(page.locator("#view")).to_contain_text("signed-upload")
+    shot(page, "auth-04-signed-in-run-page")
+    sent = [authorization for _url, authorization in page.api_headers[signed_in_from:]]
+    assert len(sent) >= 4  # the check, then after the reload: who am I, the runs, the run, its heatmap...
+    assert all(a == f"Bearer {locked_server.read_token}" for a in sent), page.api_headers[signed_in_from:]
+    assert all(locked_server.read_token not in u for u, _a in page.api_headers)
+
+    page.click("#sign-out")
+    expect(dialog).to_be_visible()
+    assert page.evaluate(f"sessionStorage.getItem('{STORAGE_KEY}')") is None
+
+
+def test_the_metrics_csv_link_downloads_with_the_token(locked_page, locked_server: Locked) -> None:
+    page = locked_page
+    page.goto(f"{locked_server.url}/#/runs/{locked_server.run_id}")
+    page.fill("#signin-token", locked_server.read_token)
+    page.click("#signin-submit")
+    expect(page.locator("#signed-in-as")).to_be_visible()
+    with page.expect_download() as download_info:
+        page.get_by_role("link", name="Metrics CSV").click()
+    path = download_info.value.path()
+    assert Path(path).read_text().splitlines()[0].startswith("rank,")
