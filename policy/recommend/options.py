@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -141,6 +142,7 @@ def _text(key: str, value: Any) -> str:
 
 
 def _positive_int(key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value <= 0:
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or (isinstance(value, float) and not math.isfinite(value)) or int(value) != value or value <= 0):
         raise ValueError(f"model dimension {key!r} must be a positive integer, got {value!r}")
     return int(value)

@@ -251,3 +251,18 @@ class TestArchiveNamesAtTheLimits:
         run = wait_for_run(client, response.json()["id"])
 
         assert (run["status"], run["error"].split(":")[0]) == ("failed", "PathTooLong")
+
+
+class TestRecommendationOverrides:
+    @pytest.mark.parametrize("body", [
+        '{"model_dims": {"hidden_size": 1e999}}', '{"model_dims": {"hidden_size": -1e999}}',
+        '{"model_dims": {"hidden_size": NaN}}', '{"thresholds": {"critical": 1e999}}',
+    ])
+    def test_non_finite_numbers_are_400(self, client: TestClient, project: str, body: str) -> None:
+        run_id = wait_for_run(client, upload(client, project).json()["id"])["id"]
+
+        response = client.post(f"{RUNS}/{run_id}/recommendation", content=body,
+                               headers={"Content-Type": "application/json"})
+
+        assert response.status_code == 400, response.text
+        assert set(response.json()) == {"error", "detail"}
