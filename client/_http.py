@@ -51,6 +51,29 @@ def error_from_response(response: httpx.Response) -> ApiError:
     return cls(status, error, detail)
 
 
+def json_object(response: httpx.Response) -> dict[str, Any]:
+    """The response's body as a JSON object; ApiError `UnexpectedResponse` when it is anything else."""
+    body = _decoded(response)
+    if not isinstance(body, dict):
+        raise _unexpected(response, "an object", body)
+    return body
+
+
+def _decoded(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def _unexpected(response: httpx.Response, expected: str, body: Any) -> ApiError:
+    """A 2xx answer the client cannot use (a proxy's HTML page, another service on that port, ...)."""
+    what = "no JSON" if body is None else f"a JSON {type(body).__name__}"
+    request = response.request
+    return ApiError(response.status_code, "UnexpectedResponse",
+                    f"{request.method} {request.url.path} answered {what}, expected {expected}")
+
+
 class HttpSession:
     """One `httpx.Client` for one service; every method raises `PolicyError`s, never httpx exceptions."""
 
@@ -80,6 +103,18 @@ class HttpSession:
         """The decoded JSON body of a successful request (None for an empty body, e.g. 204)."""
         response = self.request(method, path, **kwargs)
         return response.json() if response.content else None
+
+    def json_object(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """The JSON object a successful request answers (ApiError `UnexpectedResponse` for any other body)."""
+        return json_object(self.request(method, path, **kwargs))
+
+    def json_list(self, method: str, path: str, **kwargs: Any) -> list[dict[str, Any]]:
+        """The JSON array of objects a successful request answers (ApiError `UnexpectedResponse` otherwise)."""
+        response = self.request(method, path, **kwargs)
+        body = _decoded(response)
+        if not isinstance(body, list) or not all(isinstance(item, dict) for item in body):
+            raise _unexpected(response, "an array of objects", body)
+        return body
 
     def download(self, path: str, dest: Path, *, params: Mapping[str, Any] | None = None) -> int:
         """Stream a GET response body to `dest` (written to a temporary name, then renamed); returns bytes."""

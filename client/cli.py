@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -64,7 +64,13 @@ def _silence_stdout() -> None:
         pass
 
 
-class RunRefType(click.ParamType):
+if TYPE_CHECKING:  # click >= 8.2 types ParamType as a generic; subscripting it fails at run time on 8.1
+    _RunRefBase = click.ParamType[int | tuple[str, str]]
+else:
+    _RunRefBase = click.ParamType
+
+
+class RunRefType(_RunRefBase):
     """A run named by its id (`7`) or as `project/name` (the newest run of that name in the project)."""
 
     name = "RUN"
@@ -160,7 +166,7 @@ def _table(headers: list[str], rows: list[list[Any]], width: int | None = MAX_CE
 
 
 def _run_summary(run: dict[str, Any]) -> str:
-    rows = [["run", f"{run['id']}  {run.get('name') or ''}".rstrip()], ["project", run.get("project")],
+    rows: list[list[Any]] = [["run", f"{run['id']}  {run.get('name') or ''}".rstrip()], ["project", run.get("project")],
             ["status", run.get("status")], ["tags", run.get("tags") or "-"]]
     if run.get("error"):
         rows.append(["error", run["error"]])
@@ -197,7 +203,7 @@ def _metadata(_ctx: click.Context, _param: click.Parameter, value: str | None) -
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds --wait waits.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
 @_client_options
-def upload(path: Path, name: str | None, project: str | None, tags: str | None, metadata: dict | None,
+def upload(path: Path, name: str | None, project: str | None, tags: str | None, metadata: dict[str, Any] | None,
            wait_: bool, timeout: float, progress: bool | None, url: str, token: str | None, as_json: bool) -> None:
     """Upload an fp8_log_dir (only its nvdlfw_inspect logs, packed to tar.gz) or one archive/log file."""
     with _connect(url, token) as client:
@@ -294,7 +300,7 @@ def recommend(run_ref: int | tuple[str, str], fmt: str, output: Path | None, sum
         output.write_text(text)
         done = {"run_id": run_id, "format": fmt, "path": str(output)}
         return click.echo(json.dumps(done) if as_json else f"wrote the {fmt} policy of run {run_id} to {output}")
-    if fmt != "json" or not summary:
+    if not isinstance(result, dict) or not summary:  # a dict exactly when fmt is json
         return click.echo(text, nl=False)
     click.echo("\n".join(gating.change_section(result)[2:]) + "rationale:")
     for line in result.get("rationale", []):

@@ -14,9 +14,9 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
-from fp8_policy.client._http import DEFAULT_TIMEOUT, HttpSession
+from fp8_policy.client._http import DEFAULT_TIMEOUT, HttpSession, json_object
 from fp8_policy.client.errors import IngestFailed, NotFound, WaitTimeout
 from fp8_policy.client.packing import ProgressReader, StderrBar, pack_directory
 
@@ -82,7 +82,7 @@ class PolicyClient:
         try:
             reader = ProgressReader(body, bar or (lambda _sent, _total: None))
             files = {"file": (filename, reader, "application/octet-stream")}
-            return self._http.json("POST", RUNS, files=files, data=fields)
+            return self._http.json_object("POST", RUNS, files=files, data=fields)
         finally:
             if bar:
                 bar.close()
@@ -109,13 +109,13 @@ class PolicyClient:
 
     def run(self, run_id: int) -> dict[str, Any]:
         """Status and ingest figures of one run (with the per-file report)."""
-        return self._http.json("GET", f"{RUNS}/{int(run_id)}")
+        return self._http.json_object("GET", f"{RUNS}/{int(run_id)}")
 
     def runs(self, *, project: str | None = None, status: str | None = None, tag: str | None = None,
              cursor: str | None = None, limit: int | None = None) -> dict[str, Any]:
         """One page of runs, newest first: {"items": [...], "next_cursor": str | None}."""
         params = {"project": project, "status": status, "tag": tag, "cursor": cursor, "limit": limit}
-        return self._http.json("GET", RUNS, params=params)
+        return self._http.json_object("GET", RUNS, params=params)
 
     def iter_runs(self, **filters: Any) -> Iterator[dict[str, Any]]:
         """Every run matching the filters of `runs`, following `next_cursor` page by page."""
@@ -140,12 +140,12 @@ class PolicyClient:
 
     def layers(self, run_id: int, *, rank: int | None = None) -> list[dict[str, Any]]:
         """Per layer: name, group, index, precision, and per (tensor, stat) summaries."""
-        return self._http.json("GET", f"{RUNS}/{int(run_id)}/layers", params={"rank": rank})
+        return self._http.json_list("GET", f"{RUNS}/{int(run_id)}/layers", params={"rank": rank})
 
     def series(self, run_id: int, layer: str, tensor: str, stat: str, *, rank: int | None = None) -> dict[str, Any]:
         """Iterations and values of one metric, per rank (non-finite values as "NaN"/"Infinity")."""
         params = {"layer": layer, "tensor": tensor, "stat": stat, "rank": rank}
-        return self._http.json("GET", f"{RUNS}/{int(run_id)}/series", params=params)
+        return self._http.json_object("GET", f"{RUNS}/{int(run_id)}/series", params=params)
 
     def metrics_csv(self, run_id: int, path: str | Path, *, layout: str = "long", rank: int | None = None) -> Path:
         """Stream every point as CSV (`long` or `bionemo` layout) into `path`; returns the path."""
@@ -155,7 +155,15 @@ class PolicyClient:
     # ------------------------------------------------------------------------------------------- analysis
     def analysis(self, run_id: int, **thresholds: float) -> dict[str, Any]:
         """Findings, the per-layer table, thresholds, stats and notes; thresholds may be overridden."""
-        return self._http.json("GET", f"{RUNS}/{int(run_id)}/analysis", params=thresholds)
+        return self._http.json_object("GET", f"{RUNS}/{int(run_id)}/analysis", params=thresholds)
+
+    @overload
+    def recommendation(self, run_id: int, format: Literal["json"] = "json", *,
+                       overrides: Mapping[str, Any] | None = None) -> dict[str, Any]: ...
+
+    @overload
+    def recommendation(self, run_id: int, format: str, *,
+                       overrides: Mapping[str, Any] | None = None) -> dict[str, Any] | str: ...
 
     def recommendation(self, run_id: int, format: str = "json", *,  # noqa: A002 - the API's own name
                        overrides: Mapping[str, Any] | None = None) -> dict[str, Any] | str:
@@ -169,11 +177,11 @@ class PolicyClient:
             response = self._http.request("GET", path, params=params)
         else:
             response = self._http.request("POST", path, params=params, json=dict(overrides))
-        return response.json() if format == "json" else response.text
+        return json_object(response) if format == "json" else response.text
 
     def compare(self, base: int, head: int) -> dict[str, Any]:
         """How run `head` differs from run `base` (findings, layers, recommendation)."""
-        return self._http.json("GET", "/api/v1/compare", params={"base": int(base), "head": int(head)})
+        return self._http.json_object("GET", "/api/v1/compare", params={"base": int(base), "head": int(head)})
 
     def heatmap(self, run_id: int, path: str | Path, **params: Any) -> Path:
         """Save the run's per-layer heatmap PNG to `path`; returns the path."""
@@ -182,7 +190,7 @@ class PolicyClient:
 
     def health(self) -> dict[str, Any]:
         """The service's /healthz answer (raises ApiError when the database is down)."""
-        return self._http.json("GET", "/healthz")
+        return self._http.json_object("GET", "/healthz")
 
 
 def _upload_fields(name: str | None, project: str | None, tags: Sequence[str] | str | None,
