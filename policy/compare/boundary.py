@@ -137,7 +137,7 @@ def _moved(old: Finding, new: Finding, side: str, distance: int, base: Analysis,
         new.pattern, side, distance, old.layers, new.layers, _block_numbers(old, base.layout),
         _block_numbers(new, head.layout), getattr(e_base, side), getattr(e_head, side),
         top_old.level if top_old else None, top_new.level if top_new else None,
-        (top_new or top_old).tensor if (top_new or top_old) else None)
+        top.tensor if (top := top_new or top_old) else None)
 
 
 def _block_numbers(finding: Finding, layout: Layout) -> tuple[int, ...]:

@@ -8,14 +8,14 @@ cost, confidence and rationale. `POLICY_VERSION` changes whenever a rule changes
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fp8_policy.policy.analysis import analyze
 from fp8_policy.policy.analysis.findings import Finding, Pattern
-from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.analysis.recipes import RECIPE_LABELS, normalize_recipe
-from fp8_policy.policy.records import PolicyDecision, RunData
+from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.recommend.confidence import confidence
 from fp8_policy.policy.recommend.cost import expected_cost
 from fp8_policy.policy.recommend.history import History, HistoryEffect, history_effect
@@ -24,6 +24,7 @@ from fp8_policy.policy.recommend.options import ModelDims, RecommendOptions
 from fp8_policy.policy.recommend.rationale import build_rationale
 from fp8_policy.policy.recommend.recipe import RecipeDecision, choose_recipe, prefer_finer, resolve_current
 from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
+from fp8_policy.policy.records import PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format
 
 POLICY_VERSION = "2026.11.4"
@@ -101,13 +102,13 @@ def _final_plan(analysis: Analysis, options: RecommendOptions, first: SkipPlan, 
                 no_promote: frozenset[str] = frozenset()) -> SkipPlan:
     if not decision.changed:
         return first
-    common = {"keep_existing_bf16": options.keep_existing_bf16, "skip_projected": options.skip_projected,
-              "no_promote": no_promote}
+    plan = functools.partial(plan_skips, analysis, keep_existing_bf16=options.keep_existing_bf16,
+                             skip_projected=options.skip_projected, no_promote=no_promote)
     levels = decision.level_fn()
     if levels is not None:
-        return plan_skips(analysis, levels=levels, **common)
+        return plan(levels=levels)
     if analysis.by_pattern(Pattern.UNIFORM):
-        return plan_skips(analysis, defer=True, **common)
+        return plan(defer=True)
     return first
 
 

@@ -75,7 +75,8 @@ def plan_skips(analysis: Analysis, *, levels: LevelFn = current_level, defer: bo
     kept = [lv.name for lv in layout.levels.values() if lv.status is LayerStatus.BF16]
     order = {name: i for i, name in enumerate(layout.levels)}
     skip_layers = sorted({*skips, *(kept if keep_existing_bf16 else ())}, key=order.__getitem__)
-    watch = sorted({name for name, _ in trending} - set(skips) - {o.layer for o in overrides}, key=order.get)
+    watch = sorted({name for name, _ in trending} - set(skips) - {o.layer for o in overrides},
+                   key=lambda name: order.get(name, len(order)))
     return SkipPlan(tuple(skip_layers), tuple(skips), tuple(kept), tuple(overrides), tuple(watch), tuple(deferred))
 
 
