@@ -132,7 +132,7 @@ def test_recommend_writes_the_file_and_says_where(invoke, tmp_path: Path) -> Non
 
 def test_recommend_prints_text_formats_and_a_readable_json_summary(invoke) -> None:
     assert invoke("recommend", "7", "--format", "megatron").stdout == "# megatron policy of run 7\n"
-    readable = invoke("recommend", "7").stdout
+    readable = invoke("recommend", "7", "--summary").stdout  # JSON unless a human summary is asked for
     assert readable.startswith("- Keep in BF16 (`fp8_skip_layers`, 1): `model.lm_head`\n")
     assert readable.endswith("rationale:\n  - [severe] head_only\n")
     assert json.loads(invoke("recommend", "7", "--json").stdout)["fp8_skip_layers"] == ["model.lm_head"]
