@@ -7,6 +7,9 @@
 (h) the mixed load of bench/load.py: 30 readers (runs list, analysis, recommendation) and 8 uploads for 60 s
     against `fp8-policy serve` on SQLite: p50/p99 per endpoint, no 5xx, every upload `ready` with exact counts
     (`python -m bench.load --seconds 15` runs it alone).
+Issue 10 (bench/scale.py): the single-rank upload -> ready of (b) against the baseline (d) as a ratio; (e) an
+8-rank run with 1 and 2 `fp8-policy worker` processes on PostgreSQL and on the embedded service, with peak RSS;
+(f) 2 API processes + 2 workers on PostgreSQL under 8 uploads and 50 readers (`python -m bench.scale`).
 Each measurement runs in its own process, so peak RSS figures are per process (os.wait4 / VmHWM).
 Results are printed as a table and written to bench/out/results.json.
 """
@@ -26,7 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from bench import load
+from bench import load, scale
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -244,9 +247,15 @@ def main(argv: list[str] | None = None) -> int:
         results["csv_baseline"] = measure_csv_baseline(results["upload"]["database_url"], results["upload"]["run_id"])
     print("(h) mixed load: readers and uploads at once ...", flush=True)
     results["mixed_load"] = load.run_load()
+    with tempfile.TemporaryDirectory(prefix="fp8-scale-") as tmp:
+        results["scale"] = scale.measure_all(tree, OUT, Path(tmp))
     report(results)
     load.report(results["mixed_load"])
     for label, ok in load.targets_met(results["mixed_load"]).items():
+        results["targets_met"][label] = ok
+        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
+    print()
+    for label, ok in scale.report(results["scale"], results["baseline"]["seconds"], results["upload"]["seconds"]).items():
         results["targets_met"][label] = ok
         print(f"  [{'ok' if ok else 'MISSED'}] {label}")
     (OUT / "results.json").write_text(json.dumps(results, indent=2))

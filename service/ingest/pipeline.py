@@ -29,6 +29,7 @@ from fp8_policy.db.session import session_scope
 from fp8_policy.policy.assemble import MAX_NAME_SAMPLES, assemble_run, layer_table
 from fp8_policy.policy.log_files import classify_log_path
 from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
+from fp8_policy.policy.safe_text import displayable
 from fp8_policy.policy.stats_log import StatsLogError, StatsLogParser
 from fp8_policy.service.ingest.archive import ArchiveError, ExtractLimits
 from fp8_policy.service.ingest.archive.stream import read_members, scan_archive
@@ -246,7 +247,12 @@ def _spill_dir(ctx: JobContext):
 
 
 def _fail(ctx: JobContext, job: ClaimedJob, error: str) -> None:
-    """The run fails with `error` and keeps nothing; a job this worker no longer holds changes nothing."""
+    """The run fails with `error` and keeps nothing; a job this worker no longer holds changes nothing.
+
+    Failing must never fail (issue 9 item 2): the message may quote names that are not UTF-8 or hold NUL, so
+    it is stored as displayable text; should recording it fail anyway, the run is failed with a fixed message
+    (and if even that fails, the job's lease runs out and the queue retries it)."""
+    error = displayable(error)
     try:
         with session_scope(ctx.factory) as session:
             jobs = JobRepository(session)
@@ -257,6 +263,15 @@ def _fail(ctx: JobContext, job: ClaimedJob, error: str) -> None:
             RunRepository(session).mark_failed(job.run_id, error)
     except LeaseLost as exc:
         log.info("not failing run %s: %s", job.run_id, exc)
+        return
+    except Exception:
+        log.exception("recording the failure of run %s failed; failing it with a fixed message", job.run_id)
+        try:
+            with session_scope(ctx.factory) as session:
+                RunRepository(session).mark_failed(job.run_id, "InternalError: the ingest failed and its error "
+                                                               "could not be recorded; see the service log")
+        except Exception:
+            log.exception("run %s could not be marked failed; its job will be retried", job.run_id)
         return
     log.warning("run %s failed: %s", job.run_id, error)
 

@@ -17,17 +17,23 @@ import hashlib
 import io
 import tarfile
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from fp8_policy.db.job_models import NO_RANK, IngestJob
+from fp8_policy.db.jobs import ClaimedJob
 from fp8_policy.db.models import Run
 from fp8_policy.db.repositories import RunRepository
 from fp8_policy.service.app import create_app
+from fp8_policy.service.ingest import pipeline
 from fp8_policy.service.ingest import upload as upload_module
+from fp8_policy.service.ingest.pipeline import JobContext
+from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.runs import actions
 from fp8_policy.service.settings import Settings
 from tests.archives import stats_log, stats_relpath
@@ -106,6 +112,29 @@ class TestFailingNeverFails:
             assert stored.status == "failed"
             stored.error.encode("utf-8")
             assert "\x00" not in stored.error and stored.error.startswith("InternalError: ")
+
+
+    @pytest.mark.parametrize("error", ["ArchiveError: caf\udce9 \ud800", "IngestError: NUL \x00 in a name"])
+    def test_failing_a_job_stores_any_message_on_the_run_and_the_job(self, app_settings: Settings,
+                                                                     db_engine: Engine, project: str,
+                                                                     error: str) -> None:
+        run_id = insert_run(db_engine, project, status="processing")
+        with Session(db_engine) as session, session.begin():
+            job = IngestJob(run_id=run_id, kind="plan", rank=NO_RANK, status="doing", attempts=1, owner="w1",
+                            lease_until=datetime.now(UTC) + timedelta(minutes=5), created_at=datetime.now(UTC))
+            session.add(job)
+            session.flush()
+            claimed = ClaimedJob(job.id, run_id, "plan", NO_RANK, 1)
+        context = JobContext(sessionmaker(db_engine), app_settings, ArchiveStore(str(app_settings.data_dir)), "w1")
+
+        pipeline._fail(context, claimed, error)
+
+        with Session(db_engine) as session:
+            run, stored_job = session.get(Run, run_id), session.get(IngestJob, claimed.id)
+            assert (run.status, stored_job.status) == ("failed", "failed")
+            for text in (run.error, stored_job.error):
+                text.encode("utf-8")
+                assert "\x00" not in text and text.startswith(error.split(":")[0])
 
 
 # --- item 3: the per-file report is displayable ---------------------------------------------------------------
