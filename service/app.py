@@ -27,6 +27,7 @@ from fp8_policy.service.auth.routes import router as auth_router
 from fp8_policy.service.runs.routes import router as runs_router
 from fp8_policy.service.settings import Settings, get_settings
 from fp8_policy.service.transport.body import BodyTimeoutMiddleware
+from fp8_policy.service.transport.overload import install_overload_handlers
 from fp8_policy.service.transport.uploads import UploadGate
 from fp8_policy.service.visual.pool import Renderer
 from fp8_policy.service.visual.routes import router as visual_router
@@ -91,6 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.renderer = Renderer(settings)  # worker processes start at the first image
     app.add_middleware(BodyTimeoutMiddleware, timeout=settings.body_timeout)
     install_error_handlers(app)
+    install_overload_handlers(app)  # no free pooled connection: 503, not a 500
     install_storage_handlers(app)  # a full disk is 507, never blamed on the client
     app.add_middleware(BrowserGuard, allowed_origins=settings.allowed_origins)  # cross-site writes, headers
     app.include_router(runs_router)

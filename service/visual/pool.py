@@ -22,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import sys
 import threading
+import types
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -41,13 +43,37 @@ RETRY_AFTER_SECONDS = 2
 LIGHT_TASKS_PER_WORKER = 500  # recycle the light worker now and then (fragmentation)
 
 
+class _WorkerProcess(multiprocessing.context.ForkServerProcess):
+    """A forkserver child that does not re-run the parent's `__main__`: the drawing code needs nothing from it,
+    and a script that starts the service without an `if __name__ == "__main__"` guard would otherwise start it
+    again in every worker (https://docs.python.org/3/library/multiprocessing.html#the-spawn-and-forkserver-start-
+    methods). While the child's start-up data is taken, `__main__` is a bare module (a few milliseconds)."""
+
+    def start(self) -> None:
+        with _START_LOCK:
+            main = sys.modules["__main__"]
+            sys.modules["__main__"] = _BARE_MAIN
+            try:
+                super().start()
+            finally:
+                sys.modules["__main__"] = main
+
+
+class _WorkerContext(multiprocessing.context.ForkServerContext):
+    Process = _WorkerProcess
+
+
+_START_LOCK = threading.Lock()
+_BARE_MAIN = types.ModuleType("__main__")
+_CONTEXT = _WorkerContext()
+
+
 def _worker_context() -> multiprocessing.context.BaseContext:
     """Workers are forked from a forkserver that has imported matplotlib and the drawing code once
     (https://docs.python.org/3/library/multiprocessing.html#contexts-and-start-methods): a new worker starts in
     milliseconds, and the service's own threads are never forked."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["fp8_policy.service.visual.job", "fp8_policy.service.visual.render"])
-    return context
+    _CONTEXT.set_forkserver_preload(["fp8_policy.service.visual.job", "fp8_policy.service.visual.render"])
+    return _CONTEXT
 
 
 class RenderQueueFull(AppError):
@@ -106,6 +132,7 @@ class RenderLane:
         self.processes = processes
         self.tasks_per_worker = tasks_per_worker
         self.admitted = 0
+        self.failures = 0
         self._lock = threading.Lock()
         self._executor: Executor | None = None
 
@@ -132,6 +159,14 @@ class RenderLane:
                 raise RendererUnavailable("the image renderer restarted; retry") from None
         future.add_done_callback(self._release)  # also when the waiting request went away
         return future
+
+    def broken(self) -> None:
+        """The worker process died. Twice in a row means processes cannot work here: draw in a thread."""
+        self.close()
+        self.failures += 1
+        if self.processes and self.failures >= 2:
+            log.error("the %s render worker died twice in a row; drawing in-process from now on", self.name)
+            self.processes = False
 
     def _release(self, _future: Future) -> None:
         with self._lock:
@@ -167,8 +202,9 @@ class Renderer:
         try:
             rendered = await asyncio.wrap_future(lane.submit(hit))
         except BrokenProcessPool:  # the worker died (killed for memory?): start a new one next time
-            lane.close()
+            lane.broken()
             raise RendererUnavailable("the image renderer stopped while drawing; retry") from None
+        lane.failures = 0
         self.cache.put(key, rendered)
         return replace(rendered, headers={**rendered.headers, "X-Render-Cache": "miss"})
 
