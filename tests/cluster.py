@@ -60,10 +60,13 @@ class Cluster:
                                        stdout=out, stderr=subprocess.STDOUT)
         return Member(name, process, log)
 
-    def start_api(self, *extra: str) -> Member:
+    def start_api(self, *extra: str, ingest: bool = False, migrate: bool = False) -> Member:
+        """An API process; `ingest=True` is the embedded setup (it runs the ingest jobs itself)."""
         port = free_port()
-        member = self._spawn(f"api{len(self.apis)}", ["serve", "--no-ingest", "--no-migrate", "--host", "127.0.0.1",
-                                                      "--port", str(port), "--log-level", "warning", *extra])
+        member = self._spawn(f"api{len(self.apis)}", ["serve", "--ingest" if ingest else "--no-ingest",
+                                                      "--migrate" if migrate else "--no-migrate",
+                                                      "--host", "127.0.0.1", "--port", str(port), "--log-level",
+                                                      "warning", *extra])
         member.url = f"http://127.0.0.1:{port}"
         self.apis.append(member)
         return member
@@ -73,7 +76,15 @@ class Cluster:
         self.workers.append(member)
         return member
 
-    def wait_healthy(self, timeout: float = 60.0) -> None:
+    @staticmethod
+    def peak_rss_mb(member: Member) -> float:
+        """VmHWM of a running member (its peak resident set so far)."""
+        for line in Path(f"/proc/{member.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def wait_healthy(self, timeout: float = 180.0) -> None:
         deadline = time.monotonic() + timeout
         for member in self.apis:
             while True:

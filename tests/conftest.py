@@ -26,6 +26,8 @@ from fp8_policy.service.app import create_app
 from fp8_policy.service.settings import Settings
 from tests.pg_cluster import PostgresUnavailable, ThrowawayPostgres
 
+pytest_plugins = ("tests.s3",)  # the moto S3 server fixtures (s3_endpoint, s3_bucket)
+
 # ===========================================================================
 # 1. Throwaway PostgreSQL cluster
 # ===========================================================================

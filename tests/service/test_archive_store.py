@@ -13,7 +13,7 @@ from fp8_policy.service.settings import Settings
 from tests.archives import esm2_tar_gz, multi_rank_tree, tree_tar_gz
 from tests.conftest import wait_for_run
 from tests.dbutil import files_under, row_counts
-from tests.s3 import S3Bucket, s3_bucket, s3_endpoint  # noqa: F401 - fixtures
+from tests.s3 import S3Bucket
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -21,7 +21,7 @@ from fp8_policy.db.migrate import upgrade
 from fp8_policy.db.models import Series
 from tests.archives import multi_rank_tree, tree_tar_gz
 from tests.cluster import Cluster
-from tests.s3 import S3Bucket, s3_bucket, s3_endpoint  # noqa: F401 - fixtures
+from tests.s3 import S3Bucket
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
