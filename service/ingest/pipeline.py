@@ -37,6 +37,7 @@ from fp8_policy.service.ingest.metadata_codec import metadata_from_json, metadat
 from fp8_policy.service.ingest.parse import MAX_METADATA_BYTES, IngestError
 from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
 from fp8_policy.service.settings import Settings
+from fp8_policy.service.storage import is_out_of_space
 
 log = logging.getLogger("fp8_policy.ingest")
 
@@ -74,6 +75,10 @@ def run_job(ctx: JobContext, job: ClaimedJob) -> None:
     except StatsLogError as exc:
         _fail(ctx, job, f"{type(exc).__name__}: {exc}")
     except Exception as exc:
+        if is_out_of_space(exc):  # the server's problem: the same bytes re-queue the run (service/runs/actions.py)
+            log.error("%s job of run %s: out of disk space: %s", job.kind, job.run_id, exc)
+            _fail(ctx, job, f"InsufficientStorage: {exc}")
+            return
         log.exception("%s job of run %s failed unexpectedly", job.kind, job.run_id)
         _fail(ctx, job, f"InternalError: {type(exc).__name__}: {exc}")
 

@@ -311,6 +311,22 @@ class TestFullDisk:
         run = wait_for_run(client, first)
         assert (run["status"], run["error"], run["points"]) == ("ready", None, 5)
 
+    def test_enospc_during_ingest_fails_the_run_as_insufficient_storage_and_the_same_bytes_retry_it(
+            self, client: TestClient, project: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        real = pipeline.scan_archive
+
+        def disk_full(*args, **kwargs):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(pipeline, "scan_archive", disk_full)
+        first = wait_for_run(client, upload(client, project, GOOD, "run.log").json()["id"])
+        monkeypatch.setattr(pipeline, "scan_archive", real)
+
+        assert (first["status"], first["error"]) == ("failed", "InsufficientStorage: [Errno 28] No space left on device")
+        again = upload(client, project, GOOD, "run.log")
+        assert (again.status_code, again.json()["id"]) == (202, first["id"])
+        assert wait_for_run(client, first["id"])["status"] == "ready"
+
     def test_a_run_refused_for_its_content_is_not_requeued(self, client: TestClient, project: str) -> None:
         data = latin1_tar([("a/" + stats_relpath(0), GOOD), ("a/" + stats_relpath(0), GOOD)])
         first = wait_for_run(client, upload(client, project, data).json()["id"])
