@@ -23,6 +23,7 @@ from fp8_policy.service.security import BrowserGuard
 from fp8_policy.service.ingest.worker import IngestWorker
 from fp8_policy.service.analysis.routes import router as analysis_router
 from fp8_policy.service.analysis.summary import SummaryRefresher
+from fp8_policy.service.auth.routes import AUTH_ERRORS as AUTH_RESPONSES
 from fp8_policy.service.auth.routes import router as auth_router
 from fp8_policy.service.runs.routes import router as runs_router
 from fp8_policy.service.settings import Settings, get_settings
@@ -95,10 +96,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_overload_handlers(app)  # no free pooled connection: 503, not a 500
     install_storage_handlers(app)  # a full disk is 507, never blamed on the client
     app.add_middleware(BrowserGuard, allowed_origins=settings.allowed_origins)  # cross-site writes, headers
-    app.include_router(runs_router)
-    app.include_router(retry_router)
-    app.include_router(analysis_router)
-    app.include_router(visual_router)
+    app.include_router(runs_router, responses=AUTH_RESPONSES)
+    app.include_router(retry_router, responses=AUTH_RESPONSES)
+    app.include_router(analysis_router, responses=AUTH_RESPONSES)
+    app.include_router(visual_router, responses=AUTH_RESPONSES)
     app.include_router(auth_router)
     app.include_router(web_router)
     app.include_router(docs_router)

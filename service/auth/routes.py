@@ -16,7 +16,11 @@ from fp8_policy.service.deps import SessionDep
 from fp8_policy.service.errors import ErrorBody
 
 router = APIRouter(prefix="/api/v1", tags=["access tokens"])
-AUTH_ERRORS = {401: {"model": ErrorBody}, 403: {"model": ErrorBody}}
+AUTH_ERRORS = {401: {"model": ErrorBody, "description": "No token while tokens exist, or an unknown, revoked or "
+                                                        "expired one (TokenRequired, InvalidToken, TokenRevoked, "
+                                                        "TokenExpired)."},
+               403: {"model": ErrorBody, "description": "InsufficientScope: the token's scope does not cover "
+                                                        "the route."}}
 HasherDep = Annotated[TokenHasher, Depends(app_hasher)]
 
 

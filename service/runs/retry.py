@@ -12,12 +12,14 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.repositories import RunRepository
+from fp8_policy.service.auth.deps import UPLOAD
 from fp8_policy.service.errors import Conflict, ErrorBody
 from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.runs import actions
 from fp8_policy.service.runs.schemas import RunRead
 
-router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
+# `upload`: a retry ingests again what an upload token could have sent again (same bytes re-queue too).
+router = APIRouter(prefix="/api/v1/runs", tags=["runs"], dependencies=[UPLOAD])
 
 
 @router.post(

@@ -13,6 +13,8 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+from matplotlib.colors import to_hex
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.codec import decode_iterations, decode_values
@@ -35,7 +37,7 @@ from fp8_policy.service.errors import BadRequest
 from fp8_policy.service.runs.actions import get_ready_run
 from fp8_policy.service.visual.params import HeatmapParams, parse_heatmap_params
 from fp8_policy.service.visual.job import Rendered, RenderJob, render_job
-from fp8_policy.service.visual.render import MEDIA_TYPES, Panel, Style
+from fp8_policy.service.visual.render import MEDIA_TYPES, Panel, Style, colormap, fit_columns
 
 _SKIP_CACHE: OrderedDict[tuple, Recommended] = OrderedDict()
 _SKIP_CACHE_SIZE = 128
@@ -74,8 +76,9 @@ def run_identity(session: Session, run: Run) -> tuple:
     return str(session.get_bind().url), run.id, run.sha256, str(run.finished_at)
 
 
-def heatmap_layout(session: Session, run_id: int, params: HeatmapParams) -> dict:
-    """The rows, columns, summary and pixel geometry of the heatmap, without drawing it (JSON)."""
+def heatmap_layout(session: Session, run_id: int, params: HeatmapParams, *, cell_columns: int = 0) -> dict:
+    """The rows, columns, summary and pixel geometry of the heatmap, without drawing it (JSON); with
+    `cell_columns` > 0 also its values, reduced to at most that many columns as the image reduces them."""
     run = get_ready_run(session, run_id)
     panel = build_panel(session, run, params)
     matrix, summary = panel.matrix, panel.summary
@@ -92,7 +95,27 @@ def heatmap_layout(session: Session, run_id: int, params: HeatmapParams) -> dict
             "iterations": {"first": int(its[0]), "last": int(its[-1]), "count": int(its.shape[0])},
             "summary": summary.to_dict(), "skip_layers": sorted(skip) if panel.skip_layers is not None else None,
             "image": {"width_px": geometry.pixels[0], "height_px": geometry.pixels[1],
-                      "extent_px": list(geometry.extent_px(0))}}
+                      "extent_px": list(geometry.extent_px(0))},
+            "cells": cell_values(matrix, cell_columns) if cell_columns else None,
+            "colormap": colormap_stops()}
+
+
+def cell_values(matrix: HeatmapMatrix, columns: int) -> dict:
+    """The matrix averaged (NaN-aware) into at most `columns` iteration columns, as `render.fit_columns` does for
+    the image; each column names the first and last iteration it covers. NaN (not logged) is null."""
+    values, _span = fit_columns(matrix.values, float(columns))
+    its = matrix.iterations
+    k = max(1, -(-its.shape[0] // columns))  # the columns each reduced column averages (as fit_columns)
+    starts = [int(its[j * k]) for j in range(values.shape[1])]
+    ends = [int(its[min((j + 1) * k, its.shape[0]) - 1]) for j in range(values.shape[1])]
+    rounded = np.round(values, 4)
+    rows = [[None if v != v else float(v) for v in row] for row in rounded.tolist()]
+    return {"first": starts, "last": ends, "values": rows}
+
+
+def colormap_stops(count: int = 33) -> list[str]:
+    """The image's colour map (`render.colormap`) sampled at `count` evenly spaced points, as #rrggbb."""
+    return [to_hex(c) for c in colormap()(np.linspace(0.0, 1.0, count))]
 
 
 def build_panel(session: Session, run: Run, params: HeatmapParams, *, title: str | None = None) -> Panel:

@@ -69,7 +69,8 @@ def _marker_legend(fig: Figure, panels: list[Panel], style: Style, x_in: float, 
     ]
     if style.percent:
         handles.append((Patch(fill=False, edgecolor=BOX, linewidth=1.6),
-                        f"worst {style.boxes} at or above {t.critical:g}% (p95)"))
+                        f"worst {style.boxes} rows with p95 of all points ≥ {t.critical:g}%\n"
+                        "(findings: p95 of the trailing window after\nwarm-up, worst rank, outlier ranks apart)"))
     if any(p.skip_layers is not None for p in panels):
         handles.append((Patch(facecolor=SKIP, edgecolor="none"), "recommended: whole layer BF16"))
         handles.append((Patch(facecolor="white", edgecolor=SKIP, linewidth=1.2), "recommended: some GEMMs BF16"))

@@ -17,6 +17,7 @@ MAX_BOXES = 50
 THRESHOLD_KEYS = ("warning", "critical", "severe")
 HEATMAP_KEYS = frozenset({"tensor", "stat", "rank", "sublayer", "vmax", "dpi", "mark_iteration", "width", "height",
                           "show_skip", "boxes", *THRESHOLD_KEYS})
+MAX_CELL_COLUMNS = 2000
 _TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off"})
 
 
@@ -56,6 +57,14 @@ def parse_heatmap_params(query: Mapping[str, str], *, show_skip: bool = True,
         show_skip=_bool(query, "show_skip", show_skip),
         boxes=min(_int(query, "boxes", DEFAULT_BOXES, low=0) or 0, MAX_BOXES),
         thresholds=thresholds_of(overrides), threshold_overrides=tuple(sorted(overrides.items())))
+
+
+def parse_cell_columns(query: Mapping[str, str]) -> int:
+    """`cells`: how many value columns heatmap.json carries (0, the default: none; at most MAX_CELL_COLUMNS)."""
+    columns = _int(query, "cells", 0, low=0) or 0
+    if columns > MAX_CELL_COLUMNS:
+        raise BadRequest(f"cells must be at most {MAX_CELL_COLUMNS}, got {columns}", error="InvalidParameter")
+    return columns
 
 
 def parse_threshold_overrides(query: Mapping[str, str]) -> dict[str, float]:

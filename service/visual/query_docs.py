@@ -11,7 +11,7 @@ from typing import Any
 from fp8_policy.policy.heatmap import DEFAULT_BOXES
 from fp8_policy.policy.records import QUANT_STATS, TENSORS
 from fp8_policy.service.openapi import query_param, threshold_params
-from fp8_policy.service.visual.params import MAX_BOXES, MAX_DPI, MIN_DPI, THRESHOLD_KEYS
+from fp8_policy.service.visual.params import MAX_BOXES, MAX_CELL_COLUMNS, MAX_DPI, MIN_DPI, THRESHOLD_KEYS
 
 _TEXT = {"type": "string", "minLength": 1, "maxLength": 200}
 
@@ -44,6 +44,13 @@ def heatmap_params(*, show_skip_default: bool = True) -> list[dict[str, Any]]:
                     f"Box at most this many worst rows at or above the critical band (capped at {MAX_BOXES})."),
         *threshold_params(THRESHOLD_KEYS),
     ]
+
+
+def heatmap_json_params() -> list[dict[str, Any]]:
+    return [*heatmap_params(),
+            query_param("cells", {"type": "integer", "minimum": 0, "maximum": MAX_CELL_COLUMNS, "default": 0},
+                        "Also return the cell values, averaged (NaN-aware) into at most this many iteration "
+                        "columns, as the image does; 0: none.")]
 
 
 def run_pair_params() -> list[dict[str, Any]]:

@@ -63,6 +63,14 @@ class HeatmapImageRead(ApiModel):
     extent_px: list[float] = Field(description="x0, y0, x1, y1 of the cells in image pixels, origin top-left.")
 
 
+class HeatmapCellsRead(ApiModel):
+    """The cell values (`?cells=N`): rows as in `rows`, at most N columns each averaging consecutive iterations."""
+
+    first: list[int] = Field(description="First iteration of each column.")
+    last: list[int] = Field(description="Last iteration of each column.")
+    values: list[list[float | None]] = Field(description="Per row, per column; null: not logged there.")
+
+
 class HeatmapLayoutRead(ApiModel):
     """`GET /api/v1/runs/{run_id}/heatmap.json`."""
 
@@ -77,6 +85,8 @@ class HeatmapLayoutRead(ApiModel):
     summary: HeatmapSummaryRead
     skip_layers: list[str] | None = Field(description="The recommended skip set; null with show_skip=false.")
     image: HeatmapImageRead
+    cells: HeatmapCellsRead | None = Field(None, description="The values, with `?cells=N`; null otherwise.")
+    colormap: list[str] = Field(description="The image's colour map from 0 to `vmax`, as evenly spaced #rrggbb.")
 
 
 # ----------------------------------------------------------------------------------------------------- compare

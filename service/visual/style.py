@@ -1,7 +1,16 @@
-"""Colours and matplotlib settings shared by the heatmap renderer and its legend column."""
+"""Colours and matplotlib settings shared by the heatmap renderer and its legend column.
+
+The severity colours come from the dashboard's colors.json (service/web/static), their one definition: the
+images and the dashboard name a band in the same colour.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+COLORS_FILE = Path(__file__).resolve().parents[1] / "web" / "static" / "colors.json"
+SEVERITY_COLORS: dict[str, dict] = json.loads(COLORS_FILE.read_text(encoding="utf-8"))["severity"]
 NO_DATA = "#e8eaed"  # cells without a point at that iteration (background)
 BF16_FACE, BF16_EDGE = "#fafafa", "#9aa0a6"  # hatched "not in FP8" rows
 BOX = "#0a6cff"  # boxes around the worst rows
@@ -9,7 +18,7 @@ SKIP = "#1b9e77"  # the recommended skip set
 MARK = "#111111"  # the iteration marker
 GROUP = "#202124"  # group separators, brackets and labels
 TEXT_MUTED = "#5f6368"
-BAND_TEXT = {"ok": "#4d6b2f", "warning": "#b8860b", "critical": "#d9480f", "severe": "#a50f15"}
+BAND_TEXT = {band: colors["text"] for band, colors in SEVERITY_COLORS.items()}  # band names in the legend
 
 
 def rc() -> dict[str, object]:

@@ -19,6 +19,7 @@ _MEDIA_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
     ".css": "text/css; charset=utf-8",
+    ".json": "application/json",  # colors.json, imported by colors.js as a JSON module
     ".svg": "image/svg+xml",
     ".png": "image/png",
     ".ico": "image/x-icon",

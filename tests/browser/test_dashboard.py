@@ -24,6 +24,12 @@ def wait_image(page, selector: str, timeout: float = 30_000) -> None:
     page.wait_for_function(IMAGE_LOADED, arg=selector, timeout=timeout)
 
 
+def wait_heatmap(page, timeout: float = 30_000) -> None:
+    """The run page's heatmap is drawn on a canvas from heatmap.json."""
+    expect(page.locator(".heatmap-live")).to_have_attribute("aria-busy", "false", timeout=timeout)
+    page.wait_for_function("() => { const c = document.querySelector('#heatmap-canvas'); return c && c.width > 0; }")
+
+
 def test_upload_form_shows_progress_then_live_status(page, live_server, make_archive, shot):
     archive = make_archive("rising_trend")
     page.goto(f"{live_server.url}/#/upload")
@@ -64,7 +70,7 @@ def test_upload_form_shows_progress_then_live_status(page, live_server, make_arc
     expect(page).to_have_url(re.compile(r"#/runs/\d+$"))
     expect(page.locator("h1")).to_contain_text("browser-upload")
     expect(page.locator(".run-meta")).to_contain_text("ready")
-    wait_image(page, "#heatmap-img")
+    wait_heatmap(page)
     expect(page.locator("#findings-list li[data-pattern='rising_trend']")).to_be_visible()
     shot(page, "upload-05-run-page")
 
@@ -95,7 +101,7 @@ def test_runs_list_filters_by_project_and_tag(page, live_server, seeded_runs, sh
     rows = page.locator("#runs-table tbody tr")
     for scenario, run_id in seeded_runs.items():
         expect(page.locator(f"#runs-table tr[data-run-id='{run_id}']")).to_contain_text(f"seed-{scenario}")
-    # Overall severity arrives lazily from each ready run's analysis.
+    # Overall severity comes from each ready run's stored summary (polled while it is computed).
     expect(page.locator(f"tr[data-run-id='{seeded_runs['head_only']}'] .col-sev .badge")).to_have_text("severe")
     expect(page.locator(f"tr[data-run-id='{seeded_runs['u_shape']}'] .col-sev .badge")).to_have_text("severe")
     expect(page.locator(f"tr[data-run-id='{seeded_runs['healthy']}'] .col-sev .badge")).to_have_text("ok")
@@ -129,9 +135,9 @@ def test_run_page_heatmap_findings_tabs_table_and_chart(page, live_server, seede
     expect(figures).to_contain_text("Ranks")
     expect(figures).to_contain_text("0–200")
 
-    # Heatmap: the <img> decodes, then follows the tensor selector.
-    wait_image(page, "#heatmap-img")
-    expect(page.locator("#heatmap-img")).to_have_attribute("src", re.compile(r"tensor=gradient"))
+    # Heatmap: drawn from heatmap.json, its PNG export link follows the tensor selector.
+    wait_heatmap(page)
+    expect(page.locator("#heatmap-png")).to_have_attribute("href", re.compile(r"tensor=gradient"))
 
     # Findings with their evidence numbers.
     finding = page.locator("#findings-list li[data-pattern='head_only']")
@@ -142,8 +148,9 @@ def test_run_page_heatmap_findings_tabs_table_and_chart(page, live_server, seede
     shot(page, "run-01-loaded")
 
     page.select_option("#heatmap-tensor", "activation")
-    expect(page.locator("#heatmap-img")).to_have_attribute("src", re.compile(r"tensor=activation"))
-    wait_image(page, "#heatmap-img")
+    expect(page.locator("#heatmap-png")).to_have_attribute("href", re.compile(r"tensor=activation"))
+    expect(page).to_have_url(re.compile(r"tensor=activation"))
+    wait_heatmap(page)
     shot(page.locator("#heatmap"), "run-02-heatmap-activation")
 
     # Recommendation tabs: each format's content, keyboard arrows, copy to the clipboard.
@@ -274,7 +281,7 @@ def test_a_failing_heatmap_shows_the_api_error_and_retry_recovers(page, live_ser
         route.fulfill(status=400, content_type="application/json",
                       body='{"error": "NoData", "detail": "run has no gradient underflows% series"}')
 
-    page.route(re.compile(r".*/heatmap\.png.*"), refuse)
+    page.route(re.compile(r".*/heatmap\.json.*"), refuse)
     page.goto(f"{live_server.url}/#/runs/{seeded_runs['head_only']}")
     alert = page.locator(".heatmap-frame .alert-error")
     expect(alert).to_contain_text("Heatmap unavailable")
@@ -282,9 +289,9 @@ def test_a_failing_heatmap_shows_the_api_error_and_retry_recovers(page, live_ser
     expect(alert).to_contain_text("run has no gradient underflows% series")
     shot(page, "errors-03-heatmap-refused")
 
-    page.unroute(re.compile(r".*/heatmap\.png.*"), refuse)
+    page.unroute(re.compile(r".*/heatmap\.json.*"), refuse)
     alert.get_by_role("button").first.click()
     frame = page.locator(".heatmap-frame")
     expect(frame).not_to_have_class(re.compile("is-error"))
     expect(page.locator(".heatmap-frame .alert-error")).to_have_count(0)
-    wait_image(page, "#heatmap-img")
+    wait_heatmap(page)

@@ -26,6 +26,7 @@ from tests.authutil import BACKENDS, bearer, in_the_past, make_token, private_da
 # Routes whose scope is not the default of their method (GET: read; a write must not be read, see below).
 EXPECTED_SCOPES = {
     ("POST", "/api/v1/runs"): "upload",
+    ("POST", "/api/v1/runs/{run_id}/retry"): "upload",
     ("DELETE", "/api/v1/runs/{run_id}"): "admin",
     ("POST", "/api/v1/runs/{run_id}/recommendation"): "read",  # a recompute from stored data; stores nothing
     ("GET", "/api/v1/tokens"): "admin",

@@ -108,8 +108,9 @@ def _query_names(document: dict, path: str, method: str = "get") -> set[str]:
 
 def test_hand_validated_parameters_are_documented_exactly(document) -> None:
     thresholds = {f.name for f in fields(Thresholds)}
-    for image in ("png", "svg", "json"):
+    for image in ("png", "svg"):
         assert _query_names(document, f"/api/v1/runs/{{run_id}}/heatmap.{image}") == set(HEATMAP_KEYS)
+    assert _query_names(document, "/api/v1/runs/{run_id}/heatmap.json") == set(HEATMAP_KEYS) | {"cells"}
     for image in ("png", "svg"):
         assert _query_names(document, f"/api/v1/compare.{image}") == set(HEATMAP_KEYS) | {"base", "head"}
     assert _query_names(document, "/api/v1/compare") == {"base", "head", "warning", "critical", "severe"}

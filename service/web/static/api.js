@@ -25,13 +25,15 @@ export function detailText(body) {
   return d ? JSON.stringify(d) : "";
 }
 
-export async function apiFetch(path, { signal, as = "json", method = "GET" } = {}) {
+export async function apiFetch(path, { signal, as = "json", method = "GET", body } = {}) {
   let response;
+  const json = body === undefined ? {} : { "Content-Type": "application/json" }; // body: sent as JSON
   try {
     response = await fetch(path.startsWith("/") ? path : `${API}/${path}`, {
       method,
       signal,
-      headers: { ...(as === "json" ? { Accept: "application/json" } : {}), ...authHeaders() },
+      headers: { ...(as === "json" ? { Accept: "application/json" } : {}), ...json, ...authHeaders() },
+      body: body === undefined ? undefined : JSON.stringify(body),
     });
   } catch (err) {
     if (err.name === "AbortError") throw err;
@@ -80,15 +82,17 @@ export function errorBox(err, { title, retry } = {}) {
 // Overall severity per run, computed from the analysis (worst finding first). Cached for the session.
 const analysisCache = new Map();
 
-export function analysisOf(runId, signal) {
-  if (!analysisCache.has(runId)) {
-    const promise = api(`/runs/${runId}/analysis`, { signal }).catch((err) => {
-      analysisCache.delete(runId);
+/* The run's analysis (thresholds: null or {warning, critical, severe} overrides), cached per run and thresholds. */
+export function analysisOf(runId, signal, thresholds = null) {
+  const key = `${runId}${qs(thresholds || {})}`;
+  if (!analysisCache.has(key)) {
+    const promise = api(`/runs/${runId}/analysis${qs(thresholds || {})}`, { signal }).catch((err) => {
+      analysisCache.delete(key);
       throw err;
     });
-    analysisCache.set(runId, promise);
+    analysisCache.set(key, promise);
   }
-  return analysisCache.get(runId);
+  return analysisCache.get(key);
 }
 
 export function overallSeverity(analysis) {

@@ -26,8 +26,35 @@ function tickLabel(v, step) {
   return v.toLocaleString("en-US", { maximumFractionDigits: digits });
 }
 
-/* series: [{label, color, points: [[x, y], ...], dash}]; guides: [{value, label, color}] */
-export function lineChart({ series, guides = [], width, height = 300, xLabel, yLabel, unit = "", title }) {
+/* Exponential moving average with TensorBoard's debiasing (weight 0: the raw values); NaN/inf points are kept
+ * as gaps and do not enter the average. */
+export function smooth(points, weight) {
+  if (!(weight > 0)) return points;
+  let last = 0;
+  let n = 0;
+  return points.map(([x, y]) => {
+    if (!Number.isFinite(y)) return [x, y];
+    last = last * weight + (1 - weight) * y;
+    n += 1;
+    return [x, last / (1 - weight ** n)];
+  });
+}
+
+function logTicks(lo, hi) {
+  const out = [];
+  for (let e = Math.floor(Math.log10(lo)); e <= Math.ceil(Math.log10(hi)); e += 1) {
+    for (const f of hi / lo < 1e3 ? [1, 2, 5] : [1]) {
+      const v = f * 10 ** e;
+      if (v >= lo * 0.999 && v <= hi * 1.001) out.push(Number(v.toPrecision(6)));
+    }
+  }
+  return out;
+}
+
+/* series: [{label, color, points: [[x, y], ...], dash}]; guides: [{value, label, color}].
+ * log: logarithmic y axis (values <= 0 sit on the axis floor, said in the title); smoothing: EMA weight 0..0.99
+ * (the raw series stay drawn faintly underneath). */
+export function lineChart({ series, guides = [], width, height = 300, xLabel, yLabel, unit = "", title, log = false, smoothing = 0 }) {
   const m = { top: 16, right: 96, bottom: 44, left: 64 };
   const W = Math.max(420, Math.floor(width));
   const H = height;
@@ -39,16 +66,31 @@ export function lineChart({ series, guides = [], width, height = 300, xLabel, yL
   let x0 = Math.min(...xs);
   let x1 = Math.max(...xs);
   if (!(x1 > x0)) x1 = x0 + 1;
-  let y0 = Math.min(0, ...ys);
+  let y0;
   let y1 = Math.max(...ys);
   const guideMax = guides.map((g) => g.value).filter((v) => v <= y1 * 1.25 || y1 === 0);
-  y1 = Math.max(y1, ...guideMax, y0 + 1e-9);
-  const yt = ticks(y0, y1 * 1.05, 5);
-  y1 = yt.values[yt.values.length - 1];
-  y0 = Math.min(y0, yt.values[0]);
+  let yt;
+  let Y;
+  if (log) {
+    const positive = ys.filter((v) => v > 0);
+    const floor = positive.length ? Math.min(...positive) : 1e-3;
+    y0 = 10 ** Math.floor(Math.log10(floor));
+    y1 = Math.max(y1, ...guideMax, y0 * 10);
+    y1 = 10 ** Math.ceil(Math.log10(y1));
+    yt = { values: logTicks(y0, y1), step: 0 };
+    const l0 = Math.log10(y0);
+    const l1 = Math.log10(y1);
+    Y = (y) => m.top + ph - ((Math.log10(Math.max(y, y0)) - l0) / (l1 - l0)) * ph;
+  } else {
+    y0 = Math.min(0, ...ys);
+    y1 = Math.max(y1, ...guideMax, y0 + 1e-9);
+    yt = ticks(y0, y1 * 1.05, 5);
+    y1 = yt.values[yt.values.length - 1];
+    y0 = Math.min(y0, yt.values[0]);
+    Y = (y) => m.top + ph - ((y - y0) / (y1 - y0)) * ph;
+  }
   const xt = ticks(x0, x1, Math.max(3, Math.floor(pw / 90)));
   const X = (x) => m.left + ((x - x0) / (x1 - x0)) * pw;
-  const Y = (y) => m.top + ph - ((y - y0) / (y1 - y0)) * ph;
 
   const root = s("svg", {
     class: "chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": title || "chart",
@@ -58,7 +100,7 @@ export function lineChart({ series, guides = [], width, height = 300, xLabel, yL
   for (const v of yt.values) {
     grid.append(s("line", { x1: m.left, x2: m.left + pw, y1: Y(v), y2: Y(v) }));
     grid.append(s("text", { x: m.left - 8, y: Y(v), class: "tick tick-y", "text-anchor": "end", "dominant-baseline": "middle" },
-      tickLabel(v, yt.step) + unit));
+      (log ? fmtNum(v, 4) : tickLabel(v, yt.step)) + unit));
   }
   for (const v of xt.values) {
     if (v < x0 || v > x1) continue;
@@ -74,16 +116,15 @@ export function lineChart({ series, guides = [], width, height = 300, xLabel, yL
     }, yLabel));
   }
   for (const g of guides) {
-    if (g.value < y0 || g.value > y1) continue;
+    if (g.value < y0 || g.value > y1 || (log && g.value <= 0)) continue;
     root.append(s("line", { class: "guide", x1: m.left, x2: m.left + pw, y1: Y(g.value), y2: Y(g.value), style: { stroke: g.color } }));
     root.append(s("text", { class: "guide-label", x: m.left + pw + 6, y: Y(g.value), style: { fill: g.color }, "dominant-baseline": "middle" },
       `${g.label} ${g.value}${unit}`));
   }
-  const lines = s("g", { class: "chart-lines" });
-  for (const sr of series) {
+  const pathOf = (points) => {
     let d = "";
     let pen = false;
-    for (const [x, y] of sr.points) {
+    for (const [x, y] of points) {
       if (!Number.isFinite(y)) {
         pen = false;
         continue;
@@ -91,12 +132,18 @@ export function lineChart({ series, guides = [], width, height = 300, xLabel, yL
       d += `${pen ? "L" : "M"}${X(x).toFixed(1)} ${Y(y).toFixed(1)}`;
       pen = true;
     }
+    return d;
+  };
+  const lines = s("g", { class: "chart-lines" });
+  for (const sr of series) {
+    if (smoothing > 0) lines.append(s("path", { d: pathOf(sr.points), class: "series-raw", stroke: sr.color }));
     lines.append(s("path", {
-      d, class: "series", stroke: sr.color, "stroke-dasharray": sr.dash || null, "stroke-opacity": sr.opacity || null,
-      "data-label": sr.label,
+      d: pathOf(smooth(sr.points, smoothing)), class: "series", stroke: sr.color, "stroke-dasharray": sr.dash || null,
+      "stroke-opacity": sr.opacity || null, "data-label": sr.label,
     }));
   }
   root.append(lines);
+  root.dataset.scale = log ? "log" : "linear";
 
   // Hover read-out: nearest iteration, every series' value there.
   const cursor = s("line", { class: "cursor", x1: 0, x2: 0, y1: m.top, y2: m.top + ph, visibility: "hidden" });

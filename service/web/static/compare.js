@@ -2,7 +2,7 @@
 
 import { TENSORS } from "./constants.js";
 import { h, replace, $ } from "./dom.js";
-import { isNum, fmtNum, fmtPct, fmtSigned, fmtInt, plural, runLabel } from "./format.js";
+import { isNum, fmtNum, fmtPct, fmtSigned, fmtInt, plural, runLabel, patternLabel } from "./format.js";
 import { API, ApiError, api, qs, errorBox, analysisOf, overallSeverity, sevRank } from "./api.js";
 import { sevBadge, layerName, card, loading, selectField, sortableTable, imageLoader } from "./widgets.js";
 import { go, setTitle } from "./router.js";
@@ -71,7 +71,7 @@ export async function compareView(ctx, query) {
     const sev = h("span", { class: "muted small" }, "…");
     if (run && run.status === "ready") {
       analysisOf(run.id).then((a) => replace(sev, sevBadge(overallSeverity(a)),
-        h("span", { class: "muted small" }, ` ${(a.findings || []).filter((f) => f.pattern !== "healthy").map((f) => f.pattern).join(", ") || "healthy"}`)))
+        h("span", { class: "muted small" }, ` ${(a.findings || []).filter((f) => f.pattern !== "healthy").map((f) => patternLabel(f.pattern, f.label)).join(", ") || "Healthy"}`)))
         .catch(() => replace(sev, "—"));
     }
     return h("div", { class: "side card", "data-side": label.toLowerCase() },
@@ -144,7 +144,7 @@ function compareSummary(cmp) {
 
 function findingItem(f) {
   return h("li", { "data-pattern": f.pattern },
-    h("div", { class: "finding-head" }, sevBadge(f.severity), h("strong", { class: "finding-pattern" }, String(f.pattern).replace(/_/g, " ")),
+    h("div", { class: "finding-head" }, sevBadge(f.severity), h("strong", { class: "finding-pattern" }, patternLabel(f.pattern, f.label)),
       (f.layers || []).length ? h("span", { class: "muted small" }, plural(f.layers.length, "layer")) : null),
     f.summary ? h("div", { class: "small muted" }, f.summary) : null);
 }
@@ -222,7 +222,7 @@ function compareLayers(cmp) {
     ...TENSORS.flatMap((t) => [
       {
         key: `${t}-pair`, label: `${t[0].toUpperCase()}${t.slice(1)}`, num: true, sortable: true,
-        get: (r) => stat(r, t).head, render: (r) => pair(stat(r, t).base, stat(r, t).head, (v) => (isNum(v) ? v.toFixed(2) : "—")),
+        get: (r) => stat(r, t).head, render: (r) => pair(stat(r, t).base, stat(r, t).head, (v) => fmtPct(v)),
         title: `${t} underflows% (${state.stat}), base → head`,
       },
       { key: `${t}-delta`, label: "Δ pp", num: true, get: (r) => stat(r, t).change, render: (r) => deltaCell(stat(r, t), { pp: false }), title: `${t} change, percentage points` },

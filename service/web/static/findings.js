@@ -1,7 +1,7 @@
 // Run page: the findings card (severity, summary, layer chips, evidence table per finding).
 
 import { h, replace } from "./dom.js";
-import { fmtNum, plural } from "./format.js";
+import { fmtNum, fmtPct, plural, patternLabel } from "./format.js";
 import { sevBadge, card } from "./widgets.js";
 
 const EVIDENCE_COLUMNS = [
@@ -15,12 +15,15 @@ function evidenceValue(key, v) {
   if (v === null || v === undefined) return "—";
   if (Array.isArray(v)) return v.map((x) => fmtNum(x)).join("–");
   if (["onset", "projected_iteration", "crossing_iteration", "rank", "count"].includes(key)) return fmtNum(v);
+  if (["level", "max", "mean", "last", "start_level", "end_level", "projected_value", "reference"].includes(key)) return fmtNum(v, 4);
   if (typeof v === "number") return fmtNum(v, 4);
   return String(v);
 }
 
 export function findingsCard(analysis, onLayer) {
   const findings = analysis.findings || [];
+  // A healthy run may still have layers in the warning band: said next to the (ok) healthy finding.
+  const warningBand = (analysis.layers || []).filter((l) => l.status === "fp8" && l.severity === "warning").length;
   const list = h("ol", { class: "findings", id: "findings-list" }, findings.map((f, i) => {
     const ev = f.evidence || [];
     const cols = EVIDENCE_COLUMNS.filter(([k]) => ev.some((e) => e[k] !== null && e[k] !== undefined));
@@ -37,8 +40,9 @@ export function findingsCard(analysis, onLayer) {
     }, `Show all ${ev.length} evidence rows`) : null;
     const layerChips = (f.layers || []).slice(0, 12).map((l) => h("button", { type: "button", class: "chip chip-button mono", onclick: () => onLayer(l), title: `Plot ${l}` }, l));
     return h("li", { class: ["finding", `finding-${f.severity}`], "data-pattern": f.pattern },
-      h("div", { class: "finding-head" }, sevBadge(f.severity), h("span", { class: "finding-pattern" }, f.pattern.replace(/_/g, " ")),
-        f.layers && f.layers.length ? h("span", { class: "muted small" }, plural(f.layers.length, "layer")) : null),
+      h("div", { class: "finding-head" }, sevBadge(f.severity), h("span", { class: "finding-pattern" }, patternLabel(f.pattern, f.label)),
+        f.layers && f.layers.length ? h("span", { class: "muted small" }, plural(f.layers.length, "layer")) : null,
+        f.pattern === "healthy" && warningBand ? h("span", { class: "chip chip-small warning-band" }, `${plural(warningBand, "layer")} in the warning band`) : null),
       h("p", { class: "finding-summary" }, f.summary),
       layerChips.length ? h("div", { class: "chips" }, layerChips, f.layers.length > 12 ? h("span", { class: "muted small" }, `+${f.layers.length - 12} more`) : null) : null,
       ev.length ? h("div", { class: "table-scroll" }, h("table", { class: "table table-compact evidence", "aria-label": `Evidence for finding ${i + 1}` },
@@ -52,6 +56,8 @@ export function findingsCard(analysis, onLayer) {
   const t = analysis.thresholds || {};
   return card(`Findings (${findings.length})`, {
     id: "findings",
-    subtitle: `Underflow bands: warning ≥ ${t.warning}%, critical ≥ ${t.critical}%, severe ≥ ${t.severe}% (level = p95 of the trailing window).`,
+    subtitle: `Underflow bands: warning ≥ ${fmtPct(t.warning, 1)}, critical ≥ ${fmtPct(t.critical, 1)}, severe ≥ ${fmtPct(t.severe, 1)}; ` +
+      `a layer's level is the ${analysis.stats && analysis.stats.level_rule ? analysis.stats.level_rule : "p95 of the trailing window after warm-up, worst rank"}` +
+      `${analysis.stats && analysis.stats.rank_outlier_series_excluded ? " (ranks reported as outliers left out)" : ""}.`,
   }, list, notes);
 }

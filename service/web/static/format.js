@@ -84,3 +84,20 @@ export function plural(n, word, many = `${word}s`) {
 export function runLabel(run) {
   return run.name || run.upload_filename || `run ${run.id}`;
 }
+
+export function fmtRatio(v, digits = 2) {
+  return isNum(v) ? `${v.toFixed(digits)}×` : "—";
+}
+
+/* A fraction 0..1 as a whole percentage ("87%"). */
+export function fmtShare(v) {
+  return isNum(v) ? `${Math.round(v * 100)}%` : "—";
+}
+
+/* The human name of a pattern: the API's label when given, else its string with spaces. */
+export function patternLabel(pattern, label) {
+  if (label) return label;
+  if (!pattern) return "";
+  const text = String(pattern).replace(/_/g, " ");
+  return text.charAt(0).toUpperCase() + text.slice(1);
+}

@@ -1,8 +1,8 @@
 // Run page: the recommendation card (summary figures, per-format tabs with copy and download).
 
 import { h, replace } from "./dom.js";
-import { isNum, fmtSigned, fmtInt, plural } from "./format.js";
-import { API, apiFetch, api, errorBox } from "./api.js";
+import { isNum, fmtSigned, fmtInt, fmtRatio, fmtShare, plural } from "./format.js";
+import { API, apiFetch, errorBox } from "./api.js";
 import { figure, card, loading, toast, copyText, tabs } from "./widgets.js";
 
 const FORMATS = [
@@ -13,8 +13,19 @@ const FORMATS = [
   { id: "torchao", label: "torchao", ext: "py" },
 ];
 
-export async function recommendationCard(ctx, run) {
-  const rec = await api(`/runs/${run.id}/recommendation`, { signal: ctx.signal });
+/* The recommendation as JSON or rendered: GET with no overrides, else POST {thresholds, gpu, te_version}
+ * (a recompute from stored data). */
+function fetchRecommendation(run, overrides, format, signal) {
+  const query = format === "json" ? "" : `?format=${encodeURIComponent(format)}`;
+  const url = `${API}/runs/${run.id}/recommendation${query}`;
+  const as = format === "json" ? "json" : "response";
+  if (!overrides) return apiFetch(url, { signal, as });
+  return apiFetch(url, { signal, as, method: "POST", body: overrides });
+}
+
+/* state: the page's hashState (`rec` is the selected format); settings: null or the POST body (overrides). */
+export async function recommendationCard(ctx, run, state, settings) {
+  const rec = await fetchRecommendation(run, settings, "json", ctx.signal);
   const cache = new Map([["json", { text: JSON.stringify(rec, null, 2), filename: `run_${run.id}_recommendation.json` }]]);
   const code = h("code", { id: "rec-code" });
   const pre = h("pre", { class: "code code-block" }, code);
@@ -36,6 +47,7 @@ export async function recommendationCard(ctx, run) {
     items: FORMATS,
     onSelect: async (item, panel) => {
       panel.dataset.format = item.id;
+      state.set({ rec: item.id === "json" ? "" : item.id });
       const show = (entry) => {
         if (panel.dataset.format !== item.id) return;
         currentText = entry.text;
@@ -52,7 +64,7 @@ export async function recommendationCard(ctx, run) {
       copyBtn.disabled = true;
       replace(panel, loading(`Rendering ${item.label}…`));
       try {
-        const response = await apiFetch(`${API}/runs/${run.id}/recommendation?format=${encodeURIComponent(item.id)}`, { signal: ctx.signal, as: "response" });
+        const response = await fetchRecommendation(run, settings, item.id, ctx.signal);
         const disposition = response.headers.get("Content-Disposition") || "";
         const m = disposition.match(/filename="?([^";]+)"?/);
         const entry = { text: await response.text(), filename: m ? m[1] : `run_${run.id}.${item.ext}` };
@@ -72,10 +84,10 @@ export async function recommendationCard(ctx, run) {
   const summary = h("div", { class: "rec-summary" },
     h("div", { class: "rec-figures" },
       figure("Layers to BF16", fmtInt(skip.length), overrides.length ? `+${plural(overrides.length, "GEMM override")}` : null),
-      figure("Recipe", rec.recipe ? rec.recipe.name : "—", rec.recipe && rec.recipe.class ? rec.recipe.class.split(".").pop() : null),
+      figure("Recipe", h("span", { class: "recipe-label" }, rec.recipe ? rec.recipe.label || rec.recipe.name : "—"), rec.recipe && rec.recipe.class ? h("span", { class: "mono" }, rec.recipe.class) : null),
       figure("GEMM time vs all-FP8", isNum(cost.gemm_slowdown_vs_all_fp8_pct) ? fmtSigned(cost.gemm_slowdown_vs_all_fp8_pct, 1, "%") : "—",
-        isNum(cost.gemm_speedup_vs_all_bf16) ? `${cost.gemm_speedup_vs_all_bf16.toFixed(2)}× faster than BF16` : null),
-      figure("Confidence", conf === null ? "—" : `${Math.round(conf * 100)}%`,
+        isNum(cost.gemm_speedup_vs_all_bf16) ? `${fmtRatio(cost.gemm_speedup_vs_all_bf16)} faster than BF16` : null),
+      figure("Confidence", conf === null ? "—" : fmtShare(conf),
         conf === null ? null : h("span", { class: "meter", role: "meter", "aria-valuemin": "0", "aria-valuemax": "1", "aria-valuenow": conf, "aria-label": "confidence" },
           h("span", { style: { width: `${Math.round(conf * 100)}%` } })))),
     skip.length
@@ -89,8 +101,9 @@ export async function recommendationCard(ctx, run) {
 
   const el = card("Recommendation", {
     id: "recommendation",
-    subtitle: `Policy ${rec.policy_version || ""} — the same decision rendered for each tool.`,
+    subtitle: `Policy ${rec.policy_version || ""} — the same decision rendered for each tool${settings ? " (recomputed with the settings above)" : ""}.`,
   }, h("div", { class: "rec-layout" }, summary, h("div", { class: "rec-code" }, t.list, t.panel)));
-  t.select(0);
+  const initial = FORMATS.findIndex((f) => f.id === state.get("rec"));
+  t.select(initial > 0 ? initial : 0);
   return el;
 }

@@ -1,18 +1,29 @@
-// Run page view (#/runs/<id>): header, figures, ingest report; lays out the heatmap/findings/recommendation/layers cards.
+// Run page view (#/runs/<id>?...): header, figures, ingest warnings and report, the settings the policy is
+// computed with (thresholds, GPU, TE version), and the heatmap / findings / recommendation / layers cards.
+//
+// The hash is a deep link to what is shown: tensor, stat, rank, sublayer (heatmap); layer, stat_chart, chart_rank,
+// log, smooth (layer chart); rec (recommendation tab); warning, critical, severe, gpu, te (settings: changing
+// them re-renders the page with a recomputed analysis and recommendation).
 
 import { TERMINAL } from "./constants.js";
 import { h, replace, $ } from "./dom.js";
-import { fmtInt, fmtBytes, fmtDate, fmtAgo, fmtDuration, plural, runLabel } from "./format.js";
+import { fmtInt, fmtBytes, fmtDate, fmtAgo, fmtDuration, fmtPct, plural, runLabel, patternLabel } from "./format.js";
 import { API, api, qs, errorBox, analysisOf, overallSeverity } from "./api.js";
 import { sevBadge, statusBadge, chip, figure, card, loading } from "./widgets.js";
-import { route, setTitle } from "./router.js";
+import { route, go, setTitle } from "./router.js";
+import { hashState } from "./hashstate.js";
 import { heatmapCard } from "./heatmap.js";
 import { findingsCard } from "./findings.js";
 import { recommendationCard } from "./recommendation.js";
-import { layersCard } from "./layers.js";
+import { layersCard, rankSpread } from "./layers.js";
 
-export async function runView(ctx, runId) {
+const THRESHOLD_KEYS = ["warning", "critical", "severe"];
+// Lines skipped or duplicated above this share of the lines read are shown as a warning above the figures.
+const LARGE_SHARE = 0.01;
+
+export async function runView(ctx, runId, query) {
   const view = $("#view");
+  const state = hashState(`/runs/${runId}`, query);
   setTitle(`Run ${runId}`);
   replace(view, loading("Loading run…"));
   const run = await api(`/runs/${runId}`, { signal: ctx.signal });
@@ -46,6 +57,15 @@ export async function runView(ctx, runId) {
     return;
   }
 
+  const thresholds = Object.fromEntries(THRESHOLD_KEYS.map((k) => [k, state.get(k)]).filter(([, v]) => v !== ""));
+  const options = { gpu: state.get("gpu"), te_version: state.get("te") };
+  const custom = Object.keys(thresholds).length > 0 || Boolean(options.gpu || options.te_version);
+  const overrides = custom ? {
+    ...(Object.keys(thresholds).length ? { thresholds: Object.fromEntries(Object.entries(thresholds).map(([k, v]) => [k, Number(v)])) } : {}),
+    ...(options.gpu ? { gpu: options.gpu } : {}),
+    ...(options.te_version ? { te_version: options.te_version } : {}),
+  } : null;
+
   const figures = h("div", { class: "figures", id: "run-figures" },
     figure("Ranks", fmtInt(run.ranks)),
     figure("Layers", fmtInt(run.layer_count)),
@@ -59,35 +79,95 @@ export async function runView(ctx, runId) {
   const findingsSlot = card("Findings", { id: "findings" }, loading("Analysing…"));
   const recSlot = card("Recommendation", { id: "recommendation" }, loading("Computing the recommendation…"));
   const layersSlot = card("Layers", { id: "layers" }, loading("Loading layers…"));
-  replace(view, head, figures, heatmapSlot, findingsSlot, recSlot, layersSlot,
-    ingestCard(run));
+  const ingest = ingestCard(run);
+  replace(view, head, ingestWarning(run, ingest), figures, settingsForm(run, state, thresholds, options), heatmapSlot,
+    findingsSlot, recSlot, layersSlot, ingest);
 
   let layersApi = null;
   const layersPromise = api(`/runs/${run.id}/layers`, { signal: ctx.signal }).catch(() => null);
-  const analysisPromise = analysisOf(run.id, ctx.signal);
+  const spreadPromise = rankSpread(run, ctx.signal).catch(() => null);
+  const analysisPromise = analysisOf(run.id, ctx.signal, Object.keys(thresholds).length ? thresholds : null);
+  const openLayer = (layer) => layersApi && layersApi.select(layer);
 
   analysisPromise.then(async (analysis) => {
     if (!ctx.alive()) return;
     const sev = overallSeverity(analysis);
-    replace(sevSlot, sevBadge(sev, "overall severity (worst finding)"));
-    findingsSlot.replaceWith(findingsCard(analysis, (layer) => layersApi && layersApi.select(layer)));
-    const layersInfo = await layersPromise;
-    replace(heatmapSlot, heatmapCard(ctx, run, analysis, layersInfo));
-    layersApi = layersCard(ctx, run, analysis, layersInfo);
+    const lead = (analysis.findings || [])[0];
+    replace(sevSlot, sevBadge(sev, "overall severity: the worst finding"),
+      lead ? h("span", { class: "muted small head-pattern" }, ` ${patternLabel(lead.pattern, lead.label)}`) : null);
+    findingsSlot.replaceWith(findingsCard(analysis, openLayer));
+    const [layersInfo, spread] = await Promise.all([layersPromise, spreadPromise]);
+    if (!ctx.alive()) return;
+    replace(heatmapSlot, heatmapCard(ctx, run, analysis, layersInfo, state, openLayer));
+    layersApi = layersCard(ctx, run, analysis, layersInfo, state, spread);
     layersSlot.replaceWith(layersApi.el);
   }).catch((err) => {
     if (err.name === "AbortError" || !ctx.alive()) return;
     replace(findingsSlot.querySelector(".card-body"), errorBox(err, { title: "Analysis failed" }));
     replace(layersSlot.querySelector(".card-body"), errorBox(err));
-    layersPromise.then((layersInfo) => replace(heatmapSlot, heatmapCard(ctx, run, null, layersInfo)));
+    layersPromise.then((layersInfo) => replace(heatmapSlot, heatmapCard(ctx, run, null, layersInfo, state, null)));
   });
 
-  recommendationCard(ctx, run).then((el) => {
+  recommendationCard(ctx, run, state, overrides).then((el) => {
     if (ctx.alive()) recSlot.replaceWith(el);
   }).catch((err) => {
     if (err.name === "AbortError" || !ctx.alive()) return;
     replace(recSlot.querySelector(".card-body"), errorBox(err, { title: "No recommendation" }));
   });
+}
+
+/* Thresholds, GPU and TE version the analysis and recommendation are computed with; Apply puts them in the URL
+ * (so the page is a link to that what-if) and recomputes. */
+function settingsForm(run, state, thresholds, options) {
+  const input = (id, label, value, attrs) => h("div", { class: "field" },
+    h("label", { for: id }, label), h("input", { id, value: value || "", autocomplete: "off", ...attrs }));
+  const number = { type: "number", min: "0", step: "any", inputmode: "decimal" };
+  const custom = Object.keys(thresholds).length || options.gpu || options.te_version;
+  const form = h("form", {
+    class: "settings-form", id: "run-settings", "aria-label": "Settings the policy is computed with",
+    onsubmit: (e) => {
+      e.preventDefault();
+      const values = Object.fromEntries(THRESHOLD_KEYS.map((k) => [k, $(`#set-${k}`).value.trim()]));
+      go(`/runs/${run.id}`, { ...state.all(), ...values, gpu: $("#set-gpu").value.trim(), te: $("#set-te").value.trim() });
+    },
+  },
+  input("set-warning", "Warning ≥ %", thresholds.warning, { ...number, placeholder: "0.5" }),
+  input("set-critical", "Critical ≥ %", thresholds.critical, { ...number, placeholder: "2" }),
+  input("set-severe", "Severe ≥ %", thresholds.severe, { ...number, placeholder: "4" }),
+  input("set-gpu", "GPU", options.gpu, { type: "text", placeholder: run.metadata.gpu || run.metadata.gpu_arch || "from metadata (e.g. H100, B200)" }),
+  input("set-te", "TE version", options.te_version, { type: "text", placeholder: run.metadata.te_version || "from metadata (e.g. 2.8)" }),
+  h("div", { class: "settings-actions" },
+    h("button", { type: "submit", class: "btn btn-primary", id: "settings-apply" }, "Recompute"),
+    custom ? h("button", {
+      type: "button", class: "btn btn-ghost", id: "settings-reset",
+      onclick: () => go(`/runs/${run.id}`, { ...state.all(), warning: "", critical: "", severe: "", gpu: "", te: "" }),
+    }, "Defaults") : null));
+  return h("details", { class: "card details-card settings-card", id: "settings", open: custom ? true : null },
+    h("summary", null, h("span", { class: "summary-title" }, "Settings"),
+      h("span", { class: "muted small", id: "settings-summary" }, custom
+        ? ` custom: ${[...Object.entries(thresholds).map(([k, v]) => `${k} ${fmtPct(Number(v), 1)}`), options.gpu ? `GPU ${options.gpu}` : null,
+          options.te_version ? `TE ${options.te_version}` : null].filter(Boolean).join(", ")}`
+        : " default thresholds (0.5 / 2 / 4 %), GPU and TE version from the run's metadata")),
+    h("div", { class: "card-body" }, form));
+}
+
+/* Lines the ingest skipped or de-duplicated, in a warning above the figures when they are a large share. */
+function ingestWarning(run, ingest) {
+  const read = Math.max(1, run.lines_read + run.lines_skipped);
+  const parts = [];
+  if (run.lines_skipped && run.lines_skipped / read >= LARGE_SHARE) {
+    parts.push(`${fmtInt(run.lines_skipped)} lines (${fmtPct((100 * run.lines_skipped) / read, 1)}) were not statistics lines and were skipped`);
+  }
+  if (run.lines_duplicated && run.lines_duplicated / read >= LARGE_SHARE) {
+    parts.push(`${fmtInt(run.lines_duplicated)} points (${fmtPct((100 * run.lines_duplicated) / read, 1)}) were logged twice for the same iteration; the last value was kept`);
+  }
+  if (!parts.length) return null;
+  return h("div", { class: "alert alert-warning", role: "status", id: "ingest-warning" },
+    h("div", { class: "alert-body" }, h("strong", { class: "alert-title" }, "Check the ingest"), parts.join("; "), ". ",
+      h("button", { type: "button", class: "link-button", onclick: () => {
+        ingest.open = true;
+        ingest.scrollIntoView({ block: "start", behavior: "smooth" });
+      } }, "Open the ingest report")));
 }
 
 function ingestCard(run) {
@@ -103,9 +183,9 @@ function ingestCard(run) {
     h("div", { class: "card-body" },
       h("dl", { class: "kv" },
         h("dt", null, "Lines read"), h("dd", null, fmtInt(run.lines_read)),
-        h("dt", null, "Skipped"), h("dd", null, fmtInt(run.lines_skipped)),
+        h("dt", null, "Skipped"), h("dd", { id: "ingest-skipped" }, fmtInt(run.lines_skipped)),
         h("dt", null, "Blank"), h("dd", null, fmtInt(run.lines_blank)),
-        h("dt", null, "Duplicated"), h("dd", null, fmtInt(run.lines_duplicated)),
+        h("dt", null, "Duplicated"), h("dd", { id: "ingest-duplicated" }, fmtInt(run.lines_duplicated)),
         h("dt", null, "Started"), h("dd", null, fmtDate(run.started_at)),
         h("dt", null, "Finished"), h("dd", null, fmtDate(run.finished_at)),
         h("dt", null, "Metadata"), h("dd", { class: "mono" }, Object.keys(run.metadata || {}).length ? JSON.stringify(run.metadata) : "none")),

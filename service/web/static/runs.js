@@ -1,37 +1,80 @@
-// Runs list view (#/runs): filters, lazy overall severity, pick two to compare, load more, poll busy runs.
+// Runs list view (#/runs): server filters (project/tag/status), text search, sortable columns, the stored summary
+// (severity, leading pattern, layers to BF16) per row, pick two to compare, delete for admins, poll busy runs.
+//
+// Hash parameters: project, tag, status (sent to the API); q (search over name, project and tags), sort, dir.
 
-import { TERMINAL } from "./constants.js";
-import { h, append, replace, $ } from "./dom.js";
-import { fmtInt, fmtDate, fmtAgo, plural, runLabel } from "./format.js";
-import { api, qs, errorBox, analysisOf, overallSeverity } from "./api.js";
-import { sevBadge, statusBadge, chip, loading, selectField } from "./widgets.js";
+import { TERMINAL, SEVERITIES } from "./constants.js";
+import { h, replace, $ } from "./dom.js";
+import { fmtInt, fmtDate, fmtAgo, plural, runLabel, patternLabel } from "./format.js";
+import { api, apiFetch, API, qs, errorBox } from "./api.js";
+import { sevBadge, statusBadge, chip, loading, selectField, toast } from "./widgets.js";
 import { go, setTitle } from "./router.js";
+import { whoAmI } from "./session.js";
+
+const PAGE = 200;
+const COLUMNS = [ // key, label, value for sorting (higher = "more"), numeric
+  ["name", "Run", (r) => runLabel(r).toLowerCase(), false],
+  ["project", "Project", (r) => r.project.toLowerCase(), false],
+  ["tags", "Tags", (r) => r.tags.join(","), false],
+  ["status", "Status", (r) => r.status, false],
+  ["severity", "Severity", (r) => (r.summary ? SEVERITIES.indexOf(r.summary.severity) : null), true],
+  ["to_bf16", "To BF16", (r) => (r.summary ? r.summary.to_bf16 * 1000 + r.summary.gemm_overrides : null), true],
+  ["layers", "Layers", (r) => (r.status === "ready" ? r.layer_count : null), true],
+  ["points", "Points", (r) => (r.status === "ready" ? r.points : null), true],
+  ["iterations", "Iterations", (r) => r.iteration_max, true],
+  ["created", "Created", (r) => r.id, true],
+];
+
+export function matchesSearch(run, text) {
+  if (!text) return true;
+  const hay = [runLabel(run), run.project, ...run.tags, `#${run.id}`].join(" ").toLowerCase();
+  return text.toLowerCase().split(/\s+/).filter(Boolean).every((word) => hay.includes(word));
+}
 
 export async function runsView(ctx, query) {
   setTitle("Runs");
   const view = $("#view");
   const filters = { project: query.get("project") || "", tag: query.get("tag") || "", status: query.get("status") || "" };
+  const state = { q: query.get("q") || "", sort: query.get("sort") || "created", dir: query.get("dir") === "asc" ? 1 : -1 };
+  if (!COLUMNS.some(([key]) => key === state.sort)) state.sort = "created";
   const filtered = Boolean(filters.project || filters.tag || filters.status);
   replace(view, h("div", { class: "page-head" }, h("h1", null, "Runs")), loading("Loading runs…"));
 
-  const [page, all] = await Promise.all([
-    api(`/runs${qs({ ...filters, limit: 50 })}`, { signal: ctx.signal }),
-    filtered ? api(`/runs?limit=200`, { signal: ctx.signal }).catch(() => null) : null,
+  const [page, all, me] = await Promise.all([
+    api(`/runs${qs({ ...filters, limit: PAGE })}`, { signal: ctx.signal }),
+    filtered ? api(`/runs?limit=${PAGE}`, { signal: ctx.signal }).catch(() => null) : null,
+    whoAmI(ctx.signal),
   ]);
+  const canDelete = Boolean(me && me.scope === "admin");
   const facetRuns = (all || page).items;
   const projects = [...new Set(facetRuns.map((r) => r.project))].sort();
   const tags = [...new Set(facetRuns.flatMap((r) => r.tags))].sort();
   if (filters.project && !projects.includes(filters.project)) projects.push(filters.project);
   if (filters.tag && !tags.includes(filters.tag)) tags.push(filters.tag);
 
-  const setFilter = (key, value) => go("/runs", { ...filters, [key]: value });
+  // The hash mirrors the view's state; replaceState, so typing in the search box does not re-render the view.
+  const syncHash = () => {
+    const params = { ...filters, q: state.q, sort: state.sort === "created" ? "" : state.sort, dir: state.dir === 1 ? "asc" : "" };
+    history.replaceState(null, "", `#/runs${qs(params)}`);
+  };
+  const setFilter = (key, value) => go("/runs", { ...filters, [key]: value, q: state.q });
+  const search = h("input", {
+    type: "search", id: "runs-search", placeholder: "name, project or tag", autocomplete: "off", value: state.q,
+    "aria-label": "Search runs by name, project or tag",
+    oninput: () => {
+      state.q = search.value.trim();
+      syncHash();
+      render();
+    },
+  });
   const filterBar = h("form", { class: "filters", role: "search", "aria-label": "Filter runs", onsubmit: (e) => e.preventDefault() },
+    h("div", { class: "field field-inline" }, h("label", { for: "runs-search" }, "Search"), search),
     selectField("Project", "filter-project", [["", "All projects"], ...projects.map((p) => [p, p])], filters.project,
       (v) => setFilter("project", v)),
     selectField("Tag", "filter-tag", [["", "Any tag"], ...tags.map((t) => [t, t])], filters.tag, (v) => setFilter("tag", v)),
     selectField("Status", "filter-status", [["", "Any status"], ...["ready", "processing", "queued", "failed"].map((x) => [x, x])],
       filters.status, (v) => setFilter("status", v)),
-    filtered ? h("button", { type: "button", class: "btn btn-ghost", onclick: () => go("/runs") }, "Clear filters") : null);
+    filtered || state.q ? h("button", { type: "button", class: "btn btn-ghost", onclick: () => go("/runs") }, "Clear filters") : null);
 
   const selected = new Set();
   const compareBtn = h("button", {
@@ -47,46 +90,82 @@ export async function runsView(ctx, query) {
   };
   updateCompare();
 
+  const headCells = COLUMNS.map(([key, label, , num]) => h("th", {
+    scope: "col", class: num && key !== "severity" ? "num" : null, "data-key": key,
+  }, h("button", { type: "button", class: "th-sort", onclick: () => sortBy(key) }, label,
+    h("span", { class: "sort-icon", "aria-hidden": "true" }))));
   const tbody = h("tbody");
   const table = h("table", { class: "table runs-table", id: "runs-table" },
-    h("caption", { class: "visually-hidden" }, "Runs, newest first"),
+    h("caption", { class: "visually-hidden" }, "Runs; click a column header to sort"),
     h("thead", null, h("tr", null,
       h("th", { scope: "col", class: "col-check" }, h("span", { class: "visually-hidden" }, "Select for comparison")),
-      ["Run", "Project", "Tags", "Status", "Severity", "Layers", "Points", "Iterations", "Created"].map((label) =>
-        h("th", { scope: "col", class: ["Layers", "Points"].includes(label) ? "num" : null }, label)))),
+      headCells, canDelete ? h("th", { scope: "col", class: "col-actions" }, h("span", { class: "visually-hidden" }, "Actions")) : null)),
     tbody);
 
-  const sevQueue = [];
-  let sevActive = 0;
-  function pumpSeverity() {
-    while (sevActive < 3 && sevQueue.length && ctx.alive()) {
-      const [runId, cell] = sevQueue.shift();
-      sevActive += 1;
-      analysisOf(runId, undefined).then((analysis) => {
-        const sev = overallSeverity(analysis);
-        const worst = (analysis.findings || [])[0];
-        replace(cell, sevBadge(sev, worst ? worst.summary : null),
-          worst && worst.pattern !== "healthy" ? h("span", { class: "muted small pattern" }, worst.pattern) : null);
-      }).catch((err) => {
-        replace(cell, h("span", { class: "muted", title: err.detail || err.message }, "n/a"));
-      }).finally(() => {
-        sevActive -= 1;
-        pumpSeverity();
-      });
+  function sortBy(key) {
+    const numeric = COLUMNS.find(([k]) => k === key)[3];
+    if (state.sort === key) state.dir = -state.dir;
+    else {
+      state.sort = key;
+      state.dir = numeric ? -1 : 1; // numbers: biggest (worst, newest) first
     }
+    syncHash();
+    render();
   }
 
   function severityCell(run) {
     const cell = h("td", { class: "col-sev" });
-    if (run.status === "ready") {
-      append(cell, [h("span", { class: "muted" }, h("span", { class: "spinner", "aria-hidden": "true" }), h("span", { class: "visually-hidden" }, "loading"))]);
-      sevQueue.push([run.id, cell]);
+    if (run.status === "ready" && run.summary) {
+      const s = run.summary;
+      replace(cell, sevBadge(s.severity, s.headline),
+        s.pattern && s.pattern !== "healthy" ? h("span", { class: "muted small pattern", "data-pattern": s.pattern }, patternLabel(s.pattern, s.label)) : null);
+    } else if (run.status === "ready") {
+      replace(cell, h("span", { class: "muted small summary-pending" }, h("span", { class: "spinner", "aria-hidden": "true" }), " analysing"));
     } else if (run.status === "failed") {
-      append(cell, [h("span", { class: "muted", title: run.error || "" }, "—")]);
+      replace(cell, h("span", { class: "muted", title: run.error || "" }, "—"));
     } else {
-      append(cell, [h("span", { class: "muted" }, "pending")]);
+      replace(cell, h("span", { class: "muted" }, "pending"));
     }
     return cell;
+  }
+
+  function bf16Cell(run) {
+    const s = run.status === "ready" ? run.summary : null;
+    if (!s) return h("td", { class: "num col-bf16" }, h("span", { class: "muted" }, "—"));
+    return h("td", { class: "num col-bf16", title: `${plural(s.to_bf16, "layer")} to BF16, ${plural(s.gemm_overrides, "layer")} with GEMM overrides (default recommendation)` },
+      fmtInt(s.to_bf16), s.gemm_overrides ? h("span", { class: "muted small" }, ` +${fmtInt(s.gemm_overrides)} GEMM`) : null);
+  }
+
+  function deleteCell(run) {
+    const button = h("button", { type: "button", class: "btn btn-small btn-ghost btn-danger delete-run", "aria-label": `Delete ${runLabel(run)}` }, "Delete");
+    let armed = false;
+    button.addEventListener("click", async () => {
+      if (!armed) { // first click arms, the second deletes
+        armed = true;
+        button.textContent = "Confirm delete";
+        button.classList.add("armed");
+        ctx.later(() => {
+          armed = false;
+          button.textContent = "Delete";
+          button.classList.remove("armed");
+        }, 4000);
+        return;
+      }
+      button.disabled = true;
+      try {
+        await apiFetch(`${API}/runs/${run.id}`, { method: "DELETE", as: "response", signal: ctx.signal });
+        items = items.filter((r) => r.id !== run.id);
+        selected.delete(run.id);
+        updateCompare();
+        toast(`Deleted ${runLabel(run)} (#${run.id})`);
+        render();
+      } catch (err) {
+        if (err.name === "AbortError") return;
+        button.disabled = false;
+        button.after(errorBox(err, { title: "Delete failed" }));
+      }
+    });
+    return h("td", { class: "col-actions" }, button);
   }
 
   function row(run) {
@@ -117,31 +196,62 @@ export async function runsView(ctx, query) {
       h("td", null, statusBadge(run.status), run.status === "failed" && run.error
         ? h("div", { class: "small error-text", title: run.error }, run.error.split(":")[0]) : null),
       severityCell(run),
+      bf16Cell(run),
       h("td", { class: "num" }, run.status === "ready" ? fmtInt(run.layer_count) : "—"),
       h("td", { class: "num" }, run.status === "ready" ? fmtInt(run.points) : "—"),
-      h("td", { class: "nowrap" }, iters),
+      h("td", { class: "num nowrap" }, iters),
       h("td", { class: "nowrap", title: run.created_at }, fmtDate(run.created_at),
-        h("div", { class: "muted small" }, fmtAgo(run.created_at))));
+        h("div", { class: "muted small" }, fmtAgo(run.created_at))),
+      canDelete ? deleteCell(run) : null);
   }
 
   let items = page.items.slice();
   let cursor = page.next_cursor;
-  function addRows(list) {
-    for (const run of list) tbody.append(row(run));
-    pumpSeverity();
+  const count = h("p", { class: "page-sub", id: "runs-count" });
+  const body = h("div", { class: "card card-flush" });
+
+  function visible() {
+    const [, , value] = COLUMNS.find(([k]) => k === state.sort);
+    return items.filter((r) => matchesSearch(r, state.q)).map((r, i) => [r, i]).sort((a, b) => {
+      const va = value(a[0]);
+      const vb = value(b[0]);
+      const missA = va === null || va === undefined;
+      const missB = vb === null || vb === undefined;
+      if (missA || missB) return missA === missB ? a[1] - b[1] : missA ? 1 : -1; // missing values last
+      const c = typeof va === "number" ? va - vb : String(va).localeCompare(String(vb), "en", { numeric: true });
+      return c !== 0 ? c * state.dir : a[1] - b[1];
+    }).map(([r]) => r);
   }
-  addRows(items);
+
+  function render() {
+    headCells.forEach((th, i) => th.setAttribute("aria-sort", COLUMNS[i][0] === state.sort ? (state.dir > 0 ? "ascending" : "descending") : "none"));
+    const list = visible();
+    const narrowed = filtered || state.q;
+    count.textContent = `${plural(list.length, "run")}${cursor ? "+" : ""}${narrowed ? " matching" : ""}`;
+    if (!list.length) {
+      replace(body, h("div", { class: "empty-state" },
+        h("h2", null, narrowed ? "No runs match these filters" : "No runs yet"),
+        h("p", { class: "muted" }, narrowed
+          ? "Try another search, project or tag, or clear the filters."
+          : "Upload a Transformer Engine debug-log archive (fp8_log_dir as .tar.gz) to get per-layer FP8 statistics and a BF16 recommendation."),
+        h("a", { class: "btn btn-primary", href: narrowed ? "#/runs" : "#/upload" }, narrowed ? "Clear filters" : "Upload a run")));
+      return;
+    }
+    replace(tbody, list.map(row));
+    if (!body.contains(table)) replace(body, h("div", { class: "table-scroll" }, table));
+  }
 
   const more = h("button", {
     type: "button", class: "btn", hidden: !cursor,
     onclick: async () => {
       more.disabled = true;
       try {
-        const next = await api(`/runs${qs({ ...filters, limit: 50, cursor })}`, { signal: ctx.signal });
+        const next = await api(`/runs${qs({ ...filters, limit: PAGE, cursor })}`, { signal: ctx.signal });
         items = items.concat(next.items);
         cursor = next.next_cursor;
-        addRows(next.items);
         more.hidden = !cursor;
+        render();
+        poll();
       } catch (err) {
         if (err.name !== "AbortError") more.after(errorBox(err));
       } finally {
@@ -150,43 +260,42 @@ export async function runsView(ctx, query) {
     },
   }, "Load more");
 
-  // Runs still being ingested: poll them and swap in their row once they change.
-  function pollBusy() {
-    const busy = items.filter((r) => !TERMINAL.has(r.status));
-    if (!busy.length) return;
+  // Runs being ingested and ready runs whose summary is still computed: re-read the list until they settle.
+  let polling = false;
+  function poll() {
+    const waiting = () => items.some((r) => !TERMINAL.has(r.status) || (r.status === "ready" && !r.summary));
+    if (polling || !waiting()) return;
+    polling = true;
     ctx.later(async () => {
-      await Promise.all(busy.map(async (run) => {
-        try {
-          const fresh = await api(`/runs/${run.id}`, { signal: ctx.signal });
-          if (fresh.status !== run.status) {
-            const old = tbody.querySelector(`tr[data-run-id="${run.id}"]`);
-            items[items.indexOf(run)] = fresh;
-            if (old) old.replaceWith(row(fresh));
-            pumpSeverity();
-          }
-        } catch (_) {
-          /* keep the old row */
+      polling = false;
+      try {
+        const fresh = await api(`/runs${qs({ ...filters, limit: Math.max(PAGE, items.length) })}`, { signal: ctx.signal });
+        const byId = new Map(fresh.items.map((r) => [r.id, r]));
+        const known = new Set(items.map((r) => r.id));
+        let changed = false;
+        items = items.map((r) => {
+          const f = byId.get(r.id);
+          if (f && (f.status !== r.status || Boolean(f.summary) !== Boolean(r.summary))) changed = true;
+          return f || r;
+        });
+        const added = fresh.items.filter((r) => !known.has(r.id) && r.id > Math.max(0, ...known));
+        if (added.length) {
+          items = added.concat(items);
+          changed = true;
         }
-      }));
-      pollBusy();
+        if (changed) render();
+      } catch (err) {
+        if (err.name === "AbortError") return;
+      }
+      poll();
     }, 1500);
   }
-  pollBusy();
 
-  const count = `${plural(items.length, "run")}${cursor ? "+" : ""}${filtered ? " matching" : ""}`;
-  const body = items.length
-    ? h("div", { class: "table-scroll" }, table)
-    : h("div", { class: "empty-state" },
-      h("h2", null, filtered ? "No runs match these filters" : "No runs yet"),
-      h("p", { class: "muted" }, filtered
-        ? "Try another project or tag, or clear the filters."
-        : "Upload a Transformer Engine debug-log archive (fp8_log_dir as .tar.gz) to get per-layer FP8 statistics and a BF16 recommendation."),
-      h("a", { class: "btn btn-primary", href: filtered ? "#/runs" : "#/upload" }, filtered ? "Clear filters" : "Upload a run"));
   replace(view,
     h("div", { class: "page-head" },
-      h("div", null, h("h1", null, "Runs"), h("p", { class: "page-sub", id: "runs-count" }, count)),
+      h("div", null, h("h1", null, "Runs"), count),
       h("div", { class: "page-actions" }, compareBtn, h("a", { class: "btn btn-primary", href: "#/upload" }, "Upload run"))),
-    filterBar,
-    h("div", { class: "card card-flush" }, body),
-    h("div", { class: "center" }, more));
+    filterBar, body, h("div", { class: "center" }, more));
+  render();
+  poll();
 }
