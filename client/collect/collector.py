@@ -28,13 +28,14 @@ tiles; `overflows%` and `fp8_delayed_scaling_*` exist only when training with de
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -82,7 +83,8 @@ def _float8_linear_class() -> type | None:
         from torchao.float8.float8_linear import Float8Linear
     except ImportError:
         return None
-    return Float8Linear
+    cls: type = Float8Linear  # torchao has no type information
+    return cls
 
 
 class FP8StatsCollector:
@@ -128,7 +130,8 @@ class FP8StatsCollector:
             if bf16_layers is not None:
                 raise ValueError("bf16_layers is for plain models; in a torchao model the layers that stay nn.Linear "
                                  "are the high-precision ones")
-            self._quantized = {name: isinstance(m, float8_linear) for name, m in self._gemms.items()}
+            self._quantized = {name: float8_linear is not None and isinstance(m, float8_linear)
+                               for name, m in self._gemms.items()}
         else:
             if fp8_format not in FORMAT_CHOICES:
                 raise ValueError(f"fp8_format must be one of {', '.join(FORMAT_CHOICES)}, got {fp8_format!r}")
@@ -139,8 +142,8 @@ class FP8StatsCollector:
                         for stat in spec.stats}
         self._keys = {tensor: list(dict.fromkeys(self._key(self._parsed[s]) for s in spec.stats))
                       for tensor, spec in self._specs.items()}
-        self._delayed_options = {"history_len": amax_history_len, "margin": margin,
-                                 "amax_compute_algo": amax_compute_algo}
+        self._new_scaler = functools.partial(DelayedScaler, history_len=amax_history_len, margin=margin,
+                                             amax_compute_algo=amax_compute_algo)
         self._layers: dict[str, _Layer] = {}
         self._by_mm_config: dict[int, _Layer] = {}
         self._buffers: dict[tuple[str, str], dict[SumsKey, QuantSums]] = {}
@@ -196,7 +199,7 @@ class FP8StatsCollector:
         for name in self.watched_layers:
             layer = _Layer(name, self._gemms[name])
             if self.recipe == "delayed":
-                layer.scalers = {t: DelayedScaler(self._formats[t], **self._delayed_options) for t in self._specs}
+                layer.scalers = {t: self._new_scaler(self._formats[t]) for t in self._specs}
             self._layers[name] = layer
             self._attach(layer)
         if self.backend == "torchao" and self._layers:
@@ -261,7 +264,8 @@ class FP8StatsCollector:
         if "activation" in self._specs:
             self._feed(layer, "activation", args[0], self._formats["activation"])
         if "weight" in self._specs:
-            self._feed(layer, "weight", layer.module.weight, self._formats["weight"])
+            weight = cast(torch.Tensor, layer.module.weight)  # nn.Module.__getattr__ is typed `Tensor | Module`
+            self._feed(layer, "weight", weight, self._formats["weight"])
         self.overhead.seconds += time.perf_counter() - started
 
     def _on_output(self, layer: _Layer, out: Any) -> None:
@@ -275,7 +279,7 @@ class FP8StatsCollector:
             self._feed(layer, "gradient", grad, self._formats["gradient"])
             self.overhead.seconds += time.perf_counter() - started
 
-        out.register_hook(on_gradient)
+        out.register_hook(on_gradient)  # type: ignore[no-untyped-call]  # torch leaves Tensor.register_hook untyped
 
     def _on_torchao_cast(self, hp_tensor: torch.Tensor, result: Any) -> None:
         layer = self._by_mm_config.get(id(getattr(result, "_linear_mm_config", None)))
@@ -343,10 +347,10 @@ class FP8StatsCollector:
                 self._writer.scalar(f"{layer}_{tensor}_{stat}", bucket[self._key(parsed)].value(parsed.base),
                                     self.iteration)
         self._buffers.clear()
-        for layer in self._layers.values():
-            layer.weight_fed = False
-            layer.forward_depth = 0
-            for scaler in layer.scalers.values():
+        for watched in self._layers.values():
+            watched.weight_fed = False
+            watched.forward_depth = 0
+            for scaler in watched.scalers.values():
                 scaler.update()
         self.iteration += 1
         self.overhead.seconds += time.perf_counter() - started

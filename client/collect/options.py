@@ -58,7 +58,7 @@ def build_specs(*, tensors: Iterable[str] = TENSORS, stats: Sequence[str] = DEFA
                 tensors_struct: Sequence[Mapping[str, Any]] | None = None) -> dict[str, TensorSpec]:
     """Specs per tensor: from `tensors_struct` when given (per-entry keys override the shared ones), else one
     spec per name in `tensors` with the shared keys. A tensor listed twice is an error, as in TE."""
-    shared = {"stats": tuple(stats), "freq": freq, "start_step": start_step, "end_step": end_step,
+    shared: dict[str, Any] = {"stats": tuple(stats), "freq": freq, "start_step": start_step, "end_step": end_step,
               "start_end_list": _intervals(start_end_list)}
     entries = tensors_struct if tensors_struct is not None else [{"tensor": t} for t in tensors]
     specs: dict[str, TensorSpec] = {}
@@ -66,7 +66,7 @@ def build_specs(*, tensors: Iterable[str] = TENSORS, stats: Sequence[str] = DEFA
         unknown = set(entry) - {"tensor", "stats", "freq", "start_step", "end_step", "start_end_list"}
         if unknown:
             raise ValueError(f"tensors_struct entry {dict(entry)!r}: unknown keys {sorted(unknown)}")
-        merged = {**shared, **{k: v for k, v in entry.items() if k != "tensor"}}
+        merged: dict[str, Any] = {**shared, **{k: v for k, v in entry.items() if k != "tensor"}}
         merged["stats"] = tuple(merged["stats"])
         merged["start_end_list"] = _intervals(merged["start_end_list"])
         spec = TensorSpec(tensor=entry["tensor"], **merged)
