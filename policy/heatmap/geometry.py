@@ -5,6 +5,9 @@ The figure is laid out by hand (no `tight` bounding box), so the pixel size is e
 centres from `HeatmapGeometry.extent_px(panel)` and the matrix shape. Left to right, per panel: group labels
 (EMBEDDING / BODY / HEAD) with brackets, row labels, the heatmap, a narrow strip marking the recommended skip
 set; then one column on the right for the colour bar, the band legend, the marker legend and the summary box.
+Side by side (compare), panels after the first that show the same rows share the first panel's group and row
+labels (`shared_rows`), and the default panel width is narrower, so the figure stays about 1,800 px wide at
+150 dpi and its labels are readable when a 1440 px wide page scales it to fit.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ RIGHT_IN = 2.75  # colour bar, band names, legends, summary
 ROW_PITCH_IN = 0.11  # default height per row
 MIN_AXES_IN = {1: 4.2, 2: 3.6}  # room for the legend column (one summary box, or none when comparing)
 MAX_DEFAULT_HEIGHT_IN = 26.0
-HEAT_WIDTH_IN = {1: 9.5, 2: 7.0}  # default heatmap width per panel
+HEAT_WIDTH_IN = {1: 9.5, 2: 3.6}  # default heatmap width per panel
 MAX_FONT_PT, MIN_FONT_PT = 8.5, 4.5
 MAX_PIXELS = 150_000_000
 MIN_SIZE_IN, MAX_SIZE_IN = 2.0, 60.0
@@ -48,6 +51,7 @@ class HeatmapGeometry:
     label_in: float  # width reserved for row labels
     row_font: float  # points
     label_stride: int  # label every n-th row when rows are too thin for a readable font
+    shared_rows: bool = False  # panels after the first reuse the first panel's row and group labels
 
     @property
     def pixels(self) -> tuple[int, int]:
@@ -68,8 +72,10 @@ class HeatmapGeometry:
 
 
 def plan_geometry(rows: int, label_chars: int, *, panels: int = 1, dpi: int = 150,
-                  width: float | None = None, height: float | None = None) -> HeatmapGeometry:
-    """Lay out `panels` heatmaps of `rows` rows; ValueError when the requested size cannot hold them."""
+                  width: float | None = None, height: float | None = None,
+                  shared_rows: bool = False) -> HeatmapGeometry:
+    """Lay out `panels` heatmaps of `rows` rows; ValueError when the requested size cannot hold them.
+    `shared_rows`: every panel shows the same rows, so only the first one carries row and group labels."""
     rows = max(rows, 1)
     for name, value in (("width", width), ("height", height)):
         if value is not None and not MIN_SIZE_IN <= value <= MAX_SIZE_IN:
@@ -82,7 +88,9 @@ def plan_geometry(rows: int, label_chars: int, *, panels: int = 1, dpi: int = 15
     font, stride = _row_font(axes_h * 72.0 / rows)
     label_in = 0.12 + label_chars * 0.6 * font / 72.0
     side_in = GROUP_IN + label_in + STRIP_GAP_IN + STRIP_IN  # everything of a panel but its cells
-    fixed = panels * side_in + (panels - 1) * PANEL_GAP_IN + RIGHT_IN
+    shared = shared_rows and panels > 1
+    sides = [side_in if k == 0 or not shared else STRIP_GAP_IN + STRIP_IN for k in range(panels)]
+    fixed = sum(sides) + (panels - 1) * PANEL_GAP_IN + RIGHT_IN
     width_in = width or fixed + panels * HEAT_WIDTH_IN.get(panels, 7.0)
     heat_w = (width_in - fixed) / panels
     if heat_w < 1.0:
@@ -92,12 +100,15 @@ def plan_geometry(rows: int, label_chars: int, *, panels: int = 1, dpi: int = 15
                          "lower dpi, width or height")
     heat, strip = [], []
     bottom = BOTTOM_IN / height_in
+    x_start = 0.0  # left edge of panel k (labels included)
     for k in range(panels):
-        x = k * (side_in + heat_w + PANEL_GAP_IN) + GROUP_IN + label_in
+        x = x_start + (sides[k] - STRIP_GAP_IN - STRIP_IN)
+        x_start += sides[k] + heat_w + PANEL_GAP_IN
         heat.append(Rect(x / width_in, bottom, heat_w / width_in, axes_h / height_in))
         strip.append(Rect((x + heat_w + STRIP_GAP_IN) / width_in, bottom, STRIP_IN / width_in, axes_h / height_in))
     right = Rect((width_in - RIGHT_IN) / width_in, bottom, RIGHT_IN / width_in, axes_h / height_in)
-    return HeatmapGeometry(width_in, height_in, dpi, tuple(heat), tuple(strip), right, label_in, font, stride)
+    return HeatmapGeometry(width_in, height_in, dpi, tuple(heat), tuple(strip), right, label_in, font, stride,
+                           shared)
 
 
 def _row_font(pitch_pt: float) -> tuple[float, int]:

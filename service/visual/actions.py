@@ -194,8 +194,10 @@ def geometry_for(matrices: list[HeatmapMatrix], params: HeatmapParams) -> Heatma
     rows = max(m.shape[0] for m in matrices)
     chars = max((len(row.label) for m in matrices for row in m.rows), default=8)
     try:
+        shared = len(matrices) > 1 and all([r.layer for r in m.rows] == [r.layer for r in matrices[0].rows]
+                                           for m in matrices[1:])
         return plan_geometry(rows, chars, panels=len(matrices), dpi=params.dpi, width=params.width,
-                             height=params.height)
+                             height=params.height, shared_rows=shared)
     except ValueError as exc:
         raise BadRequest(str(exc), error="InvalidParameter") from exc
 

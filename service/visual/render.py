@@ -67,9 +67,13 @@ def _draw_panel(fig: Figure, k: int, panel: Panel, style: Style, geometry: Heatm
     ax.imshow(rgba, aspect="auto", interpolation="nearest", extent=(-0.5, span - 0.5, values.shape[0] - 0.5, -0.5))
     ax.set_xlim(-0.5, values.shape[1] - 0.5)
     _draw_x_axis(ax, matrix)
-    _draw_row_labels(ax, panel, geometry)
+    labelled = k == 0 or not geometry.shared_rows  # side by side with the same rows: labels once, on the left
+    if labelled:
+        _draw_row_labels(ax, panel, geometry)
+    else:
+        ax.set_yticks([])
     _draw_bf16(ax, matrix, geometry)
-    _draw_groups(ax, matrix, geometry, k)
+    _draw_groups(ax, matrix, geometry, k, labelled)
     _draw_boxes(ax, panel.summary, values.shape[1])
     if style.mark_iteration is not None and columns:
         _draw_mark(ax, matrix, style.mark_iteration)
@@ -148,7 +152,9 @@ def _draw_bf16(ax: Axes, matrix: HeatmapMatrix, geometry: HeatmapGeometry) -> No
                 bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85})
 
 
-def _draw_groups(ax: Axes, matrix: HeatmapMatrix, geometry: HeatmapGeometry, panel: int) -> None:
+def _draw_groups(ax: Axes, matrix: HeatmapMatrix, geometry: HeatmapGeometry, panel: int,
+                 labelled: bool = True) -> None:
+    """Group separators; with `labelled`, the brackets and group names left of the row labels too."""
     spans = matrix.group_spans()
     heat_in = geometry.heat[panel].width * geometry.width_in
     blend = transforms.blended_transform_factory(ax.transAxes, ax.transData)
@@ -156,6 +162,8 @@ def _draw_groups(ax: Axes, matrix: HeatmapMatrix, geometry: HeatmapGeometry, pan
     for k, span in enumerate(spans):
         if k:
             ax.axhline(span.start - 0.5, color=GROUP, linewidth=1.1, zorder=4)
+        if not labelled:
+            continue
         top, bottom = span.start - 0.4, span.stop - 0.6
         ax.plot([x_bracket + 0.012, x_bracket, x_bracket, x_bracket + 0.012], [top, top, bottom, bottom],
                 transform=blend, clip_on=False, color=GROUP, linewidth=0.9)
