@@ -183,7 +183,7 @@ def _measure(url: str, server: subprocess.Popen, seeds: list[Upload], loads: lis
             n = k
             while not stop.is_set():
                 endpoint = order[n % len(order)]
-                recorder.call(endpoint, lambda: client.get(paths[endpoint](n)))
+                recorder.call(endpoint, lambda endpoint=endpoint, n=n: client.get(paths[endpoint](n)))
                 n += 1
 
     def uploader(k: int, upload: Upload) -> None:

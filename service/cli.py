@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import click
 
 from fp8_policy.client.cli import register_client_commands
-from fp8_policy.service.ingest.cli import worker
 from fp8_policy.service.auth.cli import token
+from fp8_policy.service.ingest.cli import worker
 
 if TYPE_CHECKING:
     from fp8_policy.service.settings import Settings

@@ -7,10 +7,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import Response
 
-from fp8_policy.service.analysis import actions, summary
-from fp8_policy.service.auth.deps import READ
 from fp8_policy.policy.render import FORMATS, hydra, megatron, te_yaml, torchao
+from fp8_policy.service.analysis import actions, summary
 from fp8_policy.service.analysis.schemas import AnalysisRead, RecommendationRead
+from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep
 from fp8_policy.service.errors import BadRequest
 from fp8_policy.service.openapi import error_responses, query_param, threshold_params

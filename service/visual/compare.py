@@ -12,24 +12,29 @@ recommendations (the head's with the base as its history), come from `policy.com
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy.orm import Session
-
-from dataclasses import replace
 
 from fp8_policy.policy.analysis import Analysis, Finding, LayerAssessment
 from fp8_policy.policy.compare import moved_problems
 from fp8_policy.policy.compare.changes import change as noise_floor_change
 from fp8_policy.policy.compare.recommendations import compare_recommendations
+from fp8_policy.policy.recommend import POLICY_VERSION, History, RecommendOptions, recommend
 from fp8_policy.policy.records import RunData
-from fp8_policy.policy.recommend import History, RecommendOptions, recommend
-from fp8_policy.policy.recommend import POLICY_VERSION
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service.analysis.actions import load_and_analyze
 from fp8_policy.service.runs.actions import get_ready_run
-from fp8_policy.service.visual.actions import Rendered, RenderJob, build_panel, plan_render, render_job, \
-    run_identity, style_for
+from fp8_policy.service.visual.actions import (
+    Rendered,
+    RenderJob,
+    build_panel,
+    plan_render,
+    render_job,
+    run_identity,
+    style_for,
+)
 from fp8_policy.service.visual.params import HeatmapParams
 from fp8_policy.service.visual.sentences import summary_sentences
 

@@ -14,8 +14,14 @@ from fp8_policy.service.deps import SessionDep
 from fp8_policy.service.errors import BadRequest
 from fp8_policy.service.openapi import error_responses, threshold_params
 from fp8_policy.service.visual import actions, compare
-from fp8_policy.service.visual.params import HEATMAP_KEYS, parse_cell_columns, parse_heatmap_params, \
-    parse_threshold_overrides, run_id_param, thresholds_of
+from fp8_policy.service.visual.params import (
+    HEATMAP_KEYS,
+    parse_cell_columns,
+    parse_heatmap_params,
+    parse_threshold_overrides,
+    run_id_param,
+    thresholds_of,
+)
 from fp8_policy.service.visual.query_docs import heatmap_json_params, heatmap_params, run_pair_params
 from fp8_policy.service.visual.schemas import CompareRead, HeatmapLayoutRead
 

@@ -309,7 +309,7 @@ def test_labels_are_human_and_cite_nothing_private(page, live_server, seeded_run
 def test_severity_colours_come_from_one_definition(page, live_server, seeded_runs):
     from fp8_policy.service.visual.style import BAND_TEXT
 
-    assert BAND_TEXT == {band: c["text"] for band, c in COLORS["severity"].items()}
+    assert {band: c["text"] for band, c in COLORS["severity"].items()} == BAND_TEXT
     css = (Path(__file__).resolve().parents[2] / "service" / "web" / "static" / "app.css").read_text()
     assert not re.search(r"--sev-[a-z-]+:\s*#", css), "app.css defines a severity colour of its own"
     page.goto(f"{live_server.url}/#/runs/{seeded_runs['head_only']}")

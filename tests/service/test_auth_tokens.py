@@ -24,8 +24,7 @@ from fp8_policy.db.session import create_db_engine
 from fp8_policy.service.app import create_app
 from fp8_policy.service.settings import Settings
 from tests.archives import stats_log, stats_relpath, tar_bytes
-from tests.authutil import BACKENDS, bearer, in_the_past, make_token, private_database, read_token_row, \
-    set_token_dates
+from tests.authutil import BACKENDS, bearer, in_the_past, make_token, private_database, read_token_row, set_token_dates
 from tests.conftest import wait_for_run
 
 RUNS = "/api/v1/runs"

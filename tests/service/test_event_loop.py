@@ -19,7 +19,6 @@ from pathlib import Path
 
 import httpx
 import psycopg
-import pytest
 from sqlalchemy.engine import make_url
 
 from fp8_policy.service.settings import Settings
