@@ -57,6 +57,7 @@ class FindingBrief(ApiModel):
     """A finding without its evidence (recommendation and compare responses)."""
 
     pattern: Pattern
+    label: str = Field(description="Human name of the pattern, e.g. 'U-shape'.")
     severity: Severity
     layers: list[str] = Field(description="Exact layer names as logged.")
     summary: str
@@ -135,6 +136,7 @@ class RecipeRead(ApiModel):
     model_config = {**ApiModel.model_config, "populate_by_name": True}
 
     name: RecipeName  # type: ignore[valid-type]
+    label: str = Field(description="Human name, e.g. 'Current scaling (Float8CurrentScaling)'.")
     class_path: str = Field(alias="class", description="e.g. transformer_engine.common.recipe.DelayedScaling")
     kwargs: dict[str, Any] = Field(description="Keyword arguments of the recipe class (fp8_format, ...).")
     reason: str
@@ -194,6 +196,34 @@ class FormatAppliedRead(ApiModel):
                                                    "null when exact.")
 
 
+class MovedProblemRead(ApiModel):
+    """A finding that reappeared at the same place relative to a BF16 edge that moved between two runs."""
+
+    pattern: Pattern
+    label: str
+    side: Literal["start", "end"]
+    distance_from_edge: int = Field(description="0: the FP8 block right next to the BF16 edge.")
+    base_layers: list[str]
+    head_layers: list[str]
+    base_blocks: list[int]
+    head_blocks: list[int]
+    base_bf16_edge_blocks: int
+    head_bf16_edge_blocks: int
+    tensor: str | None
+    base_level: float | None
+    head_level: float | None
+    summary: str
+
+
+class HistoryRead(ApiModel):
+    """What the previous run (`previous_run`) changes about this recommendation."""
+
+    previous_run: int | str | None
+    moved_problems: list[MovedProblemRead]
+    added_bf16_blocks: dict[str, list[int]] = Field(description="Side -> blocks in BF16 in this run only.")
+    advice: list[str]
+
+
 class RecommendationRead(ApiModel):
     """`GET|POST /api/v1/runs/{run_id}/recommendation` with `format=json`."""
 
@@ -209,3 +239,4 @@ class RecommendationRead(ApiModel):
     confidence: float = Field(description="How much the evidence supports the policy, from 0.05 to 1.")
     policy_version: str = Field(description="Changes whenever a rule changes.")
     findings: list[FindingBrief]
+    history: HistoryRead | None = Field(None, description="Set when `previous_run` was given.")

@@ -8,7 +8,7 @@ tests/service/test_response_models.py fails, naming the key, when a real respons
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -16,7 +16,7 @@ from fp8_policy.policy.analysis.layout import LayerStatus
 from fp8_policy.policy.heatmap.matrix import ROW_BF16, ROW_DATA
 from fp8_policy.policy.records import GEMMS, LayerGroup, Precision
 from fp8_policy.policy.thresholds import Severity
-from fp8_policy.service.analysis.schemas import FindingBrief
+from fp8_policy.service.analysis.schemas import FindingBrief, HistoryRead, MovedProblemRead
 from fp8_policy.service.schema_base import ApiModel
 
 Gemm = Literal[GEMMS]  # type: ignore[valid-type]
@@ -96,12 +96,14 @@ class RunRef(ApiModel):
 
 
 class Change(ApiModel):
-    """A number in both runs; `relative` = (head − base) / base. null where a side has no value."""
+    """A number in both runs; `relative` = (head − base) / base. null where a side has no value, and below the
+    noise floor (base under 0.05 points of underflows%: compare `change`, in points)."""
 
     base: float | None
     head: float | None
     change: float | None
     relative: float | None
+    below_noise_floor: bool = Field(False, description="The base is too small for a relative change.")
 
 
 class TensorChange(ApiModel):
@@ -188,11 +190,45 @@ class Unmatched(ApiModel):
     only_in_head: list[str]
 
 
+class SkipLayersChange(ApiModel):
+    base: list[str]
+    head: list[str]
+    added: list[str]
+    removed: list[str]
+
+
+class OverridesChange(ApiModel):
+    base: list[dict[str, Any]]
+    head: list[dict[str, Any]]
+    added: list[dict[str, Any]]
+    removed: list[dict[str, Any]]
+    changed: list[dict[str, Any]] = Field(description="layer, base GEMMs, head GEMMs.")
+
+
+class RecommendationsComparison(ApiModel):
+    """Both runs' recommendations; the head's takes the base run as its history (`head_history`)."""
+
+    skip_layers: SkipLayersChange
+    gemm_overrides: OverridesChange
+    recipe: dict[str, Any] = Field(description="base/head recipe names and labels, changed.")
+    expected_cost: dict[str, Any] = Field(description="bf16_gemm_share, gemm_slowdown_vs_all_fp8_pct, "
+                                                      "gemm_speedup_vs_all_bf16: base/head.")
+    confidence: dict[str, Any]
+    policy_version: str
+    same: bool
+    summary: list[str]
+    head_history: HistoryRead | None
+
+
 class CompareRead(ApiModel):
     """`GET /api/v1/compare`."""
 
     base: RunRef
     head: RunRef
+    comparable: bool = Field(description="False when the runs have no layer in common (said first in notes).")
+    common_layers: int
+    moved_problems: list[MovedProblemRead] = Field(description="Findings that followed a moved BF16 boundary.")
+    recommendations: RecommendationsComparison | None = Field(None, description="Absent when incomparable.")
     layers: list[LayerComparison]
     groups: list[GroupComparison]
     precision_changes: list[PrecisionChange]
