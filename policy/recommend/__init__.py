@@ -27,7 +27,7 @@ from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
 from fp8_policy.policy.records import PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format
 
-POLICY_VERSION = "2026.11.4"
+POLICY_VERSION = "2026.11.5"
 
 __all__ = ["POLICY_VERSION", "History", "ModelDims", "RecommendOptions", "Recommendation", "recommend"]
 

@@ -28,6 +28,10 @@ def test_the_json_reports_the_bf16_set_of_every_format(client: TestClient, tmp_p
     for fmt, applied in body["formats"].items():
         assert skipped <= set(applied["bf16_layers"]) | set(applied["not_applied"]), fmt
     assert body["formats"]["te-yaml"]["exact"] is True
+    assert body["recipe"]["label"].endswith("(" + body["recipe"]["class"].rsplit(".", 1)[1] + ")")
+    assert {(f["pattern"], f["label"]) for f in body["findings"]} == {("u_shape", "U-shape")}
+    analysis = client.get(f"/api/v1/runs/{run_id}/analysis").json()
+    assert analysis["findings"][0]["label"] == "U-shape"
     hydra = client.get(f"/api/v1/runs/{run_id}/recommendation", params={"format": "hydra"}).text
     statement = body["formats"]["hydra"]["approximation"]
     assert (statement is None and "Applies the recommendation exactly" in hydra) or statement in hydra
