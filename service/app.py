@@ -23,6 +23,7 @@ from fp8_policy.service.security import BrowserGuard
 from fp8_policy.service.ingest.worker import IngestWorker
 from fp8_policy.service.analysis.routes import router as analysis_router
 from fp8_policy.service.analysis.summary import SummaryRefresher
+from fp8_policy.service.live.routes import router as live_router
 from fp8_policy.service.auth.routes import AUTH_ERRORS as AUTH_RESPONSES
 from fp8_policy.service.auth.routes import router as auth_router
 from fp8_policy.service.runs.routes import router as runs_router
@@ -100,6 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(retry_router, responses=AUTH_RESPONSES)
     app.include_router(analysis_router, responses=AUTH_RESPONSES)
     app.include_router(visual_router, responses=AUTH_RESPONSES)
+    app.include_router(live_router, responses=AUTH_RESPONSES)
     app.include_router(auth_router)
     app.include_router(web_router)
     app.include_router(docs_router)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -205,6 +207,7 @@ def delete_run(session: Session, data_dir: Path, run_id: int, store: ArchiveStor
     run = get_run(session, run_id)
     repo.delete(run)
     (store or ArchiveStore(str(data_dir))).delete_prefix(f"runs/{run_id}")
+    shutil.rmtree(data_dir / "live" / str(run_id), ignore_errors=True)  # a live run's received logs
 
 
 def layers_of(session: Session, run_id: int, rank: int | None) -> list[LayerRead]:

@@ -21,7 +21,7 @@ from fp8_policy.service.settings import Settings
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
 ERRORS = error_responses(400, 404, 409)
-StatusFilter = Literal["queued", "processing", "ready", "failed"]
+StatusFilter = Literal["live", "queued", "processing", "ready", "failed"]
 
 
 @router.post(

@@ -23,7 +23,7 @@ class RunRead(Schema):
     name: str | None
     project: str
     tags: list[str]
-    status: Literal["queued", "processing", "ready", "failed"]
+    status: Literal["live", "queued", "processing", "ready", "failed"]
     error: str | None = Field(description="Why ingest failed: '<Code>: <detail>'.")
     sha256: str
     upload_filename: str | None

@@ -17,7 +17,7 @@ from fp8_policy.db.base import Base
 from fp8_policy.db.migrate import alembic_config, downgrade, upgrade
 from fp8_policy.db.session import create_db_engine
 
-TABLES = {"runs", "run_tags", "layers", "series", "api_tokens", "service_secrets", "ingest_jobs", "run_summaries"}
+TABLES = {"runs", "run_tags", "layers", "series", "api_tokens", "service_secrets", "ingest_jobs", "run_summaries", "live_files", "live_state", "live_events"}
 
 
 def drift(engine: Engine, metadata: MetaData) -> list:

@@ -8,6 +8,8 @@ a valid token below the route's scope -> 403; at or above it -> anything but 401
 
 from __future__ import annotations
 
+import re
+
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,7 +52,8 @@ class ApiRoute:
         return max(self.scopes, key=SCOPES.index)
 
     def url(self) -> str:
-        return self.path.format(**self.path_params)
+        plain = re.sub(r"\{(\w+):\w+\}", r"{\1}", self.path)  # Starlette converters: {path:path} -> {path}
+        return plain.format(**self.path_params)
 
     def __str__(self) -> str:
         return f"{self.method} {self.path}"

@@ -1,0 +1,84 @@
+"""All SQL of live runs (db/live_models.py): received files and their offsets, detector state, events."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from fp8_policy.db.live_models import LiveEventRow, LiveFile, LiveState
+from fp8_policy.db.repositories import utcnow
+from fp8_policy.policy.live_events import LiveEvent
+
+
+@dataclass(frozen=True, slots=True)
+class LiveFileRecord:
+    path: str
+    kind: str
+    size: int
+    parsed_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    id: int
+    run_id: int
+    event: LiveEvent
+    created_at: str
+
+
+class LiveRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    # --- files --------------------------------------------------------------------------------
+    def file_for_update(self, run_id: int, path: str, kind: str) -> LiveFile:
+        """The file's row, locked for this transaction (created at size 0 the first time)."""
+        row = self.session.scalar(
+            select(LiveFile).where(LiveFile.run_id == run_id, LiveFile.path == path).with_for_update()
+        )
+        if row is None:
+            row = LiveFile(run_id=run_id, path=path, kind=kind, size=0, parsed_offset=0, updated_at=utcnow())
+            self.session.add(row)
+            self.session.flush()
+        return row
+
+    def files(self, run_id: int) -> list[LiveFileRecord]:
+        rows = self.session.scalars(select(LiveFile).where(LiveFile.run_id == run_id).order_by(LiveFile.path))
+        return [LiveFileRecord(r.path, r.kind, r.size, r.parsed_offset) for r in rows]
+
+    def forget_files(self, run_id: int) -> None:
+        self.session.execute(delete(LiveFile).where(LiveFile.run_id == run_id))
+
+    # --- detector state -----------------------------------------------------------------------
+    def state_for_update(self, run_id: int) -> dict[str, Any]:
+        row = self.session.scalar(select(LiveState).where(LiveState.run_id == run_id).with_for_update())
+        return dict(row.state) if row is not None else {}
+
+    def save_state(self, run_id: int, state: dict[str, Any]) -> None:
+        row = self.session.get(LiveState, run_id)
+        if row is None:
+            self.session.add(LiveState(run_id=run_id, state=state, updated_at=utcnow()))
+        else:
+            row.state, row.updated_at = state, utcnow()
+
+    # --- events -------------------------------------------------------------------------------
+    def add_events(self, run_id: int, events: Iterable[LiveEvent]) -> list[int]:
+        rows = [LiveEventRow(run_id=run_id, kind=e.kind, severity=e.severity, layer=e.layer, tensor=e.tensor,
+                             stat=e.stat, rank=e.rank, iteration=e.iteration, value=e.value, message=e.message,
+                             detail=e.detail, created_at=utcnow()) for e in events]
+        self.session.add_all(rows)
+        self.session.flush()
+        return [row.id for row in rows]
+
+    def events(self, run_id: int, after_id: int = 0, limit: int = 500) -> list[StoredEvent]:
+        rows = self.session.scalars(
+            select(LiveEventRow).where(LiveEventRow.run_id == run_id, LiveEventRow.id > after_id)
+            .order_by(LiveEventRow.id).limit(limit)
+        )
+        return [StoredEvent(r.id, r.run_id, LiveEvent(r.kind, r.severity, r.layer, r.tensor, r.stat, r.rank,
+                                                      r.iteration, r.value, r.message, dict(r.detail or {})),
+                            r.created_at.isoformat()) for r in rows]

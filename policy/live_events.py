@@ -1,0 +1,217 @@
+"""Early warnings while a run is still training: events found in each increment of new statistics points.
+
+Belongs here: what counts as an event and how it is detected from a series' small running state, so the cost of
+an increment is proportional to its new points, not to the run so far. Storing the state and the events is
+`db/`'s, receiving the log bytes `service/live/`'s, delivering alerts `service/alerts/`'s.
+
+Events (kinds):
+- `band_crossing`: an underflows% series enters a worse band (warning / critical / severe of `Thresholds`).
+- `projected_crossing`: a rising underflows% series is projected to cross `critical` within `horizon_steps`
+  iterations (Theil–Sen slope over the recent window: a median of pairwise slopes, robust to single spikes).
+- `scale_inv_drop` / `scale_inv_rise`: consecutive scale_inv points differ by at least `scale_jump_factor`
+  (default 8×, three binades). A scaling factor that collapses or explodes step to step precedes NaNs or
+  underflow (see NVIDIA's FP8 primer on per-tensor scaling,
+  https://docs.nvidia.com/deeplearning/transformer-engine/user-guide/examples/fp8_primer.html).
+- `nonfinite`: the first NaN or ±inf in a series.
+- `rank_divergence`: with at least three ranks, one rank's recent underflows% level differs from the others'
+  median by `rank_outlier_gap` points and `rank_outlier_ratio` times.
+Each event is raised once per episode: a series has to leave the condition before the same event fires again.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fp8_policy.policy.records import MetricName
+from fp8_policy.policy.thresholds import Severity, Thresholds
+
+WINDOW = 32  # recent finite points kept per series for trends and rank levels
+LEVEL_POINTS = 4  # points averaged for a series' "recent level" (rank divergence)
+MIN_TREND_POINTS = 8
+DEFAULT_HORIZON_STEPS = 2_000
+
+EVENT_KINDS = ("band_crossing", "projected_crossing", "scale_inv_drop", "scale_inv_rise", "nonfinite",
+               "rank_divergence")
+
+
+@dataclass(frozen=True, slots=True)
+class LiveEvent:
+    kind: str
+    severity: str
+    layer: str
+    tensor: str
+    stat: str
+    rank: int
+    iteration: int
+    value: float | None
+    message: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class SeriesState:
+    """What the detectors remember of one (rank, metric) series between increments (JSON-able)."""
+
+    last_iteration: int | None = None
+    last_value: float | None = None  # last finite value
+    band: str = Severity.OK.value
+    projected: bool = False  # a projected_crossing was raised and the series is still below critical
+    nonfinite: bool = False
+    diverging: bool = False
+    window: list[list[float]] = field(default_factory=list)  # [[iteration, value], ...] recent finite points
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"i": self.last_iteration, "v": self.last_value, "b": self.band, "p": self.projected,
+                "n": self.nonfinite, "d": self.diverging, "w": self.window}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SeriesState:
+        return cls(data.get("i"), data.get("v"), data.get("b", "ok"), bool(data.get("p")), bool(data.get("n")),
+                   bool(data.get("d")), [list(p) for p in data.get("w", [])])
+
+    def level(self) -> float | None:
+        if not self.window:
+            return None
+        return float(np.mean([v for _i, v in self.window[-LEVEL_POINTS:]]))
+
+
+def _is_underflow(metric: MetricName) -> bool:
+    return metric.stat == "underflows%"
+
+
+def _is_scale_inv(metric: MetricName) -> bool:
+    return metric.stat in ("scale_inv_min", "scale_inv_max")
+
+
+def _event(kind: str, severity: Severity | str, metric: MetricName, rank: int, iteration: int, value: float | None,
+           message: str, **detail: Any) -> LiveEvent:
+    return LiveEvent(kind, Severity(severity).value, metric.layer, metric.tensor, metric.stat_key, rank, iteration,
+                     value, message, detail)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def advance(state: SeriesState, metric: MetricName, rank: int, iterations: np.ndarray, values: np.ndarray,
+            thresholds: Thresholds, horizon_steps: int = DEFAULT_HORIZON_STEPS) -> list[LiveEvent]:
+    """Feed one series' new points (iteration order, newer than the state's) and return the events they raise."""
+    events: list[LiveEvent] = []
+    name = f"{metric.layer} {metric.tensor} {metric.stat_key} (rank {rank})"
+    for it, value in zip(iterations.tolist(), values.tolist(), strict=True):
+        if state.last_iteration is not None and it <= state.last_iteration:
+            continue  # a re-sent or out-of-order point: already seen
+        if not math.isfinite(value):
+            if not state.nonfinite:
+                state.nonfinite = True
+                events.append(_event("nonfinite", Severity.SEVERE, metric, rank, it, None,
+                                     f"{name}: {value} at iteration {it}", value_text=str(value)))
+            state.last_iteration = it
+            continue
+        state.nonfinite = False
+        if _is_scale_inv(metric) and state.last_value is not None and state.last_value > 0 and value > 0:
+            ratio = value / state.last_value
+            factor = thresholds.scale_jump_factor
+            if ratio >= factor or ratio <= 1.0 / factor:
+                kind = "scale_inv_rise" if ratio > 1 else "scale_inv_drop"
+                events.append(_event(kind, Severity.CRITICAL, metric, rank, it, value,
+                                     f"{name}: {_fmt(state.last_value)} → {_fmt(value)} at iteration {it} "
+                                     f"({_fmt(ratio)}× in one step)", previous=state.last_value, ratio=ratio,
+                                     previous_iteration=state.last_iteration))
+        if _is_underflow(metric):
+            band = thresholds.band(value)
+            if band > Severity(state.band) and band >= Severity.WARNING:
+                events.append(_event("band_crossing", band, metric, rank, it, value,
+                                     f"{name}: underflows {value:.2f} % at iteration {it}, {band.value} band "
+                                     f"(≥ {_band_floor(band, thresholds):g} %)", band=band.value,
+                                     previous_band=state.band))
+            state.band = band.value
+            if band >= Severity.CRITICAL:
+                state.projected = False
+        state.window.append([it, value])
+        del state.window[:-WINDOW]
+        state.last_value, state.last_iteration = value, it
+    if _is_underflow(metric) and len(iterations):
+        projected = _projection(state, metric, rank, thresholds, horizon_steps, name)
+        if projected is not None:
+            events.append(projected)
+    return events
+
+
+def _band_floor(band: Severity, thresholds: Thresholds) -> float:
+    return {Severity.WARNING: thresholds.warning, Severity.CRITICAL: thresholds.critical,
+            Severity.SEVERE: thresholds.severe}.get(band, 0.0)
+
+
+def theil_sen_slope(x: np.ndarray, y: np.ndarray) -> float:
+    """Median of the pairwise slopes (Theil–Sen): a single spike cannot tilt it."""
+    i, j = np.triu_indices(len(x), k=1)
+    dx = x[j] - x[i]
+    keep = dx != 0
+    if not keep.any():
+        return 0.0
+    return float(np.median((y[j] - y[i])[keep] / dx[keep]))
+
+
+def _projection(state: SeriesState, metric: MetricName, rank: int, thresholds: Thresholds, horizon_steps: int,
+                name: str) -> LiveEvent | None:
+    if state.projected or Severity(state.band) >= Severity.CRITICAL or len(state.window) < MIN_TREND_POINTS:
+        return None
+    points = np.asarray(state.window, dtype=np.float64)
+    x, y = points[:, 0], points[:, 1]
+    slope = theil_sen_slope(x, y)
+    if slope <= 0:
+        return None
+    intercept = float(np.median(y - slope * x))
+    last_it = float(x[-1])
+    fitted_now = intercept + slope * last_it
+    rise = slope * (x[-1] - x[0])
+    if rise < thresholds.trend_min_rise:
+        return None
+    crossing = (thresholds.critical - intercept) / slope
+    if crossing <= last_it or crossing - last_it > horizon_steps:
+        return None
+    state.projected = True
+    steps = int(round(crossing - last_it))
+    return _event("projected_crossing", Severity.WARNING, metric, rank, int(last_it), float(y[-1]),
+                  f"{name}: rising {slope * 1000:.3g} points per 1k iterations, projected to reach "
+                  f"{thresholds.critical:g} % at iteration {int(round(crossing))} (in {steps} steps)",
+                  projected_iteration=int(round(crossing)), slope_per_1k=slope * 1000, fitted_now=fitted_now)
+
+
+def rank_divergence(states: dict[tuple[int, MetricName], SeriesState], thresholds: Thresholds,
+                    touched: set[MetricName]) -> list[LiveEvent]:
+    """Across ranks, for the underflows% metrics that got new points: a rank whose recent level stands apart."""
+    by_metric: dict[MetricName, list[tuple[int, SeriesState]]] = {}
+    for (rank, metric), state in states.items():
+        if metric in touched and _is_underflow(metric):
+            by_metric.setdefault(metric, []).append((rank, state))
+    events: list[LiveEvent] = []
+    for metric, members in by_metric.items():
+        levels = {rank: state.level() for rank, state in members}
+        known = {rank: level for rank, level in levels.items() if level is not None}
+        if len(known) < 3:
+            continue
+        for rank, state in members:
+            level = known.get(rank)
+            if level is None:
+                continue
+            others = float(np.median([v for r, v in known.items() if r != rank]))
+            gap = abs(level - others)
+            ratio = (max(level, others) + 1e-9) / (min(level, others) + 1e-9)
+            apart = gap >= thresholds.rank_outlier_gap and ratio >= thresholds.rank_outlier_ratio
+            if apart and not state.diverging:
+                events.append(_event("rank_divergence", Severity.CRITICAL, metric, rank,
+                                     int(state.last_iteration or 0), level,
+                                     f"{metric.layer} {metric.tensor} {metric.stat_key}: rank {rank} at "
+                                     f"{level:.2f} % while the other ranks' median is {others:.2f} %",
+                                     others_median=others, ranks=len(known)))
+            state.diverging = apart
+    return events

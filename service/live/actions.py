@@ -1,0 +1,260 @@
+"""Use cases of live runs: create one, append log bytes at an offset, watch for early warnings, finalize.
+
+A live run is a `runs` row with status `live` whose log files arrive piece by piece (`fp8-policy watch` or
+`fp8_policy.LiveUploader`). Appends follow the resumable-upload rule of the tus protocol (https://tus.io/protocols/
+resumable-upload#core-protocol): a piece names the byte offset it starts at; re-sending bytes already received
+is harmless (they must match), a piece that would leave a gap is refused with the offset expected next
+(409 + `Upload-Offset`). Each append of a statistics log parses only its new whole lines and feeds the detectors
+(policy/live_events.py): the cost of an increment is proportional to its size. Finalizing packs the received
+files into one tar and hands it to the normal ingest, so the finished run equals the same logs uploaded whole.
+
+Received bytes live under `<data_dir>/live/<run_id>/<path>` (one machine's disk: live runs are served by the API
+process that owns that directory, or by API processes sharing it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import secrets
+import shutil
+import tarfile
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from fp8_policy.db.live import LiveRepository, StoredEvent
+from fp8_policy.db.models import Run
+from fp8_policy.db.repositories import NewRun, RunRepository
+from fp8_policy.policy.live_events import LiveEvent, SeriesState, advance, rank_divergence
+from fp8_policy.policy.log_files import classify_log_path
+from fp8_policy.policy.names import split_metric_name
+from fp8_policy.policy.records import MetricName
+from fp8_policy.policy.stats_log import NoStatsLines, StatsLogParser
+from fp8_policy.policy.thresholds import Thresholds
+from fp8_policy.service.errors import AppError, BadRequest, NotFound
+from fp8_policy.service.ingest.store import ArchiveStore
+from fp8_policy.service.ingest.upload import ReceivedUpload
+from fp8_policy.service.runs.actions import parse_upload_fields
+from fp8_policy.service.runs.actions import _store_upload_file as store_upload_file  # the one way uploads are stored
+
+LIVE = "live"
+SCALARS_NAME = "scalars.jsonl"  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
+MAX_PATH_CHARS = 500
+_locks: dict[int, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+class NotLive(AppError):
+    status_code = 409
+
+
+class OffsetMismatch(AppError):
+    """409 with the offset the next piece must start at (`Upload-Offset`, as in the tus protocol)."""
+
+    status_code = 409
+
+    def __init__(self, detail: str, *, expected: int, error: str) -> None:
+        super().__init__(detail, error=error)
+        self.headers = {"Upload-Offset": str(expected)}
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    path: str
+    size: int
+    events: list[StoredEvent]  # raised by this piece, with their ids
+
+
+def _run_lock(run_id: int) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(run_id, threading.Lock())
+
+
+def live_dir(data_dir: Path, run_id: int) -> Path:
+    return data_dir / "live" / str(run_id)
+
+
+def create_live_run(session: Session, fields: dict[str, Any], uploaded_by: str | None) -> Run:
+    text_fields = {k: v for k, v in fields.items() if k in ("name", "project", "tags", "metadata") and v is not None}
+    if isinstance(text_fields.get("tags"), list):
+        text_fields["tags"] = ",".join(str(t) for t in text_fields["tags"])
+    if isinstance(text_fields.get("metadata"), dict):
+        text_fields["metadata"] = json.dumps(text_fields["metadata"])
+    name, project, tags, metadata = parse_upload_fields(text_fields)
+    # a live run has no bytes yet: a random placeholder keeps (project, sha256) unique until finalize
+    run = RunRepository(session).add(NewRun(name, project, tags, metadata, secrets.token_hex(32), None, 0, "",
+                                            uploaded_by))
+    run.status = LIVE
+    session.flush()
+    return run
+
+
+def _live_run(session: Session, run_id: int) -> Run:
+    run = RunRepository(session).get(run_id)
+    if run is None:
+        raise NotFound(f"run {run_id} not found")
+    if run.status != LIVE:
+        raise NotLive(f"run {run_id} is {run.status}, not live: it takes no more log bytes", error="NotLive")
+    return run
+
+
+def file_kind(path: str) -> str:
+    """stats | metadata | scalars for an accepted path (as in an archive); 400 for anything else."""
+    if not path or len(path) > MAX_PATH_CHARS or "\x00" in path or "\\" in path:
+        raise BadRequest(f"invalid live file path (1..{MAX_PATH_CHARS} characters, '/' separators)",
+                         error="InvalidLivePath")
+    parts = PurePosixPath(path).parts
+    if path.startswith("/") or any(p in ("..", ".", "") for p in parts) or path.endswith(".gz"):
+        raise BadRequest(f"invalid live file path {path!r}: relative, no '..', uncompressed", error="InvalidLivePath")
+    if parts[-1] == SCALARS_NAME and len(parts) == 1:
+        return "scalars"
+    log = classify_log_path(path)
+    if log is None:
+        raise BadRequest(f"{path!r} is neither an nvdlfw_inspect log (rank_N/nvdlfw_inspect_statistics_logs/... or "
+                         f"nvdlfw_inspect_logs/...) nor {SCALARS_NAME}", error="InvalidLivePath")
+    return log.kind
+
+
+def append(session: Session, data_dir: Path, run_id: int, path: str, offset: int, body: bytes,
+           thresholds: Thresholds | None = None) -> AppendResult:
+    """Store `body` at `offset` of the run's file `path` and run the detectors on the new whole lines."""
+    kind = file_kind(path)
+    with _run_lock(run_id):
+        _live_run(session, run_id)
+        repo = LiveRepository(session)
+        row = repo.file_for_update(run_id, path, kind)
+        if offset > row.size:
+            raise OffsetMismatch(f"{path}: {row.size} bytes received so far; a piece at offset {offset} would leave "
+                                 f"a gap: send from offset {row.size}", expected=row.size, error="OffsetGap")
+        disk = live_dir(data_dir, run_id) / path
+        disk.parent.mkdir(parents=True, exist_ok=True)
+        overlap = min(row.size - offset, len(body))
+        with open(disk, "a+b") as handle:
+            if overlap:
+                handle.seek(offset)
+                if handle.read(overlap) != body[:overlap]:
+                    raise OffsetMismatch(f"{path}: bytes at offset {offset} differ from those received before; "
+                                         f"continue from offset {row.size}", expected=row.size,
+                                         error="OffsetConflict")
+            tail = body[overlap:]
+            if tail:
+                handle.truncate(row.size)  # bytes of an append whose commit failed are not kept
+                handle.seek(row.size)
+                handle.write(tail)
+                row.size += len(tail)
+        events: list[LiveEvent] = []
+        if kind == "stats" and row.size > row.parsed_offset:
+            events = _detect(repo, run_id, disk, path, row, thresholds or Thresholds())
+        stored = repo.events(run_id, min(repo.add_events(run_id, events)) - 1) if events else []
+        return AppendResult(path, row.size, stored)
+
+
+def _detect(repo: LiveRepository, run_id: int, disk: Path, path: str, row: Any,
+            thresholds: Thresholds) -> list[LiveEvent]:
+    """Parse the file's new whole lines and advance the per-series detector state."""
+    with open(disk, "rb") as handle:
+        handle.seek(row.parsed_offset)
+        new = handle.read(row.size - row.parsed_offset)
+    cut = new.rfind(b"\n")
+    if cut < 0:
+        return []  # no whole line yet
+    row.parsed_offset += cut + 1
+    log = classify_log_path(path)
+    rank = log.rank if log is not None else 0
+    parser = StatsLogParser(workers=1)
+    try:
+        parser.feed(io.BytesIO(new[: cut + 1]), path)
+    except NoStatsLines:
+        return []
+    parsed = parser.finish()
+    stored = repo.state_for_update(run_id)
+    states: dict[tuple[int, MetricName], SeriesState] = {}
+    keys: dict[tuple[int, MetricName], str] = {}
+    for key, data in stored.items():
+        r_text, _, name = key.partition("\t")
+        metric = split_metric_name(name)
+        if metric is not None:
+            states[(int(r_text), metric)] = SeriesState.from_dict(data)
+            keys[(int(r_text), metric)] = key
+    events: list[LiveEvent] = []
+    touched: set[MetricName] = set()
+    for k, name in enumerate(parsed.names):
+        metric = split_metric_name(name)
+        if metric is None:
+            continue
+        its, vals = parsed.series(k)
+        state = states.setdefault((rank, metric), SeriesState())
+        keys[(rank, metric)] = f"{rank}\t{name}"
+        events += advance(state, metric, rank, its, vals, thresholds)
+        touched.add(metric)
+    events += rank_divergence(states, thresholds, touched)
+    repo.save_state(run_id, {keys[key]: state.to_dict() for key, state in states.items()})
+    return events
+
+
+def finalize(session: Session, data_dir: Path, store: ArchiveStore, run_id: int) -> Run:
+    """Pack the received logs into one tar, store it as the run's upload and queue the normal ingest."""
+    with _run_lock(run_id):
+        run = _live_run(session, run_id)
+        repo = LiveRepository(session)
+        files = [f for f in repo.files(run_id) if f.kind in ("stats", "metadata")]
+        if not any(f.kind == "stats" for f in files):
+            raise BadRequest(f"run {run_id} received no statistics log yet: nothing to finalize", error="NoStatsLogs")
+        source = live_dir(data_dir, run_id)
+        uploads = data_dir / "uploads"
+        uploads.mkdir(parents=True, exist_ok=True)
+        tar_path = uploads / f"live-{run_id}-{uuid.uuid4().hex}.tar"
+        try:
+            with tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) as tar:
+                for f in files:
+                    info = tar.gettarinfo(str(source / f.path), arcname=f.path)
+                    info.size = f.size  # exactly the acknowledged bytes
+                    info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                    with open(source / f.path, "rb") as handle:
+                        tar.addfile(info, _Limited(handle, f.size))
+            digest, size = _sha256(tar_path)
+            upload = ReceivedUpload(tar_path, digest, size, f"live-run-{run_id}.tar")
+            run.upload_path = store_upload_file(session, data_dir, store, run_id, upload)
+        finally:
+            tar_path.unlink(missing_ok=True)
+        if RunRepository(session).find_by_hash(run.project, digest) is None:
+            run.sha256 = digest
+        run.upload_filename, run.upload_bytes, run.status = upload.filename, size, "queued"
+        repo.forget_files(run_id)
+        session.flush()
+        return run
+
+
+def remove_received_logs(data_dir: Path, run_id: int) -> None:
+    """After finalize: the logs are in the stored tar; training scalars stay for the run's charts."""
+    root = live_dir(data_dir, run_id)
+    for child in list(root.iterdir()) if root.is_dir() else []:
+        if child.name != SCALARS_NAME:
+            shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
+
+
+class _Limited(io.RawIOBase):
+    def __init__(self, handle: Any, limit: int) -> None:
+        self.handle, self.left = handle, limit
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n < 0 else min(n, self.left)
+        data = self.handle.read(n)
+        self.left -= len(data)
+        return data
+
+
+def _sha256(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size

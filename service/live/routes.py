@@ -1,0 +1,104 @@
+"""HTTP routes of live runs: create, append log bytes at an offset, read files and events, finalize."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import anyio
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+
+from fp8_policy.db.live import LiveRepository, StoredEvent
+from fp8_policy.db.session import session_scope
+from fp8_policy.service.auth.deps import READ, UPLOAD, PrincipalDep
+from fp8_policy.service.deps import SessionDep, SettingsDep
+from fp8_policy.service.errors import AppError
+from fp8_policy.service.live import actions
+from fp8_policy.service.live.schemas import AppendRead, LiveEventRead, LiveRunCreate, LiveRunRead
+from fp8_policy.service.openapi import error_responses
+from fp8_policy.service.runs.actions import get_run, run_read
+from fp8_policy.service.runs.schemas import RunRead
+
+router = APIRouter(prefix="/api/v1/live/runs", tags=["live"])
+MAX_PIECE_BYTES = 64 * 1024**2
+
+
+class PieceTooLarge(AppError):
+    status_code = 413
+
+
+def _event_read(stored: StoredEvent) -> LiveEventRead:
+    return LiveEventRead(id=stored.id, created_at=stored.created_at, **stored.event.to_dict())
+
+
+@router.post("", status_code=201, response_model=RunRead, dependencies=[UPLOAD], responses=error_responses(400))
+def create_live_run(body: LiveRunCreate, session: SessionDep, principal: PrincipalDep) -> RunRead:
+    """Start a live run: its logs arrive piece by piece (`PUT .../files/{path}`) while the job trains."""
+    run = actions.create_live_run(session, body.model_dump(), principal.name)
+    return run_read(run)
+
+
+@router.put("/{run_id}/files/{path:path}", response_model=AppendRead, dependencies=[UPLOAD],
+            responses=error_responses(400, 404, 409, 413),
+            openapi_extra={"requestBody": {"required": True, "content": {"application/octet-stream": {
+                "schema": {"type": "string", "format": "binary"}}}}})
+async def append(
+    run_id: int,
+    path: str,
+    request: Request,
+    settings: SettingsDep,
+    offset: Annotated[int, Query(ge=0, le=2**62, description="Byte offset of this piece in the file: the `size` "
+                                 "the previous answer gave (0 for a new file). A gap is refused with 409 and the "
+                                 "expected offset in `Upload-Offset`.")],
+) -> AppendRead:
+    """Append the raw body to the run's log file `path` (as in an archive, e.g.
+    `rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log`, or `scalars.jsonl`) at `offset`.
+    Re-sending bytes already received is harmless; new whole lines of a statistics log are checked for early
+    warnings at once."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_PIECE_BYTES:
+        raise PieceTooLarge(f"a piece is at most {MAX_PIECE_BYTES} bytes; send smaller pieces")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_PIECE_BYTES:
+            raise PieceTooLarge(f"a piece is at most {MAX_PIECE_BYTES} bytes; send smaller pieces")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+
+    def store() -> AppendRead:
+        with session_scope(request.app.state.session_factory) as session:
+            result = actions.append(session, settings.data_dir, run_id, path, offset, body)
+            return AppendRead(path=result.path, size=result.size, events=[_event_read(e) for e in result.events])
+
+    return await anyio.to_thread.run_sync(store)
+
+
+@router.get("/{run_id}", response_model=LiveRunRead, dependencies=[READ], responses=error_responses(404))
+def read_live_run(
+    run_id: int,
+    session: SessionDep,
+    after: Annotated[int, Query(ge=0, le=2**62, description="Only events with a larger id (poll with the last "
+                                                            "id seen).")] = 0,
+) -> LiveRunRead:
+    """A live (or finalized) run's received files and its early-warning events."""
+    run = get_run(session, run_id)
+    repo = LiveRepository(session)
+    files = [{"path": f.path, "kind": f.kind, "size": f.size, "parsed_offset": f.parsed_offset}
+             for f in repo.files(run_id)]
+    return LiveRunRead(run_id=run_id, status=run.status, files=files,
+                       events=[_event_read(e) for e in repo.events(run_id, after)])
+
+
+@router.post("/{run_id}/finalize", status_code=202, response_model=RunRead, dependencies=[UPLOAD],
+             responses=error_responses(400, 404, 409))
+def finalize(run_id: int, request: Request, settings: SettingsDep) -> JSONResponse:
+    """The job finished: pack the received logs and ingest them like an upload (the run goes `queued` →
+    `ready` or `failed`, with the same series and counts as the whole logs uploaded at once)."""
+    state = request.app.state
+    with session_scope(state.session_factory) as session:  # committed before the ingest job is queued
+        run = actions.finalize(session, settings.data_dir, state.ingest.store, run_id)
+        body = run_read(run).model_dump(mode="json")
+    state.ingest.submit(run_id)
+    actions.remove_received_logs(settings.data_dir, run_id)
+    return JSONResponse(body, status_code=202, headers={"Location": f"/api/v1/runs/{run_id}"})
