@@ -98,8 +98,9 @@ def test_sign_in_with_a_token_then_sign_out(locked_page, locked_server: Locked, 
     shot(page, "auth-03-signed-in-runs")
 
     page.click("a.run-link")
-    page.wait_for_function("""() => { const img = document.querySelector('#heatmap-img');
-        return !!img && img.complete && img.naturalWidth > 0 && img.src.startsWith('blob:'); }""", timeout=30_000)
+    # The run page's heatmap is drawn from heatmap.json, fetched with the token like every API call.
+    expect(page.locator(".heatmap-live")).to_have_attribute("aria-busy", "false", timeout=30_000)
+    page.wait_for_function("() => { const c = document.querySelector('#heatmap-canvas'); return c && c.width > 0; }")
     expect(page.locator("#view")).to_contain_text("signed-upload")
     shot(page, "auth-04-signed-in-run-page")
     sent = [authorization for _url, authorization in page.api_headers[signed_in_from:]]
