@@ -9,7 +9,6 @@ a valid token below the route's scope -> 403; at or above it -> anything but 401
 from __future__ import annotations
 
 import re
-
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
