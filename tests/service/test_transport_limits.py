@@ -211,3 +211,18 @@ def test_idle_connections_never_exhaust_descriptors(served: Served) -> None:
         time.sleep(0.1)
     else:
         pytest.fail("the service did not answer /healthz once the idle connections were gone")
+
+
+def test_the_connection_limit_leaves_room_for_the_pool_uploads_and_the_process(tmp_path: Path) -> None:
+    from fp8_policy.service.settings import Settings
+    from fp8_policy.service.transport.server import RESERVED_DESCRIPTORS, connection_limit
+
+    settings = Settings(_env_file=None, data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 'x.db'}")
+    pool = settings.pool_options()
+    assert (pool["pool_size"], pool["max_overflow"]) == (20, 10)
+    assert connection_limit(settings, 65536) == 1024  # the default when descriptors are plenty
+    budget = 1024 - RESERVED_DESCRIPTORS - 30 - settings.max_concurrent_uploads
+    assert connection_limit(settings, 1024) == budget  # `ulimit -n` 1024: connections + pool + uploads fit
+    assert connection_limit(settings.model_copy(update={"limit_concurrency": 100}), 1024) == 100
+    postgres = settings.model_copy(update={"database_url": "postgresql+psycopg://u@h/db", "db_pool_size": 4})
+    assert postgres.pool_options() == {"pool_size": 4, "max_overflow": 10, "pool_timeout": 30.0}
