@@ -89,10 +89,12 @@ class HttpSession:
         self._client.close()
 
     def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
-                json: Any = None, files: Any = None, data: Mapping[str, str] | None = None) -> httpx.Response:
+                json: Any = None, files: Any = None, data: Mapping[str, str] | None = None,
+                content: bytes | None = None, headers: Mapping[str, str] | None = None) -> httpx.Response:
         """Send one request and return the (2xx) response; raises ApiError/NotFound/ConnectionFailed."""
         try:
-            response = self._client.request(method, path, params=_clean(params), json=json, files=files, data=data)
+            response = self._client.request(method, path, params=_clean(params), json=json, files=files, data=data,
+                                             content=content, headers=headers)
         except httpx.TransportError as exc:
             raise ConnectionFailed(self.base_url, _reason(exc)) from exc
         if response.is_error:

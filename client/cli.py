@@ -398,7 +398,51 @@ def delete(run_ref: int | tuple[str, str], yes: bool, url: str, token: str | Non
     click.echo(json.dumps(done) if as_json else f"deleted run {run_id}")
 
 
-COMMANDS = (upload, status, runs, analysis, recommend, gate, compare, heatmap, delete)
+@click.command()
+@click.argument("log_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--name", help="Run name.")
+@click.option("--project", help="Project (default: 'default').")
+@click.option("--tags", help="Comma-separated tags.")
+@click.option("--metadata", callback=_metadata, help='JSON object or @file, as for upload.')
+@click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(0.05, 3600),
+              help="Seconds between two sends of the new bytes.")
+@click.option("--pid", type=int, help="Finalize when this process (the training job) exits.")
+@click.option("--idle-finish", type=click.FloatRange(0.1), help="Finalize after this many seconds without new bytes.")
+@click.option("--scalars", type=click.Path(dir_okay=False, path_type=Path),
+              help="Training scalars as JSON lines ({step, loss, grad_norm, ...}), sent with the logs.")
+@click.option("--run", "run_id", type=int, help="Resume this live run (after a restart of watch).")
+@_client_options
+def watch(log_dir: Path, name: str | None, project: str | None, tags: str | None, metadata: dict[str, Any] | None,
+          interval: float, pid: int | None, idle_finish: float | None, scalars: Path | None, run_id: int | None,
+          url: str, token: str | None, as_json: bool) -> None:
+    """Stream LOG_DIR's FP8 statistics to a live run while training writes them; finalize at the end.
+
+    Ranks are picked up as their files appear; when the service is down the new bytes wait and are sent once it
+    answers again. Without --pid or --idle-finish, stop with Ctrl-C (the run is finalized then).
+    """
+    from fp8_policy.client.live import LiveUploader, watch as watch_loop
+
+    with _connect(url, token) as client:
+        uploader = LiveUploader(log_dir, name=name, project=project or "default",
+                                tags=[t for t in (tags or "").split(",") if t], metadata=metadata,
+                                interval=interval, scalars=scalars, run_id=run_id, client=client,
+                                on_event=None if as_json else
+                                (lambda e: click.echo(f"{e['severity']}: {e['message']}", err=True)))
+        try:
+            run = watch_loop(uploader, pid=pid, idle_finish=idle_finish)
+        except KeyboardInterrupt:
+            run = uploader.finish()
+        if run is None:
+            raise PolicyError(uploader.stats.last_error or "the live run could not be finalized",
+                              error="FinalizeFailed")
+        if as_json:
+            _echo_json(run)
+        else:
+            click.echo(f"run {run['id']} finalized ({uploader.stats.pieces} pieces, {uploader.stats.bytes_sent:,} "
+                       f"bytes, {len(uploader.stats.events)} early warnings); ingest: {run['status']}")
+
+
+COMMANDS = (upload, status, runs, analysis, recommend, gate, compare, heatmap, delete, watch)
 
 
 def register_client_commands(group: click.Group) -> click.Group:

@@ -21,6 +21,7 @@ from fp8_policy.client.errors import IngestFailed, NotFound, WaitTimeout
 from fp8_policy.client.packing import ProgressReader, StderrBar, pack_directory
 
 RUNS = "/api/v1/runs"
+LIVE_RUNS = "/api/v1/live/runs"
 TOKEN_ENV = "FP8_POLICY_TOKEN"
 FORMATS = ("json", "te-yaml", "megatron", "hydra", "torchao")
 # Seams for tests (monkeypatch these, not the time module).
@@ -191,6 +192,26 @@ class PolicyClient:
     def health(self) -> dict[str, Any]:
         """The service's /healthz answer (raises ApiError when the database is down)."""
         return self._http.json_object("GET", "/healthz")
+
+    # ------------------------------------------------------------------------------------------------ live
+    def create_live_run(self, *, name: str | None = None, project: str | None = None,
+                        tags: Sequence[str] = (), metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Start a live run (status `live`); its logs are then sent with `append_live` (see `LiveUploader`)."""
+        body = {"name": name, "project": project or "default", "tags": list(tags), "metadata": dict(metadata or {})}
+        return self._http.json_object("POST", LIVE_RUNS, json=body)
+
+    def append_live(self, run_id: int, path: str, offset: int, data: bytes) -> dict[str, Any]:
+        """Send `data` as bytes `offset..` of the live run's file `path`; returns {path, size, events}."""
+        return self._http.json_object("PUT", f"{LIVE_RUNS}/{int(run_id)}/files/{path}", params={"offset": offset},
+                                      content=data, headers={"Content-Type": "application/octet-stream"})
+
+    def live_run(self, run_id: int, *, after: int = 0) -> dict[str, Any]:
+        """A live run's received files and its early-warning events with ids above `after`."""
+        return self._http.json_object("GET", f"{LIVE_RUNS}/{int(run_id)}", params={"after": after})
+
+    def finalize_live_run(self, run_id: int) -> dict[str, Any]:
+        """Ingest what the live run received, like an upload (the run goes `queued`, then `ready` or `failed`)."""
+        return self._http.json_object("POST", f"{LIVE_RUNS}/{int(run_id)}/finalize")
 
 
 def _upload_fields(name: str | None, project: str | None, tags: Sequence[str] | str | None,

@@ -67,18 +67,51 @@ class LiveRepository:
 
     # --- events -------------------------------------------------------------------------------
     def add_events(self, run_id: int, events: Iterable[LiveEvent]) -> list[int]:
-        rows = [LiveEventRow(run_id=run_id, kind=e.kind, severity=e.severity, layer=e.layer, tensor=e.tensor,
-                             stat=e.stat, rank=e.rank, iteration=e.iteration, value=e.value, message=e.message,
-                             detail=e.detail, created_at=utcnow()) for e in events]
+        rows = [
+            LiveEventRow(
+                run_id=run_id,
+                kind=e.kind,
+                severity=e.severity,
+                layer=e.layer,
+                tensor=e.tensor,
+                stat=e.stat,
+                rank=e.rank,
+                iteration=e.iteration,
+                value=e.value,
+                message=e.message,
+                detail=e.detail,
+                created_at=utcnow(),
+            )
+            for e in events
+        ]
         self.session.add_all(rows)
         self.session.flush()
         return [row.id for row in rows]
 
     def events(self, run_id: int, after_id: int = 0, limit: int = 500) -> list[StoredEvent]:
         rows = self.session.scalars(
-            select(LiveEventRow).where(LiveEventRow.run_id == run_id, LiveEventRow.id > after_id)
-            .order_by(LiveEventRow.id).limit(limit)
+            select(LiveEventRow)
+            .where(LiveEventRow.run_id == run_id, LiveEventRow.id > after_id)
+            .order_by(LiveEventRow.id)
+            .limit(limit)
         )
-        return [StoredEvent(r.id, r.run_id, LiveEvent(r.kind, r.severity, r.layer, r.tensor, r.stat, r.rank,
-                                                      r.iteration, r.value, r.message, dict(r.detail or {})),
-                            r.created_at.isoformat()) for r in rows]
+        return [
+            StoredEvent(
+                r.id,
+                r.run_id,
+                LiveEvent(
+                    r.kind,
+                    r.severity,
+                    r.layer,
+                    r.tensor,
+                    r.stat,
+                    r.rank,
+                    r.iteration,
+                    r.value,
+                    r.message,
+                    dict(r.detail or {}),
+                ),
+                r.created_at.isoformat(),
+            )
+            for r in rows
+        ]

@@ -26,8 +26,9 @@ class SummaryRecord:
 
 
 def _record(row: RunSummary) -> SummaryRecord:
-    return SummaryRecord(row.run_id, row.policy_version, row.severity, row.pattern, row.headline, row.to_bf16,
-                         row.gemm_overrides)
+    return SummaryRecord(
+        row.run_id, row.policy_version, row.severity, row.pattern, row.headline, row.to_bf16, row.gemm_overrides
+    )
 
 
 class SummaryRepository:
@@ -46,8 +47,7 @@ class SummaryRepository:
 
     def analysis(self, run_id: int, policy_version: str) -> dict[str, Any] | None:
         return self.session.scalar(
-            select(RunSummary.analysis).where(RunSummary.run_id == run_id,
-                                              RunSummary.policy_version == policy_version)
+            select(RunSummary.analysis).where(RunSummary.run_id == run_id, RunSummary.policy_version == policy_version)
         )
 
     def put(self, record: SummaryRecord, analysis: dict[str, Any]) -> None:
@@ -55,15 +55,25 @@ class SummaryRepository:
         if self.session.get(Run, record.run_id) is None:
             return
         self.session.execute(delete(RunSummary).where(RunSummary.run_id == record.run_id))
-        self.session.add(RunSummary(
-            run_id=record.run_id, policy_version=record.policy_version, severity=record.severity,
-            pattern=record.pattern, headline=record.headline, to_bf16=record.to_bf16,
-            gemm_overrides=record.gemm_overrides, analysis=analysis, computed_at=utcnow(),
-        ))
+        self.session.add(
+            RunSummary(
+                run_id=record.run_id,
+                policy_version=record.policy_version,
+                severity=record.severity,
+                pattern=record.pattern,
+                headline=record.headline,
+                to_bf16=record.to_bf16,
+                gemm_overrides=record.gemm_overrides,
+                analysis=analysis,
+                computed_at=utcnow(),
+            )
+        )
 
     def stale_ready_runs(self, policy_version: str, limit: int = 1000) -> list[int]:
         """Ready runs with no summary of this policy version, newest first."""
         current = select(RunSummary.run_id).where(RunSummary.policy_version == policy_version)
-        return list(self.session.scalars(
-            select(Run.id).where(Run.status == "ready", Run.id.not_in(current)).order_by(Run.id.desc()).limit(limit)
-        ))
+        return list(
+            self.session.scalars(
+                select(Run.id).where(Run.status == "ready", Run.id.not_in(current)).order_by(Run.id.desc()).limit(limit)
+            )
+        )

@@ -27,6 +27,7 @@ _EXPORTS = {
     "Unauthorized": "fp8_policy.client.errors",
     "WaitTimeout": "fp8_policy.client.errors",
     "PolicyClient": "fp8_policy.client.client",
+    "LiveUploader": "fp8_policy.client.live",
     "UnmatchedLayers": "fp8_policy.client.apply",
     "apply_policy": "fp8_policy.client.apply",
     "recipe_from_policy": "fp8_policy.client.apply",
@@ -41,6 +42,7 @@ if TYPE_CHECKING:  # `X as X`: explicit re-exports (PEP 484), so type checkers s
     from fp8_policy.client.apply import recipe_from_policy as recipe_from_policy
     from fp8_policy.client.apply import write_te_debug_config as write_te_debug_config
     from fp8_policy.client.client import PolicyClient as PolicyClient
+    from fp8_policy.client.live import LiveUploader as LiveUploader
     from fp8_policy.client.errors import ApiError as ApiError
     from fp8_policy.client.errors import ConnectionFailed as ConnectionFailed
     from fp8_policy.client.errors import Forbidden as Forbidden

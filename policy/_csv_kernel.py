@@ -41,8 +41,9 @@ def _write_uint(out: np.ndarray, pos: int, value: int) -> int:
 
 
 @numba.njit(nogil=True, cache=True)
-def write_rows(prefix: np.ndarray, iterations: np.ndarray, values: np.ndarray, start: int, stop: int,
-               out: np.ndarray) -> tuple[int, int]:
+def write_rows(
+    prefix: np.ndarray, iterations: np.ndarray, values: np.ndarray, start: int, stop: int, out: np.ndarray
+) -> tuple[int, int]:
     """Rows start..stop-1 into `out` (sized ≥ (stop-start)·(len(prefix)+ROW_SLACK)).
 
     Returns (bytes written, -1), or (0, row) for the first row the kernel cannot format exactly.

@@ -34,8 +34,14 @@ LEVEL_POINTS = 4  # points averaged for a series' "recent level" (rank divergenc
 MIN_TREND_POINTS = 8
 DEFAULT_HORIZON_STEPS = 2_000
 
-EVENT_KINDS = ("band_crossing", "projected_crossing", "scale_inv_drop", "scale_inv_rise", "nonfinite",
-               "rank_divergence")
+EVENT_KINDS = (
+    "band_crossing",
+    "projected_crossing",
+    "scale_inv_drop",
+    "scale_inv_rise",
+    "nonfinite",
+    "rank_divergence",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,13 +74,27 @@ class SeriesState:
     window: list[list[float]] = field(default_factory=list)  # [[iteration, value], ...] recent finite points
 
     def to_dict(self) -> dict[str, Any]:
-        return {"i": self.last_iteration, "v": self.last_value, "b": self.band, "p": self.projected,
-                "n": self.nonfinite, "d": self.diverging, "w": self.window}
+        return {
+            "i": self.last_iteration,
+            "v": self.last_value,
+            "b": self.band,
+            "p": self.projected,
+            "n": self.nonfinite,
+            "d": self.diverging,
+            "w": self.window,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SeriesState:
-        return cls(data.get("i"), data.get("v"), data.get("b", "ok"), bool(data.get("p")), bool(data.get("n")),
-                   bool(data.get("d")), [list(p) for p in data.get("w", [])])
+        return cls(
+            data.get("i"),
+            data.get("v"),
+            data.get("b", "ok"),
+            bool(data.get("p")),
+            bool(data.get("n")),
+            bool(data.get("d")),
+            [list(p) for p in data.get("w", [])],
+        )
 
     def level(self) -> float | None:
         if not self.window:
@@ -90,18 +110,43 @@ def _is_scale_inv(metric: MetricName) -> bool:
     return metric.stat in ("scale_inv_min", "scale_inv_max")
 
 
-def _event(kind: str, severity: Severity | str, metric: MetricName, rank: int, iteration: int, value: float | None,
-           message: str, **detail: Any) -> LiveEvent:
-    return LiveEvent(kind, Severity(severity).value, metric.layer, metric.tensor, metric.stat_key, rank, iteration,
-                     value, message, detail)
+def _event(
+    kind: str,
+    severity: Severity | str,
+    metric: MetricName,
+    rank: int,
+    iteration: int,
+    value: float | None,
+    message: str,
+    **detail: Any,
+) -> LiveEvent:
+    return LiveEvent(
+        kind,
+        Severity(severity).value,
+        metric.layer,
+        metric.tensor,
+        metric.stat_key,
+        rank,
+        iteration,
+        value,
+        message,
+        detail,
+    )
 
 
 def _fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
-def advance(state: SeriesState, metric: MetricName, rank: int, iterations: np.ndarray, values: np.ndarray,
-            thresholds: Thresholds, horizon_steps: int = DEFAULT_HORIZON_STEPS) -> list[LiveEvent]:
+def advance(
+    state: SeriesState,
+    metric: MetricName,
+    rank: int,
+    iterations: np.ndarray,
+    values: np.ndarray,
+    thresholds: Thresholds,
+    horizon_steps: int = DEFAULT_HORIZON_STEPS,
+) -> list[LiveEvent]:
     """Feed one series' new points (iteration order, newer than the state's) and return the events they raise."""
     events: list[LiveEvent] = []
     name = f"{metric.layer} {metric.tensor} {metric.stat_key} (rank {rank})"
@@ -111,8 +156,18 @@ def advance(state: SeriesState, metric: MetricName, rank: int, iterations: np.nd
         if not math.isfinite(value):
             if not state.nonfinite:
                 state.nonfinite = True
-                events.append(_event("nonfinite", Severity.SEVERE, metric, rank, it, None,
-                                     f"{name}: {value} at iteration {it}", value_text=str(value)))
+                events.append(
+                    _event(
+                        "nonfinite",
+                        Severity.SEVERE,
+                        metric,
+                        rank,
+                        it,
+                        None,
+                        f"{name}: {value} at iteration {it}",
+                        value_text=str(value),
+                    )
+                )
             state.last_iteration = it
             continue
         state.nonfinite = False
@@ -121,17 +176,38 @@ def advance(state: SeriesState, metric: MetricName, rank: int, iterations: np.nd
             factor = thresholds.scale_jump_factor
             if ratio >= factor or ratio <= 1.0 / factor:
                 kind = "scale_inv_rise" if ratio > 1 else "scale_inv_drop"
-                events.append(_event(kind, Severity.CRITICAL, metric, rank, it, value,
-                                     f"{name}: {_fmt(state.last_value)} → {_fmt(value)} at iteration {it} "
-                                     f"({_fmt(ratio)}× in one step)", previous=state.last_value, ratio=ratio,
-                                     previous_iteration=state.last_iteration))
+                events.append(
+                    _event(
+                        kind,
+                        Severity.CRITICAL,
+                        metric,
+                        rank,
+                        it,
+                        value,
+                        f"{name}: {_fmt(state.last_value)} → {_fmt(value)} at iteration {it} "
+                        f"({_fmt(ratio)}× in one step)",
+                        previous=state.last_value,
+                        ratio=ratio,
+                        previous_iteration=state.last_iteration,
+                    )
+                )
         if _is_underflow(metric):
             band = thresholds.band(value)
             if band > Severity(state.band) and band >= Severity.WARNING:
-                events.append(_event("band_crossing", band, metric, rank, it, value,
-                                     f"{name}: underflows {value:.2f} % at iteration {it}, {band.value} band "
-                                     f"(≥ {_band_floor(band, thresholds):g} %)", band=band.value,
-                                     previous_band=state.band))
+                events.append(
+                    _event(
+                        "band_crossing",
+                        band,
+                        metric,
+                        rank,
+                        it,
+                        value,
+                        f"{name}: underflows {value:.2f} % at iteration {it}, {band.value} band "
+                        f"(≥ {_band_floor(band, thresholds):g} %)",
+                        band=band.value,
+                        previous_band=state.band,
+                    )
+                )
             state.band = band.value
             if band >= Severity.CRITICAL:
                 state.projected = False
@@ -146,8 +222,11 @@ def advance(state: SeriesState, metric: MetricName, rank: int, iterations: np.nd
 
 
 def _band_floor(band: Severity, thresholds: Thresholds) -> float:
-    return {Severity.WARNING: thresholds.warning, Severity.CRITICAL: thresholds.critical,
-            Severity.SEVERE: thresholds.severe}.get(band, 0.0)
+    return {
+        Severity.WARNING: thresholds.warning,
+        Severity.CRITICAL: thresholds.critical,
+        Severity.SEVERE: thresholds.severe,
+    }.get(band, 0.0)
 
 
 def theil_sen_slope(x: np.ndarray, y: np.ndarray) -> float:
@@ -160,8 +239,9 @@ def theil_sen_slope(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.median((y[j] - y[i])[keep] / dx[keep]))
 
 
-def _projection(state: SeriesState, metric: MetricName, rank: int, thresholds: Thresholds, horizon_steps: int,
-                name: str) -> LiveEvent | None:
+def _projection(
+    state: SeriesState, metric: MetricName, rank: int, thresholds: Thresholds, horizon_steps: int, name: str
+) -> LiveEvent | None:
     if state.projected or Severity(state.band) >= Severity.CRITICAL or len(state.window) < MIN_TREND_POINTS:
         return None
     points = np.asarray(state.window, dtype=np.float64)
@@ -180,14 +260,24 @@ def _projection(state: SeriesState, metric: MetricName, rank: int, thresholds: T
         return None
     state.projected = True
     steps = int(round(crossing - last_it))
-    return _event("projected_crossing", Severity.WARNING, metric, rank, int(last_it), float(y[-1]),
-                  f"{name}: rising {slope * 1000:.3g} points per 1k iterations, projected to reach "
-                  f"{thresholds.critical:g} % at iteration {int(round(crossing))} (in {steps} steps)",
-                  projected_iteration=int(round(crossing)), slope_per_1k=slope * 1000, fitted_now=fitted_now)
+    return _event(
+        "projected_crossing",
+        Severity.WARNING,
+        metric,
+        rank,
+        int(last_it),
+        float(y[-1]),
+        f"{name}: rising {slope * 1000:.3g} points per 1k iterations, projected to reach "
+        f"{thresholds.critical:g} % at iteration {int(round(crossing))} (in {steps} steps)",
+        projected_iteration=int(round(crossing)),
+        slope_per_1k=slope * 1000,
+        fitted_now=fitted_now,
+    )
 
 
-def rank_divergence(states: dict[tuple[int, MetricName], SeriesState], thresholds: Thresholds,
-                    touched: set[MetricName]) -> list[LiveEvent]:
+def rank_divergence(
+    states: dict[tuple[int, MetricName], SeriesState], thresholds: Thresholds, touched: set[MetricName]
+) -> list[LiveEvent]:
     """Across ranks, for the underflows% metrics that got new points: a rank whose recent level stands apart."""
     by_metric: dict[MetricName, list[tuple[int, SeriesState]]] = {}
     for (rank, metric), state in states.items():
@@ -208,10 +298,19 @@ def rank_divergence(states: dict[tuple[int, MetricName], SeriesState], threshold
             ratio = (max(level, others) + 1e-9) / (min(level, others) + 1e-9)
             apart = gap >= thresholds.rank_outlier_gap and ratio >= thresholds.rank_outlier_ratio
             if apart and not state.diverging:
-                events.append(_event("rank_divergence", Severity.CRITICAL, metric, rank,
-                                     int(state.last_iteration or 0), level,
-                                     f"{metric.layer} {metric.tensor} {metric.stat_key}: rank {rank} at "
-                                     f"{level:.2f} % while the other ranks' median is {others:.2f} %",
-                                     others_median=others, ranks=len(known)))
+                events.append(
+                    _event(
+                        "rank_divergence",
+                        Severity.CRITICAL,
+                        metric,
+                        rank,
+                        int(state.last_iteration or 0),
+                        level,
+                        f"{metric.layer} {metric.tensor} {metric.stat_key}: rank {rank} at "
+                        f"{level:.2f} % while the other ranks' median is {others:.2f} %",
+                        others_median=others,
+                        ranks=len(known),
+                    )
+                )
             state.diverging = apart
     return events

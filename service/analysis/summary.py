@@ -41,8 +41,11 @@ def compute(session: Session, run_id: int) -> tuple[SummaryRecord, dict[str, Any
     worst = max((f.severity for f in findings), default=Severity.OK)
     lead = findings[0] if findings else None
     record = SummaryRecord(
-        run_id=run_id, policy_version=POLICY_VERSION, severity=Severity(worst).value,
-        pattern=lead.pattern.value if lead else None, headline=lead.summary if lead else None,
+        run_id=run_id,
+        policy_version=POLICY_VERSION,
+        severity=Severity(worst).value,
+        pattern=lead.pattern.value if lead else None,
+        headline=lead.summary if lead else None,
         to_bf16=len(recommendation.get("fp8_skip_layers") or []),
         gemm_overrides=len(recommendation.get("gemm_overrides") or {}),
     )

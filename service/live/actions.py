@@ -40,8 +40,8 @@ from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service.errors import AppError, BadRequest, NotFound
 from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
-from fp8_policy.service.runs.actions import parse_upload_fields
 from fp8_policy.service.runs.actions import _store_upload_file as store_upload_file  # the one way uploads are stored
+from fp8_policy.service.runs.actions import parse_upload_fields
 
 LIVE = "live"
 SCALARS_NAME = "scalars.jsonl"  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
@@ -88,8 +88,9 @@ def create_live_run(session: Session, fields: dict[str, Any], uploaded_by: str |
         text_fields["metadata"] = json.dumps(text_fields["metadata"])
     name, project, tags, metadata = parse_upload_fields(text_fields)
     # a live run has no bytes yet: a random placeholder keeps (project, sha256) unique until finalize
-    run = RunRepository(session).add(NewRun(name, project, tags, metadata, secrets.token_hex(32), None, 0, "",
-                                            uploaded_by))
+    run = RunRepository(session).add(
+        NewRun(name, project, tags, metadata, secrets.token_hex(32), None, 0, "", uploaded_by)
+    )
     run.status = LIVE
     session.flush()
     return run
@@ -107,8 +108,9 @@ def _live_run(session: Session, run_id: int) -> Run:
 def file_kind(path: str) -> str:
     """stats | metadata | scalars for an accepted path (as in an archive); 400 for anything else."""
     if not path or len(path) > MAX_PATH_CHARS or "\x00" in path or "\\" in path:
-        raise BadRequest(f"invalid live file path (1..{MAX_PATH_CHARS} characters, '/' separators)",
-                         error="InvalidLivePath")
+        raise BadRequest(
+            f"invalid live file path (1..{MAX_PATH_CHARS} characters, '/' separators)", error="InvalidLivePath"
+        )
     parts = PurePosixPath(path).parts
     if path.startswith("/") or any(p in ("..", ".", "") for p in parts) or path.endswith(".gz"):
         raise BadRequest(f"invalid live file path {path!r}: relative, no '..', uncompressed", error="InvalidLivePath")
@@ -116,13 +118,23 @@ def file_kind(path: str) -> str:
         return "scalars"
     log = classify_log_path(path)
     if log is None:
-        raise BadRequest(f"{path!r} is neither an nvdlfw_inspect log (rank_N/nvdlfw_inspect_statistics_logs/... or "
-                         f"nvdlfw_inspect_logs/...) nor {SCALARS_NAME}", error="InvalidLivePath")
+        raise BadRequest(
+            f"{path!r} is neither an nvdlfw_inspect log (rank_N/nvdlfw_inspect_statistics_logs/... or "
+            f"nvdlfw_inspect_logs/...) nor {SCALARS_NAME}",
+            error="InvalidLivePath",
+        )
     return log.kind
 
 
-def append(session: Session, data_dir: Path, run_id: int, path: str, offset: int, body: bytes,
-           thresholds: Thresholds | None = None) -> AppendResult:
+def append(
+    session: Session,
+    data_dir: Path,
+    run_id: int,
+    path: str,
+    offset: int,
+    body: bytes,
+    thresholds: Thresholds | None = None,
+) -> AppendResult:
     """Store `body` at `offset` of the run's file `path` and run the detectors on the new whole lines."""
     kind = file_kind(path)
     with _run_lock(run_id):
@@ -130,8 +142,12 @@ def append(session: Session, data_dir: Path, run_id: int, path: str, offset: int
         repo = LiveRepository(session)
         row = repo.file_for_update(run_id, path, kind)
         if offset > row.size:
-            raise OffsetMismatch(f"{path}: {row.size} bytes received so far; a piece at offset {offset} would leave "
-                                 f"a gap: send from offset {row.size}", expected=row.size, error="OffsetGap")
+            raise OffsetMismatch(
+                f"{path}: {row.size} bytes received so far; a piece at offset {offset} would leave "
+                f"a gap: send from offset {row.size}",
+                expected=row.size,
+                error="OffsetGap",
+            )
         disk = live_dir(data_dir, run_id) / path
         disk.parent.mkdir(parents=True, exist_ok=True)
         overlap = min(row.size - offset, len(body))
@@ -139,9 +155,12 @@ def append(session: Session, data_dir: Path, run_id: int, path: str, offset: int
             if overlap:
                 handle.seek(offset)
                 if handle.read(overlap) != body[:overlap]:
-                    raise OffsetMismatch(f"{path}: bytes at offset {offset} differ from those received before; "
-                                         f"continue from offset {row.size}", expected=row.size,
-                                         error="OffsetConflict")
+                    raise OffsetMismatch(
+                        f"{path}: bytes at offset {offset} differ from those received before; "
+                        f"continue from offset {row.size}",
+                        expected=row.size,
+                        error="OffsetConflict",
+                    )
             tail = body[overlap:]
             if tail:
                 handle.truncate(row.size)  # bytes of an append whose commit failed are not kept
@@ -155,8 +174,9 @@ def append(session: Session, data_dir: Path, run_id: int, path: str, offset: int
         return AppendResult(path, row.size, stored)
 
 
-def _detect(repo: LiveRepository, run_id: int, disk: Path, path: str, row: Any,
-            thresholds: Thresholds) -> list[LiveEvent]:
+def _detect(
+    repo: LiveRepository, run_id: int, disk: Path, path: str, row: Any, thresholds: Thresholds
+) -> list[LiveEvent]:
     """Parse the file's new whole lines and advance the per-series detector state."""
     with open(disk, "rb") as handle:
         handle.seek(row.parsed_offset)

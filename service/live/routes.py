@@ -38,18 +38,33 @@ def create_live_run(body: LiveRunCreate, session: SessionDep, principal: Princip
     return run_read(run)
 
 
-@router.put("/{run_id}/files/{path:path}", response_model=AppendRead, dependencies=[UPLOAD],
-            responses=error_responses(400, 404, 409, 413),
-            openapi_extra={"requestBody": {"required": True, "content": {"application/octet-stream": {
-                "schema": {"type": "string", "format": "binary"}}}}})
+@router.put(
+    "/{run_id}/files/{path:path}",
+    response_model=AppendRead,
+    dependencies=[UPLOAD],
+    responses=error_responses(400, 404, 409, 413),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
 async def append(
     run_id: int,
     path: str,
     request: Request,
     settings: SettingsDep,
-    offset: Annotated[int, Query(ge=0, le=2**62, description="Byte offset of this piece in the file: the `size` "
-                                 "the previous answer gave (0 for a new file). A gap is refused with 409 and the "
-                                 "expected offset in `Upload-Offset`.")],
+    offset: Annotated[
+        int,
+        Query(
+            ge=0,
+            le=2**62,
+            description="Byte offset of this piece in the file: the `size` "
+            "the previous answer gave (0 for a new file). A gap is refused with 409 and the "
+            "expected offset in `Upload-Offset`.",
+        ),
+    ],
 ) -> AppendRead:
     """Append the raw body to the run's log file `path` (as in an archive, e.g.
     `rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log`, or `scalars.jsonl`) at `offset`.
@@ -78,20 +93,28 @@ async def append(
 def read_live_run(
     run_id: int,
     session: SessionDep,
-    after: Annotated[int, Query(ge=0, le=2**62, description="Only events with a larger id (poll with the last "
-                                                            "id seen).")] = 0,
+    after: Annotated[
+        int, Query(ge=0, le=2**62, description="Only events with a larger id (poll with the last id seen).")
+    ] = 0,
 ) -> LiveRunRead:
     """A live (or finalized) run's received files and its early-warning events."""
     run = get_run(session, run_id)
     repo = LiveRepository(session)
-    files = [{"path": f.path, "kind": f.kind, "size": f.size, "parsed_offset": f.parsed_offset}
-             for f in repo.files(run_id)]
-    return LiveRunRead(run_id=run_id, status=run.status, files=files,
-                       events=[_event_read(e) for e in repo.events(run_id, after)])
+    files = [
+        {"path": f.path, "kind": f.kind, "size": f.size, "parsed_offset": f.parsed_offset} for f in repo.files(run_id)
+    ]
+    return LiveRunRead(
+        run_id=run_id, status=run.status, files=files, events=[_event_read(e) for e in repo.events(run_id, after)]
+    )
 
 
-@router.post("/{run_id}/finalize", status_code=202, response_model=RunRead, dependencies=[UPLOAD],
-             responses=error_responses(400, 404, 409))
+@router.post(
+    "/{run_id}/finalize",
+    status_code=202,
+    response_model=RunRead,
+    dependencies=[UPLOAD],
+    responses=error_responses(400, 404, 409),
+)
 def finalize(run_id: int, request: Request, settings: SettingsDep) -> JSONResponse:
     """The job finished: pack the received logs and ingest them like an upload (the run goes `queued` →
     `ready` or `failed`, with the same series and counts as the whole logs uploaded at once)."""

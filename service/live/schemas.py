@@ -11,14 +11,17 @@ class LiveRunCreate(BaseModel):
     name: str | None = Field(None, description="Run name, e.g. the training job's name.")
     project: str = Field("default", description="Project the run belongs to.")
     tags: list[str] = Field(default_factory=list, description="Tags, as for uploads.")
-    metadata: dict[str, Any] = Field(default_factory=dict,
-                                     description="Model dims, GPU, recipe, ... as for uploads (a JSON object).")
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="Model dims, GPU, recipe, ... as for uploads (a JSON object)."
+    )
 
 
 class LiveEventRead(BaseModel):
     id: int
-    kind: str = Field(description="band_crossing | projected_crossing | scale_inv_drop | scale_inv_rise | "
-                                  "nonfinite | rank_divergence (policy/live_events.py).")
+    kind: str = Field(
+        description="band_crossing | projected_crossing | scale_inv_drop | scale_inv_rise | "
+        "nonfinite | rank_divergence (policy/live_events.py)."
+    )
     severity: str
     layer: str
     tensor: str

@@ -26,7 +26,9 @@ def test_band_crossings_fire_once_per_worse_band() -> None:
     events = feed(state, UF, [0, 10, 20, 30, 40], [0.1, 0.2, 0.6, 0.7, 2.5])
 
     assert [(e.kind, e.severity, e.iteration) for e in events] == [
-        ("band_crossing", "warning", 20), ("band_crossing", "critical", 40)]
+        ("band_crossing", "warning", 20),
+        ("band_crossing", "critical", 40),
+    ]
     assert events[1].value == 2.5 and events[1].stat == "underflows%" and events[1].layer == UF.layer
 
 
@@ -96,8 +98,10 @@ def test_first_nonfinite_value_of_an_episode() -> None:
 
     events = feed(state, SCALE, [0, 10, 20, 30, 40], [1e-2, float("nan"), float("inf"), 1e-2, float("-inf")])
 
-    assert [(e.kind, e.iteration, e.severity) for e in events] == [("nonfinite", 10, "severe"),
-                                                                   ("nonfinite", 40, "severe")]
+    assert [(e.kind, e.iteration, e.severity) for e in events] == [
+        ("nonfinite", 10, "severe"),
+        ("nonfinite", 40, "severe"),
+    ]
 
 
 def test_one_rank_apart_from_the_others() -> None:
@@ -127,5 +131,6 @@ def test_increments_raise_the_same_events_as_the_whole_series() -> None:
     # projections are judged at the end of each increment (the live cadence): the early pieces foresee the
     # crossing that the whole series, fed at once, has already made
     assert "projected_crossing" in [e.kind for e in pieces] and "projected_crossing" not in [e.kind for e in whole]
-    assert [(e.kind, e.severity) for e in pieces if e.kind == "band_crossing"] == \
-           [(e.kind, e.severity) for e in whole if e.kind == "band_crossing"]
+    assert [(e.kind, e.severity) for e in pieces if e.kind == "band_crossing"] == [
+        (e.kind, e.severity) for e in whole if e.kind == "band_crossing"
+    ]

@@ -35,7 +35,7 @@ def log_tree(root: Path, ranks: int = 2) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
     for rank in range(ranks):
         files[stats_relpath(rank)] = training_log(rank)
-        files[meta_relpath(rank)] = metadata_log({layer: "fp8" for layer in LAYERS})
+        files[meta_relpath(rank)] = metadata_log(dict.fromkeys(LAYERS, "fp8"))
     write_tree(root, files)
     return files
 
@@ -47,8 +47,12 @@ def create(client: TestClient, project: str, **fields) -> dict:
 
 
 def put(client: TestClient, run_id: int, path: str, offset: int, data: bytes):
-    return client.put(f"{LIVE}/{run_id}/files/{path}", params={"offset": offset}, content=data,
-                      headers={"Content-Type": "application/octet-stream"})
+    return client.put(
+        f"{LIVE}/{run_id}/files/{path}",
+        params={"offset": offset},
+        content=data,
+        headers={"Content-Type": "application/octet-stream"},
+    )
 
 
 def send_in_pieces(client: TestClient, run_id: int, path: str, data: bytes, pieces: int) -> list[dict]:
@@ -104,8 +108,16 @@ def test_different_bytes_at_a_received_offset_are_a_conflict(client: TestClient,
     assert response.headers["Upload-Offset"] == "6"
 
 
-@pytest.mark.parametrize("path", ["../etc/passwd", "/abs/x.log", "rank_0/notes.txt", "a\\b.log",
-                                  "rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log.gz"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../etc/passwd",
+        "/abs/x.log",
+        "rank_0/notes.txt",
+        "a\\b.log",
+        "rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log.gz",
+    ],
+)
 def test_only_log_paths_are_accepted(client: TestClient, project: str, path: str) -> None:
     run = create(client, project)
 
@@ -125,8 +137,9 @@ def test_a_piece_larger_than_the_limit_is_413(client: TestClient, project: str, 
     assert response.status_code == 413 and response.json()["error"] == "PieceTooLarge"
 
 
-def test_unknown_run_is_404_and_a_finished_one_takes_no_more_bytes(client: TestClient, project: str,
-                                                                   tmp_path: Path) -> None:
+def test_unknown_run_is_404_and_a_finished_one_takes_no_more_bytes(
+    client: TestClient, project: str, tmp_path: Path
+) -> None:
     assert put(client, 10**9, stats_relpath(0), 0, b"x").status_code == 404
     run = create(client, project)
     data = training_log(0, steps=5)
@@ -166,11 +179,15 @@ def test_planted_underflow_rise_and_scale_drop_raise_early_warnings(client: Test
     assert [e["id"] for e in polled] == [e["id"] for e in events[1:]]
 
 
-def test_the_finalized_run_equals_the_same_logs_uploaded_whole(client: TestClient, project: str,
-                                                                tmp_path: Path) -> None:
+def test_the_finalized_run_equals_the_same_logs_uploaded_whole(
+    client: TestClient, project: str, tmp_path: Path
+) -> None:
     files = log_tree(tmp_path / "tree")
-    whole = client.post(RUNS, files={"file": ("run.tgz", tree_tar_gz(tmp_path / "tree"), "application/gzip")},
-                        data={"project": f"{project}-whole"})
+    whole = client.post(
+        RUNS,
+        files={"file": ("run.tgz", tree_tar_gz(tmp_path / "tree"), "application/gzip")},
+        data={"project": f"{project}-whole"},
+    )
     whole_run = wait_for_run(client, whole.json()["id"])
     run = create(client, project)
     for path, data in files.items():
@@ -181,8 +198,18 @@ def test_the_finalized_run_equals_the_same_logs_uploaded_whole(client: TestClien
     live_run = wait_for_run(client, run["id"])
 
     assert live_run["status"] == whole_run["status"] == "ready", live_run["error"]
-    for key in ("ranks", "layer_count", "series_count", "points", "iteration_min", "iteration_max", "lines_read",
-                "lines_skipped", "lines_blank", "lines_duplicated"):
+    for key in (
+        "ranks",
+        "layer_count",
+        "series_count",
+        "points",
+        "iteration_min",
+        "iteration_max",
+        "lines_read",
+        "lines_skipped",
+        "lines_blank",
+        "lines_duplicated",
+    ):
         assert live_run[key] == whole_run[key], key
     csv_live = client.get(f"{RUNS}/{run['id']}/metrics.csv").content
     csv_whole = client.get(f"{RUNS}/{whole_run['id']}/metrics.csv").content
