@@ -85,6 +85,8 @@ export function lineChart({ series, guides = [], width, height = 300, xLabel, yL
     y0 = Math.min(0, ...ys);
     y1 = Math.max(y1, ...guideMax, y0 + 1e-9);
     yt = ticks(y0, y1 * 1.05, 5);
+    const top = yt.values[yt.values.length - 1];
+    if (top < y1) yt.values.push(Number((top + yt.step).toPrecision(12))); // the axis always covers the data
     y1 = yt.values[yt.values.length - 1];
     y0 = Math.min(y0, yt.values[0]);
     Y = (y) => m.top + ph - ((y - y0) / (y1 - y0)) * ph;

@@ -116,7 +116,7 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
     const s = data.summary;
     if (s.critical_threshold !== null && s.critical_threshold !== undefined) {
       boxesNote.textContent = `Boxed: the worst ${fmtInt(s.boxed.length)} of ${plural(s.critical, "row")} whose level ` +
-        `(p95 of every logged point of the row, ${data.rank !== null ? `rank ${data.rank}` : "max over ranks"}) is at or above ` +
+        `(p95 of every logged point of the row, ${data.rank !== null ? `rank ${data.rank}` : run.ranks > 1 ? "max over ranks" : "rank 0"}) is at or above ` +
         `${fmtPct(s.critical_threshold, 1)}. Findings and the layer table use the same bands on a different level: p95 of the ` +
         "trailing window after warm-up, worst rank, outlier ranks reported apart — so a row boxed here can be ok there.";
     } else {
