@@ -7,13 +7,18 @@
   `/healthz` and `/docs` (with its assets from the wheel), and the base install's client CLI uploads the
   BioNeMo ESM-2 fixture and waits until it is ingested.
 
-Dependencies come from the configured package indexes (pip's cache and local mirrors make it quick); every
-command runs from a temporary cwd with a scrubbed environment so neither the checkout nor the editable
-install of the dev venv can be imported by accident.
+Dependencies come from the configured package indexes; every command runs from a temporary cwd with a
+scrubbed environment so neither the checkout nor the editable install of the dev venv can be imported by
+accident. The server's ~700 MB of dependencies are installed once per dependency set into a template venv
+under ~/.cache/fp8-policy-tests (outside the source tree; keyed by the wheel's Requires-Dist and the Python
+version); each session hard-links a copy of it and installs the freshly built wheel into the copy with
+`--no-deps`: the same files a fresh `pip install <wheel>[server]` gives, without re-unpacking them.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
 import re
@@ -22,6 +27,7 @@ import socket
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,11 +71,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _venv(where: Path, requirement: str) -> Path:
+def _venv(where: Path, requirement: str, *, compile_: bool = False) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=120)
     python = where / "bin" / "python"
-    done = _run([str(python), "-m", "pip", "install", "--quiet", "--no-compile", requirement], where.parent,
-                timeout=540)
+    flags = [] if compile_ else ["--no-compile"]
+    done = _run([str(python), "-m", "pip", "install", "--quiet", *flags, requirement], where.parent, timeout=540)
     assert done.returncode == 0, done.stderr[-3000:]
     return python
 
@@ -79,9 +85,54 @@ def base(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
     return _venv(tmp_path_factory.mktemp("base") / "venv", str(wheel))
 
 
+def _dependency_key(wheel: Path, extra: str) -> str:
+    """What decides a template venv's content: the Python version and the wheel's Requires-Dist lines."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        requires = sorted(line for line in archive.read(name).decode().splitlines() if line.startswith("Requires-Dist:"))
+    return hashlib.sha256("\n".join([sys.version, extra, *requires]).encode()).hexdigest()[:16]
+
+
+def _template(wheel: Path, extra: str) -> Path:
+    """A venv holding exactly `<wheel>[extra]`'s dependencies (the wheel itself uninstalled again), built once."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fp8-policy-tests"
+    cache.mkdir(parents=True, exist_ok=True)
+    template = cache / f"{extra}-{_dependency_key(wheel, extra)}"
+    with (cache / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent test sessions build it once
+        if not (template / ".complete").exists():
+            for stale in cache.glob(f"{extra}-*"):
+                shutil.rmtree(stale, ignore_errors=True)
+            python = _venv(template, f"{wheel}[{extra}]", compile_=True)  # .pyc files get linked too
+            removed = _run([str(python), "-m", "pip", "uninstall", "--quiet", "--yes", "fp8-policy"], cache)
+            assert removed.returncode == 0, removed.stderr[-3000:]
+            (template / ".complete").touch()
+    return template
+
+
+def _copy(template: Path, where: Path) -> None:
+    """Hard links where the file system allows them (nothing writes into the template's files), else copies."""
+    try:
+        shutil.copytree(template, where, symlinks=True, copy_function=os.link)
+    except (OSError, shutil.Error):
+        shutil.rmtree(where, ignore_errors=True)
+        shutil.copytree(template, where, symlinks=True)
+
+
 @pytest.fixture(scope="module")
 def server_venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
-    return _venv(tmp_path_factory.mktemp("server") / "venv", f"{wheel}[server]")
+    where = tmp_path_factory.mktemp("server") / "venv"
+    _copy(_template(wheel, "server"), where)
+    python = where / "bin" / "python"
+    done = _run([str(python), "-m", "pip", "install", "--quiet", "--no-compile", "--no-deps", str(wheel)],
+                where.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    checked = _run([str(python), "-m", "pip", "check"], where.parent)
+    assert checked.returncode == 0, checked.stdout[-3000:]
+    extra = _run([str(python), "-c", "from fp8_policy.cli import missing_server_requirements as m; print(m())"],
+                 where.parent)
+    assert extra.stdout.strip() == "[]", extra.stdout + extra.stderr  # every requirement of [server] is there
+    return python
 
 
 def test_the_base_install_is_the_client_and_nothing_of_the_server(base: Path, tmp_path: Path) -> None:
