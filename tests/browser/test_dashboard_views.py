@@ -241,7 +241,17 @@ def test_interactive_heatmap_hover_and_click(page, live_server, seeded_runs, sho
     page.mouse.click(box["x"] + box["width"] * 0.45, y)
     expect(page.locator("#layer-chart .chart-head")).to_contain_text("model.lm_head")
     expect(page).to_have_url(re.compile(r"layer=model\.lm_head"))
-    shot(page.locator("#heatmap"), "views-05-heatmap")
+
+    # Keyboard: End goes to the last row, ArrowUp to the one above, Enter plots it.
+    canvas.focus()
+    page.keyboard.press("End")
+    expect(tip).to_contain_text(layout["rows"][-1]["layer"])
+    page.keyboard.press("ArrowUp")
+    above = layout["rows"][-2]["layer"]
+    expect(tip.locator(".tip-head")).to_have_text(above)
+    page.keyboard.press("Enter")
+    expect(page.locator("#layer-chart .chart-head")).to_contain_text(above)
+    shot(page, "views-05-heatmap")
 
 
 def test_layer_chart_log_scale_and_smoothing(page, live_server, seeded_runs):

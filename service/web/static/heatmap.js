@@ -50,7 +50,10 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
   };
   if (view.rank !== "" && !(Number(view.rank) >= 0 && Number(view.rank) < run.ranks)) view.rank = "";
 
-  const canvas = h("canvas", { id: "heatmap-canvas", class: "heatmap-canvas", role: "img", tabindex: "0" });
+  const canvas = h("canvas", {
+    id: "heatmap-canvas", class: "heatmap-canvas", role: "img", tabindex: "0",
+    "aria-label": "Heatmap: hover a cell for its value, click a row to plot it; with the keyboard, ArrowUp/ArrowDown pick a row, Enter plots it",
+  });
   const tip = h("div", { class: "heatmap-tip", hidden: true });
   const status = h("div", { class: "heatmap-status" });
   const frame = h("div", { class: "heatmap-frame heatmap-live", "aria-busy": "true" }, canvas, tip, status);
@@ -75,6 +78,7 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
 
   let data = null;
   let geom = null;
+  let kbRow = -1; // keyboard: ArrowUp/ArrowDown move between rows, Enter plots the row
   let token = 0;
 
   async function load() {
@@ -218,6 +222,13 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
     g.textAlign = "center";
     g.fillText("iteration", left + plotW / 2, top + plotH + 18);
     drawColorBar(g, left + plotW + strip + 24, top, Math.min(220, Math.max(120, plotH)));
+    if (kbRow >= 0 && kbRow < rows.length) { // the row the keyboard is on
+      g.strokeStyle = cssVar("--focus") || "#0b62c4";
+      g.lineWidth = 2;
+      g.setLineDash([4, 3]);
+      g.strokeRect(1, top + kbRow * rowH, left + plotW - 2, rowH);
+      g.setLineDash([]);
+    }
     geom = { left, top, rowH, cw, plotW, plotH, ncol, width };
     canvas.dataset.top = String(top); // for tests and tools that point at a row
     canvas.dataset.rowHeight = String(rowH);
@@ -262,6 +273,24 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
     return { r, c, x, y };
   }
 
+  canvas.addEventListener("keydown", (event) => {
+    if (!data || !geom) return;
+    const moves = { ArrowDown: 1, ArrowUp: -1, Home: -Infinity, End: Infinity };
+    if (event.key in moves) {
+      event.preventDefault();
+      kbRow = Math.max(0, Math.min(data.rows.length - 1, (kbRow < 0 ? -1 : kbRow) + moves[event.key]));
+      if (!Number.isFinite(moves[event.key])) kbRow = moves[event.key] > 0 ? data.rows.length - 1 : 0;
+      draw();
+      showTip({ r: kbRow, c: null, x: geom.left + geom.plotW / 2, y: geom.top + (kbRow + 1) * geom.rowH });
+    } else if (event.key === "Enter" && kbRow >= 0 && onLayer) {
+      event.preventDefault();
+      onLayer(data.rows[kbRow].layer);
+    }
+  });
+  canvas.addEventListener("blur", () => {
+    tip.hidden = true;
+  });
+
   canvas.addEventListener("mousemove", (event) => {
     const hit = cellAt(event);
     if (!hit) {
@@ -269,6 +298,11 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
       canvas.style.cursor = "";
       return;
     }
+    showTip(hit);
+    canvas.style.cursor = "pointer";
+  });
+
+  function showTip(hit) {
     const row = data.rows[hit.r];
     const lines = [h("div", { class: "tip-head mono" }, row.layer)];
     if (hit.c !== null) {
@@ -281,7 +315,7 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
     if (row.level !== null) lines.push(h("div", null, `row level (p95): ${fmtNum(row.level, 4)}${data.stat.includes("%") ? "%" : ""}${row.boxed ? " · boxed" : ""}`));
     if (row.skip) lines.push(h("div", null, "recommended: whole layer in BF16"));
     else if (row.gemm_override) lines.push(h("div", null, `recommended: ${row.gemm_override.join(", ")} in BF16`));
-    lines.push(h("div", { class: "muted small" }, "click: plot this layer"));
+    lines.push(h("div", { class: "muted small" }, hit.c === null ? "Enter: plot this layer" : "click: plot this layer"));
     replace(tip, lines);
     tip.hidden = false;
     const frameRect = frame.getBoundingClientRect();
@@ -289,8 +323,7 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
     const left = canvasRect.left - frameRect.left + hit.x + 14;
     tip.style.left = `${Math.min(left, frame.clientWidth - 260)}px`;
     tip.style.top = `${canvasRect.top - frameRect.top + hit.y + 12}px`;
-    canvas.style.cursor = "pointer";
-  });
+  }
   canvas.addEventListener("mouseleave", () => {
     tip.hidden = true;
   });
