@@ -420,7 +420,8 @@ def watch(log_dir: Path, name: str | None, project: str | None, tags: str | None
     Ranks are picked up as their files appear; when the service is down the new bytes wait and are sent once it
     answers again. Without --pid or --idle-finish, stop with Ctrl-C (the run is finalized then).
     """
-    from fp8_policy.client.live import LiveUploader, watch as watch_loop
+    from fp8_policy.client.live import LiveUploader
+    from fp8_policy.client.live import watch as watch_loop
 
     with _connect(url, token) as client:
         uploader = LiveUploader(log_dir, name=name, project=project or "default",

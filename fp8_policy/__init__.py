@@ -42,7 +42,6 @@ if TYPE_CHECKING:  # `X as X`: explicit re-exports (PEP 484), so type checkers s
     from fp8_policy.client.apply import recipe_from_policy as recipe_from_policy
     from fp8_policy.client.apply import write_te_debug_config as write_te_debug_config
     from fp8_policy.client.client import PolicyClient as PolicyClient
-    from fp8_policy.client.live import LiveUploader as LiveUploader
     from fp8_policy.client.errors import ApiError as ApiError
     from fp8_policy.client.errors import ConnectionFailed as ConnectionFailed
     from fp8_policy.client.errors import Forbidden as Forbidden
@@ -52,6 +51,7 @@ if TYPE_CHECKING:  # `X as X`: explicit re-exports (PEP 484), so type checkers s
     from fp8_policy.client.errors import PolicyError as PolicyError
     from fp8_policy.client.errors import Unauthorized as Unauthorized
     from fp8_policy.client.errors import WaitTimeout as WaitTimeout
+    from fp8_policy.client.live import LiveUploader as LiveUploader
 
 
 def __getattr__(name: str) -> Any:

@@ -13,21 +13,21 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
+from fp8_policy.service.analysis.routes import router as analysis_router
+from fp8_policy.service.analysis.summary import SummaryRefresher
+from fp8_policy.service.auth.routes import AUTH_ERRORS as AUTH_RESPONSES
+from fp8_policy.service.auth.routes import router as auth_router
 from fp8_policy.service.docs.routes import router as docs_router
 from fp8_policy.service.errors import install_error_handlers
 from fp8_policy.service.health import HEALTH_RESPONSES, HealthRead
-from fp8_policy.service.limits import check_request
-from fp8_policy.service.runs.retry import router as retry_router
-from fp8_policy.service.storage import install_storage_handlers, sweep_stale_parts
-from fp8_policy.service.security import BrowserGuard
 from fp8_policy.service.ingest.worker import IngestWorker
-from fp8_policy.service.analysis.routes import router as analysis_router
-from fp8_policy.service.analysis.summary import SummaryRefresher
+from fp8_policy.service.limits import check_request
 from fp8_policy.service.live.routes import router as live_router
-from fp8_policy.service.auth.routes import AUTH_ERRORS as AUTH_RESPONSES
-from fp8_policy.service.auth.routes import router as auth_router
+from fp8_policy.service.runs.retry import router as retry_router
 from fp8_policy.service.runs.routes import router as runs_router
+from fp8_policy.service.security import BrowserGuard
 from fp8_policy.service.settings import Settings, get_settings
+from fp8_policy.service.storage import install_storage_handlers, sweep_stale_parts
 from fp8_policy.service.transport.body import BodyTimeoutMiddleware
 from fp8_policy.service.transport.overload import install_overload_handlers
 from fp8_policy.service.transport.uploads import UploadGate

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +25,15 @@ from fp8_policy.service import limits
 from fp8_policy.service.errors import BadRequest, NotFound, NotReady
 from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
-from fp8_policy.service.runs.schemas import LayerRead, RunList, RunRead, RunSummaryRead, SeriesPoints, SeriesRead, StatSummary
+from fp8_policy.service.runs.schemas import (
+    LayerRead,
+    RunList,
+    RunRead,
+    RunSummaryRead,
+    SeriesPoints,
+    SeriesRead,
+    StatSummary,
+)
 
 MAX_TAGS = limits.MAX_TAGS
 

@@ -12,11 +12,11 @@ from fp8_policy.service.auth.deps import ADMIN, READ, UPLOAD, PrincipalDep
 from fp8_policy.service.deps import SessionDep, SettingsDep
 from fp8_policy.service.errors import ErrorBody
 from fp8_policy.service.ingest.upload import ReceivedUpload, new_upload_path, receive_upload
+from fp8_policy.service.limits import check_rank
 from fp8_policy.service.openapi import error_responses
 from fp8_policy.service.runs import actions
-from fp8_policy.service.runs.upload_docs import UPLOAD_OPENAPI
-from fp8_policy.service.limits import check_rank
 from fp8_policy.service.runs.schemas import LayerRead, RunList, RunRead, SeriesRead
+from fp8_policy.service.runs.upload_docs import UPLOAD_OPENAPI
 from fp8_policy.service.settings import Settings
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])

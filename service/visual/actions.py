@@ -30,13 +30,13 @@ from fp8_policy.policy.heatmap import (
     sublayers_of,
     summarize,
 )
-from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, Series
 from fp8_policy.policy.recommend import POLICY_VERSION
+from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, Series
 from fp8_policy.service.analysis.actions import recommendation_for
 from fp8_policy.service.errors import BadRequest
 from fp8_policy.service.runs.actions import get_ready_run
-from fp8_policy.service.visual.params import HeatmapParams, parse_heatmap_params
 from fp8_policy.service.visual.job import Rendered, RenderJob, render_job
+from fp8_policy.service.visual.params import HeatmapParams, parse_heatmap_params
 from fp8_policy.service.visual.render import MEDIA_TYPES, Panel, Style, colormap, fit_columns
 
 _SKIP_CACHE: OrderedDict[tuple, Recommended] = OrderedDict()
