@@ -164,4 +164,3 @@ class ServiceSecret(Base):
 from fp8_policy.db.job_models import IngestJob  # noqa: E402,F401
 from fp8_policy.db.live_models import LiveEventRow, LiveFile, LiveState  # noqa: E402,F401
 from fp8_policy.db.summary_models import RunSummary  # noqa: E402,F401
-from fp8_policy.db.alert_models import AlertDelivery, AlertRule  # noqa: E402,F401
