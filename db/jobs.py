@@ -54,9 +54,14 @@ class JobRepository:
             return False
         return True
 
-    def add_rank_jobs(self, run_id: int, ranks: list[int]) -> None:
-        """One parse-and-store job per rank plus the run's finalize job (claimable once all ranks are done)."""
+    def add_rank_jobs(self, run_id: int, ranks: list[int], done: dict[int, dict] | None = None) -> None:
+        """One parse-and-store job per rank plus the run's finalize job (claimable once all ranks are done);
+        ranks in `done` were stored by the caller's transaction: their job is recorded done with its result."""
+        done = done or {}
         rows = [self._row(run_id, "rank", rank) for rank in ranks] + [self._row(run_id, "finalize", NO_RANK)]
+        for row in rows:
+            if row["kind"] == "rank" and row["rank"] in done:
+                row.update(status="done", attempts=1, result=done[row["rank"]])
         self.session.execute(insert(IngestJob), rows)
 
     def orphaned_runs(self) -> list[int]:
@@ -181,4 +186,4 @@ class JobRepository:
     @staticmethod
     def _row(run_id: int, kind: str, rank: int) -> dict:
         return {"run_id": run_id, "kind": kind, "rank": rank, "status": "queued", "attempts": 0,
-                "created_at": utcnow()}
+                "created_at": utcnow(), "result": None}

@@ -26,13 +26,13 @@ from fp8_policy.db.jobs import ClaimedJob, JobRepository, LeaseLost
 from fp8_policy.db.rank_store import RankStore
 from fp8_policy.db.repositories import IngestCounts, RunRepository
 from fp8_policy.db.session import session_scope
-from fp8_policy.policy.assemble import MAX_NAME_SAMPLES, assemble_run, layer_table
+from fp8_policy.policy.assemble import MAX_NAME_SAMPLES, AssembledRun, assemble_run, layer_table
 from fp8_policy.policy.log_files import classify_log_path
 from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
 from fp8_policy.policy.safe_text import displayable
 from fp8_policy.policy.stats_log import StatsLogError, StatsLogParser
 from fp8_policy.service.ingest.archive import ArchiveError, ExtractLimits
-from fp8_policy.service.ingest.archive.stream import read_members, scan_archive
+from fp8_policy.service.ingest.archive.stream import ChunkedReader, read_members, scan_archive
 from fp8_policy.service.ingest.metadata_codec import metadata_from_json, metadata_to_json
 from fp8_policy.service.ingest.parse import MAX_METADATA_BYTES, IngestError
 from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
@@ -93,57 +93,114 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
             raise LeaseLost(f"run {job.run_id} was deleted")
         key, hint = run.upload_path, run.upload_filename
     metadata = _MetadataReader()
+    first = _FirstRank(ctx.settings)
     with _open_upload(ctx, job.run_id, key) as (src, size):
-        scan = scan_archive(src, size, extract_limits(ctx.settings), hint, on_metadata=metadata.read)
+        scan = scan_archive(src, size, extract_limits(ctx.settings), hint, on_metadata=metadata.read,
+                            on_stats=first.feed)
+    merged = metadata.merged(scan.metadata)
     result = {
         "format": scan.format, "skipped_members": scan.skipped_members, "skipped_samples": scan.skipped_samples,
         "stats": {str(rank): files for rank, files in scan.stats.items()},
-        "metadata_log": metadata_to_json(metadata.merged(scan.metadata)),
+        "metadata_log": metadata_to_json(merged),
         "metadata_reports": metadata.reports(scan.metadata),
     }
+    stored = first.result(scan.stats, merged)  # (rank, assembled, rank result) or None
     with session_scope(ctx.factory) as session:
         jobs = JobRepository(session)
         jobs.complete(job, ctx.owner, result)
-        RankStore(session).clear_metrics(job.run_id)  # an earlier, interrupted ingest of the same run
-        jobs.add_rank_jobs(job.run_id, sorted(scan.stats))
-    log.info("run %s: %s rank(s) queued", job.run_id, len(scan.stats))
+        store = RankStore(session)
+        store.clear_metrics(job.run_id)  # an earlier, interrupted ingest of the same run
+        jobs.add_rank_jobs(job.run_id, sorted(scan.stats), done={stored[0]: stored[2]} if stored else None)
+        if stored is not None:
+            _store_series(store, job.run_id, stored[0], stored[1])
+    log.info("run %s: %s rank(s) queued%s", job.run_id, len(scan.stats),
+             f", rank {stored[0]} stored while scanning" if stored else "")
+
+
+class _FirstRank:
+    """The plan job's scan reads every byte anyway: it parses the first statistics file it meets, and when that
+    file is its rank's only one, stores that rank itself (a single-rank upload is then decompressed once).
+    Any parse error is left to the rank job, which reports it with the rank."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.streamed: str | None = None
+        self.parse: _RankParse | None = None
+
+    def feed(self, streamed: str, stream: IO[bytes]) -> None:
+        if self.streamed is not None:
+            return
+        self.streamed = streamed
+        logfile = classify_log_path(streamed)
+        if logfile is None:
+            return
+        parse = _RankParse(self.settings, logfile.rank)
+        try:
+            parse.feed(ChunkedReader(stream), streamed)  # type: ignore[arg-type]
+        except StatsLogError:
+            return
+        self.parse = parse
+
+    def result(self, stats: dict[int, list[tuple[str, str]]], metadata: MetadataLog):
+        parse = self.parse
+        if parse is None or [streamed for _m, streamed in stats.get(parse.rank, [])] != [self.streamed]:
+            return None
+        parse.reports[0]["path"] = stats[parse.rank][0][0]  # the member's name, as rank jobs report it
+        assembled, result = parse.finish(metadata)
+        return parse.rank, assembled, result
 
 
 # --- rank --------------------------------------------------------------------------------------
+class _RankParse:
+    """One rank's statistics files, fed in session order, summarised into its series and its report."""
+
+    def __init__(self, settings: Settings, rank: int) -> None:
+        self.rank = rank
+        self.parser = StatsLogParser(max_line_bytes=settings.max_line_bytes, workers=settings.parse_threads)
+        self.reports: list[dict] = []
+
+    def feed(self, stream: IO[bytes], source: str) -> None:
+        report = self.parser.feed(stream, source)
+        self.reports.append({"path": report.source, "rank": self.rank, "kind": "stats",
+                             "lines_read": report.lines_read, "stats_lines": report.stats_lines,
+                             "blank_lines": report.blank_lines, "skipped_lines": report.skipped_lines,
+                             "skipped_samples": report.skipped_samples})
+
+    def finish(self, metadata: MetadataLog) -> tuple[AssembledRun, dict]:
+        parsed = self.parser.finish()
+        self.parser = None  # type: ignore[assignment]  # its buffers go before the series are stored
+        assembled = assemble_run({self.rank: parsed}, metadata)
+        reports = self.reports
+        result = {
+            "files": reports, "lines_read": sum(r["lines_read"] for r in reports),
+            "lines_skipped": sum(r["skipped_lines"] for r in reports),
+            "lines_blank": sum(r["blank_lines"] for r in reports), "lines_duplicated": parsed.duplicated_points,
+            "unsplit_names": assembled.unsplit_names, "unsplit_points": assembled.unsplit_points,
+        }
+        return assembled, result
+
+
 def ingest_rank(ctx: JobContext, job: ClaimedJob) -> None:
     key, hint, plan = _run_and_plan(ctx, job.run_id)
     files = plan["stats"][str(job.rank)]
     member_of = {streamed: member for member, streamed in files}
-    parser = StatsLogParser(max_line_bytes=ctx.settings.max_line_bytes, workers=ctx.settings.parse_threads)
-    reports: list[dict] = []
-
-    def on_stats(streamed: str, stream: IO[bytes]) -> None:
-        report = parser.feed(stream, member_of[streamed])  # noqa: F821 (called before the `del parser` below)
-        reports.append({"path": report.source, "rank": job.rank, "kind": "stats", "lines_read": report.lines_read,
-                        "stats_lines": report.stats_lines, "blank_lines": report.blank_lines,
-                        "skipped_lines": report.skipped_lines, "skipped_samples": report.skipped_samples})
-
+    parse = _RankParse(ctx.settings, job.rank)
     with _open_upload(ctx, job.run_id, key) as (src, size):
         read_members(src, size, extract_limits(ctx.settings), hint, stats=[s for _m, s in files],
-                     on_stats=on_stats, spill_dir=_spill_dir(ctx))
-    parsed = parser.finish()
-    duplicated = parsed.duplicated_points
-    assembled = assemble_run({job.rank: parsed}, metadata_from_json(plan["metadata_log"]))
-    del parsed, parser
-    result = {
-        "files": reports, "lines_read": sum(r["lines_read"] for r in reports),
-        "lines_skipped": sum(r["skipped_lines"] for r in reports),
-        "lines_blank": sum(r["blank_lines"] for r in reports), "lines_duplicated": duplicated,
-        "unsplit_names": assembled.unsplit_names, "unsplit_points": assembled.unsplit_points,
-    }
+                     on_stats=lambda streamed, stream: parse.feed(stream, member_of[streamed]),
+                     spill_dir=_spill_dir(ctx))
+    assembled, result = parse.finish(metadata_from_json(plan["metadata_log"]))
     with session_scope(ctx.factory) as session:
         JobRepository(session).complete(job, ctx.owner, result)
         _require_processing(session, job)
-        store = RankStore(session)
-        layer_ids = store.ensure_layers(job.run_id, (s.metric.layer for s in assembled.series))
-        store.replace_rank(job.run_id, job.rank, assembled.series, layer_ids)
+        _store_series(RankStore(session), job.run_id, job.rank, assembled)
     log.info("run %s rank %s stored: %s series, %s points", job.run_id, job.rank, len(assembled.series),
              assembled.points)
+
+
+def _store_series(store: RankStore, run_id: int, rank: int, assembled: AssembledRun) -> None:
+    layer_ids = store.ensure_layers(run_id, (s.metric.layer for s in assembled.series))
+    store.replace_rank(run_id, rank, assembled.series, layer_ids)
 
 
 # --- finalize ----------------------------------------------------------------------------------

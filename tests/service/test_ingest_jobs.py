@@ -121,6 +121,34 @@ class TestPerRankJobs:
         assert series["series"][0]["values"] == [2.0]
 
 
+class TestPlanStoresTheFirstRank:
+    def test_a_single_rank_upload_is_decompressed_once_by_the_plan_job(self, make_client, db_engine: Engine,
+                                                                       project: str, tmp_path: Path) -> None:
+        client = make_client(**FAST)
+        run = wait_for_run(client, upload(client, tree_tar_gz(multi_rank_tree(tmp_path / "logs", 1)), project))
+
+        assert (run["status"], run["points"], run["lines_read"]) == ("ready", 10, 10)
+        with Session(db_engine) as session:
+            jobs = {(j.kind, j.rank): (j.status, j.attempts) for j in JobRepository(session).jobs_of(run["id"])}
+        assert jobs == {("plan", -1): ("done", 1), ("rank", 0): ("done", 1), ("finalize", -1): ("done", 1)}
+        assert [f["path"] for f in run["ingest_report"]["files"] if f["kind"] == "stats"] == [
+            "rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log"]
+
+    def test_a_first_rank_with_two_sessions_is_left_to_its_rank_job(self, make_client, project: str,
+                                                                     tmp_path: Path) -> None:
+        from tests.archives import stats_log
+        old = stats_log([("model.layers.1.fc1_activation_underflows%", 0, 1.0)])
+        new = stats_log([("model.layers.1.fc1_activation_underflows%", 0, 2.0)])
+        tree = write_tree(tmp_path / "logs", {stats_relpath(0, stamp="20260101_000000"): old,
+                                              stats_relpath(0): new})
+        client = make_client(**FAST)
+        run = wait_for_run(client, upload(client, tree_tar_gz(tree), project))
+        series = client.get(f"/api/v1/runs/{run['id']}/series", params={
+            "layer": "model.layers.1.fc1", "tensor": "activation", "stat": "underflows%"}).json()
+
+        assert (run["status"], run["lines_duplicated"], series["series"][0]["values"]) == ("ready", 1, [2.0])
+
+
 class TestRetriesAndLeases:
     def _context(self, settings: Settings, engine: Engine, owner: str) -> JobContext:
         return JobContext(create_session_factory(engine), settings, ArchiveStore(str(settings.data_dir)), owner)
@@ -133,7 +161,7 @@ class TestRetriesAndLeases:
 
     def test_a_rank_job_run_twice_stores_its_series_once(self, app_settings: Settings, db_engine: Engine,
                                                          project: str, tmp_path: Path) -> None:
-        run_id = plant(app_settings, db_engine, project, tree_tar_gz(multi_rank_tree(tmp_path / "t", 1, layers=2)))
+        run_id = plant(app_settings, db_engine, project, tree_tar_gz(multi_rank_tree(tmp_path / "t", 2, layers=2)))
         first = self._context(app_settings, db_engine, f"first-{project}")
         second = self._context(app_settings, db_engine, f"second-{project}")
         with session_scope(first.factory) as session:
@@ -148,15 +176,15 @@ class TestRetriesAndLeases:
         run_job(second, again)
         run_job(second, self._claim(second, "finalize"))
 
-        assert (again.id, again.attempts) == (rank_job.id, 2)
-        assert row_counts(db_engine, run_id) == {"runs": 1, "run_tags": 0, "layers": 2, "series": 2}
+        assert (again.id, again.rank, again.attempts) == (rank_job.id, 1, 2)  # rank 0 was stored by the plan job
+        assert row_counts(db_engine, run_id) == {"runs": 1, "run_tags": 0, "layers": 2, "series": 4}
         with Session(db_engine) as session:
             points = session.scalar(select(func.sum(Series.count)).where(Series.run_id == run_id))
-        assert points == 10
+        assert points == 20
 
     def test_a_worker_whose_lease_was_taken_over_stores_nothing(self, app_settings: Settings, db_engine: Engine,
                                                                 project: str, tmp_path: Path) -> None:
-        run_id = plant(app_settings, db_engine, project, tree_tar_gz(multi_rank_tree(tmp_path / "t", 1)))
+        run_id = plant(app_settings, db_engine, project, tree_tar_gz(multi_rank_tree(tmp_path / "t", 2)))
         slow = self._context(app_settings, db_engine, f"slow-{project}")
         with session_scope(slow.factory) as session:
             JobRepository(session).enqueue_plan(run_id)
@@ -167,9 +195,9 @@ class TestRetriesAndLeases:
 
         run_job(slow, held)
 
-        assert row_counts(db_engine, run_id)["series"] == 0
-        assert [(k, s) for k, _r, s in jobs_of(db_engine, run_id)] == [("plan", "done"), ("rank", "doing"),
-                                                                       ("finalize", "queued")]
+        assert row_counts(db_engine, run_id)["series"] == 2  # rank 0's, stored by the plan job; none of rank 1
+        assert jobs_of(db_engine, run_id) == [("plan", -1, "done"), ("rank", 0, "done"), ("rank", 1, "doing"),
+                                              ("finalize", -1, "queued")]
 
     def test_a_job_started_too_often_fails_the_run(self, app_settings: Settings, db_engine: Engine,
                                                    project: str, tmp_path: Path) -> None:
