@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from fp8_policy.collect import FP8StatsCollector, options_from_te_config, quantization_stats, quantization_sums
 from fp8_policy.client.collect.stats import QuantSums
+from fp8_policy.collect import FP8StatsCollector, options_from_te_config, quantization_stats, quantization_sums
 
 STATS_LINE = re.compile(r"^\S+ \S+ - INFO - (?P<name>.+?) \t\t\t\t iteration=(?P<it>\d{6,}) \t\t\t\t "
                         r"value=(?P<value>\S+)$")
@@ -249,9 +249,8 @@ class TestLogFiles:
             assert not [h for h in logging.getLogger(name).handlers if isinstance(h, logging.FileHandler)]
 
     def test_only_one_collector_at_a_time(self, tmp_path: Path) -> None:
-        with FP8StatsCollector(nn.Linear(4, 4), tmp_path / "a"):
-            with pytest.raises(RuntimeError, match="another collector"):
-                FP8StatsCollector(nn.Linear(4, 4), tmp_path / "b").start()
+        with FP8StatsCollector(nn.Linear(4, 4), tmp_path / "a"), pytest.raises(RuntimeError, match="another"):
+            FP8StatsCollector(nn.Linear(4, 4), tmp_path / "b").start()
 
     def test_options_from_a_te_yaml_section(self, tmp_path: Path) -> None:
         config = tmp_path / "fp8_stats.yaml"

@@ -98,7 +98,7 @@ def test_collector_logs_ingest_with_zero_skipped_lines(client: TestClient, proje
     assert set(layers) == {*body, "model.output_layer"}
     for name in body:
         assert (layers[name]["precision"], layers[name]["fp8"], layers[name]["has_fp8_stats"]) == ("fp8", True, True)
-        assert layers[name]["plans"] == {key: "Quantize" for key in PLAN_KEYS}
+        assert layers[name]["plans"] == dict.fromkeys(PLAN_KEYS, "Quantize")
         assert {s["tensor"] for s in layers[name]["stats"]} == {"activation", "weight", "gradient"}
     head = layers["model.output_layer"]
     assert (head["group"], head["precision"], head["fp8"], head["stats"]) == ("head", "high", False, [])
