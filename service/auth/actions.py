@@ -102,7 +102,7 @@ def verify_token(session: Session, hasher: TokenHasher, presented: str) -> Princ
     digest = hasher.digest(presented)  # computed for every presented token, found or not
     prefix = prefix_of(presented)
     repo = TokenRepository(session)
-    row = repo.by_prefix(prefix) if prefix else None
+    row = repo.credentials_by_prefix(prefix) if prefix else None
     if row is None or not hmac.compare_digest(digest, row.token_hash):
         if row is not None and row.key_id != hasher.key_id:
             log.warning("token %r was created under another key (key id %s, this process uses %s): check that "
