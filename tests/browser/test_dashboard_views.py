@@ -284,7 +284,8 @@ def test_settings_recompute_the_analysis_and_recommendation(page, live_server, s
     assert req.value.post_data_json == {"thresholds": {"warning": 0.05, "critical": 0.1, "severe": 0.2},
                                         "gpu": "B200", "te_version": "2.8"}
     expect(page).to_have_url(re.compile(r"critical=0\.1.*gpu=B200.*te=2\.8"))
-    expect(page.locator("#findings .card-sub")).to_contain_text("critical ≥ 0.1%")
+    expect(page.locator("#findings .card-sub")).to_contain_text("warning ≥ 0.05%, critical ≥ 0.1%")
+    expect(page.locator("#settings-summary")).to_contain_text("warning 0.05%")
     expect(page.locator(".head-sev .badge")).to_have_text("severe")  # every layer is now above 0.2 %
     expect(page.locator("#recommendation .card-sub")).to_contain_text("recomputed with the settings")
     expect(page.locator("#settings-summary")).to_contain_text("GPU B200")

@@ -1,7 +1,7 @@
 // Run page: the findings card (severity, summary, layer chips, evidence table per finding).
 
 import { h, replace } from "./dom.js";
-import { fmtNum, fmtPct, plural, patternLabel } from "./format.js";
+import { fmtNum, plural, patternLabel } from "./format.js";
 import { sevBadge, card } from "./widgets.js";
 
 const EVIDENCE_COLUMNS = [
@@ -56,7 +56,7 @@ export function findingsCard(analysis, onLayer) {
   const t = analysis.thresholds || {};
   return card(`Findings (${findings.length})`, {
     id: "findings",
-    subtitle: `Underflow bands: warning ≥ ${fmtPct(t.warning, 1)}, critical ≥ ${fmtPct(t.critical, 1)}, severe ≥ ${fmtPct(t.severe, 1)}; ` +
+    subtitle: `Underflow bands: warning ≥ ${fmtNum(t.warning)}%, critical ≥ ${fmtNum(t.critical)}%, severe ≥ ${fmtNum(t.severe)}%; ` +
       `a layer's level is the ${analysis.stats && analysis.stats.level_rule ? analysis.stats.level_rule : "p95 of the trailing window after warm-up, worst rank"}` +
       `${analysis.stats && analysis.stats.rank_outlier_series_excluded ? " (ranks reported as outliers left out)" : ""}.`,
   }, list, notes);

@@ -6,7 +6,7 @@ import { TENSORS } from "./constants.js";
 import { sevColors, onThemeChange } from "./colors.js";
 import { h, replace } from "./dom.js";
 import { API, api, qs, errorBox } from "./api.js";
-import { fmtInt, fmtNum, fmtPct, plural } from "./format.js";
+import { fmtInt, fmtNum, plural } from "./format.js";
 import { card, selectField, loading } from "./widgets.js";
 
 const BOX = "#0a6cff"; // the images' box colour (service/visual/style.py)
@@ -121,7 +121,7 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
     if (s.critical_threshold !== null && s.critical_threshold !== undefined) {
       boxesNote.textContent = `Boxed: the worst ${fmtInt(s.boxed.length)} of ${plural(s.critical, "row")} whose level ` +
         `(p95 of every logged point of the row, ${data.rank !== null ? `rank ${data.rank}` : run.ranks > 1 ? "max over ranks" : "rank 0"}) is at or above ` +
-        `${fmtPct(s.critical_threshold, 1)}. Findings and the layer table use the same bands on a different level: p95 of the ` +
+        `${fmtNum(s.critical_threshold)}%. Findings and the layer table use the same bands on a different level: p95 of the ` +
         "trailing window after warm-up, worst rank, outlier ranks reported apart — so a row boxed here can be ok there.";
     } else {
       boxesNote.textContent = "No severity bands for this stat (they are defined for underflows% and overflows%).";

@@ -7,7 +7,7 @@
 
 import { TERMINAL } from "./constants.js";
 import { h, replace, $ } from "./dom.js";
-import { fmtInt, fmtBytes, fmtDate, fmtAgo, fmtDuration, fmtPct, plural, runLabel, patternLabel } from "./format.js";
+import { fmtInt, fmtNum, fmtBytes, fmtDate, fmtAgo, fmtDuration, fmtPct, plural, runLabel, patternLabel } from "./format.js";
 import { API, api, qs, errorBox, analysisOf, overallSeverity } from "./api.js";
 import { sevBadge, statusBadge, chip, figure, card, loading } from "./widgets.js";
 import { route, go, setTitle } from "./router.js";
@@ -145,7 +145,7 @@ function settingsForm(run, state, thresholds, options) {
   return h("details", { class: "card details-card settings-card", id: "settings", open: custom ? true : null },
     h("summary", null, h("span", { class: "summary-title" }, "Settings"),
       h("span", { class: "muted small", id: "settings-summary" }, custom
-        ? ` custom: ${[...Object.entries(thresholds).map(([k, v]) => `${k} ${fmtPct(Number(v), 1)}`), options.gpu ? `GPU ${options.gpu}` : null,
+        ? ` custom: ${[...Object.entries(thresholds).map(([k, v]) => `${k} ${fmtNum(Number(v))}%`), options.gpu ? `GPU ${options.gpu}` : null,
           options.te_version ? `TE ${options.te_version}` : null].filter(Boolean).join(", ")}`
         : " default thresholds (0.5 / 2 / 4 %), GPU and TE version from the run's metadata")),
     h("div", { class: "card-body" }, form));
