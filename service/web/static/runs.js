@@ -72,7 +72,7 @@ export async function runsView(ctx, query) {
     selectField("Project", "filter-project", [["", "All projects"], ...projects.map((p) => [p, p])], filters.project,
       (v) => setFilter("project", v)),
     selectField("Tag", "filter-tag", [["", "Any tag"], ...tags.map((t) => [t, t])], filters.tag, (v) => setFilter("tag", v)),
-    selectField("Status", "filter-status", [["", "Any status"], ...["ready", "processing", "queued", "failed"].map((x) => [x, x])],
+    selectField("Status", "filter-status", [["", "Any status"], ...["live", "ready", "processing", "queued", "failed"].map((x) => [x, x])],
       filters.status, (v) => setFilter("status", v)),
     filtered || state.q ? h("button", { type: "button", class: "btn btn-ghost", onclick: () => go("/runs") }, "Clear filters") : null);
 
@@ -269,7 +269,7 @@ export async function runsView(ctx, query) {
     ctx.later(async () => {
       polling = false;
       try {
-        const fresh = await api(`/runs${qs({ ...filters, limit: Math.max(PAGE, items.length) })}`, { signal: ctx.signal });
+        const fresh = await api(`/runs${qs({ ...filters, limit: PAGE })}`, { signal: ctx.signal }); // the newest page (API max)
         const byId = new Map(fresh.items.map((r) => [r.id, r]));
         const known = new Set(items.map((r) => r.id));
         let changed = false;
