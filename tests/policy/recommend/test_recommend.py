@@ -11,7 +11,7 @@ from fp8_policy.policy.recommend import POLICY_VERSION, ModelDims, RecommendOpti
 from tests.policy.analysis.factories import FAMILIES, Spec, build_run, name, plant, ramp
 
 KEYS = {"fp8_skip_layers", "gemm_overrides", "recipe", "megatron", "expected_cost", "rationale", "confidence",
-        "policy_version", "findings", "formats"}
+        "policy_version", "findings", "formats", "history"}
 SUBS = tuple(FAMILIES["megatron"]["subs"])  # type: ignore[arg-type]
 
 
@@ -81,7 +81,7 @@ def test_boundary_rationale_mentions_the_boundary() -> None:
     spec = Spec(family="esm2", n_blocks=12, bf16_blocks=(11, 12))
     plant(spec, [name("esm2", 10, "fc2")], "activation", ramp(8.0, 18.0))
     result = recommend(build_run(spec), None, RecommendOptions(current_recipe="current"))
-    assert any(line.startswith("Boundary effect at") and "re-check the new last FP8 layer" in line
+    assert any(line.startswith("Boundary effect at") and "do not answer it with more BF16 blocks" in line
                for line in result.rationale)
     assert result.megatron["first_last_layers_bf16"] is True and result.megatron["num_layers_at_end_in_bf16"] == 2
     assert "boundary" in result.decision.gemm_overrides[0].reason
