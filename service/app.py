@@ -22,7 +22,10 @@ from fp8_policy.service.errors import install_error_handlers
 from fp8_policy.service.health import HEALTH_RESPONSES, HealthRead
 from fp8_policy.service.ingest.worker import IngestWorker
 from fp8_policy.service.limits import check_request
+from fp8_policy.service.live.heatmap_routes import router as live_heatmap_router
 from fp8_policy.service.live.routes import router as live_router
+from fp8_policy.service.alerts.routes import router as alerts_router
+from fp8_policy.service.alerts.sender import AlertSender
 from fp8_policy.service.runs.retry import router as retry_router
 from fp8_policy.service.runs.routes import router as runs_router
 from fp8_policy.service.security import BrowserGuard
@@ -66,6 +69,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     summaries = SummaryRefresher(factory)
     app.state.summaries = summaries
     summaries.catch_up()  # runs stored before a policy-version change get their summary recomputed
+    alerts = AlertSender(factory, poll_seconds=settings.alert_poll_seconds)
+    app.state.alerts = alerts
     if settings.load_demo:
         from fp8_policy.service.demo import load_demo_runs
 
@@ -76,6 +81,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.renderer.close()
         worker.shutdown()
         summaries.stop()
+        alerts.stop()
         engine.dispose()
 
 
@@ -102,6 +108,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(analysis_router, responses=AUTH_RESPONSES)
     app.include_router(visual_router, responses=AUTH_RESPONSES)
     app.include_router(live_router, responses=AUTH_RESPONSES)
+    app.include_router(alerts_router, responses=AUTH_RESPONSES)
+    app.include_router(live_heatmap_router, responses=AUTH_RESPONSES)
     app.include_router(auth_router)
     app.include_router(web_router)
     app.include_router(docs_router)

@@ -1,0 +1,203 @@
+"""The heatmap of a live run, from the statistics received so far: the same shape as a stored run's heatmap.json.
+
+A live run has no layers or series in the database yet: its statistics logs lie under
+`<data_dir>/live/<run_id>/` (service/live/actions.py). `LiveHeatmaps` keeps, per run, the points parsed so far
+(`policy.stats_log.StatsLogParser` over each file's new whole lines only, so a poll costs the new bytes) and the
+layout last answered, keyed by the acknowledged file sizes and the parameters: a poll that finds no new bytes is
+answered from memory. The matrix, summary and geometry come from `policy.heatmap` exactly as for a stored run;
+there is no recommendation while live, so nothing is marked to skip.
+
+Memory: the points of every series parsed so far (16 bytes a point) for the few most recently polled runs.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fp8_policy.db.live import LiveFileRecord
+from fp8_policy.policy.assemble import layer_table
+from fp8_policy.policy.heatmap import build_matrix, is_percent_stat, sublayers_of, summarize
+from fp8_policy.policy.log_files import classify_log_path
+from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
+from fp8_policy.policy.names import split_metric_name
+from fp8_policy.policy.records import MetricName, Series
+from fp8_policy.policy.stats_log import NoStatsLines, StatsLogParser
+from fp8_policy.service.errors import BadRequest
+from fp8_policy.service.visual.actions import cell_values, colormap_stops, geometry_for, style_for
+from fp8_policy.service.visual.params import HeatmapParams
+
+MAX_RUNS = 4  # runs whose parsed points stay in memory (the ones being watched)
+MAX_LAYOUTS = 16  # answered layouts kept per run (parameter combinations polled)
+
+
+@dataclass(slots=True)
+class _FileProgress:
+    parsed: int = 0  # bytes of whole lines parsed
+
+
+@dataclass(slots=True)
+class _RunPoints:
+    """Everything parsed from one live run so far."""
+
+    files: dict[str, _FileProgress] = field(default_factory=dict)
+    points: dict[tuple[int, str], list[tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)  # (rank, name)
+    metadata_sizes: dict[str, int] = field(default_factory=dict)
+    metadata: MetadataLog = field(default_factory=MetadataLog)
+    layouts: OrderedDict[tuple, dict] = field(default_factory=OrderedDict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class LiveHeatmaps:
+    """Per-process cache of live runs' parsed statistics and answered layouts (thread-safe)."""
+
+    def __init__(self, max_runs: int = MAX_RUNS) -> None:
+        self._runs: OrderedDict[int, _RunPoints] = OrderedDict()
+        self._guard = threading.Lock()
+        self._max_runs = max_runs
+
+    def _run(self, run_id: int) -> _RunPoints:
+        with self._guard:
+            state = self._runs.get(run_id)
+            if state is None:
+                state = self._runs[run_id] = _RunPoints()
+            self._runs.move_to_end(run_id)
+            while len(self._runs) > self._max_runs:
+                self._runs.popitem(last=False)
+            return state
+
+    def forget(self, run_id: int) -> None:
+        with self._guard:
+            self._runs.pop(run_id, None)
+
+    def layout(self, run_id: int, root: Path, files: list[LiveFileRecord], params: HeatmapParams,
+               cell_columns: int) -> dict[str, Any]:
+        """heatmap.json of the live run whose received files (`files`, acknowledged sizes) lie under `root`."""
+        state = self._run(run_id)
+        sizes = tuple((f.path, f.size) for f in files if f.kind in ("stats", "metadata"))
+        key = (sizes, params, cell_columns)
+        with state.lock:
+            cached = state.layouts.get(key)
+            if cached is not None:
+                state.layouts.move_to_end(key)
+                return cached
+            for f in files:
+                if f.kind == "stats":
+                    _parse_new_lines(state, root / f.path, f.path, f.size)
+                elif f.kind == "metadata" and state.metadata_sizes.get(f.path) != f.size:
+                    state.metadata_sizes[f.path] = f.size
+                    state.metadata = _read_metadata(root, state.metadata_sizes)
+            answer = _layout(run_id, state, params, cell_columns)
+            state.layouts[key] = answer
+            while len(state.layouts) > MAX_LAYOUTS:
+                state.layouts.popitem(last=False)
+            return answer
+
+
+def _parse_new_lines(state: _RunPoints, disk: Path, path: str, size: int) -> None:
+    """Parse the whole lines between the last parsed byte and `size` (the acknowledged bytes) of one stats file."""
+    progress = state.files.setdefault(path, _FileProgress())
+    if size <= progress.parsed:
+        return
+    with open(disk, "rb") as handle:
+        handle.seek(progress.parsed)
+        new = handle.read(size - progress.parsed)
+    cut = new.rfind(b"\n")
+    if cut < 0:
+        return
+    progress.parsed += cut + 1
+    log = classify_log_path(path)
+    rank = log.rank if log is not None else 0
+    parser = StatsLogParser(workers=1)
+    try:
+        parser.feed(io.BytesIO(new[: cut + 1]), path)
+    except NoStatsLines:
+        return
+    parsed = parser.finish()
+    for k, name in enumerate(parsed.names):
+        its, vals = parsed.series(k)
+        state.points.setdefault((rank, name), []).append((its.copy(), vals.copy()))
+
+
+def _read_metadata(root: Path, sizes: dict[str, int]) -> MetadataLog:
+    logs = []
+    for path, size in sorted(sizes.items()):
+        with open(root / path, "rb") as handle:
+            text = handle.read(size).decode("utf-8", errors="replace")
+        logs.append(parse_metadata_lines(text[: text.rfind("\n") + 1]))
+    return merge_metadata(logs)
+
+
+def _series(chunks: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """One series from its parsed pieces (merged in place): sorted by iteration, the last point of an iteration
+    wins, as the ingest keeps it (policy/stats_log.py)."""
+    if len(chunks) > 1:
+        its = np.concatenate([c[0] for c in chunks])
+        vals = np.concatenate([c[1] for c in chunks])
+        if its.shape[0] > 1 and not bool(np.all(its[1:] > its[:-1])):
+            order = np.argsort(its, kind="stable")
+            its, vals = its[order], vals[order]
+            keep = np.ones(its.shape[0], dtype=bool)
+            keep[:-1] = its[1:] != its[:-1]
+            its, vals = its[keep], vals[keep]
+        chunks[:] = [(its, vals)]
+    return chunks[0]
+
+
+def _layout(run_id: int, state: _RunPoints, params: HeatmapParams, cell_columns: int) -> dict[str, Any]:
+    known = state.metadata.known_layers()
+    metrics: dict[str, MetricName | None] = {}
+    for _rank, name in state.points:
+        if name not in metrics:
+            metrics[name] = split_metric_name(name, known)
+    facts = [(m.layer, m.stat, m.recipe) for m in metrics.values() if m is not None]
+    infos = [layer.info for layer in layer_table(facts, state.metadata)]
+    ranks = sorted({rank for rank, _ in state.points})
+    if not state.points:
+        raise BadRequest(f"live run {run_id} has no statistics lines yet", error="NoData")
+    if params.rank is not None and params.rank not in ranks:
+        raise BadRequest(f"live run {run_id} has no rank {params.rank} yet; ranks: {', '.join(map(str, ranks))}",
+                         error="InvalidParameter")
+    if params.sublayer is not None and params.sublayer not in sublayers_of(infos):
+        raise BadRequest(f"live run {run_id} has no sublayer {params.sublayer!r}", error="InvalidParameter")
+    series = []
+    for (rank, name), chunks in state.points.items():
+        metric = metrics[name]
+        if metric is None or metric.tensor != params.tensor or metric.stat_key != params.stat:
+            continue
+        if params.rank is not None and rank != params.rank:
+            continue
+        its, vals = _series(chunks)
+        series.append(Series(rank, metric, its, vals))
+    if not series:
+        logged = sorted({f"{m.tensor}/{m.stat_key}" for m in metrics.values() if m is not None})
+        raise BadRequest(f"live run {run_id} logged no {params.tensor} {params.stat!r} yet; it has: "
+                         f"{', '.join(logged) or 'nothing attributable'}", error="NoData")
+    matrix = build_matrix(infos, series, sublayer=params.sublayer)
+    if not matrix.rows or not matrix.iterations.shape[0]:
+        raise BadRequest(f"nothing to draw for sublayer {params.sublayer!r} of live run {run_id}", error="NoData")
+    summary = summarize(matrix, params.thresholds, percent=is_percent_stat(params.stat), boxes=params.boxes)
+    geometry = geometry_for([matrix], params)
+    boxed = set(summary.boxed)
+    rows = [{"label": row.label, "layer": row.layer, "group": row.group, "kind": row.kind,
+             "precision": row.precision, "level": _num(summary.levels[k]), "boxed": k in boxed, "skip": False,
+             "gemm_override": None} for k, row in enumerate(matrix.rows)]
+    its = matrix.iterations
+    return {"run_id": run_id, "tensor": params.tensor, "stat": params.stat, "rank": params.rank,
+            "sublayer": params.sublayer, "vmax": style_for(params, [matrix]).vmax, "rows": rows,
+            "iterations": {"first": int(its[0]), "last": int(its[-1]), "count": int(its.shape[0])},
+            "summary": summary.to_dict(), "skip_layers": None,
+            "image": {"width_px": geometry.pixels[0], "height_px": geometry.pixels[1],
+                      "extent_px": list(geometry.extent_px(0))},
+            "cells": cell_values(matrix, cell_columns) if cell_columns else None,
+            "colormap": colormap_stops(), "ranks": ranks}
+
+
+def _num(value: float) -> float | None:
+    return None if value != value else round(float(value), 4)
