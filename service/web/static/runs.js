@@ -262,6 +262,7 @@ export async function runsView(ctx, query) {
 
   // Runs being ingested and ready runs whose summary is still computed: re-read the list until they settle.
   let polling = false;
+  let delay = 1500; // grows while nothing changes (a summary that cannot be computed must not poll at 1.5 s forever)
   function poll() {
     const waiting = () => items.some((r) => !TERMINAL.has(r.status) || (r.status === "ready" && !r.summary));
     if (polling || !waiting()) return;
@@ -284,11 +285,13 @@ export async function runsView(ctx, query) {
           changed = true;
         }
         if (changed) render();
+        delay = changed ? 1500 : Math.min(15000, delay * 1.5);
       } catch (err) {
         if (err.name === "AbortError") return;
+        delay = Math.min(15000, delay * 2);
       }
       poll();
-    }, 1500);
+    }, delay);
   }
 
   replace(view,
