@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from fp8_policy.db.repositories import RunRepository
 from fp8_policy.service.auth.deps import UPLOAD
+from fp8_policy.service.auth.deps import UPLOAD
 from fp8_policy.service.errors import Conflict, ErrorBody
 from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.runs import actions
@@ -25,6 +26,7 @@ router = APIRouter(prefix="/api/v1/runs", tags=["runs"], dependencies=[UPLOAD])
 @router.post(
     "/{run_id}/retry",
     status_code=202,
+    dependencies=[UPLOAD],  # the scope of POST /api/v1/runs: a retry re-runs an upload's ingest
     response_model=RunRead,
     responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody, "description": "NotRetryable (the run is not "
                "failed) or UploadMissing (upload the same bytes again instead)."}},
