@@ -31,6 +31,7 @@ WIDE_COLUMNS = tuple(f"{t}_underflow_{s}" for t in ("gradient", "activation", "w
 # ----------------------------------------------------------------------------------------------- plumbing
 def _client_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """--url / --token / --json on every client command, and PolicyError -> `error: ...` with exit code 2."""
+
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -43,13 +44,24 @@ def _client_options(command: Callable[..., Any]) -> Callable[..., Any]:
             click.echo(f"error: {code}: {detail}", err=True)
             raise click.exceptions.Exit(2) from None
 
-    for option in reversed((
-        click.option("--url", envvar="FP8_POLICY_URL", default=DEFAULT_URL, show_default=True,
-                     help="Service base URL (env FP8_POLICY_URL)."),
-        click.option("--token", envvar="FP8_POLICY_TOKEN", default=None,
-                     help="Access token, sent as 'Authorization: Bearer' (env FP8_POLICY_TOKEN)."),
-        click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON."),
-    )):
+    for option in reversed(
+        (
+            click.option(
+                "--url",
+                envvar="FP8_POLICY_URL",
+                default=DEFAULT_URL,
+                show_default=True,
+                help="Service base URL (env FP8_POLICY_URL).",
+            ),
+            click.option(
+                "--token",
+                envvar="FP8_POLICY_TOKEN",
+                default=None,
+                help="Access token, sent as 'Authorization: Bearer' (env FP8_POLICY_TOKEN).",
+            ),
+            click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON."),
+        )
+    ):
         run = option(run)
     return run
 
@@ -95,8 +107,9 @@ def _run_id(client: PolicyClient, ref: int | tuple[str, str]) -> int:
     return int(client.find_run(*ref)["id"])
 
 
-def _overrides(thresholds: tuple[str, ...], gpu: str | None, te_version: str | None,
-               previous_run: int | None = None) -> dict[str, Any]:
+def _overrides(
+    thresholds: tuple[str, ...], gpu: str | None, te_version: str | None, previous_run: int | None = None
+) -> dict[str, Any]:
     """The POST .../recommendation body from --threshold NAME=VALUE, --gpu, --te-version, --previous-run."""
     out: dict[str, Any] = {}
     parsed: dict[str, float] = {}
@@ -121,12 +134,19 @@ def _overrides(thresholds: tuple[str, ...], gpu: str | None, te_version: str | N
 
 def _policy_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """--threshold / --gpu / --te-version: recompute the recommendation (POST) with these settings."""
-    for option in reversed((
-        click.option("--threshold", "thresholds", multiple=True, metavar="NAME=VALUE",
-                     help="Analysis threshold, repeatable (e.g. --threshold critical=3 --threshold severe=6)."),
-        click.option("--gpu", help="GPU the policy is for: H100, B200, sm_90, 9.0, ... (default: run metadata)."),
-        click.option("--te-version", help="Transformer Engine version the config targets, e.g. 2.13."),
-    )):
+    for option in reversed(
+        (
+            click.option(
+                "--threshold",
+                "thresholds",
+                multiple=True,
+                metavar="NAME=VALUE",
+                help="Analysis threshold, repeatable (e.g. --threshold critical=3 --threshold severe=6).",
+            ),
+            click.option("--gpu", help="GPU the policy is for: H100, B200, sm_90, 9.0, ... (default: run metadata)."),
+            click.option("--te-version", help="Transformer Engine version the config targets, e.g. 2.13."),
+        )
+    ):
         command = option(command)
     return command
 
@@ -166,15 +186,26 @@ def _table(headers: list[str], rows: list[list[Any]], width: int | None = MAX_CE
 
 
 def _run_summary(run: dict[str, Any]) -> str:
-    rows: list[list[Any]] = [["run", f"{run['id']}  {run.get('name') or ''}".rstrip()], ["project", run.get("project")],
-            ["status", run.get("status")], ["tags", run.get("tags") or "-"]]
+    rows: list[list[Any]] = [
+        ["run", f"{run['id']}  {run.get('name') or ''}".rstrip()],
+        ["project", run.get("project")],
+        ["status", run.get("status")],
+        ["tags", run.get("tags") or "-"],
+    ]
     if run.get("error"):
         rows.append(["error", run["error"]])
     if run.get("status") == "ready":
-        rows += [["ranks", run.get("ranks")], ["layers", run.get("layer_count")], ["points", run.get("points")],
-                 ["iterations", f"{run.get('iteration_min')}..{run.get('iteration_max')}"],
-                 ["lines", f"read {run.get('lines_read')}, skipped {run.get('lines_skipped')}, "
-                           f"duplicated {run.get('lines_duplicated')}"]]
+        rows += [
+            ["ranks", run.get("ranks")],
+            ["layers", run.get("layer_count")],
+            ["points", run.get("points")],
+            ["iterations", f"{run.get('iteration_min')}..{run.get('iteration_max')}"],
+            [
+                "lines",
+                f"read {run.get('lines_read')}, skipped {run.get('lines_skipped')}, "
+                f"duplicated {run.get('lines_duplicated')}",
+            ],
+        ]
     return "\n".join(f"{key:<11}{_cell(value)}" for key, value in rows)
 
 
@@ -203,8 +234,19 @@ def _metadata(_ctx: click.Context, _param: click.Parameter, value: str | None) -
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds --wait waits.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
 @_client_options
-def upload(path: Path, name: str | None, project: str | None, tags: str | None, metadata: dict[str, Any] | None,
-           wait_: bool, timeout: float, progress: bool | None, url: str, token: str | None, as_json: bool) -> None:
+def upload(
+    path: Path,
+    name: str | None,
+    project: str | None,
+    tags: str | None,
+    metadata: dict[str, Any] | None,
+    wait_: bool,
+    timeout: float,
+    progress: bool | None,
+    url: str,
+    token: str | None,
+    as_json: bool,
+) -> None:
     """Upload an fp8_log_dir (only its nvdlfw_inspect logs, packed to tar.gz) or one archive/log file."""
     with _connect(url, token) as client:
         run = client.upload(path, name=name, project=project, tags=tags, metadata=metadata, progress=progress)
@@ -233,15 +275,18 @@ def status(run_ref: int | tuple[str, str], url: str, token: str | None, as_json:
 @click.option("--tag")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 200))
 @_client_options
-def runs(project: str | None, status_: str | None, tag: str | None, limit: int, url: str, token: str | None,
-         as_json: bool) -> None:
+def runs(
+    project: str | None, status_: str | None, tag: str | None, limit: int, url: str, token: str | None, as_json: bool
+) -> None:
     """The newest runs (one page)."""
     with _connect(url, token) as client:
         page = client.runs(project=project, status=status_, tag=tag, limit=limit)
     if as_json:
         return _echo_json(page)
-    rows = [[r["id"], r.get("name"), r.get("project"), r.get("status"), r.get("layer_count"), r.get("created_at")]
-            for r in page["items"]]
+    rows = [
+        [r["id"], r.get("name"), r.get("project"), r.get("status"), r.get("layer_count"), r.get("created_at")]
+        for r in page["items"]
+    ]
     click.echo(_table(["id", "name", "project", "status", "layers", "created"], rows))
 
 
@@ -256,21 +301,39 @@ def analysis(run_ref: int | tuple[str, str], wide: bool, url: str, token: str | 
     if as_json:
         return _echo_json(result)
     width = None if wide else MAX_CELL
-    findings = [[f.get("severity"), f.get("label") or f.get("pattern"), f.get("layers"), f.get("summary")]
-                for f in result["findings"]]
+    findings = [
+        [f.get("severity"), f.get("label") or f.get("pattern"), f.get("layers"), f.get("summary")]
+        for f in result["findings"]
+    ]
     click.echo(_table(["severity", "pattern", "layers", "summary"], findings, width))
     if wide:
         columns = ["name", "status", "severity", "worst_signal", "worst_level", *WIDE_COLUMNS, "patterns"]
         rows = [[row.get(c) for c in columns] for row in result.get("layers", [])]
-        click.echo("\n" + _table(["layer", "status", "severity", "worst signal", "level %",
-                                   *(c.replace("_underflow_", " uf ") for c in WIDE_COLUMNS), "patterns"], rows, None))
+        click.echo(
+            "\n"
+            + _table(
+                [
+                    "layer",
+                    "status",
+                    "severity",
+                    "worst signal",
+                    "level %",
+                    *(c.replace("_underflow_", " uf ") for c in WIDE_COLUMNS),
+                    "patterns",
+                ],
+                rows,
+                None,
+            )
+        )
         for note in result.get("notes", []):
             click.echo(f"note: {note}")
         return None
     worst = gating.worst_layers(result.get("layers", []))
     if worst:
-        rows = [[r.get("name"), r.get("severity"), r.get("worst_signal"), r.get("worst_level"), r.get("patterns")]
-                for r in worst]
+        rows = [
+            [r.get("name"), r.get("severity"), r.get("worst_signal"), r.get("worst_level"), r.get("patterns")]
+            for r in worst
+        ]
         click.echo("\n" + _table(["layer", "severity", "worst signal", "level %", "patterns"], rows))
     for note in result.get("notes", []):
         click.echo(f"note: {note}")
@@ -281,13 +344,27 @@ def analysis(run_ref: int | tuple[str, str], wide: bool, url: str, token: str | 
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="json", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE.")
 @click.option("--summary", "summary", is_flag=True, help="Print a human summary instead of the JSON.")
-@click.option("--previous-run", type=RUN_REF, help="The run before this one (id or project/name): a problem that "
-                                                   "followed a moved BF16 boundary is not answered with a wider one.")
+@click.option(
+    "--previous-run",
+    type=RUN_REF,
+    help="The run before this one (id or project/name): a problem that "
+    "followed a moved BF16 boundary is not answered with a wider one.",
+)
 @_policy_options
 @_client_options
-def recommend(run_ref: int | tuple[str, str], fmt: str, output: Path | None, summary: bool,
-              previous_run: int | tuple[str, str] | None, thresholds: tuple[str, ...], gpu: str | None,
-              te_version: str | None, url: str, token: str | None, as_json: bool) -> None:
+def recommend(
+    run_ref: int | tuple[str, str],
+    fmt: str,
+    output: Path | None,
+    summary: bool,
+    previous_run: int | tuple[str, str] | None,
+    thresholds: tuple[str, ...],
+    gpu: str | None,
+    te_version: str | None,
+    url: str,
+    token: str | None,
+    as_json: bool,
+) -> None:
     """The recommended precision policy, as JSON (stdout) or a ready-to-use config (TE YAML, Megatron, Hydra,
     torchao). RUN is an id or project/name; --threshold/--gpu/--te-version/--previous-run recompute it."""
     with _connect(url, token) as client:
@@ -309,16 +386,33 @@ def recommend(run_ref: int | tuple[str, str], fmt: str, output: Path | None, sum
 
 @click.command()
 @click.argument("run_ref", metavar="RUN", type=RUN_REF)
-@click.option("--fail-on", type=click.Choice(gating.FAIL_ON), default="critical", show_default=True,
-              help="Fail when any finding is at least this severe.")
+@click.option(
+    "--fail-on",
+    type=click.Choice(gating.FAIL_ON),
+    default="critical",
+    show_default=True,
+    help="Fail when any finding is at least this severe.",
+)
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for a run still ingesting.")
-@click.option("--summary-file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Append the markdown to FILE (e.g. $GITHUB_STEP_SUMMARY).")
+@click.option(
+    "--summary-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Append the markdown to FILE (e.g. $GITHUB_STEP_SUMMARY).",
+)
 @_policy_options
 @_client_options
-def gate(run_ref: int | tuple[str, str], fail_on: str, timeout: float, summary_file: Path | None,
-         thresholds: tuple[str, ...], gpu: str | None, te_version: str | None, url: str, token: str | None,
-         as_json: bool) -> None:
+def gate(
+    run_ref: int | tuple[str, str],
+    fail_on: str,
+    timeout: float,
+    summary_file: Path | None,
+    thresholds: tuple[str, ...],
+    gpu: str | None,
+    te_version: str | None,
+    url: str,
+    token: str | None,
+    as_json: bool,
+) -> None:
     """Pass/fail a run for CI: exit 0 pass, 1 when a finding reaches --fail-on, 2 on usage/service errors.
     RUN is an id or project/name; --threshold applies to the analysis and the recommendation."""
     overrides = _overrides(thresholds, gpu, te_version)
@@ -343,8 +437,9 @@ def gate(run_ref: int | tuple[str, str], fail_on: str, timeout: float, summary_f
 @click.argument("base", type=RUN_REF)
 @click.argument("head", type=RUN_REF)
 @_client_options
-def compare(base: int | tuple[str, str], head: int | tuple[str, str], url: str, token: str | None,
-            as_json: bool) -> None:
+def compare(
+    base: int | tuple[str, str], head: int | tuple[str, str], url: str, token: str | None, as_json: bool
+) -> None:
     """How run HEAD differs from run BASE (ids or project/name): summary, findings that appeared or
     disappeared, precision changes."""
     with _connect(url, token) as client:
@@ -372,15 +467,26 @@ def compare(base: int | tuple[str, str], head: int | tuple[str, str], url: str, 
 @click.option("--rank", type=int, help="One rank (default: the max over ranks).")
 @click.option("--dpi", type=int, help="Resolution (service default 150).")
 @_client_options
-def heatmap(run_ref: int | tuple[str, str], output: Path, tensor: str | None, stat: str | None, rank: int | None,
-            dpi: int | None, url: str, token: str | None, as_json: bool) -> None:
+def heatmap(
+    run_ref: int | tuple[str, str],
+    output: Path,
+    tensor: str | None,
+    stat: str | None,
+    rank: int | None,
+    dpi: int | None,
+    url: str,
+    token: str | None,
+    as_json: bool,
+) -> None:
     """Save the run's layers x iterations heatmap (gradient underflows% by default) as a PNG (RUN: id or
     project/name)."""
     with _connect(url, token) as client:
         run_id = _run_id(client, run_ref)
         client.heatmap(run_id, output, tensor=tensor, stat=stat, rank=rank, dpi=dpi)
     done = {"run_id": run_id, "path": str(output), "bytes": output.stat().st_size}
-    click.echo(json.dumps(done) if as_json else f"wrote the heatmap of run {run_id} to {output} ({done['bytes']} bytes)")
+    click.echo(
+        json.dumps(done) if as_json else f"wrote the heatmap of run {run_id} to {output} ({done['bytes']} bytes)"
+    )
 
 
 @click.command()
@@ -403,18 +509,38 @@ def delete(run_ref: int | tuple[str, str], yes: bool, url: str, token: str | Non
 @click.option("--name", help="Run name.")
 @click.option("--project", help="Project (default: 'default').")
 @click.option("--tags", help="Comma-separated tags.")
-@click.option("--metadata", callback=_metadata, help='JSON object or @file, as for upload.')
-@click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(0.05, 3600),
-              help="Seconds between two sends of the new bytes.")
+@click.option("--metadata", callback=_metadata, help="JSON object or @file, as for upload.")
+@click.option(
+    "--interval",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(0.05, 3600),
+    help="Seconds between two sends of the new bytes.",
+)
 @click.option("--pid", type=int, help="Finalize when this process (the training job) exits.")
 @click.option("--idle-finish", type=click.FloatRange(0.1), help="Finalize after this many seconds without new bytes.")
-@click.option("--scalars", type=click.Path(dir_okay=False, path_type=Path),
-              help="Training scalars as JSON lines ({step, loss, grad_norm, ...}), sent with the logs.")
+@click.option(
+    "--scalars",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Training scalars as JSON lines ({step, loss, grad_norm, ...}), sent with the logs.",
+)
 @click.option("--run", "run_id", type=int, help="Resume this live run (after a restart of watch).")
 @_client_options
-def watch(log_dir: Path, name: str | None, project: str | None, tags: str | None, metadata: dict[str, Any] | None,
-          interval: float, pid: int | None, idle_finish: float | None, scalars: Path | None, run_id: int | None,
-          url: str, token: str | None, as_json: bool) -> None:
+def watch(
+    log_dir: Path,
+    name: str | None,
+    project: str | None,
+    tags: str | None,
+    metadata: dict[str, Any] | None,
+    interval: float,
+    pid: int | None,
+    idle_finish: float | None,
+    scalars: Path | None,
+    run_id: int | None,
+    url: str,
+    token: str | None,
+    as_json: bool,
+) -> None:
     """Stream LOG_DIR's FP8 statistics to a live run while training writes them; finalize at the end.
 
     Ranks are picked up as their files appear; when the service is down the new bytes wait and are sent once it
@@ -424,26 +550,150 @@ def watch(log_dir: Path, name: str | None, project: str | None, tags: str | None
     from fp8_policy.client.live import watch as watch_loop
 
     with _connect(url, token) as client:
-        uploader = LiveUploader(log_dir, name=name, project=project or "default",
-                                tags=[t for t in (tags or "").split(",") if t], metadata=metadata,
-                                interval=interval, scalars=scalars, run_id=run_id, client=client,
-                                on_event=None if as_json else
-                                (lambda e: click.echo(f"{e['severity']}: {e['message']}", err=True)))
+        uploader = LiveUploader(
+            log_dir,
+            name=name,
+            project=project or "default",
+            tags=[t for t in (tags or "").split(",") if t],
+            metadata=metadata,
+            interval=interval,
+            scalars=scalars,
+            run_id=run_id,
+            client=client,
+            on_event=None if as_json else (lambda e: click.echo(f"{e['severity']}: {e['message']}", err=True)),
+        )
         try:
             run = watch_loop(uploader, pid=pid, idle_finish=idle_finish)
         except KeyboardInterrupt:
             run = uploader.finish()
         if run is None:
-            raise PolicyError(uploader.stats.last_error or "the live run could not be finalized",
-                              error="FinalizeFailed")
+            raise PolicyError(
+                uploader.stats.last_error or "the live run could not be finalized", error="FinalizeFailed"
+            )
         if as_json:
             _echo_json(run)
         else:
-            click.echo(f"run {run['id']} finalized ({uploader.stats.pieces} pieces, {uploader.stats.bytes_sent:,} "
-                       f"bytes, {len(uploader.stats.events)} early warnings); ingest: {run['status']}")
+            click.echo(
+                f"run {run['id']} finalized ({uploader.stats.pieces} pieces, {uploader.stats.bytes_sent:,} "
+                f"bytes, {len(uploader.stats.events)} early warnings); ingest: {run['status']}"
+            )
 
 
-COMMANDS = (upload, status, runs, analysis, recommend, gate, compare, heatmap, delete, watch)
+@click.group()
+def alert() -> None:
+    """Webhook alerts for a project's live runs (admin token): add, list, remove, log."""
+
+
+@alert.command("add")
+@click.option("--project", required=True, help="Runs of this project raise the alert.")
+@click.option("--webhook", required=True, help="http(s) URL (a Slack incoming webhook or any receiver).")
+@click.option("--format", "format_", type=click.Choice(["slack", "json"]), default="slack", show_default=True)
+@click.option("--events", help="Comma-separated event kinds (default: every kind), e.g. band_crossing,scalar_spike.")
+@click.option(
+    "--min-severity", type=click.Choice(["ok", "warning", "critical", "severe"]), default="warning", show_default=True
+)
+@click.option(
+    "--cooldown",
+    default=600,
+    show_default=True,
+    type=click.IntRange(0, 7 * 24 * 3600),
+    help="Seconds before the same problem pages again.",
+)
+@_client_options
+def alert_add(
+    project: str,
+    webhook: str,
+    format_: str,
+    events: str | None,
+    min_severity: str,
+    cooldown: int,
+    url: str,
+    token: str | None,
+    as_json: bool,
+) -> None:
+    """Send PROJECT's early warnings to a webhook."""
+    with _connect(url, token) as client:
+        rule = client.add_alert_rule(
+            project,
+            webhook,
+            format=format_,
+            events=[e for e in (events or "").split(",") if e],
+            min_severity=min_severity,
+            cooldown_seconds=cooldown,
+        )
+    _echo_json(rule) if as_json else click.echo(f"alert rule {rule['id']} added for project {rule['project']}")
+
+
+@alert.command("list")
+@click.option("--project")
+@_client_options
+def alert_list(project: str | None, url: str, token: str | None, as_json: bool) -> None:
+    """The alert rules."""
+    with _connect(url, token) as client:
+        rules = client.alert_rules(project)
+    if as_json:
+        _echo_json(rules)
+        return
+    click.echo(
+        _table(
+            ["id", "project", "format", "events", "min severity", "cooldown", "webhook"],
+            [
+                [
+                    r["id"],
+                    r["project"],
+                    r["format"],
+                    ",".join(r["events"]) or "all",
+                    r["min_severity"],
+                    r["cooldown_seconds"],
+                    r["webhook"],
+                ]
+                for r in rules
+            ],
+        )
+    )
+
+
+@alert.command("remove")
+@click.argument("rule_id", type=int)
+@_client_options
+def alert_remove(rule_id: int, url: str, token: str | None, as_json: bool) -> None:
+    """Remove an alert rule (its past alerts stay in the log)."""
+    with _connect(url, token) as client:
+        client.remove_alert_rule(rule_id)
+    _echo_json({"removed": rule_id}) if as_json else click.echo(f"alert rule {rule_id} removed")
+
+
+@alert.command("log")
+@click.option("--project")
+@click.option("--run", "run_id", type=int)
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
+@_client_options
+def alert_log(project: str | None, run_id: int | None, limit: int, url: str, token: str | None, as_json: bool) -> None:
+    """Alerts raised, newest first."""
+    with _connect(url, token) as client:
+        entries = client.alert_log(project=project, run_id=run_id, limit=limit)
+    if as_json:
+        _echo_json(entries)
+        return
+    click.echo(
+        _table(
+            ["id", "status", "run", "kind", "severity", "message"],
+            [
+                [
+                    e["id"],
+                    e["status"],
+                    e["run_id"],
+                    e["event"].get("kind"),
+                    e["event"].get("severity"),
+                    e["event"].get("message"),
+                ]
+                for e in entries
+            ],
+        )
+    )
+
+
+COMMANDS = (upload, status, runs, analysis, recommend, gate, compare, heatmap, delete, watch, alert)
 
 
 def register_client_commands(group: click.Group) -> click.Group:

@@ -22,6 +22,7 @@ from fp8_policy.client.packing import ProgressReader, StderrBar, pack_directory
 
 RUNS = "/api/v1/runs"
 LIVE_RUNS = "/api/v1/live/runs"
+ALERTS = "/api/v1/alerts"
 TOKEN_ENV = "FP8_POLICY_TOKEN"
 FORMATS = ("json", "te-yaml", "megatron", "hydra", "torchao")
 # Seams for tests (monkeypatch these, not the time module).
@@ -45,8 +46,9 @@ class PolicyClient:
     `transport` is an `httpx` transport for tests (e.g. `httpx.MockTransport`).
     """
 
-    def __init__(self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT, *,
-                 transport: Any = None) -> None:
+    def __init__(
+        self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT, *, transport: Any = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         if token is None:
             token = os.environ.get(TOKEN_ENV) or None
@@ -62,9 +64,16 @@ class PolicyClient:
         self._http.close()
 
     # ------------------------------------------------------------------------------------------------ runs
-    def upload(self, path: str | Path, *, name: str | None = None, project: str | None = None,
-               tags: Sequence[str] | str | None = None, metadata: Mapping[str, Any] | None = None,
-               progress: bool | None = None) -> dict[str, Any]:
+    def upload(
+        self,
+        path: str | Path,
+        *,
+        name: str | None = None,
+        project: str | None = None,
+        tags: Sequence[str] | str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        progress: bool | None = None,
+    ) -> dict[str, Any]:
         """Upload a log directory (packed to tar.gz on the fly, logs only) or one file as is; returns the run.
 
         `progress=None` draws a bar on stderr only when stderr is a terminal. The run comes back `queued`
@@ -89,8 +98,9 @@ class PolicyClient:
                 bar.close()
             body.close()
 
-    def wait(self, run_id: int, timeout: float = 600.0, *, initial: float = 0.2,
-             maximum: float = 2.0) -> dict[str, Any]:
+    def wait(
+        self, run_id: int, timeout: float = 600.0, *, initial: float = 0.2, maximum: float = 2.0
+    ) -> dict[str, Any]:
         """Poll the run with exponential backoff until `ready` (returned) or `failed` (IngestFailed).
 
         Raises WaitTimeout when it is still queued/processing after `timeout` seconds.
@@ -112,8 +122,15 @@ class PolicyClient:
         """Status and ingest figures of one run (with the per-file report)."""
         return self._http.json_object("GET", f"{RUNS}/{int(run_id)}")
 
-    def runs(self, *, project: str | None = None, status: str | None = None, tag: str | None = None,
-             cursor: str | None = None, limit: int | None = None) -> dict[str, Any]:
+    def runs(
+        self,
+        *,
+        project: str | None = None,
+        status: str | None = None,
+        tag: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
         """One page of runs, newest first: {"items": [...], "next_cursor": str | None}."""
         params = {"project": project, "status": status, "tag": tag, "cursor": cursor, "limit": limit}
         return self._http.json_object("GET", RUNS, params=params)
@@ -159,15 +176,22 @@ class PolicyClient:
         return self._http.json_object("GET", f"{RUNS}/{int(run_id)}/analysis", params=thresholds)
 
     @overload
-    def recommendation(self, run_id: int, format: Literal["json"] = "json", *,
-                       overrides: Mapping[str, Any] | None = None) -> dict[str, Any]: ...
+    def recommendation(
+        self, run_id: int, format: Literal["json"] = "json", *, overrides: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]: ...
 
     @overload
-    def recommendation(self, run_id: int, format: str, *,
-                       overrides: Mapping[str, Any] | None = None) -> dict[str, Any] | str: ...
+    def recommendation(
+        self, run_id: int, format: str, *, overrides: Mapping[str, Any] | None = None
+    ) -> dict[str, Any] | str: ...
 
-    def recommendation(self, run_id: int, format: str = "json", *,  # noqa: A002 - the API's own name
-                       overrides: Mapping[str, Any] | None = None) -> dict[str, Any] | str:
+    def recommendation(
+        self,
+        run_id: int,
+        format: str = "json",
+        *,  # noqa: A002 - the API's own name
+        overrides: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any] | str:
         """The recommended policy: a dict for `json`, the rendered file's text for the other formats.
 
         With `overrides` (thresholds, gpu_arch, model_dims, te_version, current_recipe) the service
@@ -194,28 +218,76 @@ class PolicyClient:
         return self._http.json_object("GET", "/healthz")
 
     # ------------------------------------------------------------------------------------------------ live
-    def create_live_run(self, *, name: str | None = None, project: str | None = None,
-                        tags: Sequence[str] = (), metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def create_live_run(
+        self,
+        *,
+        name: str | None = None,
+        project: str | None = None,
+        tags: Sequence[str] = (),
+        metadata: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Start a live run (status `live`); its logs are then sent with `append_live` (see `LiveUploader`)."""
         body = {"name": name, "project": project or "default", "tags": list(tags), "metadata": dict(metadata or {})}
         return self._http.json_object("POST", LIVE_RUNS, json=body)
 
     def append_live(self, run_id: int, path: str, offset: int, data: bytes) -> dict[str, Any]:
         """Send `data` as bytes `offset..` of the live run's file `path`; returns {path, size, events}."""
-        return self._http.json_object("PUT", f"{LIVE_RUNS}/{int(run_id)}/files/{path}", params={"offset": offset},
-                                      content=data, headers={"Content-Type": "application/octet-stream"})
+        return self._http.json_object(
+            "PUT",
+            f"{LIVE_RUNS}/{int(run_id)}/files/{path}",
+            params={"offset": offset},
+            content=data,
+            headers={"Content-Type": "application/octet-stream"},
+        )
 
     def live_run(self, run_id: int, *, after: int = 0) -> dict[str, Any]:
         """A live run's received files and its early-warning events with ids above `after`."""
         return self._http.json_object("GET", f"{LIVE_RUNS}/{int(run_id)}", params={"after": after})
+
+    # ------------------------------------------------------------------------------------------------ alerts
+    def add_alert_rule(
+        self,
+        project: str,
+        webhook: str,
+        *,
+        format: str = "slack",
+        events: Sequence[str] = (),
+        min_severity: str = "warning",
+        cooldown_seconds: int = 600,
+    ) -> dict[str, Any]:
+        """Send `project`'s early-warning events to `webhook` (admin token)."""
+        body = {
+            "project": project,
+            "webhook": webhook,
+            "format": format,
+            "events": list(events),
+            "min_severity": min_severity,
+            "cooldown_seconds": cooldown_seconds,
+        }
+        return self._http.json_object("POST", f"{ALERTS}/rules", json=body)
+
+    def alert_rules(self, project: str | None = None) -> list[dict[str, Any]]:
+        return self._http.json_list("GET", f"{ALERTS}/rules", params={"project": project})
+
+    def remove_alert_rule(self, rule_id: int) -> None:
+        self._http.request("DELETE", f"{ALERTS}/rules/{int(rule_id)}")
+
+    def alert_log(
+        self, *, project: str | None = None, run_id: int | None = None, limit: int = 200
+    ) -> list[dict[str, Any]]:
+        """Alerts raised (sent, pending, failed, suppressed), newest first."""
+        return self._http.json_list(
+            "GET", f"{ALERTS}/log", params={"project": project, "run_id": run_id, "limit": limit}
+        )
 
     def finalize_live_run(self, run_id: int) -> dict[str, Any]:
         """Ingest what the live run received, like an upload (the run goes `queued`, then `ready` or `failed`)."""
         return self._http.json_object("POST", f"{LIVE_RUNS}/{int(run_id)}/finalize")
 
 
-def _upload_fields(name: str | None, project: str | None, tags: Sequence[str] | str | None,
-                   metadata: Mapping[str, Any] | None) -> dict[str, str]:
+def _upload_fields(
+    name: str | None, project: str | None, tags: Sequence[str] | str | None, metadata: Mapping[str, Any] | None
+) -> dict[str, str]:
     """The multipart form fields the service reads next to `file` (tags comma-separated, metadata JSON)."""
     fields: dict[str, str] = {}
     if name:

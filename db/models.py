@@ -108,7 +108,9 @@ class Series(Base):
     layer_id: Mapped[int] = mapped_column(ForeignKey("layers.id", ondelete="CASCADE"), index=True)
     rank: Mapped[int] = mapped_column(Integer)
     tensor: Mapped[str] = mapped_column(String(MAX_TENSOR_CHARS))
-    stat_key: Mapped[str] = mapped_column(String(MAX_STAT_CHARS))  # as logged after the tensor: mxfp8_underflows%_columnwise
+    stat_key: Mapped[str] = mapped_column(
+        String(MAX_STAT_CHARS)
+    )  # as logged after the tensor: mxfp8_underflows%_columnwise
     stat: Mapped[str] = mapped_column(String(MAX_STAT_CHARS))  # without recipe prefix / columnwise suffix
     recipe: Mapped[str | None] = mapped_column(String(32))
     columnwise: Mapped[bool] = mapped_column(Boolean)
@@ -161,6 +163,7 @@ class ServiceSecret(Base):
 
 
 # The ingest job queue lives in its own module; imported here so every table is on Base.metadata.
+from fp8_policy.db.alert_models import AlertDelivery, AlertRule  # noqa: E402,F401
 from fp8_policy.db.job_models import IngestJob  # noqa: E402,F401
 from fp8_policy.db.live_models import LiveEventRow, LiveFile, LiveState  # noqa: E402,F401
 from fp8_policy.db.summary_models import RunSummary  # noqa: E402,F401

@@ -21,26 +21,45 @@ class Settings(BaseSettings):
     max_archive_members: int = 10_000
     max_line_bytes: int = 1024 * 1024
     ingest_workers: int = Field(1, description="Ingest jobs (one rank each) run at once per process.")
-    ingest_in_process: bool = Field(True, description="The API process runs ingest jobs itself (`serve "
-                                    "--no-ingest` turns it off: `fp8-policy worker` processes do them).")
-    archive_url: str | None = Field(None, description="Where uploaded archives are kept: a directory or "
-                                    "s3://bucket/prefix; default: the data directory.")
+    ingest_in_process: bool = Field(
+        True,
+        description="The API process runs ingest jobs itself (`serve "
+        "--no-ingest` turns it off: `fp8-policy worker` processes do them).",
+    )
+    archive_url: str | None = Field(
+        None,
+        description="Where uploaded archives are kept: a directory or s3://bucket/prefix; default: the data directory.",
+    )
     s3_endpoint_url: str | None = Field(None, description="Endpoint of an S3-compatible server (MinIO, R2, ...).")
-    job_lease_seconds: float = Field(30.0, gt=0, description="An ingest job whose worker sent no heartbeat "
-                                     "for this long is retried by another worker.")
+    job_lease_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="An ingest job whose worker sent no heartbeat for this long is retried by another worker.",
+    )
     job_poll_seconds: float = Field(0.5, gt=0, description="How often an idle worker looks for jobs.")
     job_max_attempts: int = Field(3, ge=1, description="Times a job is started before its run fails.")
     parse_threads: int = Field(2, description="Threads scanning one statistics log.")
     page_size_max: int = 200
     load_demo: bool = Field(False, description="Load the demo runs on start-up when the database is empty.")
+    alert_poll_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="How often each API process looks for alerts to send "
+        "(new ones are sent at once; this paces retries and other processes' alerts).",
+    )
     allowed_origins: list[str] = Field(
         default_factory=list,
         description="Other origins (scheme://host:port) whose pages may POST/PUT/PATCH/DELETE; by default only "
-                    "this service's own pages and clients that send no Origin header (service/security.py).")
-    secret_key: SecretStr | None = Field(None, description="Key of the access tokens' HMAC; default: a key "
-                                         "generated once and stored in the database.")
-    allow_anonymous: bool = Field(True, description="Serve requests without a token while no access token exists "
-                                  "(`fp8-policy serve` sets it: loopback or --allow-anonymous).")
+        "this service's own pages and clients that send no Origin header (service/security.py).",
+    )
+    secret_key: SecretStr | None = Field(
+        None, description="Key of the access tokens' HMAC; default: a key generated once and stored in the database."
+    )
+    allow_anonymous: bool = Field(
+        True,
+        description="Serve requests without a token while no access token exists "
+        "(`fp8-policy serve` sets it: loopback or --allow-anonymous).",
+    )
 
     # Database connection pool (SQLAlchemy QueuePool). None: a per-backend default, see `pool_options`.
     db_pool_size: int | None = Field(None, ge=1, description="Connections kept open (SQLite 20, PostgreSQL 10).")

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from fp8_policy.db.session import session_scope
@@ -56,8 +57,18 @@ def refresh(factory: sessionmaker[Session], run_id: int) -> SummaryRecord:
     """Compute and store the run's summary (its own transaction)."""
     with session_scope(factory) as session:
         record, analysis = compute(session, run_id)
-        SummaryRepository(session).put(record, analysis)
+    _store(factory, record, analysis)
     return record
+
+
+def _store(factory: sessionmaker[Session], record: SummaryRecord, analysis: dict[str, Any]) -> None:
+    """Write the summary; when another request or process stored the same run's summary first (both computed it
+    at once), theirs stands: it was computed from the same stored data by the same policy version."""
+    try:
+        with session_scope(factory) as session:
+            SummaryRepository(session).put(record, analysis)
+    except IntegrityError:
+        log.info("summary of run %s was stored concurrently", record.run_id)
 
 
 def stored_analysis(factory: sessionmaker[Session], run_id: int) -> dict[str, Any]:
@@ -68,7 +79,7 @@ def stored_analysis(factory: sessionmaker[Session], run_id: int) -> dict[str, An
         return cached
     with session_scope(factory) as session:
         record, analysis = compute(session, run_id)
-        SummaryRepository(session).put(record, analysis)
+    _store(factory, record, analysis)
     return analysis
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import secrets
 import shutil
 import tarfile
@@ -31,12 +32,14 @@ from sqlalchemy.orm import Session
 from fp8_policy.db.live import LiveRepository, StoredEvent
 from fp8_policy.db.models import Run
 from fp8_policy.db.repositories import NewRun, RunRepository
+from fp8_policy.policy import scalar_events
 from fp8_policy.policy.live_events import LiveEvent, SeriesState, advance, rank_divergence
 from fp8_policy.policy.log_files import classify_log_path
 from fp8_policy.policy.names import split_metric_name
 from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.stats_log import NoStatsLines, StatsLogParser
 from fp8_policy.policy.thresholds import Thresholds
+from fp8_policy.service.alerts.actions import queue_for_events
 from fp8_policy.service.errors import AppError, BadRequest, NotFound
 from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
@@ -44,6 +47,7 @@ from fp8_policy.service.runs.actions import _store_upload_file as store_upload_f
 from fp8_policy.service.runs.actions import parse_upload_fields
 
 LIVE = "live"
+SCALARS_STATE_KEY = "__scalars__"  # the scalar detectors' state, next to the per-series states
 SCALARS_NAME = "scalars.jsonl"  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
 MAX_PATH_CHARS = 500
 _locks: dict[int, threading.Lock] = {}
@@ -69,6 +73,7 @@ class AppendResult:
     path: str
     size: int
     events: list[StoredEvent]  # raised by this piece, with their ids
+    alerts_queued: int = 0  # webhook deliveries waiting to be sent
 
 
 def _run_lock(run_id: int) -> threading.Lock:
@@ -138,7 +143,7 @@ def append(
     """Store `body` at `offset` of the run's file `path` and run the detectors on the new whole lines."""
     kind = file_kind(path)
     with _run_lock(run_id):
-        _live_run(session, run_id)
+        run = _live_run(session, run_id)
         repo = LiveRepository(session)
         row = repo.file_for_update(run_id, path, kind)
         if offset > row.size:
@@ -170,26 +175,25 @@ def append(
         events: list[LiveEvent] = []
         if kind == "stats" and row.size > row.parsed_offset:
             events = _detect(repo, run_id, disk, path, row, thresholds or Thresholds())
+        elif kind == "scalars" and row.size > row.parsed_offset:
+            events = _detect_scalars(repo, run_id, disk, row)
         stored = repo.events(run_id, min(repo.add_events(run_id, events)) - 1) if events else []
-        return AppendResult(path, row.size, stored)
+        alerts = queue_for_events(session, run_id, run.project, stored) if stored else 0
+        return AppendResult(path, row.size, stored, alerts)
 
 
 def _detect(
     repo: LiveRepository, run_id: int, disk: Path, path: str, row: Any, thresholds: Thresholds
 ) -> list[LiveEvent]:
     """Parse the file's new whole lines and advance the per-series detector state."""
-    with open(disk, "rb") as handle:
-        handle.seek(row.parsed_offset)
-        new = handle.read(row.size - row.parsed_offset)
-    cut = new.rfind(b"\n")
-    if cut < 0:
+    new = _new_whole_lines(disk, row)
+    if not new:
         return []  # no whole line yet
-    row.parsed_offset += cut + 1
     log = classify_log_path(path)
     rank = log.rank if log is not None else 0
     parser = StatsLogParser(workers=1)
     try:
-        parser.feed(io.BytesIO(new[: cut + 1]), path)
+        parser.feed(io.BytesIO(new), path)
     except NoStatsLines:
         return []
     parsed = parser.finish()
@@ -197,7 +201,9 @@ def _detect(
     states: dict[tuple[int, MetricName], SeriesState] = {}
     keys: dict[tuple[int, MetricName], str] = {}
     for key, data in stored.items():
-        r_text, _, name = key.partition("\t")
+        r_text, tab, name = key.partition("\t")
+        if not tab:  # not a series (the scalar detectors' state)
+            continue
         metric = split_metric_name(name)
         if metric is not None:
             states[(int(r_text), metric)] = SeriesState.from_dict(data)
@@ -214,8 +220,52 @@ def _detect(
         events += advance(state, metric, rank, its, vals, thresholds)
         touched.add(metric)
     events += rank_divergence(states, thresholds, touched)
-    repo.save_state(run_id, {keys[key]: state.to_dict() for key, state in states.items()})
+    others = {key: data for key, data in stored.items() if "\t" not in key}
+    repo.save_state(run_id, {**others, **{keys[key]: state.to_dict() for key, state in states.items()}})
     return events
+
+
+def _new_whole_lines(disk: Path, row: Any) -> bytes:
+    """The bytes of whole lines after `row.parsed_offset` (which moves past them)."""
+    with open(disk, "rb") as handle:
+        handle.seek(row.parsed_offset)
+        new = handle.read(row.size - row.parsed_offset)
+    cut = new.rfind(b"\n")
+    if cut < 0:
+        return b""
+    row.parsed_offset += cut + 1
+    return new[: cut + 1]
+
+
+def _detect_scalars(repo: LiveRepository, run_id: int, disk: Path, row: Any) -> list[LiveEvent]:
+    """Training scalars: spikes and plateaus (policy/scalar_events.py) from the new JSON lines."""
+    records, _unreadable = scalar_events.parse_lines(_new_whole_lines(disk, row))
+    if not records:
+        return []
+    stored = repo.state_for_update(run_id)
+    state = scalar_events.ScalarState.from_dict(stored.get(SCALARS_STATE_KEY, {}))
+    events = scalar_events.advance(state, records)
+    stored[SCALARS_STATE_KEY] = state.to_dict()
+    repo.save_state(run_id, stored)
+    return events
+
+
+def scalar_series(data_dir: Path, run_id: int, limit: int) -> dict[str, Any]:
+    """The run's training scalars as {name: {steps, values}} (the last `limit` records), for the live charts."""
+    path = live_dir(data_dir, run_id) / SCALARS_NAME
+    if not path.is_file():
+        return {"records": 0, "series": {}}
+    records, unreadable = scalar_events.parse_lines(path.read_bytes())
+    records = records[-limit:]
+    series: dict[str, dict[str, list[Any]]] = {}
+    for record in records:
+        for key in scalar_events.SCALAR_KEYS:
+            value = record.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                entry = series.setdefault(key, {"steps": [], "values": []})
+                entry["steps"].append(int(record["step"]))
+                entry["values"].append(float(value))
+    return {"records": len(records), "unreadable_lines": unreadable, "series": series}
 
 
 def finalize(session: Session, data_dir: Path, store: ArchiveStore, run_id: int) -> Run:

@@ -76,8 +76,9 @@ class LiveHeatmaps:
         with self._guard:
             self._runs.pop(run_id, None)
 
-    def layout(self, run_id: int, root: Path, files: list[LiveFileRecord], params: HeatmapParams,
-               cell_columns: int) -> dict[str, Any]:
+    def layout(
+        self, run_id: int, root: Path, files: list[LiveFileRecord], params: HeatmapParams, cell_columns: int
+    ) -> dict[str, Any]:
         """heatmap.json of the live run whose received files (`files`, acknowledged sizes) lie under `root`."""
         state = self._run(run_id)
         sizes = tuple((f.path, f.size) for f in files if f.kind in ("stats", "metadata"))
@@ -162,8 +163,10 @@ def _layout(run_id: int, state: _RunPoints, params: HeatmapParams, cell_columns:
     if not state.points:
         raise BadRequest(f"live run {run_id} has no statistics lines yet", error="NoData")
     if params.rank is not None and params.rank not in ranks:
-        raise BadRequest(f"live run {run_id} has no rank {params.rank} yet; ranks: {', '.join(map(str, ranks))}",
-                         error="InvalidParameter")
+        raise BadRequest(
+            f"live run {run_id} has no rank {params.rank} yet; ranks: {', '.join(map(str, ranks))}",
+            error="InvalidParameter",
+        )
     if params.sublayer is not None and params.sublayer not in sublayers_of(infos):
         raise BadRequest(f"live run {run_id} has no sublayer {params.sublayer!r}", error="InvalidParameter")
     series = []
@@ -177,26 +180,52 @@ def _layout(run_id: int, state: _RunPoints, params: HeatmapParams, cell_columns:
         series.append(Series(rank, metric, its, vals))
     if not series:
         logged = sorted({f"{m.tensor}/{m.stat_key}" for m in metrics.values() if m is not None})
-        raise BadRequest(f"live run {run_id} logged no {params.tensor} {params.stat!r} yet; it has: "
-                         f"{', '.join(logged) or 'nothing attributable'}", error="NoData")
+        raise BadRequest(
+            f"live run {run_id} logged no {params.tensor} {params.stat!r} yet; it has: "
+            f"{', '.join(logged) or 'nothing attributable'}",
+            error="NoData",
+        )
     matrix = build_matrix(infos, series, sublayer=params.sublayer)
     if not matrix.rows or not matrix.iterations.shape[0]:
         raise BadRequest(f"nothing to draw for sublayer {params.sublayer!r} of live run {run_id}", error="NoData")
     summary = summarize(matrix, params.thresholds, percent=is_percent_stat(params.stat), boxes=params.boxes)
     geometry = geometry_for([matrix], params)
     boxed = set(summary.boxed)
-    rows = [{"label": row.label, "layer": row.layer, "group": row.group, "kind": row.kind,
-             "precision": row.precision, "level": _num(summary.levels[k]), "boxed": k in boxed, "skip": False,
-             "gemm_override": None} for k, row in enumerate(matrix.rows)]
+    rows = [
+        {
+            "label": row.label,
+            "layer": row.layer,
+            "group": row.group,
+            "kind": row.kind,
+            "precision": row.precision,
+            "level": _num(summary.levels[k]),
+            "boxed": k in boxed,
+            "skip": False,
+            "gemm_override": None,
+        }
+        for k, row in enumerate(matrix.rows)
+    ]
     its = matrix.iterations
-    return {"run_id": run_id, "tensor": params.tensor, "stat": params.stat, "rank": params.rank,
-            "sublayer": params.sublayer, "vmax": style_for(params, [matrix]).vmax, "rows": rows,
-            "iterations": {"first": int(its[0]), "last": int(its[-1]), "count": int(its.shape[0])},
-            "summary": summary.to_dict(), "skip_layers": None,
-            "image": {"width_px": geometry.pixels[0], "height_px": geometry.pixels[1],
-                      "extent_px": list(geometry.extent_px(0))},
-            "cells": cell_values(matrix, cell_columns) if cell_columns else None,
-            "colormap": colormap_stops(), "ranks": ranks}
+    return {
+        "run_id": run_id,
+        "tensor": params.tensor,
+        "stat": params.stat,
+        "rank": params.rank,
+        "sublayer": params.sublayer,
+        "vmax": style_for(params, [matrix]).vmax,
+        "rows": rows,
+        "iterations": {"first": int(its[0]), "last": int(its[-1]), "count": int(its.shape[0])},
+        "summary": summary.to_dict(),
+        "skip_layers": None,
+        "image": {
+            "width_px": geometry.pixels[0],
+            "height_px": geometry.pixels[1],
+            "extent_px": list(geometry.extent_px(0)),
+        },
+        "cells": cell_values(matrix, cell_columns) if cell_columns else None,
+        "colormap": colormap_stops(),
+        "ranks": ranks,
+    }
 
 
 def _num(value: float) -> float | None:

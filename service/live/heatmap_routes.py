@@ -27,8 +27,12 @@ class LiveHeatmapRead(HeatmapLayoutRead):
     ranks: list[int] = Field(description="Ranks whose statistics have arrived.")
 
 
-@router.get("/{run_id}/heatmap.json", response_model=LiveHeatmapRead, responses=error_responses(400, 404, 409),
-            openapi_extra={"parameters": heatmap_json_params()})
+@router.get(
+    "/{run_id}/heatmap.json",
+    response_model=LiveHeatmapRead,
+    responses=error_responses(400, 404, 409),
+    openapi_extra={"parameters": heatmap_json_params()},
+)
 def live_heatmap_json(run_id: int, request: Request, session: SessionDep, settings: SettingsDep) -> LiveHeatmapRead:
     """The heatmap of a `live` run so far, with the parameters of `GET /api/v1/runs/{run_id}/heatmap.json`
     (`cells=N` for the values). Only new whole lines are parsed per poll; an unchanged run is answered from
@@ -39,8 +43,10 @@ def live_heatmap_json(run_id: int, request: Request, session: SessionDep, settin
     run = get_run(session, run_id)
     if run.status != LIVE:
         live_heatmaps.forget(run_id)
-        raise NotLive(f"run {run_id} is {run.status}, not live: its heatmap is GET /api/v1/runs/{run_id}/heatmap.json",
-                      error="NotLive")
+        raise NotLive(
+            f"run {run_id} is {run.status}, not live: its heatmap is GET /api/v1/runs/{run_id}/heatmap.json",
+            error="NotLive",
+        )
     files = LiveRepository(session).files(run_id)
     layout = live_heatmaps.layout(run_id, live_dir(settings.data_dir, run_id), files, params, columns)
     return LiveHeatmapRead.model_validate(layout)

@@ -14,7 +14,7 @@ from fp8_policy.service.auth.deps import READ, UPLOAD, PrincipalDep
 from fp8_policy.service.deps import SessionDep, SettingsDep
 from fp8_policy.service.errors import AppError
 from fp8_policy.service.live import actions
-from fp8_policy.service.live.schemas import AppendRead, LiveEventRead, LiveRunCreate, LiveRunRead
+from fp8_policy.service.live.schemas import AppendRead, LiveEventRead, LiveRunCreate, LiveRunRead, ScalarsRead
 from fp8_policy.service.openapi import error_responses
 from fp8_policy.service.runs.actions import get_run, run_read
 from fp8_policy.service.runs.schemas import RunRead
@@ -84,7 +84,10 @@ async def append(
     def store() -> AppendRead:
         with session_scope(request.app.state.session_factory) as session:
             result = actions.append(session, settings.data_dir, run_id, path, offset, body)
-            return AppendRead(path=result.path, size=result.size, events=[_event_read(e) for e in result.events])
+            answer = AppendRead(path=result.path, size=result.size, events=[_event_read(e) for e in result.events])
+        if result.alerts_queued:  # committed: the sender may take them now
+            request.app.state.alerts.wake()
+        return answer
 
     return await anyio.to_thread.run_sync(store)
 
@@ -106,6 +109,18 @@ def read_live_run(
     return LiveRunRead(
         run_id=run_id, status=run.status, files=files, events=[_event_read(e) for e in repo.events(run_id, after)]
     )
+
+
+@router.get("/{run_id}/scalars", response_model=ScalarsRead, dependencies=[READ], responses=error_responses(404))
+def read_scalars(
+    run_id: int,
+    session: SessionDep,
+    settings: SettingsDep,
+    limit: Annotated[int, Query(ge=1, le=100_000, description="The last this many scalar records.")] = 20_000,
+) -> ScalarsRead:
+    """The training scalars the run streamed (`scalars.jsonl`: loss, grad_norm, ...) as series per name."""
+    get_run(session, run_id)
+    return ScalarsRead(run_id=run_id, **actions.scalar_series(settings.data_dir, run_id, limit))
 
 
 @router.post(

@@ -52,3 +52,15 @@ class LiveRunRead(BaseModel):
     status: str
     files: list[LiveFileRead] = Field(description="Received files (empty once finalized).")
     events: list[LiveEventRead] = Field(description="Events after `after` (ids ascending).")
+
+
+class ScalarSeries(BaseModel):
+    steps: list[int]
+    values: list[float]
+
+
+class ScalarsRead(BaseModel):
+    run_id: int
+    records: int = Field(description="Scalar records returned (the last `limit` ones).")
+    unreadable_lines: int = Field(0, description="Lines of the scalars file that are not a JSON object with `step`.")
+    series: dict[str, ScalarSeries] = Field(description="loss, grad_norm, param_norm, lr, tokens_per_s, mem_gb.")

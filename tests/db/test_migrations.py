@@ -17,7 +17,21 @@ from fp8_policy.db.base import Base
 from fp8_policy.db.migrate import alembic_config, downgrade, upgrade
 from fp8_policy.db.session import create_db_engine
 
-TABLES = {"runs", "run_tags", "layers", "series", "api_tokens", "service_secrets", "ingest_jobs", "run_summaries", "live_files", "live_state", "live_events"}
+TABLES = {
+    "runs",
+    "run_tags",
+    "layers",
+    "series",
+    "api_tokens",
+    "service_secrets",
+    "ingest_jobs",
+    "run_summaries",
+    "live_files",
+    "live_state",
+    "live_events",
+    "alert_rules",
+    "alert_deliveries",
+}
 
 
 def drift(engine: Engine, metadata: MetaData) -> list:
@@ -67,8 +81,7 @@ def test_drift_test_notices_a_changed_column_length(db_engine: Engine) -> None:
 
     diffs = drift(db_engine, changed)
 
-    assert [(d[0][0], d[0][3], d[0][5].length, d[0][6].length) for d in diffs] == [
-        ("modify_type", "name", 200, 300)]
+    assert [(d[0][0], d[0][3], d[0][5].length, d[0][6].length) for d in diffs] == [("modify_type", "name", 200, 300)]
 
 
 def test_drift_test_notices_a_new_column(db_engine: Engine) -> None:
@@ -103,10 +116,13 @@ def test_upgrade_downgrade_base_upgrade(fresh_url: str, fresh_engine: Engine) ->
 def test_upgrade_twice_is_a_no_op(fresh_url: str, fresh_engine: Engine) -> None:
     upgrade(fresh_url)
     with fresh_engine.begin() as connection:
-        connection.execute(text(
-            "INSERT INTO runs (project, status, sha256, upload_bytes, upload_path, metadata, created_at, rank_count,"
-            " layer_count, series_count, point_count, lines_read, lines_skipped, lines_blank, lines_duplicated)"
-            " VALUES ('p', 'queued', 'x', 1, '', '{}', CURRENT_TIMESTAMP, 0, 0, 0, 0, 0, 0, 0, 0)"))
+        connection.execute(
+            text(
+                "INSERT INTO runs (project, status, sha256, upload_bytes, upload_path, metadata, created_at, rank_count,"
+                " layer_count, series_count, point_count, lines_read, lines_skipped, lines_blank, lines_duplicated)"
+                " VALUES ('p', 'queued', 'x', 1, '', '{}', CURRENT_TIMESTAMP, 0, 0, 0, 0, 0, 0, 0, 0)"
+            )
+        )
 
     upgrade(fresh_url)
 

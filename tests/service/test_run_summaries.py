@@ -41,8 +41,9 @@ def _no_analysis(*_args, **_kwargs):
 
 
 class TestRunsListSummary:
-    def test_summary_agrees_with_the_analysis_and_the_recommendation(self, client: TestClient, project: str,
-                                                                      head_only: int) -> None:
+    def test_summary_agrees_with_the_analysis_and_the_recommendation(
+        self, client: TestClient, project: str, head_only: int
+    ) -> None:
         stored = _summary_after_refresh(client, project, head_only)
 
         analysis = client.get(f"{RUNS}/{head_only}/analysis", params={"critical": 2.0}).json()  # computed afresh
@@ -55,8 +56,9 @@ class TestRunsListSummary:
         assert stored["to_bf16"] == len(recommendation["fp8_skip_layers"]) > 0
         assert stored["policy_version"] == POLICY_VERSION
 
-    def test_the_list_request_never_analyses(self, client: TestClient, project: str, head_only: int,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_the_list_request_never_analyses(
+        self, client: TestClient, project: str, head_only: int, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         monkeypatch.setattr(summary_module, "analyze", _no_analysis)
         monkeypatch.setattr(client.app.state.summaries, "request", lambda ids: None)  # nothing in the background
 
@@ -64,20 +66,25 @@ class TestRunsListSummary:
 
         assert item["status"] == "ready" and item["summary"] is None
 
-    def test_a_summary_of_another_policy_version_is_recomputed(self, client: TestClient, project: str,
-                                                                head_only: int, db_engine: Engine) -> None:
+    def test_a_summary_of_another_policy_version_is_recomputed(
+        self, client: TestClient, project: str, head_only: int, db_engine: Engine
+    ) -> None:
         _summary_after_refresh(client, project, head_only)
         with db_engine.begin() as connection:
-            connection.execute(update(RunSummary).where(RunSummary.run_id == head_only)
-                               .values(policy_version="1999.1.1", severity="ok", pattern=None))
+            connection.execute(
+                update(RunSummary)
+                .where(RunSummary.run_id == head_only)
+                .values(policy_version="1999.1.1", severity="ok", pattern=None)
+            )
 
         assert _listed(client, project)[head_only]["summary"] is None  # stale: not served
         fresh = _summary_after_refresh(client, project, head_only)
 
         assert fresh["policy_version"] == POLICY_VERSION and fresh["pattern"] == "head_only"
 
-    def test_deleting_the_run_removes_its_summary(self, client: TestClient, project: str, head_only: int,
-                                                   db_engine: Engine) -> None:
+    def test_deleting_the_run_removes_its_summary(
+        self, client: TestClient, project: str, head_only: int, db_engine: Engine
+    ) -> None:
         _summary_after_refresh(client, project, head_only)
 
         assert client.delete(f"{RUNS}/{head_only}").status_code == 204
@@ -87,8 +94,9 @@ class TestRunsListSummary:
 
 
 class TestStoredAnalysis:
-    def test_default_analysis_is_served_from_the_store(self, client: TestClient, head_only: int,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_default_analysis_is_served_from_the_store(
+        self, client: TestClient, head_only: int, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         first = client.get(f"{RUNS}/{head_only}/analysis").json()
         monkeypatch.setattr(summary_module, "analyze", _no_analysis)
 
@@ -97,19 +105,22 @@ class TestStoredAnalysis:
         assert second.status_code == 200 and second.json() == first
         assert first["run_id"] == head_only and first["findings"][0]["pattern"] == "head_only"
 
-    def test_thresholds_in_the_query_are_computed_not_read_from_the_store(self, client: TestClient,
-                                                                          head_only: int) -> None:
+    def test_thresholds_in_the_query_are_computed_not_read_from_the_store(
+        self, client: TestClient, head_only: int
+    ) -> None:
         default = client.get(f"{RUNS}/{head_only}/analysis").json()
         strict = client.get(f"{RUNS}/{head_only}/analysis", params={"critical": 50, "severe": 90}).json()
 
         assert strict["thresholds"] != default["thresholds"]
 
-    def test_a_stale_stored_analysis_is_not_served(self, client: TestClient, head_only: int,
-                                                   db_engine: Engine) -> None:
+    def test_a_stale_stored_analysis_is_not_served(self, client: TestClient, head_only: int, db_engine: Engine) -> None:
         real = client.get(f"{RUNS}/{head_only}/analysis").json()
         with db_engine.begin() as connection:
-            connection.execute(update(RunSummary).where(RunSummary.run_id == head_only)
-                               .values(policy_version="1999.1.1", analysis={"run_id": head_only, "findings": []}))
+            connection.execute(
+                update(RunSummary)
+                .where(RunSummary.run_id == head_only)
+                .values(policy_version="1999.1.1", analysis={"run_id": head_only, "findings": []})
+            )
 
         assert client.get(f"{RUNS}/{head_only}/analysis").json() == real
 
@@ -121,3 +132,14 @@ class TestStoredAnalysis:
         response = client.get(f"{RUNS}/{run_id}/analysis")
 
         assert response.status_code == 409 and response.json()["error"] == "NotReady"
+
+
+def test_concurrent_first_reads_of_the_analysis_all_succeed(client: TestClient, head_only: int) -> None:
+    """Several requests computing the same run's first summary at once (PostgreSQL raised IntegrityError)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda _: client.get(f"{RUNS}/{head_only}/analysis"), range(6)))
+
+    assert [a.status_code for a in answers] == [200] * 6
+    assert len({a.text for a in answers}) == 1

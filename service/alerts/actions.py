@@ -1,0 +1,104 @@
+"""Alert rules and queuing: which early-warning events of a run page which webhooks.
+
+Belongs here: validating a rule, matching events against a project's rules (event kinds, minimum severity), the
+episode key and cooldown that keep one problem from paging twice, and queuing the deliveries in the transaction
+that stored the events. Sending is service/alerts/sender.py's; SQL is db/alerts.py's.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+from sqlalchemy.orm import Session
+
+from fp8_policy.db.alerts import AlertRepository, RuleRecord
+from fp8_policy.db.live import StoredEvent
+from fp8_policy.db.repositories import utcnow
+from fp8_policy.policy.live_events import EVENT_KINDS
+from fp8_policy.policy.thresholds import Severity
+from fp8_policy.service.errors import BadRequest, NotFound
+
+SCALAR_EVENT_KINDS = ("scalar_spike", "loss_plateau")
+ALL_EVENT_KINDS = (*EVENT_KINDS, *SCALAR_EVENT_KINDS)
+FORMATS = ("slack", "json")
+MAX_COOLDOWN_SECONDS = 7 * 24 * 3600
+
+
+def add_rule(
+    session: Session,
+    *,
+    project: str,
+    webhook_url: str,
+    format: str,
+    events: list[str],
+    min_severity: str,
+    cooldown_seconds: int,
+    created_by: str | None,
+) -> RuleRecord:
+    parts = urlsplit(webhook_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or len(webhook_url) > 2000:
+        raise BadRequest("webhook must be an http(s) URL with a host, at most 2000 characters", error="InvalidWebhook")
+    if format not in FORMATS:
+        raise BadRequest(f"format must be one of {', '.join(FORMATS)}", error="InvalidAlertRule")
+    unknown = sorted(set(events) - set(ALL_EVENT_KINDS))
+    if unknown:
+        raise BadRequest(
+            f"unknown event kinds {', '.join(unknown)}; expected some of {', '.join(ALL_EVENT_KINDS)}",
+            error="InvalidAlertRule",
+        )
+    if min_severity not in [s.value for s in Severity]:
+        raise BadRequest("min_severity must be ok, warning, critical or severe", error="InvalidAlertRule")
+    if not 0 <= cooldown_seconds <= MAX_COOLDOWN_SECONDS:
+        raise BadRequest(f"cooldown_seconds must be 0..{MAX_COOLDOWN_SECONDS}", error="InvalidAlertRule")
+    if not project or len(project) > 200:
+        raise BadRequest("project must be 1..200 characters", error="InvalidAlertRule")
+    return AlertRepository(session).add_rule(
+        project=project,
+        webhook_url=webhook_url,
+        format=format,
+        events=sorted(set(events)),
+        min_severity=min_severity,
+        cooldown_seconds=cooldown_seconds,
+        created_by=created_by,
+    )
+
+
+def remove_rule(session: Session, rule_id: int) -> None:
+    if not AlertRepository(session).remove_rule(rule_id):
+        raise NotFound(f"alert rule {rule_id} not found")
+
+
+def episode_key(run_id: int, event: dict[str, Any]) -> str:
+    """One problem: the same event kind on the same series of the same run."""
+    return "|".join(str(event.get(k)) for k in ("kind", "layer", "tensor", "stat", "rank")) + f"|run={run_id}"
+
+
+def queue_for_events(session: Session, run_id: int, project: str, events: list[StoredEvent]) -> int:
+    """Queue a delivery per (matching rule, event); within a rule's cooldown the episode is logged as suppressed.
+    Returns how many deliveries are pending (to wake the sender)."""
+    repo = AlertRepository(session)
+    rules = repo.rules(project)
+    pending = 0
+    for stored in events:
+        event = {"id": stored.id, "run_id": run_id, **stored.event.to_dict()}
+        for rule in rules:
+            if rule.events and event["kind"] not in rule.events:
+                continue
+            if Severity(event["severity"]) < Severity(rule.min_severity):
+                continue
+            key = episode_key(run_id, event)
+            since = utcnow() - timedelta(seconds=rule.cooldown_seconds)
+            suppressed = rule.cooldown_seconds > 0 and repo.recently_sent(rule.id, key, since)
+            repo.enqueue(
+                rule_id=rule.id,
+                run_id=run_id,
+                project=project,
+                event_id=stored.id,
+                event=event,
+                dedupe_key=key,
+                suppressed=suppressed,
+            )
+            pending += 0 if suppressed else 1
+    return pending

@@ -1,0 +1,90 @@
+"""HTTP routes of alerts: rules per project (admin) and the delivery log (read)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+
+from fp8_policy.db.alerts import AlertRepository, DeliveryRecord, RuleRecord
+from fp8_policy.service.alerts import actions
+from fp8_policy.service.alerts.schemas import AlertDeliveryRead, AlertRuleCreate, AlertRuleRead
+from fp8_policy.service.auth.deps import ADMIN, READ, PrincipalDep
+from fp8_policy.service.deps import SessionDep
+from fp8_policy.service.openapi import error_responses
+
+router = APIRouter(prefix="/api/v1/alerts", tags=["alerts"])
+
+
+def _rule_read(rule: RuleRecord) -> AlertRuleRead:
+    return AlertRuleRead(
+        id=rule.id,
+        project=rule.project,
+        webhook=rule.webhook_url,
+        format=rule.format,
+        events=rule.events,
+        min_severity=rule.min_severity,
+        cooldown_seconds=rule.cooldown_seconds,
+        created_at=rule.created_at,
+        created_by=rule.created_by,
+    )
+
+
+def _delivery_read(d: DeliveryRecord) -> AlertDeliveryRead:
+    return AlertDeliveryRead(
+        id=d.id,
+        rule_id=d.rule_id,
+        run_id=d.run_id,
+        project=d.project,
+        status=d.status,
+        attempts=d.attempts,
+        last_error=d.last_error,
+        created_at=d.created_at,
+        sent_at=d.sent_at,
+        event=d.event,
+    )
+
+
+@router.post(
+    "/rules", status_code=201, response_model=AlertRuleRead, dependencies=[ADMIN], responses=error_responses(400)
+)
+def add_rule(body: AlertRuleCreate, session: SessionDep, principal: PrincipalDep) -> AlertRuleRead:
+    """Send the project's early-warning events (live runs) to a webhook."""
+    rule = actions.add_rule(
+        session,
+        project=body.project,
+        webhook_url=body.webhook,
+        format=body.format,
+        events=body.events,
+        min_severity=body.min_severity,
+        cooldown_seconds=body.cooldown_seconds,
+        created_by=principal.name,
+    )
+    return _rule_read(rule)
+
+
+@router.get("/rules", response_model=list[AlertRuleRead], dependencies=[ADMIN], responses=error_responses())
+def list_rules(
+    session: SessionDep,
+    project: Annotated[str | None, Query(max_length=200, description="Only this project's rules.")] = None,
+) -> list[AlertRuleRead]:
+    """Every alert rule (webhook URLs may hold secrets: admin only)."""
+    return [_rule_read(rule) for rule in AlertRepository(session).rules(project)]
+
+
+@router.delete("/rules/{rule_id}", status_code=204, dependencies=[ADMIN], responses=error_responses(404))
+def remove_rule(rule_id: int, session: SessionDep) -> Response:
+    """Stop sending with this rule (its past deliveries stay in the log)."""
+    actions.remove_rule(session, rule_id)
+    return Response(status_code=204)
+
+
+@router.get("/log", response_model=list[AlertDeliveryRead], dependencies=[READ], responses=error_responses(400))
+def alert_log(
+    session: SessionDep,
+    project: Annotated[str | None, Query(max_length=200, description="Only this project's alerts.")] = None,
+    run_id: Annotated[int | None, Query(ge=1, le=2**31 - 1, description="Only this run's alerts.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Newest first, at most this many.")] = 200,
+) -> list[AlertDeliveryRead]:
+    """Every alert raised (sent, pending, failed after retries, or suppressed by a cooldown), newest first."""
+    return [_delivery_read(d) for d in AlertRepository(session).log(project=project, run_id=run_id, limit=limit)]
