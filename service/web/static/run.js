@@ -16,6 +16,7 @@ import { heatmapCard } from "./heatmap.js";
 import { findingsCard } from "./findings.js";
 import { recommendationCard } from "./recommendation.js";
 import { layersCard, rankSpread } from "./layers.js";
+import { liveView } from "./live.js";
 
 const THRESHOLD_KEYS = ["warning", "critical", "severe"];
 // Lines skipped or duplicated above this share of the lines read are shown as a warning above the figures.
@@ -28,6 +29,7 @@ export async function runView(ctx, runId, query) {
   replace(view, loading("Loading run…"));
   const run = await api(`/runs/${runId}`, { signal: ctx.signal });
   setTitle(runLabel(run));
+  if (run.status === "live") return liveView(ctx, run); // a training job streaming its logs (live.js)
 
   const sevSlot = h("span", { class: "head-sev" });
   const head = h("div", { class: "page-head" },

@@ -1,0 +1,89 @@
+"""Issue 13 §6 in Chromium: a live run's page follows the logs while they arrive (no reload): the heatmap gains
+columns and rows, the scale-factor and scalar charts fill in, an early warning appears in the timeline; the runs
+list marks the run `live`; once finalized the page turns into the normal run page.
+
+Screenshot: test-artifacts/browser/live-run.png.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.archives import meta_relpath, metadata_log, stats_log, stats_relpath
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # the chromium_executable fixture reports it
+    expect = None
+
+pytestmark = pytest.mark.browser
+LIVE = "/api/v1/live/runs"
+LAYERS = [f"model.layers.{k}.mlp.fc2" for k in range(1, 7)]
+LATE_LAYER = "model.layers.7.mlp.fc2"  # its statistics start with the second half of the log
+
+
+def training_log(steps: range, layers: list[str]) -> bytes:
+    """Gradient underflows% per layer (the last one rising through the bands) and an activation scale_inv that
+    drops 100x at iteration 400 in the first layer, logged every 10 iterations."""
+    points = []
+    for step in steps:
+        it = step * 10
+        for layer in layers:
+            rising = layer == LAYERS[-1]
+            points.append((f"{layer}_gradient_underflows%", it, round(0.1 + (0.006 * it if rising else 0.02 * (step % 5)), 4)))
+            scale = 1e-4 if layer == LAYERS[0] and it >= 400 else 1e-2 * (1 + 0.1 * LAYERS.index(layer) if layer in LAYERS else 1)
+            points.append((f"{layer}_activation_scale_inv_min", it, scale))
+    return stats_log(points)
+
+
+def scalars(steps: range) -> bytes:
+    return "".join(json.dumps({"step": s * 10, "loss": 3.0 / (1 + 0.05 * s), "grad_norm": 1.0 + 0.01 * s,
+                               "lr": 1e-4}) + "\n" for s in steps).encode()
+
+
+def test_the_live_page_follows_the_logs_without_reload(page, live_server, shot) -> None:
+    with live_server.api() as api:
+        run = api.post(LIVE, json={"name": "live-browser", "project": "bt-live"}).json()
+        sizes: dict[str, int] = {}
+
+        def send(path: str, data: bytes) -> None:
+            response = api.put(f"{LIVE}/{run['id']}/files/{path}", params={"offset": sizes.get(path, 0)}, content=data,
+                               headers={"Content-Type": "application/octet-stream"})
+            assert response.status_code == 200, response.text
+            sizes[path] = response.json()["size"]
+
+        send(meta_relpath(0), metadata_log(dict.fromkeys([*LAYERS, LATE_LAYER], "fp8")))
+        send(stats_relpath(0), training_log(range(0, 30), LAYERS))
+        send("scalars.jsonl", scalars(range(0, 30)))
+
+        page.goto(f"{live_server.url}/#/runs?project=bt-live")
+        badge = page.locator("#view table tbody tr", has_text="live-browser").locator(".status-live")
+        expect(badge).to_have_text("live", timeout=20_000)
+
+        page.goto(f"{live_server.url}/#/runs/{run['id']}")
+        heatmap = page.locator("#live-heatmap")
+        expect(heatmap).to_have_attribute("data-iterations", "30", timeout=30_000)
+        expect(heatmap).to_have_attribute("data-rows", str(len(LAYERS)))
+        expect(page.locator("#live-scalars [data-scalar=loss] svg")).to_be_visible()
+        expect(page.locator("#live-scale svg path.series")).to_have_count(len(LAYERS))
+        expect(page.locator("#live-timeline [data-kind=scale_inv_drop]")).to_have_count(0)
+        page.evaluate("window.__sameDocument = true")  # gone if the page reloads
+
+        send(stats_relpath(0), training_log(range(30, 60), [*LAYERS, LATE_LAYER]))
+        send("scalars.jsonl", scalars(range(30, 60)))
+        expect(heatmap).to_have_attribute("data-iterations", "60", timeout=30_000)
+        expect(heatmap).to_have_attribute("data-rows", str(len(LAYERS) + 1))
+        drop = page.locator("#live-timeline [data-kind=scale_inv_drop]")
+        expect(drop.first).to_contain_text("iteration 400", timeout=30_000)
+        expect(page.locator("#live-timeline [data-kind=band_crossing]").first).to_be_visible()
+        expect(page.locator("#live-figures")).to_contain_text("0–590")
+        assert page.evaluate("window.__sameDocument === true"), "the page reloaded"
+        page.wait_for_timeout(300)  # the charts of the same poll
+        shot(page, "live-run")
+
+        assert api.post(f"{LIVE}/{run['id']}/finalize").status_code == 202
+        expect(page.locator("#live-heatmap")).to_have_count(0, timeout=30_000)
+        expect(page.locator("#view .run-meta [data-status]")).to_have_attribute("data-status", "ready", timeout=60_000)
+        assert page.evaluate("window.__sameDocument === true")
