@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from bench import load, scale
+from bench import live, load, scale
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -249,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     results["mixed_load"] = load.run_load()
     with tempfile.TemporaryDirectory(prefix="fp8-scale-") as tmp:
         results["scale"] = scale.measure_all(tree, OUT, Path(tmp))
+    print("(i) live runs: append throughput, detector latency, planted crossing to webhook ...", flush=True)
+    results["live"] = live.measure(tree)
     report(results)
     load.report(results["mixed_load"])
     for label, ok in load.targets_met(results["mixed_load"]).items():
@@ -256,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  [{'ok' if ok else 'MISSED'}] {label}")
     print()
     for label, ok in scale.report(results["scale"], results["baseline"]["seconds"], results["upload"]["seconds"]).items():
+        results["targets_met"][label] = ok
+        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
+    for label, ok in live.report(results["live"]).items():
         results["targets_met"][label] = ok
         print(f"  [{'ok' if ok else 'MISSED'}] {label}")
     (OUT / "results.json").write_text(json.dumps(results, indent=2))

@@ -1,0 +1,326 @@
+"""Issue 13 §7 figures: live runs against the real service (`fp8-policy serve`) on loopback.
+
+Usage: python -m bench.live [--target 6m|small] [--interval 2] [--trials 3] [--max-seconds 600]
+
+1. Append throughput: a writer thread appends the benchmark statistics log (bench/generate.py: 5.9 M lines for
+   `6m`) to a file in 4 MiB writes while `LiveUploader` tails the directory and streams it to a live run every
+   `--interval` seconds; figures: lines and MB per second from the first write to the last byte acknowledged.
+2. Detector latency per increment: the loopback round trip of every PUT (append + parse of the new whole lines +
+   detectors + event rows, all server-side), for the bulk pieces (8 MiB) and, once caught up, for realistic
+   increments (one iteration of every series, ~200 KB) written every second.
+3. Alert latency: a loopback webhook receiver and an alert rule (band crossings, severe); in `--trials`
+   increments one healthy layer's gradient underflows% is planted at 60 %; the figure is the time from the
+   writer's flush of that line to the webhook call arriving. Target: < 10 s with a 2 s interval.
+
+Bounded: the bulk phase stops at `--max-seconds` (figures then cover what was acknowledged) and the service and
+uploader are stopped at the end; the run is not finalized (finalize = the normal ingest, measured by bench.run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from fp8_policy.client.client import PolicyClient
+from fp8_policy.client.live import LiveUploader
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "out"
+STATS_REL = Path("rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log")
+META_REL = Path("rank_0/nvdlfw_inspect_logs/nvdlfw_inspect_globalrank-0.log")
+WRITE_BYTES = 4 * 1024**2
+INCREMENT_SECONDS = 1.0  # the writer's cadence once caught up (one logged iteration per second)
+PLANT_EVERY = 6  # increments between planted crossings
+ALERT_TARGET_SECONDS = 10.0
+DEFAULT_MAX_SECONDS = 240.0  # the bulk phase's bound on a shared machine (figures then cover what was acknowledged)
+LINE = re.compile(rb"^(?P<head>.* - INFO - (?P<name>\S+)\s+iteration=)(?P<it>\d+)(?P<mid>\s+value=)(?P<value>\S+)\s*$")
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    """Loopback webhook: records when each alert arrived and its body."""
+
+    calls: list[tuple[float, dict[str, Any]]]
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        arrived = time.perf_counter()
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            payload = {}
+        self.server.calls.append((arrived, payload))  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+class _TimedClient(PolicyClient):
+    """PolicyClient that times every append (PUT) round trip: (bytes, seconds, events, phase)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.timings: list[tuple[int, float, int, str]] = []
+        self.phase = "bulk"
+
+    def append_live(self, run_id: int, path: str, offset: int, data: bytes) -> dict[str, Any]:
+        start = time.perf_counter()
+        answer = super().append_live(run_id, path, offset, data)
+        self.timings.append((len(data), time.perf_counter() - start, len(answer.get("events", [])), self.phase))
+        return answer
+
+
+def _start_service(workdir: Path) -> tuple[subprocess.Popen, str]:
+    from bench.run import _free_port, _wait_healthy
+
+    port = _free_port()
+    env = {**os.environ, "FP8_POLICY_DATA_DIR": str(workdir / "service")}
+    env.pop("FP8_POLICY_DATABASE_URL", None)
+    cmd = [sys.executable, "-m", "fp8_policy.service.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+           "--no-demo", "--log-level", "warning"]
+    server = subprocess.Popen(cmd, cwd=ROOT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    with httpx.Client(base_url=base, timeout=30) as client:
+        _wait_healthy(client, server)
+    return server, base
+
+
+def _last_iteration_block(log: Path) -> tuple[list[re.Match[bytes]], int]:
+    """The lines of the log's last iteration (every series once): the template of the increments."""
+    with open(log, "rb") as handle:
+        handle.seek(max(0, log.stat().st_size - 2 * 1024**2))
+        tail = handle.read().splitlines()[1:]
+    matches = [m for m in (LINE.match(line) for line in tail) if m]
+    last = max(int(m["it"]) for m in matches)
+    return [m for m in matches if int(m["it"]) == last], last
+
+
+def _healthy_layers(block: list[re.Match[bytes]], count: int) -> list[str]:
+    """Gradient underflows% series of the middle blocks whose last value is below 0.1 % (nowhere near a band)."""
+    names = [m["name"].decode() for m in block
+             if m["name"].endswith(b"_gradient_underflows%") and float(m["value"]) < 0.1 and b"layers." in m["name"]]
+    middle = names[len(names) // 4: 3 * len(names) // 4] or names
+    step = max(1, len(middle) // max(1, count))
+    return middle[::step][:count]
+
+
+def _increment(block: list[re.Match[bytes]], iteration: int, width: int, planted: str | None) -> bytes:
+    out = []
+    for m in block:
+        value = b"60.0000" if planted is not None and m["name"].decode() == planted else m["value"]
+        out.append(m["head"] + str(iteration).zfill(width).encode() + m["mid"] + value + b"\n")
+    return b"".join(out)
+
+
+def _stats(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"count": 0, "p50": None, "p95": None, "max": None}
+    ordered = sorted(values)
+    return {"count": len(values), "p50": statistics.median(ordered),
+            "p95": ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))], "max": ordered[-1]}
+
+
+def run_live_bench(tree: Path, workdir: Path, *, interval: float = 2.0, trials: int = 3,
+                   max_seconds: float = DEFAULT_MAX_SECONDS) -> dict[str, Any]:
+    source = tree / STATS_REL
+    watched = workdir / "watched"
+    (watched / STATS_REL).parent.mkdir(parents=True)
+    (watched / META_REL).parent.mkdir(parents=True)
+    (watched / META_REL).write_bytes((tree / META_REL).read_bytes())
+    target = watched / STATS_REL
+    block, last_it = _last_iteration_block(source)
+    width = len(block[0]["it"])  # zero-padded as logged
+    plants = _healthy_layers(block, trials)
+
+    receiver = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    receiver.calls = []  # type: ignore[attr-defined]
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    server, base = _start_service(workdir)
+    project = f"bench-live-{time.time_ns()}"
+    results: dict[str, Any] = {"interval_s": interval, "source_lines": None}
+    try:
+        with httpx.Client(base_url=base, timeout=30) as http:
+            rule = http.post("/api/v1/alerts/rules", json={
+                "project": project, "webhook": f"http://127.0.0.1:{receiver.server_address[1]}/hook", "format": "json",
+                "events": ["band_crossing"], "min_severity": "severe", "cooldown_seconds": 0})
+            rule.raise_for_status()
+        client = _TimedClient(base, timeout=120)
+        uploader = LiveUploader(watched, name="bench-live", project=project, interval=interval, client=client)
+
+        # 1. bulk: the log grows by 4 MiB writes while the uploader streams it
+        total = source.stat().st_size
+        written = {"bytes": 0, "done_at": None}
+
+        def writer() -> None:
+            with open(source, "rb") as src, open(target, "ab") as dst:
+                while chunk := src.read(WRITE_BYTES):
+                    dst.write(chunk)
+                    dst.flush()
+                    written["bytes"] += len(chunk)
+            written["done_at"] = time.perf_counter()
+
+        start = time.perf_counter()
+        writing = threading.Thread(target=writer, daemon=True)
+        writing.start()
+        uploader.start()
+        deadline = start + max_seconds
+        while time.perf_counter() < deadline:
+            acked = _acked(uploader, str(STATS_REL))
+            if written["done_at"] is not None and acked >= total:
+                break
+            time.sleep(0.05)
+        caught_up = time.perf_counter()
+        acked = _acked(uploader, str(STATS_REL))
+        lines = _count_lines(source, acked)
+        bulk = [t for t in client.timings if t[3] == "bulk"]
+        results["bulk"] = {
+            "bytes": acked, "lines": lines, "complete": acked >= total, "seconds": caught_up - start,
+            "writer_seconds": (written["done_at"] or caught_up) - start,
+            "mb_per_s": acked / 1e6 / (caught_up - start), "lines_per_s": lines / (caught_up - start),
+            "pieces": len(bulk), "piece_mb": _stats([b / 1e6 for b, *_ in bulk])["p50"],
+            "put_seconds": _stats([s for _, s, *_ in bulk]),
+            "put_seconds_per_mb": _stats([s / (b / 1e6) for b, s, *_ in bulk if b]),
+            "events": sum(e for *_, e, _p in bulk), "upload_failures": uploader.stats.failures,
+        }
+
+        # 2 + 3. steady state: one iteration per second, some with a planted crossing
+        client.phase = "steady"
+        planted_at: dict[str, tuple[int, float]] = {}
+        iteration = last_it
+        increments = trials * PLANT_EVERY + 2
+        with open(target, "ab") as dst:
+            for k in range(increments):
+                iteration += 2
+                layer = plants[k // PLANT_EVERY] if k % PLANT_EVERY == 2 and k // PLANT_EVERY < len(plants) else None
+                dst.write(_increment(block, iteration, width, layer))
+                dst.flush()
+                if layer is not None:
+                    planted_at[layer] = (iteration, time.perf_counter())
+                time.sleep(INCREMENT_SECONDS)
+        wait_until = time.perf_counter() + 3 * ALERT_TARGET_SECONDS
+        while time.perf_counter() < wait_until and len(_arrivals(receiver, planted_at)) < len(planted_at):
+            time.sleep(0.1)
+        arrivals = _arrivals(receiver, planted_at)
+        steady = [t for t in client.timings if t[3] == "steady"]
+        latencies = [arrivals[layer] - at for layer, (_it, at) in planted_at.items() if layer in arrivals]
+        results["steady"] = {
+            "increments": increments, "increment_kb": len(_increment(block, iteration, width, None)) / 1e3,
+            "lines_per_increment": len(block), "pieces": len(steady),
+            "put_seconds": _stats([s for _, s, *_ in steady]),
+        }
+        results["alerts"] = {
+            "planted": len(planted_at), "received": len(latencies), "seconds": _stats(latencies),
+            "all_calls": len(receiver.calls),  # type: ignore[attr-defined]
+            "target_s": ALERT_TARGET_SECONDS,
+        }
+        uploader.finish(finalize=False, timeout=30)
+        results["service_peak_rss_mb"] = _vm_hwm(server.pid)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        receiver.shutdown()
+    return results
+
+
+def _acked(uploader: LiveUploader, remote: str) -> int:
+    tracked = uploader._files.get(remote)  # the uploader's acknowledged offset of the file
+    return tracked.acked if tracked is not None else 0
+
+
+def _count_lines(path: Path, size: int) -> int:
+    lines = 0
+    with open(path, "rb") as handle:
+        left = size
+        while left > 0 and (chunk := handle.read(min(1 << 24, left))):
+            lines += chunk.count(b"\n")
+            left -= len(chunk)
+    return lines
+
+
+def _arrivals(receiver: ThreadingHTTPServer, planted: dict[str, tuple[int, float]]) -> dict[str, float]:
+    """When the first webhook naming each planted layer at its planted iteration arrived."""
+    found: dict[str, float] = {}
+    for arrived, payload in list(receiver.calls):  # type: ignore[attr-defined]
+        event = payload.get("event") or {}
+        for layer, (iteration, _at) in planted.items():
+            if event.get("iteration") == iteration and layer.startswith(f"{event.get('layer')}_gradient_"):
+                found.setdefault(layer, arrived)
+    return found
+
+
+def _vm_hwm(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def report(results: dict[str, Any]) -> dict[str, bool]:
+    """Print the figures; returns the targets (label -> met)."""
+    bulk, steady, alerts = results["bulk"], results["steady"], results["alerts"]
+    fmt = lambda v, d=3: "n/a" if v is None else f"{v:.{d}f}"  # noqa: E731
+    print("\nlive runs (issue 13 §7), service on loopback, LiveUploader interval "
+          f"{results['interval_s']:g} s")
+    print(f"  append throughput: {bulk['lines']:,} lines / {bulk['bytes'] / 1e6:,.0f} MB acknowledged in "
+          f"{bulk['seconds']:.1f} s (writer done after {bulk['writer_seconds']:.1f} s): "
+          f"{bulk['lines_per_s']:,.0f} lines/s, {bulk['mb_per_s']:.1f} MB/s"
+          + ("" if bulk["complete"] else "  [stopped at --max-seconds]"))
+    put = bulk["put_seconds"]
+    print(f"  bulk PUT ({bulk['pieces']} pieces of ~{fmt(bulk['piece_mb'], 1)} MB, {bulk['events']} events): "
+          f"p50 {fmt(put['p50'])} s, p95 {fmt(put['p95'])} s, max {fmt(put['max'])} s; "
+          f"p50 {fmt(bulk['put_seconds_per_mb']['p50'])} s/MB")
+    put = steady["put_seconds"]
+    print(f"  detector latency per increment ({steady['pieces']} PUTs of ~{steady['increment_kb']:.0f} KB = "
+          f"{steady['lines_per_increment']:,} lines): p50 {fmt(put['p50'])} s, p95 {fmt(put['p95'])} s, "
+          f"max {fmt(put['max'])} s")
+    sec = alerts["seconds"]
+    print(f"  planted crossing -> webhook: {alerts['received']}/{alerts['planted']} received; p50 {fmt(sec['p50'], 2)} s, "
+          f"max {fmt(sec['max'], 2)} s (target < {alerts['target_s']:g} s); {alerts['all_calls']} webhook calls in all")
+    met = alerts["received"] == alerts["planted"] > 0 and sec["max"] is not None and sec["max"] < alerts["target_s"]
+    return {f"live: planted crossing to webhook < {alerts['target_s']:g} s (interval {results['interval_s']:g} s)": met}
+
+
+def measure(tree: Path, max_seconds: float = DEFAULT_MAX_SECONDS) -> dict[str, Any]:
+    """The live-run figures for bench.run (in a throwaway directory)."""
+    with tempfile.TemporaryDirectory(prefix="fp8-live-bench-") as tmp:
+        return run_live_bench(tree, Path(tmp), max_seconds=max_seconds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.live", description=__doc__.splitlines()[0])
+    parser.add_argument("--target", choices=("6m", "small"), default="6m")
+    parser.add_argument("--interval", type=float, default=2.0)
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--max-seconds", type=float, default=DEFAULT_MAX_SECONDS)
+    args = parser.parse_args(argv)
+    from bench.run import ensure_log_tree
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    tree = ensure_log_tree(args.target)
+    with tempfile.TemporaryDirectory(prefix="fp8-live-bench-") as tmp:
+        results = run_live_bench(tree, Path(tmp), interval=args.interval, trials=args.trials,
+                                 max_seconds=args.max_seconds)
+    targets = report(results)
+    for label, ok in targets.items():
+        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
+    (OUT / "live.json").write_text(json.dumps({**results, "targets_met": targets}, indent=2))
+    return 0 if all(targets.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
