@@ -104,3 +104,23 @@ def test_streaming_scan_raises_only_documented_errors(data: bytes) -> None:
             str(exc).encode("utf-8")
         else:
             assert scan.stats and all(ranks for ranks in scan.stats.values())
+
+
+def test_zip_whose_central_directory_points_before_the_file_is_corrupt_archive(tmp_path: Path) -> None:
+    """Found by the fuzzer: a central-directory offset larger than the real one makes zipfile compute a negative
+    member offset, and opening the member raised OSError EINVAL (an InternalError) instead of CorruptArchive."""
+    data = bytearray(zip_bytes({stats_relpath(0): LOG}))
+    end = data.rindex(b"PK\x05\x06")
+    offset = int.from_bytes(data[end + 16: end + 20], "little")
+    data[end + 16: end + 20] = (offset + 1000).to_bytes(4, "little")
+    src = tmp_path / "upload.zip"
+    src.write_bytes(bytes(data))
+
+    for read in (lambda: extract_upload(src, tmp_path / "work", LIMITS),
+                 lambda: scan_archive(open(src, "rb"), len(data), LIMITS)):  # noqa: SIM115 - closed with the test
+        try:
+            read()
+        except ArchiveError as exc:
+            assert exc.code == "CorruptArchive", exc
+        else:
+            raise AssertionError("a zip with a negative member offset was read")

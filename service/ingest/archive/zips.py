@@ -52,6 +52,8 @@ def _check_zip_member(info: zipfile.ZipInfo, relpath: str) -> None:
 
 
 def _open_zip_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, relpath: str) -> IO[bytes]:
+    if info.header_offset < 0:  # a central directory that points before the file: zipfile would seek to it
+        raise ArchiveError("CorruptArchive", f"{relpath}: member offset {info.header_offset} is before the archive")
     try:
         return archive.open(info)
     except NotImplementedError as exc:  # compression method zipfile cannot read
