@@ -1,6 +1,6 @@
 """Issue 13 §6 in Chromium: a live run's page follows the logs while they arrive (no reload): the heatmap gains
-columns and rows, the scale-factor and scalar charts fill in, an early warning appears in the timeline; the runs
-list marks the run `live`; once finalized the page turns into the normal run page.
+columns and rows, the scale-factor and scalar charts fill in, an early warning and the webhook alert sent for it
+appear in the timeline; the runs list marks the run `live`; once finalized the page turns into the run page.
 
 Screenshot: test-artifacts/browser/live-run.png.
 """
@@ -12,6 +12,7 @@ import json
 import pytest
 
 from tests.archives import meta_relpath, metadata_log, stats_log, stats_relpath
+from tests.webhook import webhook_receiver
 
 try:
     from playwright.sync_api import expect
@@ -44,7 +45,10 @@ def scalars(steps: range) -> bytes:
 
 
 def test_the_live_page_follows_the_logs_without_reload(page, live_server, shot) -> None:
-    with live_server.api() as api:
+    with live_server.api() as api, webhook_receiver() as hook:
+        rule = api.post("/api/v1/alerts/rules", json={"project": "bt-live", "webhook": hook.url, "format": "json",
+                                                      "events": ["scale_inv_drop"], "min_severity": "critical"})
+        assert rule.status_code == 201, rule.text
         run = api.post(LIVE, json={"name": "live-browser", "project": "bt-live"}).json()
         sizes: dict[str, int] = {}
 
@@ -78,6 +82,10 @@ def test_the_live_page_follows_the_logs_without_reload(page, live_server, shot) 
         drop = page.locator("#live-timeline [data-kind=scale_inv_drop]")
         expect(drop.first).to_contain_text("iteration 400", timeout=30_000)
         expect(page.locator("#live-timeline [data-kind=band_crossing]").first).to_be_visible()
+        sent = page.locator("#live-timeline .timeline-alert[data-alert=sent]")
+        expect(sent).to_have_count(1, timeout=30_000)  # the webhook delivery, from the alert log
+        expect(sent).to_contain_text("scale_inv_min")
+        assert len(hook.calls) == 1
         expect(page.locator("#live-figures")).to_contain_text("0–590")
         assert page.evaluate("window.__sameDocument === true"), "the page reloaded"
         page.wait_for_timeout(300)  # the charts of the same poll
