@@ -45,7 +45,8 @@ WRITE_BYTES = 4 * 1024**2
 INCREMENT_SECONDS = 1.0  # the writer's cadence once caught up (one logged iteration per second)
 PLANT_EVERY = 6  # increments between planted crossings
 ALERT_TARGET_SECONDS = 10.0
-DEFAULT_MAX_SECONDS = 240.0  # the bulk phase's bound on a shared machine (figures then cover what was acknowledged)
+PREFIX_BYTES = 4 * 1024**2  # history the increments' live run starts with (one piece)
+DEFAULT_MAX_SECONDS = 180.0  # the bulk phase's bound on a shared machine (figures then cover what was acknowledged)
 LINE = re.compile(rb"^(?P<head>.* - INFO - (?P<name>\S+)\s+iteration=)(?P<it>\d+)(?P<mid>\s+value=)(?P<value>\S+)\s*$")
 
 
@@ -137,104 +138,133 @@ def _stats(values: list[float]) -> dict[str, float | None]:
 
 def run_live_bench(tree: Path, workdir: Path, *, interval: float = 2.0, trials: int = 3,
                    max_seconds: float = DEFAULT_MAX_SECONDS) -> dict[str, Any]:
-    source = tree / STATS_REL
-    watched = workdir / "watched"
-    (watched / STATS_REL).parent.mkdir(parents=True)
-    (watched / META_REL).parent.mkdir(parents=True)
-    (watched / META_REL).write_bytes((tree / META_REL).read_bytes())
-    target = watched / STATS_REL
-    block, last_it = _last_iteration_block(source)
-    width = len(block[0]["it"])  # zero-padded as logged
-    plants = _healthy_layers(block, trials)
-
+    """Both figures on one service: the bulk stream (live run 1), then increments with planted crossings on a
+    second live run that starts caught up (so a bulk backlog cut at `max_seconds` cannot delay them)."""
     receiver = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
     receiver.calls = []  # type: ignore[attr-defined]
     threading.Thread(target=receiver.serve_forever, daemon=True).start()
     server, base = _start_service(workdir)
     project = f"bench-live-{time.time_ns()}"
-    results: dict[str, Any] = {"interval_s": interval, "source_lines": None}
+    results: dict[str, Any] = {"interval_s": interval}
     try:
         with httpx.Client(base_url=base, timeout=30) as http:
             rule = http.post("/api/v1/alerts/rules", json={
                 "project": project, "webhook": f"http://127.0.0.1:{receiver.server_address[1]}/hook", "format": "json",
                 "events": ["band_crossing"], "min_severity": "severe", "cooldown_seconds": 0})
             rule.raise_for_status()
-        client = _TimedClient(base, timeout=120)
-        uploader = LiveUploader(watched, name="bench-live", project=project, interval=interval, client=client)
-
-        # 1. bulk: the log grows by 4 MiB writes while the uploader streams it
-        total = source.stat().st_size
-        written = {"bytes": 0, "done_at": None}
-
-        def writer() -> None:
-            with open(source, "rb") as src, open(target, "ab") as dst:
-                while chunk := src.read(WRITE_BYTES):
-                    dst.write(chunk)
-                    dst.flush()
-                    written["bytes"] += len(chunk)
-            written["done_at"] = time.perf_counter()
-
-        start = time.perf_counter()
-        writing = threading.Thread(target=writer, daemon=True)
-        writing.start()
-        uploader.start()
-        deadline = start + max_seconds
-        while time.perf_counter() < deadline:
-            acked = _acked(uploader, str(STATS_REL))
-            if written["done_at"] is not None and acked >= total:
-                break
-            time.sleep(0.05)
-        caught_up = time.perf_counter()
-        acked = _acked(uploader, str(STATS_REL))
-        lines = _count_lines(source, acked)
-        bulk = [t for t in client.timings if t[3] == "bulk"]
-        results["bulk"] = {
-            "bytes": acked, "lines": lines, "complete": acked >= total, "seconds": caught_up - start,
-            "writer_seconds": (written["done_at"] or caught_up) - start,
-            "mb_per_s": acked / 1e6 / (caught_up - start), "lines_per_s": lines / (caught_up - start),
-            "pieces": len(bulk), "piece_mb": _stats([b / 1e6 for b, *_ in bulk])["p50"],
-            "put_seconds": _stats([s for _, s, *_ in bulk]),
-            "put_seconds_per_mb": _stats([s / (b / 1e6) for b, s, *_ in bulk if b]),
-            "events": sum(e for *_, e, _p in bulk), "upload_failures": uploader.stats.failures,
-        }
-
-        # 2 + 3. steady state: one iteration per second, some with a planted crossing
-        client.phase = "steady"
-        planted_at: dict[str, tuple[int, float]] = {}
-        iteration = last_it
-        increments = trials * PLANT_EVERY + 2
-        with open(target, "ab") as dst:
-            for k in range(increments):
-                iteration += 2
-                layer = plants[k // PLANT_EVERY] if k % PLANT_EVERY == 2 and k // PLANT_EVERY < len(plants) else None
-                dst.write(_increment(block, iteration, width, layer))
-                dst.flush()
-                if layer is not None:
-                    planted_at[layer] = (iteration, time.perf_counter())
-                time.sleep(INCREMENT_SECONDS)
-        wait_until = time.perf_counter() + 3 * ALERT_TARGET_SECONDS
-        while time.perf_counter() < wait_until and len(_arrivals(receiver, planted_at)) < len(planted_at):
-            time.sleep(0.1)
-        arrivals = _arrivals(receiver, planted_at)
-        steady = [t for t in client.timings if t[3] == "steady"]
-        latencies = [arrivals[layer] - at for layer, (_it, at) in planted_at.items() if layer in arrivals]
-        results["steady"] = {
-            "increments": increments, "increment_kb": len(_increment(block, iteration, width, None)) / 1e3,
-            "lines_per_increment": len(block), "pieces": len(steady),
-            "put_seconds": _stats([s for _, s, *_ in steady]),
-        }
-        results["alerts"] = {
-            "planted": len(planted_at), "received": len(latencies), "seconds": _stats(latencies),
-            "all_calls": len(receiver.calls),  # type: ignore[attr-defined]
-            "target_s": ALERT_TARGET_SECONDS,
-        }
-        uploader.finish(finalize=False, timeout=30)
+        results["bulk"] = _bulk(tree, workdir / "bulk", base, project, interval, max_seconds)
+        results.update(_increments(tree, workdir / "steady", base, project, interval, trials, receiver))
         results["service_peak_rss_mb"] = _vm_hwm(server.pid)
     finally:
         server.terminate()
         server.wait(timeout=30)
         receiver.shutdown()
     return results
+
+
+def _watched_dir(tree: Path, watched: Path) -> Path:
+    (watched / STATS_REL).parent.mkdir(parents=True)
+    (watched / META_REL).parent.mkdir(parents=True)
+    (watched / META_REL).write_bytes((tree / META_REL).read_bytes())
+    return watched / STATS_REL
+
+
+def _stop(uploader: LiveUploader) -> None:
+    """Stop tailing without sending the rest (`finish` would send the whole backlog first)."""
+    uploader._stop.set()  # the uploader's own stop flag; its thread ends after the piece in flight
+    if uploader._thread is not None:
+        uploader._thread.join(timeout=120)
+
+
+def _bulk(tree: Path, watched: Path, base: str, project: str, interval: float, max_seconds: float) -> dict[str, Any]:
+    """Live run 1: the whole log appended by 4 MiB writes while LiveUploader streams it."""
+    source = tree / STATS_REL
+    target = _watched_dir(tree, watched)
+    client = _TimedClient(base, timeout=120)
+    uploader = LiveUploader(watched, name="bench-live-bulk", project=project, interval=interval, client=client)
+    total = source.stat().st_size
+    written: dict[str, float | None] = {"done_at": None}
+
+    def writer() -> None:
+        with open(source, "rb") as src, open(target, "ab") as dst:
+            while chunk := src.read(WRITE_BYTES):
+                dst.write(chunk)
+                dst.flush()
+        written["done_at"] = time.perf_counter()
+
+    start = time.perf_counter()
+    threading.Thread(target=writer, daemon=True).start()
+    uploader.start()
+    deadline = start + max_seconds
+    while time.perf_counter() < deadline:
+        if written["done_at"] is not None and _acked(uploader, str(STATS_REL)) >= total:
+            break
+        time.sleep(0.05)
+    end = time.perf_counter()
+    acked = _acked(uploader, str(STATS_REL))
+    _stop(uploader)
+    client.close()
+    lines = _count_lines(source, acked)
+    pieces = list(client.timings)
+    return {
+        "bytes": acked, "lines": lines, "source_lines": _count_lines(source, total), "complete": acked >= total,
+        "seconds": end - start, "writer_seconds": (written["done_at"] or end) - start,
+        "mb_per_s": acked / 1e6 / (end - start), "lines_per_s": lines / (end - start),
+        "pieces": len(pieces), "piece_mb": _stats([b / 1e6 for b, *_ in pieces])["p50"],
+        "put_seconds": _stats([s for _, s, *_ in pieces]),
+        "put_seconds_per_mb": _stats([s / (b / 1e6) for b, s, *_ in pieces if b]),
+        "events": sum(e for *_, e, _p in pieces), "upload_failures": uploader.stats.failures,
+    }
+
+
+def _increments(tree: Path, watched: Path, base: str, project: str, interval: float, trials: int,
+                receiver: ThreadingHTTPServer) -> dict[str, Any]:
+    """Live run 2: the log's first PREFIX_BYTES (history for the detectors), then one iteration per second, some
+    with a planted crossing; the time from each planted line's flush to its webhook call."""
+    source = tree / STATS_REL
+    target = _watched_dir(tree, watched)
+    block, last_it = _last_iteration_block(source)
+    width = len(block[0]["it"])  # zero-padded as logged
+    plants = _healthy_layers(block, trials)
+    with open(source, "rb") as src:
+        prefix = src.read(PREFIX_BYTES)
+    target.write_bytes(prefix[: prefix.rfind(b"\n") + 1])
+    client = _TimedClient(base, timeout=120)
+    uploader = LiveUploader(watched, name="bench-live-increments", project=project, interval=interval, client=client)
+    uploader.start()
+    deadline = time.perf_counter() + 120
+    while _acked(uploader, str(STATS_REL)) < target.stat().st_size and time.perf_counter() < deadline:
+        time.sleep(0.05)
+    client.phase = "steady"
+    planted_at: dict[str, tuple[int, float]] = {}
+    iteration = last_it
+    increments = trials * PLANT_EVERY + 2
+    with open(target, "ab") as dst:
+        for k in range(increments):
+            iteration += 2
+            layer = plants[k // PLANT_EVERY] if k % PLANT_EVERY == 2 and k // PLANT_EVERY < len(plants) else None
+            dst.write(_increment(block, iteration, width, layer))
+            dst.flush()
+            if layer is not None:
+                planted_at[layer] = (iteration, time.perf_counter())
+            time.sleep(INCREMENT_SECONDS)
+    wait_until = time.perf_counter() + 3 * ALERT_TARGET_SECONDS
+    while time.perf_counter() < wait_until and len(_arrivals(receiver, planted_at)) < len(planted_at):
+        time.sleep(0.1)
+    arrivals = _arrivals(receiver, planted_at)
+    _stop(uploader)
+    client.close()
+    steady = [t for t in client.timings if t[3] == "steady"]
+    latencies = [arrivals[layer] - at for layer, (_it, at) in planted_at.items() if layer in arrivals]
+    return {
+        "steady": {"increments": increments, "increment_kb": len(_increment(block, iteration, width, None)) / 1e3,
+                   "lines_per_increment": len(block), "pieces": len(steady),
+                   "piece_kb": _stats([b / 1e3 for b, *_ in steady])["p50"],
+                   "put_seconds": _stats([s for _, s, *_ in steady])},
+        "alerts": {"planted": len(planted_at), "received": len(latencies), "seconds": _stats(latencies),
+                   "all_calls": len(receiver.calls),  # type: ignore[attr-defined]
+                   "target_s": ALERT_TARGET_SECONDS},
+    }
 
 
 def _acked(uploader: LiveUploader, remote: str) -> int:
@@ -285,8 +315,9 @@ def report(results: dict[str, Any]) -> dict[str, bool]:
           f"p50 {fmt(put['p50'])} s, p95 {fmt(put['p95'])} s, max {fmt(put['max'])} s; "
           f"p50 {fmt(bulk['put_seconds_per_mb']['p50'])} s/MB")
     put = steady["put_seconds"]
-    print(f"  detector latency per increment ({steady['pieces']} PUTs of ~{steady['increment_kb']:.0f} KB = "
-          f"{steady['lines_per_increment']:,} lines): p50 {fmt(put['p50'])} s, p95 {fmt(put['p95'])} s, "
+    print(f"  detector latency per increment ({steady['pieces']} PUTs of ~{fmt(steady['piece_kb'], 0)} KB; an "
+          f"iteration is {steady['increment_kb']:.0f} KB = {steady['lines_per_increment']:,} lines, written every "
+          f"{INCREMENT_SECONDS:g} s): p50 {fmt(put['p50'])} s, p95 {fmt(put['p95'])} s, "
           f"max {fmt(put['max'])} s")
     sec = alerts["seconds"]
     print(f"  planted crossing -> webhook: {alerts['received']}/{alerts['planted']} received; p50 {fmt(sec['p50'], 2)} s, "
