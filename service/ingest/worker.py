@@ -184,8 +184,10 @@ class IngestWorker:
             try:
                 with session_scope(self.factory) as session:
                     kept = JobRepository(session).renew(self.owner, held, self.settings.job_lease_seconds)
-                if kept < len(held):
-                    log.warning("%s of %s job lease(s) were lost", len(held) - kept, len(held))
+                with self._lock:
+                    still_held = len(self._held.intersection(held))  # a job may have finished meanwhile
+                if kept < still_held:
+                    log.warning("%s of %s job lease(s) were lost", still_held - kept, still_held)
             except Exception:
                 log.exception("heartbeat failed")
 
