@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased
 
 from fp8_policy.db.job_models import NO_RANK, IngestJob
-from fp8_policy.db.models import Run
+from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.db.repositories import utcnow
 
 UNFINISHED = ("queued", "doing")
@@ -68,7 +68,7 @@ class JobRepository:
         """Runs `queued` or `processing` with no unfinished job (an API process stopped before queueing, a
         database from before the queue existed): the caller queues them again."""
         pending = exists().where(IngestJob.run_id == Run.id, IngestJob.status.in_(UNFINISHED))
-        query = select(Run.id).where(Run.status.in_(("queued", "processing")), ~pending).order_by(Run.id)
+        query = select(Run.id).where(Run.status.in_((RunStatus.queued, RunStatus.processing)), ~pending).order_by(Run.id)
         return list(self.session.scalars(query))
 
     # --- claim and hold ---------------------------------------------------------------------

@@ -9,6 +9,7 @@ portable NaN/inf, so summaries cover finite points only and count the others; `l
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 
 from sqlalchemy import (
     JSON,
@@ -29,7 +30,20 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 from fp8_policy.db.base import Base, UTCDateTime
 from fp8_policy.policy.records import MAX_LAYER_CHARS, MAX_STAT_CHARS, MAX_TENSOR_CHARS
 
-RUN_STATUSES = ("queued", "processing", "ready", "failed")
+
+class RunStatus(StrEnum):
+    """A run's lifecycle: `live` while a training job streams into it, `queued` -> `processing` -> `ready` or
+    `failed` for an upload. Stored as its value in `runs.status` (a plain string column).
+
+    Member names equal their values: a driver that dumps an Enum by name (psycopg 3 does,
+    https://www.psycopg.org/psycopg3/docs/basic/adapt.html#enum-adaptation) writes the same text."""
+
+    live = "live"
+    queued = "queued"
+    processing = "processing"
+    ready = "ready"
+    failed = "failed"
+
 
 
 class Run(Base):

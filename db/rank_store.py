@@ -14,7 +14,7 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.models import Layer, Run, Series
+from fp8_policy.db.models import Layer, Run, RunStatus, Series
 from fp8_policy.db.repositories import IngestCounts, _series_row, utcnow
 from fp8_policy.policy.assemble import AssembledLayer, SeriesRecord
 from fp8_policy.policy.names import layer_structure
@@ -75,7 +75,7 @@ class RankStore:
                        ).where(Series.run_id == run.id)
         series_count, points, first, last, ranks = self.session.execute(query).one()
         layers = self.session.scalar(select(func.count()).select_from(Layer).where(Layer.run_id == run.id))
-        run.status, run.error, run.finished_at = "ready", None, utcnow()
+        run.status, run.error, run.finished_at = RunStatus.ready, None, utcnow()
         run.rank_count, run.layer_count, run.series_count = ranks, layers, series_count
         run.point_count, run.iteration_min, run.iteration_max = int(points), first, last
         run.lines_read, run.lines_skipped = counts.lines_read, counts.lines_skipped

@@ -10,7 +10,7 @@ from sqlalchemy import Select, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.codec import decode_iterations, decode_values, encode_iterations, encode_values
-from fp8_policy.db.models import Layer, Run, RunTag, Series
+from fp8_policy.db.models import Layer, Run, RunStatus, RunTag, Series
 from fp8_policy.policy.assemble import AssembledRun
 from fp8_policy.policy.safe_text import displayable
 
@@ -41,6 +41,27 @@ class IngestCounts:
     report: dict
 
 
+@dataclass(frozen=True, slots=True)
+class LayerStatSummary:
+    """One (layer, tensor, stat) summed over the ranks asked for (RunRepository.layer_summaries)."""
+
+    layer_id: int
+    tensor: str
+    stat_key: str
+    stat: str
+    recipe: str | None
+    columnwise: bool
+    min: float | None
+    max: float | None
+    mean: float | None
+    last: float | None
+    p95: float | None
+    count: int
+    nan_count: int
+    inf_count: int
+    ranks: int
+
+
 class RunRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -48,7 +69,7 @@ class RunRepository:
     # --- runs -------------------------------------------------------------------------------
     def add(self, new: NewRun) -> Run:
         run = Run(
-            name=new.name, project=new.project, status="queued", sha256=new.sha256,
+            name=new.name, project=new.project, status=RunStatus.queued, sha256=new.sha256,
             upload_filename=new.upload_filename, upload_bytes=new.upload_bytes, upload_path=new.upload_path,
             uploaded_by=new.uploaded_by,
             run_metadata=new.metadata, created_at=utcnow(), rank_count=0, layer_count=0, series_count=0,
@@ -66,7 +87,7 @@ class RunRepository:
         return self.session.scalars(select(Run).where(Run.project == project, Run.sha256 == sha256)).first()
 
     def list(
-        self, *, project: str | None, status: str | None, tag: str | None, after_id: int | None, limit: int
+        self, *, project: str | None, status: RunStatus | None, tag: str | None, after_id: int | None, limit: int
     ) -> list[Run]:
         """Newest first; `after_id` is the cursor (ids below it)."""
         query: Select = select(Run).order_by(Run.id.desc()).limit(limit)
@@ -90,8 +111,8 @@ class RunRepository:
     def claim(self, run_id: int) -> Run | None:
         """queued -> processing; None when the run is gone or another worker took it."""
         result = self.session.execute(
-            update(Run).where(Run.id == run_id, Run.status == "queued")
-            .values(status="processing", started_at=utcnow(), error=None)
+            update(Run).where(Run.id == run_id, Run.status == RunStatus.queued)
+            .values(status=RunStatus.processing, started_at=utcnow(), error=None)
         )
         return self.get(run_id) if result.rowcount == 1 else None
 
@@ -100,7 +121,7 @@ class RunRepository:
         NUL) is stored as displayable text, which both SQLite and PostgreSQL accept."""
         self.session.execute(
             update(Run).where(Run.id == run_id)
-            .values(status="failed", error=displayable(error), finished_at=utcnow())
+            .values(status=RunStatus.failed, error=displayable(error), finished_at=utcnow())
         )
 
     def requeue_failed(self, run_id: int, *, upload_path: str) -> bool:
@@ -109,15 +130,15 @@ class RunRepository:
         A failed run stores no layers or series (the ingest is all-or-nothing), so only its status, error and
         times are reset."""
         result = self.session.execute(
-            update(Run).where(Run.id == run_id, Run.status.in_(("failed", "queued")))
-            .values(status="queued", error=None, started_at=None, finished_at=None, upload_path=upload_path)
+            update(Run).where(Run.id == run_id, Run.status.in_((RunStatus.failed, RunStatus.queued)))
+            .values(status=RunStatus.queued, error=None, started_at=None, finished_at=None, upload_path=upload_path)
         )
         return result.rowcount == 1
 
     def requeue_interrupted(self) -> list[int]:
         """Runs left in `processing` by a stopped service go back to `queued`; returns all queued ids."""
-        self.session.execute(update(Run).where(Run.status == "processing").values(status="queued"))
-        return list(self.session.scalars(select(Run.id).where(Run.status == "queued").order_by(Run.id)))
+        self.session.execute(update(Run).where(Run.status == RunStatus.processing).values(status=RunStatus.queued))
+        return list(self.session.scalars(select(Run.id).where(Run.status == RunStatus.queued).order_by(Run.id)))
 
     # --- ingest -----------------------------------------------------------------------------
     def store_ingest(self, run: Run, assembled: AssembledRun, counts: IngestCounts) -> None:
@@ -128,7 +149,7 @@ class RunRepository:
             self.session.execute(insert(Series), rows[start : start + 500])
         firsts = [s.summary.first_iteration for s in assembled.series if s.summary.count]
         lasts = [s.summary.last_iteration for s in assembled.series if s.summary.count]
-        run.status, run.error, run.finished_at = "ready", None, utcnow()
+        run.status, run.error, run.finished_at = RunStatus.ready, None, utcnow()
         run.rank_count = len(assembled.ranks)
         run.layer_count = len(assembled.layers)
         run.series_count = len(rows)
@@ -158,7 +179,7 @@ class RunRepository:
     def layers(self, run_id: int) -> list[Layer]:
         return list(self.session.scalars(select(Layer).where(Layer.run_id == run_id).order_by(Layer.position)))
 
-    def layer_summaries(self, run_id: int, rank: int | None) -> list[tuple]:
+    def layer_summaries(self, run_id: int, rank: int | None) -> list[LayerStatSummary]:
         """Per (layer, tensor, stat_key) summary over ranks, computed in SQL.
 
         Across ranks: min of minima, max of maxima, count-weighted mean, max of p95 and of last
@@ -180,7 +201,7 @@ class RunRepository:
         )
         if rank is not None:
             query = query.where(Series.rank == rank)
-        return [tuple(row) for row in self.session.execute(query)]
+        return [LayerStatSummary(*row) for row in self.session.execute(query)]
 
     def ranks(self, run_id: int) -> list[int]:
         return list(self.session.scalars(select(Series.rank).where(Series.run_id == run_id).distinct()))

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.models import Run
+from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.db.repositories import utcnow
 from fp8_policy.db.summary_models import RunSummary
 
@@ -74,6 +74,6 @@ class SummaryRepository:
         current = select(RunSummary.run_id).where(RunSummary.policy_version == policy_version)
         return list(
             self.session.scalars(
-                select(Run.id).where(Run.status == "ready", Run.id.not_in(current)).order_by(Run.id.desc()).limit(limit)
+                select(Run.id).where(Run.status == RunStatus.ready, Run.id.not_in(current)).order_by(Run.id.desc()).limit(limit)
             )
         )

@@ -30,7 +30,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.live import LiveRepository, StoredEvent
-from fp8_policy.db.models import Run
+from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.db.repositories import NewRun, RunRepository
 from fp8_policy.policy import scalar_events
 from fp8_policy.policy.live_events import LiveEvent, SeriesState, advance, rank_divergence
@@ -46,7 +46,7 @@ from fp8_policy.service.ingest.upload import ReceivedUpload
 from fp8_policy.service.runs.actions import _store_upload_file as store_upload_file  # the one way uploads are stored
 from fp8_policy.service.runs.actions import parse_upload_fields
 
-LIVE = "live"
+LIVE = RunStatus.live
 SCALARS_STATE_KEY = "__scalars__"  # the scalar detectors' state, next to the per-series states
 SCALARS_NAME = "scalars.jsonl"  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
 MAX_PATH_CHARS = 500
@@ -295,7 +295,7 @@ def finalize(session: Session, data_dir: Path, store: ArchiveStore, run_id: int)
             tar_path.unlink(missing_ok=True)
         if RunRepository(session).find_by_hash(run.project, digest) is None:
             run.sha256 = digest
-        run.upload_filename, run.upload_bytes, run.status = upload.filename, size, "queued"
+        run.upload_filename, run.upload_bytes, run.status = upload.filename, size, RunStatus.queued
         repo.forget_files(run_id)
         session.flush()
         return run

@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from fp8_policy.db.codec import decode_iterations, decode_values
-from fp8_policy.db.models import Run
+from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.db.repositories import NewRun, RunRepository, tags_of
 from fp8_policy.db.session import session_scope
 from fp8_policy.db.summaries import SummaryRepository
@@ -105,10 +105,10 @@ RETRY_ERRORS = ("InternalError", "InsufficientStorage", "UploadMissing")
 
 def needs_its_bytes_again(run: Run, store: ArchiveStore) -> bool:
     """A run that another upload of the same bytes should re-queue instead of answering as it is."""
-    if run.status == "failed" and (run.error or "").split(":", 1)[0] in RETRY_ERRORS:
+    if run.status == RunStatus.failed and (run.error or "").split(":", 1)[0] in RETRY_ERRORS:
         return True
     # A run left behind without its upload (by an older version, or a crash) can never finish on its own.
-    return run.status in ("queued", "failed") and not (run.upload_path and store.exists(run.upload_path))
+    return run.status in (RunStatus.queued, RunStatus.failed) and not (run.upload_path and store.exists(run.upload_path))
 
 
 def _store_upload_file(session: Session, data_dir: Path, store: ArchiveStore, run_id: int,
@@ -174,7 +174,7 @@ def get_run(session: Session, run_id: int) -> Run:
 
 def get_ready_run(session: Session, run_id: int) -> Run:
     run = get_run(session, run_id)
-    if run.status != "ready":
+    if run.status != RunStatus.ready:
         detail = f"run {run_id} is {run.status}"
         raise NotReady(f"{detail}: {run.error}" if run.error else f"{detail}; try again when it is ready")
     return run
@@ -187,7 +187,7 @@ def list_runs(session: Session, *, project, status, tag, cursor: str | None, lim
     runs = RunRepository(session).list(project=project, status=status, tag=tag, after_id=after, limit=limit + 1)
     page, more = runs[:limit], len(runs) > limit
     items = [run_read(r) for r in page]
-    summaries = SummaryRepository(session).fresh([r.id for r in page if r.status == "ready"], POLICY_VERSION)
+    summaries = SummaryRepository(session).fresh([r.id for r in page if r.status == RunStatus.ready], POLICY_VERSION)
     for item in items:
         stored = summaries.get(item.id)
         if stored is not None:
@@ -195,7 +195,7 @@ def list_runs(session: Session, *, project, status, tag, cursor: str | None, lim
                                           label=pattern_label(stored.pattern),
                                           headline=stored.headline, to_bf16=stored.to_bf16,
                                           gemm_overrides=stored.gemm_overrides, policy_version=stored.policy_version)
-    missing = [item.id for item in items if item.status == "ready" and item.summary is None]
+    missing = [item.id for item in items if item.status == RunStatus.ready and item.summary is None]
     return RunList(items=items, next_cursor=str(page[-1].id) if more and page else None), missing
 
 
@@ -223,10 +223,10 @@ def layers_of(session: Session, run_id: int, rank: int | None) -> list[LayerRead
     repo = RunRepository(session)
     stats: dict[int, list[StatSummary]] = {}
     for row in repo.layer_summaries(run_id, rank):
-        layer_id, tensor, stat_key, stat, recipe, columnwise, mn, mx, mean, last, p95, count, nans, infs, n = row
-        stats.setdefault(layer_id, []).append(StatSummary(
-            tensor=tensor, stat=stat_key, base_stat=stat, recipe=recipe, columnwise=columnwise, min=mn, max=mx,
-            mean=mean, last=last, p95=p95, count=count, nan_count=nans, inf_count=infs, ranks=n,
+        stats.setdefault(row.layer_id, []).append(StatSummary(
+            tensor=row.tensor, stat=row.stat_key, base_stat=row.stat, recipe=row.recipe, columnwise=row.columnwise,
+            min=row.min, max=row.max, mean=row.mean, last=row.last, p95=row.p95, count=row.count,
+            nan_count=row.nan_count, inf_count=row.inf_count, ranks=row.ranks,
         ))
     return [
         LayerRead(

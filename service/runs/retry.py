@@ -11,8 +11,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
+from fp8_policy.db.models import RunStatus
 from fp8_policy.db.repositories import RunRepository
-from fp8_policy.service.auth.deps import UPLOAD
 from fp8_policy.service.auth.deps import UPLOAD
 from fp8_policy.service.errors import Conflict, ErrorBody
 from fp8_policy.service.ingest.store import ArchiveStore
@@ -42,7 +42,7 @@ def retry_run(run_id: int, request: Request) -> JSONResponse:
 
 def requeue(session: Session, store: ArchiveStore, run_id: int) -> dict:
     run = actions.get_run(session, run_id)
-    if run.status != "failed":
+    if run.status != RunStatus.failed:
         raise Conflict(f"run {run_id} is {run.status}; only a failed run can be retried", error="NotRetryable")
     if not (run.upload_path and store.exists(run.upload_path)):
         raise Conflict(f"the upload of run {run_id} is no longer stored; upload the same bytes again to retry it",

@@ -8,6 +8,7 @@ import anyio
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from fp8_policy.db.models import RunStatus
 from fp8_policy.service.auth.deps import ADMIN, READ, UPLOAD, PrincipalDep
 from fp8_policy.service.deps import SessionDep, SettingsDep
 from fp8_policy.service.errors import ErrorBody
@@ -21,7 +22,7 @@ from fp8_policy.service.settings import Settings
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
 ERRORS = error_responses(400, 404, 409)
-StatusFilter = Literal["live", "queued", "processing", "ready", "failed"]
+StatusFilter = RunStatus
 
 
 @router.post(

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fp8_policy.db.models import RunStatus
+
 Number = float | Literal["NaN", "Infinity", "-Infinity"] | None
 
 
@@ -23,7 +25,7 @@ class RunRead(Schema):
     name: str | None
     project: str
     tags: list[str]
-    status: Literal["live", "queued", "processing", "ready", "failed"]
+    status: RunStatus
     error: str | None = Field(description="Why ingest failed: '<Code>: <detail>'.")
     sha256: str
     upload_filename: str | None

@@ -157,16 +157,16 @@ class TestStoreAndReadBack:
         with session_scope(factory) as session:
             repo = RunRepository(session)
             qkv1 = next(x.id for x in repo.layers(run_id) if x.name == QKV1)
-            summaries = {(row[1], row[2]): row for row in repo.layer_summaries(run_id, None) if row[0] == qkv1}
+            summaries = {(row.tensor, row.stat_key): row for row in repo.layer_summaries(run_id, None)
+                         if row.layer_id == qkv1}
             other_rank = repo.layer_summaries(run_id, 1)
 
         assert len(summaries) == 12
-        (_, _, _, stat, recipe, columnwise, mn, mx, _mean, last, _p95, count, nans, infs, ranks) = summaries[
-            ("activation", "underflows%")]
-        assert (stat, recipe, columnwise, mn, last, count, nans, infs, ranks) == (
-            "underflows%", None, False, 0.0, None, 29, 1, 2, 1)
-        assert mx == 4.7781
-        assert summaries[("gradient", "underflows%")][7] == 21.4681
+        row = summaries[("activation", "underflows%")]
+        assert (row.stat, row.recipe, row.columnwise, row.min, row.last, row.count, row.nan_count, row.inf_count,
+                row.ranks) == ("underflows%", None, False, 0.0, None, 29, 1, 2, 1)
+        assert row.max == 4.7781
+        assert summaries[("gradient", "underflows%")].max == 21.4681
         assert other_rank == []
 
     def test_iter_points_streams_every_point_in_model_order(self, factory, project: str,
