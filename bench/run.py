@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, ok in scale.report(results["scale"], results["baseline"]["seconds"], results["upload"]["seconds"]).items():
         results["targets_met"][label] = ok
         print(f"  [{'ok' if ok else 'MISSED'}] {label}")
-    for label, ok in live.report(results["live"]).items():
+    for label, ok in live.report(results["live"], results["baseline"]["seconds"]).items():
         results["targets_met"][label] = ok
         print(f"  [{'ok' if ok else 'MISSED'}] {label}")
     (OUT / "results.json").write_text(json.dumps(results, indent=2))
