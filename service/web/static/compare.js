@@ -2,7 +2,7 @@
 
 import { TENSORS } from "./constants.js";
 import { h, replace, $ } from "./dom.js";
-import { isNum, fmtNum, fmtPct, fmtSigned, fmtInt, plural, runLabel, patternLabel } from "./format.js";
+import { isNum, fmtNum, fmtPct, fmtSigned, fmtInt, fmtShare, plural, runLabel, patternLabel } from "./format.js";
 import { API, ApiError, api, qs, errorBox, analysisOf, overallSeverity, sevRank } from "./api.js";
 import { sevBadge, layerName, card, loading, selectField, sortableTable, imageLoader } from "./widgets.js";
 import { go, setTitle } from "./router.js";
@@ -89,12 +89,100 @@ export async function compareView(ctx, query) {
       errorBox(cmp.__error, { title: "Comparison failed" }));
     return;
   }
-  replace(content,
-    h("div", { class: "sides" }, side("Base", baseRun, base), h("div", { class: "sides-arrow", "aria-hidden": "true" }, "→"), side("Head", headRun, headId)),
+  const sides = h("div", { class: "sides" }, side("Base", baseRun, base), h("div", { class: "sides-arrow", "aria-hidden": "true" }, "→"), side("Head", headRun, headId));
+  if (cmp.comparable === false) {
+    // No layer in common: say so first; per-layer deltas and the side-by-side image would compare nothing.
+    replace(content, sides, incomparableBanner(cmp), compareSummary(cmp),
+      h("div", { class: "grid-2" }, compareFindings(cmp), compareGroups(cmp)));
+    return;
+  }
+  replace(content, sides,
     compareSummary(cmp),
+    movedProblems(cmp),
+    compareRecommendations(cmp),
     compareImageCard(ctx, base, headId),
     h("div", { class: "grid-2" }, compareFindings(cmp), compareGroups(cmp)),
     compareLayers(cmp));
+}
+
+function incomparableBanner(cmp) {
+  const note = [...(cmp.notes || []), ...(cmp.summary || [])].find((n) => n.startsWith("incomparable")) || "the runs have no layer in common";
+  return h("div", { class: "alert alert-warning", role: "alert", id: "compare-incomparable" },
+    h("div", { class: "alert-body" },
+      h("strong", { class: "alert-title" }, "These runs cannot be compared layer by layer"),
+      h("div", null, note.replace(/^incomparable:\s*/, "")),
+      h("div", { class: "muted small" }, "Group means below are over each run's own layers; no recommendation comparison is made.")));
+}
+
+/* Findings that disappeared in base and reappeared at the same place relative to a moved BF16 edge (issue: moving
+   the edge moved the problem instead of fixing it). One entry per moved problem, with the API's sentence. */
+function movedProblems(cmp) {
+  const moved = cmp.moved_problems || [];
+  if (!moved.length) return null;
+  const blocks = (list) => (list || []).join(", ") || "—";
+  return h("div", { class: "alert alert-warning", role: "note", id: "compare-moved" },
+    h("div", { class: "alert-body" },
+      h("strong", { class: "alert-title" }, moved.length === 1 ? "The problem followed the boundary" : `${moved.length} problems followed the boundary`),
+      h("ul", { class: "sentences" }, moved.map((m) => h("li", { "data-pattern": m.pattern, "data-side": m.side },
+        h("div", { class: "finding-head" },
+          h("strong", { class: "finding-pattern" }, patternLabel(m.pattern, m.label)),
+          h("span", { class: "pair" }, h("span", null, `block ${blocks(m.base_blocks)}`), h("span", { class: "arrow", "aria-label": "to" }, " → "),
+            h("span", null, `block ${blocks(m.head_blocks)}`)),
+          h("span", { class: "muted small" },
+            `${m.side === "end" ? "last" : "first"} FP8 block${m.distance_from_edge ? ` + ${m.distance_from_edge}` : ""}; BF16 ${m.side} blocks ${m.base_bf16_edge_blocks} → ${m.head_bf16_edge_blocks}`),
+          m.tensor && (isNum(m.base_level) || isNum(m.head_level))
+            ? h("span", { class: "muted small" }, `${m.tensor} underflows% ${fmtPct(m.base_level)} → ${fmtPct(m.head_level)}`) : null),
+        h("div", { class: "small" }, m.summary))))));
+}
+
+const COST_ROWS = [
+  ["bf16_gemm_share", "BF16 share of GEMM FLOPs", (v) => (isNum(v) ? `${(v * 100).toFixed(1)}%` : "—")],
+  ["gemm_slowdown_vs_all_fp8_pct", "GEMM time above all-FP8", (v) => (isNum(v) ? `${v.toFixed(1)}%` : "—")],
+  ["gemm_speedup_vs_all_bf16", "GEMM speed-up over all-BF16", (v) => (isNum(v) ? `${v.toFixed(2)}×` : "—")],
+];
+
+/* Both runs' recommendations side by side (the head's takes the base run as history): BF16 layers, GEMM
+   overrides, recipe, predicted cost; items only in one side are marked added / removed. */
+function compareRecommendations(cmp) {
+  const recs = cmp.recommendations;
+  if (!recs) return null;
+  const skips = recs.skip_layers || {};
+  const overrides = recs.gemm_overrides || {};
+  const recipe = recs.recipe || {};
+  const cost = recs.expected_cost || {};
+  const mark = (which, inOther) => (inOther ? null : h("span", { class: "chip chip-small", "data-change": which }, which));
+  const skipList = (side) => {
+    const mine = skips[side] || [];
+    const other = new Set(skips[side === "base" ? "head" : "base"] || []);
+    return mine.length ? h("ul", { class: "plain-list", "data-list": "bf16" }, mine.map((n) => h("li", null, layerName(n), " ",
+      mark(side === "base" ? "removed" : "added", other.has(n))))) : h("p", { class: "muted small" }, "none");
+  };
+  const overrideList = (side) => {
+    const mine = overrides[side] || [];
+    const other = new Map((overrides[side === "base" ? "head" : "base"] || []).map((o) => [o.layer, (o.gemms || []).join(",")]));
+    return mine.length ? h("ul", { class: "plain-list", "data-list": "overrides" }, mine.map((o) => h("li", null, layerName(o.layer),
+      h("span", { class: "mono small" }, ` ${(o.gemms || []).join(", ")} in BF16`), " ",
+      other.has(o.layer) ? (other.get(o.layer) !== (o.gemms || []).join(",") ? h("span", { class: "chip chip-small", "data-change": "changed" }, "changed") : null)
+        : mark(side === "base" ? "removed" : "added", false)))) : h("p", { class: "muted small" }, "none");
+  };
+  const column = (side, title) => h("div", { class: "rec-side", "data-side": side },
+    h("h3", null, title),
+    h("dl", { class: "kv" },
+      h("dt", null, "Recipe"), h("dd", { "data-field": "recipe" }, recipe[`${side}_label`] || recipe[side] || "—"),
+      h("dt", null, `Layers to BF16 (${(skips[side] || []).length})`), h("dd", null, skipList(side)),
+      h("dt", null, `GEMM overrides (${(overrides[side] || []).length})`), h("dd", null, overrideList(side)),
+      ...COST_ROWS.flatMap(([key, label, fmt]) => [h("dt", null, label), h("dd", { "data-cost": key }, fmt((cost[key] || {})[side]))]),
+      h("dt", null, "Confidence"), h("dd", null, fmtShare((recs.confidence || {})[side]))));
+  const history = recs.head_history;
+  return card("Recommendations", {
+    id: "compare-recs",
+    subtitle: recs.same ? "Both runs get the same recommendation." : "What each run's recommendation says; the head's takes the base run as its history.",
+  },
+  (recs.summary || []).length ? h("ul", { class: "sentences", id: "compare-recs-summary" }, recs.summary.map((x) => h("li", null, x))) : null,
+  h("div", { class: "grid-2" }, column("base", "Base"), column("head", "Head")),
+  history && (history.advice || []).length ? h("div", { class: "rationale", id: "compare-recs-history" },
+    h("strong", null, "With the base run as history"),
+    h("ul", { class: "sentences small" }, history.advice.map((x) => h("li", null, x)))) : null);
 }
 
 function compareImageCard(ctx, base, headId) {
@@ -164,11 +252,16 @@ function compareFindings(cmp) {
         : h("p", { class: "muted small" }, "none")));
 }
 
+/* A change in percentage points. Below the noise floor (a base under 0.05 points) a relative change would be noise
+   ("+25512 %"), so the API gives none and the cell says the change is in points only. */
 function deltaCell(d, { pp = true } = {}) {
   if (!d || !isNum(d.change)) return h("span", { class: "muted" }, "—");
   const cls = d.change >= 0.005 ? "delta-up" : d.change <= -0.005 ? "delta-down" : "delta-zero";
   const rel = isNum(d.relative) ? ` (${fmtSigned(d.relative * 100, 0, "%")})` : "";
-  return h("span", { class: ["delta", cls], title: `${fmtNum(d.base)}% → ${fmtNum(d.head)}%${rel}` }, fmtSigned(d.change, 2, pp ? " pp" : ""));
+  const floor = d.below_noise_floor ? "; base below the noise floor: change in points, no percentage" : "";
+  return h("span", { class: ["delta", cls], title: `${fmtNum(d.base)}% → ${fmtNum(d.head)}%${rel}${floor}`,
+    "data-noise-floor": d.below_noise_floor ? "true" : null },
+  fmtSigned(d.change, 2, pp || d.below_noise_floor ? " pp" : ""));
 }
 
 function pair(a, b, fmt = (v) => fmtPct(v)) {
