@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import logging
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -37,8 +36,6 @@ from fp8_policy.service.transport.uploads import UploadGate
 from fp8_policy.service.visual.pool import Renderer
 from fp8_policy.service.visual.routes import router as visual_router
 from fp8_policy.service.web.routes import router as web_router
-
-log = logging.getLogger("fp8_policy")
 
 
 def _warm_parser() -> None:

@@ -56,8 +56,8 @@ class Unauthorized(AppError):
 
     status_code = 401
 
-    def __init__(self, detail: str, *, error: str, invalid_token: bool = False) -> None:
-        super().__init__(detail, error=error)
+    def __init__(self, detail: str, *, invalid_token: bool = False) -> None:
+        super().__init__(detail)
         challenge = 'Bearer realm="fp8-policy"' + (', error="invalid_token"' if invalid_token else "")
         self.headers = {"WWW-Authenticate": challenge}
 
@@ -71,6 +71,97 @@ class Forbidden(AppError):
         super().__init__(detail, error="InsufficientScope")
         self.headers = {"WWW-Authenticate": f'Bearer realm="fp8-policy", error="insufficient_scope", '
                                             f'scope="{needed_scope}"'}
+
+
+# Named errors: the class name is the wire code ({"error": "<ClassName>"}), the base class the status.
+# 400: the request's own content is wrong.
+class InvalidParameter(BadRequest):
+    """A query or path parameter out of range or of the wrong type."""
+
+
+class UnknownParameter(BadRequest):
+    """A query parameter the route does not take (a typo would otherwise be silently ignored)."""
+
+
+class UnknownFormat(BadRequest):
+    """A render or image format the service does not produce."""
+
+
+class InvalidThresholds(BadRequest):
+    """Analysis thresholds that are unknown, not numbers, or inconsistent."""
+
+
+class InvalidOverrides(BadRequest):
+    """Recommendation overrides (BF16 layers, GPU, TE version) that do not apply to the run."""
+
+
+class NoData(BadRequest):
+    """Nothing to draw or analyse for the selection asked for."""
+
+
+class ImageTooLarge(BadRequest):
+    """An image whose pixel count would exceed the render bound."""
+
+
+class InvalidTokenName(BadRequest):
+    pass
+
+
+class InvalidScope(BadRequest):
+    pass
+
+
+class InvalidExpiry(BadRequest):
+    pass
+
+
+class InvalidLivePath(BadRequest):
+    """A live file path that is absolute, climbs with '..', is compressed or too long."""
+
+
+class NoStatsLogs(BadRequest):
+    """A live run finalized before any statistics log arrived."""
+
+
+class InvalidWebhook(BadRequest):
+    pass
+
+
+class InvalidAlertRule(BadRequest):
+    pass
+
+
+# 401 (each sends the RFC 6750 challenge).
+class TokenRequired(Unauthorized):
+    pass
+
+
+class InvalidToken(Unauthorized):
+    pass
+
+
+class TokenRevoked(Unauthorized):
+    pass
+
+
+class TokenExpired(Unauthorized):
+    pass
+
+
+class TokenNotFound(NotFound):
+    pass
+
+
+class TokenNameTaken(Conflict):
+    pass
+
+
+class NotRetryable(Conflict):
+    """A retry of a run that has not failed."""
+
+
+class UploadMissing(Conflict):
+    """A retry of a failed run whose upload is no longer stored."""
 
 
 _HTTP_NAMES = {

@@ -18,7 +18,7 @@ from fp8_policy.db.live import StoredEvent
 from fp8_policy.db.repositories import utcnow
 from fp8_policy.policy.live_events import EVENT_KINDS
 from fp8_policy.policy.thresholds import Severity
-from fp8_policy.service.errors import BadRequest, NotFound
+from fp8_policy.service.errors import InvalidAlertRule, InvalidWebhook, NotFound
 
 SCALAR_EVENT_KINDS = ("scalar_spike", "loss_plateau")
 ALL_EVENT_KINDS = (*EVENT_KINDS, *SCALAR_EVENT_KINDS)
@@ -39,21 +39,20 @@ def add_rule(
 ) -> RuleRecord:
     parts = urlsplit(webhook_url)
     if parts.scheme not in ("http", "https") or not parts.hostname or len(webhook_url) > 2000:
-        raise BadRequest("webhook must be an http(s) URL with a host, at most 2000 characters", error="InvalidWebhook")
+        raise InvalidWebhook("webhook must be an http(s) URL with a host, at most 2000 characters")
     if format not in FORMATS:
-        raise BadRequest(f"format must be one of {', '.join(FORMATS)}", error="InvalidAlertRule")
+        raise InvalidAlertRule(f"format must be one of {', '.join(FORMATS)}")
     unknown = sorted(set(events) - set(ALL_EVENT_KINDS))
     if unknown:
-        raise BadRequest(
+        raise InvalidAlertRule(
             f"unknown event kinds {', '.join(unknown)}; expected some of {', '.join(ALL_EVENT_KINDS)}",
-            error="InvalidAlertRule",
         )
     if min_severity not in [s.value for s in Severity]:
-        raise BadRequest("min_severity must be ok, warning, critical or severe", error="InvalidAlertRule")
+        raise InvalidAlertRule("min_severity must be ok, warning, critical or severe")
     if not 0 <= cooldown_seconds <= MAX_COOLDOWN_SECONDS:
-        raise BadRequest(f"cooldown_seconds must be 0..{MAX_COOLDOWN_SECONDS}", error="InvalidAlertRule")
+        raise InvalidAlertRule(f"cooldown_seconds must be 0..{MAX_COOLDOWN_SECONDS}")
     if not project or len(project) > 200:
-        raise BadRequest("project must be 1..200 characters", error="InvalidAlertRule")
+        raise InvalidAlertRule("project must be 1..200 characters")
     return AlertRepository(session).add_rule(
         project=project,
         webhook_url=webhook_url,

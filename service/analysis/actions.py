@@ -14,7 +14,7 @@ from fp8_policy.policy.recommend import History, Recommendation, RecommendOption
 from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, RunData, Series
 from fp8_policy.policy.render import FORMATS, RenderedPolicy, render
 from fp8_policy.policy.thresholds import Thresholds
-from fp8_policy.service.errors import BadRequest
+from fp8_policy.service.errors import InvalidOverrides, InvalidThresholds, UnknownFormat
 from fp8_policy.service.runs.actions import get_ready_run
 
 
@@ -47,7 +47,7 @@ def thresholds_from(overrides: Mapping[str, Any] | None) -> Thresholds:
     try:
         return Thresholds.from_overrides(overrides)
     except ValueError as exc:
-        raise BadRequest(str(exc), error="InvalidThresholds") from exc
+        raise InvalidThresholds(str(exc)) from exc
 
 
 def load_and_analyze(session: Session, run_id: int, thresholds: Thresholds | None = None) -> tuple[RunData, Analysis]:
@@ -64,13 +64,12 @@ def recommendation_for(session: Session, run_id: int, overrides: Mapping[str, An
     try:
         options = RecommendOptions.from_metadata(data.metadata, overrides)
     except ValueError as exc:
-        raise BadRequest(str(exc), error="InvalidOverrides") from exc
+        raise InvalidOverrides(str(exc)) from exc
     history = None
     if previous is not None:
         previous_id = _run_id(previous)
         if previous_id == run_id:
-            raise BadRequest("previous_run must be another run than the one recommended for",
-                             error="InvalidOverrides")
+            raise InvalidOverrides("previous_run must be another run than the one recommended for")
         history = History(analyze(load_run_data(session, previous_id), options.thresholds), previous_id)
     return recommend(data, analyze(data, options.thresholds), options, history)
 
@@ -79,13 +78,11 @@ def _run_id(value: Any) -> int:
     """A run id given as a JSON number or a query string."""
     text = str(value).strip()
     if isinstance(value, bool) or not text.isdigit() or int(text) < 1 or len(text) > 18:
-        raise BadRequest(f"previous_run must be a run id (a positive integer), got {value!r}",
-                         error="InvalidOverrides")
+        raise InvalidOverrides(f"previous_run must be a run id (a positive integer), got {value!r}")
     return int(text)
 
 
 def render_recommendation(rec: Recommendation, fmt: str) -> RenderedPolicy:
     if fmt not in FORMATS:
-        raise BadRequest(f"unknown format {fmt!r}; expected json or one of: {', '.join(FORMATS)}",
-                         error="UnknownFormat")
+        raise UnknownFormat(f"unknown format {fmt!r}; expected json or one of: {', '.join(FORMATS)}")
     return render(rec.decision, fmt)

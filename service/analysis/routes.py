@@ -12,7 +12,7 @@ from fp8_policy.service.analysis import actions, summary
 from fp8_policy.service.analysis.schemas import AnalysisRead, RecommendationRead
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep
-from fp8_policy.service.errors import BadRequest
+from fp8_policy.service.errors import InvalidThresholds
 from fp8_policy.service.openapi import error_responses, query_param, threshold_params
 
 # Every route reads, the POST recommendation included: it recomputes from stored data and stores nothing.
@@ -82,7 +82,7 @@ def read_analysis(run_id: int, request: Request, session: SessionDep) -> Analysi
     overrides = _query_overrides(request)
     unknown = set(overrides) - {"thresholds"}
     if unknown:
-        raise BadRequest(f"not a threshold: {', '.join(sorted(unknown))}", error="InvalidThresholds")
+        raise InvalidThresholds(f"not a threshold: {', '.join(sorted(unknown))}")
     if not overrides:  # default thresholds: the analysis stored for this policy version (service/analysis/summary.py)
         return AnalysisRead.model_validate(summary.stored_analysis(request.app.state.session_factory, run_id))
     thresholds = actions.thresholds_from(overrides.get("thresholds"))

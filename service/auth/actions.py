@@ -17,7 +17,16 @@ from fp8_policy.db.models import ApiToken
 from fp8_policy.db.repositories import utcnow
 from fp8_policy.db.tokens import NewToken, TokenRepository
 from fp8_policy.service.auth.tokens import NAME_PATTERN, SCOPES, TokenHasher, is_expired, new_token, prefix_of
-from fp8_policy.service.errors import BadRequest, Conflict, NotFound, Unauthorized
+from fp8_policy.service.errors import (
+    InvalidExpiry,
+    InvalidScope,
+    InvalidToken,
+    InvalidTokenName,
+    TokenExpired,
+    TokenNameTaken,
+    TokenNotFound,
+    TokenRevoked,
+)
 
 log = logging.getLogger("fp8_policy.auth")
 MAX_EXPIRES_DAYS = 36_500
@@ -55,16 +64,15 @@ def create_token(session: Session, hasher: TokenHasher, name: str, scope: str,
                  expires_days: int | None = None) -> tuple[ApiToken, str]:
     """Store a new token and return (row, token); the token itself exists only in this return value."""
     if not NAME_PATTERN.fullmatch(name or ""):
-        raise BadRequest("a token name is 1 to 100 letters, digits, '.', '_', '@' or '-', starting with a letter "
-                         "or digit", error="InvalidTokenName")
+        raise InvalidTokenName("a token name is 1 to 100 letters, digits, '.', '_', '@' or '-', starting with a letter "
+                         "or digit")
     if scope not in SCOPES:
-        raise BadRequest(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}", error="InvalidScope")
+        raise InvalidScope(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
     if expires_days is not None and not 1 <= expires_days <= MAX_EXPIRES_DAYS:
-        raise BadRequest(f"expires_days must be 1..{MAX_EXPIRES_DAYS}", error="InvalidExpiry")
+        raise InvalidExpiry(f"expires_days must be 1..{MAX_EXPIRES_DAYS}")
     repo = TokenRepository(session)
     if repo.name_taken(name):
-        raise Conflict(f"a token named {name!r} exists (names of revoked tokens are not reused)",
-                       error="TokenNameTaken")
+        raise TokenNameTaken(f"a token named {name!r} exists (names of revoked tokens are not reused)")
     expires_at = utcnow() + timedelta(days=expires_days) if expires_days else None
     for _attempt in range(3):  # a prefix collision (32 random bits) is improbable; retry with a new token
         token, prefix = new_token()
@@ -73,7 +81,7 @@ def create_token(session: Session, hasher: TokenHasher, name: str, scope: str,
                 row = repo.add(NewToken(name, scope, prefix, hasher.digest(token), hasher.key_id, expires_at))
         except IntegrityError:
             if repo.name_taken(name):
-                raise Conflict(f"a token named {name!r} exists", error="TokenNameTaken") from None
+                raise TokenNameTaken(f"a token named {name!r} exists") from None
             continue
         return row, token
     raise RuntimeError("could not draw an unused token prefix in 3 attempts")
@@ -87,7 +95,7 @@ def revoke_token(session: Session, name: str) -> ApiToken:
     repo = TokenRepository(session)
     token = repo.by_name(name)
     if token is None:
-        raise NotFound(f"no token named {name!r}", error="TokenNotFound")
+        raise TokenNotFound(f"no token named {name!r}")
     repo.revoke(token)
     return token
 
@@ -108,14 +116,13 @@ def verify_token(session: Session, hasher: TokenHasher, presented: str) -> Princ
             log.warning("token %r was created under another key (key id %s, this process uses %s): check that "
                         "FP8_POLICY_SECRET_KEY is the same for the service and the `token` CLI",
                         row.name, row.key_id, hasher.key_id)
-        raise Unauthorized("the access token is not valid for this service", error="InvalidToken",
+        raise InvalidToken("the access token is not valid for this service",
                            invalid_token=True)
     now = utcnow()
     if row.revoked_at is not None:
-        raise Unauthorized(f"the access token {row.name!r} was revoked", error="TokenRevoked", invalid_token=True)
+        raise TokenRevoked(f"the access token {row.name!r} was revoked", invalid_token=True)
     if is_expired(row.expires_at, now):
-        raise Unauthorized(f"the access token {row.name!r} expired at {row.expires_at:%Y-%m-%d %H:%M} UTC",
-                           error="TokenExpired", invalid_token=True)
+        raise TokenExpired(f"the access token {row.name!r} expired at {row.expires_at:%Y-%m-%d %H:%M} UTC", invalid_token=True)
     if row.last_used_at is None or row.last_used_at < now - LAST_USED_RESOLUTION:
         repo.touch(row.id, now, now - LAST_USED_RESOLUTION)
     return Principal(name=row.name, scope=row.scope, expires_at=row.expires_at)

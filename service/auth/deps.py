@@ -17,7 +17,7 @@ from fastapi.params import Depends as DependsParam
 
 from fp8_policy.service.auth.actions import ANONYMOUS, Principal, tokens_required, verify_token
 from fp8_policy.service.auth.tokens import SCOPES, TokenHasher, load_hasher, scope_allows
-from fp8_policy.service.errors import Forbidden, Unauthorized
+from fp8_policy.service.errors import Forbidden, InvalidToken, TokenRequired
 
 _hasher_lock = threading.Lock()
 SIGN_IN_HINT = ("send 'Authorization: Bearer <token>' (client and CLI: FP8_POLICY_TOKEN); an admin creates one with "
@@ -47,7 +47,7 @@ def authenticate(request: Request) -> Principal:
     if header is not None:
         scheme, _, credentials = header.strip().partition(" ")
         if scheme.lower() != "bearer" or not credentials.strip():
-            raise Unauthorized("the Authorization header must read 'Bearer <token>'", error="InvalidToken",
+            raise InvalidToken("the Authorization header must read 'Bearer <token>'",
                                invalid_token=True)
         hasher = app_hasher(request)
         with state.unit_of_work() as session:
@@ -55,10 +55,10 @@ def authenticate(request: Request) -> Principal:
     with state.unit_of_work() as session:
         required = tokens_required(session)
     if required:
-        raise Unauthorized(f"this service needs an access token: {SIGN_IN_HINT}", error="TokenRequired")
+        raise TokenRequired(f"this service needs an access token: {SIGN_IN_HINT}")
     if not state.settings.allow_anonymous:
-        raise Unauthorized("no access token exists yet and anonymous access is off for this address: "
-                           f"{SIGN_IN_HINT}", error="TokenRequired")
+        raise TokenRequired("no access token exists yet and anonymous access is off for this address: "
+                           f"{SIGN_IN_HINT}")
     return ANONYMOUS
 
 

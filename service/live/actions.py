@@ -40,7 +40,7 @@ from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.stats_log import NoStatsLines, StatsLogParser
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service.alerts.actions import queue_for_events
-from fp8_policy.service.errors import AppError, BadRequest, NotFound
+from fp8_policy.service.errors import AppError, InvalidLivePath, NoStatsLogs, NotFound
 from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
 from fp8_policy.service.runs.actions import _store_upload_file as store_upload_file  # the one way uploads are stored
@@ -63,9 +63,17 @@ class OffsetMismatch(AppError):
 
     status_code = 409
 
-    def __init__(self, detail: str, *, expected: int, error: str) -> None:
-        super().__init__(detail, error=error)
+    def __init__(self, detail: str, *, expected: int) -> None:
+        super().__init__(detail)
         self.headers = {"Upload-Offset": str(expected)}
+
+
+class OffsetGap(OffsetMismatch):
+    """A piece that starts after the bytes received so far."""
+
+
+class OffsetConflict(OffsetMismatch):
+    """A piece whose overlap with the bytes received so far differs from them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,27 +114,26 @@ def _live_run(session: Session, run_id: int) -> Run:
     if run is None:
         raise NotFound(f"run {run_id} not found")
     if run.status != LIVE:
-        raise NotLive(f"run {run_id} is {run.status}, not live: it takes no more log bytes", error="NotLive")
+        raise NotLive(f"run {run_id} is {run.status}, not live: it takes no more log bytes")
     return run
 
 
 def file_kind(path: str) -> str:
     """stats | metadata | scalars for an accepted path (as in an archive); 400 for anything else."""
     if not path or len(path) > MAX_PATH_CHARS or "\x00" in path or "\\" in path:
-        raise BadRequest(
-            f"invalid live file path (1..{MAX_PATH_CHARS} characters, '/' separators)", error="InvalidLivePath"
+        raise InvalidLivePath(
+            f"invalid live file path (1..{MAX_PATH_CHARS} characters, '/' separators)"
         )
     parts = PurePosixPath(path).parts
     if path.startswith("/") or any(p in ("..", ".", "") for p in parts) or path.endswith(".gz"):
-        raise BadRequest(f"invalid live file path {path!r}: relative, no '..', uncompressed", error="InvalidLivePath")
+        raise InvalidLivePath(f"invalid live file path {path!r}: relative, no '..', uncompressed")
     if parts[-1] == SCALARS_NAME and len(parts) == 1:
         return "scalars"
     log = classify_log_path(path)
     if log is None:
-        raise BadRequest(
+        raise InvalidLivePath(
             f"{path!r} is neither an nvdlfw_inspect log (rank_N/nvdlfw_inspect_statistics_logs/... or "
             f"nvdlfw_inspect_logs/...) nor {SCALARS_NAME}",
-            error="InvalidLivePath",
         )
     return log.kind
 
@@ -147,11 +154,10 @@ def append(
         repo = LiveRepository(session)
         row = repo.file_for_update(run_id, path, kind)
         if offset > row.size:
-            raise OffsetMismatch(
+            raise OffsetGap(
                 f"{path}: {row.size} bytes received so far; a piece at offset {offset} would leave "
                 f"a gap: send from offset {row.size}",
                 expected=row.size,
-                error="OffsetGap",
             )
         disk = live_dir(data_dir, run_id) / path
         disk.parent.mkdir(parents=True, exist_ok=True)
@@ -160,11 +166,10 @@ def append(
             if overlap:
                 handle.seek(offset)
                 if handle.read(overlap) != body[:overlap]:
-                    raise OffsetMismatch(
+                    raise OffsetConflict(
                         f"{path}: bytes at offset {offset} differ from those received before; "
                         f"continue from offset {row.size}",
                         expected=row.size,
-                        error="OffsetConflict",
                     )
             tail = body[overlap:]
             if tail:
@@ -275,7 +280,7 @@ def finalize(session: Session, data_dir: Path, store: ArchiveStore, run_id: int)
         repo = LiveRepository(session)
         files = [f for f in repo.files(run_id) if f.kind in ("stats", "metadata")]
         if not any(f.kind == "stats" for f in files):
-            raise BadRequest(f"run {run_id} received no statistics log yet: nothing to finalize", error="NoStatsLogs")
+            raise NoStatsLogs(f"run {run_id} received no statistics log yet: nothing to finalize")
         source = live_dir(data_dir, run_id)
         uploads = data_dir / "uploads"
         uploads.mkdir(parents=True, exist_ok=True)

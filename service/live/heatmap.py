@@ -29,7 +29,7 @@ from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_me
 from fp8_policy.policy.names import split_metric_name
 from fp8_policy.policy.records import MetricName, Series
 from fp8_policy.policy.stats_log import NoStatsLines, StatsLogParser
-from fp8_policy.service.errors import BadRequest
+from fp8_policy.service.errors import InvalidParameter, NoData
 from fp8_policy.service.visual.actions import cell_values, colormap_stops, geometry_for, style_for
 from fp8_policy.service.visual.params import HeatmapParams
 
@@ -161,14 +161,13 @@ def _layout(run_id: int, state: _RunPoints, params: HeatmapParams, cell_columns:
     infos = [layer.info for layer in layer_table(facts, state.metadata)]
     ranks = sorted({rank for rank, _ in state.points})
     if not state.points:
-        raise BadRequest(f"live run {run_id} has no statistics lines yet", error="NoData")
+        raise NoData(f"live run {run_id} has no statistics lines yet")
     if params.rank is not None and params.rank not in ranks:
-        raise BadRequest(
+        raise InvalidParameter(
             f"live run {run_id} has no rank {params.rank} yet; ranks: {', '.join(map(str, ranks))}",
-            error="InvalidParameter",
         )
     if params.sublayer is not None and params.sublayer not in sublayers_of(infos):
-        raise BadRequest(f"live run {run_id} has no sublayer {params.sublayer!r}", error="InvalidParameter")
+        raise InvalidParameter(f"live run {run_id} has no sublayer {params.sublayer!r}")
     series = []
     for (rank, name), chunks in state.points.items():
         metric = metrics[name]
@@ -180,14 +179,13 @@ def _layout(run_id: int, state: _RunPoints, params: HeatmapParams, cell_columns:
         series.append(Series(rank, metric, its, vals))
     if not series:
         logged = sorted({f"{m.tensor}/{m.stat_key}" for m in metrics.values() if m is not None})
-        raise BadRequest(
+        raise NoData(
             f"live run {run_id} logged no {params.tensor} {params.stat!r} yet; it has: "
             f"{', '.join(logged) or 'nothing attributable'}",
-            error="NoData",
         )
     matrix = build_matrix(infos, series, sublayer=params.sublayer)
     if not matrix.rows or not matrix.iterations.shape[0]:
-        raise BadRequest(f"nothing to draw for sublayer {params.sublayer!r} of live run {run_id}", error="NoData")
+        raise NoData(f"nothing to draw for sublayer {params.sublayer!r} of live run {run_id}")
     summary = summarize(matrix, params.thresholds, percent=is_percent_stat(params.stat), boxes=params.boxes)
     geometry = geometry_for([matrix], params)
     boxed = set(summary.boxed)

@@ -45,7 +45,6 @@ def live_heatmap_json(run_id: int, request: Request, session: SessionDep, settin
         live_heatmaps.forget(run_id)
         raise NotLive(
             f"run {run_id} is {run.status}, not live: its heatmap is GET /api/v1/runs/{run_id}/heatmap.json",
-            error="NotLive",
         )
     files = LiveRepository(session).files(run_id)
     layout = live_heatmaps.layout(run_id, live_dir(settings.data_dir, run_id), files, params, columns)

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from fp8_policy.db.models import RunStatus
 from fp8_policy.db.repositories import RunRepository
 from fp8_policy.service.auth.deps import UPLOAD
-from fp8_policy.service.errors import Conflict, ErrorBody
+from fp8_policy.service.errors import ErrorBody, NotRetryable, UploadMissing
 from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.runs import actions
 from fp8_policy.service.runs.schemas import RunRead
@@ -43,10 +43,9 @@ def retry_run(run_id: int, request: Request) -> JSONResponse:
 def requeue(session: Session, store: ArchiveStore, run_id: int) -> dict:
     run = actions.get_run(session, run_id)
     if run.status != RunStatus.failed:
-        raise Conflict(f"run {run_id} is {run.status}; only a failed run can be retried", error="NotRetryable")
+        raise NotRetryable(f"run {run_id} is {run.status}; only a failed run can be retried")
     if not (run.upload_path and store.exists(run.upload_path)):
-        raise Conflict(f"the upload of run {run_id} is no longer stored; upload the same bytes again to retry it",
-                       error="UploadMissing")
+        raise UploadMissing(f"the upload of run {run_id} is no longer stored; upload the same bytes again to retry it")
     RunRepository(session).requeue_failed(run_id, upload_path=run.upload_path)
     session.refresh(run)
     return actions.run_read(run).model_dump(mode="json")

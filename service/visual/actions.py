@@ -33,7 +33,7 @@ from fp8_policy.policy.heatmap import (
 from fp8_policy.policy.recommend import POLICY_VERSION
 from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, Series
 from fp8_policy.service.analysis.actions import recommendation_for
-from fp8_policy.service.errors import BadRequest
+from fp8_policy.service.errors import ImageTooLarge, InvalidParameter, NoData, UnknownFormat
 from fp8_policy.service.runs.actions import get_ready_run
 from fp8_policy.service.visual.job import Rendered, RenderJob, render_job
 from fp8_policy.service.visual.params import HeatmapParams, parse_heatmap_params
@@ -132,20 +132,20 @@ def load_matrix(session: Session, run: Run, params: HeatmapParams) -> HeatmapMat
     infos = [layer_info(layer) for layer in repo.layers(run.id)]
     if params.rank is not None and params.rank not in repo.ranks(run.id):
         ranks = ", ".join(map(str, sorted(repo.ranks(run.id))))
-        raise BadRequest(f"run {run.id} has no rank {params.rank}; ranks: {ranks}", error="InvalidParameter")
+        raise InvalidParameter(f"run {run.id} has no rank {params.rank}; ranks: {ranks}")
     if params.sublayer is not None and params.sublayer not in sublayers_of(infos):
-        raise BadRequest(f"run {run.id} has no sublayer {params.sublayer!r}; sublayers: "
-                         f"{', '.join(sublayers_of(infos))}", error="InvalidParameter")
+        raise InvalidParameter(f"run {run.id} has no sublayer {params.sublayer!r}; sublayers: "
+                         f"{', '.join(sublayers_of(infos))}")
     rows = repo.metric_arrays(run.id, tensor=params.tensor, stat_key=params.stat, rank=params.rank)
     if not rows:
         keys = repo.metric_keys(run.id)
-        raise BadRequest(f"run {run.id} logged no {params.tensor} {params.stat!r}; it has: "
-                         f"{', '.join(f'{t}/{s}' for t, s in keys)}", error="NoData")
+        raise NoData(f"run {run.id} logged no {params.tensor} {params.stat!r}; it has: "
+                         f"{', '.join(f'{t}/{s}' for t, s in keys)}")
     series = [Series(rank, MetricName(layer, params.tensor, params.stat), decode_iterations(its), decode_values(vals))
               for layer, rank, its, vals in rows]
     matrix = build_matrix(infos, series, sublayer=params.sublayer)
     if not matrix.rows or not matrix.iterations.shape[0]:
-        raise BadRequest(f"nothing to draw for sublayer {params.sublayer!r} of run {run.id}", error="NoData")
+        raise NoData(f"nothing to draw for sublayer {params.sublayer!r} of run {run.id}")
     return matrix
 
 
@@ -199,7 +199,7 @@ def geometry_for(matrices: list[HeatmapMatrix], params: HeatmapParams) -> Heatma
         return plan_geometry(rows, chars, panels=len(matrices), dpi=params.dpi, width=params.width,
                              height=params.height, shared_rows=shared)
     except ValueError as exc:
-        raise BadRequest(str(exc), error="InvalidParameter") from exc
+        raise InvalidParameter(str(exc)) from exc
 
 
 def run_title(run: Run, params: HeatmapParams) -> str:
@@ -216,13 +216,13 @@ def plan_render(panels: list[Panel], style: Style, params: HeatmapParams, fmt: s
     """The geometry and headers of the figure; 400 `ImageTooLarge` beyond `max_pixels` (a 600 dpi poster costs
     gigabytes of memory and many seconds to draw)."""
     if fmt not in MEDIA_TYPES:
-        raise BadRequest(f"unknown image format {fmt!r}; expected png or svg", error="UnknownFormat")
+        raise UnknownFormat(f"unknown image format {fmt!r}; expected png or svg")
     geometry = geometry_for([p.matrix for p in panels], params)
     width, height = geometry.pixels
     if max_pixels is not None and width * height > max_pixels:
-        raise BadRequest(f"the image would be {width:,} x {height:,} = {width * height:,} pixels "
+        raise ImageTooLarge(f"the image would be {width:,} x {height:,} = {width * height:,} pixels "
                          f"({geometry.width_in:g} x {geometry.height_in:g} in at {geometry.dpi} dpi); the limit is "
-                         f"{max_pixels:,} pixels: lower dpi, width or height", error="ImageTooLarge")
+                         f"{max_pixels:,} pixels: lower dpi, width or height")
     headers = {
         "X-Heatmap-Size": f"{width},{height}",
         "X-Heatmap-Extent": ";".join(",".join(f"{v:g}" for v in geometry.extent_px(k)) for k in range(len(panels))),
@@ -250,8 +250,7 @@ def _check_mark(matrix: HeatmapMatrix, params: HeatmapParams) -> None:
         return
     first, last = int(matrix.iterations[0]), int(matrix.iterations[-1])
     if not first <= mark <= last:
-        raise BadRequest(f"mark_iteration {mark} is outside the run's iterations {first}-{last}",
-                         error="InvalidParameter")
+        raise InvalidParameter(f"mark_iteration {mark} is outside the run's iterations {first}-{last}")
 
 
 def _num(value: float) -> float | None:

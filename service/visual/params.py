@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from fp8_policy.policy.heatmap import DEFAULT_BOXES
 from fp8_policy.policy.thresholds import Thresholds
-from fp8_policy.service.errors import BadRequest
+from fp8_policy.service.errors import InvalidParameter, InvalidThresholds, UnknownParameter
 from fp8_policy.service.limits import check_filters, check_rank
 
 MAX_DPI, MIN_DPI = 600, 20
@@ -42,11 +42,10 @@ def parse_heatmap_params(query: Mapping[str, str], *, show_skip: bool = True,
                          allowed: frozenset[str] = HEATMAP_KEYS) -> HeatmapParams:
     unknown = sorted(set(query) - allowed)
     if unknown:
-        raise BadRequest(f"unknown parameter(s): {', '.join(unknown)}; expected: {', '.join(sorted(allowed))}",
-                         error="UnknownParameter")
+        raise UnknownParameter(f"unknown parameter(s): {', '.join(unknown)}; expected: {', '.join(sorted(allowed))}")
     dpi = _int(query, "dpi", 150, low=MIN_DPI)
     if dpi > MAX_DPI:
-        raise BadRequest(f"dpi must be at most {MAX_DPI}, got {dpi}", error="InvalidParameter")
+        raise InvalidParameter(f"dpi must be at most {MAX_DPI}, got {dpi}")
     overrides = parse_threshold_overrides(query)
     return HeatmapParams(
         tensor=_text(query, "tensor", "gradient"), stat=_text(query, "stat", "underflows%"),
@@ -63,7 +62,7 @@ def parse_cell_columns(query: Mapping[str, str]) -> int:
     """`cells`: how many value columns heatmap.json carries (0, the default: none; at most MAX_CELL_COLUMNS)."""
     columns = _int(query, "cells", 0, low=0) or 0
     if columns > MAX_CELL_COLUMNS:
-        raise BadRequest(f"cells must be at most {MAX_CELL_COLUMNS}, got {columns}", error="InvalidParameter")
+        raise InvalidParameter(f"cells must be at most {MAX_CELL_COLUMNS}, got {columns}")
     return columns
 
 
@@ -75,12 +74,12 @@ def thresholds_of(overrides: Mapping[str, float]) -> Thresholds:
     try:
         return Thresholds.from_overrides(dict(overrides))
     except ValueError as exc:
-        raise BadRequest(str(exc), error="InvalidThresholds") from exc
+        raise InvalidThresholds(str(exc)) from exc
 
 
 def run_id_param(query: Mapping[str, str], name: str) -> int:
     if name not in query:
-        raise BadRequest(f"missing parameter {name!r} (a run id)", error="InvalidParameter")
+        raise InvalidParameter(f"missing parameter {name!r} (a run id)")
     value = _int(query, name, 0, low=1)
     assert value is not None
     return value
@@ -92,7 +91,7 @@ def _text(query: Mapping[str, str], name: str, default: str | None) -> str | Non
         return default
     value = value.strip()
     if not value or len(value) > 200:
-        raise BadRequest(f"{name} must be 1-200 characters", error="InvalidParameter")
+        raise InvalidParameter(f"{name} must be 1-200 characters")
     check_filters(**{name: value})  # no NUL or control characters: compared with stored names in SQL
     return value
 
@@ -104,9 +103,9 @@ def _int(query: Mapping[str, str], name: str, default: int | None, *, low: int) 
     try:
         value = int(raw.strip())
     except ValueError:
-        raise BadRequest(f"{name} must be an integer, got {raw!r}", error="InvalidParameter") from None
+        raise InvalidParameter(f"{name} must be an integer, got {raw!r}") from None
     if value < low:
-        raise BadRequest(f"{name} must be >= {low}, got {value}", error="InvalidParameter")
+        raise InvalidParameter(f"{name} must be >= {low}, got {value}")
     return value
 
 
@@ -117,10 +116,9 @@ def _float(query: Mapping[str, str], name: str, default: float | None, *, positi
     try:
         value = float(raw.strip())
     except ValueError:
-        raise BadRequest(f"{name} must be a number, got {raw!r}", error="InvalidParameter") from None
+        raise InvalidParameter(f"{name} must be a number, got {raw!r}") from None
     if not math.isfinite(value) or (positive and value <= 0):
-        raise BadRequest(f"{name} must be a finite{' positive' if positive else ''} number, got {raw!r}",
-                         error="InvalidParameter")
+        raise InvalidParameter(f"{name} must be a finite{' positive' if positive else ''} number, got {raw!r}")
     return value
 
 
@@ -132,4 +130,4 @@ def _bool(query: Mapping[str, str], name: str, default: bool) -> bool:
         return True
     if raw.strip().lower() in _FALSE:
         return False
-    raise BadRequest(f"{name} must be true or false, got {raw!r}", error="InvalidParameter")
+    raise InvalidParameter(f"{name} must be true or false, got {raw!r}")

@@ -11,7 +11,7 @@ from fastapi.responses import Response
 
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep
-from fp8_policy.service.errors import BadRequest
+from fp8_policy.service.errors import UnknownParameter
 from fp8_policy.service.openapi import error_responses, threshold_params
 from fp8_policy.service.visual import actions, compare
 from fp8_policy.service.visual.params import (
@@ -114,7 +114,7 @@ def compare_runs(request: Request, session: SessionDep) -> CompareRead:
     query = request.query_params
     unknown = sorted(set(query) - {"base", "head", "warning", "critical", "severe"})
     if unknown:
-        raise BadRequest(f"unknown parameter(s): {', '.join(unknown)}", error="UnknownParameter")
+        raise UnknownParameter(f"unknown parameter(s): {', '.join(unknown)}")
     thresholds = thresholds_of(parse_threshold_overrides(query))
     body = compare.compare_runs(session, run_id_param(query, "base"), run_id_param(query, "head"), thresholds)
     return CompareRead.model_validate(body)
