@@ -239,14 +239,17 @@ class TestTorchaoModel:
 class TestLogFiles:
     def test_a_second_session_does_not_append_to_the_first_files(self, tmp_path: Path) -> None:
         first, second = tmp_path / "a", tmp_path / "b"
+        names = ("Default Statistics", "nvdlfw_inspect")
+        before = {name: set(logging.getLogger(name).handlers) for name in names}  # other tests may leave their own
         for log_dir in (first, second):
             layer = nn.Linear(4, 4)
             with FP8StatsCollector(layer, log_dir, tensors=["weight"]) as collector:
                 layer(torch.randn(2, 4))
                 collector.step()
         assert len(read_stats(first)) == len(read_stats(second)) == 4
-        for name in ("Default Statistics", "nvdlfw_inspect"):
-            assert not [h for h in logging.getLogger(name).handlers if isinstance(h, logging.FileHandler)]
+        for name in names:
+            added = set(logging.getLogger(name).handlers) - before[name]
+            assert not [h for h in added if isinstance(h, logging.FileHandler)]
 
     def test_only_one_collector_at_a_time(self, tmp_path: Path) -> None:
         with FP8StatsCollector(nn.Linear(4, 4), tmp_path / "a"), pytest.raises(RuntimeError, match="another"):
