@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Path, Query, Response
 
 from fp8_policy.db.alerts import AlertRepository, DeliveryRecord, RuleRecord
 from fp8_policy.service.alerts import actions
@@ -63,7 +63,7 @@ def add_rule(body: AlertRuleCreate, session: SessionDep, principal: PrincipalDep
     return _rule_read(rule)
 
 
-@router.get("/rules", response_model=list[AlertRuleRead], dependencies=[ADMIN], responses=error_responses())
+@router.get("/rules", response_model=list[AlertRuleRead], dependencies=[ADMIN], responses=error_responses(400))
 def list_rules(
     session: SessionDep,
     project: Annotated[str | None, Query(max_length=200, description="Only this project's rules.")] = None,
@@ -72,8 +72,10 @@ def list_rules(
     return [_rule_read(rule) for rule in AlertRepository(session).rules(project)]
 
 
-@router.delete("/rules/{rule_id}", status_code=204, dependencies=[ADMIN], responses=error_responses(404))
-def remove_rule(rule_id: int, session: SessionDep) -> Response:
+@router.delete("/rules/{rule_id}", status_code=204, dependencies=[ADMIN], responses=error_responses(400, 404))
+def remove_rule(
+    rule_id: Annotated[int, Path(ge=1, le=2**31 - 1, description="The rule's id (alert list).")], session: SessionDep
+) -> Response:
     """Stop sending with this rule (its past deliveries stay in the log)."""
     actions.remove_rule(session, rule_id)
     return Response(status_code=204)

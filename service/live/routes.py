@@ -92,7 +92,7 @@ async def append(
     return await anyio.to_thread.run_sync(store)
 
 
-@router.get("/{run_id}", response_model=LiveRunRead, dependencies=[READ], responses=error_responses(404))
+@router.get("/{run_id}", response_model=LiveRunRead, dependencies=[READ], responses=error_responses(400, 404))
 def read_live_run(
     run_id: int,
     session: SessionDep,
@@ -111,7 +111,7 @@ def read_live_run(
     )
 
 
-@router.get("/{run_id}/scalars", response_model=ScalarsRead, dependencies=[READ], responses=error_responses(404))
+@router.get("/{run_id}/scalars", response_model=ScalarsRead, dependencies=[READ], responses=error_responses(400, 404))
 def read_scalars(
     run_id: int,
     session: SessionDep,
