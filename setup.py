@@ -10,8 +10,11 @@ from setuptools import find_packages, setup
 
 ROOTS = {"client": "client", "db": "db", "policy": "policy", "service": "service"}
 
-package_dir = {"fp8_policy": "fp8_policy", "fp8_policy.migrations": "alembic",
-               "fp8_policy.migrations.versions": "alembic/versions"}
+package_dir = {
+    "fp8_policy": "fp8_policy",
+    "fp8_policy.migrations": "alembic",
+    "fp8_policy.migrations.versions": "alembic/versions",
+}
 packages = ["fp8_policy", "fp8_policy.migrations", "fp8_policy.migrations.versions"]
 for name, folder in ROOTS.items():
     top = f"fp8_policy.{name}"

@@ -31,8 +31,9 @@ def baseline_parse(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         for line in fh:
             match = STATS_LINE.match(line.strip())
             if match:
-                rows.append({"metric_name": match.group(1), "iteration": int(match.group(2)),
-                             "value": float(match.group(3))})
+                rows.append(
+                    {"metric_name": match.group(1), "iteration": int(match.group(2)), "value": float(match.group(3))}
+                )
     df = pd.DataFrame(rows, columns=["metric_name", "iteration", "value"])
     grad = df[df["metric_name"].str.endswith(GRADIENT_UNDERFLOWS)]
     grad = grad.assign(layer=grad["metric_name"].str.slice(stop=-len(GRADIENT_UNDERFLOWS)))
@@ -59,8 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     df, pivot = baseline_parse(log)
     seconds = time.perf_counter() - start
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    print(f"{log}: rows={len(df)} pivot={pivot.shape[0]}x{pivot.shape[1]} "
-          f"seconds={seconds:.1f} peak_rss_mb={peak_mb:.0f}")
+    print(
+        f"{log}: rows={len(df)} pivot={pivot.shape[0]}x{pivot.shape[1]} seconds={seconds:.1f} peak_rss_mb={peak_mb:.0f}"
+    )
     return 0
 
 

@@ -45,10 +45,35 @@ from bench.eval_printing import print_report
 from bench.eval_scoring import CaseScore, Totals, score, totals
 
 __all__ = [
-    "BIG_ANALYSIS_TARGET_S", "BIG_TREE", "FIXTURES", "FIXTURE_RUNS", "GEMM_DISABLE", "LAYER_DISABLE",
-    "MAX_LINE_BYTES", "ROOT", "TE_FEATURES", "CaseResult", "CaseScore", "ConfigChecker", "FixtureResult", "Report",
-    "Totals", "big_timings", "ensure_big_tree", "evaluate", "evaluate_case", "evaluate_fixture", "log_files", "main",
-    "parse_tree", "print_report", "run_data", "run_pipeline", "score", "stored_run", "totals",
+    "BIG_ANALYSIS_TARGET_S",
+    "BIG_TREE",
+    "FIXTURES",
+    "FIXTURE_RUNS",
+    "GEMM_DISABLE",
+    "LAYER_DISABLE",
+    "MAX_LINE_BYTES",
+    "ROOT",
+    "TE_FEATURES",
+    "CaseResult",
+    "CaseScore",
+    "ConfigChecker",
+    "FixtureResult",
+    "Report",
+    "Totals",
+    "big_timings",
+    "ensure_big_tree",
+    "evaluate",
+    "evaluate_case",
+    "evaluate_fixture",
+    "log_files",
+    "main",
+    "parse_tree",
+    "print_report",
+    "run_data",
+    "run_pipeline",
+    "score",
+    "stored_run",
+    "totals",
 ]
 
 FIXTURES = ROOT.parent / "shared" / "fixtures" / "bionemo"
@@ -62,9 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="CASE", help="evaluate only these cases (names or prefixes)")
     parser.add_argument("--no-fixtures", action="store_true", help="skip the two real bionemo fixture runs")
     big = parser.add_mutually_exclusive_group()
-    big.add_argument("--big", action="store_true",
-                     help=f"time analysis of the stored 6M-line run ({BIG_TREE.relative_to(ROOT)}), generating the "
-                          "tree when missing (by default it is timed only when `make bench` already made it)")
+    big.add_argument(
+        "--big",
+        action="store_true",
+        help=f"time analysis of the stored 6M-line run ({BIG_TREE.relative_to(ROOT)}), generating the "
+        "tree when missing (by default it is timed only when `make bench` already made it)",
+    )
     big.add_argument("--no-big", action="store_true", help="do not time the 6M-line run")
     args = parser.parse_args(argv)
 

@@ -33,8 +33,9 @@ from fp8_policy.policy.render.megatron import megatron_path
 Applied = tuple[set[str], dict[str, set[str]]]  # (whole layers in BF16, layer -> GEMMs in BF16)
 
 
-def te_yaml_applied(features_by_layer: Mapping[str, Mapping[str, Any]], layer_disable: frozenset[str],
-                    gemm_disable: frozenset[str]) -> Applied:
+def te_yaml_applied(
+    features_by_layer: Mapping[str, Mapping[str, Any]], layer_disable: frozenset[str], gemm_disable: frozenset[str]
+) -> Applied:
     whole: set[str] = set()
     gemms: dict[str, set[str]] = {}
     for name, features in features_by_layer.items():
@@ -64,9 +65,13 @@ def megatron_applied(text: str, decision: PolicyDecision) -> Applied:
     heredoc = re.search(r"<<'(\w+)'\n(.*?)\n\1$", text, re.S | re.M)
     if heredoc and "--te-precision-config-file" in args:
         config = yaml.safe_load(heredoc[2])
-        patterns = [m["pattern"] for m in config["matchers"].values()
-                    if m.get("enabled", True) and m.get("type") == "glob"
-                    and config["configs"][m["config"]].get("training_recipe") == {}]
+        patterns = [
+            m["pattern"]
+            for m in config["matchers"].values()
+            if m.get("enabled", True)
+            and m.get("type") == "glob"
+            and config["configs"][m["config"]].get("training_recipe") == {}
+        ]
         one_based = is_one_based(decision)
         for layer in decision.layers:
             if any(fnmatch.fnmatchcase(megatron_path(layer, one_based), p) for p in patterns):
@@ -93,8 +98,9 @@ def hydra_applied(text: str, decision: PolicyDecision) -> Applied:
 def torchao_applied(keep: Callable[[Any, str], bool], linear: Any, decision: PolicyDecision) -> Applied:
     one_based = is_one_based(decision)
     index = layer_index(decision)
-    names = dict.fromkeys([*(layer.name for layer in decision.layers), *decision.skip_layers,
-                           *(o.layer for o in decision.gemm_overrides)])
+    names = dict.fromkeys(
+        [*(layer.name for layer in decision.layers), *decision.skip_layers, *(o.layer for o in decision.gemm_overrides)]
+    )
     return {name for name in names if not keep(linear, torch_fqn(name, index.get(name), one_based))}, {}
 
 
@@ -103,12 +109,15 @@ def compare(fmt: str, got: Applied, decision: PolicyDecision) -> list[str]:
     the format's own `applied()` claim (what the JSON reports)."""
     claim = applied(decision, fmt)
     whole, gemms = got
-    read = AppliedPolicy(fmt, tuple(sorted(whole)), {k: tuple(g for g in GEMMS if g in v) for k, v in gemms.items()
-                                                     if k not in whole}, claim.not_applied)
+    read = AppliedPolicy(
+        fmt,
+        tuple(sorted(whole)),
+        {k: tuple(g for g in GEMMS if g in v) for k, v in gemms.items() if k not in whole},
+        claim.not_applied,
+    )
     errors = [f"{fmt} applies less than the JSON: {problem}" for problem in missing(read, decision)]
     if set(claim.bf16_layers) != whole:
-        errors.append(f"{fmt}: the JSON says {sorted(claim.bf16_layers)} run in BF16, the artifact "
-                      f"{sorted(whole)}")
+        errors.append(f"{fmt}: the JSON says {sorted(claim.bf16_layers)} run in BF16, the artifact {sorted(whole)}")
     if claim.bf16_gemms != read.bf16_gemms:
         errors.append(f"{fmt}: the JSON says GEMMs {claim.bf16_gemms} in BF16, the artifact {read.bf16_gemms}")
     return errors

@@ -40,8 +40,12 @@ def stored_run(tree: Path, url: str) -> Iterator[tuple[Any, int, dict[str, float
         with session_scope(factory) as session:
             repo = RunRepository(session)
             repo.store_ingest(repo.get(run_id), assembled, counts)
-        times = {"parse_seconds": parsed - start, "store_seconds": time.perf_counter() - parsed,
-                 "points": float(assembled.points), "lines_read": float(counts.lines_read)}
+        times = {
+            "parse_seconds": parsed - start,
+            "store_seconds": time.perf_counter() - parsed,
+            "points": float(assembled.points),
+            "lines_read": float(counts.lines_read),
+        }
         del assembled
         yield factory, run_id, times
     finally:
@@ -51,10 +55,13 @@ def stored_run(tree: Path, url: str) -> Iterator[tuple[Any, int, dict[str, float
 def ensure_big_tree(tree: Path = BIG_TREE) -> Path:
     """The 6M-line tree of `make bench`; generated (as bench/run.py does) when missing."""
     if not (tree / ".complete").exists():
-        print(f"generating the 6M-line log tree in {tree} (python -m bench.generate) ...", file=sys.stderr,
-              flush=True)
-        subprocess.run([sys.executable, "-m", "bench.generate", str(tree), "--lines-target", "6m"], cwd=ROOT,
-                       check=True, stdout=subprocess.DEVNULL)
+        print(f"generating the 6M-line log tree in {tree} (python -m bench.generate) ...", file=sys.stderr, flush=True)
+        subprocess.run(
+            [sys.executable, "-m", "bench.generate", str(tree), "--lines-target", "6m"],
+            cwd=ROOT,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         (tree / ".complete").touch()
     return tree
 
@@ -88,14 +95,23 @@ def big_timings(tree: Path, repeats: int = 3, truth: Any = None) -> dict[str, An
 
         truth = benchmark_case("6m").truth
     covered = set(rec.decision.skip_layers) | {o.layer for o in rec.decision.gemm_overrides}
-    out.update({
-        "planted": sorted(truth.patterns), "missed": sorted(truth.patterns - analysis.patterns()),
-        "skip_truth": len(truth.skip_layers), "skip_covered": len(truth.skip_layers & covered),
-        "skip_extra": sorted(covered - truth.skip_layers),
-        "load_and_analyze_seconds": analysis_runs[0], "load_and_analyze_runs": analysis_runs,
-        "recommendation_for_seconds": recommend_runs[0], "recommendation_for_runs": recommend_runs,
-        "series": len(data.series), "layers": len(data.layers), "patterns": sorted(analysis.patterns()),
-        "skip_layers": len(rec.decision.skip_layers), "gemm_overrides": len(rec.decision.gemm_overrides),
-        "recipe": rec.decision.recipe.name,
-    })
+    out.update(
+        {
+            "planted": sorted(truth.patterns),
+            "missed": sorted(truth.patterns - analysis.patterns()),
+            "skip_truth": len(truth.skip_layers),
+            "skip_covered": len(truth.skip_layers & covered),
+            "skip_extra": sorted(covered - truth.skip_layers),
+            "load_and_analyze_seconds": analysis_runs[0],
+            "load_and_analyze_runs": analysis_runs,
+            "recommendation_for_seconds": recommend_runs[0],
+            "recommendation_for_runs": recommend_runs,
+            "series": len(data.series),
+            "layers": len(data.layers),
+            "patterns": sorted(analysis.patterns()),
+            "skip_layers": len(rec.decision.skip_layers),
+            "gemm_overrides": len(rec.decision.gemm_overrides),
+            "recipe": rec.decision.recipe.name,
+        }
+    )
     return out

@@ -43,21 +43,36 @@ class CaseResult:
     def to_dict(self) -> dict[str, Any]:
         s = self.score
         return {
-            "name": self.name, "family": self.family, "ranks": self.ranks, "description": self.description,
-            "planted": sorted(s.planted), "found": sorted(s.found), "missed": sorted(s.missed),
-            "false_alarms": sorted(s.false_alarms), "skip_truth": sorted(s.truth_skips),
-            "covered": sorted(s.covered), "skip_fp": sorted(s.skip_fp), "skip_fn": sorted(s.skip_fn),
-            "healthy_skipped": sorted(s.healthy_skipped), "recipe": s.recipe,
+            "name": self.name,
+            "family": self.family,
+            "ranks": self.ranks,
+            "description": self.description,
+            "planted": sorted(s.planted),
+            "found": sorted(s.found),
+            "missed": sorted(s.missed),
+            "false_alarms": sorted(s.false_alarms),
+            "skip_truth": sorted(s.truth_skips),
+            "covered": sorted(s.covered),
+            "skip_fp": sorted(s.skip_fp),
+            "skip_fn": sorted(s.skip_fn),
+            "healthy_skipped": sorted(s.healthy_skipped),
+            "recipe": s.recipe,
             "expected_recipe": sorted(s.expected_recipe) if s.expected_recipe is not None else None,
-            "recipe_ok": s.recipe_ok, "configs": self.configs, "parse_seconds": self.parse_seconds,
-            "analysis_seconds": self.analysis_seconds, "recommend_seconds": self.recommend_seconds,
-            "findings": self.findings, "error": self.error,
+            "recipe_ok": s.recipe_ok,
+            "configs": self.configs,
+            "parse_seconds": self.parse_seconds,
+            "analysis_seconds": self.analysis_seconds,
+            "recommend_seconds": self.recommend_seconds,
+            "findings": self.findings,
+            "error": self.error,
         }
 
 
 def _findings(analysis: Analysis) -> list[dict[str, Any]]:
-    return [{"pattern": f.pattern.value, "severity": f.severity.value, "layers": len(f.layers),
-             "summary": f.summary} for f in analysis.findings]
+    return [
+        {"pattern": f.pattern.value, "severity": f.severity.value, "layers": len(f.layers), "summary": f.summary}
+        for f in analysis.findings
+    ]
 
 
 def run_pipeline(data: RunData) -> tuple[Analysis, Recommendation, float, float]:
@@ -81,17 +96,44 @@ def evaluate_case(case: Any, workdir: Path, checker: ConfigChecker) -> CaseResul
         parse_seconds = time.perf_counter() - start
         analysis, rec, t_an, t_rec = run_pipeline(data)
     except Exception as exc:  # report, do not crash the suite
-        empty = score(truth.patterns, (), truth.skip_layers, case.signal_layers, (), (),
-                      expected_recipe=case.expected_recipe)
-        return CaseResult(case.name, case.family, case.run.ranks, case.description, empty,
-                          {fmt: ["not rendered: pipeline failed"] for fmt in FORMATS}, math.nan, math.nan, math.nan,
-                          error=f"{type(exc).__name__}: {exc}")
+        empty = score(
+            truth.patterns, (), truth.skip_layers, case.signal_layers, (), (), expected_recipe=case.expected_recipe
+        )
+        return CaseResult(
+            case.name,
+            case.family,
+            case.run.ranks,
+            case.description,
+            empty,
+            {fmt: ["not rendered: pipeline failed"] for fmt in FORMATS},
+            math.nan,
+            math.nan,
+            math.nan,
+            error=f"{type(exc).__name__}: {exc}",
+        )
     decision = rec.decision
-    s = score(truth.patterns, analysis.patterns(), truth.skip_layers, case.signal_layers, decision.skip_layers,
-              (o.layer for o in decision.gemm_overrides), recipe=decision.recipe.name,
-              expected_recipe=case.expected_recipe)
-    return CaseResult(case.name, case.family, case.run.ranks, case.description, s, checker.check(decision),
-                      parse_seconds, t_an, t_rec, _findings(analysis))
+    s = score(
+        truth.patterns,
+        analysis.patterns(),
+        truth.skip_layers,
+        case.signal_layers,
+        decision.skip_layers,
+        (o.layer for o in decision.gemm_overrides),
+        recipe=decision.recipe.name,
+        expected_recipe=case.expected_recipe,
+    )
+    return CaseResult(
+        case.name,
+        case.family,
+        case.run.ranks,
+        case.description,
+        s,
+        checker.check(decision),
+        parse_seconds,
+        t_an,
+        t_rec,
+        _findings(analysis),
+    )
 
 
 @dataclass
@@ -116,14 +158,31 @@ def evaluate_fixture(tree: Path, checker: ConfigChecker) -> FixtureResult:
         data = parse_tree(tree)
         analysis, rec, t_an, _ = run_pipeline(data)
     except Exception as exc:
-        return FixtureResult(tree.name, str(tree), {fmt: ["not rendered: pipeline failed"] for fmt in FORMATS},
-                             math.nan, error=f"{type(exc).__name__}: {exc}")
+        return FixtureResult(
+            tree.name,
+            str(tree),
+            {fmt: ["not rendered: pipeline failed"] for fmt in FORMATS},
+            math.nan,
+            error=f"{type(exc).__name__}: {exc}",
+        )
     d = rec.decision
-    summary = {"skip_layers": list(d.skip_layers),
-               "gemm_overrides": [{"layer": o.layer, "gemms": list(o.gemms)} for o in d.gemm_overrides],
-               "recipe": d.recipe.name, "recipe_reason": d.recipe.reason, "confidence": rec.confidence}
-    return FixtureResult(tree.name, str(tree), checker.check(d), t_an, len(data.layers),
-                         len({s.rank for s in data.series}), _findings(analysis), summary)
+    summary = {
+        "skip_layers": list(d.skip_layers),
+        "gemm_overrides": [{"layer": o.layer, "gemms": list(o.gemms)} for o in d.gemm_overrides],
+        "recipe": d.recipe.name,
+        "recipe_reason": d.recipe.reason,
+        "confidence": rec.confidence,
+    }
+    return FixtureResult(
+        tree.name,
+        str(tree),
+        checker.check(d),
+        t_an,
+        len(data.layers),
+        len({s.rank for s in data.series}),
+        _findings(analysis),
+        summary,
+    )
 
 
 @dataclass
@@ -152,23 +211,28 @@ class Report:
         t = self.totals
         accepted, emitted = self.configs
         out = {
-            "every planted pattern found (pattern recall = 1)": t.pattern_fn == 0 and not any(c.error for c in
-                                                                                            self.cases),
+            "every planted pattern found (pattern recall = 1)": t.pattern_fn == 0
+            and not any(c.error for c in self.cases),
             "no healthy layer skipped": t.healthy_skipped == 0,
             "100 % of emitted configs accepted": accepted == emitted and not any(f.error for f in self.fixtures),
         }
         if self.big is not None:
             out[f"6M-line run: load + analysis from stored data < {BIG_ANALYSIS_TARGET_S:g} s"] = bool(
-                self.big.get("load_and_analyze_seconds", math.inf) < BIG_ANALYSIS_TARGET_S)
+                self.big.get("load_and_analyze_seconds", math.inf) < BIG_ANALYSIS_TARGET_S
+            )
         return out
 
     def to_dict(self) -> dict[str, Any]:
         accepted, emitted = self.configs
-        return {"cases": [c.to_dict() for c in self.cases],
-                "fixtures": [asdict(f) for f in self.fixtures],
-                "totals": {**self.totals.to_dict(), "configs_accepted": accepted, "configs_emitted": emitted},
-                "big": self.big, "checks": self.checks(), "passed": all(self.checks().values()),
-                "seconds": self.seconds}
+        return {
+            "cases": [c.to_dict() for c in self.cases],
+            "fixtures": [asdict(f) for f in self.fixtures],
+            "totals": {**self.totals.to_dict(), "configs_accepted": accepted, "configs_emitted": emitted},
+            "big": self.big,
+            "checks": self.checks(),
+            "passed": all(self.checks().values()),
+            "seconds": self.seconds,
+        }
 
 
 def evaluate(cases: Iterable[Any], *, fixtures: Iterable[Path] = (), progress: bool = False) -> Report:

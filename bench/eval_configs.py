@@ -16,8 +16,16 @@ from fp8_policy.policy.records import PolicyDecision
 from fp8_policy.policy.render import FORMATS, render
 
 TE_FEATURES: tuple[str, ...] = (
-    "LogTensorStats", "LogFp8TensorStats", "LogNvfp4TensorStats", "DisableFP8GEMM", "DisableFP8Layer",
-    "DisableQuantizationGEMM", "DisableQuantizationLayer", "PerTensorScaling", "FakeQuant", "DumpTensors",
+    "LogTensorStats",
+    "LogFp8TensorStats",
+    "LogNvfp4TensorStats",
+    "DisableFP8GEMM",
+    "DisableFP8Layer",
+    "DisableQuantizationGEMM",
+    "DisableQuantizationLayer",
+    "PerTensorScaling",
+    "FakeQuant",
+    "DumpTensors",
 )
 LAYER_DISABLE = frozenset({"DisableFP8Layer", "DisableQuantizationLayer"})
 GEMM_DISABLE = frozenset({"DisableFP8GEMM", "DisableQuantizationGEMM"})
@@ -42,8 +50,9 @@ class ConfigChecker:
         nv_logging.initialize_logger(str(self.workdir / "nvdlfw_logs"))
         self.registry = {
             "base": NamespaceData("base", None, features={"LogTensorStats": object()}),
-            "transformer_engine": NamespaceData("transformer_engine", None,
-                                                features={name: object() for name in TE_FEATURES}),
+            "transformer_engine": NamespaceData(
+                "transformer_engine", None, features={name: object() for name in TE_FEATURES}
+            ),
         }
         ConfigManager.reset()
         return self
@@ -146,9 +155,10 @@ class ConfigChecker:
         if errors:
             return errors
         if "analysis would allow FP8" in text and any(
-                layer.structure.group.value == "head" and (layer.name in decision.skip_layers or layer.name in
-                                                           {o.layer for o in decision.gemm_overrides})
-                for layer in decision.layers):
+            layer.structure.group.value == "head"
+            and (layer.name in decision.skip_layers or layer.name in {o.layer for o in decision.gemm_overrides})
+            for layer in decision.layers
+        ):
             errors.append("says the analysis would allow FP8 on a head it asked to keep in BF16")
         return errors + eval_bf16.compare("hydra", eval_bf16.hydra_applied(text, decision), decision)
 
@@ -175,8 +185,12 @@ class ConfigChecker:
 
     def check(self, decision: PolicyDecision) -> dict[str, list[str]]:
         """Errors per format (empty list: accepted); a renderer exception is an error of its format."""
-        checks = {"te-yaml": self.check_te_yaml, "megatron": self.check_megatron, "hydra": self.check_hydra,
-                  "torchao": self.check_torchao}
+        checks = {
+            "te-yaml": self.check_te_yaml,
+            "megatron": self.check_megatron,
+            "hydra": self.check_hydra,
+            "torchao": self.check_torchao,
+        }
         out: dict[str, list[str]] = {}
         for fmt in FORMATS:
             try:

@@ -14,8 +14,9 @@ MAX_LINE_BYTES = 1 << 20
 
 def log_files(tree: Path) -> list[tuple[LogFile, Path]]:
     """The nvdlfw_inspect logs of a tree, classified exactly as bench/steps.py and the upload path do."""
-    return [(log, path) for path in sorted(tree.rglob("*.log"))
-            if (log := classify_log_path(str(path.relative_to(tree))))]
+    return [
+        (log, path) for path in sorted(tree.rglob("*.log")) if (log := classify_log_path(str(path.relative_to(tree))))
+    ]
 
 
 def run_data(assembled: AssembledRun, metadata: dict[str, object] | None = None) -> RunData:

@@ -50,13 +50,27 @@ class CaseScore:
         return self.recipe in self.expected_recipe
 
 
-def score(planted: Iterable[str], found: Iterable[str], truth_skips: Iterable[str], signal_layers: Iterable[str],
-          skipped: Iterable[str], overridden: Iterable[str], *, recipe: str | None = None,
-          expected_recipe: Iterable[str] | None = None) -> CaseScore:
+def score(
+    planted: Iterable[str],
+    found: Iterable[str],
+    truth_skips: Iterable[str],
+    signal_layers: Iterable[str],
+    skipped: Iterable[str],
+    overridden: Iterable[str],
+    *,
+    recipe: str | None = None,
+    expected_recipe: Iterable[str] | None = None,
+) -> CaseScore:
     """Score one case: `skipped` and `overridden` together are the covered layers."""
-    return CaseScore(frozenset(planted), frozenset(found), frozenset(truth_skips), frozenset(skipped) |
-                     frozenset(overridden), frozenset(signal_layers), recipe,
-                     None if expected_recipe is None else frozenset(expected_recipe))
+    return CaseScore(
+        frozenset(planted),
+        frozenset(found),
+        frozenset(truth_skips),
+        frozenset(skipped) | frozenset(overridden),
+        frozenset(signal_layers),
+        recipe,
+        None if expected_recipe is None else frozenset(expected_recipe),
+    )
 
 
 def _ratio(num: int, den: int) -> float:
@@ -94,8 +108,13 @@ class Totals:
         return _ratio(self.skip_tp, self.skip_tp + self.skip_fn)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "pattern_precision": self.pattern_precision, "pattern_recall": self.pattern_recall,
-                "skip_precision": self.skip_precision, "skip_recall": self.skip_recall}
+        return {
+            **asdict(self),
+            "pattern_precision": self.pattern_precision,
+            "pattern_recall": self.pattern_recall,
+            "skip_precision": self.skip_precision,
+            "skip_recall": self.skip_recall,
+        }
 
 
 def totals(scores: Iterable[CaseScore]) -> Totals:

@@ -40,15 +40,19 @@ def benchmark_case(target: str = "6m", seed: int = 650) -> ScenarioCase:
         Rule(heads(), level((6.0, 10.0)), "gradient", "underflows%"),
     ]
     # The heads fail with the first and last blocks: bionemo's U-shape ("layers 1-5 and 29-33 plus head").
-    return make_case(f"bench_esm2_{target}", "ESM2-650M-like: U-shape including both heads", run, rules,
-                     {"u_shape"})
+    return make_case(f"bench_esm2_{target}", "ESM2-650M-like: U-shape including both heads", run, rules, {"u_shape"})
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.generate", description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--lines-target", type=str.lower, choices=sorted(PRESETS), default="6m",
-                        help="6M (the benchmark, ~5.9 M lines / ~800 MB) or small (~60 k lines)")
+    parser.add_argument(
+        "--lines-target",
+        type=str.lower,
+        choices=sorted(PRESETS),
+        default="6m",
+        help="6M (the benchmark, ~5.9 M lines / ~800 MB) or small (~60 k lines)",
+    )
     parser.add_argument("--seed", type=int, default=650)
     return parser.parse_args(argv)
 

@@ -92,8 +92,19 @@ def _start_service(workdir: Path) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     env = {**os.environ, "FP8_POLICY_DATA_DIR": str(workdir / "service")}
     env.pop("FP8_POLICY_DATABASE_URL", None)
-    cmd = [sys.executable, "-m", "fp8_policy.service.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-           "--no-demo", "--log-level", "warning"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fp8_policy.service.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-demo",
+        "--log-level",
+        "warning",
+    ]
     server = subprocess.Popen(cmd, cwd=ROOT, env=env)
     base = f"http://127.0.0.1:{port}"
     with httpx.Client(base_url=base, timeout=30) as client:
@@ -113,9 +124,12 @@ def _last_iteration_block(log: Path) -> tuple[list[re.Match[bytes]], int]:
 
 def _healthy_layers(block: list[re.Match[bytes]], count: int) -> list[str]:
     """Gradient underflows% series of the middle blocks whose last value is below 0.1 % (nowhere near a band)."""
-    names = [m["name"].decode() for m in block
-             if m["name"].endswith(b"_gradient_underflows%") and float(m["value"]) < 0.1 and b"layers." in m["name"]]
-    middle = names[len(names) // 4: 3 * len(names) // 4] or names
+    names = [
+        m["name"].decode()
+        for m in block
+        if m["name"].endswith(b"_gradient_underflows%") and float(m["value"]) < 0.1 and b"layers." in m["name"]
+    ]
+    middle = names[len(names) // 4 : 3 * len(names) // 4] or names
     step = max(1, len(middle) // max(1, count))
     return middle[::step][:count]
 
@@ -132,12 +146,17 @@ def _stats(values: list[float]) -> dict[str, float | None]:
     if not values:
         return {"count": 0, "p50": None, "p95": None, "max": None}
     ordered = sorted(values)
-    return {"count": len(values), "p50": statistics.median(ordered),
-            "p95": ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))], "max": ordered[-1]}
+    return {
+        "count": len(values),
+        "p50": statistics.median(ordered),
+        "p95": ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))],
+        "max": ordered[-1],
+    }
 
 
-def run_live_bench(tree: Path, workdir: Path, *, interval: float = 2.0, trials: int = 3,
-                   max_seconds: float = DEFAULT_MAX_SECONDS) -> dict[str, Any]:
+def run_live_bench(
+    tree: Path, workdir: Path, *, interval: float = 2.0, trials: int = 3, max_seconds: float = DEFAULT_MAX_SECONDS
+) -> dict[str, Any]:
     """Both figures on one service: the bulk stream (live run 1), then increments with planted crossings on a
     second live run that starts caught up (so a bulk backlog cut at `max_seconds` cannot delay them)."""
     receiver = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
@@ -148,9 +167,17 @@ def run_live_bench(tree: Path, workdir: Path, *, interval: float = 2.0, trials: 
     results: dict[str, Any] = {"interval_s": interval}
     try:
         with httpx.Client(base_url=base, timeout=30) as http:
-            rule = http.post("/api/v1/alerts/rules", json={
-                "project": project, "webhook": f"http://127.0.0.1:{receiver.server_address[1]}/hook", "format": "json",
-                "events": ["band_crossing"], "min_severity": "severe", "cooldown_seconds": 0})
+            rule = http.post(
+                "/api/v1/alerts/rules",
+                json={
+                    "project": project,
+                    "webhook": f"http://127.0.0.1:{receiver.server_address[1]}/hook",
+                    "format": "json",
+                    "events": ["band_crossing"],
+                    "min_severity": "severe",
+                    "cooldown_seconds": 0,
+                },
+            )
             rule.raise_for_status()
         # the bulk run's project has no alert rule: its thousands of early warnings (band crossings of noisy series
         # re-fire per episode) would queue webhook calls ahead of the planted ones (the sender is first in, first out)
@@ -209,18 +236,26 @@ def _bulk(tree: Path, watched: Path, base: str, project: str, interval: float, m
     lines = _count_lines(source, acked)
     pieces = list(client.timings)
     return {
-        "bytes": acked, "lines": lines, "source_lines": _count_lines(source, total), "complete": acked >= total,
-        "seconds": end - start, "writer_seconds": (written["done_at"] or end) - start,
-        "mb_per_s": acked / 1e6 / (end - start), "lines_per_s": lines / (end - start),
-        "pieces": len(pieces), "piece_mb": _stats([b / 1e6 for b, *_ in pieces])["p50"],
+        "bytes": acked,
+        "lines": lines,
+        "source_lines": _count_lines(source, total),
+        "complete": acked >= total,
+        "seconds": end - start,
+        "writer_seconds": (written["done_at"] or end) - start,
+        "mb_per_s": acked / 1e6 / (end - start),
+        "lines_per_s": lines / (end - start),
+        "pieces": len(pieces),
+        "piece_mb": _stats([b / 1e6 for b, *_ in pieces])["p50"],
         "put_seconds": _stats([s for _, s, *_ in pieces]),
         "put_seconds_per_mb": _stats([s / (b / 1e6) for b, s, *_ in pieces if b]),
-        "events": sum(e for *_, e, _p in pieces), "upload_failures": uploader.stats.failures,
+        "events": sum(e for *_, e, _p in pieces),
+        "upload_failures": uploader.stats.failures,
     }
 
 
-def _increments(tree: Path, watched: Path, base: str, project: str, interval: float, trials: int,
-                receiver: ThreadingHTTPServer) -> dict[str, Any]:
+def _increments(
+    tree: Path, watched: Path, base: str, project: str, interval: float, trials: int, receiver: ThreadingHTTPServer
+) -> dict[str, Any]:
     """Live run 2: the log's first PREFIX_BYTES (history for the detectors), then one iteration per second, some
     with a planted crossing; the time from each planted line's flush to its webhook call."""
     source = tree / STATS_REL
@@ -259,13 +294,21 @@ def _increments(tree: Path, watched: Path, base: str, project: str, interval: fl
     steady = [t for t in client.timings if t[3] == "steady"]
     latencies = [arrivals[layer] - at for layer, (_it, at) in planted_at.items() if layer in arrivals]
     return {
-        "steady": {"increments": increments, "increment_kb": len(_increment(block, iteration, width, None)) / 1e3,
-                   "lines_per_increment": len(block), "pieces": len(steady),
-                   "piece_kb": _stats([b / 1e3 for b, *_ in steady])["p50"],
-                   "put_seconds": _stats([s for _, s, *_ in steady])},
-        "alerts": {"planted": len(planted_at), "received": len(latencies), "seconds": _stats(latencies),
-                   "all_calls": len(receiver.calls),  # type: ignore[attr-defined]
-                   "target_s": ALERT_TARGET_SECONDS},
+        "steady": {
+            "increments": increments,
+            "increment_kb": len(_increment(block, iteration, width, None)) / 1e3,
+            "lines_per_increment": len(block),
+            "pieces": len(steady),
+            "piece_kb": _stats([b / 1e3 for b, *_ in steady])["p50"],
+            "put_seconds": _stats([s for _, s, *_ in steady]),
+        },
+        "alerts": {
+            "planted": len(planted_at),
+            "received": len(latencies),
+            "seconds": _stats(latencies),
+            "all_calls": len(receiver.calls),  # type: ignore[attr-defined]
+            "target_s": ALERT_TARGET_SECONDS,
+        },
     }
 
 
@@ -307,27 +350,36 @@ def report(results: dict[str, Any], baseline_seconds: float | None = None) -> di
     returns the targets (label -> met)."""
     bulk, steady, alerts = results["bulk"], results["steady"], results["alerts"]
     fmt = lambda v, d=3: "n/a" if v is None else f"{v:.{d}f}"  # noqa: E731
-    print("\nlive runs (issue 13 §7), service on loopback, LiveUploader interval "
-          f"{results['interval_s']:g} s")
-    print(f"  append throughput: {bulk['lines']:,} lines / {bulk['bytes'] / 1e6:,.0f} MB acknowledged in "
-          f"{bulk['seconds']:.1f} s (writer done after {bulk['writer_seconds']:.1f} s): "
-          f"{bulk['lines_per_s']:,.0f} lines/s, {bulk['mb_per_s']:.1f} MB/s"
-          + ("" if bulk["complete"] else "  [stopped at --max-seconds]"))
+    print(f"\nlive runs (issue 13 §7), service on loopback, LiveUploader interval {results['interval_s']:g} s")
+    print(
+        f"  append throughput: {bulk['lines']:,} lines / {bulk['bytes'] / 1e6:,.0f} MB acknowledged in "
+        f"{bulk['seconds']:.1f} s (writer done after {bulk['writer_seconds']:.1f} s): "
+        f"{bulk['lines_per_s']:,.0f} lines/s, {bulk['mb_per_s']:.1f} MB/s"
+        + ("" if bulk["complete"] else "  [stopped at --max-seconds]")
+    )
     if baseline_seconds:
-        print(f"    baseline (bench/baseline.py parsing the whole file, same run): "
-              f"{bulk['source_lines'] / baseline_seconds:,.0f} lines/s")
+        print(
+            f"    baseline (bench/baseline.py parsing the whole file, same run): "
+            f"{bulk['source_lines'] / baseline_seconds:,.0f} lines/s"
+        )
     put = bulk["put_seconds"]
-    print(f"  bulk PUT ({bulk['pieces']} pieces of ~{fmt(bulk['piece_mb'], 1)} MB, {bulk['events']} events): "
-          f"p50 {fmt(put['p50'])} s, p95 {fmt(put['p95'])} s, max {fmt(put['max'])} s; "
-          f"p50 {fmt(bulk['put_seconds_per_mb']['p50'])} s/MB")
+    print(
+        f"  bulk PUT ({bulk['pieces']} pieces of ~{fmt(bulk['piece_mb'], 1)} MB, {bulk['events']} events): "
+        f"p50 {fmt(put['p50'])} s, p95 {fmt(put['p95'])} s, max {fmt(put['max'])} s; "
+        f"p50 {fmt(bulk['put_seconds_per_mb']['p50'])} s/MB"
+    )
     put = steady["put_seconds"]
-    print(f"  detector latency per increment ({steady['pieces']} PUTs of ~{fmt(steady['piece_kb'], 0)} KB; an "
-          f"iteration is {steady['increment_kb']:.0f} KB = {steady['lines_per_increment']:,} lines, written every "
-          f"{INCREMENT_SECONDS:g} s): p50 {fmt(put['p50'])} s, p95 {fmt(put['p95'])} s, "
-          f"max {fmt(put['max'])} s")
+    print(
+        f"  detector latency per increment ({steady['pieces']} PUTs of ~{fmt(steady['piece_kb'], 0)} KB; an "
+        f"iteration is {steady['increment_kb']:.0f} KB = {steady['lines_per_increment']:,} lines, written every "
+        f"{INCREMENT_SECONDS:g} s): p50 {fmt(put['p50'])} s, p95 {fmt(put['p95'])} s, "
+        f"max {fmt(put['max'])} s"
+    )
     sec = alerts["seconds"]
-    print(f"  planted crossing -> webhook: {alerts['received']}/{alerts['planted']} received; p50 {fmt(sec['p50'], 2)} s, "
-          f"max {fmt(sec['max'], 2)} s (target < {alerts['target_s']:g} s); {alerts['all_calls']} webhook calls in all")
+    print(
+        f"  planted crossing -> webhook: {alerts['received']}/{alerts['planted']} received; p50 {fmt(sec['p50'], 2)} s, "
+        f"max {fmt(sec['max'], 2)} s (target < {alerts['target_s']:g} s); {alerts['all_calls']} webhook calls in all"
+    )
     met = alerts["received"] == alerts["planted"] > 0 and sec["max"] is not None and sec["max"] < alerts["target_s"]
     return {f"live: planted crossing to webhook < {alerts['target_s']:g} s (interval {results['interval_s']:g} s)": met}
 
@@ -350,8 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     tree = ensure_log_tree(args.target)
     with tempfile.TemporaryDirectory(prefix="fp8-live-bench-") as tmp:
-        results = run_live_bench(tree, Path(tmp), interval=args.interval, trials=args.trials,
-                                 max_seconds=args.max_seconds)
+        results = run_live_bench(
+            tree, Path(tmp), interval=args.interval, trials=args.trials, max_seconds=args.max_seconds
+        )
     targets = report(results)
     for label, ok in targets.items():
         print(f"  [{'ok' if ok else 'MISSED'}] {label}")

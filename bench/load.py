@@ -101,8 +101,11 @@ def _wait_ready(client: httpx.Client, run_id: int, timeout: float) -> dict:
 
 
 def _post(client: httpx.Client, upload: Upload, project: str) -> httpx.Response:
-    return client.post("/api/v1/runs", files={"file": (f"{upload.name}.tgz", upload.archive, "application/gzip")},
-                       data={"name": upload.name, "project": project})
+    return client.post(
+        "/api/v1/runs",
+        files={"file": (f"{upload.name}.tgz", upload.archive, "application/gzip")},
+        data={"name": upload.name, "project": project},
+    )
 
 
 class Recorder:
@@ -133,11 +136,14 @@ class Recorder:
             arr = np.array(values)
             statuses = dict(self.status[endpoint])
             out[endpoint] = {
-                "requests": len(values), "p50_ms": float(np.percentile(arr, 50) * 1000),
-                "p99_ms": float(np.percentile(arr, 99) * 1000), "max_ms": float(arr.max() * 1000),
+                "requests": len(values),
+                "p50_ms": float(np.percentile(arr, 50) * 1000),
+                "p99_ms": float(np.percentile(arr, 99) * 1000),
+                "max_ms": float(arr.max() * 1000),
                 "5xx": sum(n for s, n in statuses.items() if s >= 500),
                 "other_non_2xx": sum(n for s, n in statuses.items() if s < 200 or 300 <= s < 500),
-                "transport_errors": self.transport_errors[endpoint], "statuses": statuses,
+                "transport_errors": self.transport_errors[endpoint],
+                "statuses": statuses,
             }
         return out
 
@@ -152,8 +158,9 @@ def run_load(seconds: float = 60.0, readers: int = 30, uploads: int = 8, server_
         env = {k: v for k, v in os.environ.items() if not k.startswith("FP8_POLICY_")}
         env["FP8_POLICY_DATA_DIR"] = str(tmp / "service")
         cmd = server_cmd or [sys.executable, "-m", "fp8_policy.service.cli", "serve"]
-        server = subprocess.Popen([*cmd, "--host", "127.0.0.1", "--port", str(port), "--no-demo",
-                                   "--log-level", "warning"], cwd=ROOT, env=env)
+        server = subprocess.Popen(
+            [*cmd, "--host", "127.0.0.1", "--port", str(port), "--no-demo", "--log-level", "warning"], cwd=ROOT, env=env
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             _wait_healthy(url, server)
@@ -163,16 +170,19 @@ def run_load(seconds: float = 60.0, readers: int = 30, uploads: int = 8, server_
             server.wait(timeout=60)
 
 
-def _measure(url: str, server: subprocess.Popen, seeds: list[Upload], loads: list[Upload], seconds: float,
-             readers: int) -> dict:
+def _measure(
+    url: str, server: subprocess.Popen, seeds: list[Upload], loads: list[Upload], seconds: float, readers: int
+) -> dict:
     project = f"load-{time.time_ns()}"
     with httpx.Client(base_url=url, timeout=300) as client:
         seeded = [_post(client, upload, f"{project}-seed").json()["id"] for upload in seeds]
         targets = [_wait_ready(client, run_id, 300)["id"] for run_id in seeded]
     idle_rss = _vm_hwm_mb(server.pid)
-    paths = {"list": lambda k: "/api/v1/runs?limit=50",
-             "analysis": lambda k: f"/api/v1/runs/{targets[k % len(targets)]}/analysis",
-             "recommendation": lambda k: f"/api/v1/runs/{targets[k % len(targets)]}/recommendation"}
+    paths = {
+        "list": lambda k: "/api/v1/runs?limit=50",
+        "analysis": lambda k: f"/api/v1/runs/{targets[k % len(targets)]}/analysis",
+        "recommendation": lambda k: f"/api/v1/runs/{targets[k % len(targets)]}/recommendation",
+    }
     order = list(paths)
     recorder = Recorder()
     stop = threading.Event()
@@ -192,8 +202,11 @@ def _measure(url: str, server: subprocess.Popen, seeds: list[Upload], loads: lis
             start = time.perf_counter()
             response = recorder.call("upload", lambda: _post(client, upload, project))
             run_id = response.json().get("id") if response is not None and response.status_code < 300 else None
-            answered[upload.name] = (time.perf_counter() - start,
-                                     response.status_code if response is not None else 0, run_id)
+            answered[upload.name] = (
+                time.perf_counter() - start,
+                response.status_code if response is not None else 0,
+                run_id,
+            )
 
     threads = [threading.Thread(target=reader, args=(k,), daemon=True) for k in range(readers)]
     threads += [threading.Thread(target=uploader, args=(k, u), daemon=True) for k, u in enumerate(loads)]
@@ -211,18 +224,33 @@ def _measure(url: str, server: subprocess.Popen, seeds: list[Upload], loads: lis
         for upload in loads:
             seconds_answered, status, run_id = answered.get(upload.name, (float("nan"), 0, None))
             run = _wait_ready(client, run_id, 300) if run_id is not None else {}
-            uploads.append({"name": upload.name, "http_status": status, "answered_s": seconds_answered,
-                            "status": run.get("status"), "lines_read": run.get("lines_read"),
-                            "points": run.get("points"), "expected_lines": upload.lines,
-                            "exact": run.get("status") == "ready" and run.get("lines_read") == upload.lines
-                            and run.get("points") == upload.points,
-                            "ready_after_s": _ready_after(run)})
+            uploads.append(
+                {
+                    "name": upload.name,
+                    "http_status": status,
+                    "answered_s": seconds_answered,
+                    "status": run.get("status"),
+                    "lines_read": run.get("lines_read"),
+                    "points": run.get("points"),
+                    "expected_lines": upload.lines,
+                    "exact": run.get("status") == "ready"
+                    and run.get("lines_read") == upload.lines
+                    and run.get("points") == upload.points,
+                    "ready_after_s": _ready_after(run),
+                }
+            )
     endpoints = recorder.summary()
-    return {"seconds": window, "readers": readers, "uploads": uploads, "endpoints": endpoints,
-            "server_5xx": sum(e["5xx"] for e in endpoints.values()),
-            "transport_errors": sum(e["transport_errors"] for e in endpoints.values()),
-            "uploads_exact": sum(u["exact"] for u in uploads), "service_peak_rss_mb": _vm_hwm_mb(server.pid),
-            "idle_rss_mb": idle_rss}
+    return {
+        "seconds": window,
+        "readers": readers,
+        "uploads": uploads,
+        "endpoints": endpoints,
+        "server_5xx": sum(e["5xx"] for e in endpoints.values()),
+        "transport_errors": sum(e["transport_errors"] for e in endpoints.values()),
+        "uploads_exact": sum(u["exact"] for u in uploads),
+        "service_peak_rss_mb": _vm_hwm_mb(server.pid),
+        "idle_rss_mb": idle_rss,
+    }
 
 
 def _ready_after(run: dict) -> float | None:
@@ -235,25 +263,37 @@ def _ready_after(run: dict) -> float | None:
 
 
 def report(result: dict) -> None:
-    print(f"\nmixed load: {result['readers']} readers + {len(result['uploads'])} uploads, "
-          f"{result['seconds']:.0f} s on loopback (SQLite); service peak RSS {result['service_peak_rss_mb']:.0f} MB "
-          f"(idle {result['idle_rss_mb']:.0f} MB)")
-    print(f"  {'endpoint':<15}{'requests':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'5xx':>6}{'other':>7}{'errors':>8}")
+    print(
+        f"\nmixed load: {result['readers']} readers + {len(result['uploads'])} uploads, "
+        f"{result['seconds']:.0f} s on loopback (SQLite); service peak RSS {result['service_peak_rss_mb']:.0f} MB "
+        f"(idle {result['idle_rss_mb']:.0f} MB)"
+    )
+    print(
+        f"  {'endpoint':<15}{'requests':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'5xx':>6}{'other':>7}{'errors':>8}"
+    )
     for name, e in result["endpoints"].items():
-        print(f"  {name:<15}{e['requests']:>9}{e['p50_ms']:>9.0f}{e['p99_ms']:>9.0f}{e['max_ms']:>9.0f}"
-              f"{e['5xx']:>6}{e['other_non_2xx']:>7}{e['transport_errors']:>8}")
+        print(
+            f"  {name:<15}{e['requests']:>9}{e['p50_ms']:>9.0f}{e['p99_ms']:>9.0f}{e['max_ms']:>9.0f}"
+            f"{e['5xx']:>6}{e['other_non_2xx']:>7}{e['transport_errors']:>8}"
+        )
     for u in result["uploads"]:
         ready = f"{u['ready_after_s']:.1f}" if u["ready_after_s"] is not None else "-"
-        print(f"  upload {u['name']:<28} HTTP {u['http_status']} in {u['answered_s']:5.2f} s, {u['status']} "
-              f"after {ready} s, lines {u['lines_read']}/{u['expected_lines']}, points {u['points']}"
-              f"{'' if u['exact'] else '  <-- NOT EXACT'}")
-    print(f"  5xx: {result['server_5xx']} (must be 0); transport errors: {result['transport_errors']}; "
-          f"uploads ready with exact counts: {result['uploads_exact']}/{len(result['uploads'])}")
+        print(
+            f"  upload {u['name']:<28} HTTP {u['http_status']} in {u['answered_s']:5.2f} s, {u['status']} "
+            f"after {ready} s, lines {u['lines_read']}/{u['expected_lines']}, points {u['points']}"
+            f"{'' if u['exact'] else '  <-- NOT EXACT'}"
+        )
+    print(
+        f"  5xx: {result['server_5xx']} (must be 0); transport errors: {result['transport_errors']}; "
+        f"uploads ready with exact counts: {result['uploads_exact']}/{len(result['uploads'])}"
+    )
 
 
 def targets_met(result: dict) -> dict[str, bool]:
-    return {"mixed load: no 5xx": result["server_5xx"] == 0 and result["transport_errors"] == 0,
-            "mixed load: every upload ready with exact counts": result["uploads_exact"] == len(result["uploads"])}
+    return {
+        "mixed load: no 5xx": result["server_5xx"] == 0 and result["transport_errors"] == 0,
+        "mixed load: every upload ready with exact counts": result["uploads_exact"] == len(result["uploads"]),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

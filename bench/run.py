@@ -33,8 +33,7 @@ from bench import live, load, scale
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
-TARGETS = {"parse_store_speedup": 15.0, "upload_seconds": 10.0, "service_rss_mb": 1024.0,
-           "csv_rows_per_second": 2e6}
+TARGETS = {"parse_store_speedup": 15.0, "upload_seconds": 10.0, "service_rss_mb": 1024.0, "csv_rows_per_second": 2e6}
 
 
 def _run_child(args: list[str], env: dict | None = None) -> tuple[dict, float, float]:
@@ -55,8 +54,12 @@ def ensure_log_tree(target: str) -> Path:
     marker = tree / ".complete"
     if not marker.exists():
         print(f"generating the {target} benchmark log tree in {tree} ...", flush=True)
-        subprocess.run([sys.executable, "-m", "bench.generate", str(tree), "--lines-target", target],
-                       cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "bench.generate", str(tree), "--lines-target", target],
+            cwd=ROOT,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         marker.touch()
     return tree
 
@@ -100,8 +103,19 @@ def measure_upload(archive: Path, workdir: Path) -> dict:
     port = _free_port()
     env = {**os.environ, "FP8_POLICY_DATA_DIR": str(workdir / "service"), "FP8_POLICY_DATABASE_URL": ""}
     env.pop("FP8_POLICY_DATABASE_URL")
-    cmd = [sys.executable, "-m", "fp8_policy.service.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-           "--no-demo", "--log-level", "warning"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fp8_policy.service.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-demo",
+        "--log-level",
+        "warning",
+    ]
     server = subprocess.Popen(cmd, cwd=ROOT, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -111,17 +125,28 @@ def measure_upload(archive: Path, workdir: Path) -> dict:
             rss_before = _vm_hwm_mb(server.pid)
             start = time.perf_counter()
             with open(archive, "rb") as handle:
-                response = client.post("/api/v1/runs", files={"file": (archive.name, handle, "application/gzip")},
-                                       data={"name": "bench-6m", "project": f"bench-{time.time_ns()}"})
+                response = client.post(
+                    "/api/v1/runs",
+                    files={"file": (archive.name, handle, "application/gzip")},
+                    data={"name": "bench-6m", "project": f"bench-{time.time_ns()}"},
+                )
             response.raise_for_status()
             run = _poll_ready(client, response.json()["id"])
             seconds = time.perf_counter() - start
             analysis = _time_get(client, f"/api/v1/runs/{run['id']}/analysis")
             csv_figures = {layout: _time_csv(client, run["id"], layout) for layout in ("long", "bionemo")}
-        return {"seconds": seconds, "service_peak_rss_mb": _vm_hwm_mb(server.pid), "idle_rss_mb": rss_before,
-                "archive_mb": archive.stat().st_size / 1e6, "points": run["points"], "status": run["status"],
-                "analysis_http_seconds": analysis, "run_id": run["id"], "csv": csv_figures,
-                "database_url": f"sqlite:///{workdir / 'service' / 'fp8_policy.db'}"}
+        return {
+            "seconds": seconds,
+            "service_peak_rss_mb": _vm_hwm_mb(server.pid),
+            "idle_rss_mb": rss_before,
+            "archive_mb": archive.stat().st_size / 1e6,
+            "points": run["points"],
+            "status": run["status"],
+            "analysis_http_seconds": analysis,
+            "run_id": run["id"],
+            "csv": csv_figures,
+            "database_url": f"sqlite:///{workdir / 'service' / 'fp8_policy.db'}",
+        }
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -184,37 +209,53 @@ def _time_get(client: httpx.Client, path: str) -> float | None:
 def report(results: dict) -> None:
     base, ps, up = results["baseline"], results["parse_store"], results["upload"]
     speedup = base["seconds"] / ps["seconds"]
-    results["ratios"] = {"parse_store_speedup": speedup, "rss_ratio_baseline_vs_service":
-                         base["peak_rss_mb"] / up["service_peak_rss_mb"]}
+    results["ratios"] = {
+        "parse_store_speedup": speedup,
+        "rss_ratio_baseline_vs_service": base["peak_rss_mb"] / up["service_peak_rss_mb"],
+    }
     checks = {
-        f"(a) parse+store >= {TARGETS['parse_store_speedup']:.0f}x faster than (d)": speedup >= TARGETS["parse_store_speedup"],
+        f"(a) parse+store >= {TARGETS['parse_store_speedup']:.0f}x faster than (d)": speedup
+        >= TARGETS["parse_store_speedup"],
         f"(b) upload until ready < {TARGETS['upload_seconds']:.0f} s": up["seconds"] < TARGETS["upload_seconds"],
-        f"(c) service peak RSS < {TARGETS['service_rss_mb']:.0f} MB": up["service_peak_rss_mb"] < TARGETS["service_rss_mb"],
+        f"(c) service peak RSS < {TARGETS['service_rss_mb']:.0f} MB": up["service_peak_rss_mb"]
+        < TARGETS["service_rss_mb"],
         "analysis of the stored 6M run < 2 s": ps["analysis_seconds"] < 2.0,
         "heatmap of the stored 6M run < 2 s": ps["heatmap_seconds"] < 2.0,
-        f"(g) metrics.csv >= {TARGETS['csv_rows_per_second'] / 1e6:.0f} M rows/s, both layouts":
-            min(c["rows_per_second"] for c in up["csv"].values()) >= TARGETS["csv_rows_per_second"],
+        f"(g) metrics.csv >= {TARGETS['csv_rows_per_second'] / 1e6:.0f} M rows/s, both layouts": min(
+            c["rows_per_second"] for c in up["csv"].values()
+        )
+        >= TARGETS["csv_rows_per_second"],
         "(g) metrics.csv holds every point": all(c["rows"] == up["points"] for c in up["csv"].values()),
     }
     results["targets_met"] = {k: bool(v) for k, v in checks.items()}
     print()
     print(f"log: {results['lines']:,} lines, {results['log_mb']:.0f} MB; archive {up['archive_mb']:.1f} MB")
-    print(f"(d) baseline regex -> DataFrame -> pivot : {base['seconds']:7.2f} s   peak RSS {base['peak_rss_mb']:7.0f} MB")
-    print(f"(a) parse+store from the directory      : {ps['seconds']:7.2f} s   peak RSS {ps['peak_rss_mb']:7.0f} MB"
-          f"   (parse {ps['parse_seconds']:.2f} s, store {ps['store_seconds']:.2f} s, {ps['bytes_per_point']:.2f} B/point)")
+    print(
+        f"(d) baseline regex -> DataFrame -> pivot : {base['seconds']:7.2f} s   peak RSS {base['peak_rss_mb']:7.0f} MB"
+    )
+    print(
+        f"(a) parse+store from the directory      : {ps['seconds']:7.2f} s   peak RSS {ps['peak_rss_mb']:7.0f} MB"
+        f"   (parse {ps['parse_seconds']:.2f} s, store {ps['store_seconds']:.2f} s, {ps['bytes_per_point']:.2f} B/point)"
+    )
     print(f"(b) HTTP upload of the tar.gz until ready: {up['seconds']:7.2f} s")
-    print(f"(c) service peak RSS                     : {up['service_peak_rss_mb']:7.0f} MB (idle {up['idle_rss_mb']:.0f} MB)")
+    print(
+        f"(c) service peak RSS                     : {up['service_peak_rss_mb']:7.0f} MB (idle {up['idle_rss_mb']:.0f} MB)"
+    )
     print(f"    analysis from stored data            : {ps['analysis_seconds']:7.2f} s   (target < 2 s)")
     print(f"    heatmap PNG from stored data         : {ps['heatmap_seconds']:7.2f} s   (target < 2 s)")
     if up.get("analysis_http_seconds") is not None:
         print(f"    GET /analysis over HTTP              : {up['analysis_http_seconds']:7.2f} s")
     for layout, c in up["csv"].items():
-        print(f"(g) GET metrics.csv ({layout:7s}) over HTTP : {c['seconds']:7.2f} s   {c['rows_per_second'] / 1e6:5.2f} M rows/s"
-              f"   ({c['rows']:,} rows, {c['mb']:.0f} MB)")
+        print(
+            f"(g) GET metrics.csv ({layout:7s}) over HTTP : {c['seconds']:7.2f} s   {c['rows_per_second'] / 1e6:5.2f} M rows/s"
+            f"   ({c['rows']:,} rows, {c['mb']:.0f} MB)"
+        )
     cb = results.get("csv_baseline")
     if cb:
-        print(f"    baseline: csv module, in process      : {cb['seconds']:7.2f} s   {cb['rows_per_second'] / 1e6:5.2f} M rows/s"
-              f"   (long layout, no HTTP)")
+        print(
+            f"    baseline: csv module, in process      : {cb['seconds']:7.2f} s   {cb['rows_per_second'] / 1e6:5.2f} M rows/s"
+            f"   (long layout, no HTTP)"
+        )
     print(f"ratio (d)/(a): {speedup:.1f}x")
     for label, ok in checks.items():
         print(f"  [{'ok' if ok else 'MISSED'}] {label}")
@@ -257,7 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         results["targets_met"][label] = ok
         print(f"  [{'ok' if ok else 'MISSED'}] {label}")
     print()
-    for label, ok in scale.report(results["scale"], results["baseline"]["seconds"], results["upload"]["seconds"]).items():
+    for label, ok in scale.report(
+        results["scale"], results["baseline"]["seconds"], results["upload"]["seconds"]
+    ).items():
         results["targets_met"][label] = ok
         print(f"  [{'ok' if ok else 'MISSED'}] {label}")
     for label, ok in live.report(results["live"], results["baseline"]["seconds"]).items():

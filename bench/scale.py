@@ -39,7 +39,9 @@ def ensure_rank_archive(tree: Path, out: Path, ranks: int = RANKS) -> Path:
     print(f"packing {archive.name} ({ranks} ranks) ...", flush=True)
     with igzip.open(partial, "wb", compresslevel=1) as gz, tarfile.open(fileobj=gz, mode="w|") as tar:
         for rank in range(ranks):
-            tar.add(stats, arcname=f"run/rank_{rank}/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-{rank}.log")
+            tar.add(
+                stats, arcname=f"run/rank_{rank}/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-{rank}.log"
+            )
             for path in metadata[:1]:
                 tar.add(path, arcname=f"run/rank_{rank}/nvdlfw_inspect_logs/nvdlfw_inspect_globalrank-{rank}.log")
     partial.rename(archive)
@@ -61,8 +63,12 @@ def _upload_until_ready(url: str, archive: Path, project: str) -> tuple[float, d
     with httpx.Client(base_url=url, timeout=600) as client:
         start = time.perf_counter()
         with open(archive, "rb") as handle:
-            response = client.post("/api/v1/runs", content=handle, params={"project": project},
-                                   headers={"Content-Type": "application/gzip"})
+            response = client.post(
+                "/api/v1/runs",
+                content=handle,
+                params={"project": project},
+                headers={"Content-Type": "application/gzip"},
+            )
         response.raise_for_status()
         run = _poll(client, response.json()["id"], 1800)
         return time.perf_counter() - start, run
@@ -72,18 +78,27 @@ def measure_ranks(archive: Path, work: Path, pg: ThrowawayPostgres, workers: int
     """(e) one API process, `workers` worker processes, one upload of the 8-rank archive."""
     database = pg.create_database()
     upgrade(database)
-    env = {"FP8_POLICY_DATABASE_URL": database, "FP8_POLICY_ARCHIVE_URL": str(work / f"store-{workers}"),
-           "FP8_POLICY_JOB_POLL_SECONDS": "0.2"}
+    env = {
+        "FP8_POLICY_DATABASE_URL": database,
+        "FP8_POLICY_ARCHIVE_URL": str(work / f"store-{workers}"),
+        "FP8_POLICY_JOB_POLL_SECONDS": "0.2",
+    }
     with Cluster(work / f"e-{workers}", env) as cluster:
         api = cluster.start_api()
         members = [cluster.start_worker() for _ in range(workers)]
         cluster.wait_healthy()
         time.sleep(3.0)  # the workers load the parser kernels
         seconds, run = _upload_until_ready(api.url, archive, f"e-{workers}")
-        return {"workers": workers, "seconds": seconds, "status": run["status"], "error": run["error"],
-                "points": run["points"], "ranks": run["ranks"],
-                "worker_peak_rss_mb": [cluster.peak_rss_mb(m) for m in members],
-                "api_peak_rss_mb": cluster.peak_rss_mb(api)}
+        return {
+            "workers": workers,
+            "seconds": seconds,
+            "status": run["status"],
+            "error": run["error"],
+            "points": run["points"],
+            "ranks": run["ranks"],
+            "worker_peak_rss_mb": [cluster.peak_rss_mb(m) for m in members],
+            "api_peak_rss_mb": cluster.peak_rss_mb(api),
+        }
 
 
 def measure_embedded(archive: Path, work: Path) -> dict:
@@ -93,12 +108,16 @@ def measure_embedded(archive: Path, work: Path) -> dict:
         cluster.wait_healthy()
         time.sleep(3.0)
         seconds, run = _upload_until_ready(api.url, archive, "e-embedded")
-        return {"seconds": seconds, "status": run["status"], "error": run["error"], "points": run["points"],
-                "service_peak_rss_mb": cluster.peak_rss_mb(api)}
+        return {
+            "seconds": seconds,
+            "status": run["status"],
+            "error": run["error"],
+            "points": run["points"],
+            "service_peak_rss_mb": cluster.peak_rss_mb(api),
+        }
 
 
-def measure_load(work: Path, pg: ThrowawayPostgres, seconds: float = 60.0, readers: int = 50,
-                 uploads: int = 8) -> dict:
+def measure_load(work: Path, pg: ThrowawayPostgres, seconds: float = 60.0, readers: int = 50, uploads: int = 8) -> dict:
     """(f) 2 API processes + 2 workers on PostgreSQL: `uploads` distinct synthetic runs uploaded at once while
     `readers` clients read (list, run, analysis, recommendation) round-robin over both API processes. Uses the
     mixed-load pieces of bench/load.py (runs, recorder)."""
@@ -106,8 +125,11 @@ def measure_load(work: Path, pg: ThrowawayPostgres, seconds: float = 60.0, reade
 
     database = pg.create_database()
     upgrade(database)
-    env = {"FP8_POLICY_DATABASE_URL": database, "FP8_POLICY_ARCHIVE_URL": str(work / "store-f"),
-           "FP8_POLICY_JOB_POLL_SECONDS": "0.2"}
+    env = {
+        "FP8_POLICY_DATABASE_URL": database,
+        "FP8_POLICY_ARCHIVE_URL": str(work / "store-f"),
+        "FP8_POLICY_JOB_POLL_SECONDS": "0.2",
+    }
     print(f"generating {READER_TARGETS + uploads} synthetic runs ...", flush=True)
     archives = [synthetic_upload(work / "f-logs", k) for k in range(READER_TARGETS + uploads)]
     seeds, loads = archives[:READER_TARGETS], archives[READER_TARGETS:]
@@ -120,10 +142,12 @@ def measure_load(work: Path, pg: ThrowawayPostgres, seconds: float = 60.0, reade
         with httpx.Client(base_url=urls[0], timeout=300) as client:
             seeded = [_post(client, upload, f"{project}-seed").json()["id"] for upload in seeds]
             targets = [_wait_ready(client, run_id, 300)["id"] for run_id in seeded]
-        paths = {"list": lambda k: "/api/v1/runs?limit=50",
-                 "run": lambda k: f"/api/v1/runs/{targets[k % len(targets)]}",
-                 "analysis": lambda k: f"/api/v1/runs/{targets[k % len(targets)]}/analysis",
-                 "recommendation": lambda k: f"/api/v1/runs/{targets[k % len(targets)]}/recommendation"}
+        paths = {
+            "list": lambda k: "/api/v1/runs?limit=50",
+            "run": lambda k: f"/api/v1/runs/{targets[k % len(targets)]}",
+            "analysis": lambda k: f"/api/v1/runs/{targets[k % len(targets)]}/analysis",
+            "recommendation": lambda k: f"/api/v1/runs/{targets[k % len(targets)]}/recommendation",
+        }
         order = list(paths)
         recorder = Recorder()
         stop = threading.Event()
@@ -141,8 +165,10 @@ def measure_load(work: Path, pg: ThrowawayPostgres, seconds: float = 60.0, reade
             with httpx.Client(base_url=urls[k % len(urls)], timeout=300) as client:
                 response = recorder.call("upload", lambda: _post(client, upload, project))
                 ok = response is not None and response.status_code == 202
-                answered[upload.name] = (response.status_code if response is not None else 0,
-                                         response.json()["id"] if ok else None)
+                answered[upload.name] = (
+                    response.status_code if response is not None else 0,
+                    response.json()["id"] if ok else None,
+                )
 
         threads = [threading.Thread(target=reader, args=(k,), daemon=True) for k in range(readers)]
         threads += [threading.Thread(target=uploader, args=(k, u), daemon=True) for k, u in enumerate(loads)]
@@ -159,20 +185,33 @@ def measure_load(work: Path, pg: ThrowawayPostgres, seconds: float = 60.0, reade
             for upload in loads:
                 status, run_id = answered.get(upload.name, (0, None))
                 run = _wait_ready(client, run_id, 600) if run_id is not None else {}
-                results.append({"name": upload.name, "http_status": status, "status": run.get("status"),
-                                "exact": run.get("status") == "ready" and run.get("lines_read") == upload.lines
-                                and run.get("points") == upload.points, "ready_after_s": _ready_after(run)})
+                results.append(
+                    {
+                        "name": upload.name,
+                        "http_status": status,
+                        "status": run.get("status"),
+                        "exact": run.get("status") == "ready"
+                        and run.get("lines_read") == upload.lines
+                        and run.get("points") == upload.points,
+                        "ready_after_s": _ready_after(run),
+                    }
+                )
             listed = _all_runs(client, project)
         alive = all(m.process.poll() is None for m in apis + workers)
         worker_rss = [Cluster.peak_rss_mb(m) for m in workers] if alive else None
     endpoints = recorder.summary()
     accepted = [r for r in results if r["http_status"] == 202]
     return {
-        "seconds": window, "readers": readers, "uploads": results, "endpoints": endpoints,
+        "seconds": window,
+        "readers": readers,
+        "uploads": results,
+        "endpoints": endpoints,
         "server_errors": sum(e["5xx"] for e in endpoints.values()),
         "transport_errors": sum(e["transport_errors"] for e in endpoints.values()),
-        "accepted": len(accepted), "runs_lost": len(loads) - sum(r["exact"] for r in results),
-        "runs_duplicated": max(0, len(listed) - len(accepted)), "processes_alive": alive,
+        "accepted": len(accepted),
+        "runs_lost": len(loads) - sum(r["exact"] for r in results),
+        "runs_duplicated": max(0, len(listed) - len(accepted)),
+        "processes_alive": alive,
         "worker_peak_rss_mb": worker_rss,
     }
 
@@ -199,8 +238,9 @@ def measure_all(tree: Path, out: Path, work: Path, load_seconds: float = 60.0) -
             print(f"(e) 8 ranks, {workers} worker(s) ...", flush=True)
             results[f"workers_{workers}"] = measure_ranks(archive, work, pg, workers)
             shutil.rmtree(work / f"store-{workers}", ignore_errors=True)
-        print(f"(f) load: 2 API + 2 workers on PostgreSQL, 8 uploaders + 50 readers, {load_seconds:.0f} s ...",
-              flush=True)
+        print(
+            f"(f) load: 2 API + 2 workers on PostgreSQL, 8 uploaders + 50 readers, {load_seconds:.0f} s ...", flush=True
+        )
         results["load"] = measure_load(work, pg, load_seconds)
     print("(e) 8 ranks on the embedded service ...", flush=True)
     results["embedded"] = measure_embedded(archive, work)
@@ -210,39 +250,57 @@ def measure_all(tree: Path, out: Path, work: Path, load_seconds: float = 60.0) -
 def report(scale: dict, baseline_seconds: float, single_upload_seconds: float) -> dict[str, bool]:
     """Print (a), (e), (f); return the target checks."""
     ratio = baseline_seconds / single_upload_seconds
-    print(f"(a) single rank upload -> ready          : {single_upload_seconds:7.2f} s   baseline {baseline_seconds:.2f} s"
-          f"   {ratio:5.1f}x (target >= 20x)")
+    print(
+        f"(a) single rank upload -> ready          : {single_upload_seconds:7.2f} s   baseline {baseline_seconds:.2f} s"
+        f"   {ratio:5.1f}x (target >= 20x)"
+    )
     for workers in (1, 2):
         e = scale[f"workers_{workers}"]
         rss = ", ".join(f"{v:.0f}" for v in e["worker_peak_rss_mb"])
-        print(f"(e) 8 ranks x 5.9M lines, {workers} worker(s)   : {e['seconds']:7.2f} s   {e['status']}"
-              f"   {e['points']:,} points   worker peak RSS {rss} MB   API {e['api_peak_rss_mb']:.0f} MB")
+        print(
+            f"(e) 8 ranks x 5.9M lines, {workers} worker(s)   : {e['seconds']:7.2f} s   {e['status']}"
+            f"   {e['points']:,} points   worker peak RSS {rss} MB   API {e['api_peak_rss_mb']:.0f} MB"
+        )
     em = scale["embedded"]
-    print(f"(e) 8 ranks on the embedded service      : {em['seconds']:7.2f} s   {em['status']}"
-          f"   peak RSS {em['service_peak_rss_mb']:.0f} MB")
+    print(
+        f"(e) 8 ranks on the embedded service      : {em['seconds']:7.2f} s   {em['status']}"
+        f"   peak RSS {em['service_peak_rss_mb']:.0f} MB"
+    )
     f = scale["load"]
     f = scale["load"]
     rss = ", ".join(f"{v:.0f}" for v in f["worker_peak_rss_mb"] or [])
-    print(f"(f) PostgreSQL, 2 API + 2 workers, {len(f['uploads'])} concurrent uploads + {f['readers']} readers,"
-          f" {f['seconds']:.0f} s: 5xx {f['server_errors']}, transport errors {f['transport_errors']},"
-          f" runs lost {f['runs_lost']}, duplicated {f['runs_duplicated']}; worker peak RSS {rss} MB")
+    print(
+        f"(f) PostgreSQL, 2 API + 2 workers, {len(f['uploads'])} concurrent uploads + {f['readers']} readers,"
+        f" {f['seconds']:.0f} s: 5xx {f['server_errors']}, transport errors {f['transport_errors']},"
+        f" runs lost {f['runs_lost']}, duplicated {f['runs_duplicated']}; worker peak RSS {rss} MB"
+    )
     for endpoint, s in f["endpoints"].items():
-        print(f"    {endpoint:15s} {s['requests']:6d} req   p50 {s['p50_ms']:8.1f} ms   p99 {s['p99_ms']:8.1f} ms"
-              f"   {s['statuses']}")
+        print(
+            f"    {endpoint:15s} {s['requests']:6d} req   p50 {s['p50_ms']:8.1f} ms   p99 {s['p99_ms']:8.1f} ms"
+            f"   {s['statuses']}"
+        )
     for u in f["uploads"]:
         after = f"{u['ready_after_s']:.1f} s" if u["ready_after_s"] is not None else "-"
-        print(f"    upload {u['name']:<28} HTTP {u['http_status']} -> {u['status']} after {after}"
-              f"{'' if u['exact'] else '  <-- NOT EXACT'}")
+        print(
+            f"    upload {u['name']:<28} HTTP {u['http_status']} -> {u['status']} after {after}"
+            f"{'' if u['exact'] else '  <-- NOT EXACT'}"
+        )
     points = scale["expected_points"]
     return {
         "(a) single rank upload -> ready >= 20x the baseline": ratio >= 20.0,
         "(e) 8 ranks ready with 1 and 2 workers, every point": all(
-            scale[f"workers_{w}"]["status"] == "ready" and scale[f"workers_{w}"]["points"] == points for w in (1, 2)),
+            scale[f"workers_{w}"]["status"] == "ready" and scale[f"workers_{w}"]["points"] == points for w in (1, 2)
+        ),
         f"(e) worker peak RSS <= {RSS_TARGET_MB:.0f} MB": all(
-            v <= RSS_TARGET_MB for w in (1, 2) for v in scale[f"workers_{w}"]["worker_peak_rss_mb"]),
-        f"(e) embedded service peak RSS <= {RSS_TARGET_MB:.0f} MB (8 ranks)": em["service_peak_rss_mb"] <= RSS_TARGET_MB,
-        "(f) no 5xx, no run lost or duplicated": f["server_errors"] == 0 and f["transport_errors"] == 0
-        and f["runs_lost"] == 0 and f["runs_duplicated"] == 0 and f["processes_alive"],
+            v <= RSS_TARGET_MB for w in (1, 2) for v in scale[f"workers_{w}"]["worker_peak_rss_mb"]
+        ),
+        f"(e) embedded service peak RSS <= {RSS_TARGET_MB:.0f} MB (8 ranks)": em["service_peak_rss_mb"]
+        <= RSS_TARGET_MB,
+        "(f) no 5xx, no run lost or duplicated": f["server_errors"] == 0
+        and f["transport_errors"] == 0
+        and f["runs_lost"] == 0
+        and f["runs_duplicated"] == 0
+        and f["processes_alive"],
     }
 
 

@@ -33,7 +33,9 @@ def parse_store(tree: Path, url: str) -> dict:
     with session_scope(factory) as session:
         run_id = RunRepository(session).add(NewRun("bench", "bench", (), {}, "0" * 64, None, 0, "")).id
     _warm_parser()  # the service does this at start-up
-    files = [(log, path) for path in sorted(tree.rglob("*.log")) if (log := classify_log_path(str(path.relative_to(tree))))]
+    files = [
+        (log, path) for path in sorted(tree.rglob("*.log")) if (log := classify_log_path(str(path.relative_to(tree))))
+    ]
     start = time.perf_counter()
     assembled, counts = parse_files(files, max_line_bytes=1 << 20, threads=2)
     parsed = time.perf_counter()

@@ -41,8 +41,11 @@ def error_from_response(response: httpx.Response) -> ApiError:
     if isinstance(body, dict) and isinstance(body.get("error"), str):
         error, detail = body["error"], str(body.get("detail", ""))
     elif isinstance(body, dict) and isinstance(body.get("detail"), list):  # FastAPI request validation (422)
-        parts = [f"{'.'.join(str(p) for p in item.get('loc', ()))}: {item.get('msg', '')}"
-                 for item in body["detail"] if isinstance(item, dict)]
+        parts = [
+            f"{'.'.join(str(p) for p in item.get('loc', ()))}: {item.get('msg', '')}"
+            for item in body["detail"]
+            if isinstance(item, dict)
+        ]
         error, detail = "ValidationError", "; ".join(parts) or "invalid request"
     else:
         error = f"HTTP{status}"
@@ -70,15 +73,24 @@ def _unexpected(response: httpx.Response, expected: str, body: Any) -> ApiError:
     """A 2xx answer the client cannot use (a proxy's HTML page, another service on that port, ...)."""
     what = "no JSON" if body is None else f"a JSON {type(body).__name__}"
     request = response.request
-    return ApiError(response.status_code, "UnexpectedResponse",
-                    f"{request.method} {request.url.path} answered {what}, expected {expected}")
+    return ApiError(
+        response.status_code,
+        "UnexpectedResponse",
+        f"{request.method} {request.url.path} answered {what}, expected {expected}",
+    )
 
 
 class HttpSession:
     """One `httpx.Client` for one service; every method raises `PolicyError`s, never httpx exceptions."""
 
-    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         headers = {"User-Agent": USER_AGENT}
         if token:
@@ -88,13 +100,23 @@ class HttpSession:
     def close(self) -> None:
         self._client.close()
 
-    def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
-                json: Any = None, files: Any = None, data: Mapping[str, str] | None = None,
-                content: bytes | None = None, headers: Mapping[str, str] | None = None) -> httpx.Response:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        files: Any = None,
+        data: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> httpx.Response:
         """Send one request and return the (2xx) response; raises ApiError/NotFound/ConnectionFailed."""
         try:
-            response = self._client.request(method, path, params=_clean(params), json=json, files=files, data=data,
-                                             content=content, headers=headers)
+            response = self._client.request(
+                method, path, params=_clean(params), json=json, files=files, data=data, content=content, headers=headers
+            )
         except httpx.TransportError as exc:
             raise ConnectionFailed(self.base_url, _reason(exc)) from exc
         if response.is_error:

@@ -37,12 +37,18 @@ class GateResult:
     def to_dict(self) -> dict[str, Any]:
         rec = self.recommendation
         return {
-            "run_id": self.run.get("id"), "run_name": self.run.get("name"), "passed": self.passed,
-            "fail_on": self.fail_on, "failing_findings": self.failing, "failing_layers": self.failing_layers,
+            "run_id": self.run.get("id"),
+            "run_name": self.run.get("name"),
+            "passed": self.passed,
+            "fail_on": self.fail_on,
+            "failing_findings": self.failing,
+            "failing_layers": self.failing_layers,
             "findings": self.findings,
             "worst_layers": self.worst_layers,
-            "recommendation": {key: rec.get(key) for key in
-                               ("fp8_skip_layers", "gemm_overrides", "recipe", "expected_cost", "confidence")},
+            "recommendation": {
+                key: rec.get(key)
+                for key in ("fp8_skip_layers", "gemm_overrides", "recipe", "expected_cost", "confidence")
+            },
         }
 
 
@@ -53,8 +59,9 @@ def worst_layers(layers: list[dict[str, Any]], limit: int = WORST_LAYERS) -> lis
     return flagged[:limit]
 
 
-def evaluate(run: dict[str, Any], analysis: dict[str, Any], recommendation: dict[str, Any],
-             fail_on: str = "critical") -> GateResult:
+def evaluate(
+    run: dict[str, Any], analysis: dict[str, Any], recommendation: dict[str, Any], fail_on: str = "critical"
+) -> GateResult:
     """Fail when any finding's severity, or any layer's in the per-layer table, is at or above `fail_on`
     (warning | critical | severe). A `healthy` finding is always `ok`; its warning-band layers are in the table."""
     if fail_on not in FAIL_ON:
@@ -63,9 +70,16 @@ def evaluate(run: dict[str, Any], analysis: dict[str, Any], recommendation: dict
     failing = [f for f in findings if severity_rank(f.get("severity")) >= severity_rank(fail_on)]
     rows = list(analysis.get("layers", []))
     layers = [str(r.get("name")) for r in rows if severity_rank(r.get("severity")) >= severity_rank(fail_on)]
-    return GateResult(run=run, fail_on=fail_on, passed=not failing and not layers, findings=findings,
-                      failing=failing, worst_layers=worst_layers(rows), recommendation=recommendation,
-                      failing_layers=layers)
+    return GateResult(
+        run=run,
+        fail_on=fail_on,
+        passed=not failing and not layers,
+        findings=findings,
+        failing=failing,
+        worst_layers=worst_layers(rows),
+        recommendation=recommendation,
+        failing_layers=layers,
+    )
 
 
 def render_markdown(result: GateResult) -> str:
@@ -73,22 +87,30 @@ def render_markdown(result: GateResult) -> str:
     run = result.run
     verdict = "PASS" if result.passed else "FAIL"
     title = f"run {run.get('id')}" + (f" `{run['name']}`" if run.get("name") else "")
-    lines = [f"## FP8 policy gate: {verdict}", "",
-             f"{title} (project `{run.get('project', '?')}`): {len(result.failing)} finding(s) at or above "
-             f"**{result.fail_on}**.", ""]
+    lines = [
+        f"## FP8 policy gate: {verdict}",
+        "",
+        f"{title} (project `{run.get('project', '?')}`): {len(result.failing)} finding(s) at or above "
+        f"**{result.fail_on}**.",
+        "",
+    ]
     lines += _findings_table(result.findings)
     lines += _layers_table(result.worst_layers)
     lines += change_section(result.recommendation)
-    lines += [f"Get it as a config: `fp8-policy recommend {run.get('id')} --format te-yaml|megatron|hydra|torchao "
-              "-o FILE`", ""]
+    lines += [
+        f"Get it as a config: `fp8-policy recommend {run.get('id')} --format te-yaml|megatron|hydra|torchao -o FILE`",
+        "",
+    ]
     return "\n".join(lines).rstrip() + "\n"
 
 
 def _findings_table(findings: list[dict[str, Any]]) -> list[str]:
     rows = ["### Findings", "", "| severity | pattern | layers | summary |", "|---|---|---|---|"]
     for finding in findings:
-        rows.append(f"| {finding.get('severity')} | {finding.get('pattern')} | {_names(finding.get('layers', []))} "
-                    f"| {_cell(finding.get('summary', ''))} |")
+        rows.append(
+            f"| {finding.get('severity')} | {finding.get('pattern')} | {_names(finding.get('layers', []))} "
+            f"| {_cell(finding.get('summary', ''))} |"
+        )
     return rows + [""]
 
 
@@ -98,27 +120,36 @@ def _layers_table(layers: list[dict[str, Any]]) -> list[str]:
     rows = ["### Worst layers", "", "| layer | severity | worst signal | level % | patterns |", "|---|---|---|---|---|"]
     for row in layers:
         level = row.get("worst_level")
-        rows.append(f"| `{row.get('name')}` | {row.get('severity')} | {row.get('worst_signal') or ''} "
-                    f"| {_fmt(level)} | {', '.join(row.get('patterns', []))} |")
+        rows.append(
+            f"| `{row.get('name')}` | {row.get('severity')} | {row.get('worst_signal') or ''} "
+            f"| {_fmt(level)} | {', '.join(row.get('patterns', []))} |"
+        )
     return rows + [""]
 
 
 def change_section(rec: dict[str, Any]) -> list[str]:
     """Markdown bullets of a recommendation: skip list, GEMM overrides, recipe, expected cost, confidence."""
     skips = rec.get("fp8_skip_layers") or []
-    lines = ["### Recommended change", "",
-             f"- Keep in BF16 (`fp8_skip_layers`, {len(skips)}): {_names(skips) if skips else 'none'}"]
+    lines = [
+        "### Recommended change",
+        "",
+        f"- Keep in BF16 (`fp8_skip_layers`, {len(skips)}): {_names(skips) if skips else 'none'}",
+    ]
     for override in rec.get("gemm_overrides") or []:
-        lines.append(f"- GEMM override `{override.get('layer')}`: {', '.join(override.get('gemms', []))} in BF16"
-                     f" ({_cell(override.get('reason', ''))})")
+        lines.append(
+            f"- GEMM override `{override.get('layer')}`: {', '.join(override.get('gemms', []))} in BF16"
+            f" ({_cell(override.get('reason', ''))})"
+        )
     recipe = rec.get("recipe") or {}
     if recipe:
         lines.append(f"- Recipe: **{recipe.get('name')}** (`{recipe.get('class')}`): {_cell(recipe.get('reason', ''))}")
     cost = rec.get("expected_cost") or {}
     if cost:
-        lines.append(f"- Expected cost: {_fmt(_number(cost.get('bf16_gemm_share')) * 100)}% of GEMMs in BF16, GEMM "
-                     f"time +{_fmt(cost.get('gemm_slowdown_vs_all_fp8_pct'))}% vs all-FP8 "
-                     f"({_fmt(cost.get('gemm_speedup_vs_all_bf16'))}x faster than all-BF16)")
+        lines.append(
+            f"- Expected cost: {_fmt(_number(cost.get('bf16_gemm_share')) * 100)}% of GEMMs in BF16, GEMM "
+            f"time +{_fmt(cost.get('gemm_slowdown_vs_all_fp8_pct'))}% vs all-FP8 "
+            f"({_fmt(cost.get('gemm_speedup_vs_all_bf16'))}x faster than all-BF16)"
+        )
     if rec.get("confidence") is not None:
         lines.append(f"- Confidence: {_confidence(rec['confidence'])}")
     return lines + [""]

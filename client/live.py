@@ -80,8 +80,12 @@ class LiveUploader:
         self.log_dir = Path(log_dir)
         self.interval = interval
         self.scalars = Path(scalars) if scalars is not None else None
-        self.fields: dict[str, Any] = {"name": name, "project": project, "tags": list(tags),
-                                       "metadata": dict(metadata or {})}
+        self.fields: dict[str, Any] = {
+            "name": name,
+            "project": project,
+            "tags": list(tags),
+            "metadata": dict(metadata or {}),
+        }
         base_url = url or os.environ.get(DEFAULT_URL_ENV, "http://127.0.0.1:8000")
         self.client = client or PolicyClient(base_url, token=token)
         self._own_client = client is None

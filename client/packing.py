@@ -70,11 +70,14 @@ def pack_directory(root: Path) -> IO[bytes]:
     if not files:
         raise NoLogFiles(
             f"{root} holds no nvdlfw_inspect log files (expected [rank_N/]nvdlfw_inspect_statistics_logs/"
-            "nvdlfw_inspect[_stamp]_globalrank-N.log[.gz] and nvdlfw_inspect_logs/...)")
+            "nvdlfw_inspect[_stamp]_globalrank-N.log[.gz] and nvdlfw_inspect_logs/...)"
+        )
     spool = tempfile.TemporaryFile(prefix="fp8-policy-", suffix=".tar.gz")  # noqa: SIM115 (returned open to the caller)
     try:
-        with gzip.GzipFile(filename="", mode="wb", fileobj=spool, compresslevel=COMPRESS_LEVEL, mtime=0) as gz, \
-                tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, dereference=True) as tar:
+        with (
+            gzip.GzipFile(filename="", mode="wb", fileobj=spool, compresslevel=COMPRESS_LEVEL, mtime=0) as gz,
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, dereference=True) as tar,
+        ):
             for path, arcname in files:
                 tar.add(path, arcname=arcname, recursive=False, filter=_normalise)
         spool.seek(0)

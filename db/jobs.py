@@ -68,7 +68,9 @@ class JobRepository:
         """Runs `queued` or `processing` with no unfinished job (an API process stopped before queueing, a
         database from before the queue existed): the caller queues them again."""
         pending = exists().where(IngestJob.run_id == Run.id, IngestJob.status.in_(UNFINISHED))
-        query = select(Run.id).where(Run.status.in_((RunStatus.queued, RunStatus.processing)), ~pending).order_by(Run.id)
+        query = (
+            select(Run.id).where(Run.status.in_((RunStatus.queued, RunStatus.processing)), ~pending).order_by(Run.id)
+        )
         return list(self.session.scalars(query))
 
     # --- claim and hold ---------------------------------------------------------------------
@@ -77,15 +79,23 @@ class JobRepository:
         for _ in range(5):
             now = now or utcnow()
             candidate = self.session.scalar(
-                select(IngestJob.id).where(self._claimable(now)).order_by(IngestJob.id).limit(1)
+                select(IngestJob.id)
+                .where(self._claimable(now))
+                .order_by(IngestJob.id)
+                .limit(1)
                 .with_for_update(skip_locked=True, of=IngestJob)
             )
             if candidate is None:
                 return None
             taken = self.session.execute(
-                update(IngestJob).where(IngestJob.id == candidate, self._claimable(now))
-                .values(status="doing", owner=owner, lease_until=now + timedelta(seconds=lease_seconds),
-                        attempts=IngestJob.attempts + 1)
+                update(IngestJob)
+                .where(IngestJob.id == candidate, self._claimable(now))
+                .values(
+                    status="doing",
+                    owner=owner,
+                    lease_until=now + timedelta(seconds=lease_seconds),
+                    attempts=IngestJob.attempts + 1,
+                )
                 .execution_options(synchronize_session=False)
             )
             if taken.rowcount == 1:
@@ -119,7 +129,8 @@ class JobRepository:
         if not owners:
             return 0
         result = self.session.execute(
-            update(IngestJob).where(IngestJob.owner.in_(owners), IngestJob.status == "doing")
+            update(IngestJob)
+            .where(IngestJob.owner.in_(owners), IngestJob.status == "doing")
             .values(lease_until=utcnow() - timedelta(seconds=1))
             .execution_options(synchronize_session=False)
         )
@@ -134,7 +145,8 @@ class JobRepository:
         """Mark the job done in the caller's transaction (first statement: it locks the job row, so the
         store that follows is exclusive); raises LeaseLost when `owner` no longer holds it."""
         done = self.session.execute(
-            update(IngestJob).where(IngestJob.id == job.id, IngestJob.owner == owner, IngestJob.status == "doing")
+            update(IngestJob)
+            .where(IngestJob.id == job.id, IngestJob.owner == owner, IngestJob.status == "doing")
             .values(status="done", owner=None, lease_until=None, result=result)
             .execution_options(synchronize_session=False)
         )
@@ -144,7 +156,8 @@ class JobRepository:
     def fail(self, job: ClaimedJob, owner: str, error: str) -> None:
         """This job failed: it and every other unfinished job of its run stop (LeaseLost if not held)."""
         held = self.session.execute(
-            update(IngestJob).where(IngestJob.id == job.id, IngestJob.owner == owner, IngestJob.status == "doing")
+            update(IngestJob)
+            .where(IngestJob.id == job.id, IngestJob.owner == owner, IngestJob.status == "doing")
             .values(status="failed", error=error, owner=None, lease_until=None)
             .execution_options(synchronize_session=False)
         )
@@ -154,7 +167,8 @@ class JobRepository:
 
     def cancel_run(self, run_id: int, error: str) -> None:
         self.session.execute(
-            update(IngestJob).where(IngestJob.run_id == run_id, IngestJob.status.in_(UNFINISHED))
+            update(IngestJob)
+            .where(IngestJob.run_id == run_id, IngestJob.status.in_(UNFINISHED))
             .values(status="failed", error=error, owner=None, lease_until=None)
             .execution_options(synchronize_session=False)
         )
@@ -162,18 +176,19 @@ class JobRepository:
     # --- reads ------------------------------------------------------------------------------
     def result_of(self, run_id: int, kind: str, rank: int = NO_RANK) -> dict | None:
         return self.session.scalar(
-            select(IngestJob.result).where(IngestJob.run_id == run_id, IngestJob.kind == kind,
-                                           IngestJob.rank == rank, IngestJob.status == "done")
+            select(IngestJob.result).where(
+                IngestJob.run_id == run_id, IngestJob.kind == kind, IngestJob.rank == rank, IngestJob.status == "done"
+            )
         )
 
     def rank_results(self, run_id: int) -> dict[int, dict]:
         query = select(IngestJob.rank, IngestJob.result).where(
-            IngestJob.run_id == run_id, IngestJob.kind == "rank", IngestJob.status == "done")
+            IngestJob.run_id == run_id, IngestJob.kind == "rank", IngestJob.status == "done"
+        )
         return {rank: result or {} for rank, result in self.session.execute(query)}
 
     def rank_count(self, run_id: int) -> int:
-        query = select(func.count()).select_from(IngestJob).where(IngestJob.run_id == run_id,
-                                                                  IngestJob.kind == "rank")
+        query = select(func.count()).select_from(IngestJob).where(IngestJob.run_id == run_id, IngestJob.kind == "rank")
         return int(self.session.scalar(query) or 0)
 
     def jobs_of(self, run_id: int) -> list[IngestJob]:
@@ -185,5 +200,12 @@ class JobRepository:
 
     @staticmethod
     def _row(run_id: int, kind: str, rank: int) -> dict:
-        return {"run_id": run_id, "kind": kind, "rank": rank, "status": "queued", "attempts": 0,
-                "created_at": utcnow(), "result": None}
+        return {
+            "run_id": run_id,
+            "kind": kind,
+            "rank": rank,
+            "status": "queued",
+            "attempts": 0,
+            "created_at": utcnow(),
+            "result": None,
+        }

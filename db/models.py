@@ -45,7 +45,6 @@ class RunStatus(StrEnum):
     failed = "failed"
 
 
-
 class Run(Base):
     __tablename__ = "runs"
     __table_args__ = (

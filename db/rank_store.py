@@ -50,8 +50,12 @@ class RankStore:
 
     def layer_facts(self, run_id: int) -> list[tuple[str, str, str | None]]:
         """Distinct (layer name, stat, recipe) of the stored series: what the layer table is derived from."""
-        query = (select(Layer.name, Series.stat, Series.recipe).join(Series, Series.layer_id == Layer.id)
-                 .where(Series.run_id == run_id).distinct())
+        query = (
+            select(Layer.name, Series.stat, Series.recipe)
+            .join(Series, Series.layer_id == Layer.id)
+            .where(Series.run_id == run_id)
+            .distinct()
+        )
         return [tuple(row) for row in self.session.execute(query)]
 
     def write_layer_table(self, run_id: int, layers: list[AssembledLayer]) -> None:
@@ -70,9 +74,13 @@ class RankStore:
 
     def mark_ready(self, run: Run, counts: IngestCounts) -> None:
         """Run totals from the stored rows, then `ready` (the caller's transaction)."""
-        query = select(func.count(), func.coalesce(func.sum(Series.count), 0), func.min(Series.first_iteration),
-                       func.max(Series.last_iteration), func.count(Series.rank.distinct())
-                       ).where(Series.run_id == run.id)
+        query = select(
+            func.count(),
+            func.coalesce(func.sum(Series.count), 0),
+            func.min(Series.first_iteration),
+            func.max(Series.last_iteration),
+            func.count(Series.rank.distinct()),
+        ).where(Series.run_id == run.id)
         series_count, points, first, last, ranks = self.session.execute(query).one()
         layers = self.session.scalar(select(func.count()).select_from(Layer).where(Layer.run_id == run.id))
         run.status, run.error, run.finished_at = RunStatus.ready, None, utcnow()
@@ -86,15 +94,28 @@ class RankStore:
 
 def _placeholder_layer(run_id: int, name: str) -> dict:
     structure = layer_structure(name)
-    return {"run_id": run_id, "name": name, "position": 0, "group": structure.group.value,
-            "layer_index": structure.index, "sublayer": structure.sublayer,
-            "precision": Precision.UNKNOWN.value, "has_fp8_stats": False, "plans": {}}
+    return {
+        "run_id": run_id,
+        "name": name,
+        "position": 0,
+        "group": structure.group.value,
+        "layer_index": structure.index,
+        "sublayer": structure.sublayer,
+        "precision": Precision.UNKNOWN.value,
+        "has_fp8_stats": False,
+        "plans": {},
+    }
 
 
 def _layer_values(run_id: int, layer: AssembledLayer) -> dict:
     return {
-        "run_id": run_id, "name": layer.info.name, "position": layer.position,
-        "group": layer.info.structure.group.value, "layer_index": layer.info.structure.index,
-        "sublayer": layer.info.structure.sublayer, "precision": layer.info.precision.value,
-        "has_fp8_stats": layer.info.has_fp8_stats, "plans": layer.plans,
+        "run_id": run_id,
+        "name": layer.info.name,
+        "position": layer.position,
+        "group": layer.info.structure.group.value,
+        "layer_index": layer.info.structure.index,
+        "sublayer": layer.info.structure.sublayer,
+        "precision": layer.info.precision.value,
+        "has_fp8_stats": layer.info.has_fp8_stats,
+        "plans": layer.plans,
     }

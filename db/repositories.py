@@ -69,11 +69,24 @@ class RunRepository:
     # --- runs -------------------------------------------------------------------------------
     def add(self, new: NewRun) -> Run:
         run = Run(
-            name=new.name, project=new.project, status=RunStatus.queued, sha256=new.sha256,
-            upload_filename=new.upload_filename, upload_bytes=new.upload_bytes, upload_path=new.upload_path,
+            name=new.name,
+            project=new.project,
+            status=RunStatus.queued,
+            sha256=new.sha256,
+            upload_filename=new.upload_filename,
+            upload_bytes=new.upload_bytes,
+            upload_path=new.upload_path,
             uploaded_by=new.uploaded_by,
-            run_metadata=new.metadata, created_at=utcnow(), rank_count=0, layer_count=0, series_count=0,
-            point_count=0, lines_read=0, lines_skipped=0, lines_blank=0, lines_duplicated=0,
+            run_metadata=new.metadata,
+            created_at=utcnow(),
+            rank_count=0,
+            layer_count=0,
+            series_count=0,
+            point_count=0,
+            lines_read=0,
+            lines_skipped=0,
+            lines_blank=0,
+            lines_duplicated=0,
         )
         run.tags = [RunTag(tag=t) for t in dict.fromkeys(new.tags)]
         self.session.add(run)
@@ -111,7 +124,8 @@ class RunRepository:
     def claim(self, run_id: int) -> Run | None:
         """queued -> processing; None when the run is gone or another worker took it."""
         result = self.session.execute(
-            update(Run).where(Run.id == run_id, Run.status == RunStatus.queued)
+            update(Run)
+            .where(Run.id == run_id, Run.status == RunStatus.queued)
             .values(status=RunStatus.processing, started_at=utcnow(), error=None)
         )
         return self.get(run_id) if result.rowcount == 1 else None
@@ -120,7 +134,8 @@ class RunRepository:
         """Failing a run must never fail: the message (which may quote member names that are not UTF-8, or
         NUL) is stored as displayable text, which both SQLite and PostgreSQL accept."""
         self.session.execute(
-            update(Run).where(Run.id == run_id)
+            update(Run)
+            .where(Run.id == run_id)
             .values(status=RunStatus.failed, error=displayable(error), finished_at=utcnow())
         )
 
@@ -130,7 +145,8 @@ class RunRepository:
         A failed run stores no layers or series (the ingest is all-or-nothing), so only its status, error and
         times are reset."""
         result = self.session.execute(
-            update(Run).where(Run.id == run_id, Run.status.in_((RunStatus.failed, RunStatus.queued)))
+            update(Run)
+            .where(Run.id == run_id, Run.status.in_((RunStatus.failed, RunStatus.queued)))
             .values(status=RunStatus.queued, error=None, started_at=None, finished_at=None, upload_path=upload_path)
         )
         return result.rowcount == 1
@@ -164,10 +180,15 @@ class RunRepository:
     def _insert_layers(self, run_id: int, assembled: AssembledRun) -> dict[str, int]:
         rows = [
             {
-                "run_id": run_id, "name": layer.info.name, "position": layer.position,
-                "group": layer.info.structure.group.value, "layer_index": layer.info.structure.index,
-                "sublayer": layer.info.structure.sublayer, "precision": layer.info.precision.value,
-                "has_fp8_stats": layer.info.has_fp8_stats, "plans": layer.plans,
+                "run_id": run_id,
+                "name": layer.info.name,
+                "position": layer.position,
+                "group": layer.info.structure.group.value,
+                "layer_index": layer.info.structure.index,
+                "sublayer": layer.info.structure.sublayer,
+                "precision": layer.info.precision.value,
+                "has_fp8_stats": layer.info.has_fp8_stats,
+                "plans": layer.plans,
             }
             for layer in assembled.layers
         ]
@@ -188,15 +209,24 @@ class RunRepository:
         weighted = func.sum(Series.mean * Series.count) / func.nullif(func.sum(Series.count), 0)
         query = (
             select(
-                Series.layer_id, Series.tensor, Series.stat_key, Series.stat, Series.recipe, Series.columnwise,
-                func.min(Series.min), func.max(Series.max), weighted, func.max(Series.last),
-                func.max(Series.p95), func.sum(Series.count), func.sum(Series.nan_count),
-                func.sum(Series.posinf_count + Series.neginf_count), func.count(),
+                Series.layer_id,
+                Series.tensor,
+                Series.stat_key,
+                Series.stat,
+                Series.recipe,
+                Series.columnwise,
+                func.min(Series.min),
+                func.max(Series.max),
+                weighted,
+                func.max(Series.last),
+                func.max(Series.p95),
+                func.sum(Series.count),
+                func.sum(Series.nan_count),
+                func.sum(Series.posinf_count + Series.neginf_count),
+                func.count(),
             )
             .where(Series.run_id == run_id)
-            .group_by(
-                Series.layer_id, Series.tensor, Series.stat_key, Series.stat, Series.recipe, Series.columnwise
-            )
+            .group_by(Series.layer_id, Series.tensor, Series.stat_key, Series.stat, Series.recipe, Series.columnwise)
             .order_by(Series.layer_id, Series.tensor, Series.stat_key)
         )
         if rank is not None:
@@ -212,8 +242,7 @@ class RunRepository:
         query = (
             select(Series, Layer)
             .join(Layer, Layer.id == Series.layer_id)
-            .where(Series.run_id == run_id, Layer.name == layer, Series.tensor == tensor,
-                   Series.stat_key == stat_key)
+            .where(Series.run_id == run_id, Layer.name == layer, Series.tensor == tensor, Series.stat_key == stat_key)
             .order_by(Series.rank)
         )
         if rank is not None:
@@ -223,8 +252,9 @@ class RunRepository:
     def iter_points(self, run_id: int, rank: int | None, batch: int = 64) -> Iterator[tuple]:
         """(rank, layer name, tensor, recipe, stat_key, iterations, values) per series, model order."""
         query = (
-            select(Series.rank, Layer.name, Series.tensor, Series.recipe, Series.stat_key,
-                   Series.iterations, Series.values)
+            select(
+                Series.rank, Layer.name, Series.tensor, Series.recipe, Series.stat_key, Series.iterations, Series.values
+            )
             .join(Layer, Layer.id == Series.layer_id)
             .where(Series.run_id == run_id)
             .order_by(Series.rank, Layer.position, Series.tensor, Series.stat_key)
@@ -258,20 +288,39 @@ class RunRepository:
 
     def metric_keys(self, run_id: int) -> list[tuple[str, str]]:
         """Distinct (tensor, stat_key) pairs a run logged, sorted."""
-        query = (select(Series.tensor, Series.stat_key).where(Series.run_id == run_id).distinct()
-                 .order_by(Series.tensor, Series.stat_key))
+        query = (
+            select(Series.tensor, Series.stat_key)
+            .where(Series.run_id == run_id)
+            .distinct()
+            .order_by(Series.tensor, Series.stat_key)
+        )
         return [tuple(row) for row in self.session.execute(query)]
 
 
 def _series_row(run_id: int, layer_id: int, record) -> dict:
     s, m = record.summary, record.metric
     return {
-        "run_id": run_id, "layer_id": layer_id, "rank": record.rank, "tensor": m.tensor,
-        "stat_key": m.stat_key, "stat": m.stat, "recipe": m.recipe, "columnwise": m.columnwise,
-        "count": s.count, "nan_count": s.nan_count, "posinf_count": s.posinf_count,
-        "neginf_count": s.neginf_count, "min": s.min, "max": s.max, "mean": s.mean, "p95": s.p95,
-        "last": s.last, "last_nonfinite": s.last_nonfinite, "first_iteration": s.first_iteration,
-        "last_iteration": s.last_iteration, "iterations": encode_iterations(record.iterations),
+        "run_id": run_id,
+        "layer_id": layer_id,
+        "rank": record.rank,
+        "tensor": m.tensor,
+        "stat_key": m.stat_key,
+        "stat": m.stat,
+        "recipe": m.recipe,
+        "columnwise": m.columnwise,
+        "count": s.count,
+        "nan_count": s.nan_count,
+        "posinf_count": s.posinf_count,
+        "neginf_count": s.neginf_count,
+        "min": s.min,
+        "max": s.max,
+        "mean": s.mean,
+        "p95": s.p95,
+        "last": s.last,
+        "last_nonfinite": s.last_nonfinite,
+        "first_iteration": s.first_iteration,
+        "last_iteration": s.last_iteration,
+        "iterations": encode_iterations(record.iterations),
         "values": encode_values(record.values),
     }
 

@@ -74,6 +74,9 @@ class SummaryRepository:
         current = select(RunSummary.run_id).where(RunSummary.policy_version == policy_version)
         return list(
             self.session.scalars(
-                select(Run.id).where(Run.status == RunStatus.ready, Run.id.not_in(current)).order_by(Run.id.desc()).limit(limit)
+                select(Run.id)
+                .where(Run.status == RunStatus.ready, Run.id.not_in(current))
+                .order_by(Run.id.desc())
+                .limit(limit)
             )
         )

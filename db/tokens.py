@@ -32,8 +32,15 @@ class TokenRepository:
 
     def add(self, new: NewToken) -> ApiToken:
         """Insert a token; raises IntegrityError when the name (or, improbably, the prefix) is taken."""
-        token = ApiToken(name=new.name, scope=new.scope, prefix=new.prefix, token_hash=new.token_hash,
-                         key_id=new.key_id, created_at=utcnow(), expires_at=new.expires_at)
+        token = ApiToken(
+            name=new.name,
+            scope=new.scope,
+            prefix=new.prefix,
+            token_hash=new.token_hash,
+            key_id=new.key_id,
+            created_at=utcnow(),
+            expires_at=new.expires_at,
+        )
         self.session.add(token)
         self.session.flush()
         return token
@@ -42,8 +49,16 @@ class TokenRepository:
         """What checking a presented token needs, as a plain row: this runs on every API request, and a Core
         query on the session's connection costs a fraction of loading an ORM object."""
         table = ApiToken.__table__
-        query = select(table.c.id, table.c.name, table.c.scope, table.c.token_hash, table.c.key_id,
-                       table.c.expires_at, table.c.revoked_at, table.c.last_used_at).where(table.c.prefix == prefix)
+        query = select(
+            table.c.id,
+            table.c.name,
+            table.c.scope,
+            table.c.token_hash,
+            table.c.key_id,
+            table.c.expires_at,
+            table.c.revoked_at,
+            table.c.last_used_at,
+        ).where(table.c.prefix == prefix)
         return self.session.connection().execute(query).first()
 
     def by_name(self, name: str) -> ApiToken | None:

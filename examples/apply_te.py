@@ -45,9 +45,17 @@ def build_model() -> torch.nn.Module:
             super().__init__()
             self.embed = torch.nn.Embedding(VOCAB, HIDDEN, device="cuda", dtype=torch.bfloat16)
             self.layers = torch.nn.ModuleList(
-                te.TransformerLayer(HIDDEN, FFN, HEADS, layer_number=i + 1, params_dtype=torch.bfloat16,
-                                    hidden_dropout=0.0, attention_dropout=0.0)
-                for i in range(LAYERS))
+                te.TransformerLayer(
+                    HIDDEN,
+                    FFN,
+                    HEADS,
+                    layer_number=i + 1,
+                    params_dtype=torch.bfloat16,
+                    hidden_dropout=0.0,
+                    attention_dropout=0.0,
+                )
+                for i in range(LAYERS)
+            )
             self.lm_head = te.Linear(HIDDEN, VOCAB, params_dtype=torch.bfloat16)
 
         def forward(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -31,8 +31,12 @@ D_MODEL, VOCAB, SEQ = 64, 128, 16
 SAMPLE_POLICY = {
     "fp8_skip_layers": ["model.layers.1.self_attention.qkv", "model.lm_head"],
     "gemm_overrides": [],
-    "recipe": {"name": "current", "class": "transformer_engine.common.recipe.Float8CurrentScaling",
-               "kwargs": {"fp8_format": "HYBRID"}, "reason": "sample"},
+    "recipe": {
+        "name": "current",
+        "class": "transformer_engine.common.recipe.Float8CurrentScaling",
+        "kwargs": {"fp8_format": "HYBRID"},
+        "reason": "sample",
+    },
 }
 
 
@@ -43,14 +47,16 @@ class Block(nn.Module):
         super().__init__()
         self.layer_number = layer_number  # TE/Megatron layers carry it: nvdlfw names blocks 1..n
         self.ln1, self.ln2 = nn.LayerNorm(D_MODEL), nn.LayerNorm(D_MODEL)
-        self.self_attention = nn.ModuleDict({"qkv": nn.Linear(D_MODEL, 3 * D_MODEL),
-                                             "proj": nn.Linear(D_MODEL, D_MODEL)})
+        self.self_attention = nn.ModuleDict(
+            {"qkv": nn.Linear(D_MODEL, 3 * D_MODEL), "proj": nn.Linear(D_MODEL, D_MODEL)}
+        )
         self.mlp = nn.ModuleDict({"fc1": nn.Linear(D_MODEL, 4 * D_MODEL), "fc2": nn.Linear(4 * D_MODEL, D_MODEL)})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
-        q, k, v = (y.view(b, t, 4, d // 4).transpose(1, 2)
-                   for y in self.self_attention["qkv"](self.ln1(x)).chunk(3, dim=-1))
+        q, k, v = (
+            y.view(b, t, 4, d // 4).transpose(1, 2) for y in self.self_attention["qkv"](self.ln1(x)).chunk(3, dim=-1)
+        )
         attn = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
         x = x + self.self_attention["proj"](attn)
         return x + self.mlp["fc2"](F.gelu(self.mlp["fc1"](self.ln2(x))))

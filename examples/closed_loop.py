@@ -90,7 +90,7 @@ def batches(tokens: torch.Tensor, setup: Setup, seed: int) -> Iterator[torch.Ten
     generator = torch.Generator().manual_seed(seed)
     while True:
         starts = torch.randint(0, len(tokens) - setup.seq - 1, (setup.batch,), generator=generator)
-        yield torch.stack([tokens[i: i + setup.seq + 1] for i in starts.tolist()])
+        yield torch.stack([tokens[i : i + setup.seq + 1] for i in starts.tolist()])
 
 
 # --- model -------------------------------------------------------------------------------------------------------
@@ -108,8 +108,10 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
-        q, k, v = (y.view(b, t, 4, d // 4).transpose(1, 2)
-                   for y in self.self_attention["linear_qkv"](self.ln1(x)).chunk(3, dim=-1))
+        q, k, v = (
+            y.view(b, t, 4, d // 4).transpose(1, 2)
+            for y in self.self_attention["linear_qkv"](self.ln1(x)).chunk(3, dim=-1)
+        )
         attention = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
         x = x + self.self_attention["linear_proj"](attention)
         return x + self.mlp["linear_fc2"](F.gelu(self.mlp["linear_fc1"](self.ln2(x))))
@@ -158,14 +160,16 @@ def loss_of(model: nn.Module, xy: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, VOCAB), xy[:, 1:].reshape(-1))
 
 
-def train(model: nn.Module, setup: Setup, data: tuple[torch.Tensor, torch.Tensor],
-          log_dir: Path | None = None) -> Trained:
+def train(
+    model: nn.Module, setup: Setup, data: tuple[torch.Tensor, torch.Tensor], log_dir: Path | None = None
+) -> Trained:
     """`setup.steps` AdamW steps on the same batch sequence; the collector writes to `log_dir` when given."""
     train_tokens, held_out = data
     optimizer = torch.optim.AdamW(model.parameters(), lr=setup.lr, weight_decay=0.0)
     stream = batches(train_tokens, setup, seed=1)
-    collector = (FP8StatsCollector(model, log_dir, freq=setup.freq).start() if log_dir is not None
-                 else contextlib.nullcontext())
+    collector = (
+        FP8StatsCollector(model, log_dir, freq=setup.freq).start() if log_dir is not None else contextlib.nullcontext()
+    )
     losses = []
     started = time.perf_counter()
     with collector:
@@ -200,12 +204,30 @@ def local_service() -> Iterator[str]:
     """`fp8-policy serve` on a free loopback port with a throwaway SQLite database; yields its URL."""
     with tempfile.TemporaryDirectory(prefix="fp8-closed-loop-") as data_dir:
         port = _free_port()
-        env = {**os.environ, "FP8_POLICY_DATA_DIR": data_dir,
-               "FP8_POLICY_DATABASE_URL": f"sqlite:///{Path(data_dir) / 'fp8_policy.db'}"}
+        env = {
+            **os.environ,
+            "FP8_POLICY_DATA_DIR": data_dir,
+            "FP8_POLICY_DATABASE_URL": f"sqlite:///{Path(data_dir) / 'fp8_policy.db'}",
+        }
         log = open(Path(data_dir) / "service.log", "w")  # noqa: SIM115 - closed below
         process = subprocess.Popen(
-            [sys.executable, "-m", "fp8_policy.service.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-             "--no-demo", "--log-level", "warning"], env=env, stdout=log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "fp8_policy.service.cli",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-demo",
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             with PolicyClient(url) as api:
@@ -216,8 +238,9 @@ def local_service() -> Iterator[str]:
                         break
                     except Exception:
                         if process.poll() is not None or time.monotonic() > deadline:
-                            raise RuntimeError("the service did not start: "
-                                               + (Path(data_dir) / "service.log").read_text()[-2000:]) from None
+                            raise RuntimeError(
+                                "the service did not start: " + (Path(data_dir) / "service.log").read_text()[-2000:]
+                            ) from None
                         time.sleep(0.5)
             yield url
         finally:
@@ -236,22 +259,33 @@ def worst_underflows(layers: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for layer in layers:
         values = {s["tensor"]: s["max"] for s in layer["stats"] if s["stat"] == "underflows%"}
         worst_tensor = max(values, key=lambda t: values[t]) if values else None
-        out[layer["name"]] = {"precision": layer["precision"],
-                              "worst_underflows%": values.get(worst_tensor) if worst_tensor else None,
-                              "worst_tensor": worst_tensor}
+        out[layer["name"]] = {
+            "precision": layer["precision"],
+            "worst_underflows%": values.get(worst_tensor) if worst_tensor else None,
+            "worst_tensor": worst_tensor,
+        }
     return out
 
 
 def run_metadata(setup: Setup) -> dict[str, Any]:
     """What the service uses for the recipe and the cost estimate (model dims instead of counting layers)."""
-    return {"recipe": "Float8CurrentScaling", "framework": "torchao (emulated float8 on CPU)",
-            "hidden_size": setup.d_model, "ffn_hidden_size": 4 * setup.d_model, "num_layers": setup.n_layers,
-            "seq_len": setup.seq, "vocab_size": VOCAB, "num_attention_heads": 4}
+    return {
+        "recipe": "Float8CurrentScaling",
+        "framework": "torchao (emulated float8 on CPU)",
+        "hidden_size": setup.d_model,
+        "ffn_hidden_size": 4 * setup.d_model,
+        "num_layers": setup.n_layers,
+        "seq_len": setup.seq,
+        "vocab_size": VOCAB,
+        "num_attention_heads": 4,
+    }
 
 
 def upload(api: PolicyClient, log_dir: Path, name: str, setup: Setup) -> dict[str, Any]:
-    run = api.wait(api.upload(log_dir, name=name, project="closed-loop", metadata=run_metadata(setup),
-                              progress=False)["id"], timeout=600)
+    run = api.wait(
+        api.upload(log_dir, name=name, project="closed-loop", metadata=run_metadata(setup), progress=False)["id"],
+        timeout=600,
+    )
     if run["lines_skipped"]:
         raise RuntimeError(f"{name}: the service skipped {run['lines_skipped']} lines")
     return run
@@ -263,8 +297,9 @@ def upload(api: PolicyClient, log_dir: Path, name: str, setup: Setup) -> dict[st
 def curve(losses: list[float], points: int = 30) -> list[list[float]]:
     """[step, mean loss of the window ending there] at about `points` places."""
     window = max(1, len(losses) // points)
-    return [[i + 1, round(sum(losses[i + 1 - window: i + 1]) / window, 4)]
-            for i in range(window - 1, len(losses), window)]
+    return [
+        [i + 1, round(sum(losses[i + 1 - window : i + 1]) / window, 4)] for i in range(window - 1, len(losses), window)
+    ]
 
 
 def final(losses: list[float], tail: int = 20) -> float:
@@ -279,15 +314,35 @@ def verdict(before: Trained, after: Trained, reference: Trained, kept: list[str]
     if not kept:
         helped, why = False, "the policy kept no layer in high precision, so the retrained model is the same"
     elif gap_before <= 0.01:
-        helped, why = False, (f"FP8 was already within {gap_before:+.4f} nats of the reference: the underflows the "
-                              "statistics show did not cost loss in this run, so there was nothing to recover")
+        helped, why = (
+            False,
+            (
+                f"FP8 was already within {gap_before:+.4f} nats of the reference: the underflows the "
+                "statistics show did not cost loss in this run, so there was nothing to recover"
+            ),
+        )
     elif closed > max(0.01, 0.25 * gap_before):
-        helped, why = True, (f"the held-out loss gap to the reference shrank from {gap_before:+.4f} to "
-                             f"{gap_after:+.4f} nats ({100 * closed / gap_before:.0f}% of it closed)")
+        helped, why = (
+            True,
+            (
+                f"the held-out loss gap to the reference shrank from {gap_before:+.4f} to "
+                f"{gap_after:+.4f} nats ({100 * closed / gap_before:.0f}% of it closed)"
+            ),
+        )
     else:
-        helped, why = False, (f"the gap went from {gap_before:+.4f} to {gap_after:+.4f} nats: less than a quarter of "
-                              "it closed, so the recommended layers were not where FP8 lost the loss")
-    return {"helped": helped, "why": why, "eval_gap_before": round(gap_before, 4), "eval_gap_after": round(gap_after, 4)}
+        helped, why = (
+            False,
+            (
+                f"the gap went from {gap_before:+.4f} to {gap_after:+.4f} nats: less than a quarter of "
+                "it closed, so the recommended layers were not where FP8 lost the loss"
+            ),
+        )
+    return {
+        "helped": helped,
+        "why": why,
+        "eval_gap_before": round(gap_before, 4),
+        "eval_gap_after": round(gap_after, 4),
+    }
 
 
 def table(report: dict[str, Any]) -> str:
@@ -313,14 +368,20 @@ def table(report: dict[str, Any]) -> str:
     lines.append("")
     overrides = [f"{o['layer']} ({'+'.join(o['gemms'])})" for o in rec.get("gemm_overrides") or []]
     cost = rec.get("expected_cost") or {}
-    lines.append(f"recommended: skip {rec['fp8_skip_layers'] or 'none'}, BF16 GEMMs {overrides or 'none'}, "
-                 f"recipe {(rec.get('recipe') or {}).get('name')}; applied: {report['applied']['kept_high_precision']} "
-                 "in high precision")
-    lines.append(f"predicted cost: {cost.get('bf16_gemm_share')} of GEMM FLOPs in BF16, GEMM time "
-                 f"{cost.get('gemm_slowdown_vs_all_fp8_pct')}% above all-FP8 ({cost.get('method')})")
+    lines.append(
+        f"recommended: skip {rec['fp8_skip_layers'] or 'none'}, BF16 GEMMs {overrides or 'none'}, "
+        f"recipe {(rec.get('recipe') or {}).get('name')}; applied: {report['applied']['kept_high_precision']} "
+        "in high precision"
+    )
+    lines.append(
+        f"predicted cost: {cost.get('bf16_gemm_share')} of GEMM FLOPs in BF16, GEMM time "
+        f"{cost.get('gemm_slowdown_vs_all_fp8_pct')}% above all-FP8 ({cost.get('method')})"
+    )
     overhead = report["collector_overhead"]
-    lines.append(f"collector: {overhead['ms_per_step']:.1f} ms per step = {overhead['percent_of_step']:.1f}% of a "
-                 f"{overhead['step_ms']:.1f} ms step (freq={overhead['freq']})")
+    lines.append(
+        f"collector: {overhead['ms_per_step']:.1f} ms per step = {overhead['percent_of_step']:.1f}% of a "
+        f"{overhead['step_ms']:.1f} ms step (freq={overhead['freq']})"
+    )
     lines.append(f"verdict: {'helped' if report['verdict']['helped'] else 'did not help'} - {report['verdict']['why']}")
     return "\n".join(lines)
 
@@ -353,29 +414,45 @@ def run_loop(out: Path, setup: Setup, server: str | None) -> dict[str, Any]:
     step_ms = 1000 * before.seconds / setup.steps
     collector_ms = before.collector_ms_per_step or 0.0
     report = {
-        "setup": setup.__dict__ | {"corpus": "pydoc_data.topics (CPython), ASCII", "fp8": "torchao emulate, tensorwise"},
+        "setup": setup.__dict__
+        | {"corpus": "pydoc_data.topics (CPython), ASCII", "fp8": "torchao emulate, tensorwise"},
         "layers_before": layers_before,
         "layers_after": layers_after,
         "runs": {
-            name: {"final_train_loss": round(final(run.losses), 4), "eval_loss": round(run.eval_loss, 4),
-                   "seconds": round(run.seconds, 1), "curve": curve(run.losses)}
+            name: {
+                "final_train_loss": round(final(run.losses), 4),
+                "eval_loss": round(run.eval_loss, 4),
+                "seconds": round(run.seconds, 1),
+                "curve": curve(run.losses),
+            }
             for name, run in (("fp8_before", before), ("fp8_after", after), ("reference", reference))
         },
         "reference_dtype": "float32 (CPU; stands in for BF16)",
-        "recommendation": {key: policy.get(key) for key in (
-            "fp8_skip_layers", "gemm_overrides", "recipe", "expected_cost", "rationale", "confidence")},
+        "recommendation": {
+            key: policy.get(key)
+            for key in ("fp8_skip_layers", "gemm_overrides", "recipe", "expected_cost", "rationale", "confidence")
+        },
         "applied": {"kept_high_precision": applied.kept, "converted": applied.converted},
-        "service_runs": {"before": run_before["id"], "after": run_after["id"],
-                         "lines_read": [run_before["lines_read"], run_after["lines_read"]],
-                         "lines_skipped": [run_before["lines_skipped"], run_after["lines_skipped"]]},
-        "compare_findings": {k: comparison.get(k) for k in ("findings_appeared", "findings_disappeared")
-                             if k in comparison},
-        "collector_overhead": {"ms_per_step": round(collector_ms, 2), "step_ms": round(step_ms, 2),
-                               "percent_of_step": round(100 * collector_ms / step_ms, 2) if step_ms else math.nan,
-                               "freq": setup.freq,
-                               "after_run_ms_per_step": round(after.collector_ms_per_step or 0.0, 2)},
-        "applied_as": ("torchao converts whole modules: a layer with a per-GEMM override (gemm_overrides) is kept "
-                       "entirely in high precision (apply_policy's gemm_overrides='whole_module')"),
+        "service_runs": {
+            "before": run_before["id"],
+            "after": run_after["id"],
+            "lines_read": [run_before["lines_read"], run_after["lines_read"]],
+            "lines_skipped": [run_before["lines_skipped"], run_after["lines_skipped"]],
+        },
+        "compare_findings": {
+            k: comparison.get(k) for k in ("findings_appeared", "findings_disappeared") if k in comparison
+        },
+        "collector_overhead": {
+            "ms_per_step": round(collector_ms, 2),
+            "step_ms": round(step_ms, 2),
+            "percent_of_step": round(100 * collector_ms / step_ms, 2) if step_ms else math.nan,
+            "freq": setup.freq,
+            "after_run_ms_per_step": round(after.collector_ms_per_step or 0.0, 2),
+        },
+        "applied_as": (
+            "torchao converts whole modules: a layer with a per-GEMM override (gemm_overrides) is kept "
+            "entirely in high precision (apply_policy's gemm_overrides='whole_module')"
+        ),
         "verdict": verdict(before, after, reference, applied.kept),
     }
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str))

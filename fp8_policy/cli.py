@@ -68,12 +68,18 @@ def _needs_server_extra(name: str) -> click.Command:
     """A stand-in for server command `name` on an install without the `server` extra: one line, exit 2."""
 
     def refuse() -> NoReturn:
-        click.echo(f"error: `fp8-policy {name}` is a server command; install the server extra: {SERVER_EXTRA_HINT}",
-                   err=True)
+        click.echo(
+            f"error: `fp8-policy {name}` is a server command; install the server extra: {SERVER_EXTRA_HINT}", err=True
+        )
         sys.exit(2)
 
-    return click.Command(name, callback=refuse, add_help_option=False, help=f"(needs {SERVER_EXTRA_HINT})",
-                         context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+    return click.Command(
+        name,
+        callback=refuse,
+        add_help_option=False,
+        help=f"(needs {SERVER_EXTRA_HINT})",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
 
 
 class ConsoleGroup(click.Group):

@@ -13,8 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 _IMPL = "fp8_policy.client.collect"
 __all__ = [
-    "DEFAULT_STATS", "TENSORS", "DelayedScaler", "FP8StatsCollector", "Overhead", "QuantSums", "TensorSpec",
-    "options_from_te_config", "parse_stat_name", "quantization_stats", "quantization_sums",
+    "DEFAULT_STATS",
+    "TENSORS",
+    "DelayedScaler",
+    "FP8StatsCollector",
+    "Overhead",
+    "QuantSums",
+    "TensorSpec",
+    "options_from_te_config",
+    "parse_stat_name",
+    "quantization_stats",
+    "quantization_sums",
 ]
 
 if TYPE_CHECKING:

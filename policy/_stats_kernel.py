@@ -163,8 +163,14 @@ def _parse_line(buf, s, e, lit_iter, lit_value, out_line):
 @numba.njit(nogil=True, cache=True, inline="always")
 def _is_sep(buf, p: int) -> bool:
     """nvdlfw's exact separator " \t\t\t\t " at buf[p:p+6]."""
-    return (buf[p] == 32 and buf[p + 1] == 9 and buf[p + 2] == 9 and buf[p + 3] == 9
-            and buf[p + 4] == 9 and buf[p + 5] == 32)
+    return (
+        buf[p] == 32
+        and buf[p + 1] == 9
+        and buf[p + 2] == 9
+        and buf[p + 3] == 9
+        and buf[p + 4] == 9
+        and buf[p + 5] == 32
+    )
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -197,8 +203,14 @@ def _parse_exact(buf, s, e, out_line):
     if neg:
         p -= 1
     p -= 6  # "value="
-    if not (buf[p] == 118 and buf[p + 1] == 97 and buf[p + 2] == 108 and buf[p + 3] == 117
-            and buf[p + 4] == 101 and buf[p + 5] == 61):
+    if not (
+        buf[p] == 118
+        and buf[p + 1] == 97
+        and buf[p + 2] == 108
+        and buf[p + 3] == 117
+        and buf[p + 4] == 101
+        and buf[p + 5] == 61
+    ):
         return 0.0, False
     p -= 6
     if not _is_sep(buf, p):
@@ -213,9 +225,18 @@ def _parse_exact(buf, s, e, out_line):
     if q == p or p - q >= 18:
         return 0.0, False
     q -= 10  # "iteration="
-    if q - 6 <= s or not (buf[q] == 105 and buf[q + 1] == 116 and buf[q + 2] == 101 and buf[q + 3] == 114
-                          and buf[q + 8] == 110 and buf[q + 9] == 61 and buf[q + 4] == 97
-                          and buf[q + 5] == 116 and buf[q + 6] == 105 and buf[q + 7] == 111):
+    if q - 6 <= s or not (
+        buf[q] == 105
+        and buf[q + 1] == 116
+        and buf[q + 2] == 101
+        and buf[q + 3] == 114
+        and buf[q + 8] == 110
+        and buf[q + 9] == 61
+        and buf[q + 4] == 97
+        and buf[q + 5] == 116
+        and buf[q + 6] == 105
+        and buf[q + 7] == 111
+    ):
         return 0.0, False
     q -= 6
     if not _is_sep(buf, q):
@@ -329,8 +350,9 @@ def scan_block(buf, words, head, lit_iter, lit_value, keys, lengths, ids, counte
             else:
                 h = hash_name(buf, scratch[0], scratch[1])
                 if insert:
-                    sid = lookup_or_insert(keys, lengths, ids, counter, arena, arena_off, sid_len,
-                                           h, buf, scratch[0], length)
+                    sid = lookup_or_insert(
+                        keys, lengths, ids, counter, arena, arena_off, sid_len, h, buf, scratch[0], length
+                    )
                     if sid >= first_new and new_stop[sid] == 0:
                         new_start[sid] = scratch[0]
                         new_stop[sid] = scratch[1]

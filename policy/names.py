@@ -98,8 +98,18 @@ def _known_prefix(text: str, known_layers: Collection[str]) -> str | None:
 _BLOCK_CONTAINERS = frozenset({"layers", "layer", "h", "blocks", "block"})
 _HEADS = frozenset({"lm_head", "output_layer", "head", "classifier", "pooler"})
 _EMBEDDINGS = frozenset(
-    {"embed", "embeddings", "embedding", "embed_tokens", "word_embeddings", "wte", "wpe",
-     "position_embeddings", "token_type_embeddings", "embed_positions"}
+    {
+        "embed",
+        "embeddings",
+        "embedding",
+        "embed_tokens",
+        "word_embeddings",
+        "wte",
+        "wpe",
+        "position_embeddings",
+        "token_type_embeddings",
+        "embed_positions",
+    }
 )
 _STACKS = ("encoder", "decoder")
 _ATTENTION = frozenset({"self_attention", "self_attn", "attention", "attn", "selfattention", "self"})
@@ -110,19 +120,36 @@ _MLP = frozenset({"mlp", "layernorm_mlp", "feed_forward", "ffn", "densereludense
 
 # Last path component (lower case) -> normalized GEMM name, whatever the context.
 _GEMM_NAMES: dict[str, str] = {
-    **dict.fromkeys(("layernorm_qkv", "linear_qkv", "qkv", "query_key_value", "c_attn", "layernorm_linear_qkv",
-                     "qkv_proj", "wqkv"), "qkv"),
+    **dict.fromkeys(
+        ("layernorm_qkv", "linear_qkv", "qkv", "query_key_value", "c_attn", "layernorm_linear_qkv", "qkv_proj", "wqkv"),
+        "qkv",
+    ),
     **dict.fromkeys(("q", "query", "q_proj", "layernorm_query", "linear_q", "layernorm_linear_q"), "q"),
     **dict.fromkeys(("k", "key", "k_proj"), "k"),
     **dict.fromkeys(("v", "value", "v_proj"), "v"),
     **dict.fromkeys(("kv", "key_value", "linear_kv", "kv_proj"), "kv"),
     **dict.fromkeys(("proj", "linear_proj", "out_proj", "o_proj", "o"), "proj"),
-    **dict.fromkeys(("fc1", "linear_fc1", "dense_h_to_4h", "up_proj", "gate_proj", "c_fc", "wi", "wi_0", "wi_1"),
-                    "fc1"),
+    **dict.fromkeys(
+        ("fc1", "linear_fc1", "dense_h_to_4h", "up_proj", "gate_proj", "c_fc", "wi", "wi_0", "wi_1"), "fc1"
+    ),
     **dict.fromkeys(("fc2", "linear_fc2", "dense_4h_to_h", "down_proj"), "fc2"),
 }
-_SUBLAYER_ORDER = ("qkv", "q", "k", "v", "kv", "proj", "cross_qkv", "cross_q", "cross_k", "cross_v", "cross_kv",
-                   "cross_proj", "fc1", "fc2")
+_SUBLAYER_ORDER = (
+    "qkv",
+    "q",
+    "k",
+    "v",
+    "kv",
+    "proj",
+    "cross_qkv",
+    "cross_q",
+    "cross_k",
+    "cross_v",
+    "cross_kv",
+    "cross_proj",
+    "fc1",
+    "fc2",
+)
 _GROUP_ORDER = {LayerGroup.EMBEDDING: 0, LayerGroup.BODY: 1, LayerGroup.OTHER: 2, LayerGroup.HEAD: 3}
 _GROUPED_GEMM = re.compile(r"^gemm_\d+$")  # TE GroupedLinear logs `<name>.gemm_<i>`
 
@@ -133,8 +160,11 @@ def layer_structure(layer: str) -> LayerStructure:
     block = _block_position(parts)
     head = _first_position(parts, _HEADS)
     embedding = _first_position(parts, _EMBEDDINGS)
-    candidates = [(pos, group) for pos, group in ((block, LayerGroup.BODY), (head, LayerGroup.HEAD),
-                                                  (embedding, LayerGroup.EMBEDDING)) if pos is not None]
+    candidates = [
+        (pos, group)
+        for pos, group in ((block, LayerGroup.BODY), (head, LayerGroup.HEAD), (embedding, LayerGroup.EMBEDDING))
+        if pos is not None
+    ]
     if not candidates:
         return LayerStructure(LayerGroup.OTHER, None, parts[-1])
     pos, group = min(candidates, key=lambda item: item[0])

@@ -146,9 +146,7 @@ class LayerPlan:
     def precision(self) -> Precision:
         if self.disabled:
             return Precision.HIGH
-        plans = {
-            plan for (tensor, _), plan in self.gemm_plans.items() if tensor in QUANTIZED_TENSORS
-        }
+        plans = {plan for (tensor, _), plan in self.gemm_plans.items() if tensor in QUANTIZED_TENSORS}
         if not plans:
             return Precision.UNKNOWN
         quantized = {p for p in plans if p in ("Quantize", "FP8 Quantize")}

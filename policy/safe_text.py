@@ -39,8 +39,11 @@ def displayable_json(value: Any, depth: int = 0) -> Any:
     if isinstance(value, int):
         return value if -MAX_SHOWN_INT <= value < MAX_SHOWN_INT else _int_text(value)
     if isinstance(value, float):
-        return value if math.isfinite(value) else ("NaN" if math.isnan(value) else
-                                                    "Infinity" if value > 0 else "-Infinity")
+        return (
+            value
+            if math.isfinite(value)
+            else ("NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity")
+        )
     if isinstance(value, str):
         return displayable(value)
     if depth >= MAX_SHOWN_DEPTH:

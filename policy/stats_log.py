@@ -271,8 +271,16 @@ class StatsLogParser:
         if len(report.skipped_samples) < MAX_SAMPLES:
             report.skipped_samples.append(text)
 
-    def _slow_path(self, data: np.ndarray, report: FileReport, status: np.ndarray, sid: np.ndarray, its: np.ndarray,
-                   vals: np.ndarray, starts: np.ndarray) -> None:
+    def _slow_path(
+        self,
+        data: np.ndarray,
+        report: FileReport,
+        status: np.ndarray,
+        sid: np.ndarray,
+        its: np.ndarray,
+        vals: np.ndarray,
+        starts: np.ndarray,
+    ) -> None:
         """Lines the fast path did not take: the reference regex decides; results go back in place."""
         for idx in np.flatnonzero(status == kernel.STATUS_SLOW).tolist():
             raw = bytes(data[int(starts[idx]) : int(starts[idx + 1])]).rstrip(b"\n")
@@ -299,8 +307,9 @@ class StatsLogParser:
         return _deduplicate(self._table.names, offsets, its, vals, self._files)
 
 
-def _deduplicate(names: list[str], offsets: np.ndarray, its: np.ndarray, vals: np.ndarray,
-                 files: list[FileReport]) -> ParsedStats:
+def _deduplicate(
+    names: list[str], offsets: np.ndarray, its: np.ndarray, vals: np.ndarray, files: list[FileReport]
+) -> ParsedStats:
     """Per series: sort by iteration (stable) and keep the last point of each iteration."""
     duplicated = 0
     new_offsets = [0]

@@ -134,17 +134,34 @@ class Thresholds:
             )
         for name in ("warmup_fraction", "rank_outlier_min_share"):
             _check_range(name, getattr(self, name), 0.0, 1.0, low_open=False)
-        for name in ("window_fraction", "level_quantile", "trend_fit_fraction", "uniform_fraction", "edge_fraction",
-                     "whatif_gain"):
+        for name in (
+            "window_fraction",
+            "level_quantile",
+            "trend_fit_fraction",
+            "uniform_fraction",
+            "edge_fraction",
+            "whatif_gain",
+        ):
             _check_range(name, getattr(self, name), 0.0, 1.0, low_open=True)
-        for name in ("trend_horizon", "trend_min_rise", "trend_min_t", "rank_outlier_gap", "print_resolution",
-                     "overflow_pct"):
+        for name in (
+            "trend_horizon",
+            "trend_min_rise",
+            "trend_min_t",
+            "rank_outlier_gap",
+            "print_resolution",
+            "overflow_pct",
+        ):
             _check_range(name, getattr(self, name), 0.0, math.inf, low_open=False)
         for name in ("scale_jump_factor", "boundary_ratio", "rank_outlier_score", "rank_outlier_ratio"):
             if getattr(self, name) <= 1.0:
                 raise ValueError(f"threshold {name!r} must be > 1, got {getattr(self, name)}")
-        for name in ("min_points", "trend_max_candidates", "uniform_min_layers", "scale_jumps_critical",
-                     "rank_outlier_max_features"):
+        for name in (
+            "min_points",
+            "trend_max_candidates",
+            "uniform_min_layers",
+            "scale_jumps_critical",
+            "rank_outlier_max_features",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"threshold {name!r} must be >= 1, got {getattr(self, name)}")
         if self.rank_outlier_min_ranks < 4:

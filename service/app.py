@@ -12,6 +12,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
+from fp8_policy.service.alerts.routes import router as alerts_router
+from fp8_policy.service.alerts.sender import AlertSender
 from fp8_policy.service.analysis.routes import router as analysis_router
 from fp8_policy.service.analysis.summary import SummaryRefresher
 from fp8_policy.service.auth.routes import AUTH_ERRORS as AUTH_RESPONSES
@@ -23,8 +25,6 @@ from fp8_policy.service.ingest.worker import IngestWorker
 from fp8_policy.service.limits import check_request
 from fp8_policy.service.live.heatmap_routes import router as live_heatmap_router
 from fp8_policy.service.live.routes import router as live_router
-from fp8_policy.service.alerts.routes import router as alerts_router
-from fp8_policy.service.alerts.sender import AlertSender
 from fp8_policy.service.runs.retry import router as retry_router
 from fp8_policy.service.runs.routes import router as runs_router
 from fp8_policy.service.security import BrowserGuard

@@ -31,25 +31,57 @@ def cli() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=int)
 @click.option("--demo/--no-demo", default=None, help="Load demo runs when the database is empty.")
-@click.option("--migrate/--no-migrate", default=True, show_default=True,
-              help="Run the database migrations before serving.")
+@click.option(
+    "--migrate/--no-migrate", default=True, show_default=True, help="Run the database migrations before serving."
+)
 @click.option("--log-level", default="info", show_default=True)
-@click.option("--ingest/--no-ingest", default=None,
-              help="Run ingest jobs in this process (default) or leave them to `fp8-policy worker` processes.")
-@click.option("--allow-anonymous", is_flag=True,
-              help="On a non-loopback --host, serve requests without a token while no access token exists.")
-@click.option("--header-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Seconds to receive a request head [FP8_POLICY_HEADER_TIMEOUT, 15].")
-@click.option("--body-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Seconds a request body may stall [FP8_POLICY_BODY_TIMEOUT, 30].")
-@click.option("--max-uploads", type=click.IntRange(min=1), default=None,
-              help="Uploads received at once, 503 beyond [FP8_POLICY_MAX_CONCURRENT_UPLOADS, 8].")
-@click.option("--limit-concurrency", type=click.IntRange(min=1), default=None,
-              help="Open connections at most, lowered to fit `ulimit -n` [FP8_POLICY_LIMIT_CONCURRENCY, 1024].")
-def serve(host: str, port: int, demo: bool | None, migrate: bool, log_level: str, ingest: bool | None,
-          allow_anonymous: bool,
-          header_timeout: float | None, body_timeout: float | None, max_uploads: int | None,
-          limit_concurrency: int | None) -> None:
+@click.option(
+    "--ingest/--no-ingest",
+    default=None,
+    help="Run ingest jobs in this process (default) or leave them to `fp8-policy worker` processes.",
+)
+@click.option(
+    "--allow-anonymous",
+    is_flag=True,
+    help="On a non-loopback --host, serve requests without a token while no access token exists.",
+)
+@click.option(
+    "--header-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds to receive a request head [FP8_POLICY_HEADER_TIMEOUT, 15].",
+)
+@click.option(
+    "--body-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds a request body may stall [FP8_POLICY_BODY_TIMEOUT, 30].",
+)
+@click.option(
+    "--max-uploads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Uploads received at once, 503 beyond [FP8_POLICY_MAX_CONCURRENT_UPLOADS, 8].",
+)
+@click.option(
+    "--limit-concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Open connections at most, lowered to fit `ulimit -n` [FP8_POLICY_LIMIT_CONCURRENCY, 1024].",
+)
+def serve(
+    host: str,
+    port: int,
+    demo: bool | None,
+    migrate: bool,
+    log_level: str,
+    ingest: bool | None,
+    allow_anonymous: bool,
+    header_timeout: float | None,
+    body_timeout: float | None,
+    max_uploads: int | None,
+    limit_concurrency: int | None,
+) -> None:
     """Start the API with uvicorn (on a non-loopback --host only once an access token exists)."""
     import uvicorn
 
@@ -62,15 +94,20 @@ def serve(host: str, port: int, demo: bool | None, migrate: bool, log_level: str
         settings = settings.model_copy(update={"load_demo": demo})
     if ingest is not None:
         settings = settings.model_copy(update={"ingest_in_process": ingest})
-    limits = {"header_timeout": header_timeout, "body_timeout": body_timeout, "max_concurrent_uploads": max_uploads,
-              "limit_concurrency": limit_concurrency}
+    limits = {
+        "header_timeout": header_timeout,
+        "body_timeout": body_timeout,
+        "max_concurrent_uploads": max_uploads,
+        "limit_concurrency": limit_concurrency,
+    }
     settings = settings.model_copy(update={k: v for k, v in limits.items() if v is not None})
     if migrate:
         _upgrade(settings)
     settings = _check_anonymous_access(settings, host, allow_anonymous)
     descriptors = raise_descriptor_limit()
-    config = uvicorn_config(create_app(settings), settings, host=host, port=port, log_level=log_level,
-                            descriptors=descriptors)
+    config = uvicorn_config(
+        create_app(settings), settings, host=host, port=port, log_level=log_level, descriptors=descriptors
+    )
     uvicorn.Server(config).run()
 
 

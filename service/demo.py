@@ -20,8 +20,18 @@ from fp8_policy.service.runs import actions
 
 log = logging.getLogger("fp8_policy.demo")
 DEMO_PROJECT = "demo"
-DEMO_SCENARIOS = ("healthy", "u_shape", "head_only", "boundary", "single_tensor", "rising_trend",
-                  "uniform", "rank_outlier", "overflow", "scale_instability")
+DEMO_SCENARIOS = (
+    "healthy",
+    "u_shape",
+    "head_only",
+    "boundary",
+    "single_tensor",
+    "rising_trend",
+    "uniform",
+    "rank_outlier",
+    "overflow",
+    "scale_instability",
+)
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "bionemo"
 
 

@@ -69,8 +69,9 @@ class Forbidden(AppError):
 
     def __init__(self, detail: str, *, needed_scope: str) -> None:
         super().__init__(detail, error="InsufficientScope")
-        self.headers = {"WWW-Authenticate": f'Bearer realm="fp8-policy", error="insufficient_scope", '
-                                            f'scope="{needed_scope}"'}
+        self.headers = {
+            "WWW-Authenticate": f'Bearer realm="fp8-policy", error="insufficient_scope", scope="{needed_scope}"'
+        }
 
 
 # Named errors: the class name is the wire code ({"error": "<ClassName>"}), the base class the status.
@@ -177,8 +178,9 @@ _HTTP_NAMES = {
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AppError)
     async def _app_error(_request: Request, exc: AppError) -> JSONResponse:
-        return JSONResponse({"error": exc.error, "detail": exc.detail}, status_code=exc.status_code,
-                            headers=exc.headers)
+        return JSONResponse(
+            {"error": exc.error, "detail": exc.detail}, status_code=exc.status_code, headers=exc.headers
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

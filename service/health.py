@@ -14,4 +14,5 @@ class HealthRead(BaseModel):
 
 
 HEALTH_RESPONSES: dict[int | str, dict] = {
-    503: {"model": HealthRead, "description": "The database round trip failed (`status` is \"error\")."}}
+    503: {"model": HealthRead, "description": 'The database round trip failed (`status` is "error").'}
+}

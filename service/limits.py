@@ -77,8 +77,7 @@ def parse_cursor(cursor: str | None) -> int | None:
     """`next_cursor` as given back by the list endpoint: a run id in ASCII digits."""
     if not cursor:
         return None
-    if (len(cursor) > MAX_CURSOR_DIGITS or not _ASCII_DIGITS.fullmatch(cursor)
-            or not 1 <= int(cursor) <= MAX_ROW_ID):
+    if len(cursor) > MAX_CURSOR_DIGITS or not _ASCII_DIGITS.fullmatch(cursor) or not 1 <= int(cursor) <= MAX_ROW_ID:
         raise BadRequest(f"invalid cursor {displayable(cursor[:40])!r}")
     return int(cursor)
 

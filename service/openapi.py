@@ -20,7 +20,7 @@ from fp8_policy.service.schema_base import threshold_help, threshold_type
 
 ERROR_DESCRIPTIONS: dict[int, str] = {
     400: "Bad input: `error` names the problem (e.g. InvalidParameter, UnknownParameter, InvalidThresholds, "
-         "UnknownFormat, NoData, InvalidUpload) and `detail` says what to change.",
+    "UnknownFormat, NoData, InvalidUpload) and `detail` says what to change.",
     401: "Missing, invalid, revoked or expired API token.",
     403: "The token's scope does not allow this request, or the request came from another site (Origin).",
     404: "No such run (or resource).",
@@ -48,9 +48,12 @@ def threshold_params(names: tuple[str, ...] | None = None) -> list[dict[str, Any
     defaults = Thresholds()
     selected = [f.name for f in fields(Thresholds) if names is None or f.name in names]
     return [
-        query_param(name, {"type": "integer" if threshold_type(name) is int else "number",
-                           "default": getattr(defaults, name)},
-                    f"Threshold: {threshold_help().get(name, name)}. Must keep 0 <= warning < critical < severe."
-                    if name in ("warning", "critical", "severe") else f"Threshold: {threshold_help().get(name, name)}.")
+        query_param(
+            name,
+            {"type": "integer" if threshold_type(name) is int else "number", "default": getattr(defaults, name)},
+            f"Threshold: {threshold_help().get(name, name)}. Must keep 0 <= warning < critical < severe."
+            if name in ("warning", "critical", "severe")
+            else f"Threshold: {threshold_help().get(name, name)}.",
+        )
         for name in selected
     ]

@@ -57,6 +57,10 @@ def threshold_type(name: str) -> type:
 def threshold_fields() -> dict[str, Any]:
     """`create_model` keyword arguments: one required field per threshold, typed and described."""
     defaults = Thresholds()
-    return {f.name: (threshold_type(f.name), Field(description=f"{threshold_help().get(f.name, '')} "
-                                                             f"(default {getattr(defaults, f.name)!r})".strip()))
-            for f in fields(Thresholds)}
+    return {
+        f.name: (
+            threshold_type(f.name),
+            Field(description=f"{threshold_help().get(f.name, '')} (default {getattr(defaults, f.name)!r})".strip()),
+        )
+        for f in fields(Thresholds)
+    }

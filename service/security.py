@@ -74,12 +74,16 @@ class BrowserGuard:
             host = headers.get(b"host", b"").decode("latin-1")
             if _normalise(text) in self.allowed or _same_origin(text, host):
                 return None
-            return (f"{scope['method']} from origin {text[:100]!r} refused: state-changing requests must come "
-                    "from this service's own pages (or a client that sends no Origin header)")
+            return (
+                f"{scope['method']} from origin {text[:100]!r} refused: state-changing requests must come "
+                "from this service's own pages (or a client that sends no Origin header)"
+            )
         site = headers.get(b"sec-fetch-site", b"").decode("latin-1").strip().lower()
         if site in ("cross-site", "same-site"):
-            return (f"{scope['method']} from a {site} page refused: state-changing requests must come from this "
-                    "service's own pages")
+            return (
+                f"{scope['method']} from a {site} page refused: state-changing requests must come from this "
+                "service's own pages"
+            )
         return None
 
 
@@ -91,8 +95,11 @@ def _same_origin(origin: str, host: str) -> bool:
         page = urlsplit(origin)
         target = urlsplit(f"//{host}")
         default = _DEFAULT_PORTS.get(page.scheme.lower())
-        return (bool(page.hostname) and page.hostname == target.hostname
-                and (page.port or default) == (target.port or default))
+        return (
+            bool(page.hostname)
+            and page.hostname == target.hostname
+            and (page.port or default) == (target.port or default)
+        )
     except ValueError:
         return False
 
@@ -111,6 +118,15 @@ def _normalise(origin: str) -> str:
 
 async def _send_json(send: Send, status: int, body: dict[str, str]) -> None:
     payload = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *_ALWAYS]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                *_ALWAYS,
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": payload})

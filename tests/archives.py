@@ -41,8 +41,11 @@ def metadata_log(layers: Mapping[str, str]) -> bytes:
     """Metadata lines: each layer assigned, with plan lines `FP8 Quantize` or `High Precision` for every GEMM."""
     lines = [f"{META_TS} - INFO - Assigned layer name: {layer}" for layer in layers]
     for layer, plan in layers.items():
-        for tensor, gemms in (("activation", ("fprop", "wgrad")), ("weight", ("fprop", "dgrad")),
-                              ("gradient", ("dgrad", "wgrad"))):
+        for tensor, gemms in (
+            ("activation", ("fprop", "wgrad")),
+            ("weight", ("fprop", "dgrad")),
+            ("gradient", ("dgrad", "wgrad")),
+        ):
             lines += [f"{META_TS} - INFO - LAYER={layer}: Tensor: {tensor}, gemm {gemm} - {plan}" for gemm in gemms]
     return ("\n".join(lines) + "\n").encode()
 
@@ -78,8 +81,11 @@ def multi_rank_tree(root: Path, ranks: int, layers: int = 2, iterations: Iterabl
     names = [f"model.layers.{layer}.fc1" for layer in range(1, layers + 1)]
     files: dict[str, bytes] = {}
     for rank in range(ranks):
-        points = [(f"{name}_activation_underflows%", it, rank_value(rank, k + 1, it))
-                  for it in its for k, name in enumerate(names)]
+        points = [
+            (f"{name}_activation_underflows%", it, rank_value(rank, k + 1, it))
+            for it in its
+            for k, name in enumerate(names)
+        ]
         files[stats_relpath(rank)] = stats_log(points)
         files[meta_relpath(rank)] = metadata_log(dict.fromkeys(names, "FP8 Quantize"))
     return write_tree(root, files)

@@ -17,8 +17,10 @@ from fp8_policy.db.session import create_db_engine
 from fp8_policy.service.auth.actions import create_token
 from fp8_policy.service.auth.tokens import load_hasher
 
-BACKENDS = [pytest.param("sqlite", id="sqlite"),
-            pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres)]
+BACKENDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+]
 
 
 def private_database(backend: str, request: pytest.FixtureRequest, directory) -> str:
@@ -31,8 +33,9 @@ def private_database(backend: str, request: pytest.FixtureRequest, directory) ->
     return url
 
 
-def make_token(url: str, scope: str, *, name: str | None = None, expires_days: int | None = None,
-               secret_key: str | None = None) -> tuple[str, str]:
+def make_token(
+    url: str, scope: str, *, name: str | None = None, expires_days: int | None = None, secret_key: str | None = None
+) -> tuple[str, str]:
     """(name, token) of a new token stored in the database at `url`, as `fp8-policy token create` makes it."""
     name = name or f"{scope}-{uuid.uuid4().hex[:8]}"
     engine = create_db_engine(url)

@@ -56,17 +56,33 @@ class Cluster:
         env = {**os.environ, **self.env, "FP8_POLICY_DATA_DIR": str(data_dir)}
         log = self.workdir / f"{name}.log"
         with open(log, "wb") as out:
-            process = subprocess.Popen([sys.executable, "-m", "fp8_policy.service.cli", *args], cwd=ROOT, env=env,
-                                       stdout=out, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                [sys.executable, "-m", "fp8_policy.service.cli", *args],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         return Member(name, process, log)
 
     def start_api(self, *extra: str, ingest: bool = False, migrate: bool = False) -> Member:
         """An API process; `ingest=True` is the embedded setup (it runs the ingest jobs itself)."""
         port = free_port()
-        member = self._spawn(f"api{len(self.apis)}", ["serve", "--ingest" if ingest else "--no-ingest",
-                                                      "--migrate" if migrate else "--no-migrate",
-                                                      "--host", "127.0.0.1", "--port", str(port), "--log-level",
-                                                      "warning", *extra])
+        member = self._spawn(
+            f"api{len(self.apis)}",
+            [
+                "serve",
+                "--ingest" if ingest else "--no-ingest",
+                "--migrate" if migrate else "--no-migrate",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+                *extra,
+            ],
+        )
         member.url = f"http://127.0.0.1:{port}"
         self.apis.append(member)
         return member

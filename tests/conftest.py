@@ -39,6 +39,7 @@ pytest_plugins = ("tests.s3",)  # the moto S3 server fixtures (s3_endpoint, s3_b
 # Set FP8_POLICY_SKIP_POSTGRES=1 to skip PostgreSQL-backed tests explicitly
 # (reported as skips with -ra), or deselect them with `-m "not postgres"`.
 
+
 def _skip_postgres_requested() -> bool:
     return os.environ.get("FP8_POLICY_SKIP_POSTGRES", "").strip() == "1"
 
@@ -65,6 +66,7 @@ def postgres_server():
 # ===========================================================================
 # 2. Database URLs
 # ===========================================================================
+
 
 @pytest.fixture(
     scope="session",

@@ -11,13 +11,28 @@ from fp8_policy.db.models import Layer, Run, RunTag, Series
 from fp8_policy.db.repositories import NewRun, RunRepository
 
 
-def insert_run(engine: Engine, project: str, *, status: str = "queued", upload_path: str = "",
-               sha256: str | None = None, upload_filename: str | None = "upload.tar.gz") -> int:
+def insert_run(
+    engine: Engine,
+    project: str,
+    *,
+    status: str = "queued",
+    upload_path: str = "",
+    sha256: str | None = None,
+    upload_filename: str | None = "upload.tar.gz",
+) -> int:
     """A run row as the API would create it, then forced into `status` (no ingest is submitted)."""
     with Session(engine) as session, session.begin():
         run = RunRepository(session).add(
-            NewRun(None, project, (), {}, sha256 or f"{project}-{status}".ljust(64, "0")[:64], upload_filename,
-                   123, upload_path)
+            NewRun(
+                None,
+                project,
+                (),
+                {},
+                sha256 or f"{project}-{status}".ljust(64, "0")[:64],
+                upload_filename,
+                123,
+                upload_path,
+            )
         )
         session.execute(update(Run).where(Run.id == run.id).values(status=status))
         return run.id

@@ -72,6 +72,7 @@ class PostgresStartupError(RuntimeError):
 # helpers
 # --------------------------------------------------------------------------
 
+
 def _find_bindir(bindir: str | os.PathLike | None) -> Path:
     """Directory holding ``initdb`` and ``pg_ctl``.
 
@@ -170,8 +171,14 @@ def _stop_and_remove(base_dir: Path, bindir: Path, as_root: bool, timeout: float
             cmd = ["runuser", "-u", _OS_USER, "--", *cmd]
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run(
-                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                cwd=str(base_dir), env=_clean_env(), timeout=timeout + 5, check=False,
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd=str(base_dir),
+                env=_clean_env(),
+                timeout=timeout + 5,
+                check=False,
             )
         # Belt and braces: if the postmaster survived, kill it outright.
         deadline = time.monotonic() + 5
@@ -186,6 +193,7 @@ def _stop_and_remove(base_dir: Path, bindir: Path, as_root: bool, timeout: float
 # --------------------------------------------------------------------------
 # the cluster
 # --------------------------------------------------------------------------
+
 
 class ThrowawayPostgres:
     """A disposable PostgreSQL cluster bound to 127.0.0.1 on a free port.
@@ -223,8 +231,10 @@ class ThrowawayPostgres:
         self._bindir_arg = bindir
         # /tmp keeps the Unix socket path short (107-byte limit) and is
         # traversable by the postgres user, unlike e.g. a 0700 $TMPDIR of root.
-        self._base_tmp = base_tmp or os.environ.get("FP8_POLICY_PG_TMPDIR") or (
-            "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
+        self._base_tmp = (
+            base_tmp
+            or os.environ.get("FP8_POLICY_PG_TMPDIR")
+            or ("/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir())
         )
         self._server_settings = dict(server_settings or {})
         self._start_timeout = int(start_timeout)
@@ -361,8 +371,14 @@ class ThrowawayPostgres:
     def _run(self, what: str, *args: str, timeout: float) -> None:
         try:
             proc = subprocess.run(
-                self._cmd(*args), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                cwd=str(self.base_dir), env=_clean_env(), timeout=timeout, check=False,
+                self._cmd(*args),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                cwd=str(self.base_dir),
+                env=_clean_env(),
+                timeout=timeout,
+                check=False,
             )
         except subprocess.TimeoutExpired as exc:
             raise PostgresStartupError(f"{what} timed out after {timeout}s\n{self._describe()}") from exc
@@ -378,8 +394,17 @@ class ThrowawayPostgres:
     def _initdb(self) -> None:
         self._run(
             "initdb",
-            "initdb", "-D", str(self.base_dir / "data"), "-A", "trust", "-U", _DB_USER,
-            "--no-sync", "-E", "UTF8", "--locale=C",
+            "initdb",
+            "-D",
+            str(self.base_dir / "data"),
+            "-A",
+            "trust",
+            "-U",
+            _DB_USER,
+            "--no-sync",
+            "-E",
+            "UTF8",
+            "--locale=C",
             timeout=120,
         )
 
@@ -401,8 +426,17 @@ class ThrowawayPostgres:
             try:
                 self._run(
                     "pg_ctl start",
-                    "pg_ctl", "-D", str(self.base_dir / "data"), "-w", "-t", str(self._start_timeout),
-                    "-o", opts, "-l", str(log), "start",
+                    "pg_ctl",
+                    "-D",
+                    str(self.base_dir / "data"),
+                    "-w",
+                    "-t",
+                    str(self._start_timeout),
+                    "-o",
+                    opts,
+                    "-l",
+                    str(log),
+                    "start",
                     timeout=self._start_timeout + 15,
                 )
             except PostgresStartupError:
@@ -426,8 +460,12 @@ class ThrowawayPostgres:
         except ImportError as exc:  # pragma: no cover - psycopg is a hard dependency
             raise PostgresUnavailable("psycopg (v3) is required to talk to the throwaway cluster") from exc
         with psycopg.connect(
-            host=self.host, port=self.port, user=self.user, dbname="postgres",
-            autocommit=True, connect_timeout=10,
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            dbname="postgres",
+            autocommit=True,
+            connect_timeout=10,
         ) as conn:
             conn.execute(statement)
 
@@ -435,9 +473,18 @@ class ThrowawayPostgres:
 
     def _start_watchdog(self) -> None:
         self._watchdog = subprocess.Popen(
-            [sys.executable, "-I", os.path.abspath(__file__), "--watchdog",
-             str(self.base_dir), str(self.bindir), "1" if self._as_root else "0"],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-I",
+                os.path.abspath(__file__),
+                "--watchdog",
+                str(self.base_dir),
+                str(self.bindir),
+                "1" if self._as_root else "0",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             start_new_session=True,  # no terminal Ctrl-C; survives our death
             close_fds=True,
         )

@@ -30,8 +30,12 @@ class S3Bucket:
     def filesystem(self):
         import s3fs
 
-        return s3fs.S3FileSystem(key=CREDENTIALS["AWS_ACCESS_KEY_ID"], secret=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-                                 client_kwargs={"endpoint_url": self.endpoint_url}, skip_instance_cache=True)
+        return s3fs.S3FileSystem(
+            key=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            secret=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            client_kwargs={"endpoint_url": self.endpoint_url},
+            skip_instance_cache=True,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -20,8 +20,23 @@ from fp8_policy.service.settings import get_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 # Top-level modules that only the `server` extra installs.
-SERVER_ONLY = ("fastapi", "starlette", "uvicorn", "python_multipart", "pydantic", "pydantic_settings", "sqlalchemy",
-               "alembic", "psycopg", "numpy", "numba", "isal", "sklearn", "threadpoolctl", "matplotlib")
+SERVER_ONLY = (
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "python_multipart",
+    "pydantic",
+    "pydantic_settings",
+    "sqlalchemy",
+    "alembic",
+    "psycopg",
+    "numpy",
+    "numba",
+    "isal",
+    "sklearn",
+    "threadpoolctl",
+    "matplotlib",
+)
 _BLOCKER = (
     "import importlib.abc, sys\n"
     "class Block(importlib.abc.MetaPathFinder):\n"
@@ -45,8 +60,9 @@ def test_the_console_script_loads_no_server_module() -> None:
 
 
 def test_server_commands_are_listed_without_the_server_dependencies() -> None:
-    done = _python("from fp8_policy.cli import cli\nimport click\n"
-                   "print(' '.join(cli.list_commands(click.Context(cli))))")
+    done = _python(
+        "from fp8_policy.cli import cli\nimport click\nprint(' '.join(cli.list_commands(click.Context(cli))))"
+    )
 
     assert done.returncode == 0, done.stderr
     names = set(done.stdout.split())
@@ -60,8 +76,9 @@ def test_a_server_command_without_the_extra_prints_one_line_naming_it(monkeypatc
 
     assert result.exit_code == 2
     assert result.stdout == ""
-    assert result.stderr == ("error: `fp8-policy serve` is a server command; install the server extra: "
-                             "pip install 'fp8-policy[server]'\n")
+    assert result.stderr == (
+        "error: `fp8-policy serve` is a server command; install the server extra: pip install 'fp8-policy[server]'\n"
+    )
     sub = CliRunner().invoke(console.cli, ["db", "upgrade", "--help"])
     assert (sub.exit_code, sub.stderr.count("\n")) == (2, 1) and "fp8-policy db" in sub.stderr
 
@@ -84,8 +101,13 @@ def test_an_unknown_command_is_a_usage_error() -> None:
 
 def test_missing_server_requirements_reads_the_server_extra_of_the_metadata(monkeypatch) -> None:
     assert console.missing_server_requirements() == []  # the dev install has them all
-    fake = ['click>=8.1', 'fastapi>=0.121; extra == "server"', 'no-such-dist-fp8>=1; extra == "server"',
-            "other-missing-fp8>=1; extra == 'dev'", 'psycopg[binary]>=3.2; extra == "server"']
+    fake = [
+        "click>=8.1",
+        'fastapi>=0.121; extra == "server"',
+        'no-such-dist-fp8>=1; extra == "server"',
+        "other-missing-fp8>=1; extra == 'dev'",
+        'psycopg[binary]>=3.2; extra == "server"',
+    ]
     monkeypatch.setattr(console.metadata, "requires", lambda name: fake)
 
     assert console.missing_server_requirements() == ["no-such-dist-fp8"]

@@ -39,7 +39,11 @@ def test_importing_the_package_loads_no_subpackage() -> None:
 def test_the_type_checking_block_re_exports_exactly_the_public_names() -> None:
     tree = ast.parse((ROOT / "fp8_policy" / "__init__.py").read_text())
     block = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
-    imported = {(node.module, alias.name, alias.asname) for node in block.body if isinstance(node, ast.ImportFrom)
-                for alias in node.names}
+    imported = {
+        (node.module, alias.name, alias.asname)
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
 
     assert imported == {(module, name, name) for name, module in fp8_policy._EXPORTS.items()}

@@ -28,7 +28,8 @@ def _roundtrip(url: str, table: str = "items", drop: bool = False) -> list[tuple
     try:
         meta = sa.MetaData()
         t = sa.Table(
-            table, meta,
+            table,
+            meta,
             sa.Column("id", sa.Integer, primary_key=True),
             sa.Column("name", sa.String(50), nullable=False),
         )
@@ -56,6 +57,7 @@ def _wait_until(pred, timeout: float = 15.0) -> bool:
 # --------------------------------------------------------------------------
 # session cluster
 # --------------------------------------------------------------------------
+
 
 @pytest.mark.postgres
 def test_url_shape(postgres_server):
@@ -112,6 +114,7 @@ def test_create_database_is_isolated(postgres_server):
 # --------------------------------------------------------------------------
 # a second, short-lived cluster: lifecycle and cleanup
 # --------------------------------------------------------------------------
+
 
 @pytest.mark.postgres
 def test_context_manager_cleans_up(postgres_server):
@@ -178,7 +181,10 @@ def test_cleanup_when_session_dies(postgres_server, how):
     """An interrupted/killed test process must not leave a server or directory behind."""
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD, how],
-        cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=REPO_ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
     try:
@@ -187,8 +193,7 @@ def test_cleanup_when_session_dies(postgres_server, how):
         info = json.loads(line)
         assert port_is_open(info["port"])
         if how != "exit":
-            child.send_signal({"sigint": signal.SIGINT, "sigterm": signal.SIGTERM,
-                               "sigkill": signal.SIGKILL}[how])
+            child.send_signal({"sigint": signal.SIGINT, "sigterm": signal.SIGTERM, "sigkill": signal.SIGKILL}[how])
         child.wait(timeout=30)
     finally:
         if child.poll() is None:
@@ -202,6 +207,7 @@ def test_cleanup_when_session_dies(postgres_server, how):
 # --------------------------------------------------------------------------
 # the database_url fixture
 # --------------------------------------------------------------------------
+
 
 def test_database_url_gives_working_engine(database_url, request):
     # database_url is session-scoped and shared with the app tests: leave it as found.

@@ -39,13 +39,41 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT.parent / "shared" / "fixtures" / "bionemo" / "dummy_logs_esm2"
 # Distributions only the `server` extra may bring (and pandas, which only the dev tools use).
-SERVER_DISTRIBUTIONS = {"fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "psycopg", "psycopg-binary",
-                        "numpy", "pandas", "numba", "llvmlite", "scikit-learn", "scipy", "matplotlib", "pydantic",
-                        "pydantic-settings", "isal", "python-multipart"}
+SERVER_DISTRIBUTIONS = {
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "sqlalchemy",
+    "alembic",
+    "psycopg",
+    "psycopg-binary",
+    "numpy",
+    "pandas",
+    "numba",
+    "llvmlite",
+    "scikit-learn",
+    "scipy",
+    "matplotlib",
+    "pydantic",
+    "pydantic-settings",
+    "isal",
+    "python-multipart",
+}
 HINT = "pip install 'fp8-policy[server]'"
 # What a copy of the tree for building leaves out (.gitignore's entries and the VCS folder).
-_NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "data", "build", "dist", "*.egg-info", "__pycache__",
-                                     "test-artifacts", ".pytest_cache", "out", "*.db")
+_NOT_SOURCE = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "data",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    "test-artifacts",
+    ".pytest_cache",
+    "out",
+    "*.db",
+)
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -64,8 +92,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source = tmp_path_factory.mktemp("source") / "fp8-policy"
     shutil.copytree(ROOT, source, ignore=_NOT_SOURCE)
     out = tmp_path_factory.mktemp("dist")
-    built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out)],
-                           cwd=source, capture_output=True, text=True, timeout=300)
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out)],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (path,) = out.glob("fp8_policy-*.whl")
     return path
@@ -89,7 +122,9 @@ def _dependency_key(wheel: Path, extra: str) -> str:
     """What decides a template venv's content: the Python version and the wheel's Requires-Dist lines."""
     with zipfile.ZipFile(wheel) as archive:
         name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-        requires = sorted(line for line in archive.read(name).decode().splitlines() if line.startswith("Requires-Dist:"))
+        requires = sorted(
+            line for line in archive.read(name).decode().splitlines() if line.startswith("Requires-Dist:")
+        )
     return hashlib.sha256("\n".join([sys.version, extra, *requires]).encode()).hexdigest()[:16]
 
 
@@ -124,13 +159,13 @@ def server_venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
     where = tmp_path_factory.mktemp("server") / "venv"
     _copy(_template(wheel, "server"), where)
     python = where / "bin" / "python"
-    done = _run([str(python), "-m", "pip", "install", "--quiet", "--no-compile", "--no-deps", str(wheel)],
-                where.parent)
+    done = _run([str(python), "-m", "pip", "install", "--quiet", "--no-compile", "--no-deps", str(wheel)], where.parent)
     assert done.returncode == 0, done.stderr[-3000:]
     checked = _run([str(python), "-m", "pip", "check"], where.parent)
     assert checked.returncode == 0, checked.stdout[-3000:]
-    extra = _run([str(python), "-c", "from fp8_policy.cli import missing_server_requirements as m; print(m())"],
-                 where.parent)
+    extra = _run(
+        [str(python), "-c", "from fp8_policy.cli import missing_server_requirements as m; print(m())"], where.parent
+    )
     assert extra.stdout.strip() == "[]", extra.stdout + extra.stderr  # every requirement of [server] is there
     return python
 
@@ -184,8 +219,13 @@ def served(server_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
     port = _free_port()
     log = (home / "serve.log").open("w")
-    server = subprocess.Popen([str(script), "serve", "--host", "127.0.0.1", "--port", str(port), "--no-demo",
-                               "--log-level", "warning"], cwd=home, env=_env(home), stdout=log, stderr=log)
+    server = subprocess.Popen(
+        [str(script), "serve", "--host", "127.0.0.1", "--port", str(port), "--no-demo", "--log-level", "warning"],
+        cwd=home,
+        env=_env(home),
+        stdout=log,
+        stderr=log,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -215,8 +255,10 @@ def test_the_server_install_serves_the_dashboard_health_and_offline_docs(served:
         assert page.status_code == 200 and "text/html" in page.headers["content-type"]
         docs = http.get("/docs")
         assert docs.status_code == 200
-        assets = [*re.findall(r"""(?:src|href)=["']([^"']+)["']""", page.text),
-                  *re.findall(r"""(?:src|href)=["']([^"']+)["']""", docs.text)]
+        assets = [
+            *re.findall(r"""(?:src|href)=["']([^"']+)["']""", page.text),
+            *re.findall(r"""(?:src|href)=["']([^"']+)["']""", docs.text),
+        ]
         local = [a for a in assets if not a.startswith(("#", "data:"))]
         assert [a for a in local if re.match(r"^(https?:)?//", a)] == []  # nothing from another host
         assert local, "the dashboard and docs pages load no asset at all"
@@ -225,12 +267,28 @@ def test_the_server_install_serves_the_dashboard_health_and_offline_docs(served:
             assert http.get(path).status_code == 200, asset
 
 
-def test_the_base_client_uploads_the_esm2_fixture_and_the_server_ingests_it(served: tuple[str, Path], base: Path,
-                                                                             tmp_path: Path) -> None:
+def test_the_base_client_uploads_the_esm2_fixture_and_the_server_ingests_it(
+    served: tuple[str, Path], base: Path, tmp_path: Path
+) -> None:
     url, _ = served
     client = base.parent / "fp8-policy"
-    done = _run([str(client), "upload", str(FIXTURE), "--name", "esm2-wheel", "--wait", "--timeout", "180",
-                 "--json", "--url", url], tmp_path, timeout=240)
+    done = _run(
+        [
+            str(client),
+            "upload",
+            str(FIXTURE),
+            "--name",
+            "esm2-wheel",
+            "--wait",
+            "--timeout",
+            "180",
+            "--json",
+            "--url",
+            url,
+        ],
+        tmp_path,
+        timeout=240,
+    )
 
     assert done.returncode == 0, done.stderr
     run = json.loads(done.stdout)

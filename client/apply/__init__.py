@@ -31,14 +31,28 @@ if TYPE_CHECKING:
 BACKENDS = ("te", "torchao")
 
 __all__ = [
-    "BACKENDS", "AlreadyBF16", "ApplyReport", "MatchedLayer", "Unmatched", "UnmatchedLayers",
-    "apply_policy", "recipe_from_policy", "te_debug_config", "write_te_debug_config",
+    "BACKENDS",
+    "AlreadyBF16",
+    "ApplyReport",
+    "MatchedLayer",
+    "Unmatched",
+    "UnmatchedLayers",
+    "apply_policy",
+    "recipe_from_policy",
+    "te_debug_config",
+    "write_te_debug_config",
 ]
 
 
-def apply_policy(model: nn.Module | Sequence[nn.Module], policy: Mapping[str, Any], backend: str = "te", *,
-                 allow_unmatched: bool = False, gemm_overrides: str = "whole_module",
-                 **backend_options: Any) -> ApplyReport:
+def apply_policy(
+    model: nn.Module | Sequence[nn.Module],
+    policy: Mapping[str, Any],
+    backend: str = "te",
+    *,
+    allow_unmatched: bool = False,
+    gemm_overrides: str = "whole_module",
+    **backend_options: Any,
+) -> ApplyReport:
     """Keep the policy's layers in high precision; returns what was matched, unmatched and already BF16.
 
     Names are the ones nvdlfw_inspect logged (root `model.`, DDP/FSDP `.module` levels optional either
@@ -59,11 +73,13 @@ def apply_policy(model: nn.Module | Sequence[nn.Module], policy: Mapping[str, An
     if backend == "te":
         from fp8_policy.client.apply.te import apply_te
 
-        return apply_te(model, policy, allow_unmatched=allow_unmatched, gemm_overrides=gemm_overrides,
-                        **backend_options)
+        return apply_te(
+            model, policy, allow_unmatched=allow_unmatched, gemm_overrides=gemm_overrides, **backend_options
+        )
     if backend == "torchao":
         from fp8_policy.client.apply.torchao import apply_torchao
 
-        return apply_torchao(model, policy, allow_unmatched=allow_unmatched, gemm_overrides=gemm_overrides,
-                             **backend_options)
+        return apply_torchao(
+            model, policy, allow_unmatched=allow_unmatched, gemm_overrides=gemm_overrides, **backend_options
+        )
     raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")

@@ -71,8 +71,10 @@ class UnmatchedLayers(LookupError):
         self.unmatched = tuple(unmatched)
         lines = [f"{len(self.unmatched)} policy layer name(s) match no module of this model:"]
         lines += [f"  {item.message()}" for item in self.unmatched]
-        lines.append("A name that matches nothing would leave that layer in FP8; fix the name or pass "
-                     "allow_unmatched=True to continue anyway.")
+        lines.append(
+            "A name that matches nothing would leave that layer in FP8; fix the name or pass "
+            "allow_unmatched=True to continue anyway."
+        )
         super().__init__("\n".join(lines))
 
 
@@ -114,8 +116,9 @@ def walk(model: nn.Module | Sequence[nn.Module]) -> list[LoggedModule]:
 
     for index, chunk_module in enumerate(chunks):
         visit(chunk_module, ROOT, "", index)
-    aliases = [LoggedModule(f"{e.name}.{part}", e.fqn, e.module, e.chunk, part)
-               for e in out for part in fused_parts(e.module)]
+    aliases = [
+        LoggedModule(f"{e.name}.{part}", e.fqn, e.module, e.chunk, part) for e in out for part in fused_parts(e.module)
+    ]
     return out + aliases
 
 
@@ -160,8 +163,10 @@ class NameIndex:
         return tuple(by_key[k] for k in found[:limit])
 
 
-def resolve_names(index: NameIndex, names: Iterable[str],
-                  ) -> tuple[dict[str, tuple[list[LoggedModule], str]], list[Unmatched]]:
+def resolve_names(
+    index: NameIndex,
+    names: Iterable[str],
+) -> tuple[dict[str, tuple[list[LoggedModule], str]], list[Unmatched]]:
     """Resolve every name once: ({name: (modules, how)}, unmatched with suggestions), in input order."""
     resolved: dict[str, tuple[list[LoggedModule], str]] = {}
     unmatched: list[Unmatched] = []

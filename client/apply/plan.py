@@ -55,10 +55,12 @@ class PolicyView:
             if not gemms or not gemms <= set(GEMMS):
                 raise ValueError(f"gemm_overrides[{i}].gemms must be a non-empty subset of {list(GEMMS)}")
             merged.setdefault(item["layer"], set()).update(gemms)
-        return cls(skip_layers=tuple(dict.fromkeys(skips)),
-                   gemm_overrides={k: tuple(g for g in GEMMS if g in v) for k, v in merged.items()},
-                   recipe_name=_recipe_name(policy.get("recipe")),
-                   kept_bf16=frozenset(_names(policy.get("kept_bf16", []), "kept_bf16")))
+        return cls(
+            skip_layers=tuple(dict.fromkeys(skips)),
+            gemm_overrides={k: tuple(g for g in GEMMS if g in v) for k, v in merged.items()},
+            recipe_name=_recipe_name(policy.get("recipe")),
+            kept_bf16=frozenset(_names(policy.get("kept_bf16", []), "kept_bf16")),
+        )
 
     @property
     def override_only(self) -> dict[str, tuple[str, ...]]:
@@ -103,9 +105,15 @@ class Plan:
     report: ApplyReport
 
 
-def make_plan(model: nn.Module | Sequence[nn.Module], policy: Mapping[str, Any], *, backend: str,
-              allow_unmatched: bool, gemm_overrides: str,
-              quantizable: Callable[[nn.Module], bool]) -> Plan:
+def make_plan(
+    model: nn.Module | Sequence[nn.Module],
+    policy: Mapping[str, Any],
+    *,
+    backend: str,
+    allow_unmatched: bool,
+    gemm_overrides: str,
+    quantizable: Callable[[nn.Module], bool],
+) -> Plan:
     """Resolve the policy against `model`; raise UnmatchedLayers before any change unless allowed.
 
     `quantizable(module)` says whether the backend would run that module in FP8; a target with no
@@ -125,30 +133,39 @@ def make_plan(model: nn.Module | Sequence[nn.Module], policy: Mapping[str, Any],
     targets: dict[int, Target] = {}
     for name, (found, how) in resolved.items():
         if len({e.chunk for e in found}) < len(found):
-            report.warnings.append(f"`{name}` names {len(found)} modules (nvdlfw_inspect gave them one name, e.g. "
-                                   "TE TransformerLayers built without layer_number): all stay in high precision")
+            report.warnings.append(
+                f"`{name}` names {len(found)} modules (nvdlfw_inspect gave them one name, e.g. "
+                "TE TransformerLayers built without layer_number): all stay in high precision"
+            )
         for entry in found:
             target = targets.setdefault(id(entry.module), Target(entry.module, entry.fqn, entry.chunk))
             target.names.append(name)
             if entry.part:
                 target.parts.add(entry.part)
-            report.matched.append(MatchedLayer(name, entry.fqn, type(entry.module).__name__,
-                                               "fused" if entry.part else how, reasons[name]))
+            report.matched.append(
+                MatchedLayer(
+                    name, entry.fqn, type(entry.module).__name__, "fused" if entry.part else how, reasons[name]
+                )
+            )
     kept = _drop_already_bf16(list(targets.values()), view, report, quantizable)
     report.warnings += _warnings(view, kept, gemm_overrides)
     return Plan(view, kept, report)
 
 
-def _drop_already_bf16(targets: list[Target], view: PolicyView, report: ApplyReport,
-                       quantizable: Callable[[nn.Module], bool]) -> list[Target]:
+def _drop_already_bf16(
+    targets: list[Target], view: PolicyView, report: ApplyReport, quantizable: Callable[[nn.Module], bool]
+) -> list[Target]:
     kept = []
     for target in targets:
         if not any(quantizable(m) for m in target.module.modules()):
             why = f"{type(target.module).__name__} has no {report.backend} FP8 module: already high precision"
             report.already_bf16 += [AlreadyBF16(name, why) for name in target.names]
             continue
-        report.already_bf16 += [AlreadyBF16(name, "ran in BF16 in the analysed run; kept in high precision")
-                                for name in target.names if name in view.kept_bf16]
+        report.already_bf16 += [
+            AlreadyBF16(name, "ran in BF16 in the analysed run; kept in high precision")
+            for name in target.names
+            if name in view.kept_bf16
+        ]
         kept.append(target)
     return kept
 
@@ -161,15 +178,21 @@ def _warnings(view: PolicyView, targets: list[Target], mode: str) -> list[str]:
         full = fused_parts(target.module)
         if target.parts and target.parts != set(full):
             named = ", ".join(f"`{n}`" for n in target.names)
-            out.append(f"{named} is one GEMM of a fused {type(target.module).__name__} "
-                       f"(`{target.fqn}`): TE cannot split it, so {'/'.join(full)} all run in BF16")
+            out.append(
+                f"{named} is one GEMM of a fused {type(target.module).__name__} "
+                f"(`{target.fqn}`): TE cannot split it, so {'/'.join(full)} all run in BF16"
+            )
     overrides = view.override_only
     if overrides and mode == "whole_module":
-        out.append("per-GEMM overrides applied to whole modules (all GEMMs in BF16): "
-                   + ", ".join(f"{k} [{'/'.join(v)}]" for k, v in overrides.items())
-                   + "; for exact per-GEMM control use write_te_debug_config (TE debug API)")
+        out.append(
+            "per-GEMM overrides applied to whole modules (all GEMMs in BF16): "
+            + ", ".join(f"{k} [{'/'.join(v)}]" for k, v in overrides.items())
+            + "; for exact per-GEMM control use write_te_debug_config (TE debug API)"
+        )
     elif overrides:
-        out.append("per-GEMM overrides NOT applied (gemm_overrides='ignore'): "
-                   + ", ".join(f"{k} [{'/'.join(v)}]" for k, v in overrides.items())
-                   + "; apply them with write_te_debug_config (TE debug API)")
+        out.append(
+            "per-GEMM overrides NOT applied (gemm_overrides='ignore'): "
+            + ", ".join(f"{k} [{'/'.join(v)}]" for k, v in overrides.items())
+            + "; apply them with write_te_debug_config (TE debug API)"
+        )
     return out

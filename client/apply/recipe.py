@@ -83,8 +83,10 @@ def convert_kwargs(cls: type, raw: Mapping[str, Any], module: Any) -> dict[str, 
     out: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in accepted:
-            raise TypeError(f"{cls.__name__} has no parameter {key!r} (from the policy's recipe kwargs); "
-                            f"it takes: {', '.join(sorted(accepted))}")
+            raise TypeError(
+                f"{cls.__name__} has no parameter {key!r} (from the policy's recipe kwargs); "
+                f"it takes: {', '.join(sorted(accepted))}"
+            )
         if key in FORMAT_KWARGS and isinstance(value, str):
             value = to_format(module.Format, value, key)
         elif key in MM_KWARGS and isinstance(value, Mapping):

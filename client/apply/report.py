@@ -71,8 +71,9 @@ class ApplyReport:
     def summary(self) -> str:
         """Human-readable, one fact per line."""
         lines = [f"backend: {self.backend}" + (f" (policy recipe: {self.recipe})" if self.recipe else "")]
-        lines += [f"matched   {m.name} -> {m.fqn or '<root>'} ({m.module_type}, {m.how}, {m.reason})"
-                  for m in self.matched]
+        lines += [
+            f"matched   {m.name} -> {m.fqn or '<root>'} ({m.module_type}, {m.how}, {m.reason})" for m in self.matched
+        ]
         lines += [f"UNMATCHED {u.message()}" for u in self.unmatched]
         lines += [f"bf16      {a.name}: {a.why}" for a in self.already_bf16]
         if self.backend == "te":

@@ -47,7 +47,8 @@ _PRIOR = "_fp8_policy_prior_forward"  # an instance-level forward set by someone
 DELAYED_WARNING = (
     "the policy recipe is DelayedScaling: per-layer autocast(enabled=False) conflicts with its amax reduction "
     "(Megatron refuses BF16 first/last layers with delayed scaling); switch to Float8CurrentScaling or "
-    "Float8BlockScaling, or apply the skips through the TE debug API (write_te_debug_config)")
+    "Float8BlockScaling, or apply the skips through the TE debug API (write_te_debug_config)"
+)
 
 
 def import_te(module: str = "transformer_engine.pytorch") -> types.ModuleType:
@@ -114,10 +115,16 @@ def restore_forwards(model: nn.Module) -> list[str]:
     return [fqn for fqn, module in model.named_modules() if unwrap_forward(module)]
 
 
-def apply_te(model: nn.Module | Sequence[nn.Module], policy: Mapping[str, Any], *,
-             allow_unmatched: bool = False, gemm_overrides: str = "whole_module",
-             recipe: Any = None, context_factory: ContextFactory | None = None,
-             quantizable: Callable[[nn.Module], bool] | None = None) -> ApplyReport:
+def apply_te(
+    model: nn.Module | Sequence[nn.Module],
+    policy: Mapping[str, Any],
+    *,
+    allow_unmatched: bool = False,
+    gemm_overrides: str = "whole_module",
+    recipe: Any = None,
+    context_factory: ContextFactory | None = None,
+    quantizable: Callable[[nn.Module], bool] | None = None,
+) -> ApplyReport:
     """Wrap each skipped module's forward in a BF16 context (see `client.apply.apply_policy`).
 
     recipe: the recipe of the outer FP8 autocast (e.g. `recipe_from_policy(policy)`), passed to the disabled
@@ -126,8 +133,14 @@ def apply_te(model: nn.Module | Sequence[nn.Module], policy: Mapping[str, Any], 
     quantize (default: TE modules); a skipped module with none in its subtree is reported as already BF16.
     """
     factory = context_factory or autocast_disabled_factory(recipe)
-    plan = make_plan(model, policy, backend="te", allow_unmatched=allow_unmatched,
-                     gemm_overrides=gemm_overrides, quantizable=quantizable or is_te_module)
+    plan = make_plan(
+        model,
+        policy,
+        backend="te",
+        allow_unmatched=allow_unmatched,
+        gemm_overrides=gemm_overrides,
+        quantizable=quantizable or is_te_module,
+    )
     for target in plan.targets:
         wrap_forward(target.module, factory)  # idempotent: a second apply leaves one wrap
         plan.report.wrapped.append(target.fqn)

@@ -57,9 +57,15 @@ def default_config(config_cls: Any, recipe_name: str | None, report: ApplyReport
     return config_cls.from_recipe_name(torchao_recipe)
 
 
-def apply_torchao(model: nn.Module | Sequence[nn.Module], policy: Mapping[str, Any], *, config: Any = None,
-                  module_filter_fn: ModuleFilter | None = None, allow_unmatched: bool = False,
-                  gemm_overrides: str = "whole_module") -> ApplyReport:
+def apply_torchao(
+    model: nn.Module | Sequence[nn.Module],
+    policy: Mapping[str, Any],
+    *,
+    config: Any = None,
+    module_filter_fn: ModuleFilter | None = None,
+    allow_unmatched: bool = False,
+    gemm_overrides: str = "whole_module",
+) -> ApplyReport:
     """Convert `model` in place with torchao float8 training, keeping the policy's layers in high precision.
 
     config: a `Float8LinearConfig` (default: from the policy recipe; pass `Float8LinearConfig(emulate=True)`
@@ -70,20 +76,31 @@ def apply_torchao(model: nn.Module | Sequence[nn.Module], policy: Mapping[str, A
     if not isinstance(model, nn.Module):
         raise TypeError("the torchao backend converts one nn.Module; convert each model chunk separately")
     convert, config_cls, float8_linear = _import_torchao()
-    plan = make_plan(model, policy, backend="torchao", allow_unmatched=allow_unmatched,
-                     gemm_overrides=gemm_overrides, quantizable=lambda m: isinstance(m, nn.Linear))
+    plan = make_plan(
+        model,
+        policy,
+        backend="torchao",
+        allow_unmatched=allow_unmatched,
+        gemm_overrides=gemm_overrides,
+        quantizable=lambda m: isinstance(m, nn.Linear),
+    )
     report, skip = plan.report, [t.fqn for t in plan.targets]
 
     def keep_fp8_filter(module: nn.Module, fqn: str) -> bool:
-        return (not _under(fqn, skip) and not isinstance(module, float8_linear)
-                and dims_multiple_of_16(module)
-                and (module_filter_fn is None or module_filter_fn(module, fqn)))
+        return (
+            not _under(fqn, skip)
+            and not isinstance(module, float8_linear)
+            and dims_multiple_of_16(module)
+            and (module_filter_fn is None or module_filter_fn(module, fqn))
+        )
 
     before = {fqn: m for fqn, m in model.named_modules() if isinstance(m, nn.Linear)}
-    convert(model, config=config or default_config(config_cls, plan.view.recipe_name, report),
-            module_filter_fn=keep_fp8_filter)
+    convert(
+        model,
+        config=config or default_config(config_cls, plan.view.recipe_name, report),
+        module_filter_fn=keep_fp8_filter,
+    )
     report.kept = [fqn for fqn in before if _under(fqn, skip)]
-    report.not_convertible = [fqn for fqn, m in before.items()
-                              if not _under(fqn, skip) and not dims_multiple_of_16(m)]
+    report.not_convertible = [fqn for fqn, m in before.items() if not _under(fqn, skip) and not dims_multiple_of_16(m)]
     report.converted = [fqn for fqn, m in model.named_modules() if isinstance(m, float8_linear)]
     return report

@@ -16,6 +16,15 @@ from fp8_policy.client.collect.options import DEFAULT_STATS, TENSORS, TensorSpec
 from fp8_policy.client.collect.stats import QuantSums, parse_stat_name, quantization_stats, quantization_sums
 
 __all__ = [
-    "DEFAULT_STATS", "TENSORS", "DelayedScaler", "FP8StatsCollector", "Overhead", "QuantSums", "TensorSpec",
-    "options_from_te_config", "parse_stat_name", "quantization_stats", "quantization_sums",
+    "DEFAULT_STATS",
+    "TENSORS",
+    "DelayedScaler",
+    "FP8StatsCollector",
+    "Overhead",
+    "QuantSums",
+    "TensorSpec",
+    "options_from_te_config",
+    "parse_stat_name",
+    "quantization_stats",
+    "quantization_sums",
 ]

@@ -103,47 +103,76 @@ class FP8StatsCollector:
     for layers to treat as high precision (logged as such in the plan lines, no statistics).
     """
 
-    def __init__(self, model: nn.Module, log_dir: str | Path, *, layers: str = ".*",
-                 tensors: Iterable[str] = TENSORS, stats: Sequence[str] = DEFAULT_STATS, freq: int = 1,
-                 start_step: int | None = None, end_step: int | None = None,
-                 start_end_list: Sequence[Sequence[int]] | None = None,
-                 tensors_struct: Sequence[Mapping[str, Any]] | None = None, recipe: str | None = None,
-                 fp8_format: str = "HYBRID", amax_history_len: int = 1024, amax_compute_algo: str = "max",
-                 margin: int = 0, bf16_layers: str | Iterable[str] | None = None,
-                 init_training_step: int = 0) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        log_dir: str | Path,
+        *,
+        layers: str = ".*",
+        tensors: Iterable[str] = TENSORS,
+        stats: Sequence[str] = DEFAULT_STATS,
+        freq: int = 1,
+        start_step: int | None = None,
+        end_step: int | None = None,
+        start_end_list: Sequence[Sequence[int]] | None = None,
+        tensors_struct: Sequence[Mapping[str, Any]] | None = None,
+        recipe: str | None = None,
+        fp8_format: str = "HYBRID",
+        amax_history_len: int = 1024,
+        amax_compute_algo: str = "max",
+        margin: int = 0,
+        bf16_layers: str | Iterable[str] | None = None,
+        init_training_step: int = 0,
+    ) -> None:
         self.model = model
         self.log_dir = Path(log_dir)
         self.iteration = int(init_training_step)
         self.overhead = Overhead()
         self._specs: dict[str, TensorSpec] = build_specs(
-            tensors=tensors, stats=stats, freq=freq, start_step=start_step, end_step=end_step,
-            start_end_list=start_end_list, tensors_struct=tensors_struct)
+            tensors=tensors,
+            stats=stats,
+            freq=freq,
+            start_step=start_step,
+            end_step=end_step,
+            start_end_list=start_end_list,
+            tensors_struct=tensors_struct,
+        )
         self._layer_pattern = re.compile(layers)
         float8_linear = _float8_linear_class()
         named = assigned_names(model)
         self._names = [name for name, _ in named]
         self._gemms = gemm_layers(named)
-        self.backend = ("torchao" if float8_linear is not None
-                        and any(isinstance(m, float8_linear) for m in self._gemms.values()) else "emulated")
+        self.backend = (
+            "torchao"
+            if float8_linear is not None and any(isinstance(m, float8_linear) for m in self._gemms.values())
+            else "emulated"
+        )
         self.recipe = self._resolve_recipe(recipe)
         if self.backend == "torchao":
             if bf16_layers is not None:
-                raise ValueError("bf16_layers is for plain models; in a torchao model the layers that stay nn.Linear "
-                                 "are the high-precision ones")
-            self._quantized = {name: float8_linear is not None and isinstance(m, float8_linear)
-                               for name, m in self._gemms.items()}
+                raise ValueError(
+                    "bf16_layers is for plain models; in a torchao model the layers that stay nn.Linear "
+                    "are the high-precision ones"
+                )
+            self._quantized = {
+                name: float8_linear is not None and isinstance(m, float8_linear) for name, m in self._gemms.items()
+            }
         else:
             if fp8_format not in FORMAT_CHOICES:
                 raise ValueError(f"fp8_format must be one of {', '.join(FORMAT_CHOICES)}, got {fp8_format!r}")
             high = _matcher(bf16_layers)
             self._quantized = {name: not high(name) for name in self._gemms}
         self._formats = {"activation": E4M3, "weight": E4M3, "gradient": E5M2 if fp8_format == "HYBRID" else E4M3}
-        self._parsed = {stat: self._check_stat(parse_stat_name(stat)) for spec in self._specs.values()
-                        for stat in spec.stats}
-        self._keys = {tensor: list(dict.fromkeys(self._key(self._parsed[s]) for s in spec.stats))
-                      for tensor, spec in self._specs.items()}
-        self._new_scaler = functools.partial(DelayedScaler, history_len=amax_history_len, margin=margin,
-                                             amax_compute_algo=amax_compute_algo)
+        self._parsed = {
+            stat: self._check_stat(parse_stat_name(stat)) for spec in self._specs.values() for stat in spec.stats
+        }
+        self._keys = {
+            tensor: list(dict.fromkeys(self._key(self._parsed[s]) for s in spec.stats))
+            for tensor, spec in self._specs.items()
+        }
+        self._new_scaler = functools.partial(
+            DelayedScaler, history_len=amax_history_len, margin=margin, amax_compute_algo=amax_compute_algo
+        )
         self._layers: dict[str, _Layer] = {}
         self._by_mm_config: dict[int, _Layer] = {}
         self._buffers: dict[tuple[str, str], dict[SumsKey, QuantSums]] = {}
@@ -167,8 +196,10 @@ class FP8StatsCollector:
         if stat.base == OVERFLOWS and self.recipe != "delayed":
             raise ValueError(f"stat {stat.text!r}: overflows% exists only when training with delayed scaling")
         if stat.recipe == "delayed" and self.recipe != "delayed":
-            raise ValueError(f"stat {stat.text!r}: delayed-scaling stats need delayed-scaling training "
-                             "(TE: 'Cannot recreate quantizer for fp8_delayed_scaling')")
+            raise ValueError(
+                f"stat {stat.text!r}: delayed-scaling stats need delayed-scaling training "
+                "(TE: 'Cannot recreate quantizer for fp8_delayed_scaling')"
+            )
         return stat
 
     def _key(self, stat: StatName) -> SumsKey:
@@ -244,11 +275,13 @@ class FP8StatsCollector:
             self._handles.append(module.register_forward_pre_hook(lambda m, a, layer=layer: self._enter(layer)))
             self._handles.append(module.register_forward_hook(lambda m, a, o, layer=layer: self._leave(layer)))
             return
-        self._handles.append(module.register_forward_pre_hook(
-            lambda m, args, layer=layer: self._on_forward(layer, args)))
+        self._handles.append(
+            module.register_forward_pre_hook(lambda m, args, layer=layer: self._on_forward(layer, args))
+        )
         if "gradient" in self._specs:
-            self._handles.append(module.register_forward_hook(
-                lambda m, args, out, layer=layer: self._on_output(layer, out)))
+            self._handles.append(
+                module.register_forward_hook(lambda m, args, out, layer=layer: self._on_output(layer, out))
+            )
 
     def _enter(self, layer: _Layer) -> None:
         if torch.is_grad_enabled():
@@ -300,15 +333,17 @@ class FP8StatsCollector:
         if tensor in self._specs:
             fmt = E4M3 if result._data.dtype == E4M3.dtype else E5M2
             scale = result._scale.float()
-            actual = Quantized(result._data, torch.reciprocal(scale).reshape(-1),
-                               result._data.to(hp_tensor.dtype) / result._scale)
+            actual = Quantized(
+                result._data, torch.reciprocal(scale).reshape(-1), result._data.to(hp_tensor.dtype) / result._scale
+            )
             self._feed(layer, tensor, hp_tensor, fmt, actual)
         self.overhead.seconds += time.perf_counter() - started
 
     # --- feeding and writing ------------------------------------------------------------------------------------
 
-    def _feed(self, layer: _Layer, tensor: str, x: torch.Tensor, fmt: Fp8Format,
-              actual: Quantized | None = None) -> None:
+    def _feed(
+        self, layer: _Layer, tensor: str, x: torch.Tensor, fmt: Fp8Format, actual: Quantized | None = None
+    ) -> None:
         if tensor == "weight" and layer.weight_fed:
             return
         x = x.detach()
@@ -344,8 +379,9 @@ class FP8StatsCollector:
         for (layer, tensor), bucket in self._buffers.items():
             for stat in self._specs[tensor].stats:
                 parsed = self._parsed[stat]
-                self._writer.scalar(f"{layer}_{tensor}_{stat}", bucket[self._key(parsed)].value(parsed.base),
-                                    self.iteration)
+                self._writer.scalar(
+                    f"{layer}_{tensor}_{stat}", bucket[self._key(parsed)].value(parsed.base), self.iteration
+                )
         self._buffers.clear()
         for watched in self._layers.values():
             watched.weight_fed = False

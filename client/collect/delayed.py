@@ -28,14 +28,15 @@ AMAX_ALGOS = ("max", "most_recent")
 class DelayedScaler:
     """Scale for the next cast of one tensor: feed `observe(x)` for every cast, call `update()` once per step."""
 
-    def __init__(self, fmt: Fp8Format, *, history_len: int = 1024, margin: int = 0,
-                 amax_compute_algo: str = "max") -> None:
+    def __init__(
+        self, fmt: Fp8Format, *, history_len: int = 1024, margin: int = 0, amax_compute_algo: str = "max"
+    ) -> None:
         if history_len < 1:
             raise ValueError(f"amax_history_len must be >= 1, got {history_len}")
         if amax_compute_algo not in AMAX_ALGOS:
             raise ValueError(f"amax_compute_algo must be one of {', '.join(AMAX_ALGOS)}, got {amax_compute_algo!r}")
         self.fmt = fmt
-        self.scaled_max = fmt.max * 2.0 ** -margin
+        self.scaled_max = fmt.max * 2.0**-margin
         self.algo = amax_compute_algo
         self.history: deque[float] = deque(maxlen=history_len)
         self.scale = torch.ones((), dtype=torch.float32)

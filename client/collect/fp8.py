@@ -69,8 +69,9 @@ def abs_ignoring_nan(x: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isnan(a), torch.zeros((), dtype=a.dtype), a)
 
 
-def scale_from_amax(amax: torch.Tensor, fp8_max: float, *, power_of_2: bool = False,
-                    value_for_inf: float = FLT_MAX) -> torch.Tensor:
+def scale_from_amax(
+    amax: torch.Tensor, fp8_max: float, *, power_of_2: bool = False, value_for_inf: float = FLT_MAX
+) -> torch.Tensor:
     """TE's `compute_scale_from_amax` (epsilon 0) element-wise on a float32 amax tensor."""
     amax = amax.float()
     quotient = torch.tensor(fp8_max, dtype=torch.float32) / amax
@@ -101,7 +102,7 @@ def e8m0_to_scale(biased: torch.Tensor) -> torch.Tensor:
     e = biased.to(torch.int64)
     bits = ((254 - e).clamp(min=0) << 23).to(torch.int32)
     scale = bits.view(torch.float32)
-    scale = torch.where(e == 254, torch.tensor(2.0 ** -127, dtype=torch.float32), scale)
+    scale = torch.where(e == 254, torch.tensor(2.0**-127, dtype=torch.float32), scale)
     return torch.where(e == 255, torch.tensor(float("nan"), dtype=torch.float32), scale)
 
 

@@ -52,14 +52,25 @@ class TensorSpec:
         return iteration >= start and (self.end_step is None or iteration <= self.end_step)
 
 
-def build_specs(*, tensors: Iterable[str] = TENSORS, stats: Sequence[str] = DEFAULT_STATS, freq: int = 1,
-                start_step: int | None = None, end_step: int | None = None,
-                start_end_list: Sequence[Sequence[int]] | None = None,
-                tensors_struct: Sequence[Mapping[str, Any]] | None = None) -> dict[str, TensorSpec]:
+def build_specs(
+    *,
+    tensors: Iterable[str] = TENSORS,
+    stats: Sequence[str] = DEFAULT_STATS,
+    freq: int = 1,
+    start_step: int | None = None,
+    end_step: int | None = None,
+    start_end_list: Sequence[Sequence[int]] | None = None,
+    tensors_struct: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, TensorSpec]:
     """Specs per tensor: from `tensors_struct` when given (per-entry keys override the shared ones), else one
     spec per name in `tensors` with the shared keys. A tensor listed twice is an error, as in TE."""
-    shared: dict[str, Any] = {"stats": tuple(stats), "freq": freq, "start_step": start_step, "end_step": end_step,
-              "start_end_list": _intervals(start_end_list)}
+    shared: dict[str, Any] = {
+        "stats": tuple(stats),
+        "freq": freq,
+        "start_step": start_step,
+        "end_step": end_step,
+        "start_end_list": _intervals(start_end_list),
+    }
     entries = tensors_struct if tensors_struct is not None else [{"tensor": t} for t in tensors]
     specs: dict[str, TensorSpec] = {}
     for entry in entries:
@@ -88,8 +99,10 @@ def layer_regex(layers: Mapping[str, Any]) -> str:
         return str(layers["layer_name_regex_pattern"])
     if layers.get("layer_types"):
         return "|".join(re.escape(t) for t in layers["layer_types"])
-    raise ValueError("layers: give layer_name_regex_pattern or layer_types (layer_numbers and exact_layer_names "
-                     "are not supported by the collector)")
+    raise ValueError(
+        "layers: give layer_name_regex_pattern or layer_types (layer_numbers and exact_layer_names "
+        "are not supported by the collector)"
+    )
 
 
 def options_from_te_config(config: Mapping[str, Any] | str | Path, section: str | None = None) -> dict[str, Any]:
@@ -120,5 +133,4 @@ def options_from_te_config(config: Mapping[str, Any] | str | Path, section: str 
         struct = [dict(entry) for entry in feature["tensors_struct"]]
     else:
         struct = [{"tensor": t} for t in feature.get("tensors", TENSORS)]
-    return {"layers": layer_regex(body.get("layers", {})),
-            "tensors_struct": [{**shared, **entry} for entry in struct]}
+    return {"layers": layer_regex(body.get("layers", {})), "tensors_struct": [{**shared, **entry} for entry in struct]}

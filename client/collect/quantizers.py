@@ -123,8 +123,9 @@ def quantize_block(x: torch.Tensor, fmt: Fp8Format, *, block_dims: int = 2, colu
     """
     if block_dims not in (1, 2):
         raise ValueError(f"block_dims must be 1 (1x128) or 2 (128x128), got {block_dims}")
-    value_for_inf = torch.finfo(x.dtype).max if x.dtype in (torch.bfloat16, torch.float16) else torch.finfo(
-        torch.float32).max
+    value_for_inf = (
+        torch.finfo(x.dtype).max if x.dtype in (torch.bfloat16, torch.float16) else torch.finfo(torch.float32).max
+    )
     x2d = as_2d(x)
     if columnwise and block_dims == 1:
         x2d = x2d.t()

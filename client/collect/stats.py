@@ -34,8 +34,12 @@ from fp8_policy.client.collect.quantizers import (
 )
 
 # Short recipe names used by this package -> the prefixes TE uses in stat names (ALL_RECIPE_NAMES).
-TE_RECIPE_NAMES = {"delayed": "fp8_delayed_scaling", "current": "fp8_current_scaling", "mxfp8": "mxfp8",
-                   "block": "fp8_block_scaling"}
+TE_RECIPE_NAMES = {
+    "delayed": "fp8_delayed_scaling",
+    "current": "fp8_current_scaling",
+    "mxfp8": "mxfp8",
+    "block": "fp8_block_scaling",
+}
 RECIPE_BY_TE_NAME = {te: short for short, te in TE_RECIPE_NAMES.items()}
 QUANT_STATS = ("underflows%", "scale_inv_min", "scale_inv_max", "mse")
 OVERFLOWS = "overflows%"
@@ -57,11 +61,13 @@ def parse_stat_name(text: str) -> StatName:
     recipe = None
     for short, te_name in TE_RECIPE_NAMES.items():
         if body.startswith(te_name + "_"):
-            recipe, body = short, body[len(te_name) + 1:]
+            recipe, body = short, body[len(te_name) + 1 :]
             break
     if body not in (*QUANT_STATS, OVERFLOWS):
-        raise ValueError(f"stat {text!r}: unknown statistic {body!r}; expected one of "
-                         f"{', '.join((*QUANT_STATS, OVERFLOWS))} with an optional recipe prefix")
+        raise ValueError(
+            f"stat {text!r}: unknown statistic {body!r}; expected one of "
+            f"{', '.join((*QUANT_STATS, OVERFLOWS))} with an optional recipe prefix"
+        )
     if columnwise and recipe not in ("mxfp8", "block"):
         raise ValueError(f"stat {text!r}: _columnwise exists only for mxfp8_ and fp8_block_scaling_ stats")
     if body == OVERFLOWS and recipe not in (None, "delayed"):
@@ -109,7 +115,9 @@ def _nonzero_min(scale_inv: torch.Tensor) -> float:
     return float(nonzero.min()) if nonzero.numel() else 0.0
 
 
-def sums_of(x: torch.Tensor, q: Quantized, fmt: Fp8Format, *, overflow_scale_inv: torch.Tensor | None = None) -> QuantSums:
+def sums_of(
+    x: torch.Tensor, q: Quantized, fmt: Fp8Format, *, overflow_scale_inv: torch.Tensor | None = None
+) -> QuantSums:
     """The numerators of one feed: `x` high precision, `q` its quantization (see module docstring for sources)."""
     sums = QuantSums(numel=x.numel())
     sums.underflows = int(x.count_nonzero().item()) - count_nonzero_fp8(q.data)
@@ -123,8 +131,15 @@ def sums_of(x: torch.Tensor, q: Quantized, fmt: Fp8Format, *, overflow_scale_inv
     return sums
 
 
-def quantize(x: torch.Tensor, recipe: str, fmt: Fp8Format, *, scale: torch.Tensor | None = None,
-             columnwise: bool = False, block_dims: int = 2) -> Quantized:
+def quantize(
+    x: torch.Tensor,
+    recipe: str,
+    fmt: Fp8Format,
+    *,
+    scale: torch.Tensor | None = None,
+    columnwise: bool = False,
+    block_dims: int = 2,
+) -> Quantized:
     """`x` quantized under `recipe` ("current", "delayed" with its float32 `scale`, "mxfp8", "block")."""
     if recipe == "delayed":
         if scale is None:
@@ -141,9 +156,15 @@ def quantize(x: torch.Tensor, recipe: str, fmt: Fp8Format, *, scale: torch.Tenso
     raise ValueError(f"unknown recipe {recipe!r}; expected one of {', '.join(TE_RECIPE_NAMES)}")
 
 
-def quantization_sums(x: torch.Tensor, *, fp8_format: str | Fp8Format = "E4M3", recipe: str = "current",
-                      scale_inv: float | torch.Tensor | None = None, columnwise: bool = False,
-                      block_dims: int = 2) -> QuantSums:
+def quantization_sums(
+    x: torch.Tensor,
+    *,
+    fp8_format: str | Fp8Format = "E4M3",
+    recipe: str = "current",
+    scale_inv: float | torch.Tensor | None = None,
+    columnwise: bool = False,
+    block_dims: int = 2,
+) -> QuantSums:
     """The per-feed numerators behind `quantization_stats` (add several with `QuantSums.add`)."""
     fmt = resolve_format(fp8_format)
     if x.numel() == 0:
@@ -162,9 +183,15 @@ def quantization_sums(x: torch.Tensor, *, fp8_format: str | Fp8Format = "E4M3", 
     return sums_of(x, q, fmt, overflow_scale_inv=overflow_scale_inv if recipe == "delayed" else None)
 
 
-def quantization_stats(tensor: torch.Tensor, *, fp8_format: str = "E4M3", recipe: str = "current",
-                       scale_inv: float | torch.Tensor | None = None, columnwise: bool = False,
-                       block_dims: int = 2) -> dict[str, float]:
+def quantization_stats(
+    tensor: torch.Tensor,
+    *,
+    fp8_format: str = "E4M3",
+    recipe: str = "current",
+    scale_inv: float | torch.Tensor | None = None,
+    columnwise: bool = False,
+    block_dims: int = 2,
+) -> dict[str, float]:
     """TE's LogFp8TensorStats values for one tensor quantized under one recipe, computed on CPU.
 
     Returns `underflows%`, `scale_inv_min`, `scale_inv_max`, `mse`, plus `overflows%` for
@@ -180,8 +207,9 @@ def quantization_stats(tensor: torch.Tensor, *, fp8_format: str = "E4M3", recipe
     """
     if columnwise and recipe not in ("mxfp8", "block"):
         raise ValueError("columnwise statistics exist only for the mxfp8 and block recipes")
-    sums = quantization_sums(tensor, fp8_format=fp8_format, recipe=recipe, scale_inv=scale_inv,
-                             columnwise=columnwise, block_dims=block_dims)
+    sums = quantization_sums(
+        tensor, fp8_format=fp8_format, recipe=recipe, scale_inv=scale_inv, columnwise=columnwise, block_dims=block_dims
+    )
     out = {base: sums.value(base) for base in QUANT_STATS}
     if recipe == "delayed":
         out[OVERFLOWS] = sums.value(OVERFLOWS)

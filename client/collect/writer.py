@@ -25,8 +25,14 @@ from nvdlfw_inspect import logging as nvdlfw_logging
 from nvdlfw_inspect.logging import MetricLogger
 
 # TE's `_tensor_to_gemm_names_map` order: each quantized input tensor feeds two GEMMs.
-PLAN_GEMMS = (("activation", "fprop"), ("activation", "wgrad"), ("weight", "fprop"), ("weight", "dgrad"),
-              ("gradient", "dgrad"), ("gradient", "wgrad"))
+PLAN_GEMMS = (
+    ("activation", "fprop"),
+    ("activation", "wgrad"),
+    ("weight", "fprop"),
+    ("weight", "dgrad"),
+    ("gradient", "dgrad"),
+    ("gradient", "wgrad"),
+)
 QUANTIZE, HIGH_PRECISION = "Quantize", "High Precision"
 _LOGGER_NAMES = ("nvdlfw_inspect", "Default Statistics")
 _active: list[LogWriter] = []
@@ -44,8 +50,10 @@ class LogWriter:
 
     def __init__(self, log_dir: str | Path) -> None:
         if debug_api.DEBUG_MANAGER is not None:
-            raise RuntimeError("nvdlfw_inspect's debug API is initialized in this process (TE debug session?): "
-                               "call debug_api.end_debug() first; its loggers are process-wide")
+            raise RuntimeError(
+                "nvdlfw_inspect's debug API is initialized in this process (TE debug session?): "
+                "call debug_api.end_debug() first; its loggers are process-wide"
+            )
         if _active:
             raise RuntimeError("another collector is writing logs in this process: close it first")
         self.rank = rank_of_process()
@@ -54,8 +62,9 @@ class LogWriter:
         nvdlfw_logging.initialize_logger(str(self.root))
         self._logger = nvdlfw_logging.make_default_statistics_logger()
         MetricLogger.add_logger(self._logger)
-        self._handlers = {name: [h for h in logging.getLogger(name).handlers if h not in before[name]]
-                          for name in _LOGGER_NAMES}
+        self._handlers = {
+            name: [h for h in logging.getLogger(name).handlers if h not in before[name]] for name in _LOGGER_NAMES
+        }
         _active.append(self)
         self.message(f"Default logging to file enabled at {self.root}")
 

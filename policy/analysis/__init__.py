@@ -22,8 +22,17 @@ from fp8_policy.policy.analysis.trends import crossed_layers, detect_rising_tren
 from fp8_policy.policy.records import RunData
 from fp8_policy.policy.thresholds import Severity, Thresholds
 
-__all__ = ["Analysis", "Evidence", "Finding", "LayerAssessment", "Pattern", "Severity", "TensorUnderflow",
-           "Thresholds", "analyze"]
+__all__ = [
+    "Analysis",
+    "Evidence",
+    "Finding",
+    "LayerAssessment",
+    "Pattern",
+    "Severity",
+    "TensorUnderflow",
+    "Thresholds",
+    "analyze",
+]
 
 
 def analyze(run: RunData, thresholds: Thresholds | None = None) -> Analysis:
@@ -55,5 +64,12 @@ def _analyze(run: RunData, thresholds: Thresholds) -> Analysis:
     findings.sort(key=lambda finding: finding.sort_key())
     stats = run_stats(layout, signals, thresholds)
     stats["rank_outlier_series_excluded"] = len(excluded)
-    return Analysis(findings=findings, layers=assessment_table(layout, findings, thresholds), thresholds=thresholds,
-                    signals=signals, layout=layout, stats=stats, notes=run_notes(layout, signals, stats, thresholds))
+    return Analysis(
+        findings=findings,
+        layers=assessment_table(layout, findings, thresholds),
+        thresholds=thresholds,
+        signals=signals,
+        layout=layout,
+        stats=stats,
+        notes=run_notes(layout, signals, stats, thresholds),
+    )

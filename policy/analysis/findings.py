@@ -100,12 +100,28 @@ class Evidence:
         return f"{self.tensor} {prefix}{self.stat}"
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"layer": self.layer, "metric": self.metric, "tensor": self.tensor,
-                               "stat": self.stat, "recipe": self.recipe, "rank": self.rank,
-                               "window": list(self.window) if self.window else None,
-                               "level_window": list(self.level_window) if self.level_window else None}
-        for name in ("level", "max", "mean", "last", "slope_per_1k", "start_level", "end_level",
-                     "projected_value", "ratio", "reference"):
+        out: dict[str, Any] = {
+            "layer": self.layer,
+            "metric": self.metric,
+            "tensor": self.tensor,
+            "stat": self.stat,
+            "recipe": self.recipe,
+            "rank": self.rank,
+            "window": list(self.window) if self.window else None,
+            "level_window": list(self.level_window) if self.level_window else None,
+        }
+        for name in (
+            "level",
+            "max",
+            "mean",
+            "last",
+            "slope_per_1k",
+            "start_level",
+            "end_level",
+            "projected_value",
+            "ratio",
+            "reference",
+        ):
             out[name] = _num(getattr(self, name))
         for name in ("onset", "projected_iteration", "crossing_iteration", "count"):
             out[name] = getattr(self, name)
@@ -130,8 +146,13 @@ class Finding:
 
     def brief(self) -> dict[str, Any]:
         """The finding without its evidence (recommendation and compare responses)."""
-        return {"pattern": self.pattern.value, "label": self.pattern.label, "severity": self.severity.value,
-                "layers": list(self.layers), "summary": self.summary}
+        return {
+            "pattern": self.pattern.value,
+            "label": self.pattern.label,
+            "severity": self.severity.value,
+            "layers": list(self.layers),
+            "summary": self.summary,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,10 +183,18 @@ class LayerAssessment:
     patterns: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "group": self.group, "index": self.index,
-                               "sublayer": self.sublayer, "precision": self.precision, "status": self.status,
-                               "severity": self.severity.value, "worst_signal": self.worst_signal,
-                               "worst_level": _num(self.worst_level), "patterns": list(self.patterns)}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "group": self.group,
+            "index": self.index,
+            "sublayer": self.sublayer,
+            "precision": self.precision,
+            "status": self.status,
+            "severity": self.severity.value,
+            "worst_signal": self.worst_signal,
+            "worst_level": _num(self.worst_level),
+            "patterns": list(self.patterns),
+        }
         for tensor in ("gradient", "activation", "weight"):
             summary = self.underflows.get(tensor)
             for stat in ("max", "mean", "last"):

@@ -104,11 +104,17 @@ class Layout:
         if block is None or block not in self.blocks:
             return []
         position = self.blocks.index(block)
-        found = [f"block {self.blocks[p]}" for p in (position - 1, position + 1)
-                 if 0 <= p < len(self.blocks) and self.block_status[self.blocks[p]] == "bf16"]
+        found = [
+            f"block {self.blocks[p]}"
+            for p in (position - 1, position + 1)
+            if 0 <= p < len(self.blocks) and self.block_status[self.blocks[p]] == "bf16"
+        ]
         if position == len(self.blocks) - 1:
-            found += [lv.name for lv in self.levels.values()
-                      if lv.status is LayerStatus.BF16 and lv.info.structure.group is LayerGroup.HEAD]
+            found += [
+                lv.name
+                for lv in self.levels.values()
+                if lv.status is LayerStatus.BF16 and lv.info.structure.group is LayerGroup.HEAD
+            ]
         return found
 
 
@@ -117,8 +123,13 @@ def layer_statuses(run: RunData) -> dict[str, LayerStatus]:
     return {name: layer_status(info, has_plans) for name, info in run.layers.items()}
 
 
-def build_layout(run: RunData, signals: Signals, thresholds: Thresholds, statuses: dict[str, LayerStatus],
-                 excluded: frozenset[tuple[str, str, int]] = frozenset()) -> Layout:
+def build_layout(
+    run: RunData,
+    signals: Signals,
+    thresholds: Thresholds,
+    statuses: dict[str, LayerStatus],
+    excluded: frozenset[tuple[str, str, int]] = frozenset(),
+) -> Layout:
     """Levels, blocks and regions; `excluded` holds (layer, tensor, rank) series left out of the levels."""
     skip: dict[tuple[str, str], set[int]] = {}
     for layer, tensor, rank in excluded:
@@ -130,8 +141,13 @@ def build_layout(run: RunData, signals: Signals, thresholds: Thresholds, statuse
     return Layout(levels, blocks, status, base, edge)
 
 
-def _levels(info: LayerInfo, status: LayerStatus, signals: Signals, thresholds: Thresholds,
-            skip: dict[tuple[str, str], set[int]]) -> LayerLevels:
+def _levels(
+    info: LayerInfo,
+    status: LayerStatus,
+    signals: Signals,
+    thresholds: Thresholds,
+    skip: dict[tuple[str, str], set[int]],
+) -> LayerLevels:
     tensors: dict[str, SeriesSummary] = {}
     if status is LayerStatus.FP8:
         for tensor in QUANTIZED_TENSORS:
@@ -144,8 +160,11 @@ def _levels(info: LayerInfo, status: LayerStatus, signals: Signals, thresholds: 
     return LayerLevels(info, status, tensors, severity, failing)
 
 
-def _blocks(levels: dict[str, LayerLevels], num_layers: object, has_plans: bool,
-            ) -> tuple[list[int], dict[int, str], int]:
+def _blocks(
+    levels: dict[str, LayerLevels],
+    num_layers: object,
+    has_plans: bool,
+) -> tuple[list[int], dict[int, str], int]:
     members: dict[int, list[LayerStatus]] = {}
     for lv in levels.values():
         if lv.block is not None and lv.status is not LayerStatus.IGNORED:

@@ -52,9 +52,12 @@ def lof_outliers(values: np.ndarray, thresholds: Thresholds) -> list[tuple[int, 
         warnings.simplefilter("ignore")  # duplicate values (4-decimal logs) warn but still score correctly
         model.fit(values.reshape(-1, 1))
     scores = -model.negative_outlier_factor_
-    return [(i, float(scores[i])) for i in range(n)
-            if scores[i] >= thresholds.rank_outlier_score and _differs(float(values[i]), others_median(values, i),
-                                                                       thresholds)]
+    return [
+        (i, float(scores[i]))
+        for i in range(n)
+        if scores[i] >= thresholds.rank_outlier_score
+        and _differs(float(values[i]), others_median(values, i), thresholds)
+    ]
 
 
 def _differs(value: float, reference: float, thresholds: Thresholds) -> bool:
@@ -62,8 +65,11 @@ def _differs(value: float, reference: float, thresholds: Thresholds) -> bool:
     return high - low >= thresholds.rank_outlier_gap and high >= thresholds.rank_outlier_ratio * low
 
 
-def _features(fp8_layers: Iterable[str], signals: Signals, thresholds: Thresholds,
-              ) -> tuple[list[tuple[list[SeriesSummary], np.ndarray]], int]:
+def _features(
+    fp8_layers: Iterable[str],
+    signals: Signals,
+    thresholds: Thresholds,
+) -> tuple[list[tuple[list[SeriesSummary], np.ndarray]], int]:
     """The features to test (largest gap first) and how many (layer, tensor) series were assessed."""
     scored = []
     assessed = 0
@@ -83,8 +89,11 @@ def _features(fp8_layers: Iterable[str], signals: Signals, thresholds: Threshold
     return [(series, levels) for _, series, levels in scored[: thresholds.rank_outlier_max_features]], assessed
 
 
-def detect_rank_outliers(fp8_layers: Iterable[str], signals: Signals, thresholds: Thresholds,
-                         ) -> tuple[list[Finding], frozenset[tuple[str, str, int]]]:
+def detect_rank_outliers(
+    fp8_layers: Iterable[str],
+    signals: Signals,
+    thresholds: Thresholds,
+) -> tuple[list[Finding], frozenset[tuple[str, str, int]]]:
     """Findings per outlier rank, and the (layer, tensor, rank) series of high outliers to leave out of levels."""
     if len(signals.ranks) < thresholds.rank_outlier_min_ranks:
         return [], frozenset()
@@ -99,7 +108,9 @@ def detect_rank_outliers(fp8_layers: Iterable[str], signals: Signals, thresholds
                 high.setdefault(summary.rank, set()).add((summary.metric.layer, summary.metric.tensor, summary.rank))
     needed = max(2, thresholds.rank_outlier_min_share * assessed)
     confirmed = {rank: evidence for rank, evidence in by_rank.items() if len(evidence) >= needed}
-    findings = [_finding(rank, evidence, len(signals.ranks), thresholds) for rank, evidence in sorted(confirmed.items())]
+    findings = [
+        _finding(rank, evidence, len(signals.ranks), thresholds) for rank, evidence in sorted(confirmed.items())
+    ]
     excluded = set().union(*(high.get(rank, set()) for rank in confirmed))
     return findings, frozenset(excluded)
 
@@ -108,8 +119,10 @@ def _finding(rank: int, evidence: list[Evidence], n_ranks: int, thresholds: Thre
     evidence.sort(key=lambda ev: -abs((ev.level or 0.0) - (ev.reference or 0.0)))
     top = evidence[0]
     severity = max(Severity.WARNING, worst(thresholds.band(ev.level or 0.0) for ev in evidence))
-    text = (f"rank {rank} disagrees with the other {n_ranks - 1} ranks on {len(evidence)} series; largest: "
-            f"{top.layer} {top.tensor} underflows% {top.level:.2f}% vs the others' median {top.reference:.2f}% "
-            f"(LOF {top.ratio:.1f}).")
+    text = (
+        f"rank {rank} disagrees with the other {n_ranks - 1} ranks on {len(evidence)} series; largest: "
+        f"{top.layer} {top.tensor} underflows% {top.level:.2f}% vs the others' median {top.reference:.2f}% "
+        f"(LOF {top.ratio:.1f})."
+    )
     layers = tuple(dict.fromkeys(ev.layer for ev in evidence))
     return Finding(Pattern.RANK_OUTLIER, severity, layers, tuple(evidence), text)

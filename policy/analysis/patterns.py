@@ -28,8 +28,11 @@ from fp8_policy.policy.records import LayerGroup
 from fp8_policy.policy.thresholds import Severity, Thresholds, worst
 
 
-def detect_layer_patterns(layout: Layout, thresholds: Thresholds, explained: frozenset[str] = frozenset(),
-                          ) -> list[Finding]:
+def detect_layer_patterns(
+    layout: Layout,
+    thresholds: Thresholds,
+    explained: frozenset[str] = frozenset(),
+) -> list[Finding]:
     """Boundary, then uniform, or positional + single_tensor findings; `explained` layers (late-onset trends)
     are not reported again as isolated failures."""
     fp8 = layout.fp8()
@@ -62,19 +65,29 @@ def healthy_finding(layout: Layout, thresholds: Thresholds) -> Finding:
         return Finding(Pattern.HEALTHY, Severity.OK, (), (), "No FP8 underflow statistics to assess.")
     tensor, summary = _worst(worst_layer)
     warned = sum(1 for lv in fp8 if lv.severity is Severity.WARNING)
-    band = (f"healthy, {warned} layer(s) in the warning band ({thresholds.warning:g}-{thresholds.critical:g}%)"
-            if warned else "healthy")
-    text = (f"No pattern ({band}): all {len(fp8)} FP8 layers stay below {thresholds.critical:g}% underflow; worst "
-            f"is {tensor} {summary.level:.2f}% at {worst_layer.name}.")
+    band = (
+        f"healthy, {warned} layer(s) in the warning band ({thresholds.warning:g}-{thresholds.critical:g}%)"
+        if warned
+        else "healthy"
+    )
+    text = (
+        f"No pattern ({band}): all {len(fp8)} FP8 layers stay below {thresholds.critical:g}% underflow; worst "
+        f"is {tensor} {summary.level:.2f}% at {worst_layer.name}."
+    )
     # `healthy` is always severity ok: the warning band shows in the text and in the per-layer table (issue 12)
     return Finding(Pattern.HEALTHY, Severity.OK, (), (summary.evidence(),), text)
 
 
-def failing_evidence(lv: LayerLevels, thresholds: Thresholds, tensors: tuple[str, ...] | None = None,
-                     ) -> list[Evidence]:
+def failing_evidence(
+    lv: LayerLevels,
+    thresholds: Thresholds,
+    tensors: tuple[str, ...] | None = None,
+) -> list[Evidence]:
     """Evidence of a layer's failing tensors (or `tensors`), with the onset of the warning band."""
-    return [lv.tensors[t].evidence(onset=onset(lv.tensors[t], thresholds.warning))
-            for t in (tensors if tensors is not None else lv.failing)]
+    return [
+        lv.tensors[t].evidence(onset=onset(lv.tensors[t], thresholds.warning))
+        for t in (tensors if tensors is not None else lv.failing)
+    ]
 
 
 def block_ranges(blocks: list[int]) -> str:
@@ -88,8 +101,12 @@ def block_ranges(blocks: list[int]) -> str:
     return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
-def _uniform(layout: Layout, fp8: list[LayerLevels], failing: list[LayerLevels], thresholds: Thresholds,
-             ) -> Finding | None:
+def _uniform(
+    layout: Layout,
+    fp8: list[LayerLevels],
+    failing: list[LayerLevels],
+    thresholds: Thresholds,
+) -> Finding | None:
     if len(fp8) < thresholds.uniform_min_layers or len(failing) <= thresholds.uniform_fraction * len(fp8):
         return None
     middle = [lv for lv in fp8 if lv.block in layout.blocks and layout.region(lv.block) == "middle"]
@@ -98,12 +115,15 @@ def _uniform(layout: Layout, fp8: list[LayerLevels], failing: list[LayerLevels],
     share = len(failing) / len(fp8)
     top = sorted(failing, key=lambda lv: -_worst(lv)[1].level)
     tensor, summary = _worst(top[0])
-    text = (f"{len(failing)} of {len(fp8)} FP8 layers ({share:.0%}) reach the critical band (>= "
-            f"{thresholds.critical:g}%); worst {tensor} underflows% {summary.level:.2f}% at {top[0].name}: "
-            "a recipe problem, not a layer problem.")
+    text = (
+        f"{len(failing)} of {len(fp8)} FP8 layers ({share:.0%}) reach the critical band (>= "
+        f"{thresholds.critical:g}%); worst {tensor} underflows% {summary.level:.2f}% at {top[0].name}: "
+        "a recipe problem, not a layer problem."
+    )
     evidence = [ev for lv in top[:10] for ev in failing_evidence(lv, thresholds)]
-    return Finding(Pattern.UNIFORM, worst(lv.severity for lv in failing), tuple(lv.name for lv in failing),
-                   tuple(evidence), text)
+    return Finding(
+        Pattern.UNIFORM, worst(lv.severity for lv in failing), tuple(lv.name for lv in failing), tuple(evidence), text
+    )
 
 
 def _boundary(layout: Layout, fp8: list[LayerLevels], thresholds: Thresholds) -> list[Finding]:
@@ -111,30 +131,40 @@ def _boundary(layout: Layout, fp8: list[LayerLevels], thresholds: Thresholds) ->
     findings = []
     for lv in fp8:
         neighbours = layout.bf16_neighbours(lv)
-        evidence = [s.evidence(onset=onset(s, thresholds.warning), reference=ref)
-                    for t, s in (lv.tensors.items() if neighbours else ())
-                    if _degrading(s.level, s.start_level, s.end_level, ref := _peer_median(layout, lv, t), thresholds)]
+        evidence = [
+            s.evidence(onset=onset(s, thresholds.warning), reference=ref)
+            for t, s in (lv.tensors.items() if neighbours else ())
+            if _degrading(s.level, s.start_level, s.end_level, ref := _peer_median(layout, lv, t), thresholds)
+        ]
         if not evidence:
             continue
         top = max(evidence, key=lambda ev: ev.level or 0.0)
-        text = (f"{lv.name} next to BF16 {', '.join(neighbours)}: {top.tensor} underflows% went "
-                f"{top.start_level:.2f}% -> {top.end_level:.2f}% (level {top.level:.2f}%, peers' median "
-                f"{top.reference:.2f}%)" + (f", onset iteration {top.onset}." if top.onset is not None else "."))
+        text = (
+            f"{lv.name} next to BF16 {', '.join(neighbours)}: {top.tensor} underflows% went "
+            f"{top.start_level:.2f}% -> {top.end_level:.2f}% (level {top.level:.2f}%, peers' median "
+            f"{top.reference:.2f}%)" + (f", onset iteration {top.onset}." if top.onset is not None else ".")
+        )
         severity = max(Severity.WARNING, worst(thresholds.band(ev.level or 0.0) for ev in evidence))
         findings.append(Finding(Pattern.BOUNDARY, severity, (lv.name,), tuple(evidence), text))
     return findings
 
 
 def _degrading(level: float, start: float, end: float, reference: float, thresholds: Thresholds) -> bool:
-    stands_out = (level >= thresholds.warning and level - reference >= thresholds.warning
-                  and level >= thresholds.boundary_ratio * reference)
+    stands_out = (
+        level >= thresholds.warning
+        and level - reference >= thresholds.warning
+        and level >= thresholds.boundary_ratio * reference
+    )
     return stands_out and (end - start >= thresholds.trend_min_rise or level >= thresholds.critical)
 
 
 def _peer_median(layout: Layout, target: LayerLevels, tensor: str) -> float:
     """Median level of the same tensor in body layers away from BF16 blocks (same sublayer when possible)."""
-    peers = [lv for lv in layout.fp8() if lv is not target and lv.block is not None and tensor in lv.tensors
-             and not layout.bf16_neighbours(lv)]
+    peers = [
+        lv
+        for lv in layout.fp8()
+        if lv is not target and lv.block is not None and tensor in lv.tensors and not layout.bf16_neighbours(lv)
+    ]
     same = [lv for lv in peers if lv.info.structure.sublayer == target.info.structure.sublayer]
     values = sorted(lv.tensors[tensor].level for lv in (same or peers))
     if not values:
@@ -150,14 +180,27 @@ def _single_tensor(layers: list[LayerLevels], thresholds: Thresholds) -> list[Fi
     findings = []
     for tensor, members in groups.items():
         worst_lv = max(members, key=lambda lv: lv.tensors[tensor].level)
-        evidence = [lv.tensors[tensor].evidence(onset=onset(lv.tensors[tensor], thresholds.warning),
-                                                reference=max(s.level for t, s in lv.tensors.items() if t != tensor))
-                    for lv in members]
+        evidence = [
+            lv.tensors[tensor].evidence(
+                onset=onset(lv.tensors[tensor], thresholds.warning),
+                reference=max(s.level for t, s in lv.tensors.items() if t != tensor),
+            )
+            for lv in members
+        ]
         others = max(ev.reference or 0.0 for ev in evidence)
-        text = (f"{len(members)} layer(s) fail on {tensor} underflows% only (worst "
-                f"{worst_lv.tensors[tensor].level:.2f}% at {worst_lv.name}; their other tensors <= {others:.2f}%).")
-        findings.append(Finding(Pattern.SINGLE_TENSOR, worst(lv.severity for lv in members),
-                                tuple(lv.name for lv in members), tuple(evidence), text))
+        text = (
+            f"{len(members)} layer(s) fail on {tensor} underflows% only (worst "
+            f"{worst_lv.tensors[tensor].level:.2f}% at {worst_lv.name}; their other tensors <= {others:.2f}%)."
+        )
+        findings.append(
+            Finding(
+                Pattern.SINGLE_TENSOR,
+                worst(lv.severity for lv in members),
+                tuple(lv.name for lv in members),
+                tuple(evidence),
+                text,
+            )
+        )
     return findings
 
 
@@ -189,6 +232,7 @@ def _edge_groups(layout: Layout, failing: list[LayerLevels]) -> tuple[list[Layer
         while group and 0 <= p < n and p in bad:
             group.add(p)
             p += step
+
     def members(group: set[int]) -> list[LayerLevels]:
         return [lv for lv in failing if lv.block in position and position[lv.block] in group]
 
@@ -198,11 +242,20 @@ def _edge_groups(layout: Layout, failing: list[LayerLevels]) -> tuple[list[Layer
 def _by_halves(layout: Layout, layers: list[LayerLevels], thresholds: Thresholds) -> list[Finding]:
     position = {block: i for i, block in enumerate(layout.blocks)}
     names = list(layout.levels)
-    early = [lv for lv in layers if (position[lv.block] < len(position) / 2 if lv.block in position
-                                     else names.index(lv.name) < len(names) / 2)]
+    early = [
+        lv
+        for lv in layers
+        if (position[lv.block] < len(position) / 2 if lv.block in position else names.index(lv.name) < len(names) / 2)
+    ]
     late = [lv for lv in layers if lv not in early]
-    return [f for f in (_finding(Pattern.EARLY_LAYERS, early, layout, thresholds),
-                        _finding(Pattern.LATE_LAYERS, late, layout, thresholds)) if f is not None]
+    return [
+        f
+        for f in (
+            _finding(Pattern.EARLY_LAYERS, early, layout, thresholds),
+            _finding(Pattern.LATE_LAYERS, late, layout, thresholds),
+        )
+        if f is not None
+    ]
 
 
 def _finding(pattern: Pattern, layers: list[LayerLevels], layout: Layout, thresholds: Thresholds) -> Finding | None:
@@ -215,8 +268,9 @@ def _finding(pattern: Pattern, layers: list[LayerLevels], layout: Layout, thresh
     where = f"blocks {block_ranges(blocks)}" if blocks else ""
     if heads:
         where = f"{where} and head {', '.join(heads)}" if where else f"head {', '.join(heads)}"
-    text = (f"{pattern.value}: {len(layers)} failing layer(s) in {where} of {len(layout.blocks)} blocks; worst "
-            f"{tensor} underflows% {summary.level:.2f}% at {top.name} (critical >= {thresholds.critical:g}%).")
+    text = (
+        f"{pattern.value}: {len(layers)} failing layer(s) in {where} of {len(layout.blocks)} blocks; worst "
+        f"{tensor} underflows% {summary.level:.2f}% at {top.name} (critical >= {thresholds.critical:g}%)."
+    )
     evidence = [ev for lv in layers for ev in failing_evidence(lv, thresholds)]
-    return Finding(pattern, worst(lv.severity for lv in layers), tuple(lv.name for lv in layers), tuple(evidence),
-                   text)
+    return Finding(pattern, worst(lv.severity for lv in layers), tuple(lv.name for lv in layers), tuple(evidence), text)

@@ -29,12 +29,22 @@ PREFIX_RECIPE: dict[str, str] = {prefix: name for name, prefix in STAT_PREFIX.it
 MIN_CAPABILITY: dict[str, float] = {"delayed": 8.9, "current": 8.9, "block": 9.0, "mxfp8": 10.0}
 
 _ALIASES: dict[str, str] = {
-    "delayed": "delayed", "delayedscaling": "delayed", "fp8delayedscaling": "delayed",
-    "current": "current", "tensorwise": "current", "float8currentscaling": "current", "currentscaling": "current",
-    "fp8currentscaling": "current", "pertensor": "current",
-    "block": "block", "blockwise": "block", "float8blockscaling": "block", "blockscaling": "block",
+    "delayed": "delayed",
+    "delayedscaling": "delayed",
+    "fp8delayedscaling": "delayed",
+    "current": "current",
+    "tensorwise": "current",
+    "float8currentscaling": "current",
+    "currentscaling": "current",
+    "fp8currentscaling": "current",
+    "pertensor": "current",
+    "block": "block",
+    "blockwise": "block",
+    "float8blockscaling": "block",
+    "blockscaling": "block",
     "fp8blockscaling": "block",
-    "mxfp8": "mxfp8", "mxfp8blockscaling": "mxfp8",
+    "mxfp8": "mxfp8",
+    "mxfp8blockscaling": "mxfp8",
 }
 
 

@@ -40,5 +40,10 @@ class Analysis:
         return row
 
     def to_dict(self) -> dict[str, Any]:
-        return {"findings": [f.to_dict() for f in self.findings], "layers": [row.to_dict() for row in self.layers],
-                "thresholds": self.thresholds.to_dict(), "stats": dict(self.stats), "notes": list(self.notes)}
+        return {
+            "findings": [f.to_dict() for f in self.findings],
+            "layers": [row.to_dict() for row in self.layers],
+            "thresholds": self.thresholds.to_dict(),
+            "stats": dict(self.stats),
+            "notes": list(self.notes),
+        }

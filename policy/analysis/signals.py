@@ -69,10 +69,21 @@ class SeriesSummary:
         """Evidence for this series; `rank=True` names the rank, otherwise it stands for the worst rank."""
         m = self.metric
         values: dict[str, object] = dict(
-            layer=m.layer, tensor=m.tensor, stat=m.stat + ("_columnwise" if m.columnwise else ""), recipe=m.recipe,
-            rank=self.rank if rank else None, window=self.window, level_window=self.level_window, level=self.level,
-            max=self.max, mean=self.mean, last=self.last, slope_per_1k=self.slope_per_1k,
-            start_level=self.start_level, end_level=self.end_level)
+            layer=m.layer,
+            tensor=m.tensor,
+            stat=m.stat + ("_columnwise" if m.columnwise else ""),
+            recipe=m.recipe,
+            rank=self.rank if rank else None,
+            window=self.window,
+            level_window=self.level_window,
+            level=self.level,
+            max=self.max,
+            mean=self.mean,
+            last=self.last,
+            slope_per_1k=self.slope_per_1k,
+            start_level=self.start_level,
+            end_level=self.end_level,
+        )
         values.update(extra)
         return Evidence(**values)  # type: ignore[arg-type]
 
@@ -80,9 +91,17 @@ class SeriesSummary:
 class Signals:
     """Summaries by metric (ranks in a list) plus run-wide facts; the lookup layer for every detector."""
 
-    def __init__(self, summaries: dict[MetricName, list[SeriesSummary]], *, ranks: tuple[int, ...],
-                 first_iteration: int, last_iteration: int, warmup_cut: float, n_series: int,
-                 warmup_only: int = 0) -> None:
+    def __init__(
+        self,
+        summaries: dict[MetricName, list[SeriesSummary]],
+        *,
+        ranks: tuple[int, ...],
+        first_iteration: int,
+        last_iteration: int,
+        warmup_cut: float,
+        n_series: int,
+        warmup_only: int = 0,
+    ) -> None:
         self.summaries = summaries
         self.ranks = ranks
         self.first_iteration = first_iteration
@@ -100,15 +119,28 @@ class Signals:
     def get(self, metric: MetricName) -> list[SeriesSummary]:
         return self.summaries.get(metric, [])
 
-    def per_rank(self, layer: str, tensor: str, stat: str = "underflows%", recipe: str | None = None,
-                 skip_ranks: frozenset[int] = frozenset()) -> list[SeriesSummary]:
+    def per_rank(
+        self,
+        layer: str,
+        tensor: str,
+        stat: str = "underflows%",
+        recipe: str | None = None,
+        skip_ranks: frozenset[int] = frozenset(),
+    ) -> list[SeriesSummary]:
         """Row- and columnwise series of every rank (but `skip_ranks`) for one layer/tensor/stat."""
         both = self.get(MetricName(layer, tensor, stat, recipe, False)) + self.get(
-            MetricName(layer, tensor, stat, recipe, True))
+            MetricName(layer, tensor, stat, recipe, True)
+        )
         return [s for s in both if s.rank not in skip_ranks] if skip_ranks else both
 
-    def worst(self, layer: str, tensor: str, stat: str = "underflows%", recipe: str | None = None,
-              skip_ranks: frozenset[int] = frozenset()) -> SeriesSummary | None:
+    def worst(
+        self,
+        layer: str,
+        tensor: str,
+        stat: str = "underflows%",
+        recipe: str | None = None,
+        skip_ranks: frozenset[int] = frozenset(),
+    ) -> SeriesSummary | None:
         """The series with the highest level across ranks (and row/columnwise): per-layer levels use this."""
         candidates = self.per_rank(layer, tensor, stat, recipe, skip_ranks)
         return max(candidates, key=_level_key, default=None)
@@ -123,8 +155,11 @@ def _level_key(summary: SeriesSummary) -> float:
 
 def extract_signals(run: RunData, thresholds: Thresholds) -> Signals:
     """Summarise every quantization series of the run that analysis uses (see module docstring for the rules)."""
-    wanted = [s for s in run.series if s.metric.stat in WANTED_STATS and s.metric.tensor in QUANTIZED_TENSORS
-              and s.iterations.size > 0]
+    wanted = [
+        s
+        for s in run.series
+        if s.metric.stat in WANTED_STATS and s.metric.tensor in QUANTIZED_TENSORS and s.iterations.size > 0
+    ]
     if not wanted:
         return Signals({}, ranks=(), first_iteration=0, last_iteration=0, warmup_cut=0.0, n_series=len(run.series))
     first = int(min(int(s.iterations[0]) for s in wanted))
@@ -143,8 +178,15 @@ def extract_signals(run: RunData, thresholds: Thresholds) -> Signals:
         else:
             warmup_only += 1
     ranks = tuple(sorted({s.rank for s in wanted}))
-    return Signals(dict(summaries), ranks=ranks, first_iteration=first, last_iteration=last, warmup_cut=cut,
-                   n_series=len(run.series), warmup_only=warmup_only)
+    return Signals(
+        dict(summaries),
+        ranks=ranks,
+        first_iteration=first,
+        last_iteration=last,
+        warmup_cut=cut,
+        n_series=len(run.series),
+        warmup_only=warmup_only,
+    )
 
 
 def _canonical(metric: MetricName, current_prefix: str | None) -> MetricName:
@@ -169,8 +211,9 @@ def _scale_warmup_ends(series: list[Series]) -> dict[tuple[str, str, int], float
     return ends
 
 
-def summarize(series: Series, metric: MetricName, start: float, thresholds: Thresholds, *,
-              keep_last: bool = True) -> SeriesSummary | None:
+def summarize(
+    series: Series, metric: MetricName, start: float, thresholds: Thresholds, *, keep_last: bool = True
+) -> SeriesSummary | None:
     """Statistics of one series from iteration `start` on (see module docstring); None if no finite point is left.
 
     `keep_last` keeps the last point when `start` lies past it (the fraction rule on a short series)."""
@@ -192,10 +235,22 @@ def summarize(series: Series, metric: MetricName, start: float, thresholds: Thre
     q = thresholds.level_quantile
     level = float(window.max() if q >= 1.0 else np.quantile(window, q))
     start_level, end_level, slope = _thirds(it, values)
-    return SeriesSummary(metric=metric, rank=series.rank, iterations=it, values=values, level_start=level_start,
-                         n_nonfinite=n_nonfinite, level=level, max=float(values.max()), mean=float(values.mean()),
-                         last=float(values[-1]), start_level=start_level, end_level=end_level, slope_per_1k=slope,
-                         censored=int(np.count_nonzero(values < thresholds.censor_below)))
+    return SeriesSummary(
+        metric=metric,
+        rank=series.rank,
+        iterations=it,
+        values=values,
+        level_start=level_start,
+        n_nonfinite=n_nonfinite,
+        level=level,
+        max=float(values.max()),
+        mean=float(values.mean()),
+        last=float(values[-1]),
+        start_level=start_level,
+        end_level=end_level,
+        slope_per_1k=slope,
+        censored=int(np.count_nonzero(values < thresholds.censor_below)),
+    )
 
 
 def _window_start(it: np.ndarray, thresholds: Thresholds) -> int:
@@ -231,5 +286,5 @@ def onset(summary: SeriesSummary, threshold: float) -> int | None:
     if majority.size == 0:
         return None
     begin = int(majority[0])
-    first_above = begin + int(np.argmax(above[begin:begin + k]))
+    first_above = begin + int(np.argmax(above[begin : begin + k]))
     return int(summary.iterations[first_above])

@@ -45,17 +45,20 @@ def detect_scale_instability(layout: Layout, signals: Signals, thresholds: Thres
             for summary in signals.get(metric):
                 count, ratio, first = scale_jumps(summary, thresholds)
                 if count:
-                    evidence.append(summary.evidence(rank=len(signals.ranks) > 1, count=count, ratio=ratio,
-                                                     onset=first))
+                    evidence.append(
+                        summary.evidence(rank=len(signals.ranks) > 1, count=count, ratio=ratio, onset=first)
+                    )
     if not evidence:
         return []
     evidence.sort(key=lambda ev: (-(ev.count or 0), -(ev.ratio or 0.0)))
     top = evidence[0]
     severity = Severity.CRITICAL if (top.count or 0) >= thresholds.scale_jumps_critical else Severity.WARNING
     layers = tuple(dict.fromkeys(ev.layer for ev in evidence))
-    text = (f"scale_inv jumps by >= {thresholds.scale_jump_factor:g}x between consecutive points in "
-            f"{len(evidence)} series of {len(layers)} layer(s); worst {top.layer} {top.tensor} {top.stat}: "
-            f"{top.count} jump(s), up to {top.ratio:.0f}x, first at iteration {top.onset}.")
+    text = (
+        f"scale_inv jumps by >= {thresholds.scale_jump_factor:g}x between consecutive points in "
+        f"{len(evidence)} series of {len(layers)} layer(s); worst {top.layer} {top.tensor} {top.stat}: "
+        f"{top.count} jump(s), up to {top.ratio:.0f}x, first at iteration {top.onset}."
+    )
     return [Finding(Pattern.SCALE_INSTABILITY, severity, layers, tuple(evidence), text)]
 
 
@@ -73,8 +76,10 @@ def detect_overflow(layout: Layout, signals: Signals, thresholds: Thresholds) ->
     top = evidence[0]
     severity = max(Severity.WARNING, worst(thresholds.band(ev.max or 0.0) for ev in evidence))
     layers = tuple(dict.fromkeys(ev.layer for ev in evidence))
-    text = (f"overflows% above {thresholds.overflow_pct:g} under delayed scaling in {len(layers)} layer(s); worst "
-            f"{top.layer} {top.tensor} max {top.max:.4f}% (mean {top.mean:.4f}%), first at iteration {top.onset}.")
+    text = (
+        f"overflows% above {thresholds.overflow_pct:g} under delayed scaling in {len(layers)} layer(s); worst "
+        f"{top.layer} {top.tensor} max {top.max:.4f}% (mean {top.mean:.4f}%), first at iteration {top.onset}."
+    )
     return [Finding(Pattern.OVERFLOW, severity, layers, tuple(evidence), text)]
 
 
@@ -87,5 +92,6 @@ def _scale_metrics(signals: Signals, layer: str) -> list[MetricName]:
 
 
 def _overflow_metrics(signals: Signals, layer: str) -> list[MetricName]:
-    return [m for m in signals.layer_metrics(layer)
-            if m.stat == "overflows%" and m.recipe in (None, "fp8_delayed_scaling")]
+    return [
+        m for m in signals.layer_metrics(layer) if m.stat == "overflows%" and m.recipe in (None, "fp8_delayed_scaling")
+    ]

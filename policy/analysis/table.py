@@ -28,14 +28,23 @@ def assessment_table(layout: Layout, findings: list[Finding], thresholds: Thresh
 
 def _row(lv: LayerLevels, patterns: tuple[str, ...], thresholds: Thresholds) -> LayerAssessment:
     structure = lv.info.structure
-    underflows = {t: TensorUnderflow(s.level, s.max, s.mean, s.last, thresholds.band(s.level))
-                  for t, s in lv.tensors.items()}
+    underflows = {
+        t: TensorUnderflow(s.level, s.max, s.mean, s.last, thresholds.band(s.level)) for t, s in lv.tensors.items()
+    }
     pick = lv.worst_tensor()
     return LayerAssessment(
-        name=lv.name, group=structure.group.value, index=structure.index, sublayer=structure.sublayer,
-        precision=lv.info.precision.value, status=lv.status.value, severity=lv.severity,
-        worst_signal=f"{pick[0]} underflows%" if pick else None, worst_level=pick[1].level if pick else None,
-        underflows=underflows, patterns=patterns)
+        name=lv.name,
+        group=structure.group.value,
+        index=structure.index,
+        sublayer=structure.sublayer,
+        precision=lv.info.precision.value,
+        status=lv.status.value,
+        severity=lv.severity,
+        worst_signal=f"{pick[0]} underflows%" if pick else None,
+        worst_level=pick[1].level if pick else None,
+        underflows=underflows,
+        patterns=patterns,
+    )
 
 
 def run_stats(layout: Layout, signals: Signals, thresholds: Thresholds) -> dict[str, Any]:
@@ -45,15 +54,23 @@ def run_stats(layout: Layout, signals: Signals, thresholds: Thresholds) -> dict[
     for lv in layout.levels.values():
         counts[lv.status.value] += 1
     return {
-        "n_series": signals.n_series, "n_series_used": len(summaries), "ranks": list(signals.ranks),
+        "n_series": signals.n_series,
+        "n_series_used": len(summaries),
+        "ranks": list(signals.ranks),
         "iterations": [signals.first_iteration, signals.last_iteration],
         "warmup_cut_iteration": round(signals.warmup_cut, 1),
-        "warmup_rule": (f"first {thresholds.warmup_fraction:.0%} of the iteration span, and points before "
-                        "scale_inv leaves exactly 1.0"),
-        "level_rule": (f"p{thresholds.level_quantile * 100:g} of the trailing {thresholds.window_fraction:.0%} "
-                       "of the post-warm-up span, worst rank"),
-        "median_points_per_series": float(np.median(points)), "layers_by_status": counts,
-        "body_blocks": len(layout.blocks), "index_base": layout.index_base,
+        "warmup_rule": (
+            f"first {thresholds.warmup_fraction:.0%} of the iteration span, and points before "
+            "scale_inv leaves exactly 1.0"
+        ),
+        "level_rule": (
+            f"p{thresholds.level_quantile * 100:g} of the trailing {thresholds.window_fraction:.0%} "
+            "of the post-warm-up span, worst rank"
+        ),
+        "median_points_per_series": float(np.median(points)),
+        "layers_by_status": counts,
+        "body_blocks": len(layout.blocks),
+        "index_base": layout.index_base,
         "censored_scale_fraction": censored_scale_fraction(signals),
         "nonfinite_points": int(sum(s.n_nonfinite for s in summaries)),
         "warmup_only_series": signals.warmup_only,
@@ -74,20 +91,27 @@ def run_notes(layout: Layout, signals: Signals, stats: dict[str, Any], threshold
     notes = []
     censored = stats["censored_scale_fraction"]
     if censored > 0:
-        notes.append(f"{censored:.0%} of scale_inv points print as 0.0000: they are below 5e-5, not zero; "
-                     "scale jumps are only measured between resolvable points.")
+        notes.append(
+            f"{censored:.0%} of scale_inv points print as 0.0000: they are below 5e-5, not zero; "
+            "scale jumps are only measured between resolvable points."
+        )
     if stats["warmup_only_series"]:
-        notes.append(f"{stats['warmup_only_series']} series have no point after warm-up (scale_inv still exactly "
-                     "1.0, or no finite value) and were not assessed.")
+        notes.append(
+            f"{stats['warmup_only_series']} series have no point after warm-up (scale_inv still exactly "
+            "1.0, or no finite value) and were not assessed."
+        )
     if stats["nonfinite_points"]:
         notes.append(f"{stats['nonfinite_points']} NaN/inf points were left out of every statistic.")
     unobserved = [lv.name for lv in layout.levels.values() if lv.status is LayerStatus.UNOBSERVED]
     if unobserved:
-        notes.append(f"{len(unobserved)} FP8 layer(s) have no FP8 stats and could not be assessed "
-                     f"(e.g. {unobserved[0]}).")
+        notes.append(
+            f"{len(unobserved)} FP8 layer(s) have no FP8 stats and could not be assessed (e.g. {unobserved[0]})."
+        )
     if stats["median_points_per_series"] < thresholds.min_points:
-        notes.append(f"Only {stats['median_points_per_series']:.0f} post-warm-up points per series (median): "
-                     "levels and trends are uncertain.")
+        notes.append(
+            f"Only {stats['median_points_per_series']:.0f} post-warm-up points per series (median): "
+            "levels and trends are uncertain."
+        )
     if len(signals.ranks) == 1:
         notes.append("Single rank: rank consistency could not be checked.")
     return notes

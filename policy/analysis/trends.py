@@ -88,8 +88,14 @@ def robust_trend(summary: SeriesSummary, thresholds: Thresholds, fraction: float
     return project(slope, at_last, (int(it[0]), int(it[-1])), summary, thresholds, t_value)
 
 
-def project(slope: float, value_at_last: float, window: tuple[int, int], summary: SeriesSummary,
-            thresholds: Thresholds, t_value: float = np.inf) -> TrendFit:
+def project(
+    slope: float,
+    value_at_last: float,
+    window: tuple[int, int],
+    summary: SeriesSummary,
+    thresholds: Thresholds,
+    t_value: float = np.inf,
+) -> TrendFit:
     """A line given by its slope per 1k and its value at the window's end, extended `trend_horizon` spans."""
     span = float(summary.iterations[-1] - summary.iterations[0])
     ahead = thresholds.trend_horizon * span
@@ -99,13 +105,20 @@ def project(slope: float, value_at_last: float, window: tuple[int, int], summary
         crossing = int(round(window[1] + 1000.0 * (thresholds.critical - value_at_last) / slope))
     elif slope > 0 and at_start < thresholds.critical:
         crossing = int(round(window[0] + 1000.0 * (thresholds.critical - at_start) / slope))
-    return TrendFit(slope, t_value, at_start, value_at_last, window, int(round(window[1] + ahead)),
-                    value_at_last + slope * ahead / 1000.0, crossing)
+    return TrendFit(
+        slope,
+        t_value,
+        at_start,
+        value_at_last,
+        window,
+        int(round(window[1] + ahead)),
+        value_at_last + slope * ahead / 1000.0,
+        crossing,
+    )
 
 
 def is_significant(fit: TrendFit, thresholds: Thresholds) -> bool:
-    return (fit.slope_per_1k > 0 and fit.t_value >= thresholds.trend_min_t
-            and fit.rise() >= thresholds.trend_min_rise)
+    return fit.slope_per_1k > 0 and fit.t_value >= thresholds.trend_min_t and fit.rise() >= thresholds.trend_min_rise
 
 
 def is_projected(fit: TrendFit, thresholds: Thresholds) -> bool:
@@ -163,23 +176,31 @@ def detect_rising_trends(layout: Layout, thresholds: Thresholds) -> list[Finding
 
 
 def _evidence(summary: SeriesSummary, fit: TrendFit, thresholds: Thresholds) -> Evidence:
-    return summary.evidence(slope_per_1k=fit.slope_per_1k, onset=onset(summary, thresholds.warning),
-                            projected_value=fit.projected_value, projected_iteration=fit.projected_iteration,
-                            crossing_iteration=fit.crossing_iteration)
+    return summary.evidence(
+        slope_per_1k=fit.slope_per_1k,
+        onset=onset(summary, thresholds.warning),
+        projected_value=fit.projected_value,
+        projected_iteration=fit.projected_iteration,
+        crossing_iteration=fit.crossing_iteration,
+    )
 
 
 def _finding(crossed: list[Evidence], projected: list[Evidence], thresholds: Thresholds) -> Finding:
     parts = []
     if crossed:
         top = max(crossed, key=lambda ev: ev.level or 0.0)
-        parts.append(f"{len(crossed)} series crossed {thresholds.critical:g}% during the run (late onset), e.g. "
-                     f"{top.layer} {top.tensor} {top.start_level:.2f}% -> {top.level:.2f}%, "
-                     f"+{top.slope_per_1k:.3f}%/1k iterations, crossing near iteration {top.crossing_iteration}")
+        parts.append(
+            f"{len(crossed)} series crossed {thresholds.critical:g}% during the run (late onset), e.g. "
+            f"{top.layer} {top.tensor} {top.start_level:.2f}% -> {top.level:.2f}%, "
+            f"+{top.slope_per_1k:.3f}%/1k iterations, crossing near iteration {top.crossing_iteration}"
+        )
     if projected:
         first = min(projected, key=lambda ev: ev.crossing_iteration or 1 << 62)
-        parts.append(f"{len(projected)} series below {thresholds.critical:g}% are projected to cross it, first "
-                     f"{first.layer} {first.tensor}: {first.level:.2f}% now, +{first.slope_per_1k:.3f}%/1k "
-                     f"iterations, {first.projected_value:.2f}% by iteration {first.projected_iteration}")
+        parts.append(
+            f"{len(projected)} series below {thresholds.critical:g}% are projected to cross it, first "
+            f"{first.layer} {first.tensor}: {first.level:.2f}% now, +{first.slope_per_1k:.3f}%/1k "
+            f"iterations, {first.projected_value:.2f}% by iteration {first.projected_iteration}"
+        )
     evidence = crossed + projected
     severity = worst([Severity.WARNING] + [thresholds.band(ev.level or 0.0) for ev in crossed])
     layers = tuple(dict.fromkeys(ev.layer for ev in evidence))
@@ -188,5 +209,10 @@ def _finding(crossed: list[Evidence], projected: list[Evidence], thresholds: Thr
 
 def crossed_layers(findings: list[Finding], thresholds: Thresholds) -> set[str]:
     """Layers a rising_trend finding explains: those whose series crossed critical during the run."""
-    return {ev.layer for f in findings if f.pattern is Pattern.RISING_TREND for ev in f.evidence
-            if (ev.level or 0.0) >= thresholds.critical}
+    return {
+        ev.layer
+        for f in findings
+        if f.pattern is Pattern.RISING_TREND
+        for ev in f.evidence
+        if (ev.level or 0.0) >= thresholds.critical
+    }

@@ -61,21 +61,35 @@ class MovedProblem:
     def sentence(self) -> str:
         where = "last" if self.side == "end" else "first"
         nth = "" if self.distance == 0 else f"{self.distance} block(s) from the "
-        levels = (f" ({self.tensor} underflows% {self.base_level:.2f}% -> {self.head_level:.2f}%)"
-                  if self.base_level is not None and self.head_level is not None else "")
-        return (f"the problem followed the boundary: {self.pattern.label} at block(s) {_blocks(self.base_blocks)} "
-                f"({nth}{where} FP8 block next to {self.base_edge} BF16 block(s) at the {self.side}) is gone, and the "
-                f"same appears at block(s) {_blocks(self.head_blocks)}, the new {nth}{where} FP8 block next to "
-                f"{self.head_edge} BF16 block(s){levels}: moving the BF16 edge moved the problem instead of fixing it")
+        levels = (
+            f" ({self.tensor} underflows% {self.base_level:.2f}% -> {self.head_level:.2f}%)"
+            if self.base_level is not None and self.head_level is not None
+            else ""
+        )
+        return (
+            f"the problem followed the boundary: {self.pattern.label} at block(s) {_blocks(self.base_blocks)} "
+            f"({nth}{where} FP8 block next to {self.base_edge} BF16 block(s) at the {self.side}) is gone, and the "
+            f"same appears at block(s) {_blocks(self.head_blocks)}, the new {nth}{where} FP8 block next to "
+            f"{self.head_edge} BF16 block(s){levels}: moving the BF16 edge moved the problem instead of fixing it"
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pattern": self.pattern.value, "label": self.pattern.label, "side": self.side,
-                "distance_from_edge": self.distance, "base_layers": list(self.base_layers),
-                "head_layers": list(self.head_layers), "base_blocks": list(self.base_blocks),
-                "head_blocks": list(self.head_blocks), "base_bf16_edge_blocks": self.base_edge,
-                "head_bf16_edge_blocks": self.head_edge, "tensor": self.tensor,
-                "base_level": _round(self.base_level), "head_level": _round(self.head_level),
-                "summary": self.sentence()}
+        return {
+            "pattern": self.pattern.value,
+            "label": self.pattern.label,
+            "side": self.side,
+            "distance_from_edge": self.distance,
+            "base_layers": list(self.base_layers),
+            "head_layers": list(self.head_layers),
+            "base_blocks": list(self.base_blocks),
+            "head_blocks": list(self.head_blocks),
+            "base_bf16_edge_blocks": self.base_edge,
+            "head_bf16_edge_blocks": self.head_edge,
+            "tensor": self.tensor,
+            "base_level": _round(self.base_level),
+            "head_level": _round(self.head_level),
+            "summary": self.sentence(),
+        }
 
 
 def moved_problems(base: Analysis, head: Analysis) -> list[MovedProblem]:
@@ -86,7 +100,9 @@ def moved_problems(base: Analysis, head: Analysis) -> list[MovedProblem]:
         return []
     head_keys = {(f.pattern, frozenset(f.layers)) for f in head.findings}
     base_keys = {(f.pattern, frozenset(f.layers)) for f in base.findings}
-    gone = [f for f in base.findings if f.pattern in EDGE_PATTERNS and (f.pattern, frozenset(f.layers)) not in head_keys]
+    gone = [
+        f for f in base.findings if f.pattern in EDGE_PATTERNS and (f.pattern, frozenset(f.layers)) not in head_keys
+    ]
     new = [f for f in head.findings if f.pattern in EDGE_PATTERNS and (f.pattern, frozenset(f.layers)) not in base_keys]
     out: list[MovedProblem] = []
     used: set[int] = set()
@@ -95,8 +111,16 @@ def moved_problems(base: Analysis, head: Analysis) -> list[MovedProblem]:
             where_old = _positions(old, base.layout, e_base, side)
             if not where_old:
                 continue
-            match = next((i for i, f in enumerate(new) if i not in used and _family(f) == _family(old)
-                          and _positions(f, head.layout, e_head, side) == where_old), None)
+            match = next(
+                (
+                    i
+                    for i, f in enumerate(new)
+                    if i not in used
+                    and _family(f) == _family(old)
+                    and _positions(f, head.layout, e_head, side) == where_old
+                ),
+                None,
+            )
             if match is None:
                 continue
             used.add(match)
@@ -129,15 +153,25 @@ def _positions(finding: Finding, layout: Layout, edges: Edges, side: str) -> fro
     return frozenset(out)
 
 
-def _moved(old: Finding, new: Finding, side: str, distance: int, base: Analysis, head: Analysis, e_base: Edges,
-           e_head: Edges) -> MovedProblem:
+def _moved(
+    old: Finding, new: Finding, side: str, distance: int, base: Analysis, head: Analysis, e_base: Edges, e_head: Edges
+) -> MovedProblem:
     top_old = max(old.evidence, key=lambda ev: ev.level or 0.0, default=None)
     top_new = max(new.evidence, key=lambda ev: ev.level or 0.0, default=None)
     return MovedProblem(
-        new.pattern, side, distance, old.layers, new.layers, _block_numbers(old, base.layout),
-        _block_numbers(new, head.layout), getattr(e_base, side), getattr(e_head, side),
-        top_old.level if top_old else None, top_new.level if top_new else None,
-        top.tensor if (top := top_new or top_old) else None)
+        new.pattern,
+        side,
+        distance,
+        old.layers,
+        new.layers,
+        _block_numbers(old, base.layout),
+        _block_numbers(new, head.layout),
+        getattr(e_base, side),
+        getattr(e_head, side),
+        top_old.level if top_old else None,
+        top_new.level if top_new else None,
+        top.tensor if (top := top_new or top_old) else None,
+    )
 
 
 def _block_numbers(finding: Finding, layout: Layout) -> tuple[int, ...]:

@@ -17,12 +17,17 @@ def change(base: float | None, head: float | None, floor: float = NOISE_FLOOR) -
     delta = head - base if base is not None and head is not None else None
     below = base is not None and abs(base) < floor
     relative = delta / base if delta is not None and base is not None and not below else None
-    return {"base": _num(base), "head": _num(head), "change": _num(delta), "relative": _num(relative),
-            "below_noise_floor": below}
+    return {
+        "base": _num(base),
+        "head": _num(head),
+        "change": _num(delta),
+        "relative": _num(relative),
+        "below_noise_floor": below,
+    }
 
 
 def describe(base: float, head: float, relative: float | None) -> str:
-    """"−34% (mean 1.20% → 0.79%)" above the floor, "+0.24 points (0.00% → 0.24%)" below it."""
+    """ "−34% (mean 1.20% → 0.79%)" above the floor, "+0.24 points (0.00% → 0.24%)" below it."""
     if relative is None:
         return f"{head - base:+.2f} points ({base:.2f}% → {head:.2f}%)".replace("-", "−", 1)
     sign = "−" if relative < 0 else "+"

@@ -31,7 +31,23 @@ from fp8_policy.policy.heatmap.summary import (
 )
 
 __all__ = [
-    "DEFAULT_BOXES", "DEFAULT_VMAX", "ROW_BF16", "ROW_DATA", "Band", "HeatRow", "HeatSummary", "HeatmapGeometry",
-    "HeatmapMatrix", "Rect", "RowSpan", "build_matrix", "default_vmax", "is_percent_stat", "plan_geometry",
-    "row_levels", "severity_bands", "sublayers_of", "summarize",
+    "DEFAULT_BOXES",
+    "DEFAULT_VMAX",
+    "ROW_BF16",
+    "ROW_DATA",
+    "Band",
+    "HeatRow",
+    "HeatSummary",
+    "HeatmapGeometry",
+    "HeatmapMatrix",
+    "Rect",
+    "RowSpan",
+    "build_matrix",
+    "default_vmax",
+    "is_percent_stat",
+    "plan_geometry",
+    "row_levels",
+    "severity_bands",
+    "sublayers_of",
+    "summarize",
 ]

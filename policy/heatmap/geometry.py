@@ -62,8 +62,12 @@ class HeatmapGeometry:
         """(x0, y0, x1, y1) of a heatmap's cells in image pixels, origin top-left."""
         w, h = self.width_in * self.dpi, self.height_in * self.dpi
         r = self.heat[panel]
-        return (round(r.left * w, 1), round((1 - r.bottom - r.height) * h, 1),
-                round((r.left + r.width) * w, 1), round((1 - r.bottom) * h, 1))
+        return (
+            round(r.left * w, 1),
+            round((1 - r.bottom - r.height) * h, 1),
+            round((r.left + r.width) * w, 1),
+            round((1 - r.bottom) * h, 1),
+        )
 
     def cell_center_px(self, shape: tuple[int, int], row: int, column: int, panel: int = 0) -> tuple[float, float]:
         x0, y0, x1, y1 = self.extent_px(panel)
@@ -71,9 +75,16 @@ class HeatmapGeometry:
         return x0 + (column + 0.5) * (x1 - x0) / columns, y0 + (row + 0.5) * (y1 - y0) / rows
 
 
-def plan_geometry(rows: int, label_chars: int, *, panels: int = 1, dpi: int = 150,
-                  width: float | None = None, height: float | None = None,
-                  shared_rows: bool = False) -> HeatmapGeometry:
+def plan_geometry(
+    rows: int,
+    label_chars: int,
+    *,
+    panels: int = 1,
+    dpi: int = 150,
+    width: float | None = None,
+    height: float | None = None,
+    shared_rows: bool = False,
+) -> HeatmapGeometry:
     """Lay out `panels` heatmaps of `rows` rows; ValueError when the requested size cannot hold them.
     `shared_rows`: every panel shows the same rows, so only the first one carries row and group labels."""
     rows = max(rows, 1)
@@ -96,8 +107,10 @@ def plan_geometry(rows: int, label_chars: int, *, panels: int = 1, dpi: int = 15
     if heat_w < 1.0:
         raise ValueError(f"width {width_in:g} in leaves no room for the heatmap (needs > {fixed + panels:g})")
     if width_in * dpi * height_in * dpi > MAX_PIXELS:
-        raise ValueError(f"{width_in:g} x {height_in:g} in at {dpi} dpi is more than {MAX_PIXELS:,} pixels; "
-                         "lower dpi, width or height")
+        raise ValueError(
+            f"{width_in:g} x {height_in:g} in at {dpi} dpi is more than {MAX_PIXELS:,} pixels; "
+            "lower dpi, width or height"
+        )
     heat, strip = [], []
     bottom = BOTTOM_IN / height_in
     x_start = 0.0  # left edge of panel k (labels included)
@@ -107,8 +120,7 @@ def plan_geometry(rows: int, label_chars: int, *, panels: int = 1, dpi: int = 15
         heat.append(Rect(x / width_in, bottom, heat_w / width_in, axes_h / height_in))
         strip.append(Rect((x + heat_w + STRIP_GAP_IN) / width_in, bottom, STRIP_IN / width_in, axes_h / height_in))
     right = Rect((width_in - RIGHT_IN) / width_in, bottom, RIGHT_IN / width_in, axes_h / height_in)
-    return HeatmapGeometry(width_in, height_in, dpi, tuple(heat), tuple(strip), right, label_in, font, stride,
-                           shared)
+    return HeatmapGeometry(width_in, height_in, dpi, tuple(heat), tuple(strip), right, label_in, font, stride, shared)
 
 
 def _row_font(pitch_pt: float) -> tuple[float, int]:

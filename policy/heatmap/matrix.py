@@ -82,14 +82,14 @@ class HeatmapMatrix:
         return np.array([row.kind == ROW_DATA for row in self.rows], dtype=bool)
 
 
-def build_matrix(layers: Sequence[LayerInfo], series: Iterable[Series], *, sublayer: str | None = None
-                 ) -> HeatmapMatrix:
+def build_matrix(
+    layers: Sequence[LayerInfo], series: Iterable[Series], *, sublayer: str | None = None
+) -> HeatmapMatrix:
     """The matrix of the given series (already filtered to one tensor and stat, one or all ranks)."""
     by_layer: dict[str, list[Series]] = {}
     for item in series:
         by_layer.setdefault(item.metric.layer, []).append(item)
-    rows = tuple(_row(info, sublayer, info.name in by_layer) for info in layers
-                 if _selected(info, by_layer, sublayer))
+    rows = tuple(_row(info, sublayer, info.name in by_layer) for info in layers if _selected(info, by_layer, sublayer))
     chunks = [s.iterations for name in (r.layer for r in rows) for s in by_layer.get(name, ())]
     iterations = np.unique(np.concatenate(chunks)) if chunks else np.zeros(0, dtype=np.int64)
     values = np.full((len(rows), iterations.shape[0]), np.nan)
@@ -120,8 +120,7 @@ def _row(info: LayerInfo, sublayer: str | None, has_data: bool) -> HeatRow:
         label = f"block {structure.index}" if sublayer else f"{structure.index} {structure.sublayer or ''}".strip()
     else:
         label = structure.sublayer or info.name.rsplit(".", 1)[-1]
-    return HeatRow(label, info.name, structure.group.value, ROW_DATA if has_data else ROW_BF16,
-                   info.precision.value)
+    return HeatRow(label, info.name, structure.group.value, ROW_DATA if has_data else ROW_BF16, info.precision.value)
 
 
 def _spans(names: list[str]) -> list[RowSpan]:

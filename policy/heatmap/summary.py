@@ -47,9 +47,15 @@ class HeatSummary:
     levels: np.ndarray  # per row, NaN without data
 
     def to_dict(self) -> dict[str, Any]:
-        return {"components": self.components, "bf16_rows": self.bf16_rows, "max": _num(self.max),
-                "mean": _num(self.mean), "critical": self.critical, "critical_threshold": self.critical_threshold,
-                "boxed": list(self.boxed)}
+        return {
+            "components": self.components,
+            "bf16_rows": self.bf16_rows,
+            "max": _num(self.max),
+            "mean": _num(self.mean),
+            "critical": self.critical,
+            "critical_threshold": self.critical_threshold,
+            "boxed": list(self.boxed),
+        }
 
 
 def row_levels(values: np.ndarray, quantile: float = LEVEL_QUANTILE) -> np.ndarray:
@@ -58,14 +64,18 @@ def row_levels(values: np.ndarray, quantile: float = LEVEL_QUANTILE) -> np.ndarr
     ordered = np.sort(finite, axis=1)  # NaN sort last
     counts = np.count_nonzero(~np.isnan(finite), axis=1)
     index = np.maximum(np.floor(quantile * (counts - 1)), 0).astype(np.int64)
-    levels = np.take_along_axis(ordered, index[:, None], axis=1)[:, 0] if ordered.shape[1] else \
-        np.full(ordered.shape[0], np.nan)
+    levels = (
+        np.take_along_axis(ordered, index[:, None], axis=1)[:, 0]
+        if ordered.shape[1]
+        else np.full(ordered.shape[0], np.nan)
+    )
     levels[counts == 0] = np.nan
     return levels
 
 
-def summarize(matrix: HeatmapMatrix, thresholds: Thresholds, *, percent: bool,
-              boxes: int = DEFAULT_BOXES) -> HeatSummary:
+def summarize(
+    matrix: HeatmapMatrix, thresholds: Thresholds, *, percent: bool, boxes: int = DEFAULT_BOXES
+) -> HeatSummary:
     data = matrix.data_rows()
     levels = row_levels(matrix.values)
     points = matrix.values[data]
@@ -76,10 +86,15 @@ def summarize(matrix: HeatmapMatrix, thresholds: Thresholds, *, percent: bool,
         critical = int(hot.shape[0])
         boxed = tuple(int(k) for k in hot[np.argsort(-levels[hot], kind="stable")][:boxes])
     return HeatSummary(
-        components=int(data.sum()), bf16_rows=int((~data).sum()),
-        max=float(finite.max()) if finite.size else None, mean=float(finite.mean()) if finite.size else None,
-        critical=critical, critical_threshold=thresholds.critical if percent else None,
-        boxed=boxed or (), levels=levels)
+        components=int(data.sum()),
+        bf16_rows=int((~data).sum()),
+        max=float(finite.max()) if finite.size else None,
+        mean=float(finite.mean()) if finite.size else None,
+        critical=critical,
+        critical_threshold=thresholds.critical if percent else None,
+        boxed=boxed or (),
+        levels=levels,
+    )
 
 
 def default_vmax(values: np.ndarray, percent: bool) -> float:
@@ -93,8 +108,12 @@ def default_vmax(values: np.ndarray, percent: bool) -> float:
 
 def severity_bands(thresholds: Thresholds, vmax: float) -> list[Band]:
     """The bands that start below `vmax`, each clipped to it."""
-    edges = [("ok", 0.0), ("warning", thresholds.warning), ("critical", thresholds.critical),
-             ("severe", thresholds.severe)]
+    edges = [
+        ("ok", 0.0),
+        ("warning", thresholds.warning),
+        ("critical", thresholds.critical),
+        ("severe", thresholds.severe),
+    ]
     bands = []
     for k, (name, low) in enumerate(edges):
         high = edges[k + 1][1] if k + 1 < len(edges) else vmax

@@ -47,10 +47,16 @@ class Recommendation:
         recipe = self.decision.recipe
         return {
             "fp8_skip_layers": list(self.decision.skip_layers),
-            "gemm_overrides": [{"layer": o.layer, "gemms": list(o.gemms), "reason": o.reason}
-                               for o in self.decision.gemm_overrides],
-            "recipe": {"name": recipe.name, "label": RECIPE_LABELS[recipe.name], "class": recipe.class_path,
-                       "kwargs": dict(recipe.kwargs), "reason": recipe.reason},
+            "gemm_overrides": [
+                {"layer": o.layer, "gemms": list(o.gemms), "reason": o.reason} for o in self.decision.gemm_overrides
+            ],
+            "recipe": {
+                "name": recipe.name,
+                "label": RECIPE_LABELS[recipe.name],
+                "class": recipe.class_path,
+                "kwargs": dict(recipe.kwargs),
+                "reason": recipe.reason,
+            },
             "megatron": self.megatron,
             "formats": applied_by_format(self.decision),
             "expected_cost": self.expected_cost,
@@ -62,8 +68,12 @@ class Recommendation:
         }
 
 
-def recommend(run: RunData, analysis: Analysis | None = None, options: RecommendOptions | None = None,
-              history: History | None = None) -> Recommendation:
+def recommend(
+    run: RunData,
+    analysis: Analysis | None = None,
+    options: RecommendOptions | None = None,
+    history: History | None = None,
+) -> Recommendation:
     """Recommend skips, GEMM overrides and a recipe; re-analyzes when `analysis` is missing or used other
     thresholds (or when options add num_layers / the current recipe the analysis did not see). With `history`
     (the previous run's analysis), problems that followed a moved BF16 boundary are not answered with a wider
@@ -75,35 +85,54 @@ def recommend(run: RunData, analysis: Analysis | None = None, options: Recommend
     effect = history_effect(history, analysis)
     no_promote = effect.no_promote if effect is not None else frozenset()
     current, current_source = resolve_current(options.current_recipe, analysis)
-    first = plan_skips(analysis, keep_existing_bf16=options.keep_existing_bf16, skip_projected=options.skip_projected,
-                       no_promote=no_promote)
-    decision = choose_recipe(analysis, first, current=current, gpu_arch=options.gpu or options.gpu_arch,
-                             current_source=current_source)
+    first = plan_skips(
+        analysis,
+        keep_existing_bf16=options.keep_existing_bf16,
+        skip_projected=options.skip_projected,
+        no_promote=no_promote,
+    )
+    decision = choose_recipe(
+        analysis, first, current=current, gpu_arch=options.gpu or options.gpu_arch, current_source=current_source
+    )
     if effect is not None and effect.moved:
-        decision = prefer_finer(decision, analysis, first, f"the problem followed the BF16 boundary since run "
-                                f"{effect.previous_run}: a finer-grained recipe instead of a wider BF16 edge")
+        decision = prefer_finer(
+            decision,
+            analysis,
+            first,
+            f"the problem followed the BF16 boundary since run "
+            f"{effect.previous_run}: a finer-grained recipe instead of a wider BF16 edge",
+        )
     plan = _final_plan(analysis, options, first, decision, no_promote)
     layout = analysis.layout
     megatron = megatron_section(layout, plan, decision.choice)
     cost = expected_cost(layout, plan, decision.choice.name, options.dims)
     conf = confidence(analysis, plan, decision)
     te_version = options.te_version or _text(run.metadata.get("te_version"))
-    policy = PolicyDecision(plan.skip_layers, plan.overrides, decision.choice, tuple(run.layers.values()),
-                            te_version)
+    policy = PolicyDecision(plan.skip_layers, plan.overrides, decision.choice, tuple(run.layers.values()), te_version)
     rationale = build_rationale(analysis, plan, decision, cost, megatron, conf)
     if effect is not None:
-        rationale += effect.advice() or [f"Compared with run {effect.previous_run}: no problem followed a moved BF16 "
-                                         "boundary."]
-    return Recommendation(policy, megatron, cost, rationale, conf[0], POLICY_VERSION, list(analysis.findings),
-                          effect)
+        rationale += effect.advice() or [
+            f"Compared with run {effect.previous_run}: no problem followed a moved BF16 boundary."
+        ]
+    return Recommendation(policy, megatron, cost, rationale, conf[0], POLICY_VERSION, list(analysis.findings), effect)
 
 
-def _final_plan(analysis: Analysis, options: RecommendOptions, first: SkipPlan, decision: RecipeDecision,
-                no_promote: frozenset[str] = frozenset()) -> SkipPlan:
+def _final_plan(
+    analysis: Analysis,
+    options: RecommendOptions,
+    first: SkipPlan,
+    decision: RecipeDecision,
+    no_promote: frozenset[str] = frozenset(),
+) -> SkipPlan:
     if not decision.changed:
         return first
-    plan = functools.partial(plan_skips, analysis, keep_existing_bf16=options.keep_existing_bf16,
-                             skip_projected=options.skip_projected, no_promote=no_promote)
+    plan = functools.partial(
+        plan_skips,
+        analysis,
+        keep_existing_bf16=options.keep_existing_bf16,
+        skip_projected=options.skip_projected,
+        no_promote=no_promote,
+    )
     levels = decision.level_fn()
     if levels is not None:
         return plan(levels=levels)

@@ -49,8 +49,11 @@ def confidence(analysis: Analysis, plan: SkipPlan, decision: RecipeDecision) -> 
 def _layer_factors(analysis: Analysis) -> list[tuple[float, str]]:
     out = []
     th = analysis.thresholds
-    levels = [row.worst_level for row in analysis.layers if row.status == LayerStatus.FP8.value
-              and row.worst_level is not None]
+    levels = [
+        row.worst_level
+        for row in analysis.layers
+        if row.status == LayerStatus.FP8.value and row.worst_level is not None
+    ]
     near = [v for v in levels if abs(v - th.critical) <= 0.15 * th.critical]
     if near:
         out.append((0.9, f"{len(near)} layer(s) within 15% of the {th.critical:g}% critical threshold"))

@@ -21,11 +21,16 @@ from fp8_policy.policy.recommend.skiplist import SkipPlan
 from fp8_policy.policy.records import GEMMS, GemmOverride, LayerGroup
 
 SPEEDUPS: dict[str, tuple[float, str]] = {
-    "delayed": (1.69, "H200"), "current": (1.58, "H200"), "block": (1.40, "H200"), "mxfp8": (1.42, "B300"),
+    "delayed": (1.69, "H200"),
+    "current": (1.58, "H200"),
+    "block": (1.40, "H200"),
+    "mxfp8": (1.42, "B300"),
 }
-SOURCE = ("Transformer Engine docs, 'GEMM Speedups Across Precisions' (5B config, autocast): Delayed 1.69x, "
-          "Current 1.58x, Block 1.40x on H200; MXFP8 1.42x on B300 - "
-          "https://nvidia.github.io/TransformerEngine/features/low_precision_training/speedups.html")
+SOURCE = (
+    "Transformer Engine docs, 'GEMM Speedups Across Precisions' (5B config, autocast): Delayed 1.69x, "
+    "Current 1.58x, Block 1.40x on H200; MXFP8 1.42x on B300 - "
+    "https://nvidia.github.io/TransformerEngine/features/low_precision_training/speedups.html"
+)
 
 
 def gemm_flops(lv: LayerLevels, dims: ModelDims) -> float | None:
@@ -39,10 +44,19 @@ def gemm_flops(lv: LayerLevels, dims: ModelDims) -> float | None:
         if "dense" in (structure.sublayer or ""):
             return 2.0 * h * h
         return 2.0 * h * dims.vocab_size if dims.vocab_size else None
-    kv = h * dims.num_query_groups / dims.num_attention_heads if (
-        dims.num_query_groups and dims.num_attention_heads) else float(h)
-    attention = {"qkv": 2.0 * h * (h + 2 * kv), "q": 2.0 * h * h, "k": 2.0 * h * kv, "v": 2.0 * h * kv,
-                 "kv": 4.0 * h * kv, "proj": 2.0 * h * h}
+    kv = (
+        h * dims.num_query_groups / dims.num_attention_heads
+        if (dims.num_query_groups and dims.num_attention_heads)
+        else float(h)
+    )
+    attention = {
+        "qkv": 2.0 * h * (h + 2 * kv),
+        "q": 2.0 * h * h,
+        "k": 2.0 * h * kv,
+        "v": 2.0 * h * kv,
+        "kv": 4.0 * h * kv,
+        "proj": 2.0 * h * h,
+    }
     if sub in attention:
         return attention[sub]
     if ffn is None:
@@ -61,8 +75,7 @@ def _weights(layers: list[LayerLevels], dims: ModelDims) -> tuple[dict[str, floa
 
 
 def expected_cost(layout: Layout, plan: SkipPlan, recipe: str, dims: ModelDims) -> dict[str, Any]:
-    layers = [lv for lv in layout.levels.values()
-              if lv.status is not LayerStatus.IGNORED and is_gemm_layer(lv.info)]
+    layers = [lv for lv in layout.levels.values() if lv.status is not LayerStatus.IGNORED and is_gemm_layer(lv.info)]
     weights, method, missing = _weights(layers, dims)
     total = 3.0 * sum(weights.values())
     if total == 0:
@@ -84,8 +97,8 @@ def expected_cost(layout: Layout, plan: SkipPlan, recipe: str, dims: ModelDims) 
         "gemm_speedup_vs_all_bf16": round(1.0 / time_now, 4),
         "source": SOURCE,
         "assumptions": "GEMM time ∝ fp8_share/speedup + bf16_share; fprop, dgrad and wgrad cost the same; "
-                       "layers already in BF16 stay in BF16; non-GEMM time is not included, so end-to-end "
-                       "changes are smaller",
+        "layers already in BF16 stay in BF16; non-GEMM time is not included, so end-to-end "
+        "changes are smaller",
     }
     if method == "dims" and dims.seq_len:
         out["gemm_flops_per_sequence"] = total * dims.seq_len

@@ -20,15 +20,44 @@ ASSUMED_CAPABILITY = 9.0
 
 _NAMES: dict[str, float] = {
     # architectures
-    "volta": 7.0, "turing": 7.5, "ampere": 8.0, "ada": 8.9, "adalovelace": 8.9, "lovelace": 8.9, "hopper": 9.0,
+    "volta": 7.0,
+    "turing": 7.5,
+    "ampere": 8.0,
+    "ada": 8.9,
+    "adalovelace": 8.9,
+    "lovelace": 8.9,
+    "hopper": 9.0,
     "blackwell": 10.0,
     # data-centre products
-    "v100": 7.0, "t4": 7.5, "a100": 8.0, "a800": 8.0, "a30": 8.0, "a10": 8.6, "a10g": 8.6, "a40": 8.6,
-    "a16": 8.6, "a2": 8.6, "l4": 8.9, "l40": 8.9, "l40s": 8.9, "l20": 8.9, "h100": 9.0, "h800": 9.0,
-    "h200": 9.0, "h20": 9.0, "gh200": 9.0, "b100": 10.0, "b200": 10.0, "gb200": 10.0, "b300": 10.3,
+    "v100": 7.0,
+    "t4": 7.5,
+    "a100": 8.0,
+    "a800": 8.0,
+    "a30": 8.0,
+    "a10": 8.6,
+    "a10g": 8.6,
+    "a40": 8.6,
+    "a16": 8.6,
+    "a2": 8.6,
+    "l4": 8.9,
+    "l40": 8.9,
+    "l40s": 8.9,
+    "l20": 8.9,
+    "h100": 9.0,
+    "h800": 9.0,
+    "h200": 9.0,
+    "h20": 9.0,
+    "gh200": 9.0,
+    "b100": 10.0,
+    "b200": 10.0,
+    "gb200": 10.0,
+    "b300": 10.3,
     "gb300": 10.3,
     # workstation products
-    "a6000": 8.6, "rtxa6000": 8.6, "rtx6000ada": 8.9, "rtxpro6000": 12.0,
+    "a6000": 8.6,
+    "rtxa6000": 8.6,
+    "rtx6000ada": 8.9,
+    "rtxpro6000": 12.0,
 }
 _RTX_SERIES = {"20": 7.5, "30": 8.6, "40": 8.9, "50": 12.0}  # GeForce RTX 2080 / 3090 / 4090 / 5090 ...
 _NOISE = ("nvidia", "geforce", "tesla", "quadro", "corporation")
@@ -49,14 +78,13 @@ class GpuSpec:
 
 
 def compute_capability(text: str | None) -> float | None:
-    """"hopper" / "H100" / "sm_90" / "sm100a" / "9.0" / "90" / "RTX 4090" / "NVIDIA H100 80GB HBM3" → 9.0 / 9.0 /
+    """ "hopper" / "H100" / "sm_90" / "sm100a" / "9.0" / "90" / "RTX 4090" / "NVIDIA H100 80GB HBM3" → 9.0 / 9.0 /
     9.0 / 10.0 / 9.0 / 9.0 / 8.9 / 9.0; None when not recognised (case, spaces, dashes and vendor words do not
     matter). The whole text is tried first, then its words and runs of two or three words."""
     if text is None or not str(text).strip():
         return None
     words = [w for w in re.split(r"[\s\-()/,]+", str(text).lower()) if w and w not in _NOISE]
-    candidates = ["".join(words)] + [
-        "".join(words[i:i + n]) for n in (3, 2, 1) for i in range(len(words) - n + 1)]
+    candidates = ["".join(words)] + ["".join(words[i : i + n]) for n in (3, 2, 1) for i in range(len(words) - n + 1)]
     for candidate in dict.fromkeys(candidates):
         cap = _capability(candidate.replace("_", ""))
         if cap is not None:

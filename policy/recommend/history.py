@@ -46,20 +46,28 @@ class HistoryEffect:
             out.append(m.sentence()[0].upper() + m.sentence()[1:] + ".")
             added = self.added_bf16_blocks.get(m.side, [])
             if added:
-                out.append(f"The {len(added)} block(s) moved to BF16 at the {m.side} since run "
-                           f"{self.previous_run} ({', '.join(map(str, added))}) did not fix it: do not widen the BF16 "
-                           "edge again; keep the failing GEMMs of the new edge layer in BF16 (GEMM override) or "
-                           "change the recipe, and consider returning those blocks to FP8 with the same override on "
-                           f"the previous edge layer(s) {', '.join(m.base_layers)}.")
+                out.append(
+                    f"The {len(added)} block(s) moved to BF16 at the {m.side} since run "
+                    f"{self.previous_run} ({', '.join(map(str, added))}) did not fix it: do not widen the BF16 "
+                    "edge again; keep the failing GEMMs of the new edge layer in BF16 (GEMM override) or "
+                    "change the recipe, and consider returning those blocks to FP8 with the same override on "
+                    f"the previous edge layer(s) {', '.join(m.base_layers)}."
+                )
         if self.moved:
-            out.append("bionemo's fp8_layers can express a GEMM override only by taking its whole block out of FP8 "
-                       "(a wider BF16 edge again): apply the override with the te-yaml policy as the TE debug-API "
-                       "config instead.")
+            out.append(
+                "bionemo's fp8_layers can express a GEMM override only by taking its whole block out of FP8 "
+                "(a wider BF16 edge again): apply the override with the te-yaml policy as the TE debug-API "
+                "config instead."
+            )
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"previous_run": self.previous_run, "moved_problems": [m.to_dict() for m in self.moved],
-                "added_bf16_blocks": self.added_bf16_blocks, "advice": self.advice()}
+        return {
+            "previous_run": self.previous_run,
+            "moved_problems": [m.to_dict() for m in self.moved],
+            "added_bf16_blocks": self.added_bf16_blocks,
+            "advice": self.advice(),
+        }
 
 
 def history_effect(history: History | None, analysis: Analysis) -> HistoryEffect | None:
@@ -70,7 +78,7 @@ def history_effect(history: History | None, analysis: Analysis) -> HistoryEffect
     blocks = analysis.layout.blocks
     added: dict[str, list[int]] = {}
     if after.start > before.start:
-        added["start"] = blocks[before.start:after.start]
+        added["start"] = blocks[before.start : after.start]
     if after.end > before.end:
-        added["end"] = blocks[len(blocks) - after.end:len(blocks) - before.end]
+        added["end"] = blocks[len(blocks) - after.end : len(blocks) - before.end]
     return HistoryEffect(moved, history.previous_run, added)

@@ -41,18 +41,27 @@ def megatron_section(layout: Layout, plan: SkipPlan, recipe: RecipeChoice) -> di
     bf16_blocks = {block for block, names in members.items() if any(name in bf16 for name in names)}
     full_blocks = {block for block, names in members.items() if all(name in bf16 for name in names)}
     start, end = _runs(layout.blocks, full_blocks)
-    edge_blocks = set(layout.blocks[:start]) | (set(layout.blocks[len(layout.blocks) - end:]) if end else set())
+    edge_blocks = set(layout.blocks[:start]) | (set(layout.blocks[len(layout.blocks) - end :]) if end else set())
     first_last = bool(edge_blocks)
     outside = sorted(bf16_blocks - edge_blocks)
     heads = [n for n in sorted(bf16) if n in levels and levels[n].info.structure.group is LayerGroup.HEAD]
     fp8_format = "e4m3" if recipe.kwargs.get("fp8_format") == "E4M3" else "hybrid"
     args = ["--fp8-format", fp8_format, "--fp8-recipe", MEGATRON_RECIPES[recipe.name]]
     if recipe.name == "delayed":
-        args += ["--fp8-amax-history-len", str(recipe.kwargs.get("amax_history_len", 1024)),
-                 "--fp8-amax-compute-algo", str(recipe.kwargs.get("amax_compute_algo", "max"))]
+        args += [
+            "--fp8-amax-history-len",
+            str(recipe.kwargs.get("amax_history_len", 1024)),
+            "--fp8-amax-compute-algo",
+            str(recipe.kwargs.get("amax_compute_algo", "max")),
+        ]
     if first_last:
-        args += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(start),
-                 "--num-layers-at-end-in-bf16", str(end)]
+        args += [
+            "--first-last-layers-bf16",
+            "--num-layers-at-start-in-bf16",
+            str(start),
+            "--num-layers-at-end-in-bf16",
+            str(end),
+        ]
     if outside:
         args += ["--te-precision-config-file", "fp8_precision.yaml"]
     return {
@@ -68,17 +77,23 @@ def megatron_section(layout: Layout, plan: SkipPlan, recipe: RecipeChoice) -> di
 
 
 def _notes(layout: Layout, outside: list[int], heads: list[str], plan: SkipPlan) -> list[str]:
-    notes = ["Counts are whole transformer layers from the first/last (Megatron layer_no is 0-based); heads are "
-             "not transformer layers: output_layer precision is set separately."]
+    notes = [
+        "Counts are whole transformer layers from the first/last (Megatron layer_no is 0-based); heads are "
+        "not transformer layers: output_layer precision is set separately."
+    ]
     if layout.index_base == 1:
         notes.append("Logged block numbers are 1-based (TE layer_number); Megatron module paths are 0-based.")
     if outside:
-        notes.append(f"Blocks {outside} (0-based {[b - layout.index_base for b in outside]}) are not whole BF16 "
-                     "blocks at the start or end: they need --te-precision-config-file matchers.")
+        notes.append(
+            f"Blocks {outside} (0-based {[b - layout.index_base for b in outside]}) are not whole BF16 "
+            "blocks at the start or end: they need --te-precision-config-file matchers."
+        )
     if heads:
         notes.append(f"Head layer(s) {heads} stay BF16 through their own setting, not the first/last flags.")
     if plan.overrides:
-        notes.append(f"{len(plan.overrides)} GEMM override(s) are kept as whole modules in BF16 here: Megatron "
-                     "cannot keep single GEMMs in BF16. The TE debug API YAML (DisableFP8GEMM / "
-                     "DisableQuantizationGEMM) keeps only those GEMMs in BF16.")
+        notes.append(
+            f"{len(plan.overrides)} GEMM override(s) are kept as whole modules in BF16 here: Megatron "
+            "cannot keep single GEMMs in BF16. The TE debug API YAML (DisableFP8GEMM / "
+            "DisableQuantizationGEMM) keeps only those GEMMs in BF16."
+        )
     return notes

@@ -26,9 +26,22 @@ _DIM_KEYS: dict[str, tuple[str, ...]] = {
     "num_query_groups": ("num_query_groups", "num_key_value_heads"),
 }
 _GATED_KEYS = ("gated_mlp", "swiglu", "gated_linear_unit")
-_OVERRIDE_KEYS = frozenset({"thresholds", *GPU_KEYS, "model_dims", "dims", "te_version", "current_recipe",
-                            "recipe", "fp8_recipe", "keep_existing_bf16", "skip_projected", *_GATED_KEYS,
-                            *(k for keys in _DIM_KEYS.values() for k in keys)})
+_OVERRIDE_KEYS = frozenset(
+    {
+        "thresholds",
+        *GPU_KEYS,
+        "model_dims",
+        "dims",
+        "te_version",
+        "current_recipe",
+        "recipe",
+        "fp8_recipe",
+        "keep_existing_bf16",
+        "skip_projected",
+        *_GATED_KEYS,
+        *(k for keys in _DIM_KEYS.values() for k in keys),
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +90,9 @@ class RecommendOptions:
     skip_projected: bool = False  # also skip layers whose rising trend is projected to turn critical
 
     @classmethod
-    def from_metadata(cls, metadata: Mapping[str, Any] | None = None,
-                      overrides: Mapping[str, Any] | None = None) -> RecommendOptions:
+    def from_metadata(
+        cls, metadata: Mapping[str, Any] | None = None, overrides: Mapping[str, Any] | None = None
+    ) -> RecommendOptions:
         """Run metadata first, then overrides on top.
 
         Metadata is advisory: entries that do not validate are skipped. Overrides are strict: an unknown key or a
@@ -87,8 +101,10 @@ class RecommendOptions:
         overrides = dict(overrides or {})
         unknown = sorted(set(overrides) - _OVERRIDE_KEYS)
         if unknown:
-            raise ValueError(f"unknown option(s) {', '.join(map(repr, unknown))}; expected some of: "
-                             f"{', '.join(sorted(_OVERRIDE_KEYS))}")
+            raise ValueError(
+                f"unknown option(s) {', '.join(map(repr, unknown))}; expected some of: "
+                f"{', '.join(sorted(_OVERRIDE_KEYS))}"
+            )
         options = cls()
         metadata = dict(metadata or {})
         gpu_keys = {key: metadata.pop(key) for key in GPU_KEYS if key in metadata}
@@ -118,8 +134,10 @@ def _apply(options: RecommendOptions, data: Mapping[str, Any]) -> RecommendOptio
     if recipe_text is not None:
         recipe = normalize_recipe(recipe_text)
         if recipe is None:
-            raise ValueError(f"unknown FP8 recipe {recipe_text!r}; expected delayed, current (tensorwise), "
-                             "block (blockwise) or mxfp8, or a TE recipe class name")
+            raise ValueError(
+                f"unknown FP8 recipe {recipe_text!r}; expected delayed, current (tensorwise), "
+                "block (blockwise) or mxfp8, or a TE recipe class name"
+            )
         changes["current_recipe"] = recipe
     for key in ("keep_existing_bf16", "skip_projected"):
         if key in data:
@@ -142,7 +160,12 @@ def _text(key: str, value: Any) -> str:
 
 
 def _positive_int(key: str, value: Any) -> int:
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or (isinstance(value, float) and not math.isfinite(value)) or int(value) != value or value <= 0):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (isinstance(value, float) and not math.isfinite(value))
+        or int(value) != value
+        or value <= 0
+    ):
         raise ValueError(f"model dimension {key!r} must be a positive integer, got {value!r}")
     return int(value)

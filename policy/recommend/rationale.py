@@ -23,15 +23,23 @@ def _names(names: tuple[str, ...] | list[str]) -> str:
     return shown + (f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else "")
 
 
-def build_rationale(analysis: Analysis, plan: SkipPlan, decision: RecipeDecision, cost: dict[str, Any],
-                    megatron: dict[str, Any], confidence: tuple[float, list[str]]) -> list[str]:
+def build_rationale(
+    analysis: Analysis,
+    plan: SkipPlan,
+    decision: RecipeDecision,
+    cost: dict[str, Any],
+    megatron: dict[str, Any],
+    confidence: tuple[float, list[str]],
+) -> list[str]:
     lines = [f"[{f.severity.value}] {f.summary}" for f in analysis.findings[:6]]
     lines += _plan_lines(analysis, plan)
     choice = decision.choice
     kwargs = ", ".join(f"{key}={value}" for key, value in choice.kwargs.items()) or "defaults"
-    lines.append(f"Recipe: {RECIPE_LABELS[choice.name]} with {kwargs}: {choice.reason} "
-                 f"Current recipe: {RECIPE_LABELS.get(decision.current, decision.current)} "
-                 f"({decision.current_source or 'given'}); GPU: {decision.capability_source}.")
+    lines.append(
+        f"Recipe: {RECIPE_LABELS[choice.name]} with {kwargs}: {choice.reason} "
+        f"Current recipe: {RECIPE_LABELS.get(decision.current, decision.current)} "
+        f"({decision.current_source or 'given'}); GPU: {decision.capability_source}."
+    )
     lines += decision.notes
     lines.append(_cost_line(cost))
     lines.append(_megatron_line(megatron))
@@ -45,27 +53,38 @@ def _plan_lines(analysis: Analysis, plan: SkipPlan) -> list[str]:
     lines = []
     if plan.failing_skips:
         detail = [f"{name} ({_failing(analysis, name)})" for name in plan.failing_skips]
-        lines.append(f"Skip {len(plan.failing_skips)} layer(s) to BF16, each with two or more tensors at or above "
-                     f"{th.critical:g}% underflow: {_names(detail)}.")
+        lines.append(
+            f"Skip {len(plan.failing_skips)} layer(s) to BF16, each with two or more tensors at or above "
+            f"{th.critical:g}% underflow: {_names(detail)}."
+        )
     lines += [f"Keep {'+'.join(o.gemms)} of {o.layer} in BF16: {o.reason}." for o in plan.overrides[:MAX_NAMED]]
     if len(plan.overrides) > MAX_NAMED:
         lines.append(f"... and {len(plan.overrides) - MAX_NAMED} more GEMM override(s) of the same kind.")
     changed = set(plan.skip_layers) | {o.layer for o in plan.overrides}
     for finding in analysis.by_pattern(Pattern.BOUNDARY):
         layer = finding.layers[0]
-        action = ("its failing GEMMs go to BF16 here; do not answer it with more BF16 blocks, which moves the "
-                  "effect to the new FP8 layer next to the BF16 edge" if layer in changed
-                  else f"it stays in FP8 below {th.critical:g}%: watch it")
+        action = (
+            "its failing GEMMs go to BF16 here; do not answer it with more BF16 blocks, which moves the "
+            "effect to the new FP8 layer next to the BF16 edge"
+            if layer in changed
+            else f"it stays in FP8 below {th.critical:g}%: watch it"
+        )
         lines.append(f"Boundary effect at {layer}: the FP8 layer next to a BF16 block degrades; {action}.")
     if plan.kept_bf16:
-        lines.append(f"{len(plan.kept_bf16)} layer(s) already ran in BF16 and have no FP8 evidence; they stay in "
-                     f"BF16: {_names(list(plan.kept_bf16))}.")
+        lines.append(
+            f"{len(plan.kept_bf16)} layer(s) already ran in BF16 and have no FP8 evidence; they stay in "
+            f"BF16: {_names(list(plan.kept_bf16))}."
+        )
     if plan.deferred:
-        lines.append(f"{len(plan.deferred)} failing layer(s) are not skipped: most layers fail, so the recipe "
-                     "changes instead; re-run with it and re-analyze before skipping anything.")
+        lines.append(
+            f"{len(plan.deferred)} failing layer(s) are not skipped: most layers fail, so the recipe "
+            "changes instead; re-run with it and re-analyze before skipping anything."
+        )
     if plan.watch:
-        lines.append(f"Watch {len(plan.watch)} layer(s) with a rising trend, below {th.critical:g}% today and left "
-                     f"in FP8: {_names(list(plan.watch))}.")
+        lines.append(
+            f"Watch {len(plan.watch)} layer(s) with a rising trend, below {th.critical:g}% today and left "
+            f"in FP8: {_names(list(plan.watch))}."
+        )
     if not (plan.failing_skips or plan.overrides or plan.deferred):
         lines.append(f"No FP8 layer reaches {th.critical:g}% underflow: nothing to skip or override.")
     return lines
@@ -80,20 +99,27 @@ def _failing(analysis: Analysis, name: str) -> str:
 def _cost_line(cost: dict[str, Any]) -> str:
     if "gemm_time_vs_all_fp8" not in cost:
         return "Expected cost: no GEMM layers to weigh."
-    return (f"{cost['bf16_gemm_share']:.1%} of GEMM FLOPs run in BF16 ({cost['moved_to_bf16_share']:+.1%} vs the "
-            f"run as logged, by {cost['method'].replace('_', ' ')}); with {cost['fp8_recipe']} at "
-            f"{cost['fp8_gemm_speedup']}x ({cost['speedup_measured_on']}) GEMM time is "
-            f"{cost['gemm_slowdown_vs_all_fp8_pct']:.1f}% above all-FP8 and {cost['gemm_speedup_vs_all_bf16']:.2f}x "
-            f"faster than all-BF16 ({cost['source']}).")
+    return (
+        f"{cost['bf16_gemm_share']:.1%} of GEMM FLOPs run in BF16 ({cost['moved_to_bf16_share']:+.1%} vs the "
+        f"run as logged, by {cost['method'].replace('_', ' ')}); with {cost['fp8_recipe']} at "
+        f"{cost['fp8_gemm_speedup']}x ({cost['speedup_measured_on']}) GEMM time is "
+        f"{cost['gemm_slowdown_vs_all_fp8_pct']:.1f}% above all-FP8 and {cost['gemm_speedup_vs_all_bf16']:.2f}x "
+        f"faster than all-BF16 ({cost['source']})."
+    )
 
 
 def _megatron_line(megatron: dict[str, Any]) -> str:
     if megatron["first_last_layers_bf16"]:
-        text = (f"Megatron: --first-last-layers-bf16 with {megatron['num_layers_at_start_in_bf16']} layer(s) at the "
-                f"start and {megatron['num_layers_at_end_in_bf16']} at the end, --fp8-recipe "
-                f"{megatron['fp8_recipe']}")
+        text = (
+            f"Megatron: --first-last-layers-bf16 with {megatron['num_layers_at_start_in_bf16']} layer(s) at the "
+            f"start and {megatron['num_layers_at_end_in_bf16']} at the end, --fp8-recipe "
+            f"{megatron['fp8_recipe']}"
+        )
         partial = megatron["blocks_needing_precision_config"]
         return text + (f"; blocks {partial} (0-based) need --te-precision-config-file." if partial else ".")
-    return (f"Megatron: --fp8-recipe {megatron['fp8_recipe']}; no whole first/last block is in BF16, so "
-            "--first-last-layers-bf16 is off and --te-precision-config-file carries the modules." if megatron["blocks_needing_precision_config"]
-            else f"Megatron: --fp8-recipe {megatron['fp8_recipe']}, no whole transformer layer in BF16.")
+    return (
+        f"Megatron: --fp8-recipe {megatron['fp8_recipe']}; no whole first/last block is in BF16, so "
+        "--first-last-layers-bf16 is off and --te-precision-config-file carries the modules."
+        if megatron["blocks_needing_precision_config"]
+        else f"Megatron: --fp8-recipe {megatron['fp8_recipe']}, no whole transformer layer in BF16."
+    )

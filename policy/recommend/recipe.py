@@ -41,6 +41,8 @@ KWARGS: dict[str, dict[str, object]] = {
 }
 SPEED_RANK = {"delayed": 1.69, "current": 1.58, "mxfp8": 1.42, "block": 1.40}  # cost.SOURCE; tie-break only
 GRANULARITY = {"delayed": 0, "current": 1, "block": 2, "mxfp8": 3}  # coarse (per tensor) -> fine (per block)
+
+
 @dataclass(frozen=True, slots=True)
 class WhatIf:
     """How a logged what-if recipe compares with the training recipe on the observed FP8 layers."""
@@ -74,8 +76,11 @@ class RecipeDecision:
 
 def resolve_capability(gpu_arch: str | GpuSpec | None, analysis: Analysis) -> tuple[float | None, str]:
     """(capability, where it came from); an unrecognised GPU is said so and the next source is used."""
-    gpu = gpu_arch if isinstance(gpu_arch, GpuSpec) or gpu_arch is None else GpuSpec(
-        gpu_arch, "gpu_arch", compute_capability(gpu_arch))
+    gpu = (
+        gpu_arch
+        if isinstance(gpu_arch, GpuSpec) or gpu_arch is None
+        else GpuSpec(gpu_arch, "gpu_arch", compute_capability(gpu_arch))
+    )
     if gpu is not None and gpu.capability is not None:
         return gpu.capability, gpu.describe()
     unknown = f"{gpu.describe()}; " if gpu is not None else ""
@@ -105,24 +110,36 @@ def whatif_summaries(analysis: Analysis) -> dict[str, WhatIf]:
     layout, signals, th = analysis.layout, analysis.signals, analysis.thresholds
     out: dict[str, WhatIf] = {}
     for prefix, recipe in PREFIX_RECIPE.items():
-        levels = {(lv.name, t): s.level for lv in layout.fp8() for t in lv.tensors
-                  if (s := signals.worst(lv.name, t, recipe=prefix)) is not None}
+        levels = {
+            (lv.name, t): s.level
+            for lv in layout.fp8()
+            for t in lv.tensors
+            if (s := signals.worst(lv.name, t, recipe=prefix)) is not None
+        }
         if levels:
             out[recipe] = _compare(recipe, levels, layout.fp8(), th.warning, th.critical)
     return out
 
 
-def _compare(recipe: str, levels: dict[tuple[str, str], float], fp8: list[LayerLevels], warning: float,
-             critical: float) -> WhatIf:
+def _compare(
+    recipe: str, levels: dict[tuple[str, str], float], fp8: list[LayerLevels], warning: float, critical: float
+) -> WhatIf:
     now = {(lv.name, t): s.level for lv in fp8 for t, s in lv.tensors.items() if (lv.name, t) in levels}
     relevant = [k for k, v in now.items() if v >= warning] or list(now)
     ratios = [levels[k] / now[k] if now[k] > 0 else (0.0 if levels[k] == 0 else np.inf) for k in relevant]
-    return WhatIf(recipe, len(now), sum(v >= critical for v in now.values()),
-                  sum(levels[k] >= critical for k in now), float(np.median(ratios)) if ratios else np.inf, levels)
+    return WhatIf(
+        recipe,
+        len(now),
+        sum(v >= critical for v in now.values()),
+        sum(levels[k] >= critical for k in now),
+        float(np.median(ratios)) if ratios else np.inf,
+        levels,
+    )
 
 
-def choose_recipe(analysis: Analysis, plan: SkipPlan, *, current: str, gpu_arch: str | GpuSpec | None,
-                  current_source: str = "") -> RecipeDecision:
+def choose_recipe(
+    analysis: Analysis, plan: SkipPlan, *, current: str, gpu_arch: str | GpuSpec | None, current_source: str = ""
+) -> RecipeDecision:
     decision = _choose(analysis, plan, current, gpu_arch)
     decision.current_source = current_source
     return decision
@@ -137,16 +154,21 @@ def _choose(analysis: Analysis, plan: SkipPlan, current: str, gpu_arch: str | Gp
     pick = _best_whatif(whatifs, allowed, current, analysis.thresholds.whatif_gain)
     if pick is not None:
         w = whatifs[pick]
-        reason = (f"what-if {STAT_PREFIX[pick]}_underflows% leaves {w.failing_after} of {w.tensors} tensors at or "
-                  f"above {analysis.thresholds.critical:g}% (now {w.failing_now}), median ratio {w.median_ratio:.2f} "
-                  f"of today's level")
+        reason = (
+            f"what-if {STAT_PREFIX[pick]}_underflows% leaves {w.failing_after} of {w.tensors} tensors at or "
+            f"above {analysis.thresholds.critical:g}% (now {w.failing_now}), median ratio {w.median_ratio:.2f} "
+            f"of today's level"
+        )
         return _decision(pick, current, cap, cap_source, reason, analysis, plan, w, notes)
     if analysis.by_pattern(Pattern.UNIFORM) and allowed:
         finest = max(allowed, key=GRANULARITY.__getitem__)
         target = finest if GRANULARITY[finest] > GRANULARITY[current] else current
-        reason = (f"most layers fail ({analysis.by_pattern(Pattern.UNIFORM)[0].summary}) → finer-grained "
-                  f"scaling ({target}) instead of a skip list" if target != current
-                  else "most layers fail but no finer-grained recipe runs on this GPU")
+        reason = (
+            f"most layers fail ({analysis.by_pattern(Pattern.UNIFORM)[0].summary}) → finer-grained "
+            f"scaling ({target}) instead of a skip list"
+            if target != current
+            else "most layers fail but no finer-grained recipe runs on this GPU"
+        )
         return _decision(target, current, cap, cap_source, reason, analysis, plan, whatifs.get(target), notes)
     return _decision(current, current, cap, cap_source, "", analysis, plan, None, notes)
 
@@ -162,16 +184,28 @@ def prefer_finer(decision: RecipeDecision, analysis: Analysis, plan: SkipPlan, r
     if GRANULARITY[finest] <= GRANULARITY[decision.choice.name]:
         return decision
     whatif = whatif_summaries(analysis).get(finest)
-    new = _decision(finest, decision.current, decision.capability, decision.capability_source, reason, analysis,
-                    plan, whatif, list(decision.notes))
+    new = _decision(
+        finest,
+        decision.current,
+        decision.capability,
+        decision.capability_source,
+        reason,
+        analysis,
+        plan,
+        whatif,
+        list(decision.notes),
+    )
     new.current_source = decision.current_source
     return new
 
 
 def _best_whatif(whatifs: dict[str, WhatIf], allowed: list[str], current: str, gain: float) -> str | None:
     # delayed is never a what-if target: TE cannot compute it under another recipe, and it forbids BF16 layers
-    good = [w for r, w in whatifs.items() if r in allowed and r not in (current, "delayed")
-            and w.failing_after < w.failing_now and w.median_ratio <= gain]
+    good = [
+        w
+        for r, w in whatifs.items()
+        if r in allowed and r not in (current, "delayed") and w.failing_after < w.failing_now and w.median_ratio <= gain
+    ]
     if not good:
         return None
     return min(good, key=lambda w: (w.failing_after, w.median_ratio, -SPEED_RANK[w.recipe])).recipe
@@ -182,27 +216,46 @@ def _body_layers(analysis: Analysis, names: tuple[str, ...]) -> list[str]:
     return [name for name in names if name in levels and levels[name].block is not None]
 
 
-def _decision(target: str, current: str, cap: float | None, cap_source: str, reason: str, analysis: Analysis,
-              plan: SkipPlan, whatif: WhatIf | None, notes: list[str]) -> RecipeDecision:
+def _decision(
+    target: str,
+    current: str,
+    cap: float | None,
+    cap_source: str,
+    reason: str,
+    analysis: Analysis,
+    plan: SkipPlan,
+    whatif: WhatIf | None,
+    notes: list[str],
+) -> RecipeDecision:
     reasons = [reason] if reason else []
     if current == "delayed":
         delayed_issues = [p.value for p in (Pattern.OVERFLOW, Pattern.SCALE_INSTABILITY) if analysis.by_pattern(p)]
         if delayed_issues:
             reasons.append(f"{' and '.join(delayed_issues)} under delayed scaling → scales from each step's amax")
         bf16 = _body_layers(analysis, plan.bf16_layers)
-        overridden = [name for name in _body_layers(analysis, tuple(o.layer for o in plan.overrides))
-                      if name not in bf16]
+        overridden = [
+            name for name in _body_layers(analysis, tuple(o.layer for o in plan.overrides)) if name not in bf16
+        ]
         if (bf16 or overridden) and target == "delayed":  # only a reason when it decides
             new = len(set(bf16) & set(plan.failing_skips))
-            reasons.append(f"{len(bf16)} transformer-block layer(s) in BF16 ({new} newly skipped) and "
-                           f"{len(overridden)} with GEMM overrides (whole-module BF16 in Megatron): Megatron "
-                           "rejects first/last BF16 layers with delayed scaling (and per-layer autocast breaks "
-                           "amax reduction)")
+            reasons.append(
+                f"{len(bf16)} transformer-block layer(s) in BF16 ({new} newly skipped) and "
+                f"{len(overridden)} with GEMM overrides (whole-module BF16 in Megatron): Megatron "
+                "rejects first/last BF16 layers with delayed scaling (and per-layer autocast breaks "
+                "amax reduction)"
+            )
             bf16 = [*bf16, *overridden]
         if (delayed_issues or bf16) and target == "delayed":
             target = "current"
     if target == current and not reasons:
         reasons.append(f"keep {current}: no overflow, no scale instability, no what-if recipe clearly better")
     choice = RecipeChoice(target, RECIPE_CLASSES[target], dict(KWARGS[target]), "; ".join(reasons) + ".")
-    return RecipeDecision(choice, current, target != current, cap, cap_source,
-                          whatif if whatif is not None and whatif.recipe == target else None, notes)
+    return RecipeDecision(
+        choice,
+        current,
+        target != current,
+        cap,
+        cap_source,
+        whatif if whatif is not None and whatif.recipe == target else None,
+        notes,
+    )

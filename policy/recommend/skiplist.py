@@ -49,9 +49,15 @@ def current_level(lv: LayerLevels, tensor: str) -> float:
     return lv.tensors[tensor].level
 
 
-def plan_skips(analysis: Analysis, *, levels: LevelFn = current_level, defer: bool = False,
-               keep_existing_bf16: bool = False, skip_projected: bool = False,
-               no_promote: frozenset[str] = frozenset()) -> SkipPlan:
+def plan_skips(
+    analysis: Analysis,
+    *,
+    levels: LevelFn = current_level,
+    defer: bool = False,
+    keep_existing_bf16: bool = False,
+    skip_projected: bool = False,
+    no_promote: frozenset[str] = frozenset(),
+) -> SkipPlan:
     """The plan (module docstring); blocks holding a `no_promote` layer never become whole BF16 blocks (a problem
     that followed a moved BF16 boundary: see recommend/history.py)."""
     layout = analysis.layout
@@ -75,8 +81,10 @@ def plan_skips(analysis: Analysis, *, levels: LevelFn = current_level, defer: bo
     kept = [lv.name for lv in layout.levels.values() if lv.status is LayerStatus.BF16]
     order = {name: i for i, name in enumerate(layout.levels)}
     skip_layers = sorted({*skips, *(kept if keep_existing_bf16 else ())}, key=order.__getitem__)
-    watch = sorted({name for name, _ in trending} - set(skips) - {o.layer for o in overrides},
-                   key=lambda name: order.get(name, len(order)))
+    watch = sorted(
+        {name for name, _ in trending} - set(skips) - {o.layer for o in overrides},
+        key=lambda name: order.get(name, len(order)),
+    )
     return SkipPlan(tuple(skip_layers), tuple(skips), tuple(kept), tuple(overrides), tuple(watch), tuple(deferred))
 
 
@@ -93,8 +101,9 @@ def _override(lv: LayerLevels, tensor: str, levels: LevelFn, on_boundary: bool) 
     return GemmOverride(lv.name, gemms, reason)
 
 
-def _whole_edge_blocks(layout: Layout, skips: list[str], overrides: list[GemmOverride],
-                       no_promote: frozenset[str] = frozenset()) -> tuple[list[str], list[GemmOverride]]:
+def _whole_edge_blocks(
+    layout: Layout, skips: list[str], overrides: list[GemmOverride], no_promote: frozenset[str] = frozenset()
+) -> tuple[list[str], list[GemmOverride]]:
     """Promote overrides to skips in first/last-run blocks already partly skipped and otherwise overridden."""
     touched = set(skips) | {o.layer for o in overrides}
     held = {layout.levels[name].block for name in no_promote if name in layout.levels}
@@ -103,8 +112,12 @@ def _whole_edge_blocks(layout: Layout, skips: list[str], overrides: list[GemmOve
         if lv.block is not None and lv.status in (LayerStatus.FP8, LayerStatus.UNOBSERVED):
             members.setdefault(lv.block, []).append(lv.name)
     skipped = set(skips)
-    covered = [b for b in layout.blocks if layout.block_status.get(b) == "bf16" or (
-        b in members and b not in held and set(members[b]) <= touched and not skipped.isdisjoint(members[b]))]
+    covered = [
+        b
+        for b in layout.blocks
+        if layout.block_status.get(b) == "bf16"
+        or (b in members and b not in held and set(members[b]) <= touched and not skipped.isdisjoint(members[b]))
+    ]
     edge = set(_leading_run(layout.blocks, covered)) | set(_leading_run(layout.blocks[::-1], covered))
     promote = {name for b in edge for name in members.get(b, ())}
     kept = [o for o in overrides if o.layer not in promote]

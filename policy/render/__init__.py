@@ -50,5 +50,13 @@ def applied_by_format(decision: PolicyDecision) -> dict[str, dict[str, Any]]:
     return {fmt: applied(decision, fmt).to_dict(decision) for fmt in FORMATS}
 
 
-__all__ = ["DIALECTS", "FORMATS", "AppliedPolicy", "RenderOptions", "RenderedPolicy", "applied", "applied_by_format",
-           "render"]
+__all__ = [
+    "DIALECTS",
+    "FORMATS",
+    "AppliedPolicy",
+    "RenderOptions",
+    "RenderedPolicy",
+    "applied",
+    "applied_by_format",
+    "render",
+]

@@ -64,8 +64,11 @@ def missing(applied: AppliedPolicy, decision: PolicyDecision) -> list[str]:
     empty when the format applies at least the request."""
     whole = set(applied.bf16_layers)
     stated = set(applied.not_applied)
-    out = [f"{name}: skipped but not in BF16" for name in dict.fromkeys(decision.skip_layers)
-           if name not in whole and name not in stated]
+    out = [
+        f"{name}: skipped but not in BF16"
+        for name in dict.fromkeys(decision.skip_layers)
+        if name not in whole and name not in stated
+    ]
     for name, gemms in merged_overrides(decision).items():
         if name in whole or name in stated:
             continue
@@ -88,6 +91,8 @@ def whole_module_overrides(decision: PolicyDecision, fmt: str, why: str) -> Appl
     approximation = None
     if overrides:
         gemms = sorted({g for gs in overrides.values() for g in gs}, key=GEMMS.index)
-        approximation = (f"{len(overrides)} layer(s) with GEMM overrides ({'/'.join(gemms)}) run wholly in BF16 "
-                         f"({why}): {names(list(overrides))}; the te-yaml policy keeps only those GEMMs in BF16.")
+        approximation = (
+            f"{len(overrides)} layer(s) with GEMM overrides ({'/'.join(gemms)}) run wholly in BF16 "
+            f"({why}): {names(list(overrides))}; the te-yaml policy keeps only those GEMMs in BF16."
+        )
     return AppliedPolicy(fmt, layers, {}, (), approximation)

@@ -80,18 +80,24 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
     heads = [layer.name for layer in decision.layers if layer.structure.group is LayerGroup.HEAD]
     bf16 = tuple(layer.name for layer in decision.layers if layer.name in in_blocks or layer.name in heads)
     body = {name for members in blocks.values() for name in members}
-    not_applied = tuple(n for n in dict.fromkeys((*decision.skip_layers, *merged_overrides(decision)))
-                        if n not in body and n not in heads)
+    not_applied = tuple(
+        n
+        for n in dict.fromkeys((*decision.skip_layers, *merged_overrides(decision)))
+        if n not in body and n not in heads
+    )
     parts = []
     widened = [n for n in bf16 if n in in_blocks and n not in requested]
     if widened:
-        parts.append(f"fp8_layers works per block, so block(s) {_numbers(decision, leave)} run wholly in BF16 "
-                     f"for {len(requested & in_blocks)} skipped/overridden layer(s), taking {len(widened)} "
-                     "healthy layer(s) with them")
+        parts.append(
+            f"fp8_layers works per block, so block(s) {_numbers(decision, leave)} run wholly in BF16 "
+            f"for {len(requested & in_blocks)} skipped/overridden layer(s), taking {len(widened)} "
+            "healthy layer(s) with them"
+        )
     promoted = [n for n in merged_overrides(decision) if n in in_blocks]
     if promoted:
-        parts.append(f"{len(promoted)} GEMM override(s) run as whole layers (the te-yaml policy keeps only "
-                     "those GEMMs in BF16)")
+        parts.append(
+            f"{len(promoted)} GEMM override(s) run as whole layers (the te-yaml policy keeps only those GEMMs in BF16)"
+        )
     if not_applied:
         parts.append(f"cannot keep {names(list(not_applied))} (outside the transformer blocks) in BF16")
     allowed_heads = [h for h in heads if h not in requested and _precision(decision, h) is not Precision.HIGH]
@@ -150,7 +156,9 @@ def _comments(decision: PolicyDecision) -> list[str]:
     ]
     if not blocks:
         lines.append("# fp8_layers not set: the analysed run logged no transformer blocks.")
-    lines.append("# LM head: bionemo keeps lm_head in BF16 by default (te.autocast(enabled=False)); " + _head_note(decision))
+    lines.append(
+        "# LM head: bionemo keeps lm_head in BF16 by default (te.autocast(enabled=False)); " + _head_note(decision)
+    )
     rest = list(applied(decision).not_applied)
     if rest:
         lines.append("# Not expressible with fp8_layers (outside the transformer blocks): " + ", ".join(rest))
@@ -158,8 +166,10 @@ def _comments(decision: PolicyDecision) -> list[str]:
     if gemm_overrides:
         listed = ", ".join(f"{name} [{'/'.join(g)}]" for name, g in gemm_overrides.items())
         lines.append(f"# Per-GEMM overrides run here as whole BF16 blocks (safe side): {listed}.")
-        lines.append("# To keep only those GEMMs in BF16, use the te-yaml policy as the TE debug-API config "
-                     "(debug_api.initialize(config_file=...)) and keep their blocks in fp8_layers.")
+        lines.append(
+            "# To keep only those GEMMs in BF16, use the te-yaml policy as the TE debug-API config "
+            "(debug_api.initialize(config_file=...)) and keep their blocks in fp8_layers."
+        )
     return lines
 
 

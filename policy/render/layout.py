@@ -95,9 +95,7 @@ def merged_overrides(decision: PolicyDecision) -> dict[str, tuple[str, ...]]:
     for override in decision.gemm_overrides:
         if override.layer not in skipped:
             gemms[override.layer].update(override.gemms)
-    return {
-        layer: tuple(g for g in GEMMS if g in chosen) for layer, chosen in gemms.items() if chosen
-    }
+    return {layer: tuple(g for g in GEMMS if g in chosen) for layer, chosen in gemms.items() if chosen}
 
 
 def fp8_format(recipe: RecipeChoice) -> str:

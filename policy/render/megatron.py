@@ -49,7 +49,10 @@ MEGATRON_SUBLAYERS = {
 }
 # Leaf names of the common families (TE attribute paths, TE `name=` propagation, Megatron, HF).
 _KIND = {
-    **dict.fromkeys(("qkv", "layernorm_qkv", "linear_qkv", "layernorm_linear_qkv", "query_key_value", "q_proj", "k_proj", "v_proj"), "qkv"),
+    **dict.fromkeys(
+        ("qkv", "layernorm_qkv", "linear_qkv", "layernorm_linear_qkv", "query_key_value", "q_proj", "k_proj", "v_proj"),
+        "qkv",
+    ),
     **dict.fromkeys(("proj", "linear_proj", "o_proj", "out_proj"), "proj"),
     **dict.fromkeys(("fc1", "linear_fc1", "gate_proj", "up_proj"), "fc1"),
     **dict.fromkeys(("fc2", "linear_fc2", "down_proj"), "fc2"),
@@ -113,8 +116,10 @@ def _matchers(decision: PolicyDecision, one_based: bool) -> list[tuple[str, str]
     whole = {i: names for i, names in body_blocks(decision).items() if set(names) <= set(skipped)}
     in_whole = {name for names in whole.values() for name in names}
     out = [
-        (glob_escape(f"decoder.layers.{module_index(i, one_based)}.") + "*",
-         f"logged block {i}: all {len(names)} logged layer(s) skipped")
+        (
+            glob_escape(f"decoder.layers.{module_index(i, one_based)}.") + "*",
+            f"logged block {i}: all {len(names)} logged layer(s) skipped",
+        )
         for i, names in whole.items()
     ]
     for name in skipped:
@@ -152,11 +157,22 @@ def precision_config_yaml(decision: PolicyDecision) -> str:
         lines.append("# per-GEMM overrides are approximated by running the whole module in BF16.")
         if all(gemms == ("wgrad",) for gemms in overrides.values()):
             lines.append("# Alternative: drop those matchers and pass --no-fp8-wgrad (wgrad in BF16 for EVERY layer).")
-    lines += ["configs:", "  bf16:", "    transformer_engine_config_type: TEQuantizationParams",
-              "    training_recipe: {}", "matchers:"]
+    lines += [
+        "configs:",
+        "  bf16:",
+        "    transformer_engine_config_type: TEQuantizationParams",
+        "    training_recipe: {}",
+        "matchers:",
+    ]
     for n, (pattern, comment) in enumerate(_matchers(decision, one_based)):
-        lines += [f"  # {comment}", f"  bf16_{n:03d}:", "    config: bf16", "    type: glob",
-                  f"    pattern: {_yaml_quote(pattern)}", "    enabled: true"]
+        lines += [
+            f"  # {comment}",
+            f"  bf16_{n:03d}:",
+            "    config: bf16",
+            "    type: glob",
+            f"    pattern: {_yaml_quote(pattern)}",
+            "    enabled: true",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -192,8 +208,10 @@ def _header(decision: PolicyDecision, edges: tuple[int, int] | None) -> list[str
     if edges:
         lines.append(f"# Keeps the first {edges[0]} and last {edges[1]} transformer block(s) in BF16.")
         if merged_overrides(decision):
-            lines.append("# Per-GEMM overrides are approximated by whole modules in BF16 (Megatron cannot keep single"
-                         " GEMMs in BF16); the TE debug YAML keeps only the requested GEMMs in BF16.")
+            lines.append(
+                "# Per-GEMM overrides are approximated by whole modules in BF16 (Megatron cannot keep single"
+                " GEMMs in BF16); the TE debug YAML keeps only the requested GEMMs in BF16."
+            )
     keeps_bf16 = bool(decision.skip_layers or merged_overrides(decision))
     if recipe.name == "delayed" and keeps_bf16:
         lines.append(
@@ -220,12 +238,21 @@ def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
     flags, comments = recipe_flags(decision)
     lines = _header(decision, edges) + comments
     if edges:
-        flags += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(edges[0]),
-                  "--num-layers-at-end-in-bf16", str(edges[1])]
+        flags += [
+            "--first-last-layers-bf16",
+            "--num-layers-at-start-in-bf16",
+            str(edges[0]),
+            "--num-layers-at-end-in-bf16",
+            str(edges[1]),
+        ]
     elif decision.skip_layers or merged_overrides(decision):
         path = options.precision_config_file
-        lines += ["", f"cat > {shlex.quote(path)} <<'{HEREDOC_END}'",
-                  precision_config_yaml(decision).rstrip("\n"), HEREDOC_END]
+        lines += [
+            "",
+            f"cat > {shlex.quote(path)} <<'{HEREDOC_END}'",
+            precision_config_yaml(decision).rstrip("\n"),
+            HEREDOC_END,
+        ]
         flags += ["--te-precision-config-file", path]
     lines += ["", *_args_block(flags)]
     return RenderedPolicy(content="\n".join(lines) + "\n", media_type=MEDIA_TYPE, filename=FILENAME)

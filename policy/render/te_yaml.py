@@ -42,12 +42,8 @@ class _Flow(list[str]):
     pass
 
 
-_Dumper.add_representer(
-    _Quoted, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", str(v), style="'")
-)
-_Dumper.add_representer(
-    _Flow, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", list(v), flow_style=True)
-)
+_Dumper.add_representer(_Quoted, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", str(v), style="'"))
+_Dumper.add_representer(_Flow, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", list(v), flow_style=True))
 
 
 def disable_feature_names(decision: PolicyDecision, options: RenderOptions) -> tuple[str, str]:
@@ -80,10 +76,7 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
 
 
 def _log_fp8_stats(decision: PolicyDecision, freq: int) -> dict[str, Any]:
-    structs = [
-        {"tensor": tensor, "stats": _Flow(fp8_stats(decision)), "freq": freq}
-        for tensor in QUANTIZED_TENSORS
-    ]
+    structs = [{"tensor": tensor, "stats": _Flow(fp8_stats(decision)), "freq": freq} for tensor in QUANTIZED_TENSORS]
     return {"enabled": True, "tensors_struct": structs}
 
 
@@ -111,11 +104,7 @@ def _covered(decision: PolicyDecision) -> set[str]:
 
 def _already_high_precision(decision: PolicyDecision, covered: set[str]) -> list[str]:
     """Layers that ran in high precision without being skipped (e.g. a head under autocast(enabled=False))."""
-    return [
-        layer.name
-        for layer in decision.layers
-        if layer.precision is Precision.HIGH and layer.name not in covered
-    ]
+    return [layer.name for layer in decision.layers if layer.precision is Precision.HIGH and layer.name not in covered]
 
 
 def build_sections(decision: PolicyDecision, options: RenderOptions) -> list[tuple[str, str, dict[str, Any]]]:
@@ -189,8 +178,6 @@ def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
     high_count = len(_already_high_precision(decision, _covered(decision)))
     parts = ["\n".join(_header(decision, options, high_count))]
     for name, comment, body in build_sections(decision, options):
-        dumped = yaml.dump(
-            {name: body}, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=2**31 - 1
-        )
+        dumped = yaml.dump({name: body}, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=2**31 - 1)
         parts.append(f"# {comment}\n{dumped.rstrip()}")
     return RenderedPolicy(content="\n\n".join(parts) + "\n", media_type=MEDIA_TYPE, filename=FILENAME)

@@ -28,8 +28,10 @@ TORCHAO_RECIPES = {
     "current": ("tensorwise", "same scaling granularity"),
     "delayed": ("tensorwise", "torchao has no delayed scaling; dynamic tensorwise is closest"),
     "block": ("rowwise", "torchao float8 training has no 128-block scaling; rowwise is the closest"),
-    "mxfp8": ("rowwise", "MXFP8 training lives in torchao.prototype (API varies by version);"
-              " pass module_filter_fn to it as well"),
+    "mxfp8": (
+        "rowwise",
+        "MXFP8 training lives in torchao.prototype (API varies by version); pass module_filter_fn to it as well",
+    ),
 }
 
 

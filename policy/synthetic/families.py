@@ -9,13 +9,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # ---------------------------------------------------------------------------------------------------- families
-_ATTN_TE = ("core_attention", "core_attention.flash_attention", "core_attention.fused_attention",
-            "core_attention.unfused_attention", "core_attention.unfused_attention.scale_mask_softmax",
-            "core_attention.unfused_attention.attention_dropout")
-_TE_BLOCK = ("", "self_attention", "self_attention.layernorm_qkv",
-             *(f"self_attention.{m}" for m in _ATTN_TE), "self_attention.proj", "layernorm_mlp")
-_TE_GEMMS = (("qkv", "self_attention.layernorm_qkv"), ("proj", "self_attention.proj"),
-             ("fc1", "layernorm_mlp.fc1"), ("fc2", "layernorm_mlp.fc2"))
+_ATTN_TE = (
+    "core_attention",
+    "core_attention.flash_attention",
+    "core_attention.fused_attention",
+    "core_attention.unfused_attention",
+    "core_attention.unfused_attention.scale_mask_softmax",
+    "core_attention.unfused_attention.attention_dropout",
+)
+_TE_BLOCK = (
+    "",
+    "self_attention",
+    "self_attention.layernorm_qkv",
+    *(f"self_attention.{m}" for m in _ATTN_TE),
+    "self_attention.proj",
+    "layernorm_mlp",
+)
+_TE_GEMMS = (
+    ("qkv", "self_attention.layernorm_qkv"),
+    ("proj", "self_attention.proj"),
+    ("fc1", "layernorm_mlp.fc1"),
+    ("fc2", "layernorm_mlp.fc2"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,33 +47,84 @@ class Family:
 
 FAMILIES: dict[str, Family] = {
     # Names as in the real bionemo ESM2 log: the heads are model.lm_head.dense / .decoder (not under model.esm).
-    "esm2": Family("model.esm.encoder.layers", _TE_GEMMS, ("model.lm_head.dense", "model.lm_head.decoder"),
-                   ("model", "model.esm", "model.esm.embeddings", "model.esm.embeddings.word_embeddings",
-                    "model.esm.encoder"), _TE_BLOCK,
-                   ("model.esm.encoder.emb_layer_norm_after", "model.esm.encoder.rotary_embeddings",
-                    "model.lm_head", "model.lm_head.dense", "model.lm_head.decoder")),
-    "llama": Family("model.model.layers", _TE_GEMMS, ("model.lm_head",),
-                    ("model", "model.model", "model.model.embed_tokens"), _TE_BLOCK,
-                    ("model.model.norm", "model.model.rotary_emb", "model.lm_head")),
+    "esm2": Family(
+        "model.esm.encoder.layers",
+        _TE_GEMMS,
+        ("model.lm_head.dense", "model.lm_head.decoder"),
+        ("model", "model.esm", "model.esm.embeddings", "model.esm.embeddings.word_embeddings", "model.esm.encoder"),
+        _TE_BLOCK,
+        (
+            "model.esm.encoder.emb_layer_norm_after",
+            "model.esm.encoder.rotary_embeddings",
+            "model.lm_head",
+            "model.lm_head.dense",
+            "model.lm_head.decoder",
+        ),
+    ),
+    "llama": Family(
+        "model.model.layers",
+        _TE_GEMMS,
+        ("model.lm_head",),
+        ("model", "model.model", "model.model.embed_tokens"),
+        _TE_BLOCK,
+        ("model.model.norm", "model.model.rotary_emb", "model.lm_head"),
+    ),
     "megatron": Family(
         "model.module.decoder.layers",
-        (("qkv", "self_attention.linear_qkv"), ("proj", "self_attention.linear_proj"),
-         ("fc1", "mlp.linear_fc1"), ("fc2", "mlp.linear_fc2")),
+        (
+            ("qkv", "self_attention.linear_qkv"),
+            ("proj", "self_attention.linear_proj"),
+            ("fc1", "mlp.linear_fc1"),
+            ("fc2", "mlp.linear_fc2"),
+        ),
         ("model.module.output_layer",),
-        ("model", "model.module", "model.module.embedding", "model.module.embedding.word_embeddings",
-         "model.module.embedding.embedding_dropout", "model.module.rotary_pos_emb", "model.module.decoder"),
-        ("", "input_layernorm", "self_attention", *(f"self_attention.{m}" for m in _ATTN_TE),
-         "self_attention.linear_proj", "self_attention.linear_qkv", "pre_cross_attn_layernorm",
-         "cross_attention", "pre_mlp_layernorm", "mlp", "mlp.linear_fc1", "mlp.linear_fc2"),
-        ("model.module.decoder.final_layernorm", "model.module.output_layer")),
+        (
+            "model",
+            "model.module",
+            "model.module.embedding",
+            "model.module.embedding.word_embeddings",
+            "model.module.embedding.embedding_dropout",
+            "model.module.rotary_pos_emb",
+            "model.module.decoder",
+        ),
+        (
+            "",
+            "input_layernorm",
+            "self_attention",
+            *(f"self_attention.{m}" for m in _ATTN_TE),
+            "self_attention.linear_proj",
+            "self_attention.linear_qkv",
+            "pre_cross_attn_layernorm",
+            "cross_attention",
+            "pre_mlp_layernorm",
+            "mlp",
+            "mlp.linear_fc1",
+            "mlp.linear_fc2",
+        ),
+        ("model.module.decoder.final_layernorm", "model.module.output_layer"),
+    ),
     "gpt": Family(
         "model.transformer.h",
         (("qkv", "attn.c_attn"), ("proj", "attn.c_proj"), ("fc1", "mlp.c_fc"), ("fc2", "mlp.c_proj")),
         ("model.lm_head",),
         ("model", "model.transformer", "model.transformer.wte", "model.transformer.wpe", "model.transformer.drop"),
-        ("", "ln_1", "attn", "attn.c_attn", "attn.c_proj", "attn.attn_dropout", "attn.resid_dropout", "ln_2",
-         "mlp", "mlp.c_fc", "mlp.c_proj", "mlp.act", "mlp.dropout"),
-        ("model.transformer.ln_f", "model.lm_head")),
+        (
+            "",
+            "ln_1",
+            "attn",
+            "attn.c_attn",
+            "attn.c_proj",
+            "attn.attn_dropout",
+            "attn.resid_dropout",
+            "ln_2",
+            "mlp",
+            "mlp.c_fc",
+            "mlp.c_proj",
+            "mlp.act",
+            "mlp.dropout",
+        ),
+        ("model.transformer.ln_f", "model.lm_head"),
+    ),
 }
 
 

@@ -48,7 +48,7 @@ class ProfileContext:
 
 
 def split_stat(stat: str) -> tuple[str | None, str]:
-    """"mxfp8_underflows%_columnwise" -> ("mxfp8", "underflows%")."""
+    """ "mxfp8_underflows%_columnwise" -> ("mxfp8", "underflows%")."""
     stat = stat.removesuffix("_columnwise")
     recipe = next((r for r in RECIPE_PREFIXES if stat.startswith(r + "_")), None)
     return recipe, stat.removeprefix(f"{recipe}_") if recipe else stat
@@ -229,8 +229,12 @@ class Rule:
     ranks: frozenset[int] | None = None
 
     def matches(self, ctx: ProfileContext) -> bool:
-        return ((self.tensor is None or self.tensor == ctx.tensor) and (self.stat is None or self.stat == ctx.stat)
-                and (self.ranks is None or ctx.rank in self.ranks) and self.where(ctx))
+        return (
+            (self.tensor is None or self.tensor == ctx.tensor)
+            and (self.stat is None or self.stat == ctx.stat)
+            and (self.ranks is None or ctx.rank in self.ranks)
+            and self.where(ctx)
+        )
 
 
 @dataclass(frozen=True)
@@ -240,8 +244,15 @@ class Scenario:
     rules: tuple[Rule, ...] = ()
     default: Profile = field(default_factory=healthy)
 
-    def plant(self, where: Where, tensor: str | None, stat: str | None, profile: Profile, *,
-              ranks: frozenset[int] | None = None) -> Scenario:
+    def plant(
+        self,
+        where: Where,
+        tensor: str | None,
+        stat: str | None,
+        profile: Profile,
+        *,
+        ranks: frozenset[int] | None = None,
+    ) -> Scenario:
         return replace(self, rules=(*self.rules, Rule(where, profile, tensor, stat, ranks)))
 
     def __call__(self, ctx: ProfileContext) -> np.ndarray:

@@ -23,6 +23,7 @@ PLAN_WORDS: tuple[str, ...] = ("FP8 Quantize", "Quantize")  # TE <= 2.12, TE >= 
 _PERCENT_STATS = ("underflows%", "overflows%")
 _NONNEGATIVE_STATS = ("scale_inv_min", "scale_inv_max", "mse", "underflows_num", "overflows_num", "total_square_error")
 
+
 # ---------------------------------------------------------------------------------------------------- the run
 @dataclass(frozen=True)
 class SyntheticRun:
@@ -72,8 +73,11 @@ class SyntheticRun:
     def layers(self) -> tuple[LayerSpec, ...]:
         """Every TE GEMM layer in forward order."""
         fam = FAMILIES[self.family]
-        specs = [LayerSpec(f"{fam.blocks}.{o + self.first_index}.{suffix}", role, o, o + self.first_index)
-                 for o in range(self.num_layers) for role, suffix in fam.gemms]
+        specs = [
+            LayerSpec(f"{fam.blocks}.{o + self.first_index}.{suffix}", role, o, o + self.first_index)
+            for o in range(self.num_layers)
+            for role, suffix in fam.gemms
+        ]
         return (*specs, *(LayerSpec(h, "head", None, None) for h in fam.heads))
 
     def stats_layers(self) -> tuple[LayerSpec, ...]:
@@ -90,8 +94,11 @@ class SyntheticRun:
     def assigned_modules(self) -> tuple[str, ...]:
         """The `Assigned layer name:` list, as infer_and_assign_layer_names visits the modules."""
         fam = FAMILIES[self.family]
-        inner = [f"{fam.blocks}.{o + self.first_index}" + (f".{m}" if m else "")
-                 for o in range(self.num_layers) for m in fam.block_modules]
+        inner = [
+            f"{fam.blocks}.{o + self.first_index}" + (f".{m}" if m else "")
+            for o in range(self.num_layers)
+            for m in fam.block_modules
+        ]
         return (*fam.before, *inner, *fam.after)
 
     def metric_cycle(self) -> tuple[tuple[str, str, str], ...]:
@@ -105,15 +112,17 @@ class SyntheticRun:
         bwd = [(s.name, t, st) for s in reversed(layers) for t in backward for st in self.all_stats]
         return (*fwd, *bwd)
 
-    def context(self, spec: LayerSpec, tensor: str, stat: str, rank: int,
-                iterations: np.ndarray | None = None) -> ProfileContext:
+    def context(
+        self, spec: LayerSpec, tensor: str, stat: str, rank: int, iterations: np.ndarray | None = None
+    ) -> ProfileContext:
         """The ProfileContext of one series; pass `iterations` to share one (read-only) array between series."""
         if iterations is None:
             iterations = self.iteration_array()
             iterations.setflags(write=False)
         position: int | str = spec.index if spec.index is not None else "head"
-        return ProfileContext(spec.name, spec.role, position, spec.ordinal, self.num_layers, tensor, stat, rank,
-                              iterations, self.seed)
+        return ProfileContext(
+            spec.name, spec.role, position, spec.ordinal, self.num_layers, tensor, stat, rank, iterations, self.seed
+        )
 
 
 def matching_layers(run: SyntheticRun, where: Where) -> tuple[str, ...]:

@@ -26,9 +26,20 @@ from fp8_policy.policy.synthetic.profiles import (
 from fp8_policy.policy.synthetic.run import SyntheticRun, matching_layers
 
 PATTERNS: tuple[str, ...] = (
-    "healthy", "u_shape", "head_only", "early_layers", "late_layers", "boundary", "single_tensor",
-    "rising_trend", "uniform", "rank_outlier", "overflow", "scale_instability",
+    "healthy",
+    "u_shape",
+    "head_only",
+    "early_layers",
+    "late_layers",
+    "boundary",
+    "single_tensor",
+    "rising_trend",
+    "uniform",
+    "rank_outlier",
+    "overflow",
+    "scale_instability",
 )
+
 
 # ---------------------------------------------------------------------------------------------------- scenarios
 @dataclass(frozen=True)
@@ -50,13 +61,25 @@ class ScenarioCase:
     truth: PlantedTruth
 
 
-def make_case(name: str, description: str, run: SyntheticRun, rules: list[Rule], patterns: set[str], *,
-              skip: bool = True, recipe_change: bool = False) -> ScenarioCase:
+def make_case(
+    name: str,
+    description: str,
+    run: SyntheticRun,
+    rules: list[Rule],
+    patterns: set[str],
+    *,
+    skip: bool = True,
+    recipe_change: bool = False,
+) -> ScenarioCase:
     """A case whose run profile is `Scenario(rules)` and whose truth is derived from the same rules."""
     run = replace(run, profile=Scenario(tuple(rules)))
-    signals = {(layer, tensor, stat) for rule in rules for layer in matching_layers(run, rule.where)
-               for tensor in ((rule.tensor,) if rule.tensor else run.tensors)
-               for stat in ((rule.stat,) if rule.stat else run.all_stats)}
+    signals = {
+        (layer, tensor, stat)
+        for rule in rules
+        for layer in matching_layers(run, rule.where)
+        for tensor in ((rule.tensor,) if rule.tensor else run.tensors)
+        for stat in ((rule.stat,) if rule.stat else run.all_stats)
+    }
     outliers = frozenset().union(*(r.ranks for r in rules if r.ranks is not None))
     skip_layers = frozenset(layer for layer, _, _ in signals) if skip else frozenset()
     truth = PlantedTruth(frozenset(patterns), skip_layers, frozenset(signals), outliers, recipe_change)
@@ -73,36 +96,89 @@ def _scenarios() -> dict[str, ScenarioCase]:
     tail = frozenset(n for o in (9, 10, 11) for n in _small("megatron").block(o)) | {"model.module.output_layer"}
     cases = [
         make_case("healthy", "every layer healthy", _small(seed=1), [], {"healthy"}),
-        make_case("u_shape", "gradient underflow 3-6 % in the first 3 and last 3 blocks", _small(seed=2),
-                  [Rule(any_of(first_blocks(3), last_blocks(3)), level((3.0, 6.0)), grad, uf)], {"u_shape"}),
-        make_case("head_only", "lm_head gradient 6-10 % and activation 2.5-4 % underflow", _small("llama", seed=3),
-                  [Rule(heads(), level((6.0, 10.0)), grad, uf), Rule(heads(), level((2.5, 4.0)), act, uf)],
-                  {"head_only"}),
-        make_case("early_layers", "gradient underflow 3-5 % in the first 3 blocks", _small("megatron", seed=4),
-                  [Rule(first_blocks(3), level((3.0, 5.0)), grad, uf)], {"early_layers"}),
-        make_case("late_layers", "gradient underflow 3-5 % in the last 3 blocks (0-based names)",
-                  _small("gpt", first_index=0, seed=5), [Rule(last_blocks(3), level((3.0, 5.0)), grad, uf)],
-                  {"late_layers"}),
-        make_case("boundary", "fc2 activation underflow 8 -> 18 % in the last FP8 block before a BF16 tail",
-                  _small("megatron", bf16_layers=tail, seed=6),
-                  [Rule(all_of(blocks(8), roles("fc2")), ramp(8.0, 18.0), act, uf)], {"boundary"}),
-        make_case("single_tensor", "one tensor of one layer: proj gradient underflow ~5 %", _small(seed=7),
-                  [Rule(all_of(blocks(5), roles("proj")), level(5.0), grad, uf)], {"single_tensor"}),
-        make_case("rising_trend", "fc1 gradient underflow of two blocks grows 0.2 -> 8 %", _small("llama", seed=8),
-                  [Rule(all_of(blocks(4, 7), roles("fc1")), ramp(0.2, 8.0), grad, uf)], {"rising_trend"}),
-        make_case("uniform", "every layer 2.5-3.5 % gradient underflow; mxfp8 what-if stays healthy",
-                  _small(seed=9, extra_stats=("mxfp8_underflows%",)),
-                  [Rule(everywhere(), level((2.5, 3.5)), grad, uf)], {"uniform"}, skip=False, recipe_change=True),
-        make_case("rank_outlier", "rank 2 of 4: gradient underflow 4-7 % on every layer",
-                  _small(num_layers=8, ranks=4, seed=10),
-                  [Rule(everywhere(), level((4.0, 7.0)), grad, uf, frozenset({2}))], {"rank_outlier"}, skip=False),
-        make_case("overflow", "DelayedScaling: fc1 activation overflows 0.5-2 % in blocks 2 and 3",
-                  _small("megatron", extra_stats="overflows%", te_plan_word="FP8 Quantize", seed=11),
-                  [Rule(all_of(blocks(2, 3), roles("fc1")), level((0.5, 2.0)), act, "overflows%")], {"overflow"}),
-        make_case("scale_instability", "activation scale_inv of block 6 qkv/proj jumps by x16",
-                  _small("llama", seed=12),
-                  [Rule(all_of(blocks(6), roles("qkv", "proj")), scale_jumps(16.0), act, stat)
-                   for stat in ("scale_inv_min", "scale_inv_max")], {"scale_instability"}),
+        make_case(
+            "u_shape",
+            "gradient underflow 3-6 % in the first 3 and last 3 blocks",
+            _small(seed=2),
+            [Rule(any_of(first_blocks(3), last_blocks(3)), level((3.0, 6.0)), grad, uf)],
+            {"u_shape"},
+        ),
+        make_case(
+            "head_only",
+            "lm_head gradient 6-10 % and activation 2.5-4 % underflow",
+            _small("llama", seed=3),
+            [Rule(heads(), level((6.0, 10.0)), grad, uf), Rule(heads(), level((2.5, 4.0)), act, uf)],
+            {"head_only"},
+        ),
+        make_case(
+            "early_layers",
+            "gradient underflow 3-5 % in the first 3 blocks",
+            _small("megatron", seed=4),
+            [Rule(first_blocks(3), level((3.0, 5.0)), grad, uf)],
+            {"early_layers"},
+        ),
+        make_case(
+            "late_layers",
+            "gradient underflow 3-5 % in the last 3 blocks (0-based names)",
+            _small("gpt", first_index=0, seed=5),
+            [Rule(last_blocks(3), level((3.0, 5.0)), grad, uf)],
+            {"late_layers"},
+        ),
+        make_case(
+            "boundary",
+            "fc2 activation underflow 8 -> 18 % in the last FP8 block before a BF16 tail",
+            _small("megatron", bf16_layers=tail, seed=6),
+            [Rule(all_of(blocks(8), roles("fc2")), ramp(8.0, 18.0), act, uf)],
+            {"boundary"},
+        ),
+        make_case(
+            "single_tensor",
+            "one tensor of one layer: proj gradient underflow ~5 %",
+            _small(seed=7),
+            [Rule(all_of(blocks(5), roles("proj")), level(5.0), grad, uf)],
+            {"single_tensor"},
+        ),
+        make_case(
+            "rising_trend",
+            "fc1 gradient underflow of two blocks grows 0.2 -> 8 %",
+            _small("llama", seed=8),
+            [Rule(all_of(blocks(4, 7), roles("fc1")), ramp(0.2, 8.0), grad, uf)],
+            {"rising_trend"},
+        ),
+        make_case(
+            "uniform",
+            "every layer 2.5-3.5 % gradient underflow; mxfp8 what-if stays healthy",
+            _small(seed=9, extra_stats=("mxfp8_underflows%",)),
+            [Rule(everywhere(), level((2.5, 3.5)), grad, uf)],
+            {"uniform"},
+            skip=False,
+            recipe_change=True,
+        ),
+        make_case(
+            "rank_outlier",
+            "rank 2 of 4: gradient underflow 4-7 % on every layer",
+            _small(num_layers=8, ranks=4, seed=10),
+            [Rule(everywhere(), level((4.0, 7.0)), grad, uf, frozenset({2}))],
+            {"rank_outlier"},
+            skip=False,
+        ),
+        make_case(
+            "overflow",
+            "DelayedScaling: fc1 activation overflows 0.5-2 % in blocks 2 and 3",
+            _small("megatron", extra_stats="overflows%", te_plan_word="FP8 Quantize", seed=11),
+            [Rule(all_of(blocks(2, 3), roles("fc1")), level((0.5, 2.0)), act, "overflows%")],
+            {"overflow"},
+        ),
+        make_case(
+            "scale_instability",
+            "activation scale_inv of block 6 qkv/proj jumps by x16",
+            _small("llama", seed=12),
+            [
+                Rule(all_of(blocks(6), roles("qkv", "proj")), scale_jumps(16.0), act, stat)
+                for stat in ("scale_inv_min", "scale_inv_max")
+            ],
+            {"scale_instability"},
+        ),
     ]
     return {case.name: case for case in cases}
 

@@ -25,6 +25,7 @@ PLAN_ORDER: tuple[tuple[str, str], ...] = tuple(
 DEFAULT_START = datetime(2026, 1, 15, 23, 6, 30, 348000)
 LINE_US = 70  # microseconds between two stats lines of one flush (the bionemo logs show ~15 lines per ms)
 
+
 # ---------------------------------------------------------------------------------------------------- writing
 @dataclass(frozen=True)
 class RankFiles:
@@ -114,10 +115,16 @@ def _feature(layer: str, tensor: str) -> str:
 
 def _metadata_messages(run: SyntheticRun, rank: int, with_rank_dirs: bool) -> tuple[list[tuple[int, str]], int]:
     log_dir = f"./logs/fp8_stats_logs_{run.family}_synthetic" + (f"/rank_{rank}" if with_rank_dirs else "")
-    sections = (["fp8_disabled_layers", "fp8_stats_remaining_layers"]
-                if run.bf16_layers and run.disabled_via_feature else ["fp8_stats_collection"])
-    head = [(0, f"Default logging to file enabled at {log_dir}"), (694, "Reading config from ./fp8_stats.yaml."),
-            (694, f"Loaded configs for {sections}.")]
+    sections = (
+        ["fp8_disabled_layers", "fp8_stats_remaining_layers"]
+        if run.bf16_layers and run.disabled_via_feature
+        else ["fp8_stats_collection"]
+    )
+    head = [
+        (0, f"Default logging to file enabled at {log_dir}"),
+        (694, "Reading config from ./fp8_stats.yaml."),
+        (694, f"Loaded configs for {sections}."),
+    ]
     assigned = [(853 + (i > 0), f"Assigned layer name: {m}") for i, m in enumerate(run.assigned_modules())]
     plans, end = _plan_messages(run, 3500)
     return head + assigned + plans, end
@@ -129,12 +136,14 @@ def _write_metadata(path: Path, messages: list[tuple[int, str]], clock: _Clock, 
     return len(messages)
 
 
-def _write_stats(path: Path, names: list[str], iterations: np.ndarray, values: np.ndarray, clock: _Clock,
-                 start_ms: int, step_ms: int) -> int:
+def _write_stats(
+    path: Path, names: list[str], iterations: np.ndarray, values: np.ndarray, clock: _Clock, start_ms: int, step_ms: int
+) -> int:
     """One `%`-format call per iteration over a template holding every name of the cycle ("%.4f" == "{:.4f}")."""
     n = len(names)
-    template = "".join(f"%s - INFO - {nm.replace('%', '%%')} \t\t\t\t iteration=%s \t\t\t\t value=%.4f\n"
-                       for nm in names)
+    template = "".join(
+        f"%s - INFO - {nm.replace('%', '%%')} \t\t\t\t iteration=%s \t\t\t\t value=%.4f\n" for nm in names
+    )
     uniq, inverse = np.unique((np.arange(n) * LINE_US) // 1000, return_inverse=True)
     offsets = uniq.tolist()
     pick = operator.itemgetter(*inverse.tolist()) if n > 1 else (lambda s: (s[0],))
@@ -159,8 +168,14 @@ def _rank_paths(dest: Path, rank: int, with_rank_dirs: bool) -> tuple[Path, Path
     return meta, stats
 
 
-def write_run(run: SyntheticRun, dest: Path, *, with_rank_dirs: bool = True, start_time: datetime = DEFAULT_START,
-              step_ms: int = 400) -> WrittenRun:
+def write_run(
+    run: SyntheticRun,
+    dest: Path,
+    *,
+    with_rank_dirs: bool = True,
+    start_time: datetime = DEFAULT_START,
+    step_ms: int = 400,
+) -> WrittenRun:
     """Write per rank `[rank_{r}/]nvdlfw_inspect_logs/…` and `[rank_{r}/]nvdlfw_inspect_statistics_logs/…`.
 
     Timestamps derive from `start_time` only (iteration i flushes at start + i * step_ms, rank r is r*3 ms late),
@@ -178,5 +193,11 @@ def write_run(run: SyntheticRun, dest: Path, *, with_rank_dirs: bool = True, sta
         lines = _write_stats(stats_path, names, iterations, values, clock, end + 150 + 3 * rank, step_ms)
         files.append(RankFiles(rank, meta_path, stats_path, meta_lines, lines, stats_path.stat().st_size))
     metric_names = tuple(f"{layer}_{tensor}_{stat}" for layer, tensor, stat in run.metric_cycle())
-    return WrittenRun(dest, tuple(files), tuple(s.name for s in run.layers()),
-                      tuple(s.name for s in run.stats_layers()), metric_names, len(iterations))
+    return WrittenRun(
+        dest,
+        tuple(files),
+        tuple(s.name for s in run.layers()),
+        tuple(s.name for s in run.stats_layers()),
+        metric_names,
+        len(iterations),
+    )

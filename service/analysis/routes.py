@@ -21,29 +21,42 @@ ERRORS = error_responses(400, 404, 409)
 FORMAT_HELP = "json (default), te-yaml, megatron, hydra or torchao"
 FORMAT_QUERY = Query(description=FORMAT_HELP, json_schema_extra={"enum": ["json", *FORMATS]})
 _GET_OPTION_KEYS = ("gpu_arch", "gpu", "te_version", "current_recipe", "previous_run")
-OVERRIDES_HELP = ("Any of: `thresholds` (name -> number, as in GET .../analysis), `gpu_arch`, `model_dims` "
-                  "(hidden_size, ffn_hidden_size, num_layers, seq_len, vocab_size, num_attention_heads, "
-                  "num_query_groups, gated_mlp), `te_version`, `current_recipe`, `keep_existing_bf16`, "
-                  "`skip_projected`. Unknown keys or bad values are a 400 InvalidOverrides.")
+OVERRIDES_HELP = (
+    "Any of: `thresholds` (name -> number, as in GET .../analysis), `gpu_arch`, `model_dims` "
+    "(hidden_size, ffn_hidden_size, num_layers, seq_len, vocab_size, num_attention_heads, "
+    "num_query_groups, gated_mlp), `te_version`, `current_recipe`, `keep_existing_bf16`, "
+    "`skip_projected`. Unknown keys or bad values are a 400 InvalidOverrides."
+)
 # Documentation of each non-threshold GET parameter in _GET_OPTION_KEYS (tests/service/test_openapi_document.py
 # fails when one is missing here).
 _OPTION_HELP = {
-    "gpu_arch": ("GPU the policy is for (decides which recipes are possible); default: the run's metadata.",
-                 ["hopper", "sm90", "blackwell"]),
+    "gpu_arch": (
+        "GPU the policy is for (decides which recipes are possible); default: the run's metadata.",
+        ["hopper", "sm90", "blackwell"],
+    ),
     "gpu": ("Same as gpu_arch.", ["H100"]),
     "te_version": ("Transformer Engine version the rendered config targets; default: the run's metadata.", ["2.8"]),
-    "current_recipe": ("The recipe the run trained with (DelayedScaling, current, block, mxfp8, ...); default: the "
-                       "run's metadata.", ["delayed", "current", "mxfp8"]),
-    "previous_run": ("Id of the run this one follows: the recommendation then says what changed (`history`).",
-                     ["41"]),
+    "current_recipe": (
+        "The recipe the run trained with (DelayedScaling, current, block, mxfp8, ...); default: the run's metadata.",
+        ["delayed", "current", "mxfp8"],
+    ),
+    "previous_run": ("Id of the run this one follows: the recommendation then says what changed (`history`).", ["41"]),
 }
-_OPTION_PARAMS = [query_param(key, {"type": "string", "examples": _OPTION_HELP[key][1]}, _OPTION_HELP[key][0])
-                  if key in _OPTION_HELP else query_param(key, {"type": "string"}, "")
-                  for key in _GET_OPTION_KEYS]
+_OPTION_PARAMS = [
+    query_param(key, {"type": "string", "examples": _OPTION_HELP[key][1]}, _OPTION_HELP[key][0])
+    if key in _OPTION_HELP
+    else query_param(key, {"type": "string"}, "")
+    for key in _GET_OPTION_KEYS
+]
 # The rendered formats' media types (?format= other than json); each dialect module names its own.
 _RENDERED = {module.MEDIA_TYPE: {"schema": {"type": "string"}} for module in (te_yaml, megatron, hydra, torchao)}
-RECOMMENDATION_RESPONSES = {**ERRORS, 200: {"description": "The policy as JSON, or rendered in the requested "
-                                             "format (sent as an attachment)", "content": _RENDERED}}
+RECOMMENDATION_RESPONSES = {
+    **ERRORS,
+    200: {
+        "description": "The policy as JSON, or rendered in the requested format (sent as an attachment)",
+        "content": _RENDERED,
+    },
+}
 
 
 def _query_overrides(request: Request) -> dict[str, Any]:
@@ -72,8 +85,12 @@ def _number(text: str) -> int | float | str:
     return text
 
 
-@router.get("/{run_id}/analysis", response_model=AnalysisRead, responses=ERRORS,
-            openapi_extra={"parameters": threshold_params()})
+@router.get(
+    "/{run_id}/analysis",
+    response_model=AnalysisRead,
+    responses=ERRORS,
+    openapi_extra={"parameters": threshold_params()},
+)
 def read_analysis(run_id: int, request: Request, session: SessionDep) -> AnalysisRead:
     """Findings (pattern, severity, layers, numeric evidence) and the per-layer table.
 
@@ -90,9 +107,13 @@ def read_analysis(run_id: int, request: Request, session: SessionDep) -> Analysi
     return AnalysisRead.model_validate({"run_id": run_id, **analysis.to_dict()})
 
 
-@router.get("/{run_id}/recommendation", response_model=RecommendationRead, response_model_exclude_unset=True,
-            responses=RECOMMENDATION_RESPONSES,
-            openapi_extra={"parameters": [*threshold_params(), *_OPTION_PARAMS]})
+@router.get(
+    "/{run_id}/recommendation",
+    response_model=RecommendationRead,
+    response_model_exclude_unset=True,
+    responses=RECOMMENDATION_RESPONSES,
+    openapi_extra={"parameters": [*threshold_params(), *_OPTION_PARAMS]},
+)
 def read_recommendation(
     run_id: int,
     request: Request,
@@ -106,14 +127,29 @@ def read_recommendation(
     return _respond(session, run_id, _query_overrides(request), format)
 
 
-@router.post("/{run_id}/recommendation", response_model=RecommendationRead, response_model_exclude_unset=True,
-             responses=RECOMMENDATION_RESPONSES)
+@router.post(
+    "/{run_id}/recommendation",
+    response_model=RecommendationRead,
+    response_model_exclude_unset=True,
+    responses=RECOMMENDATION_RESPONSES,
+)
 def recompute_recommendation(
     run_id: int,
     session: SessionDep,
-    overrides: Annotated[dict[str, Any], Body(description=OVERRIDES_HELP, examples=[
-        {"thresholds": {"critical": 3.0}, "gpu_arch": "hopper", "model_dims": {"hidden_size": 1280},
-         "te_version": "2.13"}])],
+    overrides: Annotated[
+        dict[str, Any],
+        Body(
+            description=OVERRIDES_HELP,
+            examples=[
+                {
+                    "thresholds": {"critical": 3.0},
+                    "gpu_arch": "hopper",
+                    "model_dims": {"hidden_size": 1280},
+                    "te_version": "2.13",
+                }
+            ],
+        ),
+    ],
     format: Annotated[str, FORMAT_QUERY] = "json",
 ) -> RecommendationRead | Response:
     """Recompute the recommendation from stored data with overrides (thresholds, GPU arch, model dims,
@@ -126,5 +162,8 @@ def _respond(session, run_id: int, overrides: dict[str, Any], fmt: str) -> Recom
     if fmt == "json":
         return RecommendationRead.model_validate({"run_id": run_id, **rec.to_dict()})
     rendered = actions.render_recommendation(rec, fmt)
-    return Response(rendered.content, media_type=rendered.media_type,
-                    headers={"Content-Disposition": f'attachment; filename="{rendered.filename}"'})
+    return Response(
+        rendered.content,
+        media_type=rendered.media_type,
+        headers={"Content-Disposition": f'attachment; filename="{rendered.filename}"'},
+    )

@@ -22,8 +22,11 @@ Gemm = Literal[GEMMS]  # type: ignore[valid-type]
 RecipeName = Literal[tuple(RECIPE_CLASSES)]  # type: ignore[valid-type]
 
 ThresholdsRead = create_model(  # one field per policy.thresholds.Thresholds field, with its comment as description
-    "ThresholdsRead", __base__=ApiModel, __doc__="Every threshold the analysis used (defaults or overrides).",
-    **threshold_fields())
+    "ThresholdsRead",
+    __base__=ApiModel,
+    __doc__="Every threshold the analysis used (defaults or overrides).",
+    **threshold_fields(),
+)
 
 
 class EvidenceRead(ApiModel):
@@ -151,8 +154,9 @@ class MegatronRead(ApiModel):
     fp8_recipe: str
     fp8_format: Literal["e4m3", "hybrid"]
     extra_args: list[str]
-    blocks_needing_precision_config: list[int] = Field(description="0-based blocks that need a TE precision "
-                                                                   "config file (not covered by first/last).")
+    blocks_needing_precision_config: list[int] = Field(
+        description="0-based blocks that need a TE precision config file (not covered by first/last)."
+    )
     notes: list[str]
 
 
@@ -186,14 +190,17 @@ class FormatAppliedRead(ApiModel):
 
     bf16_layers: list[str] = Field(description="Layers the format runs wholly in BF16.")
     bf16_gemms: list[GemmSetRead] = Field(description="Layers of which only some GEMMs run in BF16.")
-    overrides_as_whole_layers: list[str] = Field(description="GEMM overrides the format can only apply as the "
-                                                             "whole layer in BF16.")
-    extra_bf16_layers: list[str] = Field(description="Layers in BF16 beyond the recommendation (safe-side "
-                                                     "approximation, e.g. Hydra's whole blocks).")
+    overrides_as_whole_layers: list[str] = Field(
+        description="GEMM overrides the format can only apply as the whole layer in BF16."
+    )
+    extra_bf16_layers: list[str] = Field(
+        description="Layers in BF16 beyond the recommendation (safe-side approximation, e.g. Hydra's whole blocks)."
+    )
     not_applied: list[str] = Field(description="Requested layers the format cannot keep in BF16 (stated).")
     exact: bool
-    approximation: str | None = Field(description="The one-line statement at the top of the rendered file; "
-                                                   "null when exact.")
+    approximation: str | None = Field(
+        description="The one-line statement at the top of the rendered file; null when exact."
+    )
 
 
 class MovedProblemRead(ApiModel):
@@ -232,8 +239,9 @@ class RecommendationRead(ApiModel):
     gemm_overrides: list[GemmOverrideRead]
     recipe: RecipeRead
     megatron: MegatronRead
-    formats: dict[str, FormatAppliedRead] = Field(description="Per rendered format (te-yaml, megatron, hydra, "
-                                                              "torchao): the BF16 set it applies.")
+    formats: dict[str, FormatAppliedRead] = Field(
+        description="Per rendered format (te-yaml, megatron, hydra, torchao): the BF16 set it applies."
+    )
     expected_cost: ExpectedCostRead
     rationale: list[str]
     confidence: float = Field(description="How much the evidence supports the policy, from 0.05 to 1.")

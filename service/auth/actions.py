@@ -55,17 +55,26 @@ def token_info(token: ApiToken, now: datetime | None = None) -> dict[str, Any]:
     """A token row as shown by `token list` and GET /api/v1/tokens (never its hash)."""
     now = now or utcnow()
     state = "revoked" if token.revoked_at else "expired" if is_expired(token.expires_at, now) else "active"
-    return {"name": token.name, "scope": token.scope, "prefix": token.prefix, "state": state,
-            "created_at": token.created_at, "last_used_at": token.last_used_at, "expires_at": token.expires_at,
-            "revoked_at": token.revoked_at}
+    return {
+        "name": token.name,
+        "scope": token.scope,
+        "prefix": token.prefix,
+        "state": state,
+        "created_at": token.created_at,
+        "last_used_at": token.last_used_at,
+        "expires_at": token.expires_at,
+        "revoked_at": token.revoked_at,
+    }
 
 
-def create_token(session: Session, hasher: TokenHasher, name: str, scope: str,
-                 expires_days: int | None = None) -> tuple[ApiToken, str]:
+def create_token(
+    session: Session, hasher: TokenHasher, name: str, scope: str, expires_days: int | None = None
+) -> tuple[ApiToken, str]:
     """Store a new token and return (row, token); the token itself exists only in this return value."""
     if not NAME_PATTERN.fullmatch(name or ""):
-        raise InvalidTokenName("a token name is 1 to 100 letters, digits, '.', '_', '@' or '-', starting with a letter "
-                         "or digit")
+        raise InvalidTokenName(
+            "a token name is 1 to 100 letters, digits, '.', '_', '@' or '-', starting with a letter or digit"
+        )
     if scope not in SCOPES:
         raise InvalidScope(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
     if expires_days is not None and not 1 <= expires_days <= MAX_EXPIRES_DAYS:
@@ -113,16 +122,21 @@ def verify_token(session: Session, hasher: TokenHasher, presented: str) -> Princ
     row = repo.credentials_by_prefix(prefix) if prefix else None
     if row is None or not hmac.compare_digest(digest, row.token_hash):
         if row is not None and row.key_id != hasher.key_id:
-            log.warning("token %r was created under another key (key id %s, this process uses %s): check that "
-                        "FP8_POLICY_SECRET_KEY is the same for the service and the `token` CLI",
-                        row.name, row.key_id, hasher.key_id)
-        raise InvalidToken("the access token is not valid for this service",
-                           invalid_token=True)
+            log.warning(
+                "token %r was created under another key (key id %s, this process uses %s): check that "
+                "FP8_POLICY_SECRET_KEY is the same for the service and the `token` CLI",
+                row.name,
+                row.key_id,
+                hasher.key_id,
+            )
+        raise InvalidToken("the access token is not valid for this service", invalid_token=True)
     now = utcnow()
     if row.revoked_at is not None:
         raise TokenRevoked(f"the access token {row.name!r} was revoked", invalid_token=True)
     if is_expired(row.expires_at, now):
-        raise TokenExpired(f"the access token {row.name!r} expired at {row.expires_at:%Y-%m-%d %H:%M} UTC", invalid_token=True)
+        raise TokenExpired(
+            f"the access token {row.name!r} expired at {row.expires_at:%Y-%m-%d %H:%M} UTC", invalid_token=True
+        )
     if row.last_used_at is None or row.last_used_at < now - LAST_USED_RESOLUTION:
         repo.touch(row.id, now, now - LAST_USED_RESOLUTION)
     return Principal(name=row.name, scope=row.scope, expires_at=row.expires_at)

@@ -29,6 +29,8 @@ def refusal(host: str, allow_anonymous_flag: bool, tokens_exist: bool) -> str | 
     """The one line `serve` prints before exiting, or None when it may start."""
     if tokens_exist or anonymous_allowed(host, allow_anonymous_flag):
         return None
-    return (f"error: refusing to serve on {host} without access tokens: anyone who can reach it could upload and "
-            "delete runs. Create one first (`fp8-policy token create --name NAME --scope admin`), or pass "
-            "--allow-anonymous to serve without tokens.")
+    return (
+        f"error: refusing to serve on {host} without access tokens: anyone who can reach it could upload and "
+        "delete runs. Create one first (`fp8-policy token create --name NAME --scope admin`), or pass "
+        "--allow-anonymous to serve without tokens."
+    )

@@ -61,8 +61,7 @@ def create(name: str, scope: str, expires_days: int | None) -> None:
     with _unit_of_work() as (session, hasher):
         row, secret = create_token(session, hasher, name, scope, expires_days)
         expires = f", expires {_when(row.expires_at)} UTC" if row.expires_at else ""
-    click.echo(f"created token {row.name!r} (scope {row.scope}, prefix {row.prefix}{expires}); "
-               "it is shown only now:")
+    click.echo(f"created token {row.name!r} (scope {row.scope}, prefix {row.prefix}{expires}); it is shown only now:")
     click.echo(secret)
 
 
@@ -81,8 +80,19 @@ def list_(as_json: bool) -> None:
         click.echo("no tokens: the service is open on loopback (create one with `fp8-policy token create`)")
         return
     headers = ["NAME", "SCOPE", "PREFIX", "STATE", "CREATED", "LAST USED", "EXPIRES", "REVOKED"]
-    rows = [[i["name"], i["scope"], i["prefix"], i["state"], _when(i["created_at"]), _when(i["last_used_at"]),
-             _when(i["expires_at"]), _when(i["revoked_at"])] for i in infos]
+    rows = [
+        [
+            i["name"],
+            i["scope"],
+            i["prefix"],
+            i["state"],
+            _when(i["created_at"]),
+            _when(i["last_used_at"]),
+            _when(i["expires_at"]),
+            _when(i["revoked_at"]),
+        ]
+        for i in infos
+    ]
     widths = [max(len(h), *(len(r[k]) for r in rows)) for k, h in enumerate(headers)]
     for line in [headers, *rows]:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
@@ -99,5 +109,7 @@ def revoke(name: str) -> None:
         still_closed = tokens_required(session)
     click.echo(f"revoked token {row.name!r} ({row.prefix})")
     if not still_closed:
-        click.echo("note: no unrevoked token is left, so a service on loopback (or started with --allow-anonymous) "
-                   "serves requests without a token again")
+        click.echo(
+            "note: no unrevoked token is left, so a service on loopback (or started with --allow-anonymous) "
+            "serves requests without a token again"
+        )

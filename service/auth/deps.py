@@ -20,8 +20,10 @@ from fp8_policy.service.auth.tokens import SCOPES, TokenHasher, load_hasher, sco
 from fp8_policy.service.errors import Forbidden, InvalidToken, TokenRequired
 
 _hasher_lock = threading.Lock()
-SIGN_IN_HINT = ("send 'Authorization: Bearer <token>' (client and CLI: FP8_POLICY_TOKEN); an admin creates one with "
-                "`fp8-policy token create --name NAME --scope read|upload|admin`")
+SIGN_IN_HINT = (
+    "send 'Authorization: Bearer <token>' (client and CLI: FP8_POLICY_TOKEN); an admin creates one with "
+    "`fp8-policy token create --name NAME --scope read|upload|admin`"
+)
 
 
 def app_hasher(request: Request) -> TokenHasher:
@@ -47,8 +49,7 @@ def authenticate(request: Request) -> Principal:
     if header is not None:
         scheme, _, credentials = header.strip().partition(" ")
         if scheme.lower() != "bearer" or not credentials.strip():
-            raise InvalidToken("the Authorization header must read 'Bearer <token>'",
-                               invalid_token=True)
+            raise InvalidToken("the Authorization header must read 'Bearer <token>'", invalid_token=True)
         hasher = app_hasher(request)
         with state.unit_of_work() as session:
             return verify_token(session, hasher, credentials.strip())
@@ -57,8 +58,7 @@ def authenticate(request: Request) -> Principal:
     if required:
         raise TokenRequired(f"this service needs an access token: {SIGN_IN_HINT}")
     if not state.settings.allow_anonymous:
-        raise TokenRequired("no access token exists yet and anonymous access is off for this address: "
-                           f"{SIGN_IN_HINT}")
+        raise TokenRequired(f"no access token exists yet and anonymous access is off for this address: {SIGN_IN_HINT}")
     return ANONYMOUS
 
 
@@ -77,8 +77,10 @@ class ScopeCheck:
         if not scope_allows(principal.scope, self.scope):
             route = request.scope.get("route")
             what = f"{request.method} {getattr(route, 'path', request.url.path)}"
-            raise Forbidden(f"the token {principal.name!r} has scope {principal.scope}; {what} needs {self.scope}",
-                            needed_scope=self.scope)
+            raise Forbidden(
+                f"the token {principal.name!r} has scope {principal.scope}; {what} needs {self.scope}",
+                needed_scope=self.scope,
+            )
         return principal
 
     def __repr__(self) -> str:

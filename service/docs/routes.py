@@ -26,8 +26,10 @@ VENDOR_DIR = Path(str(files("fastapi_offline").joinpath("static")))
 OWN_DIR = Path(__file__).resolve().parent / "static"
 _MEDIA_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8", ".png": "image/png"}
 _VENDOR_FILES = ("swagger-ui-bundle.js", "swagger-ui.css", "favicon.png")
-_ASSETS = {**{name: VENDOR_DIR / name for name in _VENDOR_FILES},
-           **{path.name: path for path in OWN_DIR.iterdir() if path.suffix in _MEDIA_TYPES}}
+_ASSETS = {
+    **{name: VENDOR_DIR / name for name in _VENDOR_FILES},
+    **{path.name: path for path in OWN_DIR.iterdir() if path.suffix in _MEDIA_TYPES},
+}
 # Revalidate on every load (ETag): a package upgrade is picked up at once.
 _HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
 
@@ -37,10 +39,10 @@ router = APIRouter(tags=["docs"], include_in_schema=False)
 def _page(request: Request, title: str, head: str, body: str) -> HTMLResponse:
     root = request.scope.get("root_path", "")
     return HTMLResponse(
-        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>{html.escape(title)}</title>\n"
-        f"<link rel=\"icon\" href=\"{html.escape(root)}{ASSET_PREFIX}/favicon.png\">\n{head}</head>\n"
+        f'<link rel="icon" href="{html.escape(root)}{ASSET_PREFIX}/favicon.png">\n{head}</head>\n'
         f"<body>\n{body}</body>\n</html>\n",
         headers={"Cache-Control": "no-cache"},
     )
@@ -55,11 +57,12 @@ def swagger_ui(request: Request) -> HTMLResponse:
     """Swagger UI over the app's OpenAPI document."""
     assets = html.escape(f"{request.scope.get('root_path', '')}{ASSET_PREFIX}")
     return _page(
-        request, f"{request.app.title} — API",
-        f"<link rel=\"stylesheet\" href=\"{assets}/swagger-ui.css\">\n",
-        f"<div id=\"swagger-ui\" data-openapi-url=\"{html.escape(_openapi_url(request))}\"></div>\n"
-        f"<script src=\"{assets}/swagger-ui-bundle.js\"></script>\n"
-        f"<script src=\"{assets}/swagger-init.js\"></script>\n",
+        request,
+        f"{request.app.title} — API",
+        f'<link rel="stylesheet" href="{assets}/swagger-ui.css">\n',
+        f'<div id="swagger-ui" data-openapi-url="{html.escape(_openapi_url(request))}"></div>\n'
+        f'<script src="{assets}/swagger-ui-bundle.js"></script>\n'
+        f'<script src="{assets}/swagger-init.js"></script>\n',
     )
 
 

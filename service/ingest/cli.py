@@ -9,10 +9,18 @@ import click
 
 
 @click.command()
-@click.option("--concurrency", type=click.IntRange(min=1), default=None,
-              help="Jobs (one rank each) run at once [FP8_POLICY_INGEST_WORKERS, 1].")
-@click.option("--migrate/--no-migrate", default=False, show_default=True,
-              help="Run the database migrations first (do it once per deployment, not from every worker).")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Jobs (one rank each) run at once [FP8_POLICY_INGEST_WORKERS, 1].",
+)
+@click.option(
+    "--migrate/--no-migrate",
+    default=False,
+    show_default=True,
+    help="Run the database migrations first (do it once per deployment, not from every worker).",
+)
 @click.option("--log-level", default="info", show_default=True)
 def worker(concurrency: int | None, migrate: bool, log_level: str) -> None:
     """Run ingest jobs until SIGTERM or Ctrl-C, then finish the jobs in hand.

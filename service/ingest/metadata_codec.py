@@ -14,8 +14,12 @@ def metadata_to_json(log: MetadataLog) -> dict:
         "lines_read": log.lines_read,
         "lines_unrecognised": log.lines_unrecognised,
         "plans": [
-            {"layer": plan.layer, "disabled": plan.disabled, "features": sorted(plan.features),
-             "gemm_plans": [[tensor, gemm, text] for (tensor, gemm), text in plan.gemm_plans.items()]}
+            {
+                "layer": plan.layer,
+                "disabled": plan.disabled,
+                "features": sorted(plan.features),
+                "gemm_plans": [[tensor, gemm, text] for (tensor, gemm), text in plan.gemm_plans.items()],
+            }
             for plan in log.plans.values()
         ],
     }
@@ -23,9 +27,11 @@ def metadata_to_json(log: MetadataLog) -> dict:
 
 def metadata_from_json(data: dict) -> MetadataLog:
     plans = {
-        item["layer"]: LayerPlan(item["layer"], {(t, g): text for t, g, text in item["gemm_plans"]},
-                                 item["disabled"], set(item["features"]))
+        item["layer"]: LayerPlan(
+            item["layer"], {(t, g): text for t, g, text in item["gemm_plans"]}, item["disabled"], set(item["features"])
+        )
         for item in data["plans"]
     }
-    return MetadataLog(list(data["assigned"]), plans, list(data["layer_order"]), data["lines_read"],
-                       data["lines_unrecognised"])
+    return MetadataLog(
+        list(data["assigned"]), plans, list(data["layer_order"]), data["lines_read"], data["lines_unrecognised"]
+    )

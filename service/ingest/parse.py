@@ -36,18 +36,33 @@ def parse_files(
         else:
             meta = _read_metadata(path)
             metadata.append(meta)
-            report_files.append({"path": log.relpath, "rank": log.rank, "kind": "metadata",
-                                 "lines_read": meta.lines_read, "lines_unrecognised": meta.lines_unrecognised})
+            report_files.append(
+                {
+                    "path": log.relpath,
+                    "rank": log.rank,
+                    "kind": "metadata",
+                    "lines_read": meta.lines_read,
+                    "lines_unrecognised": meta.lines_unrecognised,
+                }
+            )
     parsed: dict[int, ParsedStats] = {}
     for rank, rank_files in sorted(stats.items()):
         parser = StatsLogParser(max_line_bytes=max_line_bytes, workers=threads)
         for log, path in rank_files:
             with open(path, "rb") as handle:
                 report = parser.feed(handle, log.relpath)
-            report_files.append({"path": log.relpath, "rank": rank, "kind": "stats",
-                                 "lines_read": report.lines_read, "stats_lines": report.stats_lines,
-                                 "blank_lines": report.blank_lines, "skipped_lines": report.skipped_lines,
-                                 "skipped_samples": report.skipped_samples})
+            report_files.append(
+                {
+                    "path": log.relpath,
+                    "rank": rank,
+                    "kind": "stats",
+                    "lines_read": report.lines_read,
+                    "stats_lines": report.stats_lines,
+                    "blank_lines": report.blank_lines,
+                    "skipped_lines": report.skipped_lines,
+                    "skipped_samples": report.skipped_samples,
+                }
+            )
         parsed[rank] = parser.finish()
     assembled = assemble_run(parsed, merge_metadata(metadata))
     return assembled, _counts(parsed, assembled, report_files)

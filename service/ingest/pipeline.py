@@ -95,11 +95,14 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
     metadata = _MetadataReader()
     first = _FirstRank(ctx.settings)
     with _open_upload(ctx, job.run_id, key) as (src, size):
-        scan = scan_archive(src, size, extract_limits(ctx.settings), hint, on_metadata=metadata.read,
-                            on_stats=first.feed)
+        scan = scan_archive(
+            src, size, extract_limits(ctx.settings), hint, on_metadata=metadata.read, on_stats=first.feed
+        )
     merged = metadata.merged(scan.metadata)
     result = {
-        "format": scan.format, "skipped_members": scan.skipped_members, "skipped_samples": scan.skipped_samples,
+        "format": scan.format,
+        "skipped_members": scan.skipped_members,
+        "skipped_samples": scan.skipped_samples,
         "stats": {str(rank): files for rank, files in scan.stats.items()},
         "metadata_log": metadata_to_json(merged),
         "metadata_reports": metadata.reports(scan.metadata),
@@ -113,8 +116,12 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
         jobs.add_rank_jobs(job.run_id, sorted(scan.stats), done={stored[0]: stored[2]} if stored else None)
         if stored is not None:
             _store_series(store, job.run_id, stored[0], stored[1])
-    log.info("run %s: %s rank(s) queued%s", job.run_id, len(scan.stats),
-             f", rank {stored[0]} stored while scanning" if stored else "")
+    log.info(
+        "run %s: %s rank(s) queued%s",
+        job.run_id,
+        len(scan.stats),
+        f", rank {stored[0]} stored while scanning" if stored else "",
+    )
 
 
 class _FirstRank:
@@ -161,10 +168,18 @@ class _RankParse:
 
     def feed(self, stream: IO[bytes], source: str) -> None:
         report = self.parser.feed(stream, source)
-        self.reports.append({"path": report.source, "rank": self.rank, "kind": "stats",
-                             "lines_read": report.lines_read, "stats_lines": report.stats_lines,
-                             "blank_lines": report.blank_lines, "skipped_lines": report.skipped_lines,
-                             "skipped_samples": report.skipped_samples})
+        self.reports.append(
+            {
+                "path": report.source,
+                "rank": self.rank,
+                "kind": "stats",
+                "lines_read": report.lines_read,
+                "stats_lines": report.stats_lines,
+                "blank_lines": report.blank_lines,
+                "skipped_lines": report.skipped_lines,
+                "skipped_samples": report.skipped_samples,
+            }
+        )
 
     def finish(self, metadata: MetadataLog) -> tuple[AssembledRun, dict]:
         parsed = self.parser.finish()
@@ -172,10 +187,13 @@ class _RankParse:
         assembled = assemble_run({self.rank: parsed}, metadata)
         reports = self.reports
         result = {
-            "files": reports, "lines_read": sum(r["lines_read"] for r in reports),
+            "files": reports,
+            "lines_read": sum(r["lines_read"] for r in reports),
             "lines_skipped": sum(r["skipped_lines"] for r in reports),
-            "lines_blank": sum(r["blank_lines"] for r in reports), "lines_duplicated": parsed.duplicated_points,
-            "unsplit_names": assembled.unsplit_names, "unsplit_points": assembled.unsplit_points,
+            "lines_blank": sum(r["blank_lines"] for r in reports),
+            "lines_duplicated": parsed.duplicated_points,
+            "unsplit_names": assembled.unsplit_names,
+            "unsplit_points": assembled.unsplit_points,
         }
         return assembled, result
 
@@ -186,16 +204,23 @@ def ingest_rank(ctx: JobContext, job: ClaimedJob) -> None:
     member_of = {streamed: member for member, streamed in files}
     parse = _RankParse(ctx.settings, job.rank)
     with _open_upload(ctx, job.run_id, key) as (src, size):
-        read_members(src, size, extract_limits(ctx.settings), hint, stats=[s for _m, s in files],
-                     on_stats=lambda streamed, stream: parse.feed(stream, member_of[streamed]),
-                     spill_dir=_spill_dir(ctx))
+        read_members(
+            src,
+            size,
+            extract_limits(ctx.settings),
+            hint,
+            stats=[s for _m, s in files],
+            on_stats=lambda streamed, stream: parse.feed(stream, member_of[streamed]),
+            spill_dir=_spill_dir(ctx),
+        )
     assembled, result = parse.finish(metadata_from_json(plan["metadata_log"]))
     with session_scope(ctx.factory) as session:
         JobRepository(session).complete(job, ctx.owner, result)
         _require_processing(session, job)
         _store_series(RankStore(session), job.run_id, job.rank, assembled)
-    log.info("run %s rank %s stored: %s series, %s points", job.run_id, job.rank, len(assembled.series),
-             assembled.points)
+    log.info(
+        "run %s rank %s stored: %s series, %s points", job.run_id, job.rank, len(assembled.series), assembled.points
+    )
 
 
 def _store_series(store: RankStore, run_id: int, rank: int, assembled: AssembledRun) -> None:
@@ -228,13 +253,18 @@ def _counts(plan: dict, ranks: dict[int, dict]) -> IngestCounts:
         "files": plan["metadata_reports"] + [f for result in per_rank for f in result["files"]],
         "unsplit_metric_names": unsplit[:MAX_NAME_SAMPLES],
         "unsplit_points": sum(result["unsplit_points"] for result in per_rank),
-        "archive": {"format": plan["format"], "skipped_members": plan["skipped_members"],
-                    "skipped_samples": plan["skipped_samples"]},
+        "archive": {
+            "format": plan["format"],
+            "skipped_members": plan["skipped_members"],
+            "skipped_samples": plan["skipped_samples"],
+        },
     }
     return IngestCounts(
-        lines_read=sum(r["lines_read"] for r in per_rank), lines_skipped=sum(r["lines_skipped"] for r in per_rank),
+        lines_read=sum(r["lines_read"] for r in per_rank),
+        lines_skipped=sum(r["lines_skipped"] for r in per_rank),
         lines_blank=sum(r["lines_blank"] for r in per_rank),
-        lines_duplicated=sum(r["lines_duplicated"] for r in per_rank), report=report,
+        lines_duplicated=sum(r["lines_duplicated"] for r in per_rank),
+        report=report,
     )
 
 
@@ -248,8 +278,10 @@ class _MetadataReader:
     def read(self, streamed: str, stream: IO[bytes]) -> None:
         data = stream.read(MAX_METADATA_BYTES + 1)
         if len(data) > MAX_METADATA_BYTES:
-            raise IngestError("MetadataTooLarge", f"{streamed.rsplit('/', 1)[-1]}: more than "
-                              f"{MAX_METADATA_BYTES} bytes is not a metadata log")
+            raise IngestError(
+                "MetadataTooLarge",
+                f"{streamed.rsplit('/', 1)[-1]}: more than {MAX_METADATA_BYTES} bytes is not a metadata log",
+            )
         self.logs[streamed] = parse_metadata_lines(data.decode("utf-8", "replace").splitlines())
 
     def merged(self, members: list[tuple[str, str]]) -> MetadataLog:
@@ -259,8 +291,15 @@ class _MetadataReader:
         out = []
         for member, streamed in members:
             meta, logfile = self.logs[streamed], classify_log_path(streamed)
-            out.append({"path": member, "rank": logfile.rank if logfile else 0, "kind": "metadata",
-                        "lines_read": meta.lines_read, "lines_unrecognised": meta.lines_unrecognised})
+            out.append(
+                {
+                    "path": member,
+                    "rank": logfile.rank if logfile else 0,
+                    "kind": "metadata",
+                    "lines_read": meta.lines_read,
+                    "lines_unrecognised": meta.lines_unrecognised,
+                }
+            )
         return out
 
 
@@ -330,8 +369,10 @@ def _fail(ctx: JobContext, job: ClaimedJob, error: str) -> None:
         log.exception("recording the failure of run %s failed; failing it with a fixed message", job.run_id)
         try:
             with session_scope(ctx.factory) as session:
-                RunRepository(session).mark_failed(job.run_id, "InternalError: the ingest failed and its error "
-                                                               "could not be recorded; see the service log")
+                RunRepository(session).mark_failed(
+                    job.run_id,
+                    "InternalError: the ingest failed and its error could not be recorded; see the service log",
+                )
         except Exception:
             log.exception("run %s could not be marked failed; its job will be retried", job.run_id)
         return
@@ -339,5 +380,7 @@ def _fail(ctx: JobContext, job: ClaimedJob, error: str) -> None:
 
 
 _HANDLERS: dict[str, Callable[[JobContext, ClaimedJob], None]] = {
-    "plan": plan_run, "rank": ingest_rank, "finalize": finalize_run,
+    "plan": plan_run,
+    "rank": ingest_rank,
+    "finalize": finalize_run,
 }

@@ -88,15 +88,20 @@ class _HashingFile:
             self.path.unlink(missing_ok=True)
 
 
-async def receive_upload(request: Request, dest: Path, max_bytes: int,
-                         limiter: anyio.CapacityLimiter | None = None) -> ReceivedUpload:
+async def receive_upload(
+    request: Request, dest: Path, max_bytes: int, limiter: anyio.CapacityLimiter | None = None
+) -> ReceivedUpload:
     """Stream the request body to `dest`; on any error `dest` is removed before raising.
 
     Hashing, multipart parsing and disk writes run in worker threads of `limiter` (default: anyio's shared one),
     never on the event loop."""
     media_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > max_bytes + (MAX_FIELD_BYTES if media_type.startswith("multipart/") else 0):
+    if (
+        declared
+        and declared.isdigit()
+        and int(declared) > max_bytes + (MAX_FIELD_BYTES if media_type.startswith("multipart/") else 0)
+    ):
         raise UploadTooLarge(f"upload of {declared} bytes exceeds the limit of {max_bytes} bytes")
     sink = _HashingFile(dest, max_bytes)
     try:
@@ -192,8 +197,9 @@ async def _pump(request: Request, feed: Callable[[bytes], object], limiter: anyi
         await anyio.to_thread.run_sync(feed, bytes(pending), limiter=limiter)
 
 
-async def _receive_multipart(request: Request, sink: _HashingFile,
-                             limiter: anyio.CapacityLimiter | None) -> tuple[str | None, dict[str, str]]:
+async def _receive_multipart(
+    request: Request, sink: _HashingFile, limiter: anyio.CapacityLimiter | None
+) -> tuple[str | None, dict[str, str]]:
     _, params = parse_options_header(request.headers.get("content-type"))
     boundary = params.get(b"boundary")
     if not boundary:

@@ -63,8 +63,15 @@ def _process_gone(owner: str) -> bool:
 class IngestWorker:
     """`threads` job loops plus a heartbeat; with `run_jobs=False` (`serve --no-ingest`) it only queues."""
 
-    def __init__(self, factory: sessionmaker[Session], settings: Settings, *, run_jobs: bool | None = None,
-                 threads: int | None = None, store: ArchiveStore | None = None) -> None:
+    def __init__(
+        self,
+        factory: sessionmaker[Session],
+        settings: Settings,
+        *,
+        run_jobs: bool | None = None,
+        threads: int | None = None,
+        store: ArchiveStore | None = None,
+    ) -> None:
         self.factory = factory
         self.settings = settings
         self.store = store or store_for(settings)

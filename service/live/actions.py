@@ -121,9 +121,7 @@ def _live_run(session: Session, run_id: int) -> Run:
 def file_kind(path: str) -> str:
     """stats | metadata | scalars for an accepted path (as in an archive); 400 for anything else."""
     if not path or len(path) > MAX_PATH_CHARS or "\x00" in path or "\\" in path:
-        raise InvalidLivePath(
-            f"invalid live file path (1..{MAX_PATH_CHARS} characters, '/' separators)"
-        )
+        raise InvalidLivePath(f"invalid live file path (1..{MAX_PATH_CHARS} characters, '/' separators)")
     parts = PurePosixPath(path).parts
     if path.startswith("/") or any(p in ("..", ".", "") for p in parts) or path.endswith(".gz"):
         raise InvalidLivePath(f"invalid live file path {path!r}: relative, no '..', uncompressed")

@@ -53,8 +53,14 @@ def parse_upload_fields(fields: dict[str, str]) -> tuple[str | None, str, tuple[
     return name, project, tags, limits.parse_metadata(fields.get("metadata"))
 
 
-def create_run(session: Session, data_dir: Path, upload: ReceivedUpload, fields: dict[str, str],
-               uploaded_by: str | None = None, store: ArchiveStore | None = None) -> tuple[Run, bool]:
+def create_run(
+    session: Session,
+    data_dir: Path,
+    upload: ReceivedUpload,
+    fields: dict[str, str],
+    uploaded_by: str | None = None,
+    store: ArchiveStore | None = None,
+) -> tuple[Run, bool]:
     """Store a new queued run for the upload, or return the existing run with the same bytes.
     `uploaded_by` is the access token's name (None when anonymous).
 
@@ -74,8 +80,7 @@ def create_run(session: Session, data_dir: Path, upload: ReceivedUpload, fields:
     if existing is not None:
         return _same_bytes_again(session, data_dir, store, existing, upload)
     try:
-        run = repo.add(NewRun(name, project, tags, metadata, upload.sha256, filename, upload.size, "",
-                              uploaded_by))
+        run = repo.add(NewRun(name, project, tags, metadata, upload.sha256, filename, upload.size, "", uploaded_by))
     except IntegrityError:  # the same bytes arrived concurrently: the whole (read-only so far) transaction goes
         session.rollback()
         winner = repo.find_by_hash(project, upload.sha256)
@@ -88,8 +93,9 @@ def create_run(session: Session, data_dir: Path, upload: ReceivedUpload, fields:
     return run, True
 
 
-def _same_bytes_again(session: Session, data_dir: Path, store: ArchiveStore, run: Run,
-                      upload: ReceivedUpload) -> tuple[Run, bool]:
+def _same_bytes_again(
+    session: Session, data_dir: Path, store: ArchiveStore, run: Run, upload: ReceivedUpload
+) -> tuple[Run, bool]:
     if not needs_its_bytes_again(run, store):
         upload.path.unlink(missing_ok=True)
         return run, False
@@ -108,11 +114,14 @@ def needs_its_bytes_again(run: Run, store: ArchiveStore) -> bool:
     if run.status == RunStatus.failed and (run.error or "").split(":", 1)[0] in RETRY_ERRORS:
         return True
     # A run left behind without its upload (by an older version, or a crash) can never finish on its own.
-    return run.status in (RunStatus.queued, RunStatus.failed) and not (run.upload_path and store.exists(run.upload_path))
+    return run.status in (RunStatus.queued, RunStatus.failed) and not (
+        run.upload_path and store.exists(run.upload_path)
+    )
 
 
-def _store_upload_file(session: Session, data_dir: Path, store: ArchiveStore, run_id: int,
-                       upload: ReceivedUpload) -> str:
+def _store_upload_file(
+    session: Session, data_dir: Path, store: ArchiveStore, run_id: int, upload: ReceivedUpload
+) -> str:
     relative = (Path("runs") / str(run_id) / "upload.bin").as_posix()
     _remove_on_rollback(session, store, f"runs/{run_id}")
     (data_dir / relative).parent.mkdir(parents=True, exist_ok=True)
@@ -144,14 +153,31 @@ def run_read(run: Run, *, with_report: bool = False) -> RunRead:
     shown = _shown_text
     report = displayable_json(run.ingest_report) if with_report and run.ingest_report is not None else None
     return RunRead(
-        id=run.id, name=shown(run.name), project=shown(run.project), tags=[shown(t) for t in tags_of(run)],
-        status=run.status, error=shown(run.error), sha256=run.sha256, upload_filename=shown(run.upload_filename),
-        upload_bytes=run.upload_bytes, metadata=_shown_metadata(run.run_metadata), created_at=run.created_at, started_at=run.started_at,
-        finished_at=run.finished_at, ranks=run.rank_count, layer_count=run.layer_count,
-        series_count=run.series_count, points=run.point_count, iteration_min=run.iteration_min,
-        iteration_max=run.iteration_max, lines_read=run.lines_read, lines_skipped=run.lines_skipped,
-        lines_blank=run.lines_blank, lines_duplicated=run.lines_duplicated,
-        ingest_report=report, uploaded_by=run.uploaded_by,
+        id=run.id,
+        name=shown(run.name),
+        project=shown(run.project),
+        tags=[shown(t) for t in tags_of(run)],
+        status=run.status,
+        error=shown(run.error),
+        sha256=run.sha256,
+        upload_filename=shown(run.upload_filename),
+        upload_bytes=run.upload_bytes,
+        metadata=_shown_metadata(run.run_metadata),
+        created_at=run.created_at,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        ranks=run.rank_count,
+        layer_count=run.layer_count,
+        series_count=run.series_count,
+        points=run.point_count,
+        iteration_min=run.iteration_min,
+        iteration_max=run.iteration_max,
+        lines_read=run.lines_read,
+        lines_skipped=run.lines_skipped,
+        lines_blank=run.lines_blank,
+        lines_duplicated=run.lines_duplicated,
+        ingest_report=report,
+        uploaded_by=run.uploaded_by,
     )
 
 
@@ -191,10 +217,15 @@ def list_runs(session: Session, *, project, status, tag, cursor: str | None, lim
     for item in items:
         stored = summaries.get(item.id)
         if stored is not None:
-            item.summary = RunSummaryRead(severity=stored.severity, pattern=stored.pattern,
-                                          label=pattern_label(stored.pattern),
-                                          headline=stored.headline, to_bf16=stored.to_bf16,
-                                          gemm_overrides=stored.gemm_overrides, policy_version=stored.policy_version)
+            item.summary = RunSummaryRead(
+                severity=stored.severity,
+                pattern=stored.pattern,
+                label=pattern_label(stored.pattern),
+                headline=stored.headline,
+                to_bf16=stored.to_bf16,
+                gemm_overrides=stored.gemm_overrides,
+                policy_version=stored.policy_version,
+            )
     missing = [item.id for item in items if item.status == RunStatus.ready and item.summary is None]
     return RunList(items=items, next_cursor=str(page[-1].id) if more and page else None), missing
 
@@ -223,16 +254,35 @@ def layers_of(session: Session, run_id: int, rank: int | None) -> list[LayerRead
     repo = RunRepository(session)
     stats: dict[int, list[StatSummary]] = {}
     for row in repo.layer_summaries(run_id, rank):
-        stats.setdefault(row.layer_id, []).append(StatSummary(
-            tensor=row.tensor, stat=row.stat_key, base_stat=row.stat, recipe=row.recipe, columnwise=row.columnwise,
-            min=row.min, max=row.max, mean=row.mean, last=row.last, p95=row.p95, count=row.count,
-            nan_count=row.nan_count, inf_count=row.inf_count, ranks=row.ranks,
-        ))
+        stats.setdefault(row.layer_id, []).append(
+            StatSummary(
+                tensor=row.tensor,
+                stat=row.stat_key,
+                base_stat=row.stat,
+                recipe=row.recipe,
+                columnwise=row.columnwise,
+                min=row.min,
+                max=row.max,
+                mean=row.mean,
+                last=row.last,
+                p95=row.p95,
+                count=row.count,
+                nan_count=row.nan_count,
+                inf_count=row.inf_count,
+                ranks=row.ranks,
+            )
+        )
     return [
         LayerRead(
-            name=layer.name, group=layer.group, index=layer.layer_index, sublayer=layer.sublayer,
-            precision=layer.precision, fp8={"fp8": True, "high": False}.get(layer.precision),
-            has_fp8_stats=layer.has_fp8_stats, plans=layer.plans, stats=stats.get(layer.id, []),
+            name=layer.name,
+            group=layer.group,
+            index=layer.layer_index,
+            sublayer=layer.sublayer,
+            precision=layer.precision,
+            fp8={"fp8": True, "high": False}.get(layer.precision),
+            has_fp8_stats=layer.has_fp8_stats,
+            plans=layer.plans,
+            stats=stats.get(layer.id, []),
         )
         for layer in repo.layers(run_id)
     ]
@@ -247,8 +297,11 @@ def series_of(session: Session, run_id: int, *, layer: str, tensor: str, stat: s
         where = f" on rank {rank}" if rank is not None else ""
         raise NotFound(f"run {run_id} has no series {layer!r} / {tensor!r} / {stat!r}{where}")
     points = [
-        SeriesPoints(rank=s.rank, iterations=decode_iterations(s.iterations).tolist(),
-                     values=json_values(decode_values(s.values)))
+        SeriesPoints(
+            rank=s.rank,
+            iterations=decode_iterations(s.iterations).tolist(),
+            values=json_values(decode_values(s.values)),
+        )
         for s, _layer in rows
     ]
     return SeriesRead(layer=layer, tensor=tensor, stat=stat, series=points)

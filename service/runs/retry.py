@@ -28,8 +28,14 @@ router = APIRouter(prefix="/api/v1/runs", tags=["runs"], dependencies=[UPLOAD])
     status_code=202,
     dependencies=[UPLOAD],  # the scope of POST /api/v1/runs: a retry re-runs an upload's ingest
     response_model=RunRead,
-    responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody, "description": "NotRetryable (the run is not "
-               "failed) or UploadMissing (upload the same bytes again instead)."}},
+    responses={
+        404: {"model": ErrorBody},
+        409: {
+            "model": ErrorBody,
+            "description": "NotRetryable (the run is not "
+            "failed) or UploadMissing (upload the same bytes again instead).",
+        },
+    },
 )
 def retry_run(run_id: int, request: Request) -> JSONResponse:
     """Queue a failed run's ingest again from its stored upload: 202 with the run, now `queued`."""

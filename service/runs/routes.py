@@ -31,10 +31,14 @@ StatusFilter = RunStatus
     openapi_extra=UPLOAD_OPENAPI,
     dependencies=[UPLOAD],
     response_model=RunRead,
-    responses={200: {"model": RunRead, "description": "The same bytes were already uploaded to this project."},
-               400: {"model": ErrorBody}, 408: {"model": ErrorBody}, 413: {"model": ErrorBody},
-               415: {"model": ErrorBody}, 503: {"model": ErrorBody, "description": "Too many uploads at once; "
-                                                "retry after `Retry-After` seconds."}},
+    responses={
+        200: {"model": RunRead, "description": "The same bytes were already uploaded to this project."},
+        400: {"model": ErrorBody},
+        408: {"model": ErrorBody},
+        413: {"model": ErrorBody},
+        415: {"model": ErrorBody},
+        503: {"model": ErrorBody, "description": "Too many uploads at once; retry after `Retry-After` seconds."},
+    },
 )
 async def create_run(request: Request, settings: SettingsDep, principal: PrincipalDep) -> JSONResponse:
     """Upload an `fp8_log_dir` archive (tar, tar.gz, zip) or one statistics log (.log, .log.gz).
@@ -48,23 +52,27 @@ async def create_run(request: Request, settings: SettingsDep, principal: Princip
     # async only to stream the body; everything blocking (disk, hashing, database) runs in the upload gate's
     # worker threads, never on the event loop (issue 9 item 6)
     async with request.app.state.upload_gate.slot() as limiter:
-        upload = await receive_upload(request, new_upload_path(settings.data_dir / "uploads"),
-                                      settings.max_upload_bytes, limiter)
+        upload = await receive_upload(
+            request, new_upload_path(settings.data_dir / "uploads"), settings.max_upload_bytes, limiter
+        )
         fields = {k: v for k, v in request.query_params.items() if k in ("name", "project", "tags", "metadata")}
         fields.update(upload.fields)
         body, created = await anyio.to_thread.run_sync(
-            _store_upload, request.app.state, settings, upload, fields, principal.name, limiter=limiter)
+            _store_upload, request.app.state, settings, upload, fields, principal.name, limiter=limiter
+        )
     headers = {"Location": f"/api/v1/runs/{body['id']}"}
     return JSONResponse(body, status_code=202 if created else 200, headers=headers)
 
 
-def _store_upload(state, settings: Settings, upload: ReceivedUpload, fields: dict[str, str],
-                  uploaded_by: str | None) -> tuple[dict, bool]:
+def _store_upload(
+    state, settings: Settings, upload: ReceivedUpload, fields: dict[str, str], uploaded_by: str | None
+) -> tuple[dict, bool]:
     """The blocking part of an upload (in a worker thread): store the run, queue its ingest."""
     try:
         with state.unit_of_work() as session:
-            run, created = actions.create_run(session, settings.data_dir, upload, fields, uploaded_by,
-                                              store=state.ingest.store)
+            run, created = actions.create_run(
+                session, settings.data_dir, upload, fields, uploaded_by, store=state.ingest.store
+            )
             body = actions.run_read(run).model_dump(mode="json")
     finally:
         upload.path.unlink(missing_ok=True)
@@ -86,8 +94,9 @@ def list_runs(
 ) -> RunList:
     """Runs, newest first, filtered by project, status and tag; follow `next_cursor` for more. Ready runs carry
     their stored `summary` (severity, leading finding, layers to BF16); one still being computed is null."""
-    page, missing = actions.list_runs(session, project=project, status=status, tag=tag, cursor=cursor,
-                                      limit=min(limit, settings.page_size_max))
+    page, missing = actions.list_runs(
+        session, project=project, status=status, tag=tag, cursor=cursor, limit=min(limit, settings.page_size_max)
+    )
     if missing:
         request.app.state.summaries.request(missing)  # computed in the background, never in this request
     return page
@@ -108,7 +117,8 @@ def delete_run(run_id: int, request: Request, session: SessionDep, settings: Set
 
 @router.get("/{run_id}/layers", response_model=list[LayerRead], dependencies=[READ], responses=ERRORS)
 def list_layers(
-    run_id: int, session: SessionDep,
+    run_id: int,
+    session: SessionDep,
     rank: Annotated[int | None, Query(ge=0, description="One rank; default: every rank.")] = None,
 ) -> list[LayerRead]:
     """One entry per layer in model order, with per (tensor, stat) summaries over ranks (or one rank)."""
@@ -128,16 +138,30 @@ def read_series(
     return actions.series_of(session, run_id, layer=layer, tensor=tensor, stat=stat, rank=rank)
 
 
-@router.get("/{run_id}/metrics.csv", response_class=Response, dependencies=[READ],
-            responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}},
-                             "description": "The CSV, streamed as an attachment."}, **ERRORS})
+@router.get(
+    "/{run_id}/metrics.csv",
+    response_class=Response,
+    dependencies=[READ],
+    responses={
+        200: {
+            "content": {"text/csv": {"schema": {"type": "string"}}},
+            "description": "The CSV, streamed as an attachment.",
+        },
+        **ERRORS,
+    },
+)
 def export_csv(
     run_id: int,
     request: Request,
     session: SessionDep,
-    layout: Annotated[Literal["long", "bionemo"], Query(description="long: rank, layer, tensor, recipe, stat, "
-                                                                 "iteration, value; bionemo: metric_name, "
-                                                                 "iteration, value.")] = "long",
+    layout: Annotated[
+        Literal["long", "bionemo"],
+        Query(
+            description="long: rank, layer, tensor, recipe, stat, "
+            "iteration, value; bionemo: metric_name, "
+            "iteration, value."
+        ),
+    ] = "long",
     rank: Annotated[int | None, Query(ge=0, description="One rank; default: every rank.")] = None,
 ) -> StreamingResponse:
     """All points as CSV, streamed: long layout (rank, layer, tensor, recipe, stat, iteration, value)
@@ -146,5 +170,6 @@ def export_csv(
     check_rank(rank)  # before the response starts: a bad rank is a 400, never a 200 with a cut-off body
     rows = actions.csv_rows(request.app.state.session_factory, run_id, layout, rank)
     filename = f"run_{run_id}_metrics{'_bionemo' if layout == 'bionemo' else ''}.csv"
-    return StreamingResponse(rows, media_type="text/csv",
-                             headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+    return StreamingResponse(
+        rows, media_type="text/csv", headers={"Content-Disposition": f'attachment; filename="{filename}"'}
+    )

@@ -45,10 +45,14 @@ class RunRead(Schema):
     lines_blank: int
     lines_duplicated: int = Field(description="Points dropped because a later line had the same name and iteration.")
     ingest_report: dict | None = Field(None, description="Per-file counts and skipped-line samples.")
-    uploaded_by: str | None = Field(None, description="Name of the access token that uploaded the run; null when "
-                                    "the service was open (no token).")
-    summary: RunSummaryRead | None = Field(None, description="Stored summary of a ready run (runs list only); null "
-                                           "while it is being computed for the current policy version.")
+    uploaded_by: str | None = Field(
+        None, description="Name of the access token that uploaded the run; null when the service was open (no token)."
+    )
+    summary: RunSummaryRead | None = Field(
+        None,
+        description="Stored summary of a ready run (runs list only); null "
+        "while it is being computed for the current policy version.",
+    )
 
 
 class RunSummaryRead(Schema):

@@ -43,8 +43,9 @@ class BodyTimeoutMiddleware:
                     message = await receive()
             except TimeoutError:
                 timed_out = True
-                raise RequestBodyTimeout(f"no request body data for {self.timeout:g} s; the request was dropped",
-                                         error="RequestTimeout") from None
+                raise RequestBodyTimeout(
+                    f"no request body data for {self.timeout:g} s; the request was dropped", error="RequestTimeout"
+                ) from None
             if message["type"] != "http.request" or not message.get("more_body", False):
                 body_done = True
             return message

@@ -17,8 +17,10 @@ RETRY_AFTER_SECONDS = 5
 def install_overload_handlers(app: FastAPI) -> None:
     async def pool_timeout(_request: Request, exc: Exception) -> JSONResponse:
         log.warning("no database connection free: %s", exc)
-        return JSONResponse({"error": "DatabaseBusy",
-                             "detail": "every database connection is in use; retry in a few seconds"},
-                            status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+        return JSONResponse(
+            {"error": "DatabaseBusy", "detail": "every database connection is in use; retry in a few seconds"},
+            status_code=503,
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
 
     app.add_exception_handler(PoolTimeout, pool_timeout)

@@ -24,10 +24,14 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger("fp8_policy.transport")
 
-_TIMEOUT_408 = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
-                b"content-length: %d\r\n\r\n%s")
-_BUSY_503 = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 5\r\n"
-             b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
+_TIMEOUT_408 = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+    b"content-length: %d\r\n\r\n%s"
+)
+_BUSY_503 = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 5\r\n"
+    b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
+)
 
 
 def _with_body(template: bytes, body: bytes) -> bytes:
@@ -89,13 +93,18 @@ class GuardedH11Protocol(H11Protocol):
             return
         if self._head_bytes:
             log.warning("closing %s: no complete request head within %g s", self.client, self.header_timeout)
-            body = (b'{"error":"RequestTimeout","detail":"the request head was not complete within %g s"}'
-                    % self.header_timeout)
+            body = (
+                b'{"error":"RequestTimeout","detail":"the request head was not complete within %g s"}'
+                % self.header_timeout
+            )
             self.transport.write(_with_body(_TIMEOUT_408, body))
         self.transport.close()
 
 
 def guarded_h11(header_timeout: float, max_connections: int | None) -> type[GuardedH11Protocol]:
     """The protocol class to pass as uvicorn's `http=` option, with these limits."""
-    return type("GuardedH11Protocol", (GuardedH11Protocol,),
-                {"header_timeout": header_timeout, "max_connections": max_connections})
+    return type(
+        "GuardedH11Protocol",
+        (GuardedH11Protocol,),
+        {"header_timeout": header_timeout, "max_connections": max_connections},
+    )

@@ -43,8 +43,12 @@ def connection_limit(settings: Settings, descriptors: int) -> int:
     """Open connections allowed: the configured `limit_concurrency` (default 1024), lowered to what the
     descriptor budget leaves after the database pool, the uploads' files and the reserve."""
     pool = settings.pool_options()
-    budget = descriptors - RESERVED_DESCRIPTORS - int(pool["pool_size"] + pool["max_overflow"]) \
+    budget = (
+        descriptors
+        - RESERVED_DESCRIPTORS
+        - int(pool["pool_size"] + pool["max_overflow"])
         - settings.max_concurrent_uploads
+    )
     wanted = settings.limit_concurrency or DEFAULT_CONNECTIONS
     limit = max(MIN_CONNECTIONS, min(wanted, budget))
     if limit < wanted:
@@ -52,13 +56,27 @@ def connection_limit(settings: Settings, descriptors: int) -> int:
     return limit
 
 
-def uvicorn_config(app, settings: Settings, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
-                   descriptors: int | None = None) -> uvicorn.Config:
+def uvicorn_config(
+    app,
+    settings: Settings,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "info",
+    descriptors: int | None = None,
+) -> uvicorn.Config:
     """uvicorn's Config with the guarded h11 protocol (head timeout, connection cap) and `limit_concurrency`."""
     if descriptors is None:
         descriptors = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if descriptors == resource.RLIM_INFINITY:
         descriptors = 1 << 20
     limit = connection_limit(settings, descriptors)
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, http=guarded_h11(settings.header_timeout, limit),
-                          limit_concurrency=limit, timeout_keep_alive=KEEP_ALIVE_SECONDS)
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        http=guarded_h11(settings.header_timeout, limit),
+        limit_concurrency=limit,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+    )

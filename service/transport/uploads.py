@@ -38,7 +38,8 @@ class UploadGate:
         """Hold one upload slot (the event loop is single-threaded: the counter needs no lock)."""
         if self.active >= self.max_uploads:
             raise TooManyUploads(
-                f"{self.active} uploads are being received, the limit is {self.max_uploads}; retry in a few seconds")
+                f"{self.active} uploads are being received, the limit is {self.max_uploads}; retry in a few seconds"
+            )
         self.active += 1
         try:
             yield self.limiter

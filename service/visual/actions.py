@@ -44,8 +44,9 @@ _SKIP_CACHE_SIZE = 128
 _SKIP_LOCK = threading.Lock()
 
 
-def render_heatmap_for(session: Session, run_id: int, params: HeatmapParams | Mapping[str, str] | None = None,
-                       fmt: str = "png") -> bytes:
+def render_heatmap_for(
+    session: Session, run_id: int, params: HeatmapParams | Mapping[str, str] | None = None, fmt: str = "png"
+) -> bytes:
     """The heatmap image of a stored run (the measurement hook for bench: `heatmap_seconds`)."""
     if not isinstance(params, HeatmapParams):
         params = parse_heatmap_params(params or {})
@@ -56,8 +57,9 @@ def heatmap_image(session: Session, run_id: int, params: HeatmapParams, fmt: str
     return render_job(heatmap_job(session, run_id, params, fmt))
 
 
-def heatmap_job(session: Session, run_id: int, params: HeatmapParams, fmt: str,
-                max_pixels: int | None = None) -> RenderJob:
+def heatmap_job(
+    session: Session, run_id: int, params: HeatmapParams, fmt: str, max_pixels: int | None = None
+) -> RenderJob:
     """Everything but the drawing: the data read, the matrix built, the size checked against `max_pixels`."""
     run = get_ready_run(session, run_id)
     panel = build_panel(session, run, params)
@@ -85,19 +87,40 @@ def heatmap_layout(session: Session, run_id: int, params: HeatmapParams, *, cell
     geometry = geometry_for([matrix], params)
     skip = panel.skip_layers or frozenset()
     boxed = set(summary.boxed)
-    rows = [{"label": row.label, "layer": row.layer, "group": row.group, "kind": row.kind,
-             "precision": row.precision, "level": _num(summary.levels[k]), "boxed": k in boxed,
-             "skip": row.layer in skip, "gemm_override": list(panel.gemm_overrides.get(row.layer, ())) or None}
-            for k, row in enumerate(matrix.rows)]
+    rows = [
+        {
+            "label": row.label,
+            "layer": row.layer,
+            "group": row.group,
+            "kind": row.kind,
+            "precision": row.precision,
+            "level": _num(summary.levels[k]),
+            "boxed": k in boxed,
+            "skip": row.layer in skip,
+            "gemm_override": list(panel.gemm_overrides.get(row.layer, ())) or None,
+        }
+        for k, row in enumerate(matrix.rows)
+    ]
     its = matrix.iterations
-    return {"run_id": run.id, "tensor": params.tensor, "stat": params.stat, "rank": params.rank,
-            "sublayer": params.sublayer, "vmax": style_for(params, [matrix]).vmax, "rows": rows,
-            "iterations": {"first": int(its[0]), "last": int(its[-1]), "count": int(its.shape[0])},
-            "summary": summary.to_dict(), "skip_layers": sorted(skip) if panel.skip_layers is not None else None,
-            "image": {"width_px": geometry.pixels[0], "height_px": geometry.pixels[1],
-                      "extent_px": list(geometry.extent_px(0))},
-            "cells": cell_values(matrix, cell_columns) if cell_columns else None,
-            "colormap": colormap_stops()}
+    return {
+        "run_id": run.id,
+        "tensor": params.tensor,
+        "stat": params.stat,
+        "rank": params.rank,
+        "sublayer": params.sublayer,
+        "vmax": style_for(params, [matrix]).vmax,
+        "rows": rows,
+        "iterations": {"first": int(its[0]), "last": int(its[-1]), "count": int(its.shape[0])},
+        "summary": summary.to_dict(),
+        "skip_layers": sorted(skip) if panel.skip_layers is not None else None,
+        "image": {
+            "width_px": geometry.pixels[0],
+            "height_px": geometry.pixels[1],
+            "extent_px": list(geometry.extent_px(0)),
+        },
+        "cells": cell_values(matrix, cell_columns) if cell_columns else None,
+        "colormap": colormap_stops(),
+    }
 
 
 def cell_values(matrix: HeatmapMatrix, columns: int) -> dict:
@@ -123,8 +146,14 @@ def build_panel(session: Session, run: Run, params: HeatmapParams, *, title: str
     _check_mark(matrix, params)
     summary = summarize(matrix, params.thresholds, percent=is_percent_stat(params.stat), boxes=params.boxes)
     marks = recommended(session, run, params.threshold_overrides) if params.show_skip else None
-    return Panel(matrix, summary, title or run_title(run, params), _subtitle(run, matrix, params),
-                 marks.skip_layers if marks else None, marks.gemm_overrides if marks else {})
+    return Panel(
+        matrix,
+        summary,
+        title or run_title(run, params),
+        _subtitle(run, matrix, params),
+        marks.skip_layers if marks else None,
+        marks.gemm_overrides if marks else {},
+    )
 
 
 def load_matrix(session: Session, run: Run, params: HeatmapParams) -> HeatmapMatrix:
@@ -134,15 +163,19 @@ def load_matrix(session: Session, run: Run, params: HeatmapParams) -> HeatmapMat
         ranks = ", ".join(map(str, sorted(repo.ranks(run.id))))
         raise InvalidParameter(f"run {run.id} has no rank {params.rank}; ranks: {ranks}")
     if params.sublayer is not None and params.sublayer not in sublayers_of(infos):
-        raise InvalidParameter(f"run {run.id} has no sublayer {params.sublayer!r}; sublayers: "
-                         f"{', '.join(sublayers_of(infos))}")
+        raise InvalidParameter(
+            f"run {run.id} has no sublayer {params.sublayer!r}; sublayers: {', '.join(sublayers_of(infos))}"
+        )
     rows = repo.metric_arrays(run.id, tensor=params.tensor, stat_key=params.stat, rank=params.rank)
     if not rows:
         keys = repo.metric_keys(run.id)
-        raise NoData(f"run {run.id} logged no {params.tensor} {params.stat!r}; it has: "
-                         f"{', '.join(f'{t}/{s}' for t, s in keys)}")
-    series = [Series(rank, MetricName(layer, params.tensor, params.stat), decode_iterations(its), decode_values(vals))
-              for layer, rank, its, vals in rows]
+        raise NoData(
+            f"run {run.id} logged no {params.tensor} {params.stat!r}; it has: {', '.join(f'{t}/{s}' for t, s in keys)}"
+        )
+    series = [
+        Series(rank, MetricName(layer, params.tensor, params.stat), decode_iterations(its), decode_values(vals))
+        for layer, rank, its, vals in rows
+    ]
     matrix = build_matrix(infos, series, sublayer=params.sublayer)
     if not matrix.rows or not matrix.iterations.shape[0]:
         raise NoData(f"nothing to draw for sublayer {params.sublayer!r} of run {run.id}")
@@ -151,9 +184,12 @@ def load_matrix(session: Session, run: Run, params: HeatmapParams) -> HeatmapMat
 
 def layer_info(layer) -> LayerInfo:
     """A stored `Layer` row as the policy code's `LayerInfo`."""
-    return LayerInfo(name=layer.name,
-                     structure=LayerStructure(LayerGroup(layer.group), layer.layer_index, layer.sublayer),
-                     precision=Precision(layer.precision), has_fp8_stats=layer.has_fp8_stats)
+    return LayerInfo(
+        name=layer.name,
+        structure=LayerStructure(LayerGroup(layer.group), layer.layer_index, layer.sublayer),
+        precision=Precision(layer.precision),
+        has_fp8_stats=layer.has_fp8_stats,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,19 +221,32 @@ def style_for(params: HeatmapParams, matrices: list[HeatmapMatrix]) -> Style:
     """One colour scale for every panel: the requested cap, else 6 % (percent stats) or the largest value."""
     percent = is_percent_stat(params.stat)
     vmax = params.vmax or max(default_vmax(m.values, percent) for m in matrices)
-    return Style(vmax=vmax, thresholds=params.thresholds, percent=percent,
-                 value_label=f"{params.tensor} {params.stat}", mark_iteration=params.mark_iteration,
-                 boxes=params.boxes)
+    return Style(
+        vmax=vmax,
+        thresholds=params.thresholds,
+        percent=percent,
+        value_label=f"{params.tensor} {params.stat}",
+        mark_iteration=params.mark_iteration,
+        boxes=params.boxes,
+    )
 
 
 def geometry_for(matrices: list[HeatmapMatrix], params: HeatmapParams) -> HeatmapGeometry:
     rows = max(m.shape[0] for m in matrices)
     chars = max((len(row.label) for m in matrices for row in m.rows), default=8)
     try:
-        shared = len(matrices) > 1 and all([r.layer for r in m.rows] == [r.layer for r in matrices[0].rows]
-                                           for m in matrices[1:])
-        return plan_geometry(rows, chars, panels=len(matrices), dpi=params.dpi, width=params.width,
-                             height=params.height, shared_rows=shared)
+        shared = len(matrices) > 1 and all(
+            [r.layer for r in m.rows] == [r.layer for r in matrices[0].rows] for m in matrices[1:]
+        )
+        return plan_geometry(
+            rows,
+            chars,
+            panels=len(matrices),
+            dpi=params.dpi,
+            width=params.width,
+            height=params.height,
+            shared_rows=shared,
+        )
     except ValueError as exc:
         raise InvalidParameter(str(exc)) from exc
 
@@ -211,8 +260,9 @@ def render_panels(panels: list[Panel], style: Style, params: HeatmapParams, fmt:
     return render_job(plan_render(panels, style, params, fmt))
 
 
-def plan_render(panels: list[Panel], style: Style, params: HeatmapParams, fmt: str,
-                max_pixels: int | None = None) -> RenderJob:
+def plan_render(
+    panels: list[Panel], style: Style, params: HeatmapParams, fmt: str, max_pixels: int | None = None
+) -> RenderJob:
     """The geometry and headers of the figure; 400 `ImageTooLarge` beyond `max_pixels` (a 600 dpi poster costs
     gigabytes of memory and many seconds to draw)."""
     if fmt not in MEDIA_TYPES:
@@ -220,9 +270,11 @@ def plan_render(panels: list[Panel], style: Style, params: HeatmapParams, fmt: s
     geometry = geometry_for([p.matrix for p in panels], params)
     width, height = geometry.pixels
     if max_pixels is not None and width * height > max_pixels:
-        raise ImageTooLarge(f"the image would be {width:,} x {height:,} = {width * height:,} pixels "
-                         f"({geometry.width_in:g} x {geometry.height_in:g} in at {geometry.dpi} dpi); the limit is "
-                         f"{max_pixels:,} pixels: lower dpi, width or height")
+        raise ImageTooLarge(
+            f"the image would be {width:,} x {height:,} = {width * height:,} pixels "
+            f"({geometry.width_in:g} x {geometry.height_in:g} in at {geometry.dpi} dpi); the limit is "
+            f"{max_pixels:,} pixels: lower dpi, width or height"
+        )
     headers = {
         "X-Heatmap-Size": f"{width},{height}",
         "X-Heatmap-Extent": ";".join(",".join(f"{v:g}" for v in geometry.extent_px(k)) for k in range(len(panels))),
@@ -236,12 +288,17 @@ def plan_render(panels: list[Panel], style: Style, params: HeatmapParams, fmt: s
 def _subtitle(run: Run, matrix: HeatmapMatrix, params: HeatmapParams) -> str:
     rows, columns = matrix.shape
     its = matrix.iterations
-    ranks = f"rank {params.rank}" if params.rank is not None else (
-        "rank 0" if run.rank_count == 1 else f"max over {run.rank_count} ranks")
+    ranks = (
+        f"rank {params.rank}"
+        if params.rank is not None
+        else ("rank 0" if run.rank_count == 1 else f"max over {run.rank_count} ranks")
+    )
     unit = "blocks" if params.sublayer else "rows"
     what = f"{rows} {unit}" + (f" ({params.sublayer})" if params.sublayer else "")
-    return (f"run {run.id} · {ranks} · {what} × {columns:,} logged iterations ({int(its[0]):,}–{int(its[-1]):,})"
-            f" · row level = p95")
+    return (
+        f"run {run.id} · {ranks} · {what} × {columns:,} logged iterations ({int(its[0]):,}–{int(its[-1]):,})"
+        f" · row level = p95"
+    )
 
 
 def _check_mark(matrix: HeatmapMatrix, params: HeatmapParams) -> None:

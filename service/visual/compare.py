@@ -50,20 +50,27 @@ def compare_runs(session: Session, base_id: int, head_id: int, thresholds: Thres
     body = compare_analyses(base, head)
     body["base"] = {"id": base_run.id, "name": base_run.name}
     body["head"] = {"id": head_run.id, "name": head_run.name}
-    body["recommendations"] = (_recommendations(base_data, base, head_data, head, base_run.id, thresholds)
-                               if body["comparable"] else None)
+    body["recommendations"] = (
+        _recommendations(base_data, base, head_data, head, base_run.id, thresholds) if body["comparable"] else None
+    )
     body["summary"] = summary_sentences(body)
     return body
 
 
-def _recommendations(base_data: RunData, base: Analysis, head_data: RunData, head: Analysis, base_id: int,
-                     thresholds: Thresholds) -> dict[str, Any]:
+def _recommendations(
+    base_data: RunData, base: Analysis, head_data: RunData, head: Analysis, base_id: int, thresholds: Thresholds
+) -> dict[str, Any]:
     """Both runs' recommendations (each from its own metadata, the compare's thresholds); the head's takes the base
     run as its history."""
-    rec_base = recommend(base_data, base, replace(RecommendOptions.from_metadata(base_data.metadata),
-                                                  thresholds=thresholds))
-    rec_head = recommend(head_data, head, replace(RecommendOptions.from_metadata(head_data.metadata),
-                                                  thresholds=thresholds), History(base, base_id))
+    rec_base = recommend(
+        base_data, base, replace(RecommendOptions.from_metadata(base_data.metadata), thresholds=thresholds)
+    )
+    rec_head = recommend(
+        head_data,
+        head,
+        replace(RecommendOptions.from_metadata(head_data.metadata), thresholds=thresholds),
+        History(base, base_id),
+    )
     out = compare_recommendations(rec_base, rec_head)
     out["head_history"] = rec_head.history.to_dict() if rec_head.history is not None else None
     return out
@@ -79,8 +86,10 @@ def compare_analyses(base: Analysis, head: Analysis) -> dict[str, Any]:
     notes = []
     common = len(a) - len(only_base)
     if not common:
-        notes.append(f"incomparable: the runs have no layer in common ({len(a)} layer(s) in base, {len(b)} in head; "
-                     "layers match by exact name), so no change below is meaningful")
+        notes.append(
+            f"incomparable: the runs have no layer in common ({len(a)} layer(s) in base, {len(b)} in head; "
+            "layers match by exact name), so no change below is meaningful"
+        )
     elif only_base or only_head:
         notes.append(f"layers match by exact name: {len(only_base)} only in base, {len(only_head)} only in head")
     moved = moved_problems(base, head) if common else []
@@ -89,10 +98,16 @@ def compare_analyses(base: Analysis, head: Analysis) -> dict[str, Any]:
         "common_layers": common,
         "moved_problems": [m.to_dict() for m in moved],
         "layers": layers,
-        "groups": [_group(group, [layer for layer in layers if layer["group"] == group]) for group in GROUPS
-                   if any(layer["group"] == group for layer in layers)],
-        "precision_changes": [{"layer": layer["name"], "group": layer["group"], **layer["status"]}
-                              for layer in layers if layer["status_changed"]],
+        "groups": [
+            _group(group, [layer for layer in layers if layer["group"] == group])
+            for group in GROUPS
+            if any(layer["group"] == group for layer in layers)
+        ],
+        "precision_changes": [
+            {"layer": layer["name"], "group": layer["group"], **layer["status"]}
+            for layer in layers
+            if layer["status_changed"]
+        ],
         "findings_appeared": [_finding(f) for f in appeared],
         "findings_disappeared": [_finding(f) for f in disappeared],
         "unmatched": {"only_in_base": only_base, "only_in_head": only_head},
@@ -104,11 +119,14 @@ def compare_image(session: Session, base_id: int, head_id: int, params: HeatmapP
     return render_job(compare_job(session, base_id, head_id, params, fmt))
 
 
-def compare_job(session: Session, base_id: int, head_id: int, params: HeatmapParams, fmt: str,
-                max_pixels: int | None = None) -> RenderJob:
+def compare_job(
+    session: Session, base_id: int, head_id: int, params: HeatmapParams, fmt: str, max_pixels: int | None = None
+) -> RenderJob:
     runs = [get_ready_run(session, base_id), get_ready_run(session, head_id)]
-    panels = [build_panel(session, run, params, title=f"{side} · {run.name or f'run {run.id}'}")
-              for side, run in zip(("base", "head"), runs, strict=True)]
+    panels = [
+        build_panel(session, run, params, title=f"{side} · {run.name or f'run {run.id}'}")
+        for side, run in zip(("base", "head"), runs, strict=True)
+    ]
     style = style_for(params, [panel.matrix for panel in panels])  # one vmax for both
     return plan_render(panels, style, params, fmt, max_pixels)
 
@@ -126,14 +144,19 @@ def change(base: float | None, head: float | None) -> dict[str, float | bool | N
 def _layer(name: str, a: LayerAssessment | None, b: LayerAssessment | None) -> dict[str, Any]:
     some = a or b
     assert some is not None
-    stats = {tensor: {stat: change(_stat(a, tensor, stat), _stat(b, tensor, stat)) for stat in STATS}
-             for tensor in TENSORS}
+    stats = {
+        tensor: {stat: change(_stat(a, tensor, stat), _stat(b, tensor, stat)) for stat in STATS} for tensor in TENSORS
+    }
     status = {"base": a.status if a else None, "head": b.status if b else None}
     return {
-        "name": name, "group": some.group, "index": some.index, "sublayer": some.sublayer,
+        "name": name,
+        "group": some.group,
+        "index": some.index,
+        "sublayer": some.sublayer,
         "in": "both" if a and b else "base" if a else "head",
         "precision": {"base": a.precision if a else None, "head": b.precision if b else None},
-        "status": status, "status_changed": bool(a and b and status["base"] != status["head"]),
+        "status": status,
+        "status_changed": bool(a and b and status["base"] != status["head"]),
         "severity": {"base": a.severity.value if a else None, "head": b.severity.value if b else None},
         "stats": stats,
     }
@@ -142,21 +165,32 @@ def _layer(name: str, a: LayerAssessment | None, b: LayerAssessment | None) -> d
 def _group(group: str, layers: list[dict[str, Any]]) -> dict[str, Any]:
     stats = {}
     for tensor in TENSORS:
-        levels = [(layer["stats"][tensor]["level"]["base"], layer["stats"][tensor]["level"]["head"])
-                  for layer in layers]
+        levels = [
+            (layer["stats"][tensor]["level"]["base"], layer["stats"][tensor]["level"]["head"]) for layer in layers
+        ]
         both = [(x, y) for x, y in levels if x is not None and y is not None]
         if both:
             base, head, basis = _mean([x for x, _ in both]), _mean([y for _, y in both]), "both"
         else:
-            base, head, basis = _mean([x for x, _ in levels if x is not None]), \
-                _mean([y for _, y in levels if y is not None]), "each"
+            base, head, basis = (
+                _mean([x for x, _ in levels if x is not None]),
+                _mean([y for _, y in levels if y is not None]),
+                "each",
+            )
         stats[tensor] = {**change(base, head), "layers": len(both) if both else None, "basis": basis}
     moved = [layer["name"] for layer in layers if layer["status_changed"] and layer["status"]["head"] == "bf16"]
     back = [layer["name"] for layer in layers if layer["status_changed"] and layer["status"]["base"] == "bf16"]
-    return {"group": group, "layers": len(layers), "moved_to_bf16": moved, "moved_to_fp8": back,
-            "bf16": {"base": sum(layer["status"]["base"] == "bf16" for layer in layers),
-                     "head": sum(layer["status"]["head"] == "bf16" for layer in layers)},
-            "stats": stats}
+    return {
+        "group": group,
+        "layers": len(layers),
+        "moved_to_bf16": moved,
+        "moved_to_fp8": back,
+        "bf16": {
+            "base": sum(layer["status"]["base"] == "bf16" for layer in layers),
+            "head": sum(layer["status"]["head"] == "bf16" for layer in layers),
+        },
+        "stats": stats,
+    }
 
 
 def _finding_changes(base: list[Finding], head: list[Finding]) -> tuple[list[Finding], list[Finding]]:

@@ -15,8 +15,22 @@ from fp8_policy.service.limits import check_filters, check_rank
 MAX_DPI, MIN_DPI = 600, 20
 MAX_BOXES = 50
 THRESHOLD_KEYS = ("warning", "critical", "severe")
-HEATMAP_KEYS = frozenset({"tensor", "stat", "rank", "sublayer", "vmax", "dpi", "mark_iteration", "width", "height",
-                          "show_skip", "boxes", *THRESHOLD_KEYS})
+HEATMAP_KEYS = frozenset(
+    {
+        "tensor",
+        "stat",
+        "rank",
+        "sublayer",
+        "vmax",
+        "dpi",
+        "mark_iteration",
+        "width",
+        "height",
+        "show_skip",
+        "boxes",
+        *THRESHOLD_KEYS,
+    }
+)
 MAX_CELL_COLUMNS = 2000
 _TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off"})
 
@@ -38,8 +52,9 @@ class HeatmapParams:
     threshold_overrides: tuple[tuple[str, float], ...] = ()  # as given, for the recommendation (hashable)
 
 
-def parse_heatmap_params(query: Mapping[str, str], *, show_skip: bool = True,
-                         allowed: frozenset[str] = HEATMAP_KEYS) -> HeatmapParams:
+def parse_heatmap_params(
+    query: Mapping[str, str], *, show_skip: bool = True, allowed: frozenset[str] = HEATMAP_KEYS
+) -> HeatmapParams:
     unknown = sorted(set(query) - allowed)
     if unknown:
         raise UnknownParameter(f"unknown parameter(s): {', '.join(unknown)}; expected: {', '.join(sorted(allowed))}")
@@ -48,14 +63,20 @@ def parse_heatmap_params(query: Mapping[str, str], *, show_skip: bool = True,
         raise InvalidParameter(f"dpi must be at most {MAX_DPI}, got {dpi}")
     overrides = parse_threshold_overrides(query)
     return HeatmapParams(
-        tensor=_text(query, "tensor", "gradient"), stat=_text(query, "stat", "underflows%"),
-        rank=check_rank(_int(query, "rank", None, low=0)), sublayer=_text(query, "sublayer", None),
-        vmax=_float(query, "vmax", None, positive=True), dpi=dpi,
+        tensor=_text(query, "tensor", "gradient"),
+        stat=_text(query, "stat", "underflows%"),
+        rank=check_rank(_int(query, "rank", None, low=0)),
+        sublayer=_text(query, "sublayer", None),
+        vmax=_float(query, "vmax", None, positive=True),
+        dpi=dpi,
         mark_iteration=_int(query, "mark_iteration", None, low=0),
-        width=_float(query, "width", None, positive=True), height=_float(query, "height", None, positive=True),
+        width=_float(query, "width", None, positive=True),
+        height=_float(query, "height", None, positive=True),
         show_skip=_bool(query, "show_skip", show_skip),
         boxes=min(_int(query, "boxes", DEFAULT_BOXES, low=0) or 0, MAX_BOXES),
-        thresholds=thresholds_of(overrides), threshold_overrides=tuple(sorted(overrides.items())))
+        thresholds=thresholds_of(overrides),
+        threshold_overrides=tuple(sorted(overrides.items())),
+    )
 
 
 def parse_cell_columns(query: Mapping[str, str]) -> int:

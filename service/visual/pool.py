@@ -139,8 +139,9 @@ class RenderLane:
     def _pool(self) -> Executor:
         if self._executor is None:
             if self.processes:
-                self._executor = ProcessPoolExecutor(1, mp_context=_worker_context(),
-                                                     max_tasks_per_child=self.tasks_per_worker)
+                self._executor = ProcessPoolExecutor(
+                    1, mp_context=_worker_context(), max_tasks_per_child=self.tasks_per_worker
+                )
             else:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"render-{self.name}")
         return self._executor
@@ -148,8 +149,10 @@ class RenderLane:
     def submit(self, job: RenderJob) -> Future:
         with self._lock:
             if self.admitted >= self.capacity:
-                raise RenderQueueFull(f"{self.admitted} {self.name} images are being drawn or waiting (limit "
-                                      f"{self.capacity}); retry in a few seconds")
+                raise RenderQueueFull(
+                    f"{self.admitted} {self.name} images are being drawn or waiting (limit "
+                    f"{self.capacity}); retry in a few seconds"
+                )
             self.admitted += 1
             try:
                 future = self._pool().submit(render_job, job)
@@ -185,14 +188,20 @@ class Renderer:
         self.max_pixels = settings.heatmap_max_pixels
         self.heavy_pixels = settings.heavy_render_pixels
         processes = settings.render_processes
-        self.light = RenderLane("light", settings.render_queue, processes=processes,
-                                tasks_per_worker=LIGHT_TASKS_PER_WORKER if processes else None)
-        self.heavy = RenderLane("heavy", settings.render_queue, processes=processes,
-                                tasks_per_worker=1 if processes else None)
+        self.light = RenderLane(
+            "light",
+            settings.render_queue,
+            processes=processes,
+            tasks_per_worker=LIGHT_TASKS_PER_WORKER if processes else None,
+        )
+        self.heavy = RenderLane(
+            "heavy", settings.render_queue, processes=processes, tasks_per_worker=1 if processes else None
+        )
         self.cache = RenderCache(settings.render_cache_bytes)
 
-    async def image(self, unit_of_work: Callable, cache_key: Callable[[Session], tuple],
-                    build: Callable[[Session, int], RenderJob]) -> Rendered:
+    async def image(
+        self, unit_of_work: Callable, cache_key: Callable[[Session], tuple], build: Callable[[Session, int], RenderJob]
+    ) -> Rendered:
         """`cache_key(session)` (raises 404/409), then the cached image or `build(session, max_pixels)` drawn in
         its lane. The database work runs in the threadpool, the drawing in the lane's worker."""
         key, hit = await run_in_threadpool(self._prepare, unit_of_work, cache_key, build)

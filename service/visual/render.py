@@ -49,14 +49,18 @@ def render(panels: list[Panel], style: Style, geometry: HeatmapGeometry, fmt: st
             _draw_panel(fig, k, panel, style, geometry, cmap, norm)
         legend.draw_legend_column(fig, geometry, panels, style, cmap, norm)
         buffer = io.BytesIO()
-        extra = {"pil_kwargs": {"compress_level": 2}, "metadata": {"Software": None}} if fmt == "png" else \
-            {"metadata": {"Date": None}}
+        extra = (
+            {"pil_kwargs": {"compress_level": 2}, "metadata": {"Software": None}}
+            if fmt == "png"
+            else {"metadata": {"Date": None}}
+        )
         fig.savefig(buffer, format=fmt, dpi=geometry.dpi, facecolor="white", **extra)
     return buffer.getvalue()
 
 
-def _draw_panel(fig: Figure, k: int, panel: Panel, style: Style, geometry: HeatmapGeometry, cmap: Colormap,
-                norm: Normalize) -> None:
+def _draw_panel(
+    fig: Figure, k: int, panel: Panel, style: Style, geometry: HeatmapGeometry, cmap: Colormap, norm: Normalize
+) -> None:
     rect = geometry.heat[k]
     ax = fig.add_axes((rect.left, rect.bottom, rect.width, rect.height))
     matrix = panel.matrix
@@ -84,8 +88,16 @@ def _draw_panel(fig: Figure, k: int, panel: Panel, style: Style, geometry: Heatm
     subtitle = panel.subtitle
     if len(geometry.heat) > 1:
         subtitle += "\n" + legend.summary_line(panel, style)
-    fig.text(rect.left, top - 0.12 / geometry.height_in, subtitle, fontsize=8, color=TEXT_MUTED,
-             ha="left", va="top", linespacing=1.5)
+    fig.text(
+        rect.left,
+        top - 0.12 / geometry.height_in,
+        subtitle,
+        fontsize=8,
+        color=TEXT_MUTED,
+        ha="left",
+        va="top",
+        linespacing=1.5,
+    )
 
 
 def fit_columns(values: np.ndarray, pixels: float) -> tuple[np.ndarray, int]:
@@ -113,8 +125,11 @@ def _draw_x_axis(ax: Axes, matrix: HeatmapMatrix) -> None:
     its = matrix.iterations
     ax.set_xlabel("iteration", fontsize=8.5, labelpad=4)
     ax.xaxis.set_major_locator(MaxNLocator(nbins=9, integer=True, min_n_ticks=2))
-    ax.xaxis.set_major_formatter(FuncFormatter(
-        lambda x, _pos: f"{int(its[int(np.clip(round(x), 0, its.shape[0] - 1))]):,}" if its.shape[0] else ""))
+    ax.xaxis.set_major_formatter(
+        FuncFormatter(
+            lambda x, _pos: f"{int(its[int(np.clip(round(x), 0, its.shape[0] - 1))]):,}" if its.shape[0] else ""
+        )
+    )
     ax.tick_params(axis="x", labelsize=7.5, length=3)
     ax.tick_params(axis="y", length=0, pad=3)
     for spine in ax.spines.values():
@@ -131,10 +146,25 @@ def _draw_row_labels(ax: Axes, panel: Panel, geometry: HeatmapGeometry) -> None:
     skip = panel.skip_layers or frozenset()
     for k in range(0, len(rows), geometry.label_stride):
         row = rows[k]
-        color = SKIP if row.layer in skip or row.layer in panel.gemm_overrides else \
-            TEXT_MUTED if row.kind == "bf16" else "#202124"
-        ax.text(0.0, k, row.label, transform=offset, ha="right", va="center", fontsize=geometry.row_font,
-                family="DejaVu Sans Mono", color=color, fontweight="bold" if row.layer in skip else "normal")
+        color = (
+            SKIP
+            if row.layer in skip or row.layer in panel.gemm_overrides
+            else TEXT_MUTED
+            if row.kind == "bf16"
+            else "#202124"
+        )
+        ax.text(
+            0.0,
+            k,
+            row.label,
+            transform=offset,
+            ha="right",
+            va="center",
+            fontsize=geometry.row_font,
+            family="DejaVu Sans Mono",
+            color=color,
+            fontweight="bold" if row.layer in skip else "normal",
+        )
 
 
 def _draw_bf16(ax: Axes, matrix: HeatmapMatrix, geometry: HeatmapGeometry) -> None:
@@ -142,18 +172,33 @@ def _draw_bf16(ax: Axes, matrix: HeatmapMatrix, geometry: HeatmapGeometry) -> No
     pitch_pt = ax.get_position().height * geometry.height_in * 72.0 / max(matrix.shape[0], 1)
     for k, span in enumerate(matrix.bf16_spans()):
         count = span.stop - span.start
-        patch = Rectangle((-0.5, span.start - 0.5), columns, count, facecolor=BF16_FACE, edgecolor=BF16_EDGE,
-                          hatch="////", linewidth=0.0, zorder=2)
+        patch = Rectangle(
+            (-0.5, span.start - 0.5),
+            columns,
+            count,
+            facecolor=BF16_FACE,
+            edgecolor=BF16_EDGE,
+            hatch="////",
+            linewidth=0.0,
+            zorder=2,
+        )
         patch.set_gid(f"bf16-rows-{k}")
         ax.add_patch(patch)
         text = "not in FP8 — ran in BF16" + ("" if count == 1 else f" ({count} layers)")
-        ax.text((columns - 1) / 2.0, span.middle, text, ha="center", va="center", zorder=3, color="#3c4043",
-                fontsize=min(8.0, max(4.5, count * pitch_pt * 0.7)),
-                bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85})
+        ax.text(
+            (columns - 1) / 2.0,
+            span.middle,
+            text,
+            ha="center",
+            va="center",
+            zorder=3,
+            color="#3c4043",
+            fontsize=min(8.0, max(4.5, count * pitch_pt * 0.7)),
+            bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85},
+        )
 
 
-def _draw_groups(ax: Axes, matrix: HeatmapMatrix, geometry: HeatmapGeometry, panel: int,
-                 labelled: bool = True) -> None:
+def _draw_groups(ax: Axes, matrix: HeatmapMatrix, geometry: HeatmapGeometry, panel: int, labelled: bool = True) -> None:
     """Group separators; with `labelled`, the brackets and group names left of the row labels too."""
     spans = matrix.group_spans()
     heat_in = geometry.heat[panel].width * geometry.width_in
@@ -165,10 +210,25 @@ def _draw_groups(ax: Axes, matrix: HeatmapMatrix, geometry: HeatmapGeometry, pan
         if not labelled:
             continue
         top, bottom = span.start - 0.4, span.stop - 0.6
-        ax.plot([x_bracket + 0.012, x_bracket, x_bracket, x_bracket + 0.012], [top, top, bottom, bottom],
-                transform=blend, clip_on=False, color=GROUP, linewidth=0.9)
-        ax.text(x_bracket - 0.008, span.middle, span.name.upper(), transform=blend, ha="right", va="center",
-                fontsize=8, fontweight="bold", color=GROUP)
+        ax.plot(
+            [x_bracket + 0.012, x_bracket, x_bracket, x_bracket + 0.012],
+            [top, top, bottom, bottom],
+            transform=blend,
+            clip_on=False,
+            color=GROUP,
+            linewidth=0.9,
+        )
+        ax.text(
+            x_bracket - 0.008,
+            span.middle,
+            span.name.upper(),
+            transform=blend,
+            ha="right",
+            va="center",
+            fontsize=8,
+            fontweight="bold",
+            color=GROUP,
+        )
 
 
 def _draw_boxes(ax: Axes, summary: HeatSummary, columns: int) -> None:
@@ -181,9 +241,19 @@ def _draw_boxes(ax: Axes, summary: HeatSummary, columns: int) -> None:
 def _draw_mark(ax: Axes, matrix: HeatmapMatrix, iteration: int) -> None:
     column = matrix.column_index(iteration)
     ax.axvline(column, color=MARK, linestyle=(0, (4, 2)), linewidth=1.3, zorder=6, gid="iteration-mark")
-    ax.annotate(f"iteration {iteration:,}", xy=(column, 1), xycoords=("data", "axes fraction"), xytext=(0, 2),
-                textcoords="offset points", ha="center", va="bottom", fontsize=7, color=MARK,
-                bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": MARK, "lw": 0.6}, zorder=7)
+    ax.annotate(
+        f"iteration {iteration:,}",
+        xy=(column, 1),
+        xycoords=("data", "axes fraction"),
+        xytext=(0, 2),
+        textcoords="offset points",
+        ha="center",
+        va="bottom",
+        fontsize=7,
+        color=MARK,
+        bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": MARK, "lw": 0.6},
+        zorder=7,
+    )
 
 
 def _draw_skip_strip(fig: Figure, geometry: HeatmapGeometry, k: int, panel: Panel) -> None:

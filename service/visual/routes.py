@@ -37,8 +37,11 @@ _IMAGE_HEADERS = {
 
 def _image_responses(media_type: str) -> dict[int | str, dict]:
     headers = {name: {"description": text, "schema": {"type": "string"}} for name, text in _IMAGE_HEADERS.items()}
-    image = {"description": "The image.", "headers": headers,
-             "content": {media_type: {"schema": {"type": "string", "format": "binary"}}}}
+    image = {
+        "description": "The image.",
+        "headers": headers,
+        "content": {media_type: {"schema": {"type": "string", "format": "binary"}}},
+    }
     return {**error_responses(400, 404, 409, 429, 503), 200: image}  # 429/503: service/visual/pool.py
 
 
@@ -50,7 +53,8 @@ HEATMAP_HELP = (
     "`rank` (default: max over ranks per iteration), `sublayer` (one sublayer, e.g. qkv: one row per block), "
     "`vmax` (colour cap, default 6 for % stats), `dpi` (150, at most 600), `width`/`height` (inches), "
     "`mark_iteration`, `show_skip` (mark the recommended skip set), `boxes` (worst rows boxed, 5), "
-    "`warning`/`critical`/`severe` (bands).")
+    "`warning`/`critical`/`severe` (bands)."
+)
 
 
 def _heatmap_params(request: Request, *, show_skip: bool = True, extra: frozenset[str] = frozenset()):
@@ -64,20 +68,30 @@ def _image(rendered: actions.Rendered) -> Response:
 PNG_HELP = (
     "Components × iterations heatmap of one stat (gradient underflows% by default) as PNG. Rows follow model "
     "order with group separators and EMBEDDING / BODY / HEAD labels; layers that ran in BF16 are hatched "
-    "\"not in FP8\" rows; the worst rows at or above the critical band are boxed; the recommended skip set is "
-    "marked in the strip on the right; a summary box gives components, max, mean and the critical count."
-    + HEATMAP_HELP)
+    '"not in FP8" rows; the worst rows at or above the critical band are boxed; the recommended skip set is '
+    "marked in the strip on the right; a summary box gives components, max, mean and the critical count." + HEATMAP_HELP
+)
 
 
-@router.get("/api/v1/runs/{run_id}/heatmap.png", responses=PNG, response_class=Response,
-            description=PNG_HELP, openapi_extra=HEATMAP_PARAMS)
+@router.get(
+    "/api/v1/runs/{run_id}/heatmap.png",
+    responses=PNG,
+    response_class=Response,
+    description=PNG_HELP,
+    openapi_extra=HEATMAP_PARAMS,
+)
 async def heatmap_png(run_id: int, request: Request) -> Response:
     return await _heatmap_image(request, run_id, "png")
 
 
-@router.get("/api/v1/runs/{run_id}/heatmap.svg", responses=SVG, response_class=Response, openapi_extra=HEATMAP_PARAMS,
-            description="The heatmap as SVG: text stays text; boxes, BF16 spans and skip markers carry ids "
-                        "(`critical-box-N`, `bf16-rows-N`, `skip-marker-N`)." + HEATMAP_HELP)
+@router.get(
+    "/api/v1/runs/{run_id}/heatmap.svg",
+    responses=SVG,
+    response_class=Response,
+    openapi_extra=HEATMAP_PARAMS,
+    description="The heatmap as SVG: text stays text; boxes, BF16 spans and skip markers carry ids "
+    "(`critical-box-N`, `bf16-rows-N`, `skip-marker-N`)." + HEATMAP_HELP,
+)
 async def heatmap_svg(run_id: int, request: Request) -> Response:
     return await _heatmap_image(request, run_id, "svg")
 
@@ -87,13 +101,19 @@ async def _heatmap_image(request: Request, run_id: int, fmt: str) -> Response:
     params = _heatmap_params(request)
     state = request.app.state
     rendered = await state.renderer.image(
-        state.unit_of_work, lambda session: actions.heatmap_cache_key(session, run_id, params, fmt),
-        lambda session, max_pixels: actions.heatmap_job(session, run_id, params, fmt, max_pixels))
+        state.unit_of_work,
+        lambda session: actions.heatmap_cache_key(session, run_id, params, fmt),
+        lambda session, max_pixels: actions.heatmap_job(session, run_id, params, fmt, max_pixels),
+    )
     return _image(rendered)
 
 
-@router.get("/api/v1/runs/{run_id}/heatmap.json", response_model=HeatmapLayoutRead, responses=ERRORS,
-            openapi_extra={"parameters": heatmap_json_params()})
+@router.get(
+    "/api/v1/runs/{run_id}/heatmap.json",
+    response_model=HeatmapLayoutRead,
+    responses=ERRORS,
+    openapi_extra={"parameters": heatmap_json_params()},
+)
 def heatmap_json(run_id: int, request: Request, session: SessionDep) -> HeatmapLayoutRead:
     """The heatmap's rows (label, layer, group, kind, p95 level, boxed, skip), iteration range, summary and the
     pixel extent of its cells at the requested dpi — for clients that draw or annotate it themselves. Takes the
@@ -104,8 +124,12 @@ def heatmap_json(run_id: int, request: Request, session: SessionDep) -> HeatmapL
     return HeatmapLayoutRead.model_validate(actions.heatmap_layout(session, run_id, params, cell_columns=columns))
 
 
-@router.get("/api/v1/compare", response_model=CompareRead, responses=ERRORS,
-            openapi_extra={"parameters": [*run_pair_params(), *threshold_params(("warning", "critical", "severe"))]})
+@router.get(
+    "/api/v1/compare",
+    response_model=CompareRead,
+    responses=ERRORS,
+    openapi_extra={"parameters": [*run_pair_params(), *threshold_params(("warning", "critical", "severe"))]},
+)
 def compare_runs(request: Request, session: SessionDep) -> CompareRead:
     """`?base=<run id>&head=<run id>`: per-layer and per-group change of gradient / activation / weight
     underflows% (level, max, mean, last) between two runs, precision changes, findings that appeared or
@@ -139,6 +163,8 @@ async def _compare_image(request: Request, fmt: str) -> Response:
     base, head = run_id_param(query, "base"), run_id_param(query, "head")
     state = request.app.state
     rendered = await state.renderer.image(
-        state.unit_of_work, lambda session: compare.compare_cache_key(session, base, head, params, fmt),
-        lambda session, max_pixels: compare.compare_job(session, base, head, params, fmt, max_pixels))
+        state.unit_of_work,
+        lambda session: compare.compare_cache_key(session, base, head, params, fmt),
+        lambda session, max_pixels: compare.compare_job(session, base, head, params, fmt, max_pixels),
+    )
     return _image(rendered)

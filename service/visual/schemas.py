@@ -28,7 +28,8 @@ class HeatmapRowRead(ApiModel):
     layer: str = Field(description="Exact layer name as logged.")
     group: LayerGroup
     kind: Literal[ROW_DATA, ROW_BF16] = Field(  # type: ignore[valid-type]
-        description=f"'{ROW_DATA}': the row has points; '{ROW_BF16}': the layer ran in high precision (hatched).")
+        description=f"'{ROW_DATA}': the row has points; '{ROW_BF16}': the layer ran in high precision (hatched)."
+    )
     precision: Precision
     level: float | None = Field(description="p95 of the row's finite points; null without data.")
     boxed: bool = Field(description="Boxed as one of the worst rows at or above the critical band.")
@@ -49,8 +50,9 @@ class HeatmapSummaryRead(ApiModel):
     bf16_rows: int
     max: float | None
     mean: float | None
-    critical: int | None = Field(description="Rows whose level is at or above the critical band; null for "
-                                             "stats that are not percentages.")
+    critical: int | None = Field(
+        description="Rows whose level is at or above the critical band; null for stats that are not percentages."
+    )
     critical_threshold: float | None
     boxed: list[int] = Field(description="Indices into `rows`, worst level first.")
 
@@ -157,10 +159,10 @@ class LayerComparison(ApiModel):
 
 
 class GroupChange(Change):
-    layers: int | None = Field(description="Layers observed in both runs the means are over; null with "
-                                           "basis 'each'.")
-    basis: Literal["both", "each"] = Field(description="'both': the layers observed in both runs; 'each': each "
-                                                       "run's own layers (no layer in common).")
+    layers: int | None = Field(description="Layers observed in both runs the means are over; null with basis 'each'.")
+    basis: Literal["both", "each"] = Field(
+        description="'both': the layers observed in both runs; 'each': each run's own layers (no layer in common)."
+    )
 
 
 class GroupChanges(ApiModel):
@@ -211,8 +213,9 @@ class RecommendationsComparison(ApiModel):
     skip_layers: SkipLayersChange
     gemm_overrides: OverridesChange
     recipe: dict[str, Any] = Field(description="base/head recipe names and labels, changed.")
-    expected_cost: dict[str, Any] = Field(description="bf16_gemm_share, gemm_slowdown_vs_all_fp8_pct, "
-                                                      "gemm_speedup_vs_all_bf16: base/head.")
+    expected_cost: dict[str, Any] = Field(
+        description="bf16_gemm_share, gemm_slowdown_vs_all_fp8_pct, gemm_speedup_vs_all_bf16: base/head."
+    )
     confidence: dict[str, Any]
     policy_version: str
     same: bool

@@ -26,10 +26,16 @@ def summary_sentences(body: dict[str, Any]) -> list[str]:
     moved_head = {frozenset(m["head_layers"]) for m in moved}
     changes = _change_sentences(groups, cause)
     out += changes or ["no group's underflow level changed by 5% or more"]
-    out += [f"new finding: {f.get('label', f['pattern'])} ({f['severity']}, {_where(f['layers'])})"
-            for f in body["findings_appeared"] if frozenset(f["layers"]) not in moved_head]
-    out += [f"finding gone: {f.get('label', f['pattern'])} (was {f['severity']}, {_where(f['layers'])})"
-            for f in body["findings_disappeared"] if frozenset(f["layers"]) not in moved_base]
+    out += [
+        f"new finding: {f.get('label', f['pattern'])} ({f['severity']}, {_where(f['layers'])})"
+        for f in body["findings_appeared"]
+        if frozenset(f["layers"]) not in moved_head
+    ]
+    out += [
+        f"finding gone: {f.get('label', f['pattern'])} (was {f['severity']}, {_where(f['layers'])})"
+        for f in body["findings_disappeared"]
+        if frozenset(f["layers"]) not in moved_base
+    ]
     recommendations = body.get("recommendations")
     if recommendations:
         out += recommendations["summary"]
@@ -46,8 +52,11 @@ def _cause(groups: list[dict[str, Any]]) -> str | None:
             if not moved:
                 continue
             whole = len(moved) == group["layers"]
-            phrases.append(f"{group['group']} moved to {target}" if whole else
-                           f"{len(moved)} {group['group']} layer{'s' if len(moved) != 1 else ''} moved to {target}")
+            phrases.append(
+                f"{group['group']} moved to {target}"
+                if whole
+                else f"{len(moved)} {group['group']} layer{'s' if len(moved) != 1 else ''} moved to {target}"
+            )
     return " and ".join(phrases) or None
 
 
@@ -57,8 +66,9 @@ def _precision_sentences(groups: list[dict[str, Any]]) -> list[str]:
         for key, target in (("moved_to_bf16", "BF16"), ("moved_to_fp8", "FP8")):
             names = group[key]
             if names:
-                shown = ", ".join(names[:_MAX_NAMES]) + (f" and {len(names) - _MAX_NAMES} more"
-                                                         if len(names) > _MAX_NAMES else "")
+                shown = ", ".join(names[:_MAX_NAMES]) + (
+                    f" and {len(names) - _MAX_NAMES} more" if len(names) > _MAX_NAMES else ""
+                )
                 out.append(f"{group['group']}: {_count(names)} moved to {target} ({shown})")
     return out
 
@@ -70,10 +80,19 @@ def _change_sentences(groups: list[dict[str, Any]], cause: str | None) -> list[s
         for tensor, stats in group["stats"].items():
             base, head, relative = stats["base"], stats["head"], stats["relative"]
             if base is not None and head is None and tensor == "gradient" and group["moved_to_bf16"]:
-                found.append((1.0, f"{group['group']} {tensor} underflow no longer measured: its layers run in "
-                                   f"BF16 (was mean {base:.2f}%)"))
-            elif base is not None and head is not None and abs(head - base) >= MIN_ABSOLUTE and (
-                    relative is None or abs(relative) >= MIN_RELATIVE):
+                found.append(
+                    (
+                        1.0,
+                        f"{group['group']} {tensor} underflow no longer measured: its layers run in "
+                        f"BF16 (was mean {base:.2f}%)",
+                    )
+                )
+            elif (
+                base is not None
+                and head is not None
+                and abs(head - base) >= MIN_ABSOLUTE
+                and (relative is None or abs(relative) >= MIN_RELATIVE)
+            ):
                 weight = abs(relative) if relative is not None else abs(head - base)
                 found.append((weight, f"{group['group']} {tensor} underflow {describe(base, head, relative)}{after}"))
     found.sort(key=lambda item: -item[0])
@@ -81,7 +100,7 @@ def _change_sentences(groups: list[dict[str, Any]], cause: str | None) -> list[s
 
 
 def _where(layers: list[str]) -> str:
-    """"1 layer: model.layers.30.fc2" / "3 layers"."""
+    """ "1 layer: model.layers.30.fc2" / "3 layers"."""
     return f"1 layer: {layers[0]}" if len(layers) == 1 else _count(layers)
 
 

@@ -42,8 +42,7 @@ def test_quick_subset_spans_ranks_and_decisions(quick_report):
     assert any(c.score.recipe == "current" for c in quick_report.cases)  # the overflow recipe fix
 
 
-@pytest.mark.skipif(not all((FIXTURES / n).is_dir() for n in FIXTURE_RUNS),
-                    reason="bionemo fixtures not present")
+@pytest.mark.skipif(not all((FIXTURES / n).is_dir() for n in FIXTURE_RUNS), reason="bionemo fixtures not present")
 def test_real_fixture_runs_render_accepted_configs():
     report = evaluate([], fixtures=[FIXTURES / name for name in FIXTURE_RUNS])
     for fixture in report.fixtures:
@@ -74,9 +73,16 @@ def test_stored_run_timing_path_on_a_small_tree(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ the metric
 def test_score_counts_patterns_skips_and_healthy_layers():
-    s = score(planted={"u_shape", "head_only"}, found={"u_shape", "rising_trend"},
-              truth_skips={"a", "b", "c"}, signal_layers={"a", "b", "c", "d"},
-              skipped={"a"}, overridden={"b", "d", "e"}, recipe="delayed", expected_recipe=None)
+    s = score(
+        planted={"u_shape", "head_only"},
+        found={"u_shape", "rising_trend"},
+        truth_skips={"a", "b", "c"},
+        signal_layers={"a", "b", "c", "d"},
+        skipped={"a"},
+        overridden={"b", "d", "e"},
+        recipe="delayed",
+        expected_recipe=None,
+    )
     assert s.missed == {"head_only"} and s.false_alarms == {"rising_trend"}
     assert s.covered == {"a", "b", "d", "e"}  # an override covers a layer like a skip
     assert s.skip_tp == {"a", "b"} and s.skip_fn == {"c"} and s.skip_fp == {"d", "e"}
@@ -91,8 +97,7 @@ def test_score_counts_patterns_skips_and_healthy_layers():
 
 
 def test_extra_pattern_lowers_precision_and_missed_one_lowers_recall():
-    perfect = score({"overflow"}, {"overflow"}, (), {"x"}, (), (), recipe="current",
-                    expected_recipe=PER_STEP_RECIPES)
+    perfect = score({"overflow"}, {"overflow"}, (), {"x"}, (), (), recipe="current", expected_recipe=PER_STEP_RECIPES)
     extra = score({"healthy"}, {"healthy", "uniform"}, (), (), (), ())
     missed = score({"u_shape", "head_only"}, {"u_shape"}, {"x"}, {"x"}, {"x"}, ())
     assert perfect.recipe_ok is True
@@ -135,8 +140,7 @@ def test_config_checker_accepts_a_good_te_yaml_and_rejects_broken_ones(tmp_path)
         assert any("model.lm_head" in e for e in checker.check_te_yaml(text, bigger))
         assert checker.check_megatron("echo 'unterminated\n", decision)
         assert checker.check_hydra("fp8_config.enabled=True extra=1\n", decision)
-        assert checker.check_torchao("SKIP_FQNS = {'a'}\ndef module_filter_fn(mod, fqn):\n    return True\n",
-                                     decision)
+        assert checker.check_torchao("SKIP_FQNS = {'a'}\ndef module_filter_fn(mod, fqn):\n    return True\n", decision)
 
 
 # ------------------------------------------------------------------------------------------------ the suite

@@ -29,8 +29,12 @@ def full_report():
 
 def test_every_eval_case_applies_the_json_bf16_set_in_every_format(full_report):
     assert len(full_report.cases) == len(SUITE)
-    failures = {(r.name, fmt): errors for r in [*full_report.cases, *full_report.fixtures]
-                for fmt, errors in r.configs.items() if errors}
+    failures = {
+        (r.name, fmt): errors
+        for r in [*full_report.cases, *full_report.fixtures]
+        for fmt, errors in r.configs.items()
+        if errors
+    }
     assert not failures, failures
     # the check had something to check: skips and overrides in many cases, both kinds somewhere
     changed = [c for c in full_report.cases if c.score.covered]
@@ -54,15 +58,18 @@ def test_hydra_takes_overridden_blocks_out_of_fp8_layers_and_says_so_at_the_top(
     decision = f.decision(LLAMA, [QKV_1], [f.override(FC2_6, "fprop", "wgrad")])
     text = render(decision, "hydra").content
     assert _hydra_values(text)["fp8_layers"] == "[2,3,4,5]"
-    assert text.splitlines()[1].startswith("# Approximation: fp8_layers works per block, so block(s) 1, 6 run "
-                                           "wholly in BF16 for 2 skipped/overridden layer(s)")
+    assert text.splitlines()[1].startswith(
+        "# Approximation: fp8_layers works per block, so block(s) 1, 6 run "
+        "wholly in BF16 for 2 skipped/overridden layer(s)"
+    )
     assert "stay FP8" not in text and "# Blocks kept in BF16: 1, 6" in text
 
 
 def test_exact_formats_say_so_at_the_top_and_the_json_reports_each_format():
     decision = f.decision(LLAMA, [QKV_1], [f.override(FC2_6, "wgrad")])
     assert render(decision, "te-yaml").content.splitlines()[1] == (
-        "# Applies the recommendation exactly (same BF16 layers and GEMMs as the JSON recommendation).")
+        "# Applies the recommendation exactly (same BF16 layers and GEMMs as the JSON recommendation)."
+    )
     formats = applied_by_format(decision)
     assert formats["te-yaml"]["exact"] and formats["te-yaml"]["bf16_gemms"] == [{"layer": FC2_6, "gemms": ["wgrad"]}]
     for fmt in ("megatron", "torchao"):
@@ -91,8 +98,9 @@ def test_readers_report_a_format_that_applies_less_than_the_json(tmp_path):
     weaker = _without_overrides(decision)
     hydra = eval_bf16.compare("hydra", eval_bf16.hydra_applied(render(weaker, "hydra").content, decision), decision)
     assert any("applies less than the JSON" in e and FC2_6 in e for e in hydra)
-    megatron = eval_bf16.compare("megatron", eval_bf16.megatron_applied(render(weaker, "megatron").content,
-                                                                        decision), decision)
+    megatron = eval_bf16.compare(
+        "megatron", eval_bf16.megatron_applied(render(weaker, "megatron").content, decision), decision
+    )
     assert any(FC2_6 in e for e in megatron)
     with ConfigChecker(tmp_path) as checker:
         assert any(FC2_6 in e for e in checker.check_torchao(render(weaker, "torchao").content, decision))

@@ -35,8 +35,14 @@ from fp8_policy.service.settings import Settings
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
 ]
 VIEWPORT = {"width": 1440, "height": 1000}
 SEEDED = {  # scenario -> (project, tags) of the runs every browser test can rely on, oldest first
@@ -64,8 +70,12 @@ def _unavailable(reason: str) -> None:
 # ---------------------------------------------------------------------------------------------------- Chromium
 @pytest.fixture(scope="session")
 def chromium_executable() -> str:
-    candidates = [os.environ.get("FP8_POLICY_CHROMIUM"), shutil.which("chromium"), shutil.which("chromium-browser"),
-                  "/usr/bin/chromium"]
+    candidates = [
+        os.environ.get("FP8_POLICY_CHROMIUM"),
+        shutil.which("chromium"),
+        shutil.which("chromium-browser"),
+        "/usr/bin/chromium",
+    ]
     path = next((c for c in candidates if c and Path(c).is_file() and os.access(c, os.X_OK)), None)
     if path is None:
         _unavailable("Chromium not found: `apt-get install -y chromium` (or set FP8_POLICY_CHROMIUM to its path)")
@@ -83,8 +93,14 @@ def browser_context(chromium_executable: str, tmp_path_factory: pytest.TempPathF
     profile = tmp_path_factory.mktemp("chromium-profile")  # a fresh user-data dir per session
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            str(profile), executable_path=chromium_executable, headless=True, args=CHROMIUM_ARGS,
-            viewport=VIEWPORT, accept_downloads=True, locale="en-US", timezone_id="UTC",
+            str(profile),
+            executable_path=chromium_executable,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport=VIEWPORT,
+            accept_downloads=True,
+            locale="en-US",
+            timezone_id="UTC",
         )
         context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_server.url)
         context.set_default_timeout(15_000)
@@ -101,8 +117,14 @@ def page(browser_context, live_server: LiveServer) -> Iterator:
     errors: list[str] = []
     external: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("request", lambda request: external.append(request.url)
-            if not request.url.startswith((live_server.url, "data:", "blob:", "about:")) else None)
+    page.on(
+        "request",
+        lambda request: (
+            external.append(request.url)
+            if not request.url.startswith((live_server.url, "data:", "blob:", "about:"))
+            else None
+        ),
+    )
     try:
         yield page
     finally:
@@ -216,8 +238,11 @@ def seeded_runs(live_server: LiveServer, make_archive: Callable[[str], Path]) ->
         for scenario in SEEDED:
             project, tags = SEEDED[scenario]
             archive = make_archive(scenario)
-            response = client.post("/api/v1/runs", data={"name": f"seed-{scenario}", "project": project, "tags": tags},
-                                   files={"file": (archive.name, archive.read_bytes(), "application/gzip")})
+            response = client.post(
+                "/api/v1/runs",
+                data={"name": f"seed-{scenario}", "project": project, "tags": tags},
+                files={"file": (archive.name, archive.read_bytes(), "application/gzip")},
+            )
             assert response.status_code in (200, 202), response.text
             ids[scenario] = response.json()["id"]
         for run_id in ids.values():

@@ -11,8 +11,14 @@ pytestmark = pytest.mark.browser
 
 def _csp_refusals(page) -> list[str]:
     refusals: list[str] = []
-    page.on("console", lambda message: refusals.append(message.text)
-            if "Content Security Policy" in message.text or "Refused to" in message.text else None)
+    page.on(
+        "console",
+        lambda message: (
+            refusals.append(message.text)
+            if "Content Security Policy" in message.text or "Refused to" in message.text
+            else None
+        ),
+    )
     return refusals
 
 

@@ -36,8 +36,11 @@ def og2_runs(live_server, tmp_path_factory) -> tuple[int, int]:
     with live_server.api() as client:
         for name, run in (("og2-fl2", study.before), ("og2-fl4", study.after)):
             write_run(run, tmp / name)
-            response = client.post("/api/v1/runs", files={"file": ("run.tgz", tree_tar_gz(tmp / name))},
-                                   data={"project": "bt-og2", "name": name, "metadata": json.dumps(study.metadata)})
+            response = client.post(
+                "/api/v1/runs",
+                files={"file": ("run.tgz", tree_tar_gz(tmp / name))},
+                data={"project": "bt-og2", "name": name, "metadata": json.dumps(study.metadata)},
+            )
             assert response.status_code in (200, 202), response.text
             ids.append(response.json()["id"])
         for run_id in ids:
@@ -63,8 +66,10 @@ def test_moved_boundary_and_recommendations_side_by_side(page, live_server, og2_
     expect(page.locator("#compare-incomparable")).to_have_count(0)
 
     # The two recommendations: the override followed the degrading block; same recipe; the cost of the wider tail.
-    base_side, head_side = page.locator("#compare-recs .rec-side[data-side='base']"), \
-        page.locator("#compare-recs .rec-side[data-side='head']")
+    base_side, head_side = (
+        page.locator("#compare-recs .rec-side[data-side='base']"),
+        page.locator("#compare-recs .rec-side[data-side='head']"),
+    )
     for side, key, change in ((base_side, "base", "removed"), (head_side, "head", "added")):
         (override,) = recs["gemm_overrides"][key]
         entry = side.locator("[data-list='overrides'] li")
@@ -81,15 +86,20 @@ def test_moved_boundary_and_recommendations_side_by_side(page, live_server, og2_
     # Findings carry their labels in both lists.
     expect(page.locator("#compare-findings .appeared li[data-pattern='boundary']")).to_contain_text("Boundary effect")
     expect(page.locator("#compare-findings .disappeared li[data-pattern='boundary']")).to_contain_text(
-        "Boundary effect")
+        "Boundary effect"
+    )
     wait_image(page, "#compare-img")
     shot(page, "compare-moved-boundary")
 
     # A change on a base below the noise floor is shown in points, without a percentage.
     stat_names = ("level", "max", "mean", "last")
-    layer, tensor, stat = next((row["name"], tensor, stat) for row in body["layers"]
-                               for tensor, stats in row["stats"].items() for stat in stat_names
-                               if stats[stat]["below_noise_floor"] and stats[stat]["change"] is not None)
+    layer, tensor, stat = next(
+        (row["name"], tensor, stat)
+        for row in body["layers"]
+        for tensor, stats in row["stats"].items()
+        for stat in stat_names
+        if stats[stat]["below_noise_floor"] and stats[stat]["change"] is not None
+    )
     page.select_option("#compare-stat", stat)
     page.fill("#compare-filter", layer)
     row = page.locator(f"#compare-layers tr[data-layer='{layer}']")

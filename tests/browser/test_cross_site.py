@@ -23,8 +23,14 @@ pytestmark = pytest.mark.browser
 
 def _csp_refusals(page) -> list[str]:
     refusals: list[str] = []
-    page.on("console", lambda message: refusals.append(message.text)
-            if "Content Security Policy" in message.text or "Refused to" in message.text else None)
+    page.on(
+        "console",
+        lambda message: (
+            refusals.append(message.text)
+            if "Content Security Policy" in message.text or "Refused to" in message.text
+            else None
+        ),
+    )
     return refusals
 
 
@@ -88,8 +94,12 @@ def test_a_page_on_another_origin_cannot_upload(browser_context, live_server, at
     url, project = attacker_origin.split("|")
     page = browser_context.new_page()  # not the `page` fixture: this page is deliberately not the app's
     answers: list[int] = []
-    page.on("response", lambda response: answers.append(response.status)
-            if response.url.startswith(f"{live_server.url}/api/v1/runs") else None)
+    page.on(
+        "response",
+        lambda response: (
+            answers.append(response.status) if response.url.startswith(f"{live_server.url}/api/v1/runs") else None
+        ),
+    )
 
     page.goto(url)
     expect(page).to_have_title("sent")

@@ -48,15 +48,22 @@ def test_upload_form_shows_progress_then_live_status(page, live_server, make_arc
     # Throttle the upload so the progress bar is seen between 0 and 100 %.
     cdp = page.context.new_cdp_session(page)
     cdp.send("Network.enable")
-    cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 20, "downloadThroughput": -1,
-                                                  "uploadThroughput": archive.stat().st_size // 2})
+    cdp.send(
+        "Network.emulateNetworkConditions",
+        {"offline": False, "latency": 20, "downloadThroughput": -1, "uploadThroughput": archive.stat().st_size // 2},
+    )
     page.click("#upload-submit")
-    page.wait_for_function("""() => { const bar = document.querySelector('#upload-bar');
-                                     return bar && bar.value > 0 && bar.value < 100; }""", timeout=15_000)
+    page.wait_for_function(
+        """() => { const bar = document.querySelector('#upload-bar');
+                                     return bar && bar.value > 0 && bar.value < 100; }""",
+        timeout=15_000,
+    )
     expect(page.locator("#upload-cancel")).to_be_visible()
     shot(page, "upload-03-in-progress")
-    cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 0, "downloadThroughput": -1,
-                                                  "uploadThroughput": -1})
+    cdp.send(
+        "Network.emulateNetworkConditions",
+        {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1},
+    )
 
     status = page.locator("#upload-status")
     expect(status).to_have_attribute("data-status", "ready", timeout=30_000)
@@ -278,8 +285,11 @@ def test_errors_are_shown_inline(page, live_server, seeded_runs, shot):
 
 def test_a_failing_heatmap_shows_the_api_error_and_retry_recovers(page, live_server, seeded_runs, shot):
     def refuse(route):
-        route.fulfill(status=400, content_type="application/json",
-                      body='{"error": "NoData", "detail": "run has no gradient underflows% series"}')
+        route.fulfill(
+            status=400,
+            content_type="application/json",
+            body='{"error": "NoData", "detail": "run has no gradient underflows% series"}',
+        )
 
     page.route(re.compile(r".*/heatmap\.json.*"), refuse)
     page.goto(f"{live_server.url}/#/runs/{seeded_runs['head_only']}")

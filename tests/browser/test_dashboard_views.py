@@ -43,9 +43,11 @@ def story_runs(live_server, make_archive, tmp_path_factory) -> dict[str, int]:
     with live_server.api() as client:
         for scenario in ("rank_outlier", "boundary"):
             archive = make_archive(scenario)
-            response = client.post("/api/v1/runs", data={"name": f"story-{scenario}", "project": "bt-story",
-                                                          "tags": f"story,{scenario}"},
-                                   files={"file": (archive.name, archive.read_bytes(), "application/gzip")})
+            response = client.post(
+                "/api/v1/runs",
+                data={"name": f"story-{scenario}", "project": "bt-story", "tags": f"story,{scenario}"},
+                files={"file": (archive.name, archive.read_bytes(), "application/gzip")},
+            )
             assert response.status_code in (200, 202), response.text
             ids[scenario] = response.json()["id"]
         # The healthy run's statistics log twice over (an appended session): every point is a duplicate once.
@@ -57,8 +59,11 @@ def story_runs(live_server, make_archive, tmp_path_factory) -> dict[str, int]:
             info = tarfile.TarInfo(member.name)
             info.size = len(text) * 2
             out.addfile(info, io.BytesIO(text + text))
-        response = client.post("/api/v1/runs", data={"name": "story-appended", "project": "bt-story"},
-                               files={"file": ("appended.tar.gz", doubled.getvalue(), "application/gzip")})
+        response = client.post(
+            "/api/v1/runs",
+            data={"name": "story-appended", "project": "bt-story"},
+            files={"file": ("appended.tar.gz", doubled.getvalue(), "application/gzip")},
+        )
         assert response.status_code in (200, 202), response.text
         ids["appended"] = response.json()["id"]
         for run_id in ids.values():
@@ -125,8 +130,10 @@ def test_layers_without_fp8_data_are_na_and_healthy_is_ok(page, live_server, sto
     assert [f["pattern"] for f in analysis["findings"]] == ["healthy"]
     for layer in analysis["layers"][:2]:
         layer["severity"] = "warning"
-    page.route(re.compile(rf".*/api/v1/runs/{healthy}/analysis$"),
-               lambda route: route.fulfill(status=200, content_type="application/json", body=json.dumps(analysis)))
+    page.route(
+        re.compile(rf".*/api/v1/runs/{healthy}/analysis$"),
+        lambda route: route.fulfill(status=200, content_type="application/json", body=json.dumps(analysis)),
+    )
     page.goto(f"{live_server.url}/#/runs/{healthy}")
     finding = page.locator("#findings-list li[data-pattern='healthy']")
     expect(finding.locator(".badge")).to_have_text("ok")
@@ -149,8 +156,9 @@ def test_heatmap_boxes_say_how_their_level_differs_from_the_findings(page, live_
 
 
 # ------------------------------------------------------------------------------------------------- item 9
-def test_runs_list_sorts_searches_shows_summary_and_deletes(page, live_server, seeded_runs, story_runs, make_archive,
-                                                           shot):
+def test_runs_list_sorts_searches_shows_summary_and_deletes(
+    page, live_server, seeded_runs, story_runs, make_archive, shot
+):
     page.goto(f"{live_server.url}/#/runs")
     rows = page.locator("#runs-table tbody tr")
     head = page.locator(f"tr[data-run-id='{seeded_runs['head_only']}']")
@@ -180,8 +188,11 @@ def test_runs_list_sorts_searches_shows_summary_and_deletes(page, live_server, s
     # Delete (the open service gives every caller the admin scope): two clicks, the row goes, the API agrees.
     archive = make_archive("healthy")
     with live_server.api() as client:
-        archive_id = client.post("/api/v1/runs", data={"name": "to-delete", "project": "bt-delete"},
-                                 files={"file": (archive.name, archive.read_bytes(), "application/gzip")}).json()["id"]
+        archive_id = client.post(
+            "/api/v1/runs",
+            data={"name": "to-delete", "project": "bt-delete"},
+            files={"file": (archive.name, archive.read_bytes(), "application/gzip")},
+        ).json()["id"]
         wait_ready(client, archive_id)
     page.goto(f"{live_server.url}/#/runs?q=to-delete")
     victim = page.locator(f"tr[data-run-id='{archive_id}']")
@@ -195,9 +206,14 @@ def test_runs_list_sorts_searches_shows_summary_and_deletes(page, live_server, s
 
 
 def test_runs_list_hides_delete_without_the_admin_scope(page, live_server, seeded_runs):
-    page.route(re.compile(r".*/api/v1/auth/me$"), lambda route: route.fulfill(
-        status=200, content_type="application/json",
-        body='{"name": "ci-reader", "scope": "read", "anonymous": false, "expires_at": null}'))
+    page.route(
+        re.compile(r".*/api/v1/auth/me$"),
+        lambda route: route.fulfill(
+            status=200,
+            content_type="application/json",
+            body='{"name": "ci-reader", "scope": "read", "anonymous": false, "expires_at": null}',
+        ),
+    )
     page.goto(f"{live_server.url}/#/runs")
     expect(page.locator(f"tr[data-run-id='{seeded_runs['healthy']}']")).to_be_visible()
     expect(page.locator(".delete-run")).to_have_count(0)
@@ -281,8 +297,11 @@ def test_settings_recompute_the_analysis_and_recommendation(page, live_server, s
     page.fill("#set-te", "2.8")
     with page.expect_request(lambda r: r.method == "POST" and r.url.endswith(f"/runs/{run_id}/recommendation")) as req:
         page.click("#settings-apply")
-    assert req.value.post_data_json == {"thresholds": {"warning": 0.05, "critical": 0.1, "severe": 0.2},
-                                        "gpu": "B200", "te_version": "2.8"}
+    assert req.value.post_data_json == {
+        "thresholds": {"warning": 0.05, "critical": 0.1, "severe": 0.2},
+        "gpu": "B200",
+        "te_version": "2.8",
+    }
     expect(page).to_have_url(re.compile(r"critical=0\.1.*gpu=B200.*te=2\.8"))
     expect(page.locator("#findings .card-sub")).to_contain_text("warning ≥ 0.05%, critical ≥ 0.1%")
     expect(page.locator("#settings-summary")).to_contain_text("warning 0.05%")
@@ -335,7 +354,8 @@ def test_dark_mode_follows_the_system_preference(page, live_server, seeded_runs,
     heatmap_drawn(page)
     expect(page.locator("body")).to_have_css("background-color", "rgb(13, 17, 23)")
     expect(page.locator(".head-sev .badge.sev-severe")).to_have_css(
-        "color", rgb(COLORS["severity"]["severe"]["dark"]["text"]))
+        "color", rgb(COLORS["severity"]["severe"]["dark"]["text"])
+    )
     page.locator("#layers-table tbody tr[data-layer='model.lm_head']").click()
     expect(page.locator("#layer-chart svg.chart")).to_be_visible()
     shot(page, "run-page-dark")
@@ -343,8 +363,10 @@ def test_dark_mode_follows_the_system_preference(page, live_server, seeded_runs,
     expect(page.locator(f"tr[data-run-id='{seeded_runs['head_only']}'] .col-sev .badge")).to_have_text("severe")
     shot(page, "runs-list-dark")
     page.goto(f"{live_server.url}/#/compare?base={seeded_runs['healthy']}&head={seeded_runs['u_shape']}")
-    page.wait_for_function("() => { const i = document.querySelector('#compare-img'); return i && i.complete && i.naturalWidth > 0; }",
-                           timeout=30_000)
+    page.wait_for_function(
+        "() => { const i = document.querySelector('#compare-img'); return i && i.complete && i.naturalWidth > 0; }",
+        timeout=30_000,
+    )
     shot(page, "compare-page-dark")
     page.emulate_media(color_scheme="light")
     expect(page.locator("body")).to_have_css("background-color", "rgb(245, 246, 248)")

@@ -33,28 +33,48 @@ def training_log(steps: range, layers: list[str]) -> bytes:
         it = step * 10
         for layer in layers:
             rising = layer == LAYERS[-1]
-            points.append((f"{layer}_gradient_underflows%", it, round(0.1 + (0.006 * it if rising else 0.02 * (step % 5)), 4)))
-            scale = 1e-4 if layer == LAYERS[0] and it >= 400 else 1e-2 * (1 + 0.1 * LAYERS.index(layer) if layer in LAYERS else 1)
+            points.append(
+                (f"{layer}_gradient_underflows%", it, round(0.1 + (0.006 * it if rising else 0.02 * (step % 5)), 4))
+            )
+            scale = (
+                1e-4
+                if layer == LAYERS[0] and it >= 400
+                else 1e-2 * (1 + 0.1 * LAYERS.index(layer) if layer in LAYERS else 1)
+            )
             points.append((f"{layer}_activation_scale_inv_min", it, scale))
     return stats_log(points)
 
 
 def scalars(steps: range) -> bytes:
-    return "".join(json.dumps({"step": s * 10, "loss": 3.0 / (1 + 0.05 * s), "grad_norm": 1.0 + 0.01 * s,
-                               "lr": 1e-4}) + "\n" for s in steps).encode()
+    return "".join(
+        json.dumps({"step": s * 10, "loss": 3.0 / (1 + 0.05 * s), "grad_norm": 1.0 + 0.01 * s, "lr": 1e-4}) + "\n"
+        for s in steps
+    ).encode()
 
 
 def test_the_live_page_follows_the_logs_without_reload(page, live_server, shot) -> None:
     with live_server.api() as api, webhook_receiver() as hook:
-        rule = api.post("/api/v1/alerts/rules", json={"project": "bt-live", "webhook": hook.url, "format": "json",
-                                                      "events": ["scale_inv_drop"], "min_severity": "critical"})
+        rule = api.post(
+            "/api/v1/alerts/rules",
+            json={
+                "project": "bt-live",
+                "webhook": hook.url,
+                "format": "json",
+                "events": ["scale_inv_drop"],
+                "min_severity": "critical",
+            },
+        )
         assert rule.status_code == 201, rule.text
         run = api.post(LIVE, json={"name": "live-browser", "project": "bt-live"}).json()
         sizes: dict[str, int] = {}
 
         def send(path: str, data: bytes) -> None:
-            response = api.put(f"{LIVE}/{run['id']}/files/{path}", params={"offset": sizes.get(path, 0)}, content=data,
-                               headers={"Content-Type": "application/octet-stream"})
+            response = api.put(
+                f"{LIVE}/{run['id']}/files/{path}",
+                params={"offset": sizes.get(path, 0)},
+                content=data,
+                headers={"Content-Type": "application/octet-stream"},
+            )
             assert response.status_code == 200, response.text
             sizes[path] = response.json()["size"]
 

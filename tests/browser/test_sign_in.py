@@ -44,11 +44,16 @@ def locked_server(tmp_path_factory: pytest.TempPathFactory, make_archive: Callab
     _uploader, upload_token = make_token(url, "upload", name="ci-uploader")
     reader, read_token = make_token(url, "read", name="alice")
     settings = Settings(_env_file=None, data_dir=root / "data", database_url=url)
-    with live_service(settings) as live, httpx.Client(base_url=live.url, timeout=30,
-                                                      headers=bearer(upload_token)) as api:
+    with (
+        live_service(settings) as live,
+        httpx.Client(base_url=live.url, timeout=30, headers=bearer(upload_token)) as api,
+    ):
         archive = make_archive("u_shape")
-        response = api.post("/api/v1/runs", data={"name": "signed-upload", "project": "bt-auth"},
-                            files={"file": (archive.name, archive.read_bytes(), "application/gzip")})
+        response = api.post(
+            "/api/v1/runs",
+            data={"name": "signed-upload", "project": "bt-auth"},
+            files={"file": (archive.name, archive.read_bytes(), "application/gzip")},
+        )
         assert response.status_code == 202, response.text
         run_id = response.json()["id"]
         wait_ready(api, run_id)
@@ -62,8 +67,14 @@ def locked_page(browser_context, locked_server: Locked) -> Iterator:
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.api_headers = []
-    page.on("request", lambda request: page.api_headers.append((request.url, request.headers.get("authorization")))
-            if "/api/v1/" in request.url else None)
+    page.on(
+        "request",
+        lambda request: (
+            page.api_headers.append((request.url, request.headers.get("authorization")))
+            if "/api/v1/" in request.url
+            else None
+        ),
+    )
     try:
         yield page
     finally:

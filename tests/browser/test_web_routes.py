@@ -35,8 +35,10 @@ def test_index_is_the_single_page_app(web_client):
 MODULES = sorted(path.name for path in STATIC_DIR.glob("*.js"))  # app.js (the entry) and the ES modules it imports
 
 
-@pytest.mark.parametrize(("name", "media_type"), [*((name, "text/javascript") for name in MODULES),
-                                                  ("app.css", "text/css"), ("favicon.svg", "image/svg+xml")])
+@pytest.mark.parametrize(
+    ("name", "media_type"),
+    [*((name, "text/javascript") for name in MODULES), ("app.css", "text/css"), ("favicon.svg", "image/svg+xml")],
+)
 def test_assets_are_served_with_their_media_type(web_client, name, media_type):
     response = web_client.get(f"/static/{name}")
     assert response.status_code == 200
@@ -55,8 +57,9 @@ def test_modules_import_only_sibling_files():
             assert spec[2:] in MODULES, f"{name} imports {spec!r}, which is not in static/"
 
 
-@pytest.mark.parametrize("path", ["/static/nope.js", "/static/..%2Froutes.py", "/static/%2e%2e/routes.py",
-                                  "/static/../routes.py"])
+@pytest.mark.parametrize(
+    "path", ["/static/nope.js", "/static/..%2Froutes.py", "/static/%2e%2e/routes.py", "/static/../routes.py"]
+)
 def test_only_listed_assets_are_served(web_client, path):
     response = web_client.get(path)
     assert response.status_code == 404
@@ -73,6 +76,9 @@ def test_no_asset_points_outside_the_app():
     """Works offline: no CDN, font service or other absolute URL in what the browser loads."""
     for path in STATIC_DIR.iterdir():
         text = path.read_text(encoding="utf-8")
-        remote = [url for url in re.findall(r"(?:https?:)?//[\w.-]+\.[a-z]{2,}[^\s\"'`)]*", text)
-                  if "www.w3.org/2000/svg" not in url]
+        remote = [
+            url
+            for url in re.findall(r"(?:https?:)?//[\w.-]+\.[a-z]{2,}[^\s\"'`)]*", text)
+            if "www.w3.org/2000/svg" not in url
+        ]
         assert not remote, f"{path.name} refers to {remote}"

@@ -7,10 +7,23 @@ import httpx
 
 def run_body(run_id: int = 7, status: str = "ready", **extra: object) -> dict:
     """A RunRead-shaped body (the fields the client and CLI read)."""
-    body = {"id": run_id, "name": "esm2-650m", "project": "esm2", "tags": ["nightly"], "status": status,
-            "error": None, "ranks": 1, "layer_count": 50, "points": 11_760, "iteration_min": 0,
-            "iteration_max": 200, "lines_read": 11_779, "lines_skipped": 0, "lines_duplicated": 0,
-            "created_at": "2026-01-16T10:00:00Z"}
+    body = {
+        "id": run_id,
+        "name": "esm2-650m",
+        "project": "esm2",
+        "tags": ["nightly"],
+        "status": status,
+        "error": None,
+        "ranks": 1,
+        "layer_count": 50,
+        "points": 11_760,
+        "iteration_min": 0,
+        "iteration_max": 200,
+        "lines_read": 11_779,
+        "lines_skipped": 0,
+        "lines_duplicated": 0,
+        "created_at": "2026-01-16T10:00:00Z",
+    }
     body.update(extra)
     return body
 
@@ -19,13 +32,23 @@ HEAD = "model.lm_head"
 
 
 def finding(pattern: str, severity: str, layers: list[str] | None = None) -> dict:
-    return {"pattern": pattern, "severity": severity, "layers": layers or [], "summary": f"{pattern} | summary",
-            "evidence": []}
+    return {
+        "pattern": pattern,
+        "severity": severity,
+        "layers": layers or [],
+        "summary": f"{pattern} | summary",
+        "evidence": [],
+    }
 
 
 def layer(name: str, severity: str, level: float | None) -> dict:
-    return {"name": name, "severity": severity, "worst_signal": "gradient underflows%", "worst_level": level,
-            "patterns": ["head_only"] if severity != "ok" else []}
+    return {
+        "name": name,
+        "severity": severity,
+        "worst_signal": "gradient underflows%",
+        "worst_level": level,
+        "patterns": ["head_only"] if severity != "ok" else [],
+    }
 
 
 ANALYSIS = {
@@ -35,23 +58,39 @@ ANALYSIS = {
 RECOMMENDATION = {
     "fp8_skip_layers": [HEAD],
     "gemm_overrides": [{"layer": "model.x.3.fc1", "gemms": ["wgrad"], "reason": "gradient only"}],
-    "recipe": {"name": "delayed", "class": "transformer_engine.common.recipe.DelayedScaling", "kwargs": {},
-               "reason": "keep delayed"},
-    "expected_cost": {"bf16_gemm_share": 0.0204, "gemm_slowdown_vs_all_fp8_pct": 1.41, "gemm_speedup_vs_all_bf16": 1.6665},
+    "recipe": {
+        "name": "delayed",
+        "class": "transformer_engine.common.recipe.DelayedScaling",
+        "kwargs": {},
+        "reason": "keep delayed",
+    },
+    "expected_cost": {
+        "bf16_gemm_share": 0.0204,
+        "gemm_slowdown_vs_all_fp8_pct": 1.41,
+        "gemm_speedup_vs_all_bf16": 1.6665,
+    },
     "confidence": 0.8,
 }
 RUN = {"id": 7, "name": "esm2-650m", "project": "esm2"}
 
 
-HEALTHY = {"findings": [{"pattern": "healthy", "severity": "ok", "layers": [], "summary": "No pattern.",
-                         "evidence": []}], "layers": [], "notes": ["Single rank: rank consistency not checked."]}
+HEALTHY = {
+    "findings": [{"pattern": "healthy", "severity": "ok", "layers": [], "summary": "No pattern.", "evidence": []}],
+    "layers": [],
+    "notes": ["Single rank: rank consistency not checked."],
+}
 
 
 COMPARE = {
-    "layers": [], "groups": [], "precision_changes": [],
+    "layers": [],
+    "groups": [],
+    "precision_changes": [],
     "findings_appeared": [{"pattern": "head_only", "severity": "severe", "layers": [HEAD], "summary": "head fails"}],
-    "findings_disappeared": [], "unmatched": {}, "notes": ["layers match by exact name"],
-    "base": {"id": 8, "name": "healthy"}, "head": {"id": 7, "name": None},
+    "findings_disappeared": [],
+    "unmatched": {},
+    "notes": ["layers match by exact name"],
+    "base": {"id": 8, "name": "healthy"},
+    "head": {"id": 7, "name": None},
     "summary": ["head gradient underflow +4345% (mean 0.21% → 9.25%)"],
 }
 

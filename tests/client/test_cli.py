@@ -33,8 +33,12 @@ def test_status_prints_a_readable_summary(invoke) -> None:
     result = invoke("status", "7")
 
     assert result.exit_code == 0
-    assert result.stdout.splitlines()[:4] == ["run        7  esm2-650m", "project    esm2", "status     ready",
-                                              "tags       nightly"]
+    assert result.stdout.splitlines()[:4] == [
+        "run        7  esm2-650m",
+        "project    esm2",
+        "status     ready",
+        "tags       nightly",
+    ]
     assert "iterations 0..200" in result.stdout
 
 
@@ -64,8 +68,10 @@ def test_unreachable_url_from_the_environment_exits_2_naming_it() -> None:
     assert "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("args", [["gate", "7", "--fail-on", "ok"], ["status", "seven"],
-                                  ["recommend", "7", "--format", "yaml"], ["heatmap", "7"]])
+@pytest.mark.parametrize(
+    "args",
+    [["gate", "7", "--fail-on", "ok"], ["status", "seven"], ["recommend", "7", "--format", "yaml"], ["heatmap", "7"]],
+)
 def test_usage_errors_exit_2(invoke, args: list[str]) -> None:
     assert invoke(*args).exit_code == 2
 
@@ -76,8 +82,18 @@ def test_upload_wait_json_prints_the_ready_run(invoke, service: FakeService, tmp
     log.parent.mkdir()
     log.write_text("stats\n")
 
-    result = invoke("upload", str(tmp_path), "--name", "esm2-650m", "--tags", "a,b", "--metadata", '{"gpu": "h100"}',
-                    "--wait", "--json")
+    result = invoke(
+        "upload",
+        str(tmp_path),
+        "--name",
+        "esm2-650m",
+        "--tags",
+        "a,b",
+        "--metadata",
+        '{"gpu": "h100"}',
+        "--wait",
+        "--json",
+    )
 
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["status"] == "ready"
@@ -162,7 +178,10 @@ def test_gate_json_and_a_higher_bar(invoke) -> None:
     assert result.exit_code == 1
     body = json.loads(result.stdout)
     assert (body["passed"], body["fail_on"], [f["pattern"] for f in body["failing_findings"]]) == (
-        False, "severe", ["head_only"])
+        False,
+        "severe",
+        ["head_only"],
+    )
     assert body["recommendation"]["fp8_skip_layers"] == ["model.lm_head"]
 
 
@@ -188,8 +207,11 @@ def test_compare_prints_the_summary_and_finding_changes(invoke) -> None:
     lines = invoke("compare", "8", "7").stdout.splitlines()
 
     assert lines[:3] == ["base  run 8 healthy", "head  run 7", "- head gradient underflow +4345% (mean 0.21% → 9.25%)"]
-    assert lines[4:7] == ["findings appeared:", "PATTERN    SEVERITY  LAYERS         SUMMARY",
-                          "head_only  severe    model.lm_head  head fails"]
+    assert lines[4:7] == [
+        "findings appeared:",
+        "PATTERN    SEVERITY  LAYERS         SUMMARY",
+        "head_only  severe    model.lm_head  head fails",
+    ]
     assert lines[-1] == "note: layers match by exact name"
 
 
@@ -205,5 +227,6 @@ def test_heatmap_saves_the_png(invoke, service: FakeService, tmp_path: Path) -> 
 def test_the_console_script_has_the_client_commands() -> None:
     from fp8_policy.service.cli import cli as console
 
-    assert {"serve", "db", "upload", "status", "runs", "analysis", "recommend", "gate", "compare",
-            "heatmap"} <= set(console.commands)
+    assert {"serve", "db", "upload", "status", "runs", "analysis", "recommend", "gate", "compare", "heatmap"} <= set(
+        console.commands
+    )

@@ -33,8 +33,9 @@ class StoryService(FakeService):
         if request.method == "GET" and parts == ["api", "v1", "runs"]:
             self.requests.append(request)
             project = request.url.params.get("project")
-            items = [states[-1] for _, states in sorted(self.runs.items(), reverse=True)
-                     if states[-1]["project"] == project]
+            items = [
+                states[-1] for _, states in sorted(self.runs.items(), reverse=True) if states[-1]["project"] == project
+            ]
             if request.url.params.get("cursor") is None:
                 return httpx.Response(200, json={"items": items[:1], "next_cursor": "2"})
             return httpx.Response(200, json={"items": items[1:], "next_cursor": None})
@@ -101,11 +102,27 @@ def test_analysis_wide_lists_every_layer_uncut(invoke) -> None:
 
 
 def test_thresholds_gpu_and_te_version_recompute_recommend_and_gate(invoke, service) -> None:
-    result = invoke("recommend", "7", "--threshold", "critical=3", "--threshold", "severe=6", "--gpu", "B200",
-                    "--te-version", "2.13", "--previous-run", "esm2/healthy")
+    result = invoke(
+        "recommend",
+        "7",
+        "--threshold",
+        "critical=3",
+        "--threshold",
+        "severe=6",
+        "--gpu",
+        "B200",
+        "--te-version",
+        "2.13",
+        "--previous-run",
+        "esm2/healthy",
+    )
     posted = json.loads(result.stdout)["posted"]
-    assert posted == {"thresholds": {"critical": 3.0, "severe": 6.0}, "gpu": "B200", "te_version": "2.13",
-                      "previous_run": 8}
+    assert posted == {
+        "thresholds": {"critical": 3.0, "severe": 6.0},
+        "gpu": "B200",
+        "te_version": "2.13",
+        "previous_run": 8,
+    }
     assert invoke("gate", "7", "--threshold", "critical=3", "--gpu", "h100").exit_code in (0, 1)
     analysis = [r for r in service.requests if r.url.path.endswith("/analysis")][-1]
     assert analysis.url.params["critical"] == "3.0"
@@ -126,15 +143,22 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("args", [["recommend", "7"], ["recommend", "7", "--summary"], ["analysis", "7", "--wide"],
-                                  ["status", "7"]])
+@pytest.mark.parametrize(
+    "args", [["recommend", "7"], ["recommend", "7", "--summary"], ["analysis", "7", "--wide"], ["status", "7"]]
+)
 def test_a_closed_pipe_exits_0_quietly(args) -> None:
     """`fp8-policy recommend 7 | head -1`: the reader is gone before the output is written."""
     read_end, write_end = os.pipe()
     os.close(read_end)  # like `head` after its first line: every write now raises EPIPE
     try:
-        done = subprocess.run([sys.executable, "-c", SCRIPT, *args], stdout=write_end, stderr=subprocess.PIPE,
-                              cwd=ROOT, timeout=120, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", SCRIPT, *args],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+            timeout=120,
+            check=False,
+        )
     finally:
         os.close(write_end)
     assert done.returncode == 0, done.stderr.decode()

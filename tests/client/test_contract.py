@@ -83,8 +83,9 @@ def run_ids(served: Served) -> dict[str, int]:
     ids = {}
     with PolicyClient(served.url, token="not-checked-yet") as client:
         for scenario, path in served.logs.items():
-            run = client.upload(path, name=scenario, project=PROJECT, tags=["contract", scenario],
-                                metadata={"gpu": "h100"})
+            run = client.upload(
+                path, name=scenario, project=PROJECT, tags=["contract", scenario], metadata={"gpu": "h100"}
+            )
             assert run["status"] == "queued"
             ready = client.wait(run["id"], timeout=60)
             assert ready["status"] == "ready", ready
@@ -106,13 +107,18 @@ def test_uploaded_directory_is_ingested_with_only_its_logs(client: PolicyClient,
     run = client.run(run_ids["healthy"])
 
     assert (run["name"], run["project"], run["tags"], run["metadata"]) == (
-        "healthy", PROJECT, ["contract", "healthy"], {"gpu": "h100"})
+        "healthy",
+        PROJECT,
+        ["contract", "healthy"],
+        {"gpu": "h100"},
+    )
     assert run["upload_filename"] == "healthy.tar.gz"
     assert run["layer_count"] > 0 and run["ranks"] == 1
     report = run["ingest_report"]
     assert [f["path"] for f in report["files"]] == [
         "rank_0/nvdlfw_inspect_logs/nvdlfw_inspect_globalrank-0.log",
-        "rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log"]
+        "rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log",
+    ]
     assert report["archive"]["skipped_members"] == 0  # checkpoint.pt was never sent
 
 
@@ -141,8 +147,17 @@ def test_recommendation_in_every_format(client: PolicyClient, run_ids: dict[str,
     policy = client.recommendation(run_id)
     rendered = {fmt: client.recommendation(run_id, format=fmt) for fmt in ("te-yaml", "megatron", "hydra", "torchao")}
 
-    assert set(policy) >= {"fp8_skip_layers", "gemm_overrides", "recipe", "megatron", "expected_cost", "rationale",
-                           "confidence", "policy_version", "findings"}
+    assert set(policy) >= {
+        "fp8_skip_layers",
+        "gemm_overrides",
+        "recipe",
+        "megatron",
+        "expected_cost",
+        "rationale",
+        "confidence",
+        "policy_version",
+        "findings",
+    }
     assert policy["fp8_skip_layers"]
     assert isinstance(yaml.safe_load(rendered["te-yaml"]), dict)
     compile(rendered["torchao"], "torchao_fp8_filter.py", "exec")
@@ -158,7 +173,10 @@ def test_server_errors_come_back_typed(client: PolicyClient, run_ids: dict[str, 
         client.recommendation(run_ids["healthy"], format="xlsx")
 
     assert (missing.value.status, missing.value.error, missing.value.detail) == (
-        404, "NotFound", "run 987654 does not exist")
+        404,
+        "NotFound",
+        "run 987654 does not exist",
+    )
     assert (bad_format.value.status, bad_format.value.error) == (400, "UnknownFormat")
 
 
@@ -175,8 +193,15 @@ def test_a_failed_ingest_raises_with_the_servers_error(client: PolicyClient, tmp
 
 def test_gate_exit_codes(served: Served, run_ids: dict[str, int], tmp_path: Path) -> None:
     healthy = _cli(served, "gate", str(run_ids["healthy"]))
-    failing = _cli(served, "gate", str(run_ids["head_only"]), "--fail-on", "critical",
-                   "--summary-file", str(tmp_path / "summary.md"))
+    failing = _cli(
+        served,
+        "gate",
+        str(run_ids["head_only"]),
+        "--fail-on",
+        "critical",
+        "--summary-file",
+        str(tmp_path / "summary.md"),
+    )
     unknown = _cli(served, "gate", "987654")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -207,8 +232,14 @@ def test_cli_journey_upload_wait_recommend(served: Served, tmp_path: Path) -> No
 def test_console_script_process_exit_code(served: Served, run_ids: dict[str, int]) -> None:
     """The real process: exit code 1 for a failing gate, no traceback."""
     env = {**os.environ, "FP8_POLICY_URL": served.url}
-    done = subprocess.run([sys.executable, "-m", "fp8_policy.service.cli", "gate", str(run_ids["head_only"]), "--json"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "fp8_policy.service.cli", "gate", str(run_ids["head_only"]), "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
     assert done.returncode == 1, done.stderr
     assert json.loads(done.stdout)["passed"] is False
@@ -223,7 +254,9 @@ def test_compare(client: PolicyClient, served: Served, run_ids: dict[str, int]) 
     assert "head_only" in {f["pattern"] for f in result["findings_appeared"]}
     assert (result["base"]["id"], result["head"]["id"]) == (run_ids["healthy"], run_ids["head_only"])
     assert printed.exit_code == 0
-    assert printed.stdout.startswith(f"base  run {run_ids['healthy']} healthy\nhead  run {run_ids['head_only']} head_only\n")
+    assert printed.stdout.startswith(
+        f"base  run {run_ids['healthy']} healthy\nhead  run {run_ids['head_only']} head_only\n"
+    )
     assert "findings appeared:" in printed.stdout
 
 
@@ -231,7 +264,9 @@ def test_heatmap(client: PolicyClient, served: Served, run_ids: dict[str, int], 
     if "/api/v1/runs/{run_id}/heatmap.png" not in served.routes:
         pytest.skip("GET /api/v1/runs/{id}/heatmap.png is not served yet (another helper is adding it)")
     path = client.heatmap(run_ids["head_only"], tmp_path / "heat.png")
-    printed = _cli(served, "heatmap", str(run_ids["head_only"]), "-o", str(tmp_path / "cli.png"), "--tensor", "activation")
+    printed = _cli(
+        served, "heatmap", str(run_ids["head_only"]), "-o", str(tmp_path / "cli.png"), "--tensor", "activation"
+    )
     with pytest.raises(ApiError) as bad:
         client.heatmap(run_ids["head_only"], tmp_path / "bad.png", dpi=10_000)
 

@@ -64,8 +64,10 @@ def test_the_example_commands_run_against_a_fake_service(mock_client, tmp_path: 
 
 
 def test_client_imports_nothing_from_service_db_or_policy() -> None:
-    code = ("import json, sys, fp8_policy, fp8_policy.client, fp8_policy.client.cli, fp8_policy.client.gate, "
-            "fp8_policy.client.packing; print(json.dumps(sorted({'.'.join(m.split('.')[:2]) for m in sys.modules})))")
+    code = (
+        "import json, sys, fp8_policy, fp8_policy.client, fp8_policy.client.cli, fp8_policy.client.gate, "
+        "fp8_policy.client.packing; print(json.dumps(sorted({'.'.join(m.split('.')[:2]) for m in sys.modules})))"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     loaded = set(json.loads(done.stdout))
 

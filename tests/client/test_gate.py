@@ -12,14 +12,17 @@ def test_severities_order_by_badness() -> None:
     assert [severity_rank(s) for s in ("ok", "warning", "critical", "severe", "weird")] == [0, 1, 2, 3, 0]
 
 
-@pytest.mark.parametrize(("findings", "fail_on", "passed"), [
-    ([finding("healthy", "ok")], "warning", True),
-    ([finding("rising_trend", "warning")], "critical", True),
-    ([finding("rising_trend", "warning")], "warning", False),
-    ([finding("u_shape", "critical")], "critical", False),
-    ([finding("u_shape", "critical")], "severe", True),
-    ([finding("head_only", "severe")], "severe", False),
-])
+@pytest.mark.parametrize(
+    ("findings", "fail_on", "passed"),
+    [
+        ([finding("healthy", "ok")], "warning", True),
+        ([finding("rising_trend", "warning")], "critical", True),
+        ([finding("rising_trend", "warning")], "warning", False),
+        ([finding("u_shape", "critical")], "critical", False),
+        ([finding("u_shape", "critical")], "severe", True),
+        ([finding("head_only", "severe")], "severe", False),
+    ],
+)
 def test_a_run_fails_when_a_finding_reaches_the_bar(findings: list[dict], fail_on: str, passed: bool) -> None:
     result = evaluate(RUN, {"findings": findings, "layers": []}, {}, fail_on)
 
@@ -39,16 +42,21 @@ def test_worst_layers_are_the_flagged_ones_worst_first() -> None:
 def test_markdown_shows_verdict_findings_worst_layers_and_the_change() -> None:
     markdown = render_markdown(evaluate(RUN, ANALYSIS, RECOMMENDATION, "critical"))
 
-    assert markdown.startswith("## FP8 policy gate: FAIL\n\nrun 7 `esm2-650m` (project `esm2`): 1 finding(s) at or "
-                               "above **critical**.\n")
+    assert markdown.startswith(
+        "## FP8 policy gate: FAIL\n\nrun 7 `esm2-650m` (project `esm2`): 1 finding(s) at or above **critical**.\n"
+    )
     assert "| severe | head_only | `model.lm_head` | head_only \\| summary |" in markdown
     assert "| `model.lm_head` | severe | gradient underflows% | 9.25 | head_only |" in markdown
     assert "- Keep in BF16 (`fp8_skip_layers`, 1): `model.lm_head`" in markdown
     assert "- GEMM override `model.x.3.fc1`: wgrad in BF16 (gradient only)" in markdown
     assert "- Recipe: **delayed** (`transformer_engine.common.recipe.DelayedScaling`): keep delayed" in markdown
-    assert "- Expected cost: 2.04% of GEMMs in BF16, GEMM time +1.41% vs all-FP8 (1.67x faster than all-BF16)" in markdown
+    assert (
+        "- Expected cost: 2.04% of GEMMs in BF16, GEMM time +1.41% vs all-FP8 (1.67x faster than all-BF16)" in markdown
+    )
     assert "- Confidence: 0.8" in markdown
-    assert markdown.endswith("Get it as a config: `fp8-policy recommend 7 --format te-yaml|megatron|hydra|torchao -o FILE`\n")
+    assert markdown.endswith(
+        "Get it as a config: `fp8-policy recommend 7 --format te-yaml|megatron|hydra|torchao -o FILE`\n"
+    )
 
 
 def test_markdown_of_a_passing_run_without_flagged_layers() -> None:

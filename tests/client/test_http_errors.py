@@ -10,8 +10,9 @@ from tests.client.fakes import run_body
 
 
 def test_not_found_keeps_the_servers_error_and_detail(mock_client) -> None:
-    client = mock_client(lambda request: httpx.Response(
-        404, json={"error": "NotFound", "detail": "run 7 does not exist"}))
+    client = mock_client(
+        lambda request: httpx.Response(404, json={"error": "NotFound", "detail": "run 7 does not exist"})
+    )
 
     with pytest.raises(NotFound) as caught:
         client.run(7)
@@ -22,8 +23,9 @@ def test_not_found_keeps_the_servers_error_and_detail(mock_client) -> None:
 
 
 def test_conflict_is_an_api_error_with_the_server_code(mock_client) -> None:
-    client = mock_client(lambda request: httpx.Response(
-        409, json={"error": "NotReady", "detail": "run 7 is processing"}))
+    client = mock_client(
+        lambda request: httpx.Response(409, json={"error": "NotReady", "detail": "run 7 is processing"})
+    )
 
     with pytest.raises(ApiError) as caught:
         client.analysis(7)
@@ -49,7 +51,11 @@ def test_a_non_json_error_body_still_gives_a_typed_error(mock_client) -> None:
     with pytest.raises(ApiError) as caught:
         client.run(1)
 
-    assert (caught.value.status, caught.value.error, caught.value.detail) == (502, "HTTP502", "<html>Bad Gateway</html>")
+    assert (caught.value.status, caught.value.error, caught.value.detail) == (
+        502,
+        "HTTP502",
+        "<html>Bad Gateway</html>",
+    )
 
 
 def test_unreachable_service_raises_connection_failed_naming_the_url(mock_client) -> None:
@@ -62,12 +68,15 @@ def test_unreachable_service_raises_connection_failed_naming_the_url(mock_client
         client.run(1)
 
     assert caught.value.error == "ConnectionFailed"
-    assert caught.value.detail == ("cannot reach the fp8-policy service at http://fp8.test: "
-                                   "ConnectError: [Errno 111] Connection refused")
+    assert caught.value.detail == (
+        "cannot reach the fp8-policy service at http://fp8.test: ConnectError: [Errno 111] Connection refused"
+    )
 
 
 def test_download_errors_leave_no_file(mock_client, tmp_path) -> None:
-    client = mock_client(lambda request: httpx.Response(404, json={"error": "NotFound", "detail": "run 3 does not exist"}))
+    client = mock_client(
+        lambda request: httpx.Response(404, json={"error": "NotFound", "detail": "run 3 does not exist"})
+    )
 
     with pytest.raises(NotFound):
         client.heatmap(3, tmp_path / "heat.png")
@@ -93,18 +102,27 @@ def test_token_is_sent_as_a_bearer_header() -> None:
     assert seen[0].headers["User-Agent"].startswith("fp8-policy-client/")
 
 
-@pytest.mark.parametrize(("call", "method", "url"), [
-    (lambda c: c.runs(project="esm2", status="ready"), "GET", "/api/v1/runs?project=esm2&status=ready"),
-    (lambda c: c.layers(3, rank=1), "GET", "/api/v1/runs/3/layers?rank=1"),
-    (lambda c: c.series(3, "model.lm_head", "gradient", "underflows%"), "GET",
-     "/api/v1/runs/3/series?layer=model.lm_head&tensor=gradient&stat=underflows%25"),
-    (lambda c: c.analysis(3, critical=3.0), "GET", "/api/v1/runs/3/analysis?critical=3.0"),
-    (lambda c: c.recommendation(3, format="te-yaml"), "GET", "/api/v1/runs/3/recommendation?format=te-yaml"),
-    (lambda c: c.recommendation(3, overrides={"gpu_arch": "hopper"}), "POST",
-     "/api/v1/runs/3/recommendation?format=json"),
-    (lambda c: c.compare(1, 2), "GET", "/api/v1/compare?base=1&head=2"),
-    (lambda c: c.delete(3), "DELETE", "/api/v1/runs/3"),
-])
+@pytest.mark.parametrize(
+    ("call", "method", "url"),
+    [
+        (lambda c: c.runs(project="esm2", status="ready"), "GET", "/api/v1/runs?project=esm2&status=ready"),
+        (lambda c: c.layers(3, rank=1), "GET", "/api/v1/runs/3/layers?rank=1"),
+        (
+            lambda c: c.series(3, "model.lm_head", "gradient", "underflows%"),
+            "GET",
+            "/api/v1/runs/3/series?layer=model.lm_head&tensor=gradient&stat=underflows%25",
+        ),
+        (lambda c: c.analysis(3, critical=3.0), "GET", "/api/v1/runs/3/analysis?critical=3.0"),
+        (lambda c: c.recommendation(3, format="te-yaml"), "GET", "/api/v1/runs/3/recommendation?format=te-yaml"),
+        (
+            lambda c: c.recommendation(3, overrides={"gpu_arch": "hopper"}),
+            "POST",
+            "/api/v1/runs/3/recommendation?format=json",
+        ),
+        (lambda c: c.compare(1, 2), "GET", "/api/v1/compare?base=1&head=2"),
+        (lambda c: c.delete(3), "DELETE", "/api/v1/runs/3"),
+    ],
+)
 def test_each_method_calls_its_endpoint(mock_client, call, method: str, url: str) -> None:
     seen: list[httpx.Request] = []
 

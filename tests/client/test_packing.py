@@ -18,8 +18,9 @@ from tests.client.fakes import run_body
 LOGS = {
     "rank_0/nvdlfw_inspect_logs/nvdlfw_inspect_globalrank-0.log": b"plan lines\n",
     "rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log": b"stats 0\n",
-    "rank_1/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_20260115_230630_globalrank-1.log.gz":
-        gzip.compress(b"stats 1\n", mtime=0),
+    "rank_1/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_20260115_230630_globalrank-1.log.gz": gzip.compress(
+        b"stats 1\n", mtime=0
+    ),
     "nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-2.log": b"stats 2\n",
 }
 JUNK = {
@@ -43,14 +44,17 @@ def _members(archive) -> dict[str, bytes]:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
 
 
-@pytest.mark.parametrize(("path", "expected"), [
-    ("nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log", True),
-    ("run/rank_3/nvdlfw_inspect_logs/nvdlfw_inspect_20260101_000000_globalrank-3.log", True),
-    ("nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log.gz", True),
-    ("nvdlfw_inspect_globalrank-0.log", False),
-    ("nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log.1", False),
-    ("other_logs/nvdlfw_inspect_globalrank-0.log", False),
-])
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log", True),
+        ("run/rank_3/nvdlfw_inspect_logs/nvdlfw_inspect_20260101_000000_globalrank-3.log", True),
+        ("nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log.gz", True),
+        ("nvdlfw_inspect_globalrank-0.log", False),
+        ("nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log.1", False),
+        ("other_logs/nvdlfw_inspect_globalrank-0.log", False),
+    ],
+)
 def test_is_log_path(path: str, expected: bool) -> None:
     assert is_log_path(path) is expected
 
@@ -75,7 +79,8 @@ def test_a_log_folder_given_directly_keeps_its_own_name(tmp_path: Path) -> None:
     root = _write(tmp_path, LOGS) / "rank_0" / "nvdlfw_inspect_statistics_logs"
 
     assert [arc for _path, arc in find_log_files(root)] == [
-        "nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log"]
+        "nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log"
+    ]
 
 
 def test_a_directory_without_logs_fails_before_any_request(tmp_path: Path, mock_client) -> None:
@@ -93,29 +98,40 @@ def _form(request: httpx.Request) -> dict[str, tuple[str | None, bytes]]:
     """name -> (filename, bytes) of a multipart request body."""
     head = f"Content-Type: {request.headers['content-type']}\r\n\r\n".encode()
     message = BytesParser().parsebytes(head + request.read())
-    return {part.get_param("name", header="content-disposition"): (part.get_filename(), part.get_payload(decode=True))
-            for part in message.get_payload()}
+    return {
+        part.get_param("name", header="content-disposition"): (part.get_filename(), part.get_payload(decode=True))
+        for part in message.get_payload()
+    }
 
 
 def test_upload_of_a_directory_sends_a_tar_gz_and_the_fields(tmp_path: Path, mock_client) -> None:
     forms: list[dict] = []
-    client = mock_client(lambda request: forms.append(_form(request)) or httpx.Response(202, json=run_body(7, "queued")))
+    client = mock_client(
+        lambda request: forms.append(_form(request)) or httpx.Response(202, json=run_body(7, "queued"))
+    )
     root = _write(tmp_path / "esm2_run", {**LOGS, **JUNK})
 
-    run = client.upload(root, name="esm2-650m", project="esm2", tags=["nightly", "h100"],
-                        metadata={"hidden_size": 1280}, progress=False)
+    run = client.upload(
+        root, name="esm2-650m", project="esm2", tags=["nightly", "h100"], metadata={"hidden_size": 1280}, progress=False
+    )
 
     assert run["status"] == "queued"
     form = forms[0]
     assert form["file"][0] == "esm2_run.tar.gz"
     assert _members(io.BytesIO(form["file"][1])) == LOGS
     assert {k: v[1] for k, v in form.items() if k != "file"} == {
-        "name": b"esm2-650m", "project": b"esm2", "tags": b"nightly,h100", "metadata": b'{"hidden_size": 1280}'}
+        "name": b"esm2-650m",
+        "project": b"esm2",
+        "tags": b"nightly,h100",
+        "metadata": b'{"hidden_size": 1280}',
+    }
 
 
 def test_upload_of_a_file_sends_it_as_is(tmp_path: Path, mock_client) -> None:
     forms: list[dict] = []
-    client = mock_client(lambda request: forms.append(_form(request)) or httpx.Response(202, json=run_body(7, "queued")))
+    client = mock_client(
+        lambda request: forms.append(_form(request)) or httpx.Response(202, json=run_body(7, "queued"))
+    )
     log = tmp_path / "run.tgz"
     log.write_bytes(b"\x1f\x8b archive bytes")
 

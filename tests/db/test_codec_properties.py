@@ -28,12 +28,18 @@ INT64 = st.integers(-(2**63), 2**63 - 1)
 
 
 @fuzz(400)
-@given(iterations=st.one_of(
-    st.lists(INT64, max_size=200),
-    st.lists(st.integers(0, 10**7), max_size=500).map(sorted),
-    st.builds(lambda start, step, n: [start + step * k for k in range(n)],
-              st.integers(0, 10**12), st.integers(1, 1000), st.integers(0, 300)),
-))
+@given(
+    iterations=st.one_of(
+        st.lists(INT64, max_size=200),
+        st.lists(st.integers(0, 10**7), max_size=500).map(sorted),
+        st.builds(
+            lambda start, step, n: [start + step * k for k in range(n)],
+            st.integers(0, 10**12),
+            st.integers(1, 1000),
+            st.integers(0, 300),
+        ),
+    )
+)
 def test_any_int64_iterations_round_trip_exactly(iterations: list[int]) -> None:
     array = np.asarray(iterations, dtype=np.int64)
 
@@ -60,14 +66,19 @@ def test_logged_values_round_trip(values: list[float]) -> None:
 
 
 @fuzz(500)
-@given(blob=st.one_of(
-    st.binary(max_size=200),
-    st.builds(lambda tag, body: tag + body, st.sampled_from([b"f", b"z", b"r", b"d"]), st.binary(max_size=200)),
-    # ranges with a damaged count: negative, beyond MAX_SERIES_POINTS, or modest (never a huge allocation here)
-    st.builds(lambda start, step, count: b"r" + np.asarray([start, step, count], "<i8").tobytes(),
-              INT64, INT64, st.one_of(st.integers(-(2**63), -1), st.integers(MAX_SERIES_POINTS + 1, 2**63 - 1),
-                                      st.integers(0, 10_000))),
-))
+@given(
+    blob=st.one_of(
+        st.binary(max_size=200),
+        st.builds(lambda tag, body: tag + body, st.sampled_from([b"f", b"z", b"r", b"d"]), st.binary(max_size=200)),
+        # ranges with a damaged count: negative, beyond MAX_SERIES_POINTS, or modest (never a huge allocation here)
+        st.builds(
+            lambda start, step, count: b"r" + np.asarray([start, step, count], "<i8").tobytes(),
+            INT64,
+            INT64,
+            st.one_of(st.integers(-(2**63), -1), st.integers(MAX_SERIES_POINTS + 1, 2**63 - 1), st.integers(0, 10_000)),
+        ),
+    )
+)
 def test_decoding_arbitrary_bytes_raises_only_corrupt_series(blob: bytes) -> None:
     for decode in (decode_values, decode_iterations):
         try:

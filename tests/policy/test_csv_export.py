@@ -21,9 +21,37 @@ def _written(prefix: bytes, iterations: np.ndarray, values: np.ndarray) -> bytes
     return b"".join(csv_export.series_rows(prefix, iterations, values))
 
 
-EDGES = [0.0, -0.0, 1e-5, 4.9e-5, 5e-5, 5.0001e-5, -5e-5, 0.00015, 0.00025, 0.12345, 0.99995, 1.0, 21.4701,
-         99.99995, 100.0, -3.14159, 1234567.8912, 4.5e11, 4.6e11, 1e15, 1e300, -1e300, 5e-324, math.nan,
-         math.inf, -math.inf, 2.675, 1.00005, 0.30000000000000004]
+EDGES = [
+    0.0,
+    -0.0,
+    1e-5,
+    4.9e-5,
+    5e-5,
+    5.0001e-5,
+    -5e-5,
+    0.00015,
+    0.00025,
+    0.12345,
+    0.99995,
+    1.0,
+    21.4701,
+    99.99995,
+    100.0,
+    -3.14159,
+    1234567.8912,
+    4.5e11,
+    4.6e11,
+    1e15,
+    1e300,
+    -1e300,
+    5e-324,
+    math.nan,
+    math.inf,
+    -math.inf,
+    2.675,
+    1.00005,
+    0.30000000000000004,
+]
 
 
 def test_edge_values_match_python_formatting() -> None:
@@ -50,8 +78,7 @@ def test_large_series_come_in_bounded_pieces_that_join_to_the_whole() -> None:
     n = 300_000
     iterations = np.arange(n, dtype=np.int64)
     values = np.linspace(0, 100, n)
-    prefix = csv_export.row_prefix("bionemo", 0, "model.layers.3.self_attention.proj", "gradient", None,
-                                   "underflows%")
+    prefix = csv_export.row_prefix("bionemo", 0, "model.layers.3.self_attention.proj", "gradient", None, "underflows%")
 
     pieces = list(csv_export.series_rows(prefix, iterations, values))
 

@@ -16,9 +16,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = {"policy/analysis": "fp8_policy.policy.analysis", "policy/render": "fp8_policy.policy.render",
-            "service/visual": "fp8_policy.service.visual", "policy/recommend": "fp8_policy.policy.recommend",
-            "policy/compare": "fp8_policy.policy.compare"}
+PACKAGES = {
+    "policy/analysis": "fp8_policy.policy.analysis",
+    "policy/render": "fp8_policy.policy.render",
+    "service/visual": "fp8_policy.service.visual",
+    "policy/recommend": "fp8_policy.policy.recommend",
+    "policy/compare": "fp8_policy.policy.compare",
+}
 
 
 def _modules(folder: str, package: str) -> dict[str, Path]:
@@ -54,7 +58,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         path.pop()
@@ -70,13 +74,14 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 @pytest.mark.parametrize("folder", sorted(PACKAGES))
 def test_package_has_no_import_cycle(folder):
     modules = _modules(folder, PACKAGES[folder])
-    graph = {name: _imports(ast.parse(path.read_text()), modules, top_level=True) - {name}
-             for name, path in modules.items()}
+    graph = {
+        name: _imports(ast.parse(path.read_text()), modules, top_level=True) - {name} for name, path in modules.items()
+    }
     assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
 
 
 @pytest.mark.parametrize("folder", sorted(set(PACKAGES) - {"service/visual"}))  # visual/job.py imports the
-def test_no_package_module_is_imported_inside_a_function(folder):                 # renderer in its worker on purpose
+def test_no_package_module_is_imported_inside_a_function(folder):  # renderer in its worker on purpose
     modules = _modules(folder, PACKAGES[folder])
     late = {}
     for name, path in modules.items():

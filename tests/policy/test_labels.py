@@ -32,9 +32,12 @@ def test_the_recommendation_json_carries_the_labels():
 
 
 def test_no_policy_source_cites_an_internal_document():
-    offenders = [f"{path.relative_to(POLICY)}:{n}" for path in POLICY.rglob("*.py")
-                 for n, line in enumerate(path.read_text().splitlines(), 1)
-                 if re.search(r"\b[\w-]+\.md\b|§", line)]
+    offenders = [
+        f"{path.relative_to(POLICY)}:{n}"
+        for path in POLICY.rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\b[\w-]+\.md\b|§", line)
+    ]
     assert not offenders, offenders
 
 

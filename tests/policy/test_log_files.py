@@ -26,9 +26,7 @@ META = "nvdlfw_inspect_logs"
         (f"rank_0/{STATS}/nvdlfw_inspect_globalrank-5.log", "stats", 5, None),  # dir rank differs: trust file
     ],
 )
-def test_classify_log_path_accepts_nvdlfw_layouts(
-    relpath: str, kind: Kind, rank: int, stamp: str | None
-) -> None:
+def test_classify_log_path_accepts_nvdlfw_layouts(relpath: str, kind: Kind, rank: int, stamp: str | None) -> None:
     expected = LogFile(kind=kind, rank=rank, stamp=stamp, relpath=relpath)
 
     assert classify_log_path(relpath) == expected

@@ -19,8 +19,14 @@ needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"real bionemo
 
 TS = "2026-11-21 23:19:16,265 - INFO - "
 QKV = "model.module.decoder.layers.3.self_attention.linear_qkv"
-GEMMS = [("activation", "fprop"), ("activation", "wgrad"), ("weight", "fprop"), ("weight", "dgrad"),
-         ("gradient", "dgrad"), ("gradient", "wgrad")]
+GEMMS = [
+    ("activation", "fprop"),
+    ("activation", "wgrad"),
+    ("weight", "fprop"),
+    ("weight", "dgrad"),
+    ("gradient", "dgrad"),
+    ("gradient", "wgrad"),
+]
 
 
 def _plan_lines(layer: str, plan: str, gemms: list[tuple[str, str]] = GEMMS) -> list[str]:
@@ -29,51 +35,94 @@ def _plan_lines(layer: str, plan: str, gemms: list[tuple[str, str]] = GEMMS) -> 
 
 # --- one line at a time -------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("line", "layer", "expected"),
     [
         # TE <= 2.12 (real ESM2 lines)
-        ("2026-01-15 23:06:33,943 - INFO - LAYER=model.esm.encoder.layers.1.self_attention.layernorm_qkv: "
-         "Tensor: activation, gemm fprop - FP8 Quantize",
-         "model.esm.encoder.layers.1.self_attention.layernorm_qkv",
-         LayerPlan("model.esm.encoder.layers.1.self_attention.layernorm_qkv",
-                   {("activation", "fprop"): "FP8 Quantize"})),
-        ("2026-01-15 23:06:39,688 - INFO - LAYER=model.esm.encoder.layers.1.layernorm_mlp.fc1: "
-         "Tensor: gradient, gemm wgrad - FP8 Quantize",
-         "model.esm.encoder.layers.1.layernorm_mlp.fc1",
-         LayerPlan("model.esm.encoder.layers.1.layernorm_mlp.fc1", {("gradient", "wgrad"): "FP8 Quantize"})),
-        ("2026-01-15 23:06:34,116 - INFO - LAYER=model.esm.encoder.layers.1.self_attention.layernorm_qkv: "
-         "Feature=LogFp8TensorStats, API=inspect_tensor: activation",
-         "model.esm.encoder.layers.1.self_attention.layernorm_qkv",
-         LayerPlan("model.esm.encoder.layers.1.self_attention.layernorm_qkv", features={"LogFp8TensorStats"})),
-        ("2026-01-15 23:06:34,116 - INFO - LAYER=model.lm_head: FP8 Disabled",
-         "model.lm_head", LayerPlan("model.lm_head", disabled=True)),
+        (
+            "2026-01-15 23:06:33,943 - INFO - LAYER=model.esm.encoder.layers.1.self_attention.layernorm_qkv: "
+            "Tensor: activation, gemm fprop - FP8 Quantize",
+            "model.esm.encoder.layers.1.self_attention.layernorm_qkv",
+            LayerPlan(
+                "model.esm.encoder.layers.1.self_attention.layernorm_qkv", {("activation", "fprop"): "FP8 Quantize"}
+            ),
+        ),
+        (
+            "2026-01-15 23:06:39,688 - INFO - LAYER=model.esm.encoder.layers.1.layernorm_mlp.fc1: "
+            "Tensor: gradient, gemm wgrad - FP8 Quantize",
+            "model.esm.encoder.layers.1.layernorm_mlp.fc1",
+            LayerPlan("model.esm.encoder.layers.1.layernorm_mlp.fc1", {("gradient", "wgrad"): "FP8 Quantize"}),
+        ),
+        (
+            "2026-01-15 23:06:34,116 - INFO - LAYER=model.esm.encoder.layers.1.self_attention.layernorm_qkv: "
+            "Feature=LogFp8TensorStats, API=inspect_tensor: activation",
+            "model.esm.encoder.layers.1.self_attention.layernorm_qkv",
+            LayerPlan("model.esm.encoder.layers.1.self_attention.layernorm_qkv", features={"LogFp8TensorStats"}),
+        ),
+        (
+            "2026-01-15 23:06:34,116 - INFO - LAYER=model.lm_head: FP8 Disabled",
+            "model.lm_head",
+            LayerPlan("model.lm_head", disabled=True),
+        ),
         # TE >= 2.13 (TE-style lines)
-        (f"{TS}LAYER={QKV}: Tensor: gradient, gemm wgrad - Quantize", QKV,
-         LayerPlan(QKV, {("gradient", "wgrad"): "Quantize"})),
-        (f"{TS}LAYER=model.module.output_layer: Tensor: activation, gemm fprop - High Precision",
-         "model.module.output_layer",
-         LayerPlan("model.module.output_layer", {("activation", "fprop"): "High Precision"})),
-        (f"{TS}LAYER={QKV}: Tensor: weight, gemm fprop - modify_tensor()", QKV,
-         LayerPlan(QKV, {("weight", "fprop"): "modify_tensor()"})),
-        (f"{TS}LAYER={QKV}: Tensor: output, gemm fprop - High Precision", QKV,
-         LayerPlan(QKV, {("output", "fprop"): "High Precision"})),
-        (f"{TS}LAYER={QKV}: Feature=LogFp8TensorStats, API=inspect_tensor: gradient", QKV,
-         LayerPlan(QKV, features={"LogFp8TensorStats"})),
-        (f"{TS}LAYER={QKV}: Feature=LogTensorStats, API=look_at_tensor_before_process: activation", QKV,
-         LayerPlan(QKV, features={"LogTensorStats"})),
-        (f"{TS}LAYER={QKV}: Feature=LogNvfp4TensorStats, API=inspect_tensor: weight", QKV,
-         LayerPlan(QKV, features={"LogNvfp4TensorStats"})),
-        (f"{TS}LAYER={QKV}: Feature=PerTensorScaling, API=process_tensor: fprop, activation", QKV,
-         LayerPlan(QKV, features={"PerTensorScaling"})),
-        (f"{TS}LAYER={QKV}: Feature=FakeQuant, API=process_tensor: dgrad, gradient", QKV,
-         LayerPlan(QKV, features={"FakeQuant"})),
-        (f"{TS}LAYER=model.module.decoder.layers.1.mlp.linear_fc2: Quantization Disabled",
-         "model.module.decoder.layers.1.mlp.linear_fc2",
-         LayerPlan("model.module.decoder.layers.1.mlp.linear_fc2", disabled=True)),
+        (
+            f"{TS}LAYER={QKV}: Tensor: gradient, gemm wgrad - Quantize",
+            QKV,
+            LayerPlan(QKV, {("gradient", "wgrad"): "Quantize"}),
+        ),
+        (
+            f"{TS}LAYER=model.module.output_layer: Tensor: activation, gemm fprop - High Precision",
+            "model.module.output_layer",
+            LayerPlan("model.module.output_layer", {("activation", "fprop"): "High Precision"}),
+        ),
+        (
+            f"{TS}LAYER={QKV}: Tensor: weight, gemm fprop - modify_tensor()",
+            QKV,
+            LayerPlan(QKV, {("weight", "fprop"): "modify_tensor()"}),
+        ),
+        (
+            f"{TS}LAYER={QKV}: Tensor: output, gemm fprop - High Precision",
+            QKV,
+            LayerPlan(QKV, {("output", "fprop"): "High Precision"}),
+        ),
+        (
+            f"{TS}LAYER={QKV}: Feature=LogFp8TensorStats, API=inspect_tensor: gradient",
+            QKV,
+            LayerPlan(QKV, features={"LogFp8TensorStats"}),
+        ),
+        (
+            f"{TS}LAYER={QKV}: Feature=LogTensorStats, API=look_at_tensor_before_process: activation",
+            QKV,
+            LayerPlan(QKV, features={"LogTensorStats"}),
+        ),
+        (
+            f"{TS}LAYER={QKV}: Feature=LogNvfp4TensorStats, API=inspect_tensor: weight",
+            QKV,
+            LayerPlan(QKV, features={"LogNvfp4TensorStats"}),
+        ),
+        (
+            f"{TS}LAYER={QKV}: Feature=PerTensorScaling, API=process_tensor: fprop, activation",
+            QKV,
+            LayerPlan(QKV, features={"PerTensorScaling"}),
+        ),
+        (
+            f"{TS}LAYER={QKV}: Feature=FakeQuant, API=process_tensor: dgrad, gradient",
+            QKV,
+            LayerPlan(QKV, features={"FakeQuant"}),
+        ),
+        (
+            f"{TS}LAYER=model.module.decoder.layers.1.mlp.linear_fc2: Quantization Disabled",
+            "model.module.decoder.layers.1.mlp.linear_fc2",
+            LayerPlan("model.module.decoder.layers.1.mlp.linear_fc2", disabled=True),
+        ),
         # nvdlfw generic LogTensorStats
-        ("2026-11-21 23:20:55,701 - INFO - LAYER=model.fc1: Feature=LogTensorStats, API=log_tensor_stats, "
-         "TENSOR=activation: Called", "model.fc1", LayerPlan("model.fc1", features={"LogTensorStats"})),
+        (
+            "2026-11-21 23:20:55,701 - INFO - LAYER=model.fc1: Feature=LogTensorStats, API=log_tensor_stats, "
+            "TENSOR=activation: Called",
+            "model.fc1",
+            LayerPlan("model.fc1", features={"LogTensorStats"}),
+        ),
     ],
 )
 def test_parse_metadata_lines_reads_layer_messages(line: str, layer: str, expected: LayerPlan) -> None:
@@ -173,28 +222,42 @@ def test_layer_order_follows_first_layer_line() -> None:
 
 
 def test_known_layers_covers_assigned_and_planned_names() -> None:
-    lines = [f"{TS}Assigned layer name: model.layers.1.layernorm_mlp",
-             *_plan_lines("model.layers.1.layernorm_mlp.fc1", "Quantize")]
+    lines = [
+        f"{TS}Assigned layer name: model.layers.1.layernorm_mlp",
+        *_plan_lines("model.layers.1.layernorm_mlp.fc1", "Quantize"),
+    ]
 
     assert parse_metadata_lines(lines).known_layers() == {
-        "model.layers.1.layernorm_mlp", "model.layers.1.layernorm_mlp.fc1"}
+        "model.layers.1.layernorm_mlp",
+        "model.layers.1.layernorm_mlp.fc1",
+    }
 
 
 # --- merge_metadata -----------------------------------------------------------------------------------------------
 
+
 def test_merge_metadata_combines_ranks() -> None:
-    rank0 = parse_metadata_lines([
-        f"{TS}Assigned layer name: model.a", f"{TS}Assigned layer name: model.b",
-        *_plan_lines("model.a", "Quantize"), *_plan_lines("model.b", "Quantize"),
-        f"{TS}LAYER=model.a: Feature=LogFp8TensorStats, API=inspect_tensor: gradient", "garbage",
-    ])
-    rank1 = parse_metadata_lines([
-        f"{TS}Assigned layer name: model.b", f"{TS}Assigned layer name: model.c",
-        *_plan_lines("model.c", "Quantize"), *_plan_lines("model.b", "Quantize"),
-        f"{TS}LAYER=model.b: Quantization Disabled",
-        f"{TS}LAYER=model.a: Feature=LogTensorStats, API=look_at_tensor_before_process: activation",
-        *_plan_lines("model.a", "High Precision", GEMMS[:1]),
-    ])
+    rank0 = parse_metadata_lines(
+        [
+            f"{TS}Assigned layer name: model.a",
+            f"{TS}Assigned layer name: model.b",
+            *_plan_lines("model.a", "Quantize"),
+            *_plan_lines("model.b", "Quantize"),
+            f"{TS}LAYER=model.a: Feature=LogFp8TensorStats, API=inspect_tensor: gradient",
+            "garbage",
+        ]
+    )
+    rank1 = parse_metadata_lines(
+        [
+            f"{TS}Assigned layer name: model.b",
+            f"{TS}Assigned layer name: model.c",
+            *_plan_lines("model.c", "Quantize"),
+            *_plan_lines("model.b", "Quantize"),
+            f"{TS}LAYER=model.b: Quantization Disabled",
+            f"{TS}LAYER=model.a: Feature=LogTensorStats, API=look_at_tensor_before_process: activation",
+            *_plan_lines("model.a", "High Precision", GEMMS[:1]),
+        ]
+    )
     before = (repr(rank0), repr(rank1))
 
     merged = merge_metadata([rank0, rank1])
@@ -214,6 +277,7 @@ def test_merge_metadata_of_nothing_is_empty() -> None:
 
 
 # --- the real bionemo logs ----------------------------------------------------------------------------------------
+
 
 def _real(run: str) -> MetadataLog:
     with METADATA_LOGS[run].open(encoding="utf-8", newline="") as handle:

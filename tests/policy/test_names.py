@@ -27,6 +27,7 @@ L = "model.module.decoder.layers.3.self_attention.linear_qkv"
 
 # --- split_metric_name ------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
@@ -36,16 +37,21 @@ L = "model.module.decoder.layers.3.self_attention.linear_qkv"
         (f"{L}_activation_scale_inv_max", MetricName(L, "activation", "scale_inv_max")),
         (f"{L}_activation_mse", MetricName(L, "activation", "mse")),
         (f"{L}_weight_overflows%", MetricName(L, "weight", "overflows%")),
-        (f"{L}_activation_fp8_delayed_scaling_overflows%",
-         MetricName(L, "activation", "overflows%", "fp8_delayed_scaling")),
+        (
+            f"{L}_activation_fp8_delayed_scaling_overflows%",
+            MetricName(L, "activation", "overflows%", "fp8_delayed_scaling"),
+        ),
         (f"{L}_activation_mxfp8_underflows%", MetricName(L, "activation", "underflows%", "mxfp8")),
-        (f"{L}_activation_mxfp8_scale_inv_min_columnwise",
-         MetricName(L, "activation", "scale_inv_min", "mxfp8", columnwise=True)),
+        (
+            f"{L}_activation_mxfp8_scale_inv_min_columnwise",
+            MetricName(L, "activation", "scale_inv_min", "mxfp8", columnwise=True),
+        ),
         (f"{L}_weight_fp8_current_scaling_mse", MetricName(L, "weight", "mse", "fp8_current_scaling")),
-        (f"{L}_gradient_fp8_block_scaling_underflows%",
-         MetricName(L, "gradient", "underflows%", "fp8_block_scaling")),
-        (f"{L}_gradient_fp8_block_scaling_scale_inv_max_columnwise",
-         MetricName(L, "gradient", "scale_inv_max", "fp8_block_scaling", columnwise=True)),
+        (f"{L}_gradient_fp8_block_scaling_underflows%", MetricName(L, "gradient", "underflows%", "fp8_block_scaling")),
+        (
+            f"{L}_gradient_fp8_block_scaling_scale_inv_max_columnwise",
+            MetricName(L, "gradient", "scale_inv_max", "fp8_block_scaling", columnwise=True),
+        ),
         (f"{L}_gradient_nvfp4_underflows%", MetricName(L, "gradient", "underflows%", "nvfp4")),
         (f"{L}_gradient_nvfp4_mse", MetricName(L, "gradient", "mse", "nvfp4")),
         (f"{L}_wgrad_max", MetricName(L, "wgrad", "max")),
@@ -60,21 +66,31 @@ L = "model.module.decoder.layers.3.self_attention.linear_qkv"
         (f"{L}_gradient_mse", MetricName(L, "gradient", "mse")),
         (f"{L}_activation_overflows%", MetricName(L, "activation", "overflows%")),
         (f"{L}_weight_fp8_block_scaling_mse", MetricName(L, "weight", "mse", "fp8_block_scaling")),
-        (f"{L}_weight_max_blockwise_dynamic_range_block_size_32_dims_1_max_over_orientations",
-         MetricName(L, "weight", "max_blockwise_dynamic_range_block_size_32_dims_1_max_over_orientations")),
-        (f"{L}_gradient_max_blockwise_dynamic_range_block_size_32_dims_1",
-         MetricName(L, "gradient", "max_blockwise_dynamic_range_block_size_32_dims_1")),
+        (
+            f"{L}_weight_max_blockwise_dynamic_range_block_size_32_dims_1_max_over_orientations",
+            MetricName(L, "weight", "max_blockwise_dynamic_range_block_size_32_dims_1_max_over_orientations"),
+        ),
+        (
+            f"{L}_gradient_max_blockwise_dynamic_range_block_size_32_dims_1",
+            MetricName(L, "gradient", "max_blockwise_dynamic_range_block_size_32_dims_1"),
+        ),
         (f"{L}_activation_nvfp4_underflows%", MetricName(L, "activation", "underflows%", "nvfp4")),
         (f"{L}_dgrad_min", MetricName(L, "dgrad", "min")),
         (f"{L}_wgrad_l2_norm", MetricName(L, "wgrad", "l2_norm")),
         (f"{L}_output_std", MetricName(L, "output", "std")),
         # real bionemo names
-        ("model.esm.encoder.layers.1.self_attention.layernorm_qkv_gradient_underflows%",
-         MetricName("model.esm.encoder.layers.1.self_attention.layernorm_qkv", "gradient", "underflows%")),
-        ("model.model.layers.2.self_attention.layernorm_qkv_gradient_underflows%",
-         MetricName("model.model.layers.2.self_attention.layernorm_qkv", "gradient", "underflows%")),
-        ("model.esm.encoder.layers.1.layernorm_mlp.fc1_activation_mse",
-         MetricName("model.esm.encoder.layers.1.layernorm_mlp.fc1", "activation", "mse")),
+        (
+            "model.esm.encoder.layers.1.self_attention.layernorm_qkv_gradient_underflows%",
+            MetricName("model.esm.encoder.layers.1.self_attention.layernorm_qkv", "gradient", "underflows%"),
+        ),
+        (
+            "model.model.layers.2.self_attention.layernorm_qkv_gradient_underflows%",
+            MetricName("model.model.layers.2.self_attention.layernorm_qkv", "gradient", "underflows%"),
+        ),
+        (
+            "model.esm.encoder.layers.1.layernorm_mlp.fc1_activation_mse",
+            MetricName("model.esm.encoder.layers.1.layernorm_mlp.fc1", "activation", "mse"),
+        ),
         # nvdlfw generic LogTensorStats (§1.2, §6.2, §6.3)
         ("model.fc1_activation_min", MetricName("model.fc1", "activation", "min")),
         ("model.fc1_gradient_mean", MetricName("model.fc1", "gradient", "mean")),
@@ -82,8 +98,10 @@ L = "model.module.decoder.layers.3.self_attention.linear_qkv"
         ("model.layers.2.linear_activation_l1_norm", MetricName("model.layers.2.linear", "activation", "l1_norm")),
         # greedy on the layer: the LAST `_<tensor>_` is the split point
         ("model.tied_weight_proj_activation_mse", MetricName("model.tied_weight_proj", "activation", "mse")),
-        ("model.gradient_activation_gate_weight_underflows%",
-         MetricName("model.gradient_activation_gate", "weight", "underflows%")),
+        (
+            "model.gradient_activation_gate_weight_underflows%",
+            MetricName("model.gradient_activation_gate", "weight", "underflows%"),
+        ),
     ],
 )
 def test_split_metric_name_follows_the_grammar(name: str, expected: MetricName) -> None:
@@ -97,19 +115,23 @@ def test_split_metric_name_follows_the_grammar(name: str, expected: MetricName) 
         ("model.fc1_relu_quant_act_max", (), MetricName("model.fc1", "relu_quant_act", "max")),
         ("model.fc1_relu_quant_act_max", ("model", "model.fc1"), MetricName("model.fc1", "relu_quant_act", "max")),
         # underscores in the layer: without known layers the split is at the first `_` after the last `.`
-        ("model.layers.1.linear_qkv_relu_act_std", (),
-         MetricName("model.layers.1.linear", "qkv_relu_act", "std")),
-        ("model.layers.1.linear_qkv_relu_act_std", ("model.layers.1.linear", "model.layers.1.linear_qkv"),
-         MetricName("model.layers.1.linear_qkv", "relu_act", "std")),
+        ("model.layers.1.linear_qkv_relu_act_std", (), MetricName("model.layers.1.linear", "qkv_relu_act", "std")),
+        (
+            "model.layers.1.linear_qkv_relu_act_std",
+            ("model.layers.1.linear", "model.layers.1.linear_qkv"),
+            MetricName("model.layers.1.linear_qkv", "relu_act", "std"),
+        ),
         # a custom tensor that ends in a TE tensor name: known layers disambiguate
         ("model.fc1_pre_activation_min", ("model.fc1",), MetricName("model.fc1", "pre_activation", "min")),
         ("model.fc1_pre_activation_min", (), MetricName("model.fc1_pre", "activation", "min")),
         # a custom tensor that starts with a TE tensor name
         ("model.fc1_weight_grad_l2_norm", (), MetricName("model.fc1", "weight_grad", "l2_norm")),
         # LayerNormMLP: the assigned `…layernorm_mlp` is not a prefix followed by `_`
-        ("model.esm.encoder.layers.1.layernorm_mlp.fc2_gradient_underflows%",
-         ("model.esm.encoder.layers.1.layernorm_mlp", "model.esm.encoder.layers.1"),
-         MetricName("model.esm.encoder.layers.1.layernorm_mlp.fc2", "gradient", "underflows%")),
+        (
+            "model.esm.encoder.layers.1.layernorm_mlp.fc2_gradient_underflows%",
+            ("model.esm.encoder.layers.1.layernorm_mlp", "model.esm.encoder.layers.1"),
+            MetricName("model.esm.encoder.layers.1.layernorm_mlp.fc2", "gradient", "underflows%"),
+        ),
         # a known layer that is itself the greedy split
         (f"{L}_activation_mxfp8_underflows%", (L, "model"), MetricName(L, "activation", "underflows%", "mxfp8")),
         # a standard tensor followed by a stat this version does not know is kept verbatim
@@ -124,8 +146,17 @@ def test_split_metric_name_with_custom_tensors_and_known_layers(
 
 @pytest.mark.parametrize(
     "name",
-    ["", "garbage", "model.fc1", "model.fc1_", "model.fc1_activation_", "_activation_min", "_max", "model_max",
-     "model.fc1_cos"],
+    [
+        "",
+        "garbage",
+        "model.fc1",
+        "model.fc1_",
+        "model.fc1_activation_",
+        "_activation_min",
+        "_max",
+        "model_max",
+        "model.fc1_cos",
+    ],
 )
 def test_split_metric_name_returns_none_for_names_outside_the_grammar(name: str) -> None:
     assert split_metric_name(name) is None
@@ -258,6 +289,7 @@ def test_t5_encoder_and_decoder_blocks_stay_distinct() -> None:
 
 # --- order_key ----------------------------------------------------------------------------------------------------
 
+
 def _shuffled(layers: list[str]) -> list[str]:
     copy = list(layers)
     random.Random(7).shuffle(copy)
@@ -273,31 +305,42 @@ def test_order_key_sorts_esm2_in_model_order() -> None:
 
 
 def test_order_key_sorts_megatron_gpt_and_hf_llama_in_model_order() -> None:
-    megatron = ["model.module.embedding.word_embeddings",
-                "model.module.decoder.layers.1.self_attention.linear_qkv",
-                "model.module.decoder.layers.1.self_attention.linear_proj",
-                "model.module.decoder.layers.1.mlp.linear_fc1",
-                "model.module.decoder.layers.1.mlp.linear_fc2",
-                "model.module.decoder.layers.2.self_attention.linear_qkv",
-                "model.module.output_layer"]
-    llama = ["model.model.embed_tokens", "model.model.layers.0", "model.model.layers.0.self_attn.q_proj",
-             "model.model.layers.0.self_attn.k_proj", "model.model.layers.0.self_attn.v_proj",
-             "model.model.layers.0.self_attn.o_proj", "model.model.layers.0.mlp.down_proj", "model.lm_head"]
+    megatron = [
+        "model.module.embedding.word_embeddings",
+        "model.module.decoder.layers.1.self_attention.linear_qkv",
+        "model.module.decoder.layers.1.self_attention.linear_proj",
+        "model.module.decoder.layers.1.mlp.linear_fc1",
+        "model.module.decoder.layers.1.mlp.linear_fc2",
+        "model.module.decoder.layers.2.self_attention.linear_qkv",
+        "model.module.output_layer",
+    ]
+    llama = [
+        "model.model.embed_tokens",
+        "model.model.layers.0",
+        "model.model.layers.0.self_attn.q_proj",
+        "model.model.layers.0.self_attn.k_proj",
+        "model.model.layers.0.self_attn.v_proj",
+        "model.model.layers.0.self_attn.o_proj",
+        "model.model.layers.0.mlp.down_proj",
+        "model.lm_head",
+    ]
 
     assert sorted(_shuffled(megatron), key=order_key) == megatron
     assert sorted(_shuffled(llama), key=order_key) == llama
 
 
 def test_order_key_puts_t5_encoder_blocks_before_decoder_blocks() -> None:
-    expected = ["model.encoder.block.0.layer.0.SelfAttention.q",
-                "model.encoder.block.0.layer.1.DenseReluDense.wo",
-                "model.encoder.block.1.layer.0.SelfAttention.o",
-                "model.decoder.block.0.layer.0.SelfAttention.q",
-                "model.decoder.block.0.layer.1.EncDecAttention.q",
-                "model.decoder.block.0.layer.1.EncDecAttention.o",
-                "model.decoder.block.0.layer.2.DenseReluDense.wi",
-                "model.decoder.block.1.layer.0.SelfAttention.q",
-                "model.lm_head"]
+    expected = [
+        "model.encoder.block.0.layer.0.SelfAttention.q",
+        "model.encoder.block.0.layer.1.DenseReluDense.wo",
+        "model.encoder.block.1.layer.0.SelfAttention.o",
+        "model.decoder.block.0.layer.0.SelfAttention.q",
+        "model.decoder.block.0.layer.1.EncDecAttention.q",
+        "model.decoder.block.0.layer.1.EncDecAttention.o",
+        "model.decoder.block.0.layer.2.DenseReluDense.wi",
+        "model.decoder.block.1.layer.0.SelfAttention.q",
+        "model.lm_head",
+    ]
 
     assert sorted(_shuffled(expected), key=order_key) == expected
 

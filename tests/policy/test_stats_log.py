@@ -25,7 +25,8 @@ BIG_BLOCK = 16 * 1024 * 1024
 # fp8-log-format.md §1.2, verbatim: the property below holds the parser to the spec, not to its own copy.
 SPEC_LINE = re.compile(
     r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3}) - (?P<level>[A-Z]+) - "
-    r"(?P<name>.+?)\s+iteration=(?P<iteration>\d+)\s+value=(?P<value>[-+]?(?:\d+(?:\.\d+)?|nan|inf))\s*$")
+    r"(?P<name>.+?)\s+iteration=(?P<iteration>\d+)\s+value=(?P<value>[-+]?(?:\d+(?:\.\d+)?|nan|inf))\s*$"
+)
 
 
 def parse(*files: bytes, **options) -> tuple[ParsedStats, list[FileReport]]:
@@ -36,8 +37,9 @@ def parse(*files: bytes, **options) -> tuple[ParsedStats, list[FileReport]]:
 
 
 def as_dict(parsed: ParsedStats) -> dict[str, list[tuple[int, float]]]:
-    return {name: list(zip(*(a.tolist() for a in parsed.series(k)), strict=True))
-            for k, name in enumerate(parsed.names)}
+    return {
+        name: list(zip(*(a.tolist() for a in parsed.series(k)), strict=True)) for k, name in enumerate(parsed.names)
+    }
 
 
 def assert_same_series(parsed: ParsedStats, expected: dict[str, dict[int, float]]) -> None:
@@ -82,7 +84,7 @@ def lines(*texts: str, newline: str = "\n") -> bytes:
 def test_value_equals_python_float_of_the_text(text: str, expected: float) -> None:
     parsed, (report,) = parse(lines(f"{HEADER}{NAME} \t\t\t\t iteration=000010 \t\t\t\t value={text}"))
 
-    (_, ((iteration, value),)), = as_dict(parsed).items()
+    ((_, ((iteration, value),)),) = as_dict(parsed).items()
     assert iteration == 10
     assert same_float(value, float(text)) and same_float(value, expected)
     assert (report.stats_lines, report.skipped_lines) == (1, 0)
@@ -114,8 +116,12 @@ def test_seven_digit_iterations_sort_after_six_digit_ones() -> None:
 
 @pytest.mark.parametrize(
     ("iteration", "stored"),
-    [("9223372036854775807", True), ("09223372036854775807", True), ("9223372036854775808", False),
-     ("99999999999999999999", False)],
+    [
+        ("9223372036854775807", True),
+        ("09223372036854775807", True),
+        ("9223372036854775808", False),
+        ("99999999999999999999", False),
+    ],
     ids=["int64-max", "int64-max-zero-padded", "int64-max+1", "20-digits"],
 )
 def test_iteration_beyond_int64_is_a_skipped_line(iteration: str, stored: bool) -> None:
@@ -170,8 +176,12 @@ def test_garbage_lines_are_counted_with_numbered_samples() -> None:
 
 
 def test_binary_garbage_lines_are_skipped() -> None:
-    data = (lines(stats_line(NAME, 0, 1.0)) + b"\x00\xff\xfe\x80 binary \x9c\n" + b"\x1f\x8b\x08\x00\n"
-            + lines(stats_line(NAME, 10, 2.0)))
+    data = (
+        lines(stats_line(NAME, 0, 1.0))
+        + b"\x00\xff\xfe\x80 binary \x9c\n"
+        + b"\x1f\x8b\x08\x00\n"
+        + lines(stats_line(NAME, 10, 2.0))
+    )
 
     parsed, (report,) = parse(data)
 
@@ -262,15 +272,23 @@ def test_duplicates_across_two_feeds_last_feed_wins() -> None:
 
     parsed, reports = parse(older, newer)
 
-    assert as_dict(parsed) == {NAME: [(0, 1.0), (10, 1.0), (20, 2.0), (30, 2.0)],
-                               OTHER: [(0, 1.0), (10, 1.0), (20, 1.0)]}
+    assert as_dict(parsed) == {
+        NAME: [(0, 1.0), (10, 1.0), (20, 2.0), (30, 2.0)],
+        OTHER: [(0, 1.0), (10, 1.0), (20, 1.0)],
+    }
     assert parsed.duplicated_points == 1
     assert [r.stats_lines for r in reports] == [6, 2]
 
 
 def test_duplicate_nan_replaced_by_a_later_value() -> None:
-    parsed, _ = parse(lines(stats_line(NAME, 5, math.nan), stats_line(NAME, 5, 4.0), stats_line(NAME, 6, 1.0),
-                            stats_line(NAME, 6, math.inf)))
+    parsed, _ = parse(
+        lines(
+            stats_line(NAME, 5, math.nan),
+            stats_line(NAME, 5, 4.0),
+            stats_line(NAME, 6, 1.0),
+            stats_line(NAME, 6, math.inf),
+        )
+    )
 
     assert as_dict(parsed) == {NAME: [(5, 4.0), (6, math.inf)]}
     assert parsed.duplicated_points == 2
@@ -311,8 +329,13 @@ def test_line_longer_than_max_line_bytes_across_blocks_is_dropped_and_counted(bl
 
     parsed, (report,) = parse(data, block_bytes=block_bytes, max_line_bytes=300)
 
-    assert report == FileReport("file0.log", lines_read=3, stats_lines=2, skipped_lines=1,
-                                skipped_samples=["line 2: longer than 300 bytes, dropped"])
+    assert report == FileReport(
+        "file0.log",
+        lines_read=3,
+        stats_lines=2,
+        skipped_lines=1,
+        skipped_samples=["line 2: longer than 300 bytes, dropped"],
+    )
     assert as_dict(parsed) == {NAME: [(0, 1.0), (10, 2.0)]}
 
 
@@ -348,8 +371,9 @@ def test_slow_path_is_linear_on_pathological_whitespace() -> None:
 # --- the real logs --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("path", "n_lines", "n_names"), [(ESM2_STATS, 1800, 72), (LLAMA3_STATS, 600, 24)],
-                         ids=["esm2", "llama3"])
+@pytest.mark.parametrize(
+    ("path", "n_lines", "n_names"), [(ESM2_STATS, 1800, 72), (LLAMA3_STATS, 600, 24)], ids=["esm2", "llama3"]
+)
 def test_real_bionemo_logs_every_line_parsed_like_the_reference_regex(path: Path, n_lines: int, n_names: int) -> None:
     parsed, (report,) = parse(path.read_bytes())
 
@@ -389,7 +413,7 @@ def _random_value(rng: random.Random) -> str:
     if kind < 0.65:
         return rng.choice(["nan", "inf", "-inf", "-0.0000", "0.0000", "-nan", "+inf"])
     if kind < 0.75:
-        return str(rng.randrange(0, 10**rng.randrange(1, 19)))
+        return str(rng.randrange(0, 10 ** rng.randrange(1, 19)))
     if kind < 0.85:
         digits = "".join(rng.choice("0123456789") for _ in range(rng.randrange(1, 25)))
         return f"{rng.choice(['', '-', '+'])}{rng.randrange(0, 1000)}.{digits}"
@@ -401,12 +425,19 @@ def _random_line(rng: random.Random) -> str:
     if kind < 0.05:
         return rng.choice(["", " ", "\t \t"])
     if kind < 0.12:
-        return rng.choice([
-            "garbage", f"{HEADER}Reading config from x.yaml.", f"{HEADER}{_NAMES[0]} iteration= value=1",
-            f"{HEADER}{_NAMES[0]} iteration=1 value=", f"{HEADER}{_NAMES[0]} iteration=1 value=1.5x",
-            f"{TS} - info - {_NAMES[0]} iteration=1 value=1", f"{HEADER}{_NAMES[0]}iteration=1 value=1",
-            "\x00\x01\x02", f"{HEADER} iteration=1 value=2",
-        ])
+        return rng.choice(
+            [
+                "garbage",
+                f"{HEADER}Reading config from x.yaml.",
+                f"{HEADER}{_NAMES[0]} iteration= value=1",
+                f"{HEADER}{_NAMES[0]} iteration=1 value=",
+                f"{HEADER}{_NAMES[0]} iteration=1 value=1.5x",
+                f"{TS} - info - {_NAMES[0]} iteration=1 value=1",
+                f"{HEADER}{_NAMES[0]}iteration=1 value=1",
+                "\x00\x01\x02",
+                f"{HEADER} iteration=1 value=2",
+            ]
+        )
     name = rng.choice(_NAMES)
     iteration = rng.choice([rng.randrange(0, 300), rng.randrange(10**6, 10**7), rng.randrange(0, 10**12)])
     it_text = f"{iteration:06d}" if rng.random() < 0.8 else str(iteration)

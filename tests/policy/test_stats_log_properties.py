@@ -23,11 +23,13 @@ from tests.fuzz import fuzz
 
 INT64_MAX = 2**63 - 1
 
-parser_options = st.fixed_dictionaries({
-    "block_bytes": st.integers(16, 4096),
-    "max_line_bytes": st.integers(8, 600),
-    "workers": st.integers(1, 3),
-})
+parser_options = st.fixed_dictionaries(
+    {
+        "block_bytes": st.integers(16, 4096),
+        "max_line_bytes": st.integers(8, 600),
+        "workers": st.integers(1, 3),
+    }
+)
 
 
 def line_count(data: bytes) -> int:
@@ -58,11 +60,25 @@ def test_arbitrary_bytes_raise_only_documented_errors_and_every_line_is_counted(
 
 
 @fuzz(200)
-@given(lines=st.lists(st.one_of(
-    st.binary(max_size=80),
-    st.sampled_from([b"", b"\r", b"   \t", b"iteration=1 value=2", TS.encode() + b" - INFO - x iteration=1 value=",
-                     TS.encode() + b" - INFO - a_b_c \t iteration=99999999999999999999 \t value=1.0"]),
-), max_size=40), options=parser_options)
+@given(
+    lines=st.lists(
+        st.one_of(
+            st.binary(max_size=80),
+            st.sampled_from(
+                [
+                    b"",
+                    b"\r",
+                    b"   \t",
+                    b"iteration=1 value=2",
+                    TS.encode() + b" - INFO - x iteration=1 value=",
+                    TS.encode() + b" - INFO - a_b_c \t iteration=99999999999999999999 \t value=1.0",
+                ]
+            ),
+        ),
+        max_size=40,
+    ),
+    options=parser_options,
+)
 def test_near_miss_lines_raise_only_documented_errors(lines: list[bytes], options: dict) -> None:
     data = b"\n".join(lines)
     try:
@@ -77,22 +93,37 @@ def test_near_miss_lines_raise_only_documented_errors(lines: list[bytes], option
 
 _word = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=8)
 layer_names = st.builds(lambda parts: "model." + ".".join(parts), st.lists(_word, min_size=1, max_size=4))
-metric_names = st.builds(lambda layer, tensor, stat: f"{layer}_{tensor}_{stat}", layer_names,
-                         st.sampled_from(["activation", "gradient", "weight"]),
-                         st.sampled_from(["underflows%", "overflows%", "scale_inv_min", "scale_inv_max", "mse",
-                                          "mxfp8_underflows%_columnwise"]))
+metric_names = st.builds(
+    lambda layer, tensor, stat: f"{layer}_{tensor}_{stat}",
+    layer_names,
+    st.sampled_from(["activation", "gradient", "weight"]),
+    st.sampled_from(
+        ["underflows%", "overflows%", "scale_inv_min", "scale_inv_max", "mse", "mxfp8_underflows%_columnwise"]
+    ),
+)
 values = st.one_of(
     st.floats(min_value=-1e6, max_value=1e6, allow_nan=False).map(lambda v: f"{v:.4f}"),
     st.sampled_from(["nan", "inf", "-inf", "0", "-0.0000", "+1.5", "12"]),
 )
 stats_lines = st.builds(
-    lambda name, iteration, value, digits: f"{TS} - INFO - {name} \t\t\t\t iteration={iteration:0{digits}d} "
-                                           f"\t\t\t\t value={value}",
-    metric_names, st.integers(0, INT64_MAX), values, st.integers(1, 8))
+    lambda name, iteration, value, digits: (
+        f"{TS} - INFO - {name} \t\t\t\t iteration={iteration:0{digits}d} \t\t\t\t value={value}"
+    ),
+    metric_names,
+    st.integers(0, INT64_MAX),
+    values,
+    st.integers(1, 8),
+)
 blank_lines = st.sampled_from(["", " ", "\t", "   \t  "])
 garbage_lines = st.one_of(
-    st.sampled_from([f"{TS} - INFO - Assigned layer name: model.x", "Traceback (most recent call last):",
-                     "# comment", f"{TS} - WARNING - something happened"]),
+    st.sampled_from(
+        [
+            f"{TS} - INFO - Assigned layer name: model.x",
+            "Traceback (most recent call last):",
+            "# comment",
+            f"{TS} - WARNING - something happened",
+        ]
+    ),
     st.text(alphabet="abcdefgh #:-", min_size=1, max_size=60).filter(lambda t: t.strip()),
 )
 
@@ -150,10 +181,13 @@ def test_well_formed_logs_parse_like_the_reference_and_every_line_is_accounted_f
     report, parsed = parse(data, options)
 
     assert (report.lines_read, report.stats_lines, report.blank_lines, report.skipped_lines) == (
-        len(lines), stats, blank, skipped)
+        len(lines),
+        stats,
+        blank,
+        skipped,
+    )
     assert parsed.duplicated_points == duplicates
-    got = {name: dict(zip(*(a.tolist() for a in parsed.series(k)), strict=True))
-           for k, name in enumerate(parsed.names)}
+    got = {name: dict(zip(*(a.tolist() for a in parsed.series(k)), strict=True)) for k, name in enumerate(parsed.names)}
     assert got.keys() == expected.keys()
     for name, points in expected.items():
         assert sorted(got[name]) == sorted(points)
@@ -173,6 +207,5 @@ def test_appended_sessions_last_file_wins(sessions) -> None:
 
     assert parsed.points == stats - duplicates
     assert parsed.duplicated_points == duplicates
-    got = {name: dict(zip(*(a.tolist() for a in parsed.series(k)), strict=True))
-           for k, name in enumerate(parsed.names)}
+    got = {name: dict(zip(*(a.tolist() for a in parsed.series(k)), strict=True)) for k, name in enumerate(parsed.names)}
     assert all(same(got[n][i], v) for n, points in expected.items() for i, v in points.items())

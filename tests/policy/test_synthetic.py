@@ -38,20 +38,31 @@ from fp8_policy.policy.synthetic import (
 # Reference regexes, verbatim from fp8-log-format.md §1.2, §1.3 and §3.
 STATS_LINE = re.compile(
     r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3}) - (?P<level>[A-Z]+) - "
-    r"(?P<name>.+?)\s+iteration=(?P<iteration>\d+)\s+value=(?P<value>[-+]?(?:\d+(?:\.\d+)?|nan|inf))\s*$")
+    r"(?P<name>.+?)\s+iteration=(?P<iteration>\d+)\s+value=(?P<value>[-+]?(?:\d+(?:\.\d+)?|nan|inf))\s*$"
+)
 META_ASSIGNED = re.compile(r"^(?P<ts>\S+ \S+) - (?P<level>[A-Z]+) - Assigned layer name: (?P<layer>.+?)\s*$")
-META_PLAN = re.compile(r"^(?P<ts>\S+ \S+) - (?P<level>[A-Z]+) - LAYER=(?P<layer>.+?): Tensor: (?P<tensor>\w+), "
-                       r"gemm (?P<gemm>\w+) - (?P<plan>FP8 Quantize|Quantize|High Precision|modify_tensor\(\))\s*$")
-META_FEATURE = re.compile(r"^(?P<ts>\S+ \S+) - (?P<level>[A-Z]+) - LAYER=(?P<layer>.+?): Feature=(?P<feature>\w+), "
-                          r"API=(?P<api>\w+)(?:, TENSOR=|: )(?P<tensor>\w+)")
-PATH = re.compile(r"(?:^|/)(?:rank_(?P<dirrank>\d+)/)?(?P<kind>nvdlfw_inspect_logs|nvdlfw_inspect_statistics_logs)/"
-                  r"nvdlfw_inspect(?:_(?P<stamp>\d{8}_\d{6}))?_globalrank-(?P<rank>\d+)\.log$")
+META_PLAN = re.compile(
+    r"^(?P<ts>\S+ \S+) - (?P<level>[A-Z]+) - LAYER=(?P<layer>.+?): Tensor: (?P<tensor>\w+), "
+    r"gemm (?P<gemm>\w+) - (?P<plan>FP8 Quantize|Quantize|High Precision|modify_tensor\(\))\s*$"
+)
+META_FEATURE = re.compile(
+    r"^(?P<ts>\S+ \S+) - (?P<level>[A-Z]+) - LAYER=(?P<layer>.+?): Feature=(?P<feature>\w+), "
+    r"API=(?P<api>\w+)(?:, TENSOR=|: )(?P<tensor>\w+)"
+)
+PATH = re.compile(
+    r"(?:^|/)(?:rank_(?P<dirrank>\d+)/)?(?P<kind>nvdlfw_inspect_logs|nvdlfw_inspect_statistics_logs)/"
+    r"nvdlfw_inspect(?:_(?P<stamp>\d{8}_\d{6}))?_globalrank-(?P<rank>\d+)\.log$"
+)
 METRIC = re.compile(r"^(?P<layer>.+)_(?P<tensor>activation|gradient|weight|output|wgrad|dgrad)_(?P<stat>.+)$")
 # Stricter than §1.2: the exact bytes of nvdlfw's template (one space, four TABs, one space).
-EXACT_STATS = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3} - INFO - [^\s]+ \t\t\t\t "
-                         r"iteration=(\d{6,}) \t\t\t\t value=(-?\d+\.\d{4}|nan|-?inf)$")
-META_HEADER = re.compile(r"^\S+ \S+ - INFO - (Default logging to file enabled at \S+|Reading config from \S+\.|"
-                         r"Loaded configs for \[('[\w]+'(, )?)+\]\.)$")
+EXACT_STATS = re.compile(
+    r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3} - INFO - [^\s]+ \t\t\t\t "
+    r"iteration=(\d{6,}) \t\t\t\t value=(-?\d+\.\d{4}|nan|-?inf)$"
+)
+META_HEADER = re.compile(
+    r"^\S+ \S+ - INFO - (Default logging to file enabled at \S+|Reading config from \S+\.|"
+    r"Loaded configs for \[('[\w]+'(, )?)+\]\.)$"
+)
 META_DISABLED = re.compile(r"^\S+ \S+ - INFO - LAYER=(?P<layer>.+?): (Quantization Disabled|FP8 Disabled)$")
 FIXTURES = Path("/work/shared/fixtures/bionemo")
 
@@ -81,13 +92,21 @@ def scenario_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Written
 
 
 # ------------------------------------------------------------------------------------------------ line formats
-@pytest.mark.parametrize("run", [
-    SyntheticRun(family="esm2", num_layers=3, iterations=30),
-    SyntheticRun(family="llama", num_layers=2, iterations=20, extra_stats=("mxfp8_underflows%",
-                                                                          "fp8_block_scaling_underflows%")),
-    SyntheticRun(family="megatron", num_layers=2, iterations=20, extra_stats="overflows%"),
-    SyntheticRun(family="gpt", num_layers=2, first_index=0, iterations=20, line_order="layer"),
-], ids=["esm2", "llama", "megatron", "gpt"])
+@pytest.mark.parametrize(
+    "run",
+    [
+        SyntheticRun(family="esm2", num_layers=3, iterations=30),
+        SyntheticRun(
+            family="llama",
+            num_layers=2,
+            iterations=20,
+            extra_stats=("mxfp8_underflows%", "fp8_block_scaling_underflows%"),
+        ),
+        SyntheticRun(family="megatron", num_layers=2, iterations=20, extra_stats="overflows%"),
+        SyntheticRun(family="gpt", num_layers=2, first_index=0, iterations=20, line_order="layer"),
+    ],
+    ids=["esm2", "llama", "megatron", "gpt"],
+)
 def test_stats_lines_match_reference_regexes_exactly(tmp_path: Path, run: SyntheticRun) -> None:
     written = write_run(run, tmp_path)
     lines = _lines(written.files[0].stats_path)
@@ -120,7 +139,8 @@ def test_lines_equal_the_reference_formatter_including_nan_and_inf(tmp_path: Pat
         assert line == expected
     assert any(line.endswith("value=nan") for line in lines) and any(line.endswith("value=inf") for line in lines)
     assert stats_line("2026-01-01 00:00:00,000", "x_activation_min", 3, float("-inf")).endswith(
-        "x_activation_min \t\t\t\t iteration=000003 \t\t\t\t value=-inf")
+        "x_activation_min \t\t\t\t iteration=000003 \t\t\t\t value=-inf"
+    )
 
 
 def test_timestamps_are_asctime_and_never_go_back(tmp_path: Path) -> None:
@@ -133,8 +153,13 @@ def test_timestamps_are_asctime_and_never_go_back(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------------------------ metadata
 def _classify(line: str) -> str:
-    for kind, rx in (("header", META_HEADER), ("assigned", META_ASSIGNED), ("plan", META_PLAN),
-                     ("feature", META_FEATURE), ("disabled", META_DISABLED)):
+    for kind, rx in (
+        ("header", META_HEADER),
+        ("assigned", META_ASSIGNED),
+        ("plan", META_PLAN),
+        ("feature", META_FEATURE),
+        ("disabled", META_DISABLED),
+    ):
         if rx.match(line):
             return kind
     raise AssertionError(f"unrecognised metadata line: {line!r}")
@@ -180,19 +205,28 @@ def test_bf16_layers_are_high_precision_and_have_no_stats(tmp_path: Path) -> Non
 
 
 def test_old_te_plan_word_and_disabled_message(tmp_path: Path) -> None:
-    run = SyntheticRun(num_layers=1, iterations=0, te_plan_word="FP8 Quantize", disabled_via_feature=True,
-                       bf16_layers=frozenset({"model.lm_head.decoder"}))
+    run = SyntheticRun(
+        num_layers=1,
+        iterations=0,
+        te_plan_word="FP8 Quantize",
+        disabled_via_feature=True,
+        bf16_layers=frozenset({"model.lm_head.decoder"}),
+    )
     plans = {m["plan"] for m in map(META_PLAN.match, _meta(write_run(run, tmp_path))) if m}
     assert plans == {"FP8 Quantize", "High Precision"}
     assert any(line.endswith("LAYER=model.lm_head.decoder: FP8 Disabled") for line in _meta(write_run(run, tmp_path)))
 
 
-@pytest.mark.parametrize(("fixture", "family", "num_layers", "heads"), [
-    ("dummy_logs_esm2", "esm2", 6, ("model.lm_head.dense", "model.lm_head.decoder")),
-    ("dummy_logs_llama3", "llama", 2, ("model.lm_head",)),
-])
-def test_metadata_and_line_order_match_the_real_bionemo_logs(tmp_path: Path, fixture: str, family: str,
-                                                             num_layers: int, heads: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("fixture", "family", "num_layers", "heads"),
+    [
+        ("dummy_logs_esm2", "esm2", 6, ("model.lm_head.dense", "model.lm_head.decoder")),
+        ("dummy_logs_llama3", "llama", 2, ("model.lm_head",)),
+    ],
+)
+def test_metadata_and_line_order_match_the_real_bionemo_logs(
+    tmp_path: Path, fixture: str, family: str, num_layers: int, heads: tuple[str, ...]
+) -> None:
     real_dir = FIXTURES / fixture / "rank_0"
     if not real_dir.exists():
         pytest.skip("bionemo fixtures not available")
@@ -200,8 +234,11 @@ def test_metadata_and_line_order_match_the_real_bionemo_logs(tmp_path: Path, fix
     real_stats = _lines(real_dir / "nvdlfw_inspect_statistics_logs" / "nvdlfw_inspect_globalrank-0.log")
     run = SyntheticRun(family=family, num_layers=num_layers, te_plan_word="FP8 Quantize", bf16_layers=frozenset(heads))
     written = write_run(run, tmp_path)
-    ours = [line[33:] for line in _meta(written)[3:]  # the bionemo config selected only layernorm_qkv
-            if not (META_FEATURE.match(line) and "layernorm_qkv:" not in line)]
+    ours = [
+        line[33:]
+        for line in _meta(written)[3:]  # the bionemo config selected only layernorm_qkv
+        if not (META_FEATURE.match(line) and "layernorm_qkv:" not in line)
+    ]
     assert ours == [line[33:] for line in real_meta[3:]]
     real_cycle = [STATS_LINE.match(x)["name"] for x in real_stats if "iteration=000000" in x]  # type: ignore[index]
     assert [n for n in written.metric_names if "layernorm_qkv_" in n] == real_cycle
@@ -210,8 +247,9 @@ def test_metadata_and_line_order_match_the_real_bionemo_logs(tmp_path: Path, fix
 # ------------------------------------------------------------------------------------------------ counts, determinism
 @pytest.mark.parametrize("with_rank_dirs", [True, False])
 def test_returned_counts_equal_what_is_on_disk(tmp_path: Path, with_rank_dirs: bool) -> None:
-    run = SyntheticRun(family="llama", num_layers=3, ranks=3, iterations=55, freq=5,
-                       bf16_layers=frozenset({"model.lm_head"}))
+    run = SyntheticRun(
+        family="llama", num_layers=3, ranks=3, iterations=55, freq=5, bf16_layers=frozenset({"model.lm_head"})
+    )
     written = write_run(run, tmp_path, with_rank_dirs=with_rank_dirs)
     series = _series(written)
     assert len(series) == written.expected_series == 3 * len(written.metric_names) == 3 * 3 * 4 * 3 * 4
@@ -238,11 +276,13 @@ def test_same_seed_gives_same_bytes_and_another_seed_does_not(tmp_path: Path) ->
 
 
 def test_values_are_clipped_to_their_valid_range(tmp_path: Path) -> None:
-    profile = (Scenario()
-               .plant(first_blocks(1), None, "underflows%", level(150.0))
-               .plant(last_blocks(1), None, "underflows%", ramp(-10.0, 200.0))
-               .plant(heads(), None, None, level(-5.0))
-               .plant(everywhere(), "weight", "overflows%", step_at(10, -1.0, 101.0)))
+    profile = (
+        Scenario()
+        .plant(first_blocks(1), None, "underflows%", level(150.0))
+        .plant(last_blocks(1), None, "underflows%", ramp(-10.0, 200.0))
+        .plant(heads(), None, None, level(-5.0))
+        .plant(everywhere(), "weight", "overflows%", step_at(10, -1.0, 101.0))
+    )
     run = SyntheticRun(num_layers=3, iterations=30, extra_stats="overflows%", profile=profile)
     written = write_run(run, tmp_path)
     text = written.files[0].stats_path.read_text()

@@ -46,16 +46,27 @@ def upload_runs(client: TestClient, tmp_path: Path, project: str) -> dict[str, i
     for name in SCENARIO_RUNS:
         tree = tmp_path / name
         write_run(dataclasses.replace(SCENARIOS[name].run, iterations=200), tree)
-        response = client.post("/api/v1/runs", files={"file": (f"{name}.tgz", tree_tar_gz(tree))},
-                               data={"project": project, "name": name, "tags": f"synthetic,{name}",
-                                     "metadata": '{"gpu": "H100", "recipe": "DelayedScaling", "hidden_size": 1280}'})
+        response = client.post(
+            "/api/v1/runs",
+            files={"file": (f"{name}.tgz", tree_tar_gz(tree))},
+            data={
+                "project": project,
+                "name": name,
+                "tags": f"synthetic,{name}",
+                "metadata": '{"gpu": "H100", "recipe": "DelayedScaling", "hidden_size": 1280}',
+            },
+        )
         assert response.status_code == 202, response.text
         ids[name] = response.json()["id"]
     raw = {"nonfinite": ("application/gzip", None), "failed": ("text/plain", b"no statistics here\n" * 10)}
     for name, (content_type, body) in raw.items():
         data = gzip.compress(nonfinite_log()) if body is None else body
-        response = client.post("/api/v1/runs", content=data, headers={"Content-Type": content_type},
-                               params={"project": project, "name": name})
+        response = client.post(
+            "/api/v1/runs",
+            content=data,
+            headers={"Content-Type": content_type},
+            params={"project": project, "name": name},
+        )
         assert response.status_code == 202, response.text
         ids[name] = response.json()["id"]
     for name, run_id in ids.items():

@@ -13,16 +13,26 @@ from fp8_policy.policy.synthetic import SCENARIOS, write_run
 from tests.archives import esm2_tar_gz, tree_tar_gz
 from tests.conftest import wait_for_run
 
-RECOMMENDATION_KEYS = {"fp8_skip_layers", "gemm_overrides", "recipe", "megatron", "expected_cost", "rationale",
-                       "confidence", "policy_version"}
+RECOMMENDATION_KEYS = {
+    "fp8_skip_layers",
+    "gemm_overrides",
+    "recipe",
+    "megatron",
+    "expected_cost",
+    "rationale",
+    "confidence",
+    "policy_version",
+}
 
 
 def upload_scenario(client: TestClient, tmp_path: Path, project: str, scenario: str, **changes: object) -> int:
     run = dataclasses.replace(SCENARIOS[scenario].run, **changes) if changes else SCENARIOS[scenario].run
     write_run(run, tmp_path / scenario)
-    response = client.post("/api/v1/runs", files={"file": ("run.tgz", tree_tar_gz(tmp_path / scenario))},
-                           data={"project": project, "name": scenario,
-                                 "metadata": '{"gpu": "H100", "recipe": "DelayedScaling"}'})
+    response = client.post(
+        "/api/v1/runs",
+        files={"file": ("run.tgz", tree_tar_gz(tmp_path / scenario))},
+        data={"project": project, "name": scenario, "metadata": '{"gpu": "H100", "recipe": "DelayedScaling"}'},
+    )
     assert response.status_code == 202, response.text
     body = wait_for_run(client, response.json()["id"])
     assert body["status"] == "ready", body["error"]
@@ -47,8 +57,9 @@ class TestAnalysis:
         assert body["thresholds"]["critical"] == 2.0
 
     def test_thresholds_from_the_query_change_the_outcome(self, client: TestClient, head_only: int) -> None:
-        body = client.get(f"/api/v1/runs/{head_only}/analysis", params={"warning": 20, "critical": 30,
-                                                                         "severe": 40}).json()
+        body = client.get(
+            f"/api/v1/runs/{head_only}/analysis", params={"warning": 20, "critical": 30, "severe": 40}
+        ).json()
         assert [f["pattern"] for f in body["findings"]] == ["healthy"]
         assert body["thresholds"]["critical"] == 30.0
 
@@ -85,14 +96,18 @@ class TestRecommendation:
         assert body["recipe"]["class"].startswith("transformer_engine.common.recipe.")
         assert 0.0 < body["confidence"] <= 1.0 and body["rationale"]
 
-    @pytest.mark.parametrize(("fmt", "media_type", "needle"), [
-        ("te-yaml", "application/yaml", r"model\.lm_head"),
-        ("megatron", "text/x-shellscript", "--fp8-recipe"),
-        ("hydra", "text/plain", "fp8_layers="),
-        ("torchao", "text/x-python", "'lm_head'"),
-    ])
-    def test_every_format_renders_the_same_policy(self, client: TestClient, head_only: int, fmt: str,
-                                                   media_type: str, needle: str) -> None:
+    @pytest.mark.parametrize(
+        ("fmt", "media_type", "needle"),
+        [
+            ("te-yaml", "application/yaml", r"model\.lm_head"),
+            ("megatron", "text/x-shellscript", "--fp8-recipe"),
+            ("hydra", "text/plain", "fp8_layers="),
+            ("torchao", "text/x-python", "'lm_head'"),
+        ],
+    )
+    def test_every_format_renders_the_same_policy(
+        self, client: TestClient, head_only: int, fmt: str, media_type: str, needle: str
+    ) -> None:
         response = client.get(f"/api/v1/runs/{head_only}/recommendation", params={"format": fmt})
         assert response.status_code == 200
         assert response.headers["content-type"].startswith(media_type)
@@ -108,15 +123,20 @@ class TestRecommendation:
 
     def test_post_overrides_recompute_without_reingesting(self, client: TestClient, head_only: int) -> None:
         before = client.get(f"/api/v1/runs/{head_only}").json()
-        response = client.post(f"/api/v1/runs/{head_only}/recommendation", params={"format": "te-yaml"},
-                               json={"te_version": "2.13", "thresholds": {"critical": 2.5}})
+        response = client.post(
+            f"/api/v1/runs/{head_only}/recommendation",
+            params={"format": "te-yaml"},
+            json={"te_version": "2.13", "thresholds": {"critical": 2.5}},
+        )
         assert response.status_code == 200
         assert "DisableQuantizationLayer" in response.text and "DisableFP8Layer" not in response.text
         assert client.get(f"/api/v1/runs/{head_only}").json()["finished_at"] == before["finished_at"]
 
     def test_overrides_raise_the_bar_and_the_skip_list_empties(self, client: TestClient, head_only: int) -> None:
-        body = client.post(f"/api/v1/runs/{head_only}/recommendation",
-                           json={"thresholds": {"warning": 20, "critical": 30, "severe": 40}}).json()
+        body = client.post(
+            f"/api/v1/runs/{head_only}/recommendation",
+            json={"thresholds": {"warning": 20, "critical": 30, "severe": 40}},
+        ).json()
         assert body["fp8_skip_layers"] == [] and body["gemm_overrides"] == []
 
     def test_unknown_override_is_a_400(self, client: TestClient, head_only: int) -> None:
@@ -130,8 +150,12 @@ class TestRecommendation:
         assert response.json()["error"] == "UnknownFormat"
 
     def test_a_failed_run_has_no_recommendation(self, client: TestClient, project: str) -> None:
-        response = client.post("/api/v1/runs", content=b"not an archive at all",
-                               headers={"Content-Type": "application/gzip"}, params={"project": project})
+        response = client.post(
+            "/api/v1/runs",
+            content=b"not an archive at all",
+            headers={"Content-Type": "application/gzip"},
+            params={"project": project},
+        )
         run = wait_for_run(client, response.json()["id"])
         answer = client.get(f"/api/v1/runs/{run['id']}/recommendation")
         assert answer.status_code == 409

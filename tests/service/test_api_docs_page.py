@@ -66,8 +66,10 @@ def test_docs_page_names_no_other_host_and_has_no_inline_script(page) -> None:
     _client, parser, text = page
     external = EXTERNAL.findall(text)
     assert not external, f"/docs names other hosts {external}: serve the asset from service/docs instead"
-    assert not parser.inline_scripts, (f"/docs has inline script {parser.inline_scripts}: the Content-Security-"
-                                       "Policy refuses it; put it in service/docs/static/ and load it with src=")
+    assert not parser.inline_scripts, (
+        f"/docs has inline script {parser.inline_scripts}: the Content-Security-"
+        "Policy refuses it; put it in service/docs/static/ and load it with src="
+    )
     assert all(url.startswith("/") and not url.startswith("//") for url in parser.urls), parser.urls
 
 
@@ -86,7 +88,8 @@ def test_our_own_scripts_name_no_other_host_and_disable_the_online_validator() -
         text = path.read_text(encoding="utf-8")
         assert not EXTERNAL.findall(text), f"{path.name} names another host: {EXTERNAL.findall(text)}"
     assert "validatorUrl: null" in (OWN_DIR / "swagger-init.js").read_text(encoding="utf-8"), (
-        "Swagger UI's default validator badge calls validator.swagger.io: keep validatorUrl: null")
+        "Swagger UI's default validator badge calls validator.swagger.io: keep validatorUrl: null"
+    )
 
 
 def test_vendored_assets_exist_and_nothing_else_is_served(client: TestClient) -> None:

@@ -21,12 +21,17 @@ from fp8_policy.service.ingest.archive.stream import scan_archive
 from tests.archives import meta_relpath, metadata_log, stats_log, stats_relpath, tar_bytes, zip_bytes
 from tests.fuzz import fuzz
 
-LIMITS = ExtractLimits(max_total_bytes=2 * 1024**2, max_ratio=50.0, ratio_floor_bytes=256 * 1024,
-                       max_members=200, max_member_bytes=1024**2)
+LIMITS = ExtractLimits(
+    max_total_bytes=2 * 1024**2, max_ratio=50.0, ratio_floor_bytes=256 * 1024, max_members=200, max_member_bytes=1024**2
+)
 UF = "model.layers.1.fc1_activation_underflows%"
 LOG = stats_log([(UF, it, it / 100) for it in range(0, 200, 10)])
-MEMBERS = {stats_relpath(0): LOG, stats_relpath(1): LOG, meta_relpath(0): metadata_log({"model.layers.1.fc1": "x"}),
-           "rank_0/notes.txt": b"skipped\n"}
+MEMBERS = {
+    stats_relpath(0): LOG,
+    stats_relpath(1): LOG,
+    meta_relpath(0): metadata_log({"model.layers.1.fc1": "x"}),
+    "rank_0/notes.txt": b"skipped\n",
+}
 SEEDS = [tar_bytes(MEMBERS), tar_bytes(MEMBERS, mode="w"), zip_bytes(MEMBERS), gzip.compress(LOG, mtime=0), LOG]
 SIGNATURES = [b"\x1f\x8b\x08\x00", b"PK\x03\x04", b"PK\x05\x06", b"\xef\xbb\xbf", b"2026-01-15 23:06:41,584 - INFO - "]
 
@@ -40,14 +45,14 @@ def mutated_seeds(draw) -> bytes:
         if op == "flip" and data:
             data[at] ^= draw(st.integers(1, 255))
         elif op == "cut":
-            del data[at: at + draw(st.integers(1, 512))]
+            del data[at : at + draw(st.integers(1, 512))]
         elif op == "insert":
             data[at:at] = draw(st.binary(min_size=1, max_size=64))
         elif op == "repeat":
-            data[at:at] = data[at: at + draw(st.integers(1, 1024))]
+            data[at:at] = data[at : at + draw(st.integers(1, 1024))]
         elif op == "zero":
             size = draw(st.integers(1, 600))
-            data[at: at + size] = bytes(len(data[at: at + size]))
+            data[at : at + size] = bytes(len(data[at : at + size]))
     return bytes(data)
 
 
@@ -111,13 +116,15 @@ def test_zip_whose_central_directory_points_before_the_file_is_corrupt_archive(t
     member offset, and opening the member raised OSError EINVAL (an InternalError) instead of CorruptArchive."""
     data = bytearray(zip_bytes({stats_relpath(0): LOG}))
     end = data.rindex(b"PK\x05\x06")
-    offset = int.from_bytes(data[end + 16: end + 20], "little")
-    data[end + 16: end + 20] = (offset + 1000).to_bytes(4, "little")
+    offset = int.from_bytes(data[end + 16 : end + 20], "little")
+    data[end + 16 : end + 20] = (offset + 1000).to_bytes(4, "little")
     src = tmp_path / "upload.zip"
     src.write_bytes(bytes(data))
 
-    for read in (lambda: extract_upload(src, tmp_path / "work", LIMITS),
-                 lambda: scan_archive(open(src, "rb"), len(data), LIMITS)):  # noqa: SIM115 - closed with the test
+    for read in (
+        lambda: extract_upload(src, tmp_path / "work", LIMITS),
+        lambda: scan_archive(open(src, "rb"), len(data), LIMITS),  # noqa: SIM115 - closed with the test
+    ):
         try:
             read()
         except ArchiveError as exc:

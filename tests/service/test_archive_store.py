@@ -49,13 +49,13 @@ class TestArchiveStore:
 
 class TestServiceOnS3:
     def test_upload_is_kept_in_the_bucket_ingested_from_it_and_deleted_with_the_run(
-            self, make_client, s3_bucket: S3Bucket, app_settings: Settings, db_engine: Engine, project: str,
-            tmp_path: Path) -> None:
-        client = make_client(archive_url=s3_bucket.url, s3_endpoint_url=s3_bucket.endpoint_url,
-                             job_poll_seconds=0.05)
+        self, make_client, s3_bucket: S3Bucket, app_settings: Settings, db_engine: Engine, project: str, tmp_path: Path
+    ) -> None:
+        client = make_client(archive_url=s3_bucket.url, s3_endpoint_url=s3_bucket.endpoint_url, job_poll_seconds=0.05)
         data = tree_tar_gz(multi_rank_tree(tmp_path / "logs", 2))
-        response = client.post("/api/v1/runs", params={"project": project}, content=data,
-                               headers={"Content-Type": "application/gzip"})
+        response = client.post(
+            "/api/v1/runs", params={"project": project}, content=data, headers={"Content-Type": "application/gzip"}
+        )
         run = wait_for_run(client, response.json()["id"])
         key = f"{s3_bucket.name}/fp8-archives/runs/{run['id']}/upload.bin"
         fs = s3_bucket.filesystem()
@@ -69,16 +69,26 @@ class TestServiceOnS3:
         assert row_counts(db_engine, run["id"])["runs"] == 0
 
     def test_a_missing_archive_fails_the_run_with_upload_missing(
-            self, make_client, s3_bucket: S3Bucket, project: str) -> None:
-        client = make_client(archive_url=s3_bucket.url, s3_endpoint_url=s3_bucket.endpoint_url,
-                             job_poll_seconds=0.05, ingest_in_process=False)
-        response = client.post("/api/v1/runs", params={"project": project}, content=esm2_tar_gz(),
-                               headers={"Content-Type": "application/gzip"})
+        self, make_client, s3_bucket: S3Bucket, project: str
+    ) -> None:
+        client = make_client(
+            archive_url=s3_bucket.url,
+            s3_endpoint_url=s3_bucket.endpoint_url,
+            job_poll_seconds=0.05,
+            ingest_in_process=False,
+        )
+        response = client.post(
+            "/api/v1/runs",
+            params={"project": project},
+            content=esm2_tar_gz(),
+            headers={"Content-Type": "application/gzip"},
+        )
         run_id = response.json()["id"]
         s3_bucket.filesystem().rm(f"{s3_bucket.name}/fp8-archives/runs/{run_id}/upload.bin")
-        worker = make_client(archive_url=s3_bucket.url, s3_endpoint_url=s3_bucket.endpoint_url,
-                             job_poll_seconds=0.05)
+        worker = make_client(archive_url=s3_bucket.url, s3_endpoint_url=s3_bucket.endpoint_url, job_poll_seconds=0.05)
 
         run = wait_for_run(worker, run_id)
         assert (run["status"], run["error"]) == (
-            "failed", f"UploadMissing: the uploaded file of run {run_id} is no longer on disk")
+            "failed",
+            f"UploadMissing: the uploaded file of run {run_id} is no longer on disk",
+        )

@@ -40,6 +40,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def app_on(url: str, tmp_path: Path) -> Iterator[Callable[..., TestClient]]:
     """app_on(**settings) -> a started app on the test's private database (several may share it)."""
     with ExitStack() as stack:
+
         def start(**overrides: object) -> TestClient:
             settings = Settings(_env_file=None, data_dir=tmp_path / "data", database_url=url, **overrides)
             return stack.enter_context(TestClient(create_app(settings)))
@@ -54,8 +55,12 @@ def archive() -> bytes:
 
 
 def upload(client: TestClient, headers: dict[str, str] | None = None):
-    return client.post(RUNS, files={"file": ("run.tar.gz", archive(), "application/gzip")},
-                       data={"project": "auth"}, headers=headers or {})
+    return client.post(
+        RUNS,
+        files={"file": ("run.tar.gz", archive(), "application/gzip")},
+        data={"project": "auth"},
+        headers=headers or {},
+    )
 
 
 # ------------------------------------------------------------------------------------------ open service
@@ -65,8 +70,12 @@ def test_without_tokens_a_loopback_service_is_open_and_runs_are_anonymous(app_on
     assert response.status_code == 202, response.text
     assert response.json()["uploaded_by"] is None
     assert wait_for_run(client, response.json()["id"])["uploaded_by"] is None
-    assert client.get("/api/v1/auth/me").json() == {"name": None, "scope": "admin", "anonymous": True,
-                                                    "expires_at": None}
+    assert client.get("/api/v1/auth/me").json() == {
+        "name": None,
+        "scope": "admin",
+        "anonymous": True,
+        "expires_at": None,
+    }
 
 
 def test_without_tokens_and_without_anonymous_access_every_api_call_is_401(app_on) -> None:
@@ -110,8 +119,10 @@ def test_read_cannot_upload_upload_cannot_delete_admin_can(app_on, url: str) -> 
 
     refused = upload(client, bearer(read_token))
     assert refused.status_code == 403
-    assert refused.json() == {"error": "InsufficientScope",
-                              "detail": f"the token {reader!r} has scope read; POST /api/v1/runs needs upload"}
+    assert refused.json() == {
+        "error": "InsufficientScope",
+        "detail": f"the token {reader!r} has scope read; POST /api/v1/runs needs upload",
+    }
 
     created = upload(client, bearer(upload_token))
     assert created.status_code == 202, created.text
@@ -190,13 +201,16 @@ def test_only_a_keyed_hash_is_stored(app_on, url: str) -> None:
     with Session(engine) as session:
         key = session.scalars(select(ServiceSecret.value).where(ServiceSecret.name == "token_hmac_key")).one()
         with engine.connect() as connection:
-            dump = [str(r) for table in ("api_tokens", "service_secrets", "runs")
-                    for r in connection.execute(text(f"SELECT * FROM {table}"))]
+            dump = [
+                str(r)
+                for table in ("api_tokens", "service_secrets", "runs")
+                for r in connection.execute(text(f"SELECT * FROM {table}"))
+            ]
     engine.dispose()
     assert row.token_hash == hmac.new(key.encode(), token.encode(), hashlib.sha256).hexdigest()
     assert row.token_hash != hashlib.sha256(token.encode()).hexdigest()
     assert token.startswith(row.prefix + "_")
-    secret_part = token[len(row.prefix) + 1:]
+    secret_part = token[len(row.prefix) + 1 :]
     assert not any(secret_part in line for line in dump), "the token itself must never be stored"
 
 
@@ -212,7 +226,8 @@ def test_processes_on_one_database_share_one_generated_key(app_on, url: str) -> 
 
 
 def test_a_configured_secret_key_is_used_and_a_token_from_another_key_is_rejected(
-        app_on, url: str, caplog: pytest.LogCaptureFixture) -> None:
+    app_on, url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     keyed = app_on(secret_key="a-long-configured-secret-key-0123456789")
     unkeyed = app_on()
     name, token = make_token(url, "read", secret_key="a-long-configured-secret-key-0123456789")

@@ -23,17 +23,26 @@ OWN = "http://testserver"  # TestClient's Host header is `testserver`
 
 
 def post_upload(client: TestClient, project: str, **headers: str):
-    return client.post(RUNS, files={"file": ("run.log", GOOD, "text/plain")}, data={"project": project},
-                       headers=headers)
+    return client.post(
+        RUNS, files={"file": ("run.log", GOOD, "text/plain")}, data={"project": project}, headers=headers
+    )
 
 
 class TestCrossSiteStateChangesAreRefused:
-    @pytest.mark.parametrize("origin", [
-        "http://evil.example", "https://evil.example", "http://testserver:8080", "http://testserver.evil.example",
-        "null", "not a url",
-    ])
-    def test_upload_from_another_origin_is_403_and_stores_nothing(self, client: TestClient, db_engine: Engine,
-                                                                  project: str, origin: str) -> None:
+    @pytest.mark.parametrize(
+        "origin",
+        [
+            "http://evil.example",
+            "https://evil.example",
+            "http://testserver:8080",
+            "http://testserver.evil.example",
+            "null",
+            "not a url",
+        ],
+    )
+    def test_upload_from_another_origin_is_403_and_stores_nothing(
+        self, client: TestClient, db_engine: Engine, project: str, origin: str
+    ) -> None:
         response = post_upload(client, project, Origin=origin)
 
         assert response.status_code == 403
@@ -43,8 +52,9 @@ class TestCrossSiteStateChangesAreRefused:
         assert runs_of_project(db_engine, project) == []
 
     @pytest.mark.parametrize("site", ["cross-site", "same-site"])
-    def test_upload_marked_cross_site_by_fetch_metadata_is_403(self, client: TestClient, db_engine: Engine,
-                                                               project: str, site: str) -> None:
+    def test_upload_marked_cross_site_by_fetch_metadata_is_403(
+        self, client: TestClient, db_engine: Engine, project: str, site: str
+    ) -> None:
         response = post_upload(client, project, **{"Sec-Fetch-Site": site})
 
         assert (response.status_code, response.json()["error"]) == (403, "CrossOriginRequest")
@@ -69,13 +79,17 @@ class TestCrossSiteStateChangesAreRefused:
 
 
 class TestLegitimateWritesStillWork:
-    @pytest.mark.parametrize("headers", [
-        {},  # curl, the Python client, CI
-        {"Origin": OWN, "Sec-Fetch-Site": "same-origin"},  # the dashboard
-        {"Origin": "HTTP://TESTSERVER:80"},
-        {"Origin": "https://testserver"},  # behind a TLS-terminating proxy the service sees http
-        {"Sec-Fetch-Site": "none"},  # typed by the user
-    ], ids=["no-origin", "same-origin", "same-origin-explicit-port", "tls-proxy", "user-initiated"])
+    @pytest.mark.parametrize(
+        "headers",
+        [
+            {},  # curl, the Python client, CI
+            {"Origin": OWN, "Sec-Fetch-Site": "same-origin"},  # the dashboard
+            {"Origin": "HTTP://TESTSERVER:80"},
+            {"Origin": "https://testserver"},  # behind a TLS-terminating proxy the service sees http
+            {"Sec-Fetch-Site": "none"},  # typed by the user
+        ],
+        ids=["no-origin", "same-origin", "same-origin-explicit-port", "tls-proxy", "user-initiated"],
+    )
     def test_upload_is_accepted(self, client: TestClient, project: str, headers: dict[str, str]) -> None:
         assert post_upload(client, project, **headers).status_code == 202
 
@@ -92,13 +106,11 @@ class TestSecurityHeaders:
         assert client.get(path).headers["x-content-type-options"] == "nosniff"
 
     @pytest.mark.parametrize("path", ["/", "/docs"])
-    def test_html_pages_carry_a_csp_without_inline_script_and_no_framing(self, client: TestClient,
-                                                                         path: str) -> None:
+    def test_html_pages_carry_a_csp_without_inline_script_and_no_framing(self, client: TestClient, path: str) -> None:
         response = client.get(path)
 
         assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
-        policy = dict(
-            part.strip().split(" ", 1) for part in response.headers["content-security-policy"].split(";"))
+        policy = dict(part.strip().split(" ", 1) for part in response.headers["content-security-policy"].split(";"))
         assert policy["script-src"] == "'self'"
         assert "unsafe-inline" not in response.headers["content-security-policy"]
         assert policy["frame-ancestors"] == "'none'"

@@ -45,9 +45,21 @@ def test_serve_starts_uvicorn_on_the_given_port_with_a_migrated_database(tmp_pat
     env = {**os.environ, "FP8_POLICY_DATA_DIR": str(tmp_path / "data")}
     env.pop("FP8_POLICY_DATABASE_URL", None)
     server = subprocess.Popen(
-        [sys.executable, "-m", "fp8_policy.service.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--no-demo",
-         "--log-level", "warning"],
-        cwd=ROOT, env=env,
+        [
+            sys.executable,
+            "-m",
+            "fp8_policy.service.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-demo",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
     )
     try:
         deadline = time.monotonic() + 60

@@ -19,8 +19,11 @@ from tests.conftest import wait_for_run
 
 def upload(client: TestClient, tmp_path: Path, project: str, name: str, run: SyntheticRun, metadata: dict) -> int:
     write_run(run, tmp_path / name)
-    response = client.post("/api/v1/runs", files={"file": ("run.tgz", tree_tar_gz(tmp_path / name))},
-                           data={"project": project, "name": name, "metadata": json.dumps(metadata)})
+    response = client.post(
+        "/api/v1/runs",
+        files={"file": ("run.tgz", tree_tar_gz(tmp_path / name))},
+        data={"project": project, "name": name, "metadata": json.dumps(metadata)},
+    )
     assert response.status_code == 202, response.text
     body = wait_for_run(client, response.json()["id"])
     assert body["status"] == "ready", body["error"]
@@ -30,8 +33,10 @@ def upload(client: TestClient, tmp_path: Path, project: str, name: str, run: Syn
 @pytest.fixture
 def og2(client: TestClient, tmp_path: Path, project: str) -> tuple[int, int]:
     study = og2_boundary_study()
-    return (upload(client, tmp_path, project, "og2-fl2", study.before, study.metadata),
-            upload(client, tmp_path, project, "og2-fl4", study.after, study.metadata))
+    return (
+        upload(client, tmp_path, project, "og2-fl2", study.before, study.metadata),
+        upload(client, tmp_path, project, "og2-fl4", study.after, study.metadata),
+    )
 
 
 def test_compare_says_the_problem_followed_the_boundary(client: TestClient, og2: tuple[int, int]) -> None:
@@ -64,8 +69,9 @@ def test_recommendation_takes_previous_run_as_history(client: TestClient, og2: t
     assert client.post(f"/api/v1/runs/{fl4}/recommendation", json={"previous_run": 999999}).status_code == 404
 
 
-def test_runs_without_a_common_layer_are_incomparable_up_front(client: TestClient, tmp_path: Path,
-                                                               project: str) -> None:
+def test_runs_without_a_common_layer_are_incomparable_up_front(
+    client: TestClient, tmp_path: Path, project: str
+) -> None:
     esm2 = upload(client, tmp_path, project, "esm2", SCENARIOS["healthy"].run, {})
     llama = upload(client, tmp_path, project, "llama", SCENARIOS["head_only"].run, {})
     body = client.get("/api/v1/compare", params={"base": esm2, "head": llama}).json()
@@ -75,12 +81,25 @@ def test_runs_without_a_common_layer_are_incomparable_up_front(client: TestClien
 
 
 def test_tiny_bases_are_compared_in_points_not_percent() -> None:
-    group = {"group": "body", "layers": 4, "moved_to_bf16": [], "moved_to_fp8": [],
-             "stats": {"gradient": {"base": 0.0, "head": 0.24, "relative": None},
-                       "activation": {"base": 1.2, "head": 0.79, "relative": (0.79 - 1.2) / 1.2},
-                       "weight": {"base": 0.1, "head": 0.1, "relative": 0.0}}}
-    body = {"groups": [group], "findings_appeared": [], "findings_disappeared": [], "notes": [],
-            "moved_problems": [], "comparable": True}
+    group = {
+        "group": "body",
+        "layers": 4,
+        "moved_to_bf16": [],
+        "moved_to_fp8": [],
+        "stats": {
+            "gradient": {"base": 0.0, "head": 0.24, "relative": None},
+            "activation": {"base": 1.2, "head": 0.79, "relative": (0.79 - 1.2) / 1.2},
+            "weight": {"base": 0.1, "head": 0.1, "relative": 0.0},
+        },
+    }
+    body = {
+        "groups": [group],
+        "findings_appeared": [],
+        "findings_disappeared": [],
+        "notes": [],
+        "moved_problems": [],
+        "comparable": True,
+    }
     text = summary_sentences(body)
     assert "body gradient underflow +0.24 points (0.00% → 0.24%)" in text
     assert "body activation underflow −34% (mean 1.20% → 0.79%)" in text

@@ -12,9 +12,14 @@ from fastapi.testclient import TestClient
 from fp8_policy.service import errors
 
 NAMED = sorted(
-    (cls for _, cls in inspect.getmembers(errors, inspect.isclass)
-     if issubclass(cls, errors.AppError) and cls.__module__ == errors.__name__ and cls is not errors.AppError
-     and cls is not errors.Forbidden),
+    (
+        cls
+        for _, cls in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(cls, errors.AppError)
+        and cls.__module__ == errors.__name__
+        and cls is not errors.AppError
+        and cls is not errors.Forbidden
+    ),
     key=lambda cls: cls.__name__,
 )
 
@@ -42,11 +47,28 @@ def test_code_is_the_class_name_and_status_the_bases(client: TestClient, cls: ty
 
 def test_the_named_codes_keep_their_statuses() -> None:
     statuses = {cls.__name__: cls.status_code for cls in NAMED}
-    assert {name: statuses[name] for name in ("InvalidParameter", "InvalidThresholds", "InvalidLivePath",
-                                              "TokenRequired", "TokenNotFound", "TokenNameTaken",
-                                              "NotRetryable", "UploadMissing")} == {
-        "InvalidParameter": 400, "InvalidThresholds": 400, "InvalidLivePath": 400, "TokenRequired": 401,
-        "TokenNotFound": 404, "TokenNameTaken": 409, "NotRetryable": 409, "UploadMissing": 409}
+    assert {
+        name: statuses[name]
+        for name in (
+            "InvalidParameter",
+            "InvalidThresholds",
+            "InvalidLivePath",
+            "TokenRequired",
+            "TokenNotFound",
+            "TokenNameTaken",
+            "NotRetryable",
+            "UploadMissing",
+        )
+    } == {
+        "InvalidParameter": 400,
+        "InvalidThresholds": 400,
+        "InvalidLivePath": 400,
+        "TokenRequired": 401,
+        "TokenNotFound": 404,
+        "TokenNameTaken": 409,
+        "NotRetryable": 409,
+        "UploadMissing": 409,
+    }
 
 
 def test_forbidden_names_the_missing_scope(client: TestClient) -> None:

@@ -35,8 +35,11 @@ def _archive(tmp: Path, salt: int) -> bytes:
 
 
 def _upload(client: httpx.Client, data: bytes, project: str, name: str) -> httpx.Response:
-    return client.post("/api/v1/runs", files={"file": (f"{name}.tgz", data, "application/gzip")},
-                       data={"name": name, "project": project})
+    return client.post(
+        "/api/v1/runs",
+        files={"file": (f"{name}.tgz", data, "application/gzip")},
+        data={"name": name, "project": project},
+    )
 
 
 def _wait_ready(client: httpx.Client, run_id: int, timeout: float = 60.0) -> dict:
@@ -66,8 +69,9 @@ def _write_lock(database_url: str) -> Iterator[None]:
         connection.close()
 
 
-def test_readers_are_served_while_an_upload_waits_for_the_database(app_settings: Settings, project: str,
-                                                                      tmp_path: Path) -> None:
+def test_readers_are_served_while_an_upload_waits_for_the_database(
+    app_settings: Settings, project: str, tmp_path: Path
+) -> None:
     with live_service(app_settings) as live, httpx.Client(base_url=live.url, timeout=30) as client:
         first = _upload(client, _archive(tmp_path, 0), project, "reader-target")
         assert first.status_code == 202, first.text
@@ -90,8 +94,9 @@ def test_readers_are_served_while_an_upload_waits_for_the_database(app_settings:
         assert _wait_ready(client, response.json()["id"])["points"] == POINTS
 
 
-def test_uploads_under_read_load_are_answered_promptly_without_5xx(app_settings: Settings, project: str,
-                                                                   tmp_path: Path) -> None:
+def test_uploads_under_read_load_are_answered_promptly_without_5xx(
+    app_settings: Settings, project: str, tmp_path: Path
+) -> None:
     """10 readers (list, analysis, recommendation) + 3 uploads for ~4 s with a pool smaller than the readers."""
     settings = app_settings.model_copy(update={"db_pool_size": 6, "db_max_overflow": 0, "db_pool_timeout": 20.0})
     archives = [_archive(tmp_path, salt) for salt in range(1, 4)]

@@ -78,7 +78,8 @@ def assert_readable(client: TestClient, project: str, run_id: int) -> dict:
 
 class TestFailingNeverFails:
     def test_duplicate_member_with_a_latin1_name_fails_the_run_with_a_displayable_error(
-            self, client: TestClient, project: str) -> None:
+        self, client: TestClient, project: str
+    ) -> None:
         name = "café/" + stats_relpath(0)
         response = upload(client, project, latin1_tar([(name, GOOD), (name, GOOD)]))
 
@@ -89,7 +90,8 @@ class TestFailingNeverFails:
         assert assert_readable(client, project, run["id"])["error"] == run["error"]
 
     def test_symlink_with_a_latin1_name_fails_the_run_with_a_displayable_error(
-            self, client: TestClient, project: str) -> None:
+        self, client: TestClient, project: str
+    ) -> None:
         link = tarfile.TarInfo("rank_0/lien-vers-café")
         link.type, link.linkname = tarfile.SYMTYPE, "élan"
         response = upload(client, project, latin1_tar([(stats_relpath(0), GOOD), link]))
@@ -97,7 +99,9 @@ class TestFailingNeverFails:
         run = wait_for_run(client, response.json()["id"])
 
         assert (run["status"], run["error"]) == (
-            "failed", "UnsupportedMember: rank_0/lien-vers-caf\\xe9: symlink to '\\xe9lan'")
+            "failed",
+            "UnsupportedMember: rank_0/lien-vers-caf\\xe9: symlink to '\\xe9lan'",
+        )
         assert_readable(client, project, run["id"])
 
     @pytest.mark.parametrize("error", ["caf\udce9 lone \ud800 surrogates", "NUL \x00 inside", "plain"])
@@ -113,15 +117,22 @@ class TestFailingNeverFails:
             stored.error.encode("utf-8")
             assert "\x00" not in stored.error and stored.error.startswith("InternalError: ")
 
-
     @pytest.mark.parametrize("error", ["ArchiveError: caf\udce9 \ud800", "IngestError: NUL \x00 in a name"])
-    def test_failing_a_job_stores_any_message_on_the_run_and_the_job(self, app_settings: Settings,
-                                                                     db_engine: Engine, project: str,
-                                                                     error: str) -> None:
+    def test_failing_a_job_stores_any_message_on_the_run_and_the_job(
+        self, app_settings: Settings, db_engine: Engine, project: str, error: str
+    ) -> None:
         run_id = insert_run(db_engine, project, status="processing")
         with Session(db_engine) as session, session.begin():
-            job = IngestJob(run_id=run_id, kind="plan", rank=NO_RANK, status="doing", attempts=1, owner="w1",
-                            lease_until=datetime.now(UTC) + timedelta(minutes=5), created_at=datetime.now(UTC))
+            job = IngestJob(
+                run_id=run_id,
+                kind="plan",
+                rank=NO_RANK,
+                status="doing",
+                attempts=1,
+                owner="w1",
+                lease_until=datetime.now(UTC) + timedelta(minutes=5),
+                created_at=datetime.now(UTC),
+            )
             session.add(job)
             session.flush()
             claimed = ClaimedJob(job.id, run_id, "plan", NO_RANK, 1)
@@ -151,8 +162,9 @@ class TestNonUtf8NamesInTheReport:
         assert shown["status"] == "ready"
         assert shown["ingest_report"]["archive"]["skipped_samples"] == ["rank_0/notes-caf\\xe9.txt"]
 
-    def test_recognised_log_under_a_latin1_folder_is_ingested_and_reported(self, client: TestClient,
-                                                                           project: str) -> None:
+    def test_recognised_log_under_a_latin1_folder_is_ingested_and_reported(
+        self, client: TestClient, project: str
+    ) -> None:
         response = upload(client, project, latin1_tar([("exp-été/" + stats_relpath(0), GOOD)]))
 
         run = wait_for_run(client, response.json()["id"])
@@ -166,9 +178,14 @@ class TestNonUtf8NamesInTheReport:
 
 
 class TestNothingHalfStored:
-    def test_failure_after_the_insert_leaves_no_row_and_no_file(self, client: TestClient, app_settings: Settings,
-                                                                db_engine: Engine, project: str,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_failure_after_the_insert_leaves_no_row_and_no_file(
+        self,
+        client: TestClient,
+        app_settings: Settings,
+        db_engine: Engine,
+        project: str,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
         real = actions.run_read
 
         def broken(*args, **kwargs):
@@ -186,8 +203,9 @@ class TestNothingHalfStored:
         assert again.status_code == 202, again.text
         assert wait_for_run(client, again.json()["id"])["status"] == "ready"
 
-    def test_failed_commit_leaves_no_row_and_no_orphaned_upload(self, client: TestClient, app_settings: Settings,
-                                                                db_engine: Engine, project: str) -> None:
+    def test_failed_commit_leaves_no_row_and_no_orphaned_upload(
+        self, client: TestClient, app_settings: Settings, db_engine: Engine, project: str
+    ) -> None:
         def refuse(session: Session) -> None:
             if any(isinstance(obj, Run) and obj.project == project for obj in session.identity_map.values()):
                 raise RuntimeError("simulated commit failure")
@@ -203,9 +221,9 @@ class TestNothingHalfStored:
         assert files_under(app_settings.data_dir / "runs") == set()
         assert files_under(app_settings.data_dir / "uploads") == set()
 
-    def test_run_left_without_its_upload_is_repaired_by_the_same_bytes(self, client: TestClient,
-                                                                       app_settings: Settings, db_engine: Engine,
-                                                                       project: str) -> None:
+    def test_run_left_without_its_upload_is_repaired_by_the_same_bytes(
+        self, client: TestClient, app_settings: Settings, db_engine: Engine, project: str
+    ) -> None:
         sha = hashlib.sha256(GOOD).hexdigest()
         broken = insert_run(db_engine, project, status="queued", upload_path="", sha256=sha)
 
@@ -251,15 +269,16 @@ def full_disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 class TestFullDisk:
     @pytest.mark.parametrize("shape", ["multipart", "raw"])
-    def test_enospc_while_receiving_is_507_and_leaves_no_part_file(self, client: TestClient, app_settings: Settings,
-                                                                    db_engine: Engine, project: str, shape: str,
-                                                                    full_disk: None) -> None:
+    def test_enospc_while_receiving_is_507_and_leaves_no_part_file(
+        self, client: TestClient, app_settings: Settings, db_engine: Engine, project: str, shape: str, full_disk: None
+    ) -> None:
         data = GOOD * 200
         if shape == "multipart":
             response = upload(client, project, data, "run.log")
         else:
-            response = client.post(RUNS, params={"project": project}, content=data,
-                                   headers={"Content-Type": "text/plain"})
+            response = client.post(
+                RUNS, params={"project": project}, content=data, headers={"Content-Type": "text/plain"}
+            )
 
         assert response.status_code == 507, response.text
         assert response.json()["error"] == "InsufficientStorage"
@@ -295,13 +314,23 @@ class TestFullDisk:
         assert remaining == {"live.part"}
 
     def test_a_run_that_failed_for_lack_of_space_is_requeued_by_the_same_bytes(
-            self, client: TestClient, db_engine: Engine, project: str) -> None:
+        self, client: TestClient, db_engine: Engine, project: str
+    ) -> None:
         first = upload(client, project, GOOD, "run.log").json()["id"]
         wait_for_run(client, first)
         with db_engine.begin() as connection:
-            connection.execute(update(Run).where(Run.id == first).values(
-                status="failed", error="InternalError: OSError: [Errno 28] No space left on device",
-                point_count=0, layer_count=0, series_count=0, rank_count=0))
+            connection.execute(
+                update(Run)
+                .where(Run.id == first)
+                .values(
+                    status="failed",
+                    error="InternalError: OSError: [Errno 28] No space left on device",
+                    point_count=0,
+                    layer_count=0,
+                    series_count=0,
+                    rank_count=0,
+                )
+            )
             connection.exec_driver_sql(f"DELETE FROM series WHERE run_id = {first}")
             connection.exec_driver_sql(f"DELETE FROM layers WHERE run_id = {first}")
 
@@ -312,7 +341,8 @@ class TestFullDisk:
         assert (run["status"], run["error"], run["points"]) == ("ready", None, 5)
 
     def test_enospc_during_ingest_fails_the_run_as_insufficient_storage_and_the_same_bytes_retry_it(
-            self, client: TestClient, project: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        self, client: TestClient, project: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         real = pipeline.scan_archive
 
         def disk_full(*args, **kwargs):
@@ -322,7 +352,10 @@ class TestFullDisk:
         first = wait_for_run(client, upload(client, project, GOOD, "run.log").json()["id"])
         monkeypatch.setattr(pipeline, "scan_archive", real)
 
-        assert (first["status"], first["error"]) == ("failed", "InsufficientStorage: [Errno 28] No space left on device")
+        assert (first["status"], first["error"]) == (
+            "failed",
+            "InsufficientStorage: [Errno 28] No space left on device",
+        )
         again = upload(client, project, GOOD, "run.log")
         assert (again.status_code, again.json()["id"]) == (202, first["id"])
         assert wait_for_run(client, first["id"])["status"] == "ready"
@@ -337,13 +370,15 @@ class TestFullDisk:
 
 
 class TestRetryEndpoint:
-    def test_failed_run_with_its_upload_is_retried(self, client: TestClient, db_engine: Engine,
-                                                  project: str) -> None:
+    def test_failed_run_with_its_upload_is_retried(self, client: TestClient, db_engine: Engine, project: str) -> None:
         run_id = upload(client, project, GOOD, "run.log").json()["id"]
         wait_for_run(client, run_id)
         with db_engine.begin() as connection:
-            connection.execute(update(Run).where(Run.id == run_id).values(
-                status="failed", error="InternalError: OSError: [Errno 28] No space left on device"))
+            connection.execute(
+                update(Run)
+                .where(Run.id == run_id)
+                .values(status="failed", error="InternalError: OSError: [Errno 28] No space left on device")
+            )
             connection.exec_driver_sql(f"DELETE FROM series WHERE run_id = {run_id}")
             connection.exec_driver_sql(f"DELETE FROM layers WHERE run_id = {run_id}")
 
@@ -361,11 +396,14 @@ class TestRetryEndpoint:
         response = client.post(f"{RUNS}/{run_id}/retry")
 
         assert response.status_code == 409
-        assert response.json() == {"error": "NotRetryable",
-                                   "detail": f"run {run_id} is ready; only a failed run can be retried"}
+        assert response.json() == {
+            "error": "NotRetryable",
+            "detail": f"run {run_id} is ready; only a failed run can be retried",
+        }
 
-    def test_failed_run_without_its_upload_is_409_upload_missing(self, client: TestClient, db_engine: Engine,
-                                                                 project: str) -> None:
+    def test_failed_run_without_its_upload_is_409_upload_missing(
+        self, client: TestClient, db_engine: Engine, project: str
+    ) -> None:
         run_id = insert_run(db_engine, project, status="failed", upload_path="runs/gone/upload.bin")
 
         response = client.post(f"{RUNS}/{run_id}/retry")
@@ -375,4 +413,3 @@ class TestRetryEndpoint:
 
     def test_unknown_run_is_404(self, client: TestClient) -> None:
         assert client.post(f"{RUNS}/2147483646/retry").status_code == 404
-

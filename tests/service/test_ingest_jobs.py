@@ -39,8 +39,9 @@ def jobs_of(engine: Engine, run_id: int) -> list[tuple[str, int, str]]:
 
 
 def upload(client: TestClient, data: bytes, project: str) -> int:
-    response = client.post("/api/v1/runs", params={"project": project}, content=data,
-                           headers={"Content-Type": "application/gzip"})
+    response = client.post(
+        "/api/v1/runs", params={"project": project}, content=data, headers={"Content-Type": "application/gzip"}
+    )
     assert response.status_code == 202, response.text
     return response.json()["id"]
 
@@ -55,19 +56,29 @@ def plant(settings: Settings, engine: Engine, project: str, data: bytes, status:
 
 
 class TestPerRankJobs:
-    def test_a_4_rank_archive_is_a_plan_4_rank_jobs_and_a_finalize(self, make_client, db_engine: Engine,
-                                                                   project: str, tmp_path: Path) -> None:
+    def test_a_4_rank_archive_is_a_plan_4_rank_jobs_and_a_finalize(
+        self, make_client, db_engine: Engine, project: str, tmp_path: Path
+    ) -> None:
         tree = multi_rank_tree(tmp_path / "logs", 4, layers=3)
         client = make_client(**FAST)
         run = wait_for_run(client, upload(client, tree_tar_gz(tree), project))
 
         assert (run["status"], run["ranks"], run["layer_count"], run["series_count"], run["points"]) == (
-            "ready", 4, 3, 12, 60)
-        assert jobs_of(db_engine, run["id"]) == [("plan", -1, "done"), *[("rank", r, "done") for r in range(4)],
-                                                ("finalize", -1, "done")]
+            "ready",
+            4,
+            3,
+            12,
+            60,
+        )
+        assert jobs_of(db_engine, run["id"]) == [
+            ("plan", -1, "done"),
+            *[("rank", r, "done") for r in range(4)],
+            ("finalize", -1, "done"),
+        ]
 
-    def test_the_stored_run_equals_parsing_the_whole_tree_at_once(self, make_client, db_engine: Engine,
-                                                                   project: str, tmp_path: Path) -> None:
+    def test_the_stored_run_equals_parsing_the_whole_tree_at_once(
+        self, make_client, db_engine: Engine, project: str, tmp_path: Path
+    ) -> None:
         tree = multi_rank_tree(tmp_path / "logs", 3, layers=4)
         client = make_client(**FAST)
         run = wait_for_run(client, upload(client, tree_tar_gz(tree), project))
@@ -75,19 +86,39 @@ class TestPerRankJobs:
         assembled, counts = parse_files(files, max_line_bytes=1 << 20, threads=1)
 
         with Session(db_engine) as session:
-            layers = [(la.name, la.position, la.group, la.layer_index, la.precision, la.has_fp8_stats, la.plans)
-                      for la in session.scalars(select(Layer).where(Layer.run_id == run["id"]).order_by(Layer.position))]
-            series = {(s.rank, s.stat_key, s.count, s.min, s.max, s.last)
-                      for s in session.scalars(select(Series).where(Series.run_id == run["id"]))}
-        assert layers == [(la.info.name, la.position, la.info.structure.group.value, la.info.structure.index,
-                           la.info.precision.value, la.info.has_fp8_stats, la.plans) for la in assembled.layers]
-        assert series == {(s.rank, s.metric.stat_key, s.summary.count, s.summary.min, s.summary.max, s.summary.last)
-                          for s in assembled.series}
+            layers = [
+                (la.name, la.position, la.group, la.layer_index, la.precision, la.has_fp8_stats, la.plans)
+                for la in session.scalars(select(Layer).where(Layer.run_id == run["id"]).order_by(Layer.position))
+            ]
+            series = {
+                (s.rank, s.stat_key, s.count, s.min, s.max, s.last)
+                for s in session.scalars(select(Series).where(Series.run_id == run["id"]))
+            }
+        assert layers == [
+            (
+                la.info.name,
+                la.position,
+                la.info.structure.group.value,
+                la.info.structure.index,
+                la.info.precision.value,
+                la.info.has_fp8_stats,
+                la.plans,
+            )
+            for la in assembled.layers
+        ]
+        assert series == {
+            (s.rank, s.metric.stat_key, s.summary.count, s.summary.min, s.summary.max, s.summary.last)
+            for s in assembled.series
+        }
         assert (run["points"], run["lines_read"], run["lines_duplicated"]) == (
-            assembled.points, counts.lines_read, counts.lines_duplicated)
+            assembled.points,
+            counts.lines_read,
+            counts.lines_duplicated,
+        )
 
     def test_a_failing_rank_fails_the_run_with_its_rank_and_nothing_is_kept(
-            self, make_client, db_engine: Engine, project: str, tmp_path: Path) -> None:
+        self, make_client, db_engine: Engine, project: str, tmp_path: Path
+    ) -> None:
         tree = multi_rank_tree(tmp_path / "logs", 3)
         (tree / stats_relpath(1)).write_bytes(b"2026-01-01 00:00:00,000 - INFO - not a statistics line\n")
         client = make_client(**FAST)
@@ -99,14 +130,15 @@ class TestPerRankJobs:
         assert {status for _k, _r, status in jobs_of(db_engine, run["id"])} <= {"done", "failed"}
 
     def test_sessions_stored_out_of_order_in_the_archive_are_parsed_oldest_first(
-            self, make_client, project: str, tmp_path: Path) -> None:
+        self, make_client, project: str, tmp_path: Path
+    ) -> None:
         import tarfile
 
         from tests.archives import stats_log
+
         old = stats_log([("model.layers.1.fc1_activation_underflows%", 0, 1.0)])
         new = stats_log([("model.layers.1.fc1_activation_underflows%", 0, 2.0)])
-        members = {stats_relpath(0): new, stats_relpath(0, stamp="20260101_000000"): old,
-                   meta_relpath(0): b""}
+        members = {stats_relpath(0): new, stats_relpath(0, stamp="20260101_000000"): old, meta_relpath(0): b""}
         tree = write_tree(tmp_path / "logs", members)
         archive = tmp_path / "x.tgz"
         with tarfile.open(archive, "w:gz") as tar:  # the plain (newest) file first
@@ -114,16 +146,19 @@ class TestPerRankJobs:
                 tar.add(tree / relpath, arcname=relpath)
         client = make_client(**FAST)
         run = wait_for_run(client, upload(client, archive.read_bytes(), project))
-        series = client.get(f"/api/v1/runs/{run['id']}/series", params={
-            "layer": "model.layers.1.fc1", "tensor": "activation", "stat": "underflows%"}).json()
+        series = client.get(
+            f"/api/v1/runs/{run['id']}/series",
+            params={"layer": "model.layers.1.fc1", "tensor": "activation", "stat": "underflows%"},
+        ).json()
 
         assert (run["status"], run["lines_duplicated"]) == ("ready", 1)
         assert series["series"][0]["values"] == [2.0]
 
 
 class TestPlanStoresTheFirstRank:
-    def test_a_single_rank_upload_is_decompressed_once_by_the_plan_job(self, make_client, db_engine: Engine,
-                                                                       project: str, tmp_path: Path) -> None:
+    def test_a_single_rank_upload_is_decompressed_once_by_the_plan_job(
+        self, make_client, db_engine: Engine, project: str, tmp_path: Path
+    ) -> None:
         client = make_client(**FAST)
         run = wait_for_run(client, upload(client, tree_tar_gz(multi_rank_tree(tmp_path / "logs", 1)), project))
 
@@ -132,19 +167,23 @@ class TestPlanStoresTheFirstRank:
             jobs = {(j.kind, j.rank): (j.status, j.attempts) for j in JobRepository(session).jobs_of(run["id"])}
         assert jobs == {("plan", -1): ("done", 1), ("rank", 0): ("done", 1), ("finalize", -1): ("done", 1)}
         assert [f["path"] for f in run["ingest_report"]["files"] if f["kind"] == "stats"] == [
-            "rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log"]
+            "rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log"
+        ]
 
-    def test_a_first_rank_with_two_sessions_is_left_to_its_rank_job(self, make_client, project: str,
-                                                                     tmp_path: Path) -> None:
+    def test_a_first_rank_with_two_sessions_is_left_to_its_rank_job(
+        self, make_client, project: str, tmp_path: Path
+    ) -> None:
         from tests.archives import stats_log
+
         old = stats_log([("model.layers.1.fc1_activation_underflows%", 0, 1.0)])
         new = stats_log([("model.layers.1.fc1_activation_underflows%", 0, 2.0)])
-        tree = write_tree(tmp_path / "logs", {stats_relpath(0, stamp="20260101_000000"): old,
-                                              stats_relpath(0): new})
+        tree = write_tree(tmp_path / "logs", {stats_relpath(0, stamp="20260101_000000"): old, stats_relpath(0): new})
         client = make_client(**FAST)
         run = wait_for_run(client, upload(client, tree_tar_gz(tree), project))
-        series = client.get(f"/api/v1/runs/{run['id']}/series", params={
-            "layer": "model.layers.1.fc1", "tensor": "activation", "stat": "underflows%"}).json()
+        series = client.get(
+            f"/api/v1/runs/{run['id']}/series",
+            params={"layer": "model.layers.1.fc1", "tensor": "activation", "stat": "underflows%"},
+        ).json()
 
         assert (run["status"], run["lines_duplicated"], series["series"][0]["values"]) == ("ready", 1, [2.0])
 
@@ -159,8 +198,9 @@ class TestRetriesAndLeases:
         assert job is not None and job.kind == kind, job
         return job
 
-    def test_a_rank_job_run_twice_stores_its_series_once(self, app_settings: Settings, db_engine: Engine,
-                                                         project: str, tmp_path: Path) -> None:
+    def test_a_rank_job_run_twice_stores_its_series_once(
+        self, app_settings: Settings, db_engine: Engine, project: str, tmp_path: Path
+    ) -> None:
         run_id = plant(app_settings, db_engine, project, tree_tar_gz(multi_rank_tree(tmp_path / "t", 2, layers=2)))
         first = self._context(app_settings, db_engine, f"first-{project}")
         second = self._context(app_settings, db_engine, f"second-{project}")
@@ -170,8 +210,11 @@ class TestRetriesAndLeases:
         rank_job = self._claim(first, "rank")
         run_job(first, rank_job)
         with Session(db_engine) as session, session.begin():  # as if the job's completion were lost
-            session.execute(update(IngestJob).where(IngestJob.id == rank_job.id).values(
-                status="doing", owner=first.owner, lease_until=utcnow() - timedelta(seconds=1)))
+            session.execute(
+                update(IngestJob)
+                .where(IngestJob.id == rank_job.id)
+                .values(status="doing", owner=first.owner, lease_until=utcnow() - timedelta(seconds=1))
+            )
         again = self._claim(second, "rank")
         run_job(second, again)
         run_job(second, self._claim(second, "finalize"))
@@ -182,8 +225,9 @@ class TestRetriesAndLeases:
             points = session.scalar(select(func.sum(Series.count)).where(Series.run_id == run_id))
         assert points == 20
 
-    def test_a_worker_whose_lease_was_taken_over_stores_nothing(self, app_settings: Settings, db_engine: Engine,
-                                                                project: str, tmp_path: Path) -> None:
+    def test_a_worker_whose_lease_was_taken_over_stores_nothing(
+        self, app_settings: Settings, db_engine: Engine, project: str, tmp_path: Path
+    ) -> None:
         run_id = plant(app_settings, db_engine, project, tree_tar_gz(multi_rank_tree(tmp_path / "t", 2)))
         slow = self._context(app_settings, db_engine, f"slow-{project}")
         with session_scope(slow.factory) as session:
@@ -196,11 +240,16 @@ class TestRetriesAndLeases:
         run_job(slow, held)
 
         assert row_counts(db_engine, run_id)["series"] == 2  # rank 0's, stored by the plan job; none of rank 1
-        assert jobs_of(db_engine, run_id) == [("plan", -1, "done"), ("rank", 0, "done"), ("rank", 1, "doing"),
-                                              ("finalize", -1, "queued")]
+        assert jobs_of(db_engine, run_id) == [
+            ("plan", -1, "done"),
+            ("rank", 0, "done"),
+            ("rank", 1, "doing"),
+            ("finalize", -1, "queued"),
+        ]
 
-    def test_a_job_started_too_often_fails_the_run(self, app_settings: Settings, db_engine: Engine,
-                                                   project: str, tmp_path: Path) -> None:
+    def test_a_job_started_too_often_fails_the_run(
+        self, app_settings: Settings, db_engine: Engine, project: str, tmp_path: Path
+    ) -> None:
         run_id = plant(app_settings, db_engine, project, tree_tar_gz(multi_rank_tree(tmp_path / "t", 1)))
         ctx = self._context(app_settings.model_copy(update={"job_max_attempts": 1}), db_engine, f"w-{project}")
         with session_scope(ctx.factory) as session:
@@ -211,6 +260,7 @@ class TestRetriesAndLeases:
 
         with Session(db_engine) as session:
             from fp8_policy.db.models import Run
+
             run = session.get(Run, run_id)
             assert (run.status, run.error) == ("failed", "WorkerLost: the worker running this job stopped 1 times")
 
@@ -221,13 +271,18 @@ class TestSecondProcessOnTheSameDatabase:
     def _hold(self, engine: Engine, run_id: int, owner: str, seconds: float) -> None:
         with Session(engine) as session, session.begin():
             JobRepository(session).enqueue_plan(run_id)
-            session.execute(update(IngestJob).where(IngestJob.run_id == run_id).values(
-                status="doing", owner=owner, attempts=1, lease_until=utcnow() + timedelta(seconds=seconds)))
+            session.execute(
+                update(IngestJob)
+                .where(IngestJob.run_id == run_id)
+                .values(status="doing", owner=owner, attempts=1, lease_until=utcnow() + timedelta(seconds=seconds))
+            )
 
     def test_a_live_owners_job_is_left_alone_until_its_lease_runs_out(
-            self, make_client, app_settings: Settings, db_engine: Engine, project: str, tmp_path: Path) -> None:
-        run_id = plant(app_settings, db_engine, project, tree_tar_gz(multi_rank_tree(tmp_path / "t", 2)),
-                       status="processing")
+        self, make_client, app_settings: Settings, db_engine: Engine, project: str, tmp_path: Path
+    ) -> None:
+        run_id = plant(
+            app_settings, db_engine, project, tree_tar_gz(multi_rank_tree(tmp_path / "t", 2)), status="processing"
+        )
         self._hold(db_engine, run_id, "another-host:4242:live", seconds=3600)
         client = make_client(**FAST)
         time.sleep(1.0)  # the new process polled ~20 times meanwhile
@@ -236,15 +291,18 @@ class TestSecondProcessOnTheSameDatabase:
         assert jobs_of(db_engine, run_id) == [("plan", -1, "doing")]
 
         with Session(db_engine) as session, session.begin():  # the other process stops sending heartbeats
-            session.execute(update(IngestJob).where(IngestJob.run_id == run_id).values(
-                lease_until=utcnow() - timedelta(seconds=1)))
+            session.execute(
+                update(IngestJob).where(IngestJob.run_id == run_id).values(lease_until=utcnow() - timedelta(seconds=1))
+            )
         run = wait_for_run(client, run_id)
         assert (run["status"], run["ranks"], run["points"]) == ("ready", 2, 20)
 
     def test_jobs_of_a_dead_process_on_this_host_are_taken_at_start_up(
-            self, make_client, app_settings: Settings, db_engine: Engine, project: str, tmp_path: Path) -> None:
-        run_id = plant(app_settings, db_engine, project, tree_tar_gz(multi_rank_tree(tmp_path / "t", 1)),
-                       status="processing")
+        self, make_client, app_settings: Settings, db_engine: Engine, project: str, tmp_path: Path
+    ) -> None:
+        run_id = plant(
+            app_settings, db_engine, project, tree_tar_gz(multi_rank_tree(tmp_path / "t", 1)), status="processing"
+        )
         dead = subprocess.Popen([sys.executable, "-c", "pass"])
         dead.wait()
         self._hold(db_engine, run_id, f"{socket.gethostname()}:{dead.pid}:gone", seconds=3600)

@@ -25,8 +25,9 @@ def plant_upload(settings: Settings, name: str, data: bytes) -> str:
 
 
 class TestResumeAtStartup:
-    def test_run_left_processing_is_requeued_and_becomes_ready(self, app_settings: Settings, db_engine: Engine,
-                                                                project: str) -> None:
+    def test_run_left_processing_is_requeued_and_becomes_ready(
+        self, app_settings: Settings, db_engine: Engine, project: str
+    ) -> None:
         upload_path = plant_upload(app_settings, "interrupted", esm2_tar_gz())
         run_id = insert_run(db_engine, project, status="processing", upload_path=upload_path)
 
@@ -38,8 +39,9 @@ class TestResumeAtStartup:
         assert files_under(app_settings.data_dir / "work") == set()
 
     def test_run_left_queued_is_submitted(self, app_settings: Settings, db_engine: Engine, project: str) -> None:
-        upload_path = plant_upload(app_settings, "queued",
-                                   stats_log([("model.layers.1.fc1_activation_underflows%", 0, 1.0)]))
+        upload_path = plant_upload(
+            app_settings, "queued", stats_log([("model.layers.1.fc1_activation_underflows%", 0, 1.0)])
+        )
         run_id = insert_run(db_engine, project, status="queued", upload_path=upload_path)
 
         with TestClient(create_app(app_settings)) as client:
@@ -47,8 +49,9 @@ class TestResumeAtStartup:
 
         assert (run["status"], run["points"], run["layer_count"]) == ("ready", 1, 1)
 
-    def test_run_whose_upload_is_missing_fails_with_upload_missing(self, app_settings: Settings,
-                                                                   db_engine: Engine, project: str) -> None:
+    def test_run_whose_upload_is_missing_fails_with_upload_missing(
+        self, app_settings: Settings, db_engine: Engine, project: str
+    ) -> None:
         run_id = insert_run(db_engine, project, status="processing", upload_path="runs/gone/upload.bin")
 
         with TestClient(create_app(app_settings)) as client:
@@ -56,7 +59,9 @@ class TestResumeAtStartup:
             layers = client.get(f"/api/v1/runs/{run_id}/layers")
 
         assert (run["status"], run["error"]) == (
-            "failed", f"UploadMissing: the uploaded file of run {run_id} is no longer on disk")
+            "failed",
+            f"UploadMissing: the uploaded file of run {run_id} is no longer on disk",
+        )
         assert layers.status_code == 409
         assert layers.json() == {"error": "NotReady", "detail": f"run {run_id} is failed: {run['error']}"}
         assert row_counts(db_engine, run_id) == {"runs": 1, "run_tags": 0, "layers": 0, "series": 0}
@@ -72,11 +77,14 @@ class TestResumeAtStartup:
 
         assert statuses == ["failed", "ready"]
 
-    def test_restart_after_a_finished_ingest_does_not_ingest_again(self, app_settings: Settings,
-                                                                   project: str) -> None:
+    def test_restart_after_a_finished_ingest_does_not_ingest_again(self, app_settings: Settings, project: str) -> None:
         with TestClient(create_app(app_settings)) as client:
-            response = client.post("/api/v1/runs", params={"project": project}, content=esm2_tar_gz(),
-                                   headers={"Content-Type": "application/gzip"})
+            response = client.post(
+                "/api/v1/runs",
+                params={"project": project},
+                content=esm2_tar_gz(),
+                headers={"Content-Type": "application/gzip"},
+            )
             first = wait_for_run(client, response.json()["id"])
 
         with TestClient(create_app(app_settings)) as client:
@@ -84,4 +92,7 @@ class TestResumeAtStartup:
             again = client.get(f"/api/v1/runs/{first['id']}").json()
 
         assert (again["status"], again["started_at"], again["finished_at"]) == (
-            "ready", first["started_at"], first["finished_at"])
+            "ready",
+            first["started_at"],
+            first["finished_at"],
+        )

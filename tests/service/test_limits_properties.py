@@ -31,11 +31,19 @@ from fp8_policy.service.limits import (
 from tests.fuzz import fuzz
 
 # Any code point, lone surrogates (what a JSON "\ud800" escape or surrogateescape produces) and C0 controls included.
-any_text = st.text(alphabet=st.one_of(
-    st.characters(), st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF, categories=["Cs"]),
-    st.characters(max_codepoint=0x1F)), max_size=60)
+any_text = st.text(
+    alphabet=st.one_of(
+        st.characters(),
+        st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF, categories=["Cs"]),
+        st.characters(max_codepoint=0x1F),
+    ),
+    max_size=60,
+)
 json_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True, allow_infinity=True),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
     any_text,
 )
 json_values = st.recursive(

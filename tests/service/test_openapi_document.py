@@ -20,8 +20,10 @@ from fp8_policy.service.settings import Settings
 from fp8_policy.service.visual.params import HEATMAP_KEYS
 
 ERROR_SCHEMAS = {"#/components/schemas/ErrorBody", "#/components/schemas/HTTPValidationError"}
-HOW_TO_SCHEMA = ("declare `response_model=` (or a return annotation) for JSON, or `responses={status: {'content': "
-                 "{media_type: {'schema': ...}}}}` for other media types (see service/visual/routes.py)")
+HOW_TO_SCHEMA = (
+    "declare `response_model=` (or a return annotation) for JSON, or `responses={status: {'content': "
+    "{media_type: {'schema': ...}}}}` for other media types (see service/visual/routes.py)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +81,10 @@ def test_every_error_response_is_the_error_body(document) -> None:
                     problems.append(f"{name}: {code} is not documented as ErrorBody ({refs})")
         if "{run_id}" in path and "404" not in operation["responses"]:
             problems.append(f"{name}: takes a run id but documents no 404")
-    assert not problems, ("\n".join(problems) + "\nFix: add `responses=error_responses(400, 404, ...)` "
-                          "(fp8_policy.service.openapi) with every status the route can answer.")
+    assert not problems, (
+        "\n".join(problems) + "\nFix: add `responses=error_responses(400, 404, ...)` "
+        "(fp8_policy.service.openapi) with every status the route can answer."
+    )
 
 
 def test_every_query_parameter_is_described_and_typed(document) -> None:
@@ -98,8 +102,10 @@ def test_every_query_parameter_is_described_and_typed(document) -> None:
         duplicated = sorted({n for n in names if names.count(n) > 1})
         if duplicated:
             problems.append(f"{name}: query parameters documented twice: {duplicated}")
-    assert not problems, ("\n".join(problems) + "\nFix: `Annotated[T, Query(description=...)]`, or for a parameter "
-                          "read by hand `openapi_extra={'parameters': [query_param(...)]}` (service/openapi.py).")
+    assert not problems, (
+        "\n".join(problems) + "\nFix: `Annotated[T, Query(description=...)]`, or for a parameter "
+        "read by hand `openapi_extra={'parameters': [query_param(...)]}` (service/openapi.py)."
+    )
 
 
 def _query_names(document: dict, path: str, method: str = "get") -> set[str]:
@@ -116,9 +122,14 @@ def test_hand_validated_parameters_are_documented_exactly(document) -> None:
     assert _query_names(document, "/api/v1/compare") == {"base", "head", "warning", "critical", "severe"}
     assert _query_names(document, "/api/v1/runs/{run_id}/analysis") == thresholds
     assert _query_names(document, "/api/v1/runs/{run_id}/recommendation") == thresholds | {
-        "format", *analysis_routes._GET_OPTION_KEYS}
-    formats = next(p for p in document["paths"]["/api/v1/runs/{run_id}/recommendation"]["get"]["parameters"]
-                   if p["name"] == "format")["schema"]["enum"]
+        "format",
+        *analysis_routes._GET_OPTION_KEYS,
+    }
+    formats = next(
+        p
+        for p in document["paths"]["/api/v1/runs/{run_id}/recommendation"]["get"]["parameters"]
+        if p["name"] == "format"
+    )["schema"]["enum"]
     assert formats == ["json", "te-yaml", "megatron", "hydra", "torchao"]
 
 

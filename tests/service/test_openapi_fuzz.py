@@ -38,14 +38,14 @@ STATUSES: dict[str, set[int]] = {}  # "METHOD /path" -> statuses seen
 # Operations the stored runs cannot make succeed, and why.
 NO_SUCCESS_EXPECTED = {
     "POST /api/v1/runs/{run_id}/retry": "only a run that failed for a server-side reason (disk full, ...) can be "
-                                        "retried; none exists here",
+    "retried; none exists here",
     # the stored runs are finished, not live: these answer 404/409 (tests/service/test_live_runs.py and
     # test_live_heatmap.py cover their successes)
     "PUT /api/v1/live/runs/{run_id}/files/{path}": "needs a live run",
     "POST /api/v1/live/runs/{run_id}/finalize": "needs a live run with a statistics log",
     "GET /api/v1/live/runs/{run_id}/heatmap.json": "needs a live run",
     "POST /api/v1/alerts/rules": "needs an http(s) webhook URL, which generated strings almost never are "
-                                 "(tests/service/test_alerts.py)",
+    "(tests/service/test_alerts.py)",
 }
 
 
@@ -80,9 +80,17 @@ def _known_run(value: object) -> object:
 
 
 @schema.parametrize()
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
-                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.filter_too_much,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 def test_every_operation_answers_within_its_documented_schema(case, server: str) -> None:
     if case.path_parameters and "run_id" in case.path_parameters:
         case.path_parameters["run_id"] = _known_run(case.path_parameters["run_id"])
@@ -98,8 +106,7 @@ def test_every_operation_answers_within_its_documented_schema(case, server: str)
     token = os.environ.get("FP8_POLICY_FUZZ_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else None
     with requests.Session() as session:
-        response = case.call_and_validate(base_url=server, session=session, headers=headers, checks=CHECKS,
-                                          timeout=60)
+        response = case.call_and_validate(base_url=server, session=session, headers=headers, checks=CHECKS, timeout=60)
     STATUSES.setdefault(f"{case.method} {case.path}", set()).add(response.status_code)
 
 
@@ -108,6 +115,9 @@ def test_the_fuzzer_reached_every_operation_with_a_success() -> None:
     if not STATUSES:
         pytest.skip("the fuzz test did not run in this session")
     operations = {f"{op.method.upper()} {op.path}" for op in (result.ok() for result in schema.get_all_operations())}
-    never = sorted(op for op in operations - set(NO_SUCCESS_EXPECTED)
-                   if not any(200 <= code < 300 for code in STATUSES.get(op, ())))
+    never = sorted(
+        op
+        for op in operations - set(NO_SUCCESS_EXPECTED)
+        if not any(200 <= code < 300 for code in STATUSES.get(op, ()))
+    )
     assert not never, f"no generated request succeeded on {never}; statuses seen: {STATUSES}"

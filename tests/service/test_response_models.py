@@ -22,10 +22,12 @@ from fp8_policy.service.visual.compare import compare_runs
 from fp8_policy.service.visual.params import parse_heatmap_params
 from tests.service.api_runs import sqlite_client, upload_runs
 
-MODELS = {"analysis": "service/analysis/schemas.py (AnalysisRead)",
-          "recommendation": "service/analysis/schemas.py (RecommendationRead)",
-          "heatmap.json": "service/visual/schemas.py (HeatmapLayoutRead)",
-          "compare": "service/visual/schemas.py (CompareRead)"}
+MODELS = {
+    "analysis": "service/analysis/schemas.py (AnalysisRead)",
+    "recommendation": "service/analysis/schemas.py (RecommendationRead)",
+    "heatmap.json": "service/visual/schemas.py (HeatmapLayoutRead)",
+    "compare": "service/visual/schemas.py (CompareRead)",
+}
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +46,19 @@ def differences(expected: Any, actual: Any, path: str = "$") -> list[str]:
             out += differences(expected[key], actual[key], f"{path}.{key}")
         return out
     if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):
-        return [d for k, (e, a) in enumerate(zip(expected, actual, strict=True)) for d in differences(e, a, f"{path}[{k}]")]
-    same = expected == actual and type(expected) is type(actual) or (
-        isinstance(expected, (int, float)) and isinstance(actual, (int, float)) and not isinstance(expected, bool)
-        and expected == actual)
+        return [
+            d for k, (e, a) in enumerate(zip(expected, actual, strict=True)) for d in differences(e, a, f"{path}[{k}]")
+        ]
+    same = (
+        expected == actual
+        and type(expected) is type(actual)
+        or (
+            isinstance(expected, (int, float))
+            and isinstance(actual, (int, float))
+            and not isinstance(expected, bool)
+            and expected == actual
+        )
+    )
     return [] if same else [f"{path}: {expected!r} became {actual!r}"]
 
 
@@ -58,8 +69,10 @@ def _as_json(value: Any) -> Any:
 def _check(endpoint: str, expected: Any, response) -> None:
     assert response.status_code == 200, response.text
     found = differences(_as_json(expected), response.json())
-    assert not found, (f"GET {endpoint} does not return what the code builds; extend {MODELS[endpoint]} "
-                       f"(FastAPI drops undeclared keys):\n" + "\n".join(found[:20]))
+    assert not found, (
+        f"GET {endpoint} does not return what the code builds; extend {MODELS[endpoint]} "
+        f"(FastAPI drops undeclared keys):\n" + "\n".join(found[:20])
+    )
 
 
 def test_analysis_and_recommendation_carry_every_key(api) -> None:
@@ -77,8 +90,15 @@ def test_analysis_and_recommendation_carry_every_key(api) -> None:
         _check("analysis", custom, client.get(f"/api/v1/runs/{run_id}/analysis", params={"critical": 3}))
 
 
-@pytest.mark.parametrize("query", [{}, {"stat": "scale_inv_min"}, {"sublayer": "fc1", "show_skip": "false"},
-                                   {"tensor": "activation", "rank": "0", "dpi": "80"}])
+@pytest.mark.parametrize(
+    "query",
+    [
+        {},
+        {"stat": "scale_inv_min"},
+        {"sublayer": "fc1", "show_skip": "false"},
+        {"tensor": "activation", "rank": "0", "dpi": "80"},
+    ],
+)
 def test_heatmap_layout_carries_every_key(api, query: dict[str, str]) -> None:
     client, ids = api
     for name, run_id in ids.items():
@@ -91,8 +111,12 @@ def test_heatmap_layout_carries_every_key(api, query: dict[str, str]) -> None:
 
 def test_compare_carries_every_key(api) -> None:
     client, ids = api
-    pairs = [("u_shape", "rising_trend"), ("rank_outlier", "u_shape"), ("nonfinite", "overflow"),
-             ("overflow", "overflow")]
+    pairs = [
+        ("u_shape", "rising_trend"),
+        ("rank_outlier", "u_shape"),
+        ("nonfinite", "overflow"),
+        ("overflow", "overflow"),
+    ]
     for base, head in pairs:
         with client.app.state.unit_of_work() as session:
             expected = compare_runs(session, ids[base], ids[head], Thresholds())

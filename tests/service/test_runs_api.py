@@ -47,12 +47,16 @@ ESM2_LAYER = "model.esm.encoder.layers.{}.self_attention.layernorm_qkv"
 QKV1 = ESM2_LAYER.format(1)
 LLAMA3_QKV1 = "model.model.layers.1.self_attention.layernorm_qkv"
 ESM2_LAYERS = [
-    *(name.format(k) for k in range(1, 7) for name in (
-        "model.esm.encoder.layers.{}.self_attention.layernorm_qkv",
-        "model.esm.encoder.layers.{}.self_attention.proj",
-        "model.esm.encoder.layers.{}.layernorm_mlp.fc1",
-        "model.esm.encoder.layers.{}.layernorm_mlp.fc2",
-    )),
+    *(
+        name.format(k)
+        for k in range(1, 7)
+        for name in (
+            "model.esm.encoder.layers.{}.self_attention.layernorm_qkv",
+            "model.esm.encoder.layers.{}.self_attention.proj",
+            "model.esm.encoder.layers.{}.layernorm_mlp.fc1",
+            "model.esm.encoder.layers.{}.layernorm_mlp.fc2",
+        )
+    ),
     "model.lm_head.decoder",
     "model.lm_head.dense",
 ]
@@ -66,8 +70,15 @@ UF = f"{FC1}_activation_underflows%"
 # --- helpers ---------------------------------------------------------------------------------------------
 
 
-def upload(client: TestClient, data: bytes, *, project: str, filename: str = "logs.tar.gz",
-           content_type: str = "application/gzip", **fields: str) -> httpx.Response:
+def upload(
+    client: TestClient,
+    data: bytes,
+    *,
+    project: str,
+    filename: str = "logs.tar.gz",
+    content_type: str = "application/gzip",
+    **fields: str,
+) -> httpx.Response:
     """Multipart upload with a `file` part and the given form fields."""
     return client.post(RUNS, files={"file": (filename, data, content_type)}, data={"project": project, **fields})
 
@@ -120,17 +131,46 @@ class TestCreateRun:
         data = esm2_tar_gz()
         metadata = {"model": "esm2", "gpu": "H100", "hidden": 320}
 
-        response = upload(client, data, project=project, filename="esm2.tar.gz", name="esm2 dummy",
-                          tags="fp8, esm2,fp8", metadata=json.dumps(metadata))
+        response = upload(
+            client,
+            data,
+            project=project,
+            filename="esm2.tar.gz",
+            name="esm2 dummy",
+            tags="fp8, esm2,fp8",
+            metadata=json.dumps(metadata),
+        )
 
         assert response.status_code == 202
         body = response.json()
         assert response.headers["location"] == f"{RUNS}/{body['id']}"
-        assert {k: body[k] for k in ("name", "project", "tags", "status", "error", "metadata", "upload_filename",
-                                     "upload_bytes", "sha256", "points", "ingest_report")} == {
-            "name": "esm2 dummy", "project": project, "tags": ["fp8", "esm2"], "status": "queued", "error": None,
-            "metadata": metadata, "upload_filename": "esm2.tar.gz", "upload_bytes": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(), "points": 0, "ingest_report": None,
+        assert {
+            k: body[k]
+            for k in (
+                "name",
+                "project",
+                "tags",
+                "status",
+                "error",
+                "metadata",
+                "upload_filename",
+                "upload_bytes",
+                "sha256",
+                "points",
+                "ingest_report",
+            )
+        } == {
+            "name": "esm2 dummy",
+            "project": project,
+            "tags": ["fp8", "esm2"],
+            "status": "queued",
+            "error": None,
+            "metadata": metadata,
+            "upload_filename": "esm2.tar.gz",
+            "upload_bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "points": 0,
+            "ingest_report": None,
         }
         run = wait_for_run(client, body["id"])
         assert (run["status"], run["error"], run["points"]) == ("ready", None, 1800)
@@ -148,14 +188,26 @@ class TestCreateRun:
         assert run["ingest_report"]["archive"] == {"format": "zip", "skipped_members": 0, "skipped_samples": []}
 
     def test_llama3_raw_gzip_body_with_query_parameters(self, client: TestClient, project: str) -> None:
-        response = upload_raw(client, llama3_tar_gz(), content_type="application/gzip", project=project,
-                              name="llama3 raw", tags="raw,llama3", metadata='{"recipe": "delayed"}')
+        response = upload_raw(
+            client,
+            llama3_tar_gz(),
+            content_type="application/gzip",
+            project=project,
+            name="llama3 raw",
+            tags="raw,llama3",
+            metadata='{"recipe": "delayed"}',
+        )
 
         body = response.json()
         run = ingest(client, response)
 
         assert (body["name"], body["project"], body["tags"], body["metadata"], body["upload_filename"]) == (
-            "llama3 raw", project, ["raw", "llama3"], {"recipe": "delayed"}, None)
+            "llama3 raw",
+            project,
+            ["raw", "llama3"],
+            {"recipe": "delayed"},
+            None,
+        )
         assert (run["layer_count"], run["points"], run["ingest_report"]["archive"]["format"]) == (9, 600, "tar.gz")
 
     def test_same_bytes_in_the_same_project_answer_200_with_the_existing_run(
@@ -190,14 +242,23 @@ class TestCreateRun:
 
         # no metadata log: only the layers with stats, FP8 because their unprefixed FP8 stats say so
         assert (run["ranks"], run["layer_count"], run["points"], run["lines_read"]) == (1, 6, 1800, 1800)
-        assert run["ingest_report"]["files"] == [{
-            "path": "upload.log", "rank": 0, "kind": "stats", "lines_read": 1800, "stats_lines": 1800,
-            "blank_lines": 0, "skipped_lines": 0, "skipped_samples": [],
-        }]
+        assert run["ingest_report"]["files"] == [
+            {
+                "path": "upload.log",
+                "rank": 0,
+                "kind": "stats",
+                "lines_read": 1800,
+                "stats_lines": 1800,
+                "blank_lines": 0,
+                "skipped_lines": 0,
+                "skipped_samples": [],
+            }
+        ]
         assert run["ingest_report"]["archive"]["format"] == "log"
         layers = client.get(f"{RUNS}/{run['id']}/layers").json()
         assert [(layer["name"], layer["precision"]) for layer in layers] == [
-            (ESM2_LAYER.format(k), "fp8") for k in range(1, 7)]
+            (ESM2_LAYER.format(k), "fp8") for k in range(1, 7)
+        ]
 
     def test_log_gz_multipart_upload_takes_the_rank_from_the_file_name(self, client: TestClient, project: str) -> None:
         data = gz_bytes(LLAMA3_STATS.read_bytes())
@@ -210,29 +271,38 @@ class TestCreateRun:
         assert [s["rank"] for s in series] == [3]
 
     @pytest.mark.parametrize("ranks", [2, 8])
-    def test_multi_rank_tree_reports_every_rank(self, client: TestClient, project: str, tmp_path: Path,
-                                                ranks: int) -> None:
+    def test_multi_rank_tree_reports_every_rank(
+        self, client: TestClient, project: str, tmp_path: Path, ranks: int
+    ) -> None:
         data = tree_tar_gz(multi_rank_tree(tmp_path / "fp8_logs", ranks))
 
         run = ingest(client, upload(client, data, project=project))
 
-        assert (run["ranks"], run["layer_count"], run["series_count"], run["points"]) == (ranks, 2, 2 * ranks,
-                                                                                       10 * ranks)
+        assert (run["ranks"], run["layer_count"], run["series_count"], run["points"]) == (
+            ranks,
+            2,
+            2 * ranks,
+            10 * ranks,
+        )
         assert [(f["kind"], f["rank"], f.get("stats_lines")) for f in run["ingest_report"]["files"]] == [
-            *(("metadata", r, None) for r in range(ranks)), *(("stats", r, 10) for r in range(ranks))]
+            *(("metadata", r, None) for r in range(ranks)),
+            *(("stats", r, 10) for r in range(ranks)),
+        ]
         series = series_of(client, run["id"], FC1, "activation", "underflows%").json()["series"]
         assert [s["rank"] for s in series] == list(range(ranks))
         assert series[-1]["values"] == [rank_value(ranks - 1, 1, it) for it in range(0, 50, 10)]
 
     @pytest.mark.parametrize("rank", [0, 1])
-    def test_rank_parameter_filters_layers_series_and_csv(self, client: TestClient, project: str, tmp_path: Path,
-                                                          rank: int) -> None:
+    def test_rank_parameter_filters_layers_series_and_csv(
+        self, client: TestClient, project: str, tmp_path: Path, rank: int
+    ) -> None:
         run = ingest(client, upload(client, tree_tar_gz(multi_rank_tree(tmp_path / "fp8_logs", 3)), project=project))
         run_id = run["id"]
 
         all_ranks = summary(client.get(f"{RUNS}/{run_id}/layers").json()[0], "activation", "underflows%")
-        one_rank = summary(client.get(f"{RUNS}/{run_id}/layers", params={"rank": rank}).json()[0],
-                           "activation", "underflows%")
+        one_rank = summary(
+            client.get(f"{RUNS}/{run_id}/layers", params={"rank": rank}).json()[0], "activation", "underflows%"
+        )
         series = series_of(client, run_id, FC1, "activation", "underflows%", rank=rank).json()["series"]
         csv_text = client.get(f"{RUNS}/{run_id}/metrics.csv", params={"rank": rank}).text
 
@@ -240,13 +310,12 @@ class TestCreateRun:
         assert (one_rank["ranks"], one_rank["count"]) == (1, 5)
         assert (one_rank["min"], one_rank["max"]) == (rank_value(rank, 1, 0), rank_value(rank, 1, 40))
         assert [(s["rank"], s["values"]) for s in series] == [
-            (rank, [rank_value(rank, 1, i) for i in range(0, 50, 10)])]
+            (rank, [rank_value(rank, 1, i) for i in range(0, 50, 10)])
+        ]
         assert set(pd.read_csv(io.StringIO(csv_text))["rank"]) == {rank}
         assert len(csv_text.splitlines()) == 1 + 10
 
-    def test_appended_sessions_count_duplicates_and_the_last_value_wins(
-        self, client: TestClient, project: str
-    ) -> None:
+    def test_appended_sessions_count_duplicates_and_the_last_value_wins(self, client: TestClient, project: str) -> None:
         names = [f"model.layers.{k}.fc1_activation_underflows%" for k in (1, 2)]
         first = [(n, it, 1.0 + it / 1000) for it in range(0, 50, 10) for n in names]
         second = [(n, it, 2.0 + it / 1000) for it in range(20, 70, 10) for n in names]  # 20..40 overlap
@@ -278,26 +347,34 @@ class TestCreateRun:
         older = stats_log([(UF, it, 1.0) for it in (0, 10, 20)])
         newer = stats_log([(UF, it, 2.0) for it in (10, 20, 30)])
         plain = stats_log([(UF, it, 3.0) for it in (30, 40)])
-        data = tar_bytes([  # archive order is not session order
-            (stats_relpath(0, "20260116_080000"), newer),
-            (stats_relpath(0), plain),
-            (stats_relpath(0, "20260115_230641"), older),
-        ])
+        data = tar_bytes(
+            [  # archive order is not session order
+                (stats_relpath(0, "20260116_080000"), newer),
+                (stats_relpath(0), plain),
+                (stats_relpath(0, "20260115_230641"), older),
+            ]
+        )
 
         run = ingest(client, upload(client, data, project=project))
 
         assert [f["path"] for f in run["ingest_report"]["files"]] == [
-            stats_relpath(0, "20260115_230641"), stats_relpath(0, "20260116_080000"), stats_relpath(0)]
+            stats_relpath(0, "20260115_230641"),
+            stats_relpath(0, "20260116_080000"),
+            stats_relpath(0),
+        ]
         assert (run["ranks"], run["lines_read"], run["lines_duplicated"], run["points"]) == (1, 8, 3, 5)
         series = series_of(client, run["id"], FC1, "activation", "underflows%").json()["series"][0]
         assert (series["iterations"], series["values"]) == ([0, 10, 20, 30, 40], [1.0, 2.0, 2.0, 3.0, 3.0])
 
     def test_tree_without_rank_directories(self, client: TestClient, project: str, tmp_path: Path) -> None:
-        root = write_tree(tmp_path / "flat", {
-            stats_relpath(0, rank_dir=False): tiny_log(0),
-            stats_relpath(1, rank_dir=False): tiny_log(1),
-            meta_relpath(0, rank_dir=False): metadata_log({FC1: "FP8 Quantize"}),
-        })
+        root = write_tree(
+            tmp_path / "flat",
+            {
+                stats_relpath(0, rank_dir=False): tiny_log(0),
+                stats_relpath(1, rank_dir=False): tiny_log(1),
+                meta_relpath(0, rank_dir=False): metadata_log({FC1: "FP8 Quantize"}),
+            },
+        )
 
         run = ingest(client, upload(client, tree_tar_gz(root), project=project))
 
@@ -317,20 +394,53 @@ class TestReadRun:
 
         assert response.status_code == 200
         run = response.json()
-        assert {k: run[k] for k in ("status", "ranks", "layer_count", "series_count", "points", "iteration_min",
-                                    "iteration_max", "lines_read", "lines_skipped", "lines_blank",
-                                    "lines_duplicated")} == {
-            "status": "ready", "ranks": 1, "layer_count": 26, "series_count": 72, "points": 1800,
-            "iteration_min": 0, "iteration_max": 240, "lines_read": 1800, "lines_skipped": 0, "lines_blank": 0,
+        assert {
+            k: run[k]
+            for k in (
+                "status",
+                "ranks",
+                "layer_count",
+                "series_count",
+                "points",
+                "iteration_min",
+                "iteration_max",
+                "lines_read",
+                "lines_skipped",
+                "lines_blank",
+                "lines_duplicated",
+            )
+        } == {
+            "status": "ready",
+            "ranks": 1,
+            "layer_count": 26,
+            "series_count": 72,
+            "points": 1800,
+            "iteration_min": 0,
+            "iteration_max": 240,
+            "lines_read": 1800,
+            "lines_skipped": 0,
+            "lines_blank": 0,
             "lines_duplicated": 0,
         }
         assert run["ingest_report"] == {
             "files": [
-                {"path": "rank_0/nvdlfw_inspect_logs/nvdlfw_inspect_globalrank-0.log", "rank": 0, "kind": "metadata",
-                 "lines_read": 253, "lines_unrecognised": 0},
-                {"path": "rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log", "rank": 0,
-                 "kind": "stats", "lines_read": 1800, "stats_lines": 1800, "blank_lines": 0, "skipped_lines": 0,
-                 "skipped_samples": []},
+                {
+                    "path": "rank_0/nvdlfw_inspect_logs/nvdlfw_inspect_globalrank-0.log",
+                    "rank": 0,
+                    "kind": "metadata",
+                    "lines_read": 253,
+                    "lines_unrecognised": 0,
+                },
+                {
+                    "path": "rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log",
+                    "rank": 0,
+                    "kind": "stats",
+                    "lines_read": 1800,
+                    "stats_lines": 1800,
+                    "blank_lines": 0,
+                    "skipped_lines": 0,
+                    "skipped_samples": [],
+                },
             ],
             "unsplit_metric_names": [],
             "unsplit_points": 0,
@@ -356,8 +466,9 @@ class TestListRuns:
 
     def test_status_filter(self, client: TestClient, project: str) -> None:
         ready = ready_log(client, project, tiny_log(1))["id"]
-        failed = ingest(client, upload(client, b"not a log at all\n", project=project, content_type="text/plain"),
-                        status="failed")["id"]
+        failed = ingest(
+            client, upload(client, b"not a log at all\n", project=project, content_type="text/plain"), status="failed"
+        )["id"]
 
         assert list_ids(client, project=project, status="ready") == [ready]
         assert list_ids(client, project=project, status="failed") == [failed]
@@ -371,8 +482,9 @@ class TestListRuns:
         assert len(list_ids(client, project=project, tag="bf16")) == 2
 
     def test_cursor_pagination_with_limit_1_walks_every_page_once(self, client: TestClient, project: str) -> None:
-        created = [upload(client, tiny_log(k), project=project, content_type="text/plain").json()["id"]
-                   for k in range(4)]
+        created = [
+            upload(client, tiny_log(k), project=project, content_type="text/plain").json()["id"] for k in range(4)
+        ]
         seen: list[int] = []
         cursor = None
 
@@ -406,18 +518,29 @@ class TestListLayers:
         assert [layer["name"] for layer in layers] == ESM2_LAYERS
         body = layers[:24]
         assert [(x["group"], x["index"], x["sublayer"]) for x in body] == [
-            ("body", k, s) for k in range(1, 7) for s in SUBLAYERS]
+            ("body", k, s) for k in range(1, 7) for s in SUBLAYERS
+        ]
         assert {(x["precision"], x["fp8"]) for x in body} == {("fp8", True)}
         assert [x["has_fp8_stats"] for x in body] == [s == "qkv" for _ in range(6) for s in SUBLAYERS]
-        assert [(x["group"], x["index"], x["sublayer"], x["precision"], x["fp8"], x["has_fp8_stats"], x["stats"])
-                for x in layers[24:]] == [
+        assert [
+            (x["group"], x["index"], x["sublayer"], x["precision"], x["fp8"], x["has_fp8_stats"], x["stats"])
+            for x in layers[24:]
+        ] == [
             ("head", None, "lm_head.decoder", "high", False, False, []),
             ("head", None, "lm_head.dense", "high", False, False, []),
         ]
         assert set(layers[25]["plans"].values()) == {"High Precision"}
-        assert layers[0]["plans"] == {f"{t}/{g}": "FP8 Quantize" for t, g in (
-            ("activation", "fprop"), ("activation", "wgrad"), ("weight", "fprop"), ("weight", "dgrad"),
-            ("gradient", "dgrad"), ("gradient", "wgrad"))}
+        assert layers[0]["plans"] == {
+            f"{t}/{g}": "FP8 Quantize"
+            for t, g in (
+                ("activation", "fprop"),
+                ("activation", "wgrad"),
+                ("weight", "fprop"),
+                ("weight", "dgrad"),
+                ("gradient", "dgrad"),
+                ("gradient", "wgrad"),
+            )
+        }
 
     def test_layernorm_qkv_summaries_match_a_direct_computation_from_the_log(
         self, client: TestClient, project: str
@@ -436,10 +559,31 @@ class TestListLayers:
                     points = reference[f"{ESM2_LAYER.format(k)}_{tensor}_{stat}"]
                     values = np.array([points[i] for i in sorted(points)])
                     got = summary(layers[ESM2_LAYER.format(k)], tensor, stat)
-                    assert {key: got[key] for key in ("base_stat", "recipe", "columnwise", "count", "nan_count",
-                                                      "inf_count", "ranks", "min", "max", "last")} == {
-                        "base_stat": stat, "recipe": None, "columnwise": False, "count": 25, "nan_count": 0,
-                        "inf_count": 0, "ranks": 1, "min": values.min(), "max": values.max(), "last": values[-1],
+                    assert {
+                        key: got[key]
+                        for key in (
+                            "base_stat",
+                            "recipe",
+                            "columnwise",
+                            "count",
+                            "nan_count",
+                            "inf_count",
+                            "ranks",
+                            "min",
+                            "max",
+                            "last",
+                        )
+                    } == {
+                        "base_stat": stat,
+                        "recipe": None,
+                        "columnwise": False,
+                        "count": 25,
+                        "nan_count": 0,
+                        "inf_count": 0,
+                        "ranks": 1,
+                        "min": values.min(),
+                        "max": values.max(),
+                        "last": values[-1],
                     }
                     assert got["mean"] == pytest.approx(values.mean(), rel=1e-12, abs=1e-15)
                     assert got["p95"] == pytest.approx(np.percentile(values, 95), rel=1e-12, abs=1e-15)
@@ -453,8 +597,11 @@ class TestListLayers:
         assert response.json() == {"error": "NotReady", "detail": f"run {run_id} is queued; try again when it is ready"}
 
     def test_failed_run_is_409_with_its_error(self, client: TestClient, project: str) -> None:
-        run = ingest(client, upload(client, b"\x00" * 1024 + b"x", project=project,
-                                    content_type="application/octet-stream"), status="failed")
+        run = ingest(
+            client,
+            upload(client, b"\x00" * 1024 + b"x", project=project, content_type="application/octet-stream"),
+            status="failed",
+        )
 
         response = client.get(f"{RUNS}/{run['id']}/layers")
 
@@ -473,8 +620,9 @@ class TestListLayers:
 
 
 class TestReadSeries:
-    def test_esm2_series_has_every_tenth_iteration_and_the_logged_values(self, client: TestClient,
-                                                                        project: str) -> None:
+    def test_esm2_series_has_every_tenth_iteration_and_the_logged_values(
+        self, client: TestClient, project: str
+    ) -> None:
         run_id = ready_esm2(client, project)["id"]
         points = parse_reference(ESM2_STATS)[f"{QKV1}_gradient_underflows%"]
 
@@ -482,9 +630,12 @@ class TestReadSeries:
 
         assert response.status_code == 200
         assert response.json() == {
-            "layer": QKV1, "tensor": "gradient", "stat": "underflows%",
-            "series": [{"rank": 0, "iterations": list(range(0, 250, 10)),
-                        "values": [points[i] for i in sorted(points)]}],
+            "layer": QKV1,
+            "tensor": "gradient",
+            "stat": "underflows%",
+            "series": [
+                {"rank": 0, "iterations": list(range(0, 250, 10)), "values": [points[i] for i in sorted(points)]}
+            ],
         }
         assert response.json()["series"][0]["values"][0] == 21.4681
 
@@ -495,7 +646,9 @@ class TestReadSeries:
 
         assert response.status_code == 404
         assert response.json() == {
-            "error": "NotFound", "detail": f"run {run_id} has no series 'model.nope' / 'gradient' / 'underflows%'"}
+            "error": "NotFound",
+            "detail": f"run {run_id} has no series 'model.nope' / 'gradient' / 'underflows%'",
+        }
 
     def test_unknown_rank_is_404(self, client: TestClient, project: str) -> None:
         run_id = ready_esm2(client, project)["id"]
@@ -514,8 +667,10 @@ class TestReadSeries:
         response = series_of(client, run_id, QKV1, "gradient", "underflows%")
 
         assert response.status_code == 409
-        assert response.json() == {"error": "NotReady",
-                                   "detail": f"run {run_id} is processing; try again when it is ready"}
+        assert response.json() == {
+            "error": "NotReady",
+            "detail": f"run {run_id} is processing; try again when it is ready",
+        }
 
     def test_nan_and_infinities_come_back_as_strings(self, client: TestClient, project: str) -> None:
         values = [1.5, math.nan, math.inf, -0.0, -math.inf]
@@ -529,7 +684,13 @@ class TestReadSeries:
         (layer,) = client.get(f"{RUNS}/{run['id']}/layers").json()
         stat = summary(layer, "activation", "underflows%")
         assert (stat["count"], stat["nan_count"], stat["inf_count"], stat["min"], stat["max"], stat["last"]) == (
-            5, 1, 2, -0.0, 1.5, None)
+            5,
+            1,
+            2,
+            -0.0,
+            1.5,
+            None,
+        )
 
 
 # --- GET /api/v1/runs/{id}/metrics.csv ------------------------------------------------------------------------------
@@ -592,8 +753,9 @@ class TestExportCsv:
 
 
 class TestDeleteRun:
-    def test_delete_removes_the_run_its_rows_and_its_files(self, client: TestClient, project: str,
-                                                           db_engine: Engine, app_settings) -> None:
+    def test_delete_removes_the_run_its_rows_and_its_files(
+        self, client: TestClient, project: str, db_engine: Engine, app_settings
+    ) -> None:
         run_id = ready_esm2(client, project)["id"]
         run_dir = app_settings.data_dir / "runs" / str(run_id)
         assert files_under(run_dir) == {"upload.bin"}

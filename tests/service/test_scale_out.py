@@ -33,8 +33,11 @@ def _holder_of_a_rank_job(engine, run_id: int, deadline: float) -> tuple[int, st
     """(job id, owner) of the first rank job of the run seen `doing`."""
     with Session(engine) as session:
         while time.monotonic() < deadline:
-            row = session.execute(select(IngestJob.id, IngestJob.owner).where(
-                IngestJob.run_id == run_id, IngestJob.kind == "rank", IngestJob.status == "doing")).first()
+            row = session.execute(
+                select(IngestJob.id, IngestJob.owner).where(
+                    IngestJob.run_id == run_id, IngestJob.kind == "rank", IngestJob.status == "doing"
+                )
+            ).first()
             session.rollback()
             if row is not None:
                 return row[0], row[1]
@@ -42,22 +45,32 @@ def _holder_of_a_rank_job(engine, run_id: int, deadline: float) -> tuple[int, st
     raise AssertionError("no rank job was seen in progress")
 
 
-def test_two_apis_two_workers_s3_and_a_worker_killed_mid_job(postgres_server, s3_bucket: S3Bucket,
-                                                               tmp_path: Path) -> None:
+def test_two_apis_two_workers_s3_and_a_worker_killed_mid_job(
+    postgres_server, s3_bucket: S3Bucket, tmp_path: Path
+) -> None:
     database_url = postgres_server.create_database()
     upgrade(database_url)
     engine = create_engine(database_url)
     data = tree_tar_gz(multi_rank_tree(tmp_path / "logs", RANKS, layers=LAYERS, iterations=ITERATIONS))
-    env = {**s3_bucket.env(), "FP8_POLICY_DATABASE_URL": database_url,
-           "FP8_POLICY_JOB_LEASE_SECONDS": str(LEASE_SECONDS), "FP8_POLICY_JOB_POLL_SECONDS": "0.1"}
+    env = {
+        **s3_bucket.env(),
+        "FP8_POLICY_DATABASE_URL": database_url,
+        "FP8_POLICY_JOB_LEASE_SECONDS": str(LEASE_SECONDS),
+        "FP8_POLICY_JOB_POLL_SECONDS": "0.1",
+    }
     with Cluster(tmp_path / "cluster", env) as cluster:
         first, second = cluster.start_api(), cluster.start_api()
         workers = [cluster.start_worker(), cluster.start_worker()]
         cluster.wait_healthy()
         time.sleep(1.0)  # the workers load the parser kernels
 
-        response = httpx.post(f"{first.url}/api/v1/runs", params={"project": "scale-out", "name": "4 ranks"},
-                              content=data, headers={"Content-Type": "application/gzip"}, timeout=60)
+        response = httpx.post(
+            f"{first.url}/api/v1/runs",
+            params={"project": "scale-out", "name": "4 ranks"},
+            content=data,
+            headers={"Content-Type": "application/gzip"},
+            timeout=60,
+        )
         assert response.status_code == 202, response.text
         run_id = response.json()["id"]
         job_id, owner = _holder_of_a_rank_job(engine, run_id, time.monotonic() + 60)
@@ -79,8 +92,14 @@ def test_two_apis_two_workers_s3_and_a_worker_killed_mid_job(postgres_server, s3
 
     assert run["status"] == "ready", f"{run}\n{logs}"
     points = RANKS * LAYERS * len(ITERATIONS)
-    assert (run["ranks"], run["layer_count"], run["series_count"], run["points"], run["lines_read"],
-            run["lines_duplicated"]) == (RANKS, LAYERS, RANKS * LAYERS, points, points, 0)
+    assert (
+        run["ranks"],
+        run["layer_count"],
+        run["series_count"],
+        run["points"],
+        run["lines_read"],
+        run["lines_duplicated"],
+    ) == (RANKS, LAYERS, RANKS * LAYERS, points, points, 0)
     with Session(engine) as session:
         retried = session.get(IngestJob, job_id)
         stored = session.execute(select(func.count(), func.sum(Series.count)).where(Series.run_id == run_id)).one()

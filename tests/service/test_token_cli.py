@@ -56,8 +56,7 @@ def test_list_shows_every_token_without_the_token_and_revoke_marks_it(database: 
     run("token", "create", "--name", "boss", "--scope", "admin")
 
     listing = run("token", "list").output.splitlines()
-    assert listing[0].split() == ["NAME", "SCOPE", "PREFIX", "STATE", "CREATED", "LAST", "USED", "EXPIRES",
-                                  "REVOKED"]
+    assert listing[0].split() == ["NAME", "SCOPE", "PREFIX", "STATE", "CREATED", "LAST", "USED", "EXPIRES", "REVOKED"]
     reader = next(line for line in listing if line.startswith("reader"))
     assert reader.split()[:4] == ["reader", "read", token[:13], "active"]
     assert token not in "\n".join(listing)
@@ -71,10 +70,13 @@ def test_list_shows_every_token_without_the_token_and_revoke_marks_it(database: 
     assert "no unrevoked token is left" in last.output
 
 
-@pytest.mark.parametrize("args, error", [
-    (["token", "revoke", "nobody"], "error: TokenNotFound: no token named 'nobody'"),
-    (["token", "create", "--name", "bad name", "--scope", "read"], "error: InvalidTokenName:"),
-])
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        (["token", "revoke", "nobody"], "error: TokenNotFound: no token named 'nobody'"),
+        (["token", "create", "--name", "bad name", "--scope", "read"], "error: InvalidTokenName:"),
+    ],
+)
 def test_errors_are_one_line_and_exit_2(database: str, args: list[str], error: str) -> None:
     result = run(*args)
     assert result.exit_code == 2
@@ -144,9 +146,19 @@ def test_serve_on_loopback_without_tokens_stays_open(database: str, served: list
     assert served[0].allow_anonymous is True
 
 
-@pytest.mark.parametrize("host, loopback", [
-    ("127.0.0.1", True), ("127.8.0.1", True), ("::1", True), ("[::1]", True), ("localhost", True),
-    ("0.0.0.0", False), ("::", False), ("10.1.2.3", False), ("fp8-policy.internal", False),
-])
+@pytest.mark.parametrize(
+    "host, loopback",
+    [
+        ("127.0.0.1", True),
+        ("127.8.0.1", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.1.2.3", False),
+        ("fp8-policy.internal", False),
+    ],
+)
 def test_loopback_addresses(host: str, loopback: bool) -> None:
     assert binding.is_loopback(host) is loopback

@@ -48,11 +48,31 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FP8_POLICY_")}
     env["FP8_POLICY_DATA_DIR"] = str(data)
     server = subprocess.Popen(
-        [sys.executable, "-m", "fp8_policy.service.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-         "--no-demo", "--log-level", "error", "--header-timeout", str(HEADER_TIMEOUT),
-         "--body-timeout", str(BODY_TIMEOUT), "--max-uploads", str(MAX_UPLOADS),
-         "--limit-concurrency", str(CONNECTIONS)],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "fp8_policy.service.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-demo",
+            "--log-level",
+            "error",
+            "--header-timeout",
+            str(HEADER_TIMEOUT),
+            "--body-timeout",
+            str(BODY_TIMEOUT),
+            "--max-uploads",
+            str(MAX_UPLOADS),
+            "--limit-concurrency",
+            str(CONNECTIONS),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -77,10 +97,14 @@ def _connect(served: Served) -> socket.socket:
 
 def _stalled_upload(served: Served, declared: int = 1_000_000, sent: int = 1024) -> socket.socket:
     """A multipart upload that announces `declared` bytes, sends `sent` of them and goes quiet."""
-    preamble = (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"run.log\"\r\n"
-                "Content-Type: text/plain\r\n\r\n").encode()
-    head = (f"POST /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; "
-            f"boundary={BOUNDARY}\r\nContent-Length: {declared}\r\n\r\n").encode()
+    preamble = (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="run.log"\r\n'
+        "Content-Type: text/plain\r\n\r\n"
+    ).encode()
+    head = (
+        f"POST /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; "
+        f"boundary={BOUNDARY}\r\nContent-Length: {declared}\r\n\r\n"
+    ).encode()
     sock = _connect(served)
     sock.sendall(head + preamble + b"x" * (sent - len(preamble)))
     return sock

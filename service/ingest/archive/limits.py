@@ -64,15 +64,12 @@ class _Budget:
     def add(self, n: int) -> None:
         self.total += n
         if self.total > self.limits.max_total_bytes:
-            raise ArchiveError(
-                "ArchiveTooLarge", f"more than {self.limits.max_total_bytes} bytes uncompressed"
-            )
+            raise ArchiveError("ArchiveTooLarge", f"more than {self.limits.max_total_bytes} bytes uncompressed")
         ratio = self.total / self.upload_bytes
         if self.total > self.limits.ratio_floor_bytes and ratio > self.limits.max_ratio:
             raise ArchiveError(
                 "CompressionRatioExceeded",
-                f"{self.total} bytes from a {self.upload_bytes}-byte upload "
-                f"(ratio above {self.limits.max_ratio:g})",
+                f"{self.total} bytes from a {self.upload_bytes}-byte upload (ratio above {self.limits.max_ratio:g})",
             )
 
     def count_members(self, n: int = 1) -> None:
@@ -82,9 +79,7 @@ class _Budget:
 
     def check_member_size(self, name: str, size: int) -> None:
         if size > self.limits.max_member_bytes:
-            raise ArchiveError(
-                "ArchiveTooLarge", f"{name}: more than {self.limits.max_member_bytes} bytes"
-            )
+            raise ArchiveError("ArchiveTooLarge", f"{name}: more than {self.limits.max_member_bytes} bytes")
 
 
 class _Meter:

@@ -57,7 +57,9 @@ class _Output:
                 path.mkdir()
             except OSError as exc:
                 if exc.errno == errno.ENAMETOOLONG:
-                    raise ArchiveError("PathTooLong", f"{relpath[:80]}...: longer than the file system allows") from None
+                    raise ArchiveError(
+                        "PathTooLong", f"{relpath[:80]}...: longer than the file system allows"
+                    ) from None
                 raise
             self.created.append(path)
 
@@ -93,11 +95,13 @@ def _safe_relpath(name: str) -> str:
 def _check_length(relpath: str) -> None:
     longest = max(relpath.split("/"), key=lambda part: len(part.encode()))
     if len(longest.encode()) > MAX_NAME_BYTES:
-        raise ArchiveError("PathTooLong", f"{relpath[:80]}...: a name of {len(longest.encode())} bytes "
-                                          f"(at most {MAX_NAME_BYTES})")
+        raise ArchiveError(
+            "PathTooLong", f"{relpath[:80]}...: a name of {len(longest.encode())} bytes (at most {MAX_NAME_BYTES})"
+        )
     if len(relpath.encode()) > MAX_PATH_BYTES:
-        raise ArchiveError("PathTooLong", f"{relpath[:80]}...: a path of {len(relpath.encode())} bytes "
-                                          f"(at most {MAX_PATH_BYTES})")
+        raise ArchiveError(
+            "PathTooLong", f"{relpath[:80]}...: a path of {len(relpath.encode())} bytes (at most {MAX_PATH_BYTES})"
+        )
 
 
 def _check_rank(log: LogFile) -> LogFile:

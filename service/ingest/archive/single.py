@@ -18,9 +18,7 @@ def _extract_single(
     budget.count_members()
     log = _check_rank(single_file_log(hint))
     stamp = f"_{log.stamp}" if log.stamp else ""
-    relpath = (
-        f"rank_{log.rank}/nvdlfw_inspect_statistics_logs/nvdlfw_inspect{stamp}_globalrank-{log.rank}.log"
-    )
+    relpath = f"rank_{log.rank}/nvdlfw_inspect_statistics_logs/nvdlfw_inspect{stamp}_globalrank-{log.rank}.log"
     with open_source(src, CHUNK_BYTES) as opened:
         raw = opened if hasattr(opened, "peek") else io.BufferedReader(opened, CHUNK_BYTES)  # _write peeks
         return [(log, _write(out, budget, relpath, raw, count_total=True))]

@@ -61,8 +61,9 @@ class _Handover:
         pass
 
 
-def _walk(src: IO[bytes], size: int, limits: ExtractLimits, hint: str | None,
-          on_member: MemberCallback) -> tuple[str, list[LogFile], _Skipped]:
+def _walk(
+    src: IO[bytes], size: int, limits: ExtractLimits, hint: str | None, on_member: MemberCallback
+) -> tuple[str, list[LogFile], _Skipped]:
     if size == 0:
         raise ArchiveError("EmptyUpload", "the upload is empty")
     budget, skipped = _Budget(limits, size), _Skipped()
@@ -92,8 +93,14 @@ def _drain(_relpath: str, stream: IO[bytes]) -> None:
         pass
 
 
-def scan_archive(src: IO[bytes], size: int, limits: ExtractLimits, hint: str | None = None,
-                 on_metadata: MemberCallback | None = None, on_stats: MemberCallback | None = None) -> ArchiveScan:
+def scan_archive(
+    src: IO[bytes],
+    size: int,
+    limits: ExtractLimits,
+    hint: str | None = None,
+    on_metadata: MemberCallback | None = None,
+    on_stats: MemberCallback | None = None,
+) -> ArchiveScan:
     """Read the whole upload once, checking every limit (ArchiveError as `extract_upload` raises it); members
     go to `on_metadata` / `on_stats` when given (under the name `ArchiveScan` lists them with), and whatever
     a callback leaves unread is read to the end."""
@@ -123,8 +130,16 @@ def scan_archive(src: IO[bytes], size: int, limits: ExtractLimits, hint: str | N
     return scan
 
 
-def read_members(src: IO[bytes], size: int, limits: ExtractLimits, hint: str | None, *,
-                 stats: list[str], on_stats: MemberCallback, spill_dir: Path) -> None:
+def read_members(
+    src: IO[bytes],
+    size: int,
+    limits: ExtractLimits,
+    hint: str | None,
+    *,
+    stats: list[str],
+    on_stats: MemberCallback,
+    spill_dir: Path,
+) -> None:
     """Hand the named statistics members to `on_stats` in the given order; other members are skipped unread.
     Raises ArchiveError when a named member is missing."""
     pending = list(stats)

@@ -25,8 +25,12 @@ def fake_te_28(monkeypatch: pytest.MonkeyPatch):
 @pytest.fixture
 def no_te(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make `import transformer_engine...` fail even if some TE were importable."""
-    for name in ("transformer_engine", "transformer_engine.pytorch", "transformer_engine.common",
-                 "transformer_engine.common.recipe"):
+    for name in (
+        "transformer_engine",
+        "transformer_engine.pytorch",
+        "transformer_engine.common",
+        "transformer_engine.common.recipe",
+    ):
         monkeypatch.setitem(sys.modules, name, None)
 
 
@@ -38,13 +42,23 @@ def nvdlfw_config(tmp_path) -> Iterator[object]:
     from nvdlfw_inspect.registry import NamespaceData
 
     initialize_logger(str(tmp_path / "nvdlfw"))
-    te_features = ["LogTensorStats", "LogFp8TensorStats", "LogNvfp4TensorStats", "DisableFP8GEMM",
-                   "DisableFP8Layer", "DisableQuantizationGEMM", "DisableQuantizationLayer",
-                   "PerTensorScaling", "FakeQuant", "DumpTensors"]
+    te_features = [
+        "LogTensorStats",
+        "LogFp8TensorStats",
+        "LogNvfp4TensorStats",
+        "DisableFP8GEMM",
+        "DisableFP8Layer",
+        "DisableQuantizationGEMM",
+        "DisableQuantizationLayer",
+        "PerTensorScaling",
+        "FakeQuant",
+        "DumpTensors",
+    ]
     registry = {
         "base": NamespaceData("base", None, features={"LogTensorStats": object()}),
-        "transformer_engine": NamespaceData("transformer_engine", None,
-                                            features={name: object() for name in te_features}),
+        "transformer_engine": NamespaceData(
+            "transformer_engine", None, features={name: object() for name in te_features}
+        ),
     }
     ConfigManager.reset()
 

@@ -118,8 +118,14 @@ class State:
 
 
 class autocast:  # noqa: N801 - TE's name
-    def __init__(self, enabled: bool = True, calibrating: bool = False, recipe: Recipe | None = None,
-                 amax_reduction_group: Any = None, _graph: bool = False) -> None:
+    def __init__(
+        self,
+        enabled: bool = True,
+        calibrating: bool = False,
+        recipe: Recipe | None = None,
+        amax_reduction_group: Any = None,
+        _graph: bool = False,
+    ) -> None:
         self._enabled, self._entered, self.recipe = enabled, False, recipe
         State.recipes.append(recipe)
 
@@ -138,8 +144,13 @@ class autocast:  # noqa: N801 - TE's name
 
 
 @contextmanager
-def fp8_autocast(enabled: bool = True, calibrating: bool = False, fp8_recipe: Recipe | None = None,
-                 fp8_group: Any = None, _graph: bool = False):
+def fp8_autocast(
+    enabled: bool = True,
+    calibrating: bool = False,
+    fp8_recipe: Recipe | None = None,
+    fp8_group: Any = None,
+    _graph: bool = False,
+):
     State.stack.append(enabled)
     State.recipes.append(fp8_recipe)
     State.events.append(("fp8_autocast enter", enabled))
@@ -165,17 +176,22 @@ def install(monkeypatch: Any, version: str = "2.9") -> types.ModuleType:
     """Put the fake package into sys.modules; version < 2.9 has only `fp8_autocast` (as TE 2.8)."""
     State.stack, State.events, State.recipes = [], [], []
     root, common = types.ModuleType("transformer_engine"), types.ModuleType("transformer_engine.common")
-    recipe, pytorch = (types.ModuleType("transformer_engine.common.recipe"),
-                       types.ModuleType("transformer_engine.pytorch"))
-    for cls in (Format, MMParams, Recipe, DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling,
-                Float8BlockScaling):
+    recipe, pytorch = (
+        types.ModuleType("transformer_engine.common.recipe"),
+        types.ModuleType("transformer_engine.pytorch"),
+    )
+    for cls in (Format, MMParams, Recipe, DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling, Float8BlockScaling):
         setattr(recipe, cls.__name__, cls)
     pytorch.fp8_autocast, pytorch.Linear = fp8_autocast, Linear
     if tuple(int(p) for p in version.split(".")[:2]) >= (2, 9):
         pytorch.autocast = autocast
     root.common, root.pytorch, common.recipe = common, pytorch, recipe
-    modules = {"transformer_engine": root, "transformer_engine.common": common,
-               "transformer_engine.common.recipe": recipe, "transformer_engine.pytorch": pytorch}
+    modules = {
+        "transformer_engine": root,
+        "transformer_engine.common": common,
+        "transformer_engine.common.recipe": recipe,
+        "transformer_engine.pytorch": pytorch,
+    }
     for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)
     return pytorch

@@ -19,12 +19,16 @@ def nvdlfw_names(model: nn.Module, tmp_path) -> set[str]:
     return {m.name for m in model.modules() if isinstance(getattr(m, "name", None), str)}
 
 
-@pytest.mark.parametrize("build", [
-    lambda: ToyTransformer(),                      # 1-based layer_number
-    lambda: ToyTransformer(numbered=False),        # 0-based index
-    lambda: Wrapper(Wrapper(ToyTransformer())),    # Megatron-style model.module.module...
-    lambda: FusedModel(),
-], ids=["layer_number", "index", "wrapped", "fused"])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: ToyTransformer(),  # 1-based layer_number
+        lambda: ToyTransformer(numbered=False),  # 0-based index
+        lambda: Wrapper(Wrapper(ToyTransformer())),  # Megatron-style model.module.module...
+        lambda: FusedModel(),
+    ],
+    ids=["layer_number", "index", "wrapped", "fused"],
+)
 def test_walk_names_equal_nvdlfw_inspect_names(build, tmp_path) -> None:
     model = build()
     ours = {entry.name for entry in walk(model) if entry.part is None}
@@ -38,11 +42,14 @@ def test_layer_number_names_map_to_zero_based_fqns() -> None:
     assert index.resolve("model.layers.0.self_attention.qkv") is None  # 1-based: there is no layer 0
 
 
-@pytest.mark.parametrize(("logged", "wrap"), [
-    ("model.module.layers.2.mlp.fc1", False),   # logs from a DDP run, unwrapped model
-    ("model.layers.2.mlp.fc1", True),           # logs from an unwrapped run, DDP model
-    ("model.module.module.layers.2.mlp.fc1", True),
-])
+@pytest.mark.parametrize(
+    ("logged", "wrap"),
+    [
+        ("model.module.layers.2.mlp.fc1", False),  # logs from a DDP run, unwrapped model
+        ("model.layers.2.mlp.fc1", True),  # logs from an unwrapped run, DDP model
+        ("model.module.module.layers.2.mlp.fc1", True),
+    ],
+)
 def test_ddp_module_levels_resolve_either_way(logged: str, wrap: bool) -> None:
     inner = ToyTransformer()
     index = NameIndex(Wrapper(inner) if wrap else inner)

@@ -8,8 +8,12 @@ from fp8_policy.client.apply import recipe_from_policy
 from fp8_policy.client.apply.te import TE_MISSING
 from tests.client.apply import fake_te
 
-CURRENT = {"name": "current", "class": "transformer_engine.common.recipe.Float8CurrentScaling",
-           "kwargs": {"fp8_format": "HYBRID"}, "reason": "r"}
+CURRENT = {
+    "name": "current",
+    "class": "transformer_engine.common.recipe.Float8CurrentScaling",
+    "kwargs": {"fp8_format": "HYBRID"},
+    "reason": "r",
+}
 
 
 def test_current_scaling_with_hybrid_format(fake_te_29) -> None:
@@ -17,14 +21,27 @@ def test_current_scaling_with_hybrid_format(fake_te_29) -> None:
     assert type(recipe) is fake_te.Float8CurrentScaling and recipe.fp8_format is fake_te.Format.HYBRID
 
 
-@pytest.mark.parametrize(("recipe", "cls", "fmt"), [
-    ({"name": "delayed", "kwargs": {"fp8_format": "HYBRID", "amax_history_len": 1024,
-                                    "amax_compute_algo": "max"}}, fake_te.DelayedScaling, "HYBRID"),
-    ({"name": "block", "kwargs": {"fp8_format": "E4M3"}}, fake_te.Float8BlockScaling, "E4M3"),
-    ({"name": "mxfp8", "kwargs": {"fp8_format": "Format.E4M3"}}, fake_te.MXFP8BlockScaling, "E4M3"),
-    ({"class": "transformer_engine.common.recipe.Float8CurrentScaling", "kwargs": {"fp8_format": "e4m3"}},
-     fake_te.Float8CurrentScaling, "E4M3"),
-], ids=["delayed", "block", "mxfp8", "class-only"])
+@pytest.mark.parametrize(
+    ("recipe", "cls", "fmt"),
+    [
+        (
+            {
+                "name": "delayed",
+                "kwargs": {"fp8_format": "HYBRID", "amax_history_len": 1024, "amax_compute_algo": "max"},
+            },
+            fake_te.DelayedScaling,
+            "HYBRID",
+        ),
+        ({"name": "block", "kwargs": {"fp8_format": "E4M3"}}, fake_te.Float8BlockScaling, "E4M3"),
+        ({"name": "mxfp8", "kwargs": {"fp8_format": "Format.E4M3"}}, fake_te.MXFP8BlockScaling, "E4M3"),
+        (
+            {"class": "transformer_engine.common.recipe.Float8CurrentScaling", "kwargs": {"fp8_format": "e4m3"}},
+            fake_te.Float8CurrentScaling,
+            "E4M3",
+        ),
+    ],
+    ids=["delayed", "block", "mxfp8", "class-only"],
+)
 def test_each_recipe_maps_to_its_class(fake_te_29, recipe, cls, fmt) -> None:
     built = recipe_from_policy({"recipe": recipe})
     assert type(built) is cls and built.fp8_format is fake_te.Format[fmt]
@@ -52,14 +69,17 @@ def test_unannotated_class_attribute_is_not_a_kwarg(fake_te_29) -> None:
         recipe_from_policy({"name": "block", "kwargs": {"fp8_quant_fwd_inp": None}})
 
 
-@pytest.mark.parametrize(("recipe", "message"), [
-    ({"name": "current", "kwargs": {"fp8_format": "E3M4"}}, "unknown fp8_format 'E3M4'; expected one of E2M1"),
-    ({"name": "tensorwise"}, "unknown recipe name 'tensorwise'"),
-    ({"name": "block", "class": "transformer_engine.common.recipe.DelayedScaling"}, "means Float8BlockScaling"),
-    ({"class": "torchao.float8.Float8LinearConfig"}, "not a transformer_engine recipe"),
-    ({"class": "transformer_engine.common.recipe.CustomRecipe"}, "is not one of"),
-    ({"kwargs": {}}, "the policy has no recipe"),
-])
+@pytest.mark.parametrize(
+    ("recipe", "message"),
+    [
+        ({"name": "current", "kwargs": {"fp8_format": "E3M4"}}, "unknown fp8_format 'E3M4'; expected one of E2M1"),
+        ({"name": "tensorwise"}, "unknown recipe name 'tensorwise'"),
+        ({"name": "block", "class": "transformer_engine.common.recipe.DelayedScaling"}, "means Float8BlockScaling"),
+        ({"class": "torchao.float8.Float8LinearConfig"}, "not a transformer_engine recipe"),
+        ({"class": "transformer_engine.common.recipe.CustomRecipe"}, "is not one of"),
+        ({"kwargs": {}}, "the policy has no recipe"),
+    ],
+)
 def test_bad_recipes_are_value_errors(fake_te_29, recipe, message) -> None:
     with pytest.raises(ValueError, match=message):
         recipe_from_policy({"recipe": recipe})

@@ -18,9 +18,15 @@ from fp8_policy.client.apply.te import TE_MISSING, is_wrapped, restore_forwards
 from tests.client.apply import fake_te
 from tests.client.apply.models import D_MODEL, FusedModel, ToyTransformer, Wrapper, tokens
 
-POLICY = {"fp8_skip_layers": ["model.layers.1.self_attention.qkv", "model.lm_head"], "gemm_overrides": [],
-          "recipe": {"name": "current", "class": "transformer_engine.common.recipe.Float8CurrentScaling",
-                     "kwargs": {"fp8_format": "HYBRID"}}}
+POLICY = {
+    "fp8_skip_layers": ["model.layers.1.self_attention.qkv", "model.lm_head"],
+    "gemm_overrides": [],
+    "recipe": {
+        "name": "current",
+        "class": "transformer_engine.common.recipe.Float8CurrentScaling",
+        "kwargs": {"fp8_format": "HYBRID"},
+    },
+}
 EVERYTHING = {"quantizable": lambda module: True}  # plain torch modules stand for TE modules here
 
 
@@ -125,8 +131,13 @@ def test_one_name_for_many_blocks_wraps_all_and_warns() -> None:
     model = ToyTransformer(n_layers=2)
     for block in model.layers:
         block.layer_number = None
-    report = apply_policy(model, {"fp8_skip_layers": ["model.layers.None.mlp.fc2"]}, backend="te",
-                          context_factory=Recorder(), **EVERYTHING)
+    report = apply_policy(
+        model,
+        {"fp8_skip_layers": ["model.layers.None.mlp.fc2"]},
+        backend="te",
+        context_factory=Recorder(),
+        **EVERYTHING,
+    )
     assert report.wrapped == ["layers.0.mlp.fc2", "layers.1.mlp.fc2"]
     assert any("names 2 modules" in w for w in report.warnings)
 
@@ -144,8 +155,7 @@ def test_policy_kept_bf16_is_reported_and_still_wrapped() -> None:
     assert [a.name for a in report.already_bf16] == ["model.lm_head"]
 
 
-@pytest.mark.parametrize("recipe", [{"name": "delayed"},
-                                    {"class": "transformer_engine.common.recipe.DelayedScaling"}])
+@pytest.mark.parametrize("recipe", [{"name": "delayed"}, {"class": "transformer_engine.common.recipe.DelayedScaling"}])
 def test_delayed_scaling_with_skips_warns(recipe) -> None:
     policy = {**POLICY, "recipe": recipe}
     report = apply_policy(ToyTransformer(), policy, backend="te", context_factory=Recorder(), **EVERYTHING)
@@ -169,8 +179,14 @@ def test_te_29_uses_autocast_enabled_false_inside_an_fp8_region(fake_te_29) -> N
         model(tokens())
     assert model.layers[0].self_attention.qkv.fp8_seen is False and model.lm_head.fp8_seen is False
     assert model.layers[1].mlp.fc1.fp8_seen is True  # not skipped: FP8 stays on
-    assert fake_te.State.events == [("enter", True), ("enter", False), ("exit", False),
-                                    ("enter", False), ("exit", False), ("exit", True)]
+    assert fake_te.State.events == [
+        ("enter", True),
+        ("enter", False),
+        ("exit", False),
+        ("enter", False),
+        ("exit", False),
+        ("exit", True),
+    ]
 
 
 def test_te_28_falls_back_to_fp8_autocast(fake_te_28) -> None:

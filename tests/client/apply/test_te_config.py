@@ -18,8 +18,11 @@ POLICY = {
         {"layer": "model.module.decoder.layers.5.layernorm_mlp.fc1", "gemms": ["fprop"], "reason": "d"},
         {"layer": "model.module.lm_head", "gemms": ["wgrad"], "reason": "skipped anyway"},
     ],
-    "recipe": {"name": "current", "class": "transformer_engine.common.recipe.Float8CurrentScaling",
-               "kwargs": {"fp8_format": "HYBRID"}},
+    "recipe": {
+        "name": "current",
+        "class": "transformer_engine.common.recipe.Float8CurrentScaling",
+        "kwargs": {"fp8_format": "HYBRID"},
+    },
     "policy_version": "2026.11.1",
 }
 DECODER = "model.module.decoder.layers"
@@ -31,7 +34,7 @@ EXPECTED = {
     f"{DECODER}.5.layernorm_mlp.fc1": {"DisableFP8GEMM": {"enabled": True, "gemms": ["fprop"]}},
 }
 NOT_MATCHED = [
-    f"{DECODER}.10.self_attention.layernorm_qkv",   # layers.10 must not match layers.1
+    f"{DECODER}.10.self_attention.layernorm_qkv",  # layers.10 must not match layers.1
     f"{DECODER}.11.self_attention.layernorm_qkv",
     f"{DECODER}.1.self_attention.layernorm_qkvX",
     f"{DECODER}.1.self_attention.proj",
@@ -39,7 +42,7 @@ NOT_MATCHED = [
     f"{DECODER}.13.layernorm_mlp.fc2",
     "model.module.lm_head_extra",
     "xmodel.module.lm_head",
-    "model.lm_head",                                 # the config matches logged names exactly
+    "model.lm_head",  # the config matches logged names exactly
 ]
 
 
@@ -56,8 +59,11 @@ def test_sections_are_anchored_escaped_and_never_exact_names(tmp_path) -> None:
     text = te_debug_config(POLICY)
     config = yaml.safe_load(text)
     assert "exact_layer_names" not in text and text.startswith("# TE debug-API config")
-    assert list(config) == ["fp8_policy_disabled_layers", "fp8_policy_high_precision_dgrad_wgrad",
-                            "fp8_policy_high_precision_fprop"]  # one per distinct GEMM set
+    assert list(config) == [
+        "fp8_policy_disabled_layers",
+        "fp8_policy_high_precision_dgrad_wgrad",
+        "fp8_policy_high_precision_fprop",
+    ]  # one per distinct GEMM set
     for section in config.values():
         pattern = section["layers"]["layer_name_regex_pattern"]
         assert pattern.startswith("^(") and pattern.endswith(")$") and r"\." in pattern
@@ -68,7 +74,8 @@ def test_quantization_feature_names_for_new_te(tmp_path, nvdlfw_config) -> None:
     path = write_te_debug_config(POLICY, tmp_path / "q.yaml", features="quantization")
     manager = nvdlfw_config(str(path))
     assert manager.get_config_for_layer("model.module.lm_head") == {
-        "transformer_engine": {"DisableQuantizationLayer": {"enabled": True}}}
+        "transformer_engine": {"DisableQuantizationLayer": {"enabled": True}}
+    }
 
 
 def test_rendered_te_yaml_in_the_policy_is_used_verbatim(tmp_path) -> None:
@@ -82,11 +89,14 @@ def test_empty_policy_is_refused() -> None:
         te_debug_config({"fp8_skip_layers": [], "gemm_overrides": []})
 
 
-@pytest.mark.parametrize(("policy", "message"), [
-    ({"fp8_skip_layers": "model.lm_head"}, "fp8_skip_layers must be a list of strings"),
-    ({"fp8_skip_layers": [], "gemm_overrides": [{"layer": "a", "gemms": ["bprop"]}]}, "subset of"),
-    ({"fp8_skip_layers": ["a"]}, None),
-])
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        ({"fp8_skip_layers": "model.lm_head"}, "fp8_skip_layers must be a list of strings"),
+        ({"fp8_skip_layers": [], "gemm_overrides": [{"layer": "a", "gemms": ["bprop"]}]}, "subset of"),
+        ({"fp8_skip_layers": ["a"]}, None),
+    ],
+)
 def test_policy_validation(policy, message) -> None:
     if message is None:
         assert "^(a)$" in te_debug_config(policy)

@@ -19,8 +19,12 @@ SKIPS = ["model.layers.1.self_attention.qkv", "model.lm_head"]
 POLICY = {
     "fp8_skip_layers": SKIPS,
     "gemm_overrides": [],
-    "recipe": {"name": "current", "class": "transformer_engine.common.recipe.Float8CurrentScaling",
-               "kwargs": {"fp8_format": "HYBRID"}, "reason": "test"},
+    "recipe": {
+        "name": "current",
+        "class": "transformer_engine.common.recipe.Float8CurrentScaling",
+        "kwargs": {"fp8_format": "HYBRID"},
+        "reason": "test",
+    },
 }
 EMULATE = Float8LinearConfig(emulate=True)
 
@@ -98,8 +102,12 @@ def test_wrapped_model_fqns_keep_the_wrapper_level() -> None:
 def test_skipping_a_whole_block_keeps_every_linear_under_it() -> None:
     model = ToyTransformer()
     report = apply_policy(model, {"fp8_skip_layers": ["model.layers.2"]}, backend="torchao", config=EMULATE)
-    assert report.kept == ["layers.1.self_attention.qkv", "layers.1.self_attention.proj",
-                           "layers.1.mlp.fc1", "layers.1.mlp.fc2"]
+    assert report.kept == [
+        "layers.1.self_attention.qkv",
+        "layers.1.self_attention.proj",
+        "layers.1.mlp.fc1",
+        "layers.1.mlp.fc2",
+    ]
     assert len(report.converted) == 13
 
 
@@ -113,8 +121,10 @@ def test_dims_not_multiple_of_16_are_left_alone_and_reported() -> None:
 
 def test_gemm_override_keeps_the_whole_module_and_warns() -> None:
     model = ToyTransformer()
-    policy = {"fp8_skip_layers": [], "gemm_overrides": [
-        {"layer": "model.layers.3.mlp.fc1", "gemms": ["wgrad"], "reason": "gradient underflow"}]}
+    policy = {
+        "fp8_skip_layers": [],
+        "gemm_overrides": [{"layer": "model.layers.3.mlp.fc1", "gemms": ["wgrad"], "reason": "gradient underflow"}],
+    }
     report = apply_policy(model, policy, backend="torchao", config=EMULATE)
     assert report.kept == ["layers.2.mlp.fc1"] and report.matched[0].reason == "gemm override"
     assert any("whole modules" in w for w in report.warnings)
@@ -122,8 +132,10 @@ def test_gemm_override_keeps_the_whole_module_and_warns() -> None:
 
 def test_gemm_overrides_ignore_converts_the_module() -> None:
     model = ToyTransformer()
-    policy = {"fp8_skip_layers": [], "gemm_overrides": [
-        {"layer": "model.layers.3.mlp.fc1", "gemms": ["wgrad"], "reason": "x"}]}
+    policy = {
+        "fp8_skip_layers": [],
+        "gemm_overrides": [{"layer": "model.layers.3.mlp.fc1", "gemms": ["wgrad"], "reason": "x"}],
+    }
     report = apply_policy(model, policy, backend="torchao", config=EMULATE, gemm_overrides="ignore")
     assert report.kept == [] and isinstance(model.layers[2].mlp.fc1, Float8Linear)
     assert any("NOT applied" in w for w in report.warnings)
@@ -131,8 +143,9 @@ def test_gemm_overrides_ignore_converts_the_module() -> None:
 
 def test_user_filter_is_anded_and_applying_twice_is_harmless() -> None:
     model = ToyTransformer()
-    apply_policy(model, POLICY, backend="torchao", config=EMULATE,
-                 module_filter_fn=lambda mod, fqn: not fqn.endswith("proj"))
+    apply_policy(
+        model, POLICY, backend="torchao", config=EMULATE, module_filter_fn=lambda mod, fqn: not fqn.endswith("proj")
+    )
     assert type(model.layers[0].self_attention.proj) is nn.Linear
     report = apply_policy(model, POLICY, backend="torchao", config=EMULATE)
     assert isinstance(model.layers[0].self_attention.proj, Float8Linear)

@@ -15,13 +15,22 @@ ROOT = Path(__file__).resolve().parents[3]
 @pytest.mark.slow
 def test_quick_closed_loop_writes_both_log_trees_and_a_complete_report(tmp_path: Path) -> None:
     out = tmp_path / "loop"
-    result = subprocess.run([sys.executable, str(ROOT / "examples" / "closed_loop.py"), "--out", str(out), "--quick"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "closed_loop.py"), "--out", str(out), "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
 
     report = json.loads((out / "report.json").read_text())
     for tree in ("before", "after"):
-        assert (out / tree / "rank_0" / "nvdlfw_inspect_statistics_logs" / "nvdlfw_inspect_globalrank-0.log").stat().st_size
+        assert (
+            (out / tree / "rank_0" / "nvdlfw_inspect_statistics_logs" / "nvdlfw_inspect_globalrank-0.log")
+            .stat()
+            .st_size
+        )
     assert report["service_runs"]["lines_skipped"] == [0, 0]
     assert set(report["runs"]) == {"fp8_before", "fp8_after", "reference"}
     for run in report["runs"].values():

@@ -13,8 +13,10 @@ from torch import nn
 from fp8_policy.client.collect.stats import QuantSums
 from fp8_policy.collect import FP8StatsCollector, options_from_te_config, quantization_stats, quantization_sums
 
-STATS_LINE = re.compile(r"^\S+ \S+ - INFO - (?P<name>.+?) \t\t\t\t iteration=(?P<it>\d{6,}) \t\t\t\t "
-                        r"value=(?P<value>\S+)$")
+STATS_LINE = re.compile(
+    r"^\S+ \S+ - INFO - (?P<name>.+?) \t\t\t\t iteration=(?P<it>\d{6,}) \t\t\t\t "
+    r"value=(?P<value>\S+)$"
+)
 
 
 def read_stats(log_dir: Path) -> dict[tuple[str, int], str]:
@@ -83,8 +85,11 @@ class TestPlainModel:
             collector.step()
 
         lines = read_stats(tmp_path)
-        for tensor, value, fp8 in (("activation", x, "E4M3"), ("weight", weight, "E4M3"),
-                                   ("gradient", torch.ones(4, 8), "E5M2")):
+        for tensor, value, fp8 in (
+            ("activation", x, "E4M3"),
+            ("weight", weight, "E4M3"),
+            ("gradient", torch.ones(4, 8), "E5M2"),
+        ):
             expected = quantization_stats(value, fp8_format=fp8)
             for stat, number in expected.items():
                 assert lines[(f"model_{tensor}_{stat}", 0)] == fmt(number), (tensor, stat)
@@ -111,15 +116,18 @@ class TestPlainModel:
 
     def test_freq_start_and_end_step_pick_the_iterations(self, tmp_path: Path) -> None:
         model = Net()
-        struct = [{"tensor": "activation", "stats": ["underflows%"], "freq": 2},
-                  {"tensor": "gradient", "stats": ["underflows%"], "start_step": 3, "end_step": 4}]
+        struct = [
+            {"tensor": "activation", "stats": ["underflows%"], "freq": 2},
+            {"tensor": "gradient", "stats": ["underflows%"], "start_step": 3, "end_step": 4},
+        ]
         with FP8StatsCollector(model, tmp_path, layers=r"^model\.head$", tensors_struct=struct) as collector:
             train(model, collector, steps=6)
 
         lines = read_stats(tmp_path)
         assert sorted(lines) == sorted(
             [("model.head_activation_underflows%", i) for i in (0, 2, 4)]
-            + [("model.head_gradient_underflows%", i) for i in (3, 4)])
+            + [("model.head_gradient_underflows%", i) for i in (3, 4)]
+        )
 
     def test_metadata_names_every_module_and_plans_every_gemm(self, tmp_path: Path) -> None:
         model = Net()
@@ -128,21 +136,40 @@ class TestPlainModel:
 
         meta = read_metadata(tmp_path)
         assigned = [m.removeprefix("Assigned layer name: ") for m in meta if m.startswith("Assigned")]
-        assert assigned == ["model", "model.layers.1", "model.layers.1.fc1", "model.layers.1.fc2",
-                            "model.layers.2", "model.layers.2.fc1", "model.layers.2.fc2", "model.head"]
+        assert assigned == [
+            "model",
+            "model.layers.1",
+            "model.layers.1.fc1",
+            "model.layers.1.fc2",
+            "model.layers.2",
+            "model.layers.2.fc1",
+            "model.layers.2.fc2",
+            "model.head",
+        ]
         plans = [m for m in meta if "Tensor: " in m]
         assert len(plans) == 5 * 6
         assert all(m.endswith("- High Precision") for m in plans if m.startswith("LAYER=model.head:"))
         assert all(m.endswith("- Quantize") for m in plans if not m.startswith("LAYER=model.head:"))
         assert "LAYER=model.layers.2.fc1: Tensor: gradient, gemm wgrad - Quantize" in meta
         assert {name.split("_")[0] for name, _ in read_stats(tmp_path)} == {
-            "model.layers.1.fc1", "model.layers.1.fc2", "model.layers.2.fc1", "model.layers.2.fc2"}
+            "model.layers.1.fc1",
+            "model.layers.1.fc2",
+            "model.layers.2.fc1",
+            "model.layers.2.fc2",
+        }
 
     def test_delayed_scaling_starts_at_scale_one_and_logs_overflows_after_a_jump(self, tmp_path: Path) -> None:
         layer = nn.Linear(4, 4, bias=False)
         inputs = [torch.full((2, 4), 1.0), torch.full((2, 4), 1.0), torch.full((2, 4), 8.0)]
-        with FP8StatsCollector(layer, tmp_path, recipe="delayed", tensors=["activation"], margin=0,
-                               stats=["overflows%", "scale_inv_max", "underflows%"], amax_history_len=16) as c:
+        with FP8StatsCollector(
+            layer,
+            tmp_path,
+            recipe="delayed",
+            tensors=["activation"],
+            margin=0,
+            stats=["overflows%", "scale_inv_max", "underflows%"],
+            amax_history_len=16,
+        ) as c:
             for x in inputs:
                 with torch.no_grad():
                     layer.weight.fill_(0.1)
@@ -158,8 +185,13 @@ class TestPlainModel:
         torch.manual_seed(0)
         layer = nn.Linear(64, 32, bias=False)
         x = torch.randn(8, 64) * torch.logspace(-9, 2, 64)
-        stats = ["underflows%", "mxfp8_underflows%", "mxfp8_scale_inv_min", "fp8_block_scaling_mse",
-                 "fp8_current_scaling_underflows%"]
+        stats = [
+            "underflows%",
+            "mxfp8_underflows%",
+            "mxfp8_scale_inv_min",
+            "fp8_block_scaling_mse",
+            "fp8_current_scaling_underflows%",
+        ]
         with FP8StatsCollector(layer, tmp_path, tensors=["activation"], stats=stats) as collector:
             layer(x)
             collector.step()
@@ -169,19 +201,22 @@ class TestPlainModel:
         assert lines[("model_activation_mxfp8_underflows%", 0)] == fmt(mx["underflows%"])
         assert lines[("model_activation_mxfp8_scale_inv_min", 0)] == fmt(mx["scale_inv_min"])
         assert lines[("model_activation_fp8_block_scaling_mse", 0)] == fmt(quantization_stats(x, recipe="block")["mse"])
-        assert lines[("model_activation_fp8_current_scaling_underflows%", 0)] == lines[
-            ("model_activation_underflows%", 0)]
+        assert (
+            lines[("model_activation_fp8_current_scaling_underflows%", 0)] == lines[("model_activation_underflows%", 0)]
+        )
 
-    @pytest.mark.parametrize(("kwargs", "message"), [
-        ({"stats": ["overflows%"]}, "delayed scaling"),
-        ({"stats": ["fp8_delayed_scaling_mse"]}, "Cannot recreate"),
-        ({"recipe": "mxfp8"}, "recipe must be"),
-        ({"tensors": ["output"]}, "only activation"),
-        ({"freq": 0}, "freq"),
-        ({"fp8_format": "E5M2"}, "fp8_format"),
-    ])
-    def test_invalid_options_raise_before_anything_is_written(self, tmp_path: Path, kwargs: dict,
-                                                              message: str) -> None:
+    @pytest.mark.parametrize(
+        ("kwargs", "message"),
+        [
+            ({"stats": ["overflows%"]}, "delayed scaling"),
+            ({"stats": ["fp8_delayed_scaling_mse"]}, "Cannot recreate"),
+            ({"recipe": "mxfp8"}, "recipe must be"),
+            ({"tensors": ["output"]}, "only activation"),
+            ({"freq": 0}, "freq"),
+            ({"fp8_format": "E5M2"}, "fp8_format"),
+        ],
+    )
+    def test_invalid_options_raise_before_anything_is_written(self, tmp_path: Path, kwargs: dict, message: str) -> None:
         with pytest.raises(ValueError, match=message):
             FP8StatsCollector(nn.Linear(4, 4), tmp_path, **kwargs)
         assert not (tmp_path / "rank_0").exists()
@@ -201,8 +236,10 @@ class TestTorchaoModel:
         torch.manual_seed(0)
         model = Net()
         torchao_float8.convert_to_float8_training(
-            model, config=torchao_float8.Float8LinearConfig(emulate=True),
-            module_filter_fn=lambda module, fqn: fqn != "head")
+            model,
+            config=torchao_float8.Float8LinearConfig(emulate=True),
+            module_filter_fn=lambda module, fqn: fqn != "head",
+        )
         x = torch.randn(4, 16) * torch.logspace(-6, 1, 16)
         weight = model.layers[0].fc1.weight.detach().clone()
         seen: list[torch.Tensor] = []
@@ -268,11 +305,15 @@ class TestLogFiles:
             "      tensors_struct:\n"
             "      - tensor: gradient\n"
             "        stats: [underflows%, scale_inv_min]\n"
-            "        freq: 3\n")
+            "        freq: 3\n"
+        )
         model = Net()
         with FP8StatsCollector(model, tmp_path / "logs", **options_from_te_config(config)) as collector:
             train(model, collector, steps=4)
         lines = read_stats(tmp_path / "logs")
         assert sorted({(n, i) for n, i in lines}) == sorted(
-            (f"model.layers.{b}.fc1_gradient_{s}", i) for b in (1, 2) for s in ("underflows%", "scale_inv_min")
-            for i in (0, 3))
+            (f"model.layers.{b}.fc1_gradient_{s}", i)
+            for b in (1, 2)
+            for s in ("underflows%", "scale_inv_min")
+            for i in (0, 3)
+        )

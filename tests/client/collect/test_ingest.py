@@ -14,8 +14,17 @@ from fp8_policy.collect import FP8StatsCollector
 from tests.conftest import wait_for_run
 
 RUNS = "/api/v1/runs"
-PLAN_KEYS = {f"{t}/{g}" for t, g in (("activation", "fprop"), ("activation", "wgrad"), ("weight", "fprop"),
-                                     ("weight", "dgrad"), ("gradient", "dgrad"), ("gradient", "wgrad"))}
+PLAN_KEYS = {
+    f"{t}/{g}"
+    for t, g in (
+        ("activation", "fprop"),
+        ("activation", "wgrad"),
+        ("weight", "fprop"),
+        ("weight", "dgrad"),
+        ("gradient", "dgrad"),
+        ("gradient", "wgrad"),
+    )
+}
 
 
 class Block(nn.Module):
@@ -53,12 +62,15 @@ def collect_run(log_dir: Path, *, torchao: bool, steps: int = 6) -> int:
     options = {}
     if torchao:
         float8 = pytest.importorskip("torchao.float8")
-        float8.convert_to_float8_training(model, config=float8.Float8LinearConfig(emulate=True),
-                                          module_filter_fn=lambda m, fqn: fqn != "output_layer")
+        float8.convert_to_float8_training(
+            model, config=float8.Float8LinearConfig(emulate=True), module_filter_fn=lambda m, fqn: fqn != "output_layer"
+        )
     else:
-        options = {"recipe": "delayed", "stats": ["underflows%", "overflows%", "scale_inv_min", "scale_inv_max",
-                                                  "mse", "mxfp8_underflows%"],
-                   "bf16_layers": [r"model.output_layer"]}
+        options = {
+            "recipe": "delayed",
+            "stats": ["underflows%", "overflows%", "scale_inv_min", "scale_inv_max", "mse", "mxfp8_underflows%"],
+            "bf16_layers": [r"model.output_layer"],
+        }
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     generator = torch.Generator().manual_seed(1)
     with FP8StatsCollector(model, log_dir, freq=2, **options) as collector:
@@ -71,12 +83,14 @@ def collect_run(log_dir: Path, *, torchao: bool, steps: int = 6) -> int:
 
 
 @pytest.mark.parametrize("torchao", [False, True], ids=["plain-delayed", "torchao"])
-def test_collector_logs_ingest_with_zero_skipped_lines(client: TestClient, project: str, tmp_path: Path,
-                                                       torchao: bool) -> None:
+def test_collector_logs_ingest_with_zero_skipped_lines(
+    client: TestClient, project: str, tmp_path: Path, torchao: bool
+) -> None:
     written = collect_run(tmp_path / "logs", torchao=torchao)
     with pack_directory(tmp_path / "logs") as archive:
-        response = client.post(RUNS, files={"file": ("run.tar.gz", archive.read(), "application/gzip")},
-                               data={"project": project})
+        response = client.post(
+            RUNS, files={"file": ("run.tar.gz", archive.read(), "application/gzip")}, data={"project": project}
+        )
     assert response.status_code == 202, response.text
 
     run = wait_for_run(client, response.json()["id"])
@@ -84,8 +98,7 @@ def test_collector_logs_ingest_with_zero_skipped_lines(client: TestClient, proje
     assert run["status"] == "ready", run["error"]
     stats_per_tensor = 4 if torchao else 6
     assert written == 12 * 3 * stats_per_tensor * 3  # 12 FP8 layers x 3 tensors x stats x iterations 0, 2, 4
-    assert (run["lines_read"], run["lines_skipped"], run["lines_blank"], run["lines_duplicated"]) == (
-        written, 0, 0, 0)
+    assert (run["lines_read"], run["lines_skipped"], run["lines_blank"], run["lines_duplicated"]) == (written, 0, 0, 0)
     assert (run["points"], run["iteration_min"], run["iteration_max"]) == (written, 0, 4)
     report = run["ingest_report"]
     assert report["unsplit_metric_names"] == [] and report["unsplit_points"] == 0
@@ -93,8 +106,11 @@ def test_collector_logs_ingest_with_zero_skipped_lines(client: TestClient, proje
     assert metadata["lines_unrecognised"] == 0
 
     layers = {layer["name"]: layer for layer in client.get(f"{RUNS}/{run['id']}/layers").json()}
-    body = [f"model.decoder.layers.{n}.{sub}" for n in (1, 2, 3) for sub in (
-        "self_attention.linear_qkv", "self_attention.linear_proj", "mlp.linear_fc1", "mlp.linear_fc2")]
+    body = [
+        f"model.decoder.layers.{n}.{sub}"
+        for n in (1, 2, 3)
+        for sub in ("self_attention.linear_qkv", "self_attention.linear_proj", "mlp.linear_fc1", "mlp.linear_fc2")
+    ]
     assert set(layers) == {*body, "model.output_layer"}
     for name in body:
         assert (layers[name]["precision"], layers[name]["fp8"], layers[name]["has_fp8_stats"]) == ("fp8", True, True)

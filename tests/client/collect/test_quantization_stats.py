@@ -34,8 +34,12 @@ class TestZeros:
         stats = quantization_stats(x)
 
         # amax 1 -> scale 448, +-1 -> +-448 exactly; the two zeros count only in the denominator
-        assert stats == {"underflows%": 0.0, "scale_inv_min": f32(1 / f32(448.0)),
-                         "scale_inv_max": f32(1 / f32(448.0)), "mse": 0.0}
+        assert stats == {
+            "underflows%": 0.0,
+            "scale_inv_min": f32(1 / f32(448.0)),
+            "scale_inv_max": f32(1 / f32(448.0)),
+            "mse": 0.0,
+        }
 
     def test_a_value_that_becomes_negative_zero_is_an_underflow(self) -> None:
         # -1e-6 * 448 = -4.5e-4 < 2^-10 -> FP8 byte 0x80 (-0), which TE >= 2.8 counts as zero
@@ -46,7 +50,11 @@ class TestZeros:
     def test_all_zero_tensor_keeps_scale_one(self) -> None:
         # amax 0 -> compute_scale_from_amax returns scale 1
         assert quantization_stats(torch.zeros(3, 5)) == {
-            "underflows%": 0.0, "scale_inv_min": 1.0, "scale_inv_max": 1.0, "mse": 0.0}
+            "underflows%": 0.0,
+            "scale_inv_min": 1.0,
+            "scale_inv_max": 1.0,
+            "mse": 0.0,
+        }
 
     def test_all_zero_tensor_under_mxfp8_has_exponent_zero_everywhere(self) -> None:
         # every block amax 0 -> E8M0 byte 0; TE's nonzero_min finds no non-zero entry and reports 0
@@ -58,23 +66,23 @@ class TestZeros:
 class TestRoundHalfToEven:
     def test_e4m3_underflow_edge_at_two_to_the_minus_ten(self) -> None:
         # scale 1 (amax 448): 2^-10 is half the smallest subnormal -> ties to even -> 0; one ulp above -> 2^-9
-        x = torch.tensor([448.0, 2.0 ** -10, above(2.0 ** -10), -(2.0 ** -10)])
+        x = torch.tensor([448.0, 2.0**-10, above(2.0**-10), -(2.0**-10)])
 
         stats = quantization_stats(x)
 
         assert stats["underflows%"] == 50.0
-        expected_sq = (2.0 ** -10) ** 2 + (2.0 ** -9 - above(2.0 ** -10)) ** 2 + (2.0 ** -10) ** 2
+        expected_sq = (2.0**-10) ** 2 + (2.0**-9 - above(2.0**-10)) ** 2 + (2.0**-10) ** 2
         assert stats["mse"] == pytest.approx(expected_sq / 4, rel=1e-6)
 
     def test_three_halves_of_the_smallest_subnormal_rounds_up_to_the_even_neighbour(self) -> None:
         # 1.5 * 2^-9 lies between 1 and 2 subnormal units: the tie goes to 2 units (even), so no underflow
-        stats = quantization_stats(torch.tensor([448.0, 1.5 * 2.0 ** -9]))
+        stats = quantization_stats(torch.tensor([448.0, 1.5 * 2.0**-9]))
 
         assert stats["underflows%"] == 0.0
-        assert stats["mse"] == pytest.approx((2.0 ** -8 - 1.5 * 2.0 ** -9) ** 2 / 2, rel=1e-6)
+        assert stats["mse"] == pytest.approx((2.0**-8 - 1.5 * 2.0**-9) ** 2 / 2, rel=1e-6)
 
     def test_e5m2_underflow_edge_at_two_to_the_minus_seventeen(self) -> None:
-        x = torch.tensor([57344.0, 2.0 ** -17, above(2.0 ** -17), 2.0 ** -16])
+        x = torch.tensor([57344.0, 2.0**-17, above(2.0**-17), 2.0**-16])
 
         stats = quantization_stats(x, fp8_format="E5M2")
 
@@ -90,8 +98,13 @@ class TestSaturation:
 
         stats = quantization_stats(x, recipe="delayed", scale_inv=0.5)
 
-        assert stats == {"underflows%": 0.0, "scale_inv_min": 0.5, "scale_inv_max": 0.5,
-                         "mse": (76.0 ** 2 * 2 + 4.0 ** 2) / 4, "overflows%": 50.0}
+        assert stats == {
+            "underflows%": 0.0,
+            "scale_inv_min": 0.5,
+            "scale_inv_max": 0.5,
+            "mse": (76.0**2 * 2 + 4.0**2) / 4,
+            "overflows%": 50.0,
+        }
 
     def test_e5m2_saturates_to_its_max_instead_of_infinity(self) -> None:
         stats = quantization_stats(torch.tensor([1.0e5, 1.0]), fp8_format="E5M2", recipe="delayed", scale_inv=1.0)
@@ -129,18 +142,18 @@ class TestMxfp8:
     def test_blocks_that_do_not_divide_evenly(self) -> None:
         # Two rows of 40: a full block of 32 and a partial block of 8 each.
         x = torch.zeros(2, 40)
-        x[0, :32] = 1.0                      # amax 1: 1/448 -> rounded up to 2^-8 -> E8M0 119, multiplier 2^8
-        x[0, 1] = 2.0 ** -19                 # * 2^8 = 2^-11 -> 0 (underflow)
-        x[0, 2] = 1.5 * 2.0 ** -17           # * 2^8 = 1.5 * 2^-9 -> tie -> 2^-8 -> dequantized 2^-16
-        x[0, 32:] = 1.0                      # amax 1000: 1000/448 = 2.23 -> 2^2 -> E8M0 129, multiplier 2^-2
-        x[0, 32] = 1000.0                    # / 4 = 250 -> 256 (E4M3 step 16) -> dequantized 1024
-        x[0, 33] = 1e-3                      # / 4 = 2.5e-4 < 2^-10 -> 0 (underflow)
-        x[1, 32:] = 2.0 ** -20               # amax 2^-20: /448 -> 2^-28 -> E8M0 99, exact
+        x[0, :32] = 1.0  # amax 1: 1/448 -> rounded up to 2^-8 -> E8M0 119, multiplier 2^8
+        x[0, 1] = 2.0**-19  # * 2^8 = 2^-11 -> 0 (underflow)
+        x[0, 2] = 1.5 * 2.0**-17  # * 2^8 = 1.5 * 2^-9 -> tie -> 2^-8 -> dequantized 2^-16
+        x[0, 32:] = 1.0  # amax 1000: 1000/448 = 2.23 -> 2^2 -> E8M0 129, multiplier 2^-2
+        x[0, 32] = 1000.0  # / 4 = 250 -> 256 (E4M3 step 16) -> dequantized 1024
+        x[0, 33] = 1e-3  # / 4 = 2.5e-4 < 2^-10 -> 0 (underflow)
+        x[1, 32:] = 2.0**-20  # amax 2^-20: /448 -> 2^-28 -> E8M0 99, exact
         # row 1's first block is all zero -> E8M0 0, which nonzero_min skips
 
         stats = quantization_stats(x, recipe="mxfp8")
 
-        square_error = (2.0 ** -19) ** 2 + (2.0 ** -16 - 1.5 * 2.0 ** -17) ** 2 + 24.0 ** 2 + 1e-3 ** 2
+        square_error = (2.0**-19) ** 2 + (2.0**-16 - 1.5 * 2.0**-17) ** 2 + 24.0**2 + 1e-3**2
         assert stats["underflows%"] == 100 * 2 / 80
         assert (stats["scale_inv_min"], stats["scale_inv_max"]) == (99.0, 129.0)
         assert stats["mse"] == pytest.approx(square_error / 80, rel=1e-5)
@@ -153,7 +166,11 @@ class TestMxfp8:
         short, full = quantization_sums(x, recipe="mxfp8"), quantization_sums(padded, recipe="mxfp8")
 
         assert (short.underflows, short.square_error, short.scale_inv_min, short.scale_inv_max) == (
-            full.underflows, full.square_error, full.scale_inv_min, full.scale_inv_max)
+            full.underflows,
+            full.square_error,
+            full.scale_inv_min,
+            full.scale_inv_max,
+        )
         assert (short.numel, full.numel) == (160, 256)
 
     def test_columnwise_blocks_run_down_the_columns(self) -> None:
@@ -167,7 +184,7 @@ class TestMxfp8:
         assert row["scale_inv_min"] == row["scale_inv_max"] == 121.0  # each row mixes 1 and 4
 
     def test_e8m0_rounds_the_exponent_up(self) -> None:
-        values = torch.tensor([1.0, 1.5, 2.0 ** -130, 0.0, math.inf, math.nan])
+        values = torch.tensor([1.0, 1.5, 2.0**-130, 0.0, math.inf, math.nan])
         assert float_to_e8m0(values).tolist() == [127, 128, 0, 0, 254, 255]
 
     def test_matches_torchao_rceil_bit_for_bit(self) -> None:
@@ -189,12 +206,11 @@ class TestBlockScaling:
 
         stats = quantization_stats(x, recipe="block")
 
-        assert stats == {"underflows%": 0.0, "scale_inv_min": 1 / 256, "scale_inv_max": 0.25,
-                         "mse": 16.0 / (130 * 130)}
+        assert stats == {"underflows%": 0.0, "scale_inv_min": 1 / 256, "scale_inv_max": 0.25, "mse": 16.0 / (130 * 130)}
 
     def test_one_by_128_tiles(self) -> None:
         x = torch.ones(2, 130)
-        x[1, 0] = 2.0 ** -20  # its tile's amax is 1 -> scale 256 -> 2^-12 -> underflow
+        x[1, 0] = 2.0**-20  # its tile's amax is 1 -> scale 256 -> 2^-12 -> underflow
 
         stats = quantization_stats(x, recipe="block", block_dims=1)
 
@@ -203,14 +219,17 @@ class TestBlockScaling:
 
 
 class TestArguments:
-    @pytest.mark.parametrize(("kwargs", "message"), [
-        ({"recipe": "delayed"}, "pass scale_inv"),
-        ({"recipe": "current", "scale_inv": 1.0}, "only used by delayed"),
-        ({"recipe": "current", "columnwise": True}, "columnwise"),
-        ({"recipe": "nvfp4"}, "unknown recipe"),
-        ({"fp8_format": "E3M4"}, "unknown FP8 format"),
-        ({"recipe": "delayed", "scale_inv": 0.0}, "positive finite"),
-    ])
+    @pytest.mark.parametrize(
+        ("kwargs", "message"),
+        [
+            ({"recipe": "delayed"}, "pass scale_inv"),
+            ({"recipe": "current", "scale_inv": 1.0}, "only used by delayed"),
+            ({"recipe": "current", "columnwise": True}, "columnwise"),
+            ({"recipe": "nvfp4"}, "unknown recipe"),
+            ({"fp8_format": "E3M4"}, "unknown FP8 format"),
+            ({"recipe": "delayed", "scale_inv": 0.0}, "positive finite"),
+        ],
+    )
     def test_bad_arguments_raise_value_error(self, kwargs: dict, message: str) -> None:
         with pytest.raises(ValueError, match=message):
             quantization_stats(torch.ones(4), **kwargs)
@@ -229,8 +248,7 @@ class TestArguments:
 
 class TestStatNamesAndSums:
     def test_stat_names_follow_logfp8tensorstats(self) -> None:
-        assert parse_stat_name("mxfp8_scale_inv_min_columnwise") == parse_stat_name(
-            "mxfp8_scale_inv_min_columnwise")
+        assert parse_stat_name("mxfp8_scale_inv_min_columnwise") == parse_stat_name("mxfp8_scale_inv_min_columnwise")
         parsed = parse_stat_name("fp8_block_scaling_underflows%_columnwise")
         assert (parsed.recipe, parsed.base, parsed.columnwise) == ("block", "underflows%", True)
         for bad in ("fp8_current_scaling_mse_columnwise", "mxfp8_overflows%", "cos", "nvfp4_underflows%"):
@@ -238,8 +256,8 @@ class TestStatNamesAndSums:
                 parse_stat_name(bad)
 
     def test_feeds_combine_by_summing_numerators(self) -> None:
-        a = quantization_sums(torch.tensor([448.0, 2.0 ** -10]))           # 1 underflow of 2
-        b = quantization_sums(torch.tensor([1.0, 1.0, 1.0, 1e-9]))         # 1 underflow of 4, scale 448
+        a = quantization_sums(torch.tensor([448.0, 2.0**-10]))  # 1 underflow of 2
+        b = quantization_sums(torch.tensor([1.0, 1.0, 1.0, 1e-9]))  # 1 underflow of 4, scale 448
         total = QuantSums()
         total.add(a)
         total.add(b)

@@ -17,18 +17,41 @@ from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, Met
 Curve = float | np.ndarray | Callable[[np.ndarray], np.ndarray]
 
 FAMILIES: dict[str, dict[str, object]] = {
-    "megatron": {"base": 0, "block": "model.module.decoder.layers.{i}",
-                 "subs": {"qkv": "self_attention.linear_qkv", "proj": "self_attention.linear_proj",
-                          "fc1": "mlp.linear_fc1", "fc2": "mlp.linear_fc2"},
-                 "heads": {"model.module.output_layer": "output_layer"}},
-    "esm2": {"base": 1, "block": "model.esm.encoder.layers.{i}",
-             "subs": {"qkv": "self_attention.layernorm_qkv", "proj": "self_attention.proj",
-                      "fc1": "layernorm_mlp.fc1", "fc2": "layernorm_mlp.fc2"},
-             "heads": {"model.lm_head.dense": "lm_head.dense", "model.lm_head.decoder": "lm_head.decoder"}},
-    "hf": {"base": 0, "block": "model.layers.{i}",
-           "subs": {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
-                    "proj": "self_attn.o_proj", "fc1": "mlp.up_proj", "fc2": "mlp.down_proj"},
-           "heads": {"lm_head": "lm_head"}},
+    "megatron": {
+        "base": 0,
+        "block": "model.module.decoder.layers.{i}",
+        "subs": {
+            "qkv": "self_attention.linear_qkv",
+            "proj": "self_attention.linear_proj",
+            "fc1": "mlp.linear_fc1",
+            "fc2": "mlp.linear_fc2",
+        },
+        "heads": {"model.module.output_layer": "output_layer"},
+    },
+    "esm2": {
+        "base": 1,
+        "block": "model.esm.encoder.layers.{i}",
+        "subs": {
+            "qkv": "self_attention.layernorm_qkv",
+            "proj": "self_attention.proj",
+            "fc1": "layernorm_mlp.fc1",
+            "fc2": "layernorm_mlp.fc2",
+        },
+        "heads": {"model.lm_head.dense": "lm_head.dense", "model.lm_head.decoder": "lm_head.decoder"},
+    },
+    "hf": {
+        "base": 0,
+        "block": "model.layers.{i}",
+        "subs": {
+            "q": "self_attn.q_proj",
+            "k": "self_attn.k_proj",
+            "v": "self_attn.v_proj",
+            "proj": "self_attn.o_proj",
+            "fc1": "mlp.up_proj",
+            "fc2": "mlp.down_proj",
+        },
+        "heads": {"lm_head": "lm_head"},
+    },
 }
 BASE_LEVELS = {"gradient": 0.08, "activation": 0.01, "weight": 0.002}
 WARMUP_UNDERFLOW = {"gradient": 21.4681, "activation": 4.7781, "weight": 3.388}
@@ -80,12 +103,17 @@ def layer_infos(spec: Spec) -> dict[str, LayerInfo]:
         bf16 = block in spec.bf16_blocks
         for sub in fam["subs"]:  # type: ignore[union-attr]
             layer = name(spec.family, block, sub)
-            infos[layer] = LayerInfo(layer, LayerStructure(LayerGroup.BODY, block, sub),
-                                     _precision(spec, bf16), has_fp8_stats=not bf16)
+            infos[layer] = LayerInfo(
+                layer, LayerStructure(LayerGroup.BODY, block, sub), _precision(spec, bf16), has_fp8_stats=not bf16
+            )
     if spec.with_heads:
         for layer, sub in fam["heads"].items():  # type: ignore[union-attr]
-            infos[layer] = LayerInfo(layer, LayerStructure(LayerGroup.HEAD, None, sub),
-                                     _precision(spec, spec.bf16_heads), has_fp8_stats=not spec.bf16_heads)
+            infos[layer] = LayerInfo(
+                layer,
+                LayerStructure(LayerGroup.HEAD, None, sub),
+                _precision(spec, spec.bf16_heads),
+                has_fp8_stats=not spec.bf16_heads,
+            )
     return infos
 
 
@@ -108,8 +136,9 @@ def build_run(spec: Spec) -> RunData:
     return RunData(layers=infos, series=series, metadata=dict(spec.metadata))
 
 
-def _layer_series(spec: Spec, rng: np.random.Generator, rank: int, layer: str, iterations: np.ndarray,
-                  t: np.ndarray) -> list[Series]:
+def _layer_series(
+    spec: Spec, rng: np.random.Generator, rank: int, layer: str, iterations: np.ndarray, t: np.ndarray
+) -> list[Series]:
     out = []
     for tensor, base in BASE_LEVELS.items():
         curve = spec.rank_curves.get((rank, layer, tensor), spec.curves.get((layer, tensor), base))
@@ -127,8 +156,11 @@ def _layer_series(spec: Spec, rng: np.random.Generator, rank: int, layer: str, i
             out.append(_series(rank, layer, tensor, "underflows%", iterations, values, recipe=prefix))
     if spec.overflow is not None:
         level = spec.overflow.get(layer, 0.0)
-        out.append(_series(rank, layer, "activation", "overflows%", iterations,
-                           _noisy(np.full(t.size, level), spec.noise, rng)))
+        out.append(
+            _series(
+                rank, layer, "activation", "overflows%", iterations, _noisy(np.full(t.size, level), spec.noise, rng)
+            )
+        )
     return out
 
 
@@ -144,8 +176,9 @@ def _noisy(values: np.ndarray, noise: float, rng: np.random.Generator) -> np.nda
     return np.maximum(values * (1.0 + noise * rng.standard_normal(values.size)), 0.0)
 
 
-def _series(rank: int, layer: str, tensor: str, stat: str, iterations: np.ndarray, values: np.ndarray,
-            recipe: str | None = None) -> Series:
+def _series(
+    rank: int, layer: str, tensor: str, stat: str, iterations: np.ndarray, values: np.ndarray, recipe: str | None = None
+) -> Series:
     return Series(rank, MetricName(layer, tensor, stat, recipe), iterations, np.round(values, 4))
 
 
@@ -165,8 +198,10 @@ def big_run(n_blocks: int = 33, n_points: int = 3660, seed: int = 1) -> RunData:
     for layer in infos:
         for tensor, base in BASE_LEVELS.items():
             for stat in stats:
-                values = {"underflows%": base * (0.5 + noise[row]), "mse": noise[row] * 1e-5,
-                          }.get(stat, np.full(n_points, SCALE_INV[tensor]) * (1 + 0.01 * noise[row]))
+                values = {
+                    "underflows%": base * (0.5 + noise[row]),
+                    "mse": noise[row] * 1e-5,
+                }.get(stat, np.full(n_points, SCALE_INV[tensor]) * (1 + 0.01 * noise[row]))
                 values[0] = WARMUP_UNDERFLOW[tensor] if stat == "underflows%" else values[0]
                 series.append(Series(0, MetricName(layer, tensor, stat), iterations, np.round(values, 4)))
                 row += 1

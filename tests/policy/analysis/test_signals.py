@@ -10,14 +10,21 @@ from fp8_policy.policy.records import MetricName, RunData, Series
 from tests.policy.analysis.factories import Spec, build_run, name
 
 
-def _single(values: np.ndarray, *, stat: str = "underflows%", tensor: str = "gradient", step: int = 10,
-            extra: list[Series] | None = None) -> RunData:
+def _single(
+    values: np.ndarray,
+    *,
+    stat: str = "underflows%",
+    tensor: str = "gradient",
+    step: int = 10,
+    extra: list[Series] | None = None,
+) -> RunData:
     spec = Spec(n_blocks=1, with_heads=False)
     run = build_run(spec)
     layer = name("megatron", 0, "qkv")
     iterations = np.arange(values.size, dtype=np.int64) * step
-    run.series = [s for s in run.series if not (s.metric.layer == layer and s.metric.tensor == tensor
-                                                 and s.metric.stat == stat)]
+    run.series = [
+        s for s in run.series if not (s.metric.layer == layer and s.metric.tensor == tensor and s.metric.stat == stat)
+    ]
     run.series.append(Series(0, MetricName(layer, tensor, stat), iterations, values))
     run.series += extra or []
     return run
@@ -86,7 +93,8 @@ def test_max_threshold_quantile_uses_the_window_max() -> None:
     values = np.full(400, 0.3)
     values[390] = 9.0
     summary = extract_signals(_single(values), Thresholds(level_quantile=1.0)).worst(
-        name("megatron", 0, "qkv"), "gradient")
+        name("megatron", 0, "qkv"), "gradient"
+    )
     assert summary is not None and summary.level == 9.0
 
 
@@ -113,7 +121,8 @@ def test_onset_needs_a_sustained_crossing() -> None:
 def test_slope_is_the_robust_median_of_thirds() -> None:
     values = np.linspace(0.0, 3.0, 301)  # +1 % per 1000 iterations at step 10
     summary = extract_signals(_single(values), Thresholds(warmup_fraction=0.0)).worst(
-        name("megatron", 0, "qkv"), "gradient")
+        name("megatron", 0, "qkv"), "gradient"
+    )
     assert summary is not None and abs(summary.slope_per_1k - 1.0) < 0.02
 
 
@@ -123,8 +132,9 @@ def test_training_recipe_prefix_counts_as_the_bare_stat() -> None:
     layer = name("megatron", 0, "qkv")
     run.series = [s for s in run.series if s.metric.stat != "underflows%"]
     iterations = np.arange(60, dtype=np.int64) * 10
-    run.series.append(Series(0, MetricName(layer, "gradient", "underflows%", "fp8_current_scaling"), iterations,
-                             np.full(60, 3.0)))
+    run.series.append(
+        Series(0, MetricName(layer, "gradient", "underflows%", "fp8_current_scaling"), iterations, np.full(60, 3.0))
+    )
     run.metadata["recipe"] = "Float8CurrentScaling"
     summary = extract_signals(run, Thresholds()).worst(layer, "gradient")
     assert summary is not None and summary.level == 3.0

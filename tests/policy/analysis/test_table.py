@@ -57,8 +57,15 @@ def test_analysis_to_dict_is_json_ready() -> None:
         assert key in evidence
     assert evidence["metric"] == "gradient underflows%"
     row = data["layers"][0]
-    for key in ("gradient_underflow_max", "gradient_underflow_mean", "gradient_underflow_last",
-                "activation_underflow_max", "weight_underflow_last", "severity", "patterns"):
+    for key in (
+        "gradient_underflow_max",
+        "gradient_underflow_mean",
+        "gradient_underflow_last",
+        "activation_underflow_max",
+        "weight_underflow_last",
+        "severity",
+        "patterns",
+    ):
         assert key in row
     assert data["stats"]["warmup_cut_iteration"] == 29.5 and data["stats"]["ranks"] == [0]
 

@@ -19,6 +19,11 @@ def test_above_the_floor_the_relative_change_is_kept():
 
 
 def test_missing_sides_and_a_drop_in_points():
-    assert change(None, 1.0) == {"base": None, "head": 1.0, "change": None, "relative": None,
-                                 "below_noise_floor": False}
+    assert change(None, 1.0) == {
+        "base": None,
+        "head": 1.0,
+        "change": None,
+        "relative": None,
+        "below_noise_floor": False,
+    }
     assert describe(0.03, 0.0, None) == "−0.03 points (0.03% → 0.00%)"

@@ -11,15 +11,48 @@ from tests.policy.analysis.factories import FAMILIES, Spec, build_run, name, pla
 from tests.policy.recommend.test_recipe import u_shape_spec
 
 
-@pytest.mark.parametrize(("text", "cap"), [
-    ("h100", 9.0), ("H100", 9.0), ("NVIDIA H100 80GB HBM3", 9.0), ("H100-SXM5-80GB", 9.0), ("H200", 9.0),
-    ("h800", 9.0), ("GH200", 9.0), ("H20", 9.0), ("B200", 10.0), ("GB200", 10.0), ("b100", 10.0), ("L40S", 8.9),
-    ("l4", 8.9), ("A100", 8.0), ("A100-SXM4-40GB", 8.0), ("a10g", 8.6), ("RTX 4090", 8.9),
-    ("NVIDIA GeForce RTX 4090", 8.9), ("rtx 3090", 8.6), ("RTX 5090", 12.0), ("RTX 6000 Ada", 8.9),
-    ("9.0", 9.0), ("8.9", 8.9), ("10.0", 10.0), ("sm_90", 9.0), ("sm90", 9.0), ("sm_90a", 9.0), ("SM100", 10.0),
-    ("sm_120", 12.0), ("90", 9.0), ("hopper", 9.0), ("Blackwell", 10.0), ("Ada Lovelace", 8.9),
-    ("tpu-v5", None), ("gtx 1080", None), ("", None), ("mi300x", None),
-])
+@pytest.mark.parametrize(
+    ("text", "cap"),
+    [
+        ("h100", 9.0),
+        ("H100", 9.0),
+        ("NVIDIA H100 80GB HBM3", 9.0),
+        ("H100-SXM5-80GB", 9.0),
+        ("H200", 9.0),
+        ("h800", 9.0),
+        ("GH200", 9.0),
+        ("H20", 9.0),
+        ("B200", 10.0),
+        ("GB200", 10.0),
+        ("b100", 10.0),
+        ("L40S", 8.9),
+        ("l4", 8.9),
+        ("A100", 8.0),
+        ("A100-SXM4-40GB", 8.0),
+        ("a10g", 8.6),
+        ("RTX 4090", 8.9),
+        ("NVIDIA GeForce RTX 4090", 8.9),
+        ("rtx 3090", 8.6),
+        ("RTX 5090", 12.0),
+        ("RTX 6000 Ada", 8.9),
+        ("9.0", 9.0),
+        ("8.9", 8.9),
+        ("10.0", 10.0),
+        ("sm_90", 9.0),
+        ("sm90", 9.0),
+        ("sm_90a", 9.0),
+        ("SM100", 10.0),
+        ("sm_120", 12.0),
+        ("90", 9.0),
+        ("hopper", 9.0),
+        ("Blackwell", 10.0),
+        ("Ada Lovelace", 8.9),
+        ("tpu-v5", None),
+        ("gtx 1080", None),
+        ("", None),
+        ("mi300x", None),
+    ],
+)
 def test_product_names_architectures_and_capabilities(text, cap):
     assert compute_capability(text) == cap
 
@@ -36,12 +69,15 @@ def _rationale(metadata: dict, overrides: dict | None = None) -> str:
     return "\n".join(recommend(run, None, RecommendOptions.from_metadata(run.metadata, overrides)).rationale)
 
 
-@pytest.mark.parametrize(("metadata", "said"), [
-    ({"gpu": "h100"}, "gpu 'h100' = compute capability 9"),
-    ({"gpu": "B200"}, "gpu 'B200' = compute capability 10"),
-    ({"gpu_arch": "sm_90"}, "gpu_arch 'sm_90' = compute capability 9"),
-    ({"gpu_name": "NVIDIA GeForce RTX 4090"}, "compute capability 8.9"),
-])
+@pytest.mark.parametrize(
+    ("metadata", "said"),
+    [
+        ({"gpu": "h100"}, "gpu 'h100' = compute capability 9"),
+        ({"gpu": "B200"}, "gpu 'B200' = compute capability 10"),
+        ({"gpu_arch": "sm_90"}, "gpu_arch 'sm_90' = compute capability 9"),
+        ({"gpu_name": "NVIDIA GeForce RTX 4090"}, "compute capability 8.9"),
+    ],
+)
 def test_the_documented_gpu_key_is_used(metadata, said):
     text = _rationale(metadata)
     assert said in text and "assumed Hopper" not in text

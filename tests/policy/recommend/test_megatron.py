@@ -29,14 +29,23 @@ def skip(layers: tuple[str, ...], kept: tuple[str, ...] = ()) -> SkipPlan:
 
 
 def test_contiguous_first_and_last_blocks() -> None:
-    section = megatron_section(layout_of(Spec(n_blocks=12)), skip(block_layers("megatron", [0, 1, 10, 11])),
-                               recipe("current"))
+    section = megatron_section(
+        layout_of(Spec(n_blocks=12)), skip(block_layers("megatron", [0, 1, 10, 11])), recipe("current")
+    )
     assert section["first_last_layers_bf16"] is True
     assert (section["num_layers_at_start_in_bf16"], section["num_layers_at_end_in_bf16"]) == (2, 2)
     assert section["fp8_recipe"] == "tensorwise" and section["blocks_needing_precision_config"] == []
-    assert section["extra_args"] == ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise",
-                                     "--first-last-layers-bf16", "--num-layers-at-start-in-bf16", "2",
-                                     "--num-layers-at-end-in-bf16", "2"]
+    assert section["extra_args"] == [
+        "--fp8-format",
+        "hybrid",
+        "--fp8-recipe",
+        "tensorwise",
+        "--first-last-layers-bf16",
+        "--num-layers-at-start-in-bf16",
+        "2",
+        "--num-layers-at-end-in-bf16",
+        "2",
+    ]
     assert any("output_layer precision is set separately" in note for note in section["notes"])
 
 
@@ -60,8 +69,9 @@ def test_whole_blocks_of_gemm_overrides_use_the_flags() -> None:
 
 
 def test_middle_block_needs_a_precision_config_not_first_last() -> None:
-    section = megatron_section(layout_of(Spec(family="esm2", n_blocks=12)), skip(block_layers("esm2", [6])),
-                               recipe("mxfp8"))
+    section = megatron_section(
+        layout_of(Spec(family="esm2", n_blocks=12)), skip(block_layers("esm2", [6])), recipe("mxfp8")
+    )
     assert section["first_last_layers_bf16"] is False
     assert (section["num_layers_at_start_in_bf16"], section["num_layers_at_end_in_bf16"]) == (0, 0)
     assert section["blocks_needing_precision_config"] == [5]  # logged 1-based block 6 = Megatron layer 5

@@ -25,21 +25,43 @@ def rec(spec: Spec, **overrides: object):
     return recommend(run, None, RecommendOptions.from_metadata(run.metadata, overrides))
 
 
-@pytest.mark.parametrize(("arch", "cap"), [
-    ("hopper", 9.0), ("H100", 9.0), ("h200-sxm", 9.0), ("sm90", 9.0), ("sm_90a", 9.0), ("sm100", 10.0),
-    ("Blackwell", 10.0), ("B300", 10.3),  # B300 is sm_103
-    ("ampere", 8.0), ("A100", 8.0), ("sm89", 8.9), ("9.0", 9.0),
-    ("tpu", None), (None, None),
-])
+@pytest.mark.parametrize(
+    ("arch", "cap"),
+    [
+        ("hopper", 9.0),
+        ("H100", 9.0),
+        ("h200-sxm", 9.0),
+        ("sm90", 9.0),
+        ("sm_90a", 9.0),
+        ("sm100", 10.0),
+        ("Blackwell", 10.0),
+        ("B300", 10.3),  # B300 is sm_103
+        ("ampere", 8.0),
+        ("A100", 8.0),
+        ("sm89", 8.9),
+        ("9.0", 9.0),
+        ("tpu", None),
+        (None, None),
+    ],
+)
 def test_compute_capability(arch: str | None, cap: float | None) -> None:
     assert compute_capability(arch) == cap
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("DelayedScaling", "delayed"), ("transformer_engine.common.recipe.Float8CurrentScaling", "current"),
-    ("tensorwise", "current"), ("blockwise", "block"), ("MXFP8BlockScaling", "mxfp8"), ("fp8_block_scaling", "block"),
-    ("nvfp4", None), ("", None), (None, None),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("DelayedScaling", "delayed"),
+        ("transformer_engine.common.recipe.Float8CurrentScaling", "current"),
+        ("tensorwise", "current"),
+        ("blockwise", "block"),
+        ("MXFP8BlockScaling", "mxfp8"),
+        ("fp8_block_scaling", "block"),
+        ("nvfp4", None),
+        ("", None),
+        (None, None),
+    ],
+)
 def test_normalize_recipe(text: str | None, expected: str | None) -> None:
     assert normalize_recipe(text) == expected
 

@@ -10,8 +10,19 @@ from fp8_policy.policy.analysis import Thresholds, analyze
 from fp8_policy.policy.recommend import POLICY_VERSION, ModelDims, RecommendOptions, recommend
 from tests.policy.analysis.factories import FAMILIES, Spec, build_run, name, plant, ramp
 
-KEYS = {"fp8_skip_layers", "gemm_overrides", "recipe", "megatron", "expected_cost", "rationale", "confidence",
-        "policy_version", "findings", "formats", "history"}
+KEYS = {
+    "fp8_skip_layers",
+    "gemm_overrides",
+    "recipe",
+    "megatron",
+    "expected_cost",
+    "rationale",
+    "confidence",
+    "policy_version",
+    "findings",
+    "formats",
+    "history",
+}
 SUBS = tuple(FAMILIES["megatron"]["subs"])  # type: ignore[arg-type]
 
 
@@ -29,8 +40,13 @@ def test_to_dict_has_exactly_the_api_keys_and_is_json() -> None:
     assert set(data) == KEYS
     assert set(data["recipe"]) == {"name", "label", "class", "kwargs", "reason"}
     assert data["policy_version"] == POLICY_VERSION
-    assert {"first_last_layers_bf16", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "fp8_recipe",
-            "extra_args"} <= set(data["megatron"])
+    assert {
+        "first_last_layers_bf16",
+        "num_layers_at_start_in_bf16",
+        "num_layers_at_end_in_bf16",
+        "fp8_recipe",
+        "extra_args",
+    } <= set(data["megatron"])
     assert 0.0 < data["confidence"] <= 1.0
     assert data["findings"][0]["pattern"] == "u_shape"
     assert len(data["fp8_skip_layers"]) == 8
@@ -48,7 +64,8 @@ def test_gemm_override_json_shape() -> None:
     layer = name("megatron", 5, "fc2")
     result = recommend(build_run(plant(Spec(n_blocks=12), [layer], "activation", 5.0)))
     assert result.to_dict()["gemm_overrides"] == [
-        {"layer": layer, "gemms": ["fprop", "wgrad"], "reason": result.decision.gemm_overrides[0].reason}]
+        {"layer": layer, "gemms": ["fprop", "wgrad"], "reason": result.decision.gemm_overrides[0].reason}
+    ]
 
 
 def test_healthy_run_changes_nothing() -> None:
@@ -68,8 +85,16 @@ def test_threshold_override_is_recomputed_from_the_stored_data() -> None:
 
 
 def test_rationale_sentences_carry_the_numbers() -> None:
-    opts = RecommendOptions.from_metadata({}, {"hidden_size": 1024, "ffn_hidden_size": 4096, "vocab_size": 32000,
-                                               "gpu_arch": "H100", "current_recipe": "delayed"})
+    opts = RecommendOptions.from_metadata(
+        {},
+        {
+            "hidden_size": 1024,
+            "ffn_hidden_size": 4096,
+            "vocab_size": 32000,
+            "gpu_arch": "H100",
+            "current_recipe": "delayed",
+        },
+    )
     text = "\n".join(recommend(u_shape_run(), None, opts).rationale)
     assert "Skip 8 layer(s) to BF16" in text and "gradient 3." in text
     assert "of GEMM FLOPs run in BF16" in text and "1.58x (H200)" in text
@@ -81,15 +106,20 @@ def test_boundary_rationale_mentions_the_boundary() -> None:
     spec = Spec(family="esm2", n_blocks=12, bf16_blocks=(11, 12))
     plant(spec, [name("esm2", 10, "fc2")], "activation", ramp(8.0, 18.0))
     result = recommend(build_run(spec), None, RecommendOptions(current_recipe="current"))
-    assert any(line.startswith("Boundary effect at") and "do not answer it with more BF16 blocks" in line
-               for line in result.rationale)
+    assert any(
+        line.startswith("Boundary effect at") and "do not answer it with more BF16 blocks" in line
+        for line in result.rationale
+    )
     assert result.megatron["first_last_layers_bf16"] is True and result.megatron["num_layers_at_end_in_bf16"] == 2
     assert "boundary" in result.decision.gemm_overrides[0].reason
 
 
 def test_confidence_drops_with_few_points_single_rank_and_unknown_gpu() -> None:
-    rich = recommend(build_run(Spec(n_blocks=8, ranks=4, n_points=200)), None,
-                     RecommendOptions(gpu_arch="hopper", current_recipe="current"))
+    rich = recommend(
+        build_run(Spec(n_blocks=8, ranks=4, n_points=200)),
+        None,
+        RecommendOptions(gpu_arch="hopper", current_recipe="current"),
+    )
     poor = recommend(build_run(Spec(n_blocks=8, ranks=1, n_points=5)), None, RecommendOptions())
     assert rich.confidence == 1.0
     assert poor.confidence < 0.6
@@ -106,20 +136,24 @@ def test_recommend_passes_num_layers_to_the_analysis() -> None:
 def test_options_from_metadata_and_overrides() -> None:
     options = RecommendOptions.from_metadata(
         {"hidden_size": 4096, "recipe": "Float8BlockScaling", "num_layers": "many", "gpu_arch": "sm90"},
-        {"model_dims": {"ffn_hidden_size": 14336, "num_key_value_heads": 8}, "thresholds": {"critical": 3}})
+        {"model_dims": {"ffn_hidden_size": 14336, "num_key_value_heads": 8}, "thresholds": {"critical": 3}},
+    )
     assert options.dims == ModelDims(hidden_size=4096, ffn_hidden_size=14336, num_query_groups=8)  # "many" skipped
     assert options.current_recipe == "block" and options.gpu_arch == "sm90"
     assert options.thresholds == Thresholds(critical=3.0)
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    ({"gpu_type": "hopper"}, "unknown option(s) 'gpu_type'"),
-    ({"hidden_size": -1}, "model dimension 'hidden_size' must be a positive integer"),
-    ({"recipe": "fp4"}, "unknown FP8 recipe 'fp4'"),
-    ({"thresholds": {"critical": 0.1}}, "warning < critical < severe"),
-    ({"skip_projected": "yes"}, "'skip_projected' must be true or false"),
-    ({"model_dims": [1]}, "'model_dims' must be an object"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"gpu_type": "hopper"}, "unknown option(s) 'gpu_type'"),
+        ({"hidden_size": -1}, "model dimension 'hidden_size' must be a positive integer"),
+        ({"recipe": "fp4"}, "unknown FP8 recipe 'fp4'"),
+        ({"thresholds": {"critical": 0.1}}, "warning < critical < severe"),
+        ({"skip_projected": "yes"}, "'skip_projected' must be true or false"),
+        ({"model_dims": [1]}, "'model_dims' must be an object"),
+    ],
+)
 def test_bad_overrides_raise_value_errors(overrides: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError) as error:
         RecommendOptions.from_metadata({}, overrides)

@@ -11,11 +11,14 @@ from tests.policy.analysis.factories import FAMILIES, Spec, build_run, name, pla
 SUBS = tuple(FAMILIES["megatron"]["subs"])  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("tensor", "gemms"), [
-    ("activation", ("fprop", "wgrad")),
-    ("gradient", ("dgrad", "wgrad")),
-    ("weight", ("fprop", "dgrad")),
-])
+@pytest.mark.parametrize(
+    ("tensor", "gemms"),
+    [
+        ("activation", ("fprop", "wgrad")),
+        ("gradient", ("dgrad", "wgrad")),
+        ("weight", ("fprop", "dgrad")),
+    ],
+)
 def test_one_failing_tensor_becomes_a_gemm_override(tensor: str, gemms: tuple[str, ...]) -> None:
     layer = name("megatron", 5, "fc2")
     plan = plan_skips(analyze(build_run(plant(Spec(n_blocks=12), [layer], tensor, 4.5))))
@@ -73,8 +76,9 @@ def test_existing_bf16_layers_are_kept_but_only_listed_on_request() -> None:
 
 def test_projected_trends_are_watched_unless_asked_to_skip() -> None:
     layer = name("megatron", 6, "fc1")
-    analysis = analyze(build_run(plant(Spec(n_blocks=12, n_points=400, noise=0.03), [layer], "gradient",
-                                       ramp(0.2, 1.6))))
+    analysis = analyze(
+        build_run(plant(Spec(n_blocks=12, n_points=400, noise=0.03), [layer], "gradient", ramp(0.2, 1.6)))
+    )
     assert plan_skips(analysis).watch == (layer,)
     eager = plan_skips(analysis, skip_projected=True)
     assert [o.layer for o in eager.overrides] == [layer] and eager.watch == ()

@@ -40,10 +40,18 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     ),
 }
 SUBLAYER = {
-    "layernorm_qkv": "qkv", "linear_qkv": "qkv", "q_proj": "qkv",
-    "proj": "proj", "linear_proj": "proj", "o_proj": "proj",
-    "fc1": "fc1", "linear_fc1": "fc1", "up_proj": "fc1",
-    "fc2": "fc2", "linear_fc2": "fc2", "down_proj": "fc2",
+    "layernorm_qkv": "qkv",
+    "linear_qkv": "qkv",
+    "q_proj": "qkv",
+    "proj": "proj",
+    "linear_proj": "proj",
+    "o_proj": "proj",
+    "fc1": "fc1",
+    "linear_fc1": "fc1",
+    "up_proj": "fc1",
+    "fc2": "fc2",
+    "linear_fc2": "fc2",
+    "down_proj": "fc2",
 }
 
 
@@ -60,9 +68,7 @@ def family_layers(family: str, n_blocks: int, head_precision: Precision = Precis
     """All GEMM layers of an n-block model of `family`, in logged order."""
     prefix, sublayers, heads = FAMILIES[family]
     first = 0 if family == "hf" else 1
-    blocks = [
-        body(f"{prefix}.{i}.{sub}", i) for i in range(first, first + n_blocks) for sub in sublayers
-    ]
+    blocks = [body(f"{prefix}.{i}.{sub}", i) for i in range(first, first + n_blocks) for sub in sublayers]
     return (*blocks, *(head(name, head_precision) for name in heads))
 
 

@@ -71,7 +71,9 @@ def test_format_defaults(name, fmt):
 
 def test_head_comments():
     layers = f.family_layers("llama", 3)
-    assert "the recommended head BF16 (skip or GEMM override) needs no override" in comments(f.decision(layers, ["model.lm_head"]))
+    assert "the recommended head BF16 (skip or GEMM override) needs no override" in comments(
+        f.decision(layers, ["model.lm_head"])
+    )
     assert "stays BF16 even though" in comments(f.decision(layers))
     assert overrides(f.decision(layers, ["model.lm_head"]))["fp8_layers"] == "[1,2,3]"
 
@@ -91,9 +93,19 @@ def test_no_blocks_logged_omits_fp8_layers():
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(True, "true"), (None, "null"), (16, "16"), (0.5, "0.5"), ("max", "max"), ("true", '"true"'),
-     ("a b", '"a b"'), ('q"x', '"q\\"x"'), ([1, "x"], "[1, x]"), ({"a": {"b": False}}, "{a: {b: false}}"),
-     (float("inf"), "inf")],
+    [
+        (True, "true"),
+        (None, "null"),
+        (16, "16"),
+        (0.5, "0.5"),
+        ("max", "max"),
+        ("true", '"true"'),
+        ("a b", '"a b"'),
+        ('q"x', '"q\\"x"'),
+        ([1, "x"], "[1, x]"),
+        ({"a": {"b": False}}, "{a: {b: false}}"),
+        (float("inf"), "inf"),
+    ],
 )
 def test_hydra_value(value, expected):
     assert hydra_value(value) == expected

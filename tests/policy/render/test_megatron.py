@@ -54,8 +54,17 @@ def test_contiguous_start_and_end_blocks_use_flags(tmp_path):
     decision = f.decision(layers, f.block_names("megatron", 1, 2, 12))
     text, args, config = run(decision, tmp_path)
     assert config is None and "cat >" not in text and "WARNING" not in text
-    assert args == ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise", "--first-last-layers-bf16",
-                    "--num-layers-at-start-in-bf16", "2", "--num-layers-at-end-in-bf16", "1"]
+    assert args == [
+        "--fp8-format",
+        "hybrid",
+        "--fp8-recipe",
+        "tensorwise",
+        "--first-last-layers-bf16",
+        "--num-layers-at-start-in-bf16",
+        "2",
+        "--num-layers-at-end-in-bf16",
+        "1",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -79,8 +88,9 @@ def test_non_contiguous_skip_writes_precision_config(tmp_path):
     text, args, config = run(f.decision(layers, skip), tmp_path, precision_config_file="prec.yaml")
     assert args[-2:] == ["--te-precision-config-file", "prec.yaml"]
     assert "--first-last-layers-bf16" not in args
-    assert config["configs"] == {"bf16": {"transformer_engine_config_type": "TEQuantizationParams",
-                                          "training_recipe": {}}}
+    assert config["configs"] == {
+        "bf16": {"transformer_engine_config_type": "TEQuantizationParams", "training_recipe": {}}
+    }
     # logged blocks 2 and 7 are Megatron blocks 1 and 6; logged 11 -> 10; block 10/0/… near misses stay FP8
     assert bf16_paths(config, 12) == block(1) | block(6) | {"decoder.layers.10.mlp.linear_fc2"}
     assert "decoder.layers.1.*" in text and "1-based TE layer_number" in text
@@ -88,11 +98,17 @@ def test_non_contiguous_skip_writes_precision_config(tmp_path):
 
 def test_esm2_names_are_translated_to_megatron_modules(tmp_path):
     layers = f.family_layers("esm2", 6)
-    skip = ("model.esm.encoder.layers.3.self_attention.layernorm_qkv", "model.esm.encoder.layers.5.layernorm_mlp.fc1",
-            "model.lm_head.dense")
+    skip = (
+        "model.esm.encoder.layers.3.self_attention.layernorm_qkv",
+        "model.esm.encoder.layers.5.layernorm_mlp.fc1",
+        "model.lm_head.dense",
+    )
     _, _, config = run(f.decision(layers, skip), tmp_path)
-    assert bf16_paths(config, 6) == {"decoder.layers.2.self_attention.linear_qkv", "decoder.layers.4.mlp.linear_fc1",
-                                     "output_layer"}
+    assert bf16_paths(config, 6) == {
+        "decoder.layers.2.self_attention.linear_qkv",
+        "decoder.layers.4.mlp.linear_fc1",
+        "output_layer",
+    }
 
 
 def test_zero_based_logs_keep_their_index(tmp_path):
@@ -105,8 +121,10 @@ def test_zero_based_logs_keep_their_index(tmp_path):
 
 def test_gemm_overrides_are_approximated_by_whole_modules(tmp_path):
     layers = f.family_layers("megatron", 6)
-    overrides = [f.override("model.module.decoder.layers.3.mlp.linear_fc2", "wgrad"),
-                 f.override("model.module.decoder.layers.4.mlp.linear_fc1", "wgrad")]
+    overrides = [
+        f.override("model.module.decoder.layers.3.mlp.linear_fc2", "wgrad"),
+        f.override("model.module.decoder.layers.4.mlp.linear_fc1", "wgrad"),
+    ]
     text, args, config = run(f.decision(layers, (), overrides), tmp_path)
     assert bf16_paths(config, 6) == {"decoder.layers.2.mlp.linear_fc2", "decoder.layers.3.mlp.linear_fc1"}
     assert "approximated by running the whole module in BF16" in text
@@ -128,8 +146,16 @@ def test_delayed_recipe_with_skips_warns(tmp_path):
     text, args, _ = run(f.decision(layers, f.block_names("megatron", 1), recipe_choice=choice), tmp_path)
     warnings = [line for line in text.splitlines() if line.startswith("# WARNING")]
     assert len(warnings) == 1 and "delayed scaling" in warnings[0]
-    assert args[:8] == ["--fp8-format", "hybrid", "--fp8-recipe", "delayed", "--fp8-amax-history-len", "16",
-                        "--fp8-amax-compute-algo", "max"]
+    assert args[:8] == [
+        "--fp8-format",
+        "hybrid",
+        "--fp8-recipe",
+        "delayed",
+        "--fp8-amax-history-len",
+        "16",
+        "--fp8-amax-compute-algo",
+        "max",
+    ]
     assert "# recipe kwarg reduce_amax=True has no Megatron flag" in text
 
 
@@ -141,8 +167,12 @@ def test_delayed_recipe_without_skips_does_not_warn(tmp_path):
 
 @pytest.mark.parametrize(
     ("recipe_name", "fmt", "megatron_recipe"),
-    [("current", "hybrid", "tensorwise"), ("delayed", "hybrid", "delayed"), ("block", "e4m3", "blockwise"),
-     ("mxfp8", "e4m3", "mxfp8")],
+    [
+        ("current", "hybrid", "tensorwise"),
+        ("delayed", "hybrid", "delayed"),
+        ("block", "e4m3", "blockwise"),
+        ("mxfp8", "e4m3", "mxfp8"),
+    ],
 )
 def test_recipe_flags(tmp_path, recipe_name, fmt, megatron_recipe):
     decision = f.decision(f.family_layers("llama", 2), recipe_choice=f.recipe(recipe_name))
@@ -169,5 +199,10 @@ def test_whole_edge_blocks_of_gemm_overrides_use_the_flags(tmp_path):
     overrides = [f.override(name, "dgrad", "wgrad") for name in f.block_names("megatron", 1, 6)]
     text, args, config = run(f.decision(layers, (), overrides), tmp_path)
     assert config is None and "approximated by whole modules in BF16" in text
-    assert args[-5:] == ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", "1",
-                         "--num-layers-at-end-in-bf16", "1"]
+    assert args[-5:] == [
+        "--first-last-layers-bf16",
+        "--num-layers-at-start-in-bf16",
+        "1",
+        "--num-layers-at-end-in-bf16",
+        "1",
+    ]

@@ -10,12 +10,23 @@ import pytest
 from fp8_policy.policy.render import regex
 
 UNIVERSE = (
-    [f"model.module.decoder.layers.{i}.{s}" for i in range(0, 13)
-     for s in ("self_attention.linear_qkv", "self_attention.linear_proj", "mlp.linear_fc1", "mlp.linear_fc2")]
+    [
+        f"model.module.decoder.layers.{i}.{s}"
+        for i in range(0, 13)
+        for s in ("self_attention.linear_qkv", "self_attention.linear_proj", "mlp.linear_fc1", "mlp.linear_fc2")
+    ]
     + ["model.module.output_layer", "model.lm_head", "model.lm_head.dense", "model.embedding"]
-    + ["model.blocks.1.attn+proj[0]", "model.blocks.10.attn+proj[0]", "model.blocks.1.attnnproj0",
-       "model_blocks.1.attn+proj[0]", "model.blocks.1.attn+proj[0].x", "x.model.blocks.1.attn+proj[0]",
-       "model.blocks.01.attn+proj[0]", "model.experts.3.gemm_(a|b)", "model.experts.3.gemm_a"]
+    + [
+        "model.blocks.1.attn+proj[0]",
+        "model.blocks.10.attn+proj[0]",
+        "model.blocks.1.attnnproj0",
+        "model_blocks.1.attn+proj[0]",
+        "model.blocks.1.attn+proj[0].x",
+        "x.model.blocks.1.attn+proj[0]",
+        "model.blocks.01.attn+proj[0]",
+        "model.experts.3.gemm_(a|b)",
+        "model.experts.3.gemm_a",
+    ]
 )
 
 

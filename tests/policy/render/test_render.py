@@ -30,8 +30,9 @@ def test_every_family_renders_in_every_format(family, fmt):
     layers = f.family_layers(family, 4)
     _, _, heads = f.FAMILIES[family]
     first = 0 if family == "hf" else 1
-    decision = f.decision(layers, (*f.block_names(family, first), heads[0]),
-                          [f.override(layers[-2].name, "wgrad")], te_version="2.13")
+    decision = f.decision(
+        layers, (*f.block_names(family, first), heads[0]), [f.override(layers[-2].name, "wgrad")], te_version="2.13"
+    )
     result = render(decision, fmt, RenderOptions())
     assert isinstance(result, RenderedPolicy)
     assert (result.media_type, result.filename) == EXPECTED[fmt]

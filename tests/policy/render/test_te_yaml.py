@@ -105,8 +105,14 @@ def test_metacharacter_names_match_exactly(nvdlfw_config):
     manager = nvdlfw_config(te_yaml(f.decision(layers, skip)))
     for name in skip:
         assert "DisableFP8Layer" in features(manager, name)
-    near_misses = ["model.blocks.10.attn+proj[0]", "model.blocks.1.attnnproj0", "model_blocks.1.attn+proj[0]",
-                   "model.blocks.1.attn+proj[0].x", "x.model.blocks.1.attn+proj[0]", "model.blocks.1.mlpfc"]
+    near_misses = [
+        "model.blocks.10.attn+proj[0]",
+        "model.blocks.1.attnnproj0",
+        "model_blocks.1.attn+proj[0]",
+        "model.blocks.1.attn+proj[0].x",
+        "x.model.blocks.1.attn+proj[0]",
+        "model.blocks.1.mlpfc",
+    ]
     for name in near_misses:
         assert set(features(manager, name)) == {"LogFp8TensorStats"}, name
 

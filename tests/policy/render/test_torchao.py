@@ -58,8 +58,11 @@ def test_snippet_filters_skipped_modules_of_a_real_tree():
     skip = (*f.block_names("llama", 1), "model.lm_head")
     namespace = load_filter(f.decision(f.family_layers("llama", 4), skip, [f.override(fc2, "wgrad")]))
     expected_skip = {
-        "model.layers.0.self_attention.layernorm_qkv", "model.layers.0.self_attention.proj",
-        "model.layers.0.layernorm_mlp.fc1", "model.layers.0.layernorm_mlp.fc2", "lm_head",
+        "model.layers.0.self_attention.layernorm_qkv",
+        "model.layers.0.self_attention.proj",
+        "model.layers.0.layernorm_mlp.fc1",
+        "model.layers.0.layernorm_mlp.fc2",
+        "lm_head",
         "model.layers.1.layernorm_mlp.fc2",  # per-GEMM override -> whole module
     }
     assert namespace["SKIP_FQNS"] == expected_skip
@@ -113,10 +116,12 @@ def test_empty_policy_converts_every_linear():
 
 
 def test_usage_and_torchtitan_comment():
-    decision = f.decision(f.family_layers("megatron", 2), ["model.module.decoder.layers.1.mlp.linear_fc2"],
-                          recipe_choice=f.recipe("delayed"))
+    decision = f.decision(
+        f.family_layers("megatron", 2),
+        ["model.module.decoder.layers.1.mlp.linear_fc2"],
+        recipe_choice=f.recipe("delayed"),
+    )
     text = render(decision, "torchao").content
     assert "convert_to_float8_training(model, config=config, module_filter_fn=module_filter_fn)" in text
     assert 'Float8LinearConfig.from_recipe_name("tensorwise")' in text
     assert "#   --float8.filter_fqns decoder.layers.0.mlp.linear_fc2" in text
-

@@ -32,7 +32,7 @@ def cell_rgb(pixels: np.ndarray, headers, row: int, column: int, panel: int = 0,
     rows, columns = shapes(headers)[panel]
     x = x0 + (column + 0.5) * (x1 - x0) / columns
     y = y0 + (row + 0.5) * (y1 - y0) / rows
-    patch = pixels[int(y) - window:int(y) + window + 1, int(x) - window:int(x) + window + 1, :3]
+    patch = pixels[int(y) - window : int(y) + window + 1, int(x) - window : int(x) + window + 1, :3]
     return patch.reshape(-1, 3).mean(axis=0)
 
 

@@ -94,13 +94,24 @@ def test_heatmap_sublayer_rank_and_other_stats(visual_client, planted):
     assert float(scale.headers["x-heatmap-vmax"]) > 0
 
 
-@pytest.mark.parametrize(("query", "error"), [
-    ("dpi=601", "InvalidParameter"), ("dpi=abc", "InvalidParameter"), ("vmax=0", "InvalidParameter"),
-    ("rank=3", "InvalidParameter"), ("sublayer=nope", "InvalidParameter"), ("stat=nope", "NoData"),
-    ("tensor=wgrad", "NoData"), ("mark_iteration=5000", "InvalidParameter"), ("critical=0.1", "InvalidThresholds"),
-    ("colour=red", "UnknownParameter"), ("width=1", "InvalidParameter"), ("show_skip=maybe", "InvalidParameter"),
-    ("width=60&height=60&dpi=600", "InvalidParameter"),
-])
+@pytest.mark.parametrize(
+    ("query", "error"),
+    [
+        ("dpi=601", "InvalidParameter"),
+        ("dpi=abc", "InvalidParameter"),
+        ("vmax=0", "InvalidParameter"),
+        ("rank=3", "InvalidParameter"),
+        ("sublayer=nope", "InvalidParameter"),
+        ("stat=nope", "NoData"),
+        ("tensor=wgrad", "NoData"),
+        ("mark_iteration=5000", "InvalidParameter"),
+        ("critical=0.1", "InvalidThresholds"),
+        ("colour=red", "UnknownParameter"),
+        ("width=1", "InvalidParameter"),
+        ("show_skip=maybe", "InvalidParameter"),
+        ("width=60&height=60&dpi=600", "InvalidParameter"),
+    ],
+)
 def test_heatmap_bad_parameters_are_400(visual_client, planted, query, error):
     response = visual_client.get(f"/api/v1/runs/{planted.before}/heatmap.png?{query}")
     assert response.status_code == 400, response.text

@@ -19,8 +19,9 @@ def layout(client, run_id: int, query: str) -> dict:
 
 
 def series_values(client, run_id: int, layer: str) -> tuple[list[int], list[float]]:
-    body = client.get(f"/api/v1/runs/{run_id}/series", params={"layer": layer, "tensor": "gradient",
-                                                                "stat": "underflows%"}).json()
+    body = client.get(
+        f"/api/v1/runs/{run_id}/series", params={"layer": layer, "tensor": "gradient", "stat": "underflows%"}
+    ).json()
     (series,) = body["series"]
     return series["iterations"], series["values"]
 

@@ -47,16 +47,22 @@ def test_heatmap_compare_png_is_two_panels_on_one_scale(visual_client, planted):
     assert luminance(cell_rgb(pixels, response.headers, 24, 2, panel=1, window=4)) > 0.8  # BF16 in "after"
     body_before, body_after = (cell_rgb(pixels, response.headers, 0, 10, panel=p) for p in (0, 1))
     assert luminance(body_after) > luminance(body_before)  # 0.8 % is lighter than 1.2 % on the shared scale
-    svg = svg_text(svg_tree(visual_client.get(
-        f"/api/v1/compare.svg?base={planted.before}&head={planted.after}&vmax=8").content))
+    svg = svg_text(
+        svg_tree(visual_client.get(f"/api/v1/compare.svg?base={planted.before}&head={planted.after}&vmax=8").content)
+    )
     assert "base · before" in svg and "head · after" in svg and "not in FP8" in svg and "capped at 8%" in svg
 
 
-@pytest.mark.parametrize(("query", "status", "error"), [
-    ("base=1", 400, "InvalidParameter"), ("base=abc&head=1", 400, "InvalidParameter"),
-    ("base=99999999&head=99999998", 404, "NotFound"), ("base=1&head=2&bogus=1", 400, "UnknownParameter"),
-    ("base=1&head=2&critical=9", 400, "InvalidThresholds"),
-])
+@pytest.mark.parametrize(
+    ("query", "status", "error"),
+    [
+        ("base=1", 400, "InvalidParameter"),
+        ("base=abc&head=1", 400, "InvalidParameter"),
+        ("base=99999999&head=99999998", 404, "NotFound"),
+        ("base=1&head=2&bogus=1", 400, "UnknownParameter"),
+        ("base=1&head=2&critical=9", 400, "InvalidThresholds"),
+    ],
+)
 def test_heatmap_compare_bad_parameters(visual_client, planted, query, status, error):
     for path in ("/api/v1/compare", "/api/v1/compare.png"):
         response = visual_client.get(f"{path}?{query}")

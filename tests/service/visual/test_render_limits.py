@@ -38,8 +38,11 @@ def served(migrated_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
     settings = Settings(_env_file=None, data_dir=root / "data", database_url=migrated_url, render_queue=1)
     write_run(before_after_runs()[0], root / "run")
     with live_service(settings) as live, httpx.Client(base_url=live.url, timeout=60) as client:
-        response = client.post("/api/v1/runs", files={"file": ("run.tgz", tree_tar_gz(root / "run"))},
-                               data={"name": "render-limits", "project": f"render-{uuid.uuid4().hex}"})
+        response = client.post(
+            "/api/v1/runs",
+            files={"file": ("run.tgz", tree_tar_gz(root / "run"))},
+            data={"name": "render-limits", "project": f"render-{uuid.uuid4().hex}"},
+        )
         assert response.status_code == 202, response.text
         run_id = response.json()["id"]
         deadline = time.monotonic() + 60
@@ -89,8 +92,9 @@ def test_heavy_images_queue_in_their_own_lane_and_never_starve_a_normal_heatmap(
     assert len(refused) >= 2, f"a lane admits 1 drawing + render_queue=1 waiting, got {statuses}"
     assert all(set(r.json()) == {"error", "detail"} and int(r.headers["retry-after"]) > 0 for r in refused)
     drawn = [done[f"heavy{k}"] for k, r in enumerate(responses) if r.status_code == 200]
-    assert done["normal"] < max(drawn), \
+    assert done["normal"] < max(drawn), (
         f"the normal heatmap ({normal[1]:.1f} s) waited for every heavy one (timings are not asserted: shared CPU)"
+    )
 
 
 def test_a_rendered_image_is_served_from_the_cache(served: Served) -> None:
