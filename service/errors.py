@@ -195,3 +195,7 @@ def install_error_handlers(app: FastAPI) -> None:
             {"error": "InternalError", "detail": f"unexpected {type(exc).__name__}; see the service log"},
             status_code=500,
         )
+
+
+class EmptyUpload(InvalidUpload):
+    """The upload has no bytes."""

@@ -20,7 +20,7 @@ from typing import Any
 from starlette.requests import Request
 
 from fp8_policy.policy.safe_text import displayable
-from fp8_policy.service.errors import BadRequest, NotFound
+from fp8_policy.service.errors import BadRequest, InvalidParameter, NotFound
 
 MAX_ROW_ID = 2**31 - 1  # runs.id is INTEGER: int4 on PostgreSQL
 MAX_RANK = 2**31 - 1  # series.rank is INTEGER
@@ -51,7 +51,7 @@ def check_request(request: Request) -> None:
         check_run_id(int(run_id) if len(run_id) <= MAX_CURSOR_DIGITS else MAX_ROW_ID + 1, shown=run_id)
     for key, value in request.query_params.multi_items():
         if "\x00" in key or "\x00" in value:
-            raise BadRequest(f"query parameter {displayable(key[:40])!r} contains NUL", error="InvalidParameter")
+            raise InvalidParameter(f"query parameter {displayable(key[:40])!r} contains NUL")
     rank = request.query_params.get("rank")
     if rank is not None and re.fullmatch(r"-?[0-9]+", rank.strip()):
         check_rank(int(rank) if len(rank) <= MAX_CURSOR_DIGITS + 1 else MAX_RANK + 1, shown=rank.strip())
@@ -69,7 +69,7 @@ def check_run_id(run_id: int, *, shown: str | None = None) -> int:
 
 def check_rank(rank: int | None, *, shown: str | None = None) -> int | None:
     if rank is not None and not 0 <= rank <= MAX_RANK:
-        raise BadRequest(f"rank must be between 0 and {MAX_RANK}, got {shown or rank}", error="InvalidParameter")
+        raise InvalidParameter(f"rank must be between 0 and {MAX_RANK}, got {shown or rank}")
     return rank
 
 
@@ -85,14 +85,15 @@ def parse_cursor(cursor: str | None) -> int | None:
 # --- text fields -----------------------------------------------------------------------------------------------
 
 
-def check_text(field: str, value: str, max_chars: int, *, error: str = "BadRequest") -> str:
-    """A name / project / tag / filter: at most `max_chars`, no control characters (NUL included), valid UTF-8."""
+def check_text(field: str, value: str, max_chars: int, *, error: type[BadRequest] = BadRequest) -> str:
+    """A name / project / tag / filter: at most `max_chars`, no control characters (NUL included), valid UTF-8.
+    `error` is the class raised (its name is the answer's code)."""
     if len(value) > max_chars:
-        raise BadRequest(f"{field} is longer than {max_chars} characters", error=error)
+        raise error(f"{field} is longer than {max_chars} characters")
     if _CONTROL.search(value):
-        raise BadRequest(f"{field} contains a control character (NUL, newline, ...)", error=error)
+        raise error(f"{field} contains a control character (NUL, newline, ...)")
     if displayable(value) != value:
-        raise BadRequest(f"{field} is not valid UTF-8 text", error=error)
+        raise error(f"{field} is not valid UTF-8 text")
     return value
 
 
@@ -108,7 +109,7 @@ def check_filters(**values: str | None) -> None:
     """Query filters are compared with stored text: the same rules, so PostgreSQL never sees a NUL."""
     for name, value in values.items():
         if value is not None:
-            check_text(name, value, 1000, error="InvalidParameter")
+            check_text(name, value, 1000, error=InvalidParameter)
 
 
 # --- metadata --------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import anyio
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
-from fp8_policy.service.errors import AppError, InvalidUpload, UnsupportedMediaType, UploadTooLarge
+from fp8_policy.service.errors import AppError, EmptyUpload, InvalidUpload, UnsupportedMediaType, UploadTooLarge
 from fp8_policy.service.storage import hold_part, is_out_of_space, out_of_space
 
 RAW_TYPES = {
@@ -116,7 +116,7 @@ async def receive_upload(
                 "'file' part, or a raw body as application/gzip, application/x-tar, application/zip or text/plain"
             )
         if sink.size == 0:
-            raise InvalidUpload("the upload is empty", error="EmptyUpload")
+            raise EmptyUpload("the upload is empty")
         sink.close()
     except BaseException:
         sink.discard()

@@ -18,7 +18,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fp8_policy.service.errors import AppError
 
 
-class RequestBodyTimeout(AppError):
+class RequestTimeout(AppError):
+    """408: no body data within the timeout (the code is the class name, as for every AppError)."""
+
     status_code = 408
 
 
@@ -43,9 +45,7 @@ class BodyTimeoutMiddleware:
                     message = await receive()
             except TimeoutError:
                 timed_out = True
-                raise RequestBodyTimeout(
-                    f"no request body data for {self.timeout:g} s; the request was dropped", error="RequestTimeout"
-                ) from None
+                raise RequestTimeout(f"no request body data for {self.timeout:g} s; the request was dropped") from None
             if message["type"] != "http.request" or not message.get("more_body", False):
                 body_done = True
             return message
