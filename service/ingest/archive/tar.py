@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import tarfile
+from collections.abc import Iterator
+from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 from typing import IO
 
 from isal import igzip
 
-from fp8_policy.policy.log_files import LogFile, classify_log_path
+from fp8_policy.policy.log_files import LogFile
 from fp8_policy.policy.safe_text import displayable
 from fp8_policy.service.ingest.archive.detect import open_source
 from fp8_policy.service.ingest.archive.errors import ArchiveError
 from fp8_policy.service.ingest.archive.limits import _Budget, _Meter, _Skipped
-from fp8_policy.service.ingest.archive.output import _check_rank, _Output, _output_relpath, _safe_relpath, _write
+from fp8_policy.service.ingest.archive.members import Member, extract_members
+from fp8_policy.service.ingest.archive.output import _Output
 
 
 def _extract_tar_gz(
@@ -34,24 +38,20 @@ def _extract_tar_stream(
     stream: IO[bytes], out: _Output, budget: _Budget, skipped: _Skipped
 ) -> list[tuple[LogFile, Path]]:
     """Read the tar sequentially ("r|"): every byte, skipped members' too, is metered on the way in."""
-    files: list[tuple[LogFile, Path]] = []
     with tarfile.open(fileobj=_Meter(stream, budget.add), mode="r|") as tar:  # type: ignore[call-overload]
-        for member in tar:
-            budget.count_members()
-            relpath = _safe_relpath(member.name)
-            _check_tar_member(member, relpath)
-            if member.isdir():
-                continue
-            log = classify_log_path(relpath)
-            if log is not None:
-                _check_rank(log)
-            if log is None:
-                skipped.add(relpath)
-                continue
-            budget.check_member_size(relpath, member.size)
-            raw = tar.extractfile(member)
-            files.append((log, _write(out, budget, _output_relpath(log), raw, count_total=False)))
-    return files
+
+        def members() -> Iterator[Member]:
+            for info in tar:  # each member is handled before the stream moves on to the next one
+                budget.count_members()
+                yield Member(
+                    info.name,
+                    info.isdir(),
+                    info.size,
+                    partial(_check_tar_member, info),
+                    lambda _relpath, info=info: nullcontext(tar.extractfile(info)),
+                )
+
+        return extract_members(members(), out, budget, skipped, count_total=False)
 
 
 def _check_tar_member(member: tarfile.TarInfo, relpath: str) -> None:

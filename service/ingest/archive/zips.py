@@ -4,39 +4,36 @@ from __future__ import annotations
 
 import stat
 import zipfile
+from functools import partial
 from pathlib import Path
 from typing import IO
 
-from fp8_policy.policy.log_files import LogFile, classify_log_path
+from fp8_policy.policy.log_files import LogFile
 from fp8_policy.service.ingest.archive.detect import open_source
 from fp8_policy.service.ingest.archive.errors import ArchiveError
 from fp8_policy.service.ingest.archive.limits import _Budget, _Skipped
-from fp8_policy.service.ingest.archive.output import _check_rank, _Output, _output_relpath, _safe_relpath, _write
+from fp8_policy.service.ingest.archive.members import Member, extract_members
+from fp8_policy.service.ingest.archive.output import _Output
 
 
 def _extract_zip(
     src: Path, out: _Output, budget: _Budget, skipped: _Skipped, hint: str | None
 ) -> list[tuple[LogFile, Path]]:
     """Members are opened one at a time; skipped members are never decompressed."""
-    files: list[tuple[LogFile, Path]] = []
     with open_source(src) as handle, zipfile.ZipFile(handle) as archive:
         infos = archive.infolist()
         budget.count_members(len(infos))  # the central directory is read already: refuse before any write
-        for info in infos:
-            relpath = _safe_relpath(info.filename)
-            _check_zip_member(info, relpath)
-            if info.is_dir():
-                continue
-            log = classify_log_path(relpath)
-            if log is not None:
-                _check_rank(log)
-            if log is None:
-                skipped.add(relpath)
-                continue
-            budget.check_member_size(relpath, info.file_size)
-            with _open_zip_member(archive, info, relpath) as raw:
-                files.append((log, _write(out, budget, _output_relpath(log), raw, count_total=True)))
-    return files
+        members = (
+            Member(
+                info.filename,
+                info.is_dir(),
+                info.file_size,
+                partial(_check_zip_member, info),
+                partial(_open_zip_member, archive, info),
+            )
+            for info in infos
+        )
+        return extract_members(members, out, budget, skipped, count_total=True)
 
 
 def _check_zip_member(info: zipfile.ZipInfo, relpath: str) -> None:
