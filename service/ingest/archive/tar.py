@@ -15,7 +15,7 @@ from fp8_policy.policy.log_files import LogFile
 from fp8_policy.policy.safe_text import displayable
 from fp8_policy.service.ingest.archive.detect import open_source
 from fp8_policy.service.ingest.archive.errors import ArchiveError
-from fp8_policy.service.ingest.archive.limits import _Budget, _Meter, _Skipped
+from fp8_policy.service.ingest.archive.limits import CHUNK_BYTES, _Budget, _Meter, _Skipped
 from fp8_policy.service.ingest.archive.members import Member, extract_members
 from fp8_policy.service.ingest.archive.output import _Output
 
@@ -37,8 +37,13 @@ def _extract_tar(
 def _extract_tar_stream(
     stream: IO[bytes], out: _Output, budget: _Budget, skipped: _Skipped
 ) -> list[tuple[LogFile, Path]]:
-    """Read the tar sequentially ("r|"): every byte, skipped members' too, is metered on the way in."""
-    with tarfile.open(fileobj=_Meter(stream, budget.add), mode="r|") as tar:  # type: ignore[call-overload]
+    """Read the tar sequentially ("r|"): every byte, skipped members' too, is metered on the way in.
+
+    bufsize: tarfile's stream mode reads its source in `bufsize` pieces and copies the rest of its buffer on
+    every read that does not line up with them (CPython Lib/tarfile.py, _Stream.__read); with the default
+    10 KiB records, 1 MiB member reads of an 833 MB member took 1.5 s, with 1 MiB pieces 0.24 s."""
+    meter = _Meter(stream, budget.add)
+    with tarfile.open(fileobj=meter, mode="r|", bufsize=CHUNK_BYTES) as tar:  # type: ignore[call-overload]
 
         def members() -> Iterator[Member]:
             for info in tar:  # each member is handled before the stream moves on to the next one
