@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.alert_models import AlertDelivery, AlertRule
@@ -166,21 +166,36 @@ class AlertRepository:
         return row.id
 
     def claim(self, owner_lease_seconds: float, limit: int = 20) -> list[ClaimedDelivery]:
-        """Pending deliveries that are due (or `sending` ones whose sender died), leased to the caller."""
+        """Pending deliveries that are due (or `sending` ones whose sender died), leased to the caller.
+
+        Taken round-robin over (rule, run) streams: first the oldest due delivery of every stream, then the
+        second of each, ... So a noisy run (cooldown 0, thousands queued) gets one slot per round like any
+        other, and another run's alert waits at most for the streams ahead of it, not for the noisy backlog.
+        """
         now = utcnow()
         due = or_(
             (AlertDelivery.status == "pending") & (AlertDelivery.next_attempt_at <= now),
             (AlertDelivery.status == "sending") & (AlertDelivery.lease_until < now),
         )
-        ids = list(
+        turn = (
+            func.row_number()
+            .over(partition_by=(AlertDelivery.rule_id, AlertDelivery.run_id), order_by=AlertDelivery.id)
+            .label("turn")
+        )
+        ranked = select(AlertDelivery.id, turn).where(due).subquery()
+        order = list(
             self.session.scalars(
-                select(AlertDelivery.id)
-                .where(due)
-                .order_by(AlertDelivery.id)
-                .limit(limit)
-                .with_for_update(skip_locked=True)
+                select(ranked.c.id).where(ranked.c.turn <= limit).order_by(ranked.c.turn, ranked.c.id).limit(limit)
             )
         )
+        # PostgreSQL allows no FOR UPDATE next to a window function: lock the chosen rows in a second statement
+        # (skipping those another sender holds) and keep the round-robin order.
+        free = set(
+            self.session.scalars(
+                select(AlertDelivery.id).where(AlertDelivery.id.in_(order)).with_for_update(skip_locked=True)
+            )
+        )
+        ids = [delivery_id for delivery_id in order if delivery_id in free]
         claimed = []
         for delivery_id in ids:
             taken = self.session.execute(

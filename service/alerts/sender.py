@@ -1,6 +1,7 @@
 """Deliver queued alerts: one background thread per API process claims due deliveries (with a lease, so a dead
 sender's deliveries are taken over), POSTs them and records each attempt; failures are retried with exponential
-backoff (1, 2, 4, 8, 16 s) and then given up, all visible in the alert log."""
+backoff (1, 2, 4, 8, 16 s) and then given up, all visible in the alert log. Due deliveries are claimed
+round-robin per (rule, run) (AlertRepository.claim), so a noisy run's backlog cannot hold back another run's alert."""
 
 from __future__ import annotations
 

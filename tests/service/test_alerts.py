@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from fp8_policy.db.alerts import AlertRepository
+from fp8_policy.db.repositories import NewRun, RunRepository
+from fp8_policy.db.session import create_session_factory, session_scope
+from fp8_policy.service.alerts.sender import AlertSender
 from tests.archives import stats_relpath
 from tests.service.test_live_runs import LAYERS, create, put, training_log
 from tests.webhook import webhook_receiver
@@ -112,3 +119,52 @@ def test_the_same_problem_within_the_cooldown_is_logged_as_suppressed(client: Te
     log = client.get(LOG, params={"run_id": run["id"]}).json()
     assert sorted(e["status"] for e in log) == ["sent", "suppressed"]
     assert len(receiver.calls) == 1
+
+
+def test_a_noisy_run_does_not_hold_back_another_runs_alert(db_engine, project: str) -> None:
+    """300 deliveries queued by a noisy run (cooldown 0) ahead of one from a quiet run: the quiet one goes out
+    in the first round, after at most one of the noisy ones, not after the whole backlog (the sender was FIFO)."""
+    factory = create_session_factory(db_engine)
+    with session_scope(factory) as session:
+        runs = RunRepository(session)
+        noisy_run, quiet_run = (
+            runs.add(NewRun(name, project, (), {}, name[0] * 64, None, 0, "")).id for name in ("noisy", "quiet")
+        )
+        alerts = AlertRepository(session)
+        rule = alerts.add_rule(
+            project=project,
+            webhook_url=f"http://{project}.test/hook",
+            format="json",
+            events=[],
+            min_severity="info",
+            cooldown_seconds=0,
+            created_by=None,
+        )
+        for number, run_id in [*((n, noisy_run) for n in range(300)), (0, quiet_run)]:
+            event = {"run_id": run_id, "kind": "band_crossing", "number": number}
+            alerts.enqueue(
+                rule_id=rule.id,
+                run_id=run_id,
+                project=project,
+                event_id=None,
+                event=event,
+                dedupe_key=f"{run_id}:{number}",
+                suppressed=False,
+            )
+    posted: list[int] = []
+
+    def receive(request: httpx.Request) -> httpx.Response:
+        if request.url.host == f"{project}.test":
+            posted.append(json.loads(request.content)["event"]["run_id"])
+        return httpx.Response(204)
+
+    sender = AlertSender(factory, poll_seconds=3600, transport=httpx.MockTransport(receive))
+    try:
+        for _ in range(40):
+            if quiet_run in posted:
+                break
+            sender.send_due()
+    finally:
+        sender.stop()
+
+    assert quiet_run in posted and posted.index(quiet_run) <= 1, posted[:5]
