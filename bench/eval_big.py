@@ -25,7 +25,7 @@ def stored_run(tree: Path, url: str) -> Iterator[tuple[Any, int, dict[str, float
     from fp8_policy.db.migrate import upgrade
     from fp8_policy.db.repositories import NewRun, RunRepository
     from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
-    from fp8_policy.service.app import _warm_parser
+    from fp8_policy.service.ingest.worker import warm_parser
 
     upgrade(url)
     engine = create_db_engine(url)
@@ -33,7 +33,7 @@ def stored_run(tree: Path, url: str) -> Iterator[tuple[Any, int, dict[str, float
     try:
         with session_scope(factory) as session:
             run_id = RunRepository(session).add(NewRun("eval-6m", "eval", (), {}, "0" * 64, None, 0, "")).id
-        _warm_parser()
+        warm_parser()
         start = time.perf_counter()
         assembled, counts = parse_files(log_files(tree), max_line_bytes=MAX_LINE_BYTES, threads=2)
         parsed = time.perf_counter()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,7 +20,7 @@ from fp8_policy.service.auth.routes import router as auth_router
 from fp8_policy.service.docs.routes import router as docs_router
 from fp8_policy.service.errors import install_error_handlers
 from fp8_policy.service.health import HEALTH_RESPONSES, HealthRead
-from fp8_policy.service.ingest.worker import IngestWorker
+from fp8_policy.service.ingest.worker import IngestWorker, warm_parser
 from fp8_policy.service.limits import check_request
 from fp8_policy.service.live.heatmap_routes import router as live_heatmap_router
 from fp8_policy.service.live.routes import router as live_router
@@ -37,15 +36,8 @@ from fp8_policy.service.visual.pool import Renderer
 from fp8_policy.service.visual.routes import router as visual_router
 from fp8_policy.service.web.routes import router as web_router
 
-
-def _warm_parser() -> None:
-    """Load (or compile, first time) the numba kernels so the first upload does not pay for it."""
-    from fp8_policy.policy.stats_log import StatsLogParser
-
-    line = b"2026-01-01 00:00:00,000 - INFO - model.l_gradient_mse \t\t\t\t iteration=000000 \t\t\t\t value=0.0000\n"
-    parser = StatsLogParser(workers=1)
-    parser.feed(io.BytesIO(line * 2), "warm-up")
-    parser.finish()
+# bench/steps.py still imports this name; it goes once that imports worker.warm_parser.
+_warm_parser = warm_parser
 
 
 @asynccontextmanager
@@ -58,7 +50,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.engine = engine
     app.state.session_factory = factory
     app.state.unit_of_work = lambda: session_scope(factory)
-    threading.Thread(target=_warm_parser, name="warm-parser", daemon=True).start()
+    threading.Thread(target=warm_parser, name="warm-parser", daemon=True).start()
     app.state.renderer.warm()
     worker = IngestWorker(factory, settings)
     app.state.ingest = worker
