@@ -4,7 +4,7 @@ A live run has no layers or series in the database yet: its statistics logs lie 
 `<data_dir>/live/<run_id>/` (service/live/actions.py). `LiveHeatmaps` keeps, per run, the points parsed so far
 (`policy.stats_log.StatsLogParser` over each file's new whole lines only, so a poll costs the new bytes) and the
 layout last answered, keyed by the acknowledged file sizes and the parameters: a poll that finds no new bytes is
-answered from memory. The matrix, summary and geometry come from `policy.heatmap` exactly as for a stored run;
+answered from memory. The parameter checks, matrix, summary and JSON body are the stored run's (service/visual/actions.py);
 there is no recommendation while live, so nothing is marked to skip.
 
 Memory: the points of every series parsed so far (16 bytes a point) for the few most recently polled runs.
@@ -23,14 +23,13 @@ import numpy as np
 
 from fp8_policy.db.live import LiveFileRecord
 from fp8_policy.policy.assemble import layer_table
-from fp8_policy.policy.heatmap import build_matrix, is_percent_stat, sublayers_of, summarize
 from fp8_policy.policy.log_files import classify_log_path
 from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
 from fp8_policy.policy.names import split_metric_name
 from fp8_policy.policy.records import MetricName, Series
 from fp8_policy.policy.stats_log import NoStatsLines, StatsLogParser
-from fp8_policy.service.errors import InvalidParameter, NoData
-from fp8_policy.service.visual.actions import cell_values, colormap_stops, geometry_for, style_for
+from fp8_policy.service.errors import NoData
+from fp8_policy.service.visual.actions import check_selection, layout_body, matrix_for, summary_for
 from fp8_policy.service.visual.params import HeatmapParams
 
 MAX_RUNS = 4  # runs whose parsed points stay in memory (the ones being watched)
@@ -152,6 +151,7 @@ def _series(chunks: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np
 
 
 def _layout(run_id: int, state: _RunPoints, params: HeatmapParams, cell_columns: int) -> dict[str, Any]:
+    label = f"live run {run_id} (received so far)"
     known = state.metadata.known_layers()
     metrics: dict[str, MetricName | None] = {}
     for _rank, name in state.points:
@@ -162,12 +162,7 @@ def _layout(run_id: int, state: _RunPoints, params: HeatmapParams, cell_columns:
     ranks = sorted({rank for rank, _ in state.points})
     if not state.points:
         raise NoData(f"live run {run_id} has no statistics lines yet")
-    if params.rank is not None and params.rank not in ranks:
-        raise InvalidParameter(
-            f"live run {run_id} has no rank {params.rank} yet; ranks: {', '.join(map(str, ranks))}",
-        )
-    if params.sublayer is not None and params.sublayer not in sublayers_of(infos):
-        raise InvalidParameter(f"live run {run_id} has no sublayer {params.sublayer!r}")
+    check_selection(label, params, lambda: ranks, infos)
     series = []
     for (rank, name), chunks in state.points.items():
         metric = metrics[name]
@@ -183,48 +178,6 @@ def _layout(run_id: int, state: _RunPoints, params: HeatmapParams, cell_columns:
             f"live run {run_id} logged no {params.tensor} {params.stat!r} yet; it has: "
             f"{', '.join(logged) or 'nothing attributable'}",
         )
-    matrix = build_matrix(infos, series, sublayer=params.sublayer)
-    if not matrix.rows or not matrix.iterations.shape[0]:
-        raise NoData(f"nothing to draw for sublayer {params.sublayer!r} of live run {run_id}")
-    summary = summarize(matrix, params.thresholds, percent=is_percent_stat(params.stat), boxes=params.boxes)
-    geometry = geometry_for([matrix], params)
-    boxed = set(summary.boxed)
-    rows = [
-        {
-            "label": row.label,
-            "layer": row.layer,
-            "group": row.group,
-            "kind": row.kind,
-            "precision": row.precision,
-            "level": _num(summary.levels[k]),
-            "boxed": k in boxed,
-            "skip": False,
-            "gemm_override": None,
-        }
-        for k, row in enumerate(matrix.rows)
-    ]
-    its = matrix.iterations
-    return {
-        "run_id": run_id,
-        "tensor": params.tensor,
-        "stat": params.stat,
-        "rank": params.rank,
-        "sublayer": params.sublayer,
-        "vmax": style_for(params, [matrix]).vmax,
-        "rows": rows,
-        "iterations": {"first": int(its[0]), "last": int(its[-1]), "count": int(its.shape[0])},
-        "summary": summary.to_dict(),
-        "skip_layers": None,
-        "image": {
-            "width_px": geometry.pixels[0],
-            "height_px": geometry.pixels[1],
-            "extent_px": list(geometry.extent_px(0)),
-        },
-        "cells": cell_values(matrix, cell_columns) if cell_columns else None,
-        "colormap": colormap_stops(),
-        "ranks": ranks,
-    }
-
-
-def _num(value: float) -> float | None:
-    return None if value != value else round(float(value), 4)
+    matrix = matrix_for(label, infos, series, params)
+    body = layout_body(run_id, params, matrix, summary_for(matrix, params), cell_columns=cell_columns)
+    return {**body, "ranks": ranks}

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from matplotlib.colors import to_hex
@@ -23,6 +24,7 @@ from fp8_policy.db.repositories import RunRepository
 from fp8_policy.policy.heatmap import (
     HeatmapGeometry,
     HeatmapMatrix,
+    HeatSummary,
     build_matrix,
     default_vmax,
     is_percent_stat,
@@ -83,9 +85,31 @@ def heatmap_layout(session: Session, run_id: int, params: HeatmapParams, *, cell
     `cell_columns` > 0 also its values, reduced to at most that many columns as the image reduces them."""
     run = get_ready_run(session, run_id)
     panel = build_panel(session, run, params)
-    matrix, summary = panel.matrix, panel.summary
+    return layout_body(
+        run.id,
+        params,
+        panel.matrix,
+        panel.summary,
+        skip_layers=panel.skip_layers,
+        gemm_overrides=panel.gemm_overrides,
+        cell_columns=cell_columns,
+    )
+
+
+def layout_body(
+    run_id: int,
+    params: HeatmapParams,
+    matrix: HeatmapMatrix,
+    summary: HeatSummary,
+    *,
+    skip_layers: frozenset[str] | None = None,
+    gemm_overrides: Mapping[str, tuple[str, ...]] | None = None,
+    cell_columns: int = 0,
+) -> dict[str, Any]:
+    """heatmap.json of a stored or a live run; `skip_layers` None: no recommendation to mark (a live run)."""
     geometry = geometry_for([matrix], params)
-    skip = panel.skip_layers or frozenset()
+    skip = skip_layers or frozenset()
+    overrides = gemm_overrides or {}
     boxed = set(summary.boxed)
     rows = [
         {
@@ -97,13 +121,13 @@ def heatmap_layout(session: Session, run_id: int, params: HeatmapParams, *, cell
             "level": _num(summary.levels[k]),
             "boxed": k in boxed,
             "skip": row.layer in skip,
-            "gemm_override": list(panel.gemm_overrides.get(row.layer, ())) or None,
+            "gemm_override": list(overrides.get(row.layer, ())) or None,
         }
         for k, row in enumerate(matrix.rows)
     ]
     its = matrix.iterations
     return {
-        "run_id": run.id,
+        "run_id": run_id,
         "tensor": params.tensor,
         "stat": params.stat,
         "rank": params.rank,
@@ -112,7 +136,7 @@ def heatmap_layout(session: Session, run_id: int, params: HeatmapParams, *, cell
         "rows": rows,
         "iterations": {"first": int(its[0]), "last": int(its[-1]), "count": int(its.shape[0])},
         "summary": summary.to_dict(),
-        "skip_layers": sorted(skip) if panel.skip_layers is not None else None,
+        "skip_layers": sorted(skip) if skip_layers is not None else None,
         "image": {
             "width_px": geometry.pixels[0],
             "height_px": geometry.pixels[1],
@@ -121,6 +145,30 @@ def heatmap_layout(session: Session, run_id: int, params: HeatmapParams, *, cell
         "cells": cell_values(matrix, cell_columns) if cell_columns else None,
         "colormap": colormap_stops(),
     }
+
+
+def check_selection(
+    run_label: str, params: HeatmapParams, ranks: Callable[[], Collection[int]], infos: list[LayerInfo]
+) -> None:
+    """400 `InvalidParameter` when `params` asks for a rank or a sublayer that the run (`run_label`: "run 7",
+    "live run 7 (received so far)") does not have; `ranks` is only asked when a rank is."""
+    if params.rank is not None and params.rank not in (known := ranks()):
+        raise InvalidParameter(f"{run_label} has no rank {params.rank}; ranks: {', '.join(map(str, sorted(known)))}")
+    if params.sublayer is not None and params.sublayer not in (sublayers := sublayers_of(infos)):
+        raise InvalidParameter(f"{run_label} has no sublayer {params.sublayer!r}; sublayers: {', '.join(sublayers)}")
+
+
+def matrix_for(run_label: str, infos: list[LayerInfo], series: list[Series], params: HeatmapParams) -> HeatmapMatrix:
+    """The heatmap matrix of the selected series; 400 `NoData` when the sublayer leaves nothing to draw."""
+    matrix = build_matrix(infos, series, sublayer=params.sublayer)
+    if not matrix.rows or not matrix.iterations.shape[0]:
+        raise NoData(f"nothing to draw for sublayer {params.sublayer!r} of {run_label}")
+    return matrix
+
+
+def summary_for(matrix: HeatmapMatrix, params: HeatmapParams) -> HeatSummary:
+    """The row levels and boxed rows under the requested thresholds."""
+    return summarize(matrix, params.thresholds, percent=is_percent_stat(params.stat), boxes=params.boxes)
 
 
 def cell_values(matrix: HeatmapMatrix, columns: int) -> dict:
@@ -144,7 +192,7 @@ def colormap_stops(count: int = 33) -> list[str]:
 def build_panel(session: Session, run: Run, params: HeatmapParams, *, title: str | None = None) -> Panel:
     matrix = load_matrix(session, run, params)
     _check_mark(matrix, params)
-    summary = summarize(matrix, params.thresholds, percent=is_percent_stat(params.stat), boxes=params.boxes)
+    summary = summary_for(matrix, params)
     marks = recommended(session, run, params.threshold_overrides) if params.show_skip else None
     return Panel(
         matrix,
@@ -159,13 +207,7 @@ def build_panel(session: Session, run: Run, params: HeatmapParams, *, title: str
 def load_matrix(session: Session, run: Run, params: HeatmapParams) -> HeatmapMatrix:
     repo = RunRepository(session)
     infos = [layer_info(layer) for layer in repo.layers(run.id)]
-    if params.rank is not None and params.rank not in repo.ranks(run.id):
-        ranks = ", ".join(map(str, sorted(repo.ranks(run.id))))
-        raise InvalidParameter(f"run {run.id} has no rank {params.rank}; ranks: {ranks}")
-    if params.sublayer is not None and params.sublayer not in sublayers_of(infos):
-        raise InvalidParameter(
-            f"run {run.id} has no sublayer {params.sublayer!r}; sublayers: {', '.join(sublayers_of(infos))}"
-        )
+    check_selection(f"run {run.id}", params, lambda: repo.ranks(run.id), infos)
     rows = repo.metric_arrays(run.id, tensor=params.tensor, stat_key=params.stat, rank=params.rank)
     if not rows:
         keys = repo.metric_keys(run.id)
@@ -176,10 +218,7 @@ def load_matrix(session: Session, run: Run, params: HeatmapParams) -> HeatmapMat
         Series(rank, MetricName(layer, params.tensor, params.stat), decode_iterations(its), decode_values(vals))
         for layer, rank, its, vals in rows
     ]
-    matrix = build_matrix(infos, series, sublayer=params.sublayer)
-    if not matrix.rows or not matrix.iterations.shape[0]:
-        raise NoData(f"nothing to draw for sublayer {params.sublayer!r} of run {run.id}")
-    return matrix
+    return matrix_for(f"run {run.id}", infos, series, params)
 
 
 def layer_info(layer) -> LayerInfo:
