@@ -36,14 +36,36 @@ def test_importing_the_package_loads_no_subpackage() -> None:
     assert json.loads(done.stdout) == []
 
 
-def test_the_type_checking_block_re_exports_exactly_the_public_names() -> None:
-    tree = ast.parse((ROOT / "fp8_policy" / "__init__.py").read_text())
+def type_checking_imports(path: Path) -> set[tuple[str | None, str, str | None]]:
+    """(module, name, as-name) of every import in the module's top-level `if TYPE_CHECKING:` block."""
+    tree = ast.parse(path.read_text())
     block = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
-    imported = {
+    return {
         (node.module, alias.name, alias.asname)
         for node in block.body
         if isinstance(node, ast.ImportFrom)
         for alias in node.names
     }
 
+
+def test_the_type_checking_block_re_exports_exactly_the_public_names() -> None:
+    imported = type_checking_imports(ROOT / "fp8_policy" / "__init__.py")
+
     assert imported == {(module, name, name) for name, module in fp8_policy._EXPORTS.items()}
+
+
+def test_the_collect_facade_lists_exactly_the_collect_packages_names() -> None:
+    """fp8_policy/collect.py repeats client/collect's `__all__` (importing that package would load torch); read
+    the package's list from its source, so the test runs on the base install too."""
+    import fp8_policy.collect as facade
+
+    package = ast.parse((ROOT / "client" / "collect" / "__init__.py").read_text())
+    names = next(
+        ast.literal_eval(node.value)
+        for node in package.body
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"]
+    )
+    imported = type_checking_imports(ROOT / "fp8_policy" / "collect.py")
+
+    assert facade.__all__ == names
+    assert imported == {(facade._IMPL, name, None) for name in names}
