@@ -76,6 +76,19 @@ def _silence_stdout() -> None:
         pass
 
 
+class ClosedPipeGroup(click.Group):
+    """A command group whose commands end quietly with status 0 when the reader of stdout has gone
+    (`fp8-policy token list | head -1`), as the client commands do (`_client_options`); click's own handler in
+    `main` would exit 1. The server groups (`service/cli.py`, the console script's) are of this class."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            _silence_stdout()
+            raise click.exceptions.Exit(0) from None
+
+
 if TYPE_CHECKING:  # click >= 8.2 types ParamType as a generic; subscripting it fails at run time on 8.1
     _RunRefBase = click.ParamType[int | tuple[str, str]]
 else:

@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 import click
 
+from fp8_policy.client.cli import ClosedPipeGroup
 from fp8_policy.client.cli import cli as client_cli
 
 DISTRIBUTION = "fp8-policy"
@@ -82,8 +83,8 @@ def _needs_server_extra(name: str) -> click.Command:
     )
 
 
-class ConsoleGroup(click.Group):
-    """Client commands registered up front; server commands resolved on first use."""
+class ConsoleGroup(ClosedPipeGroup):
+    """Client commands registered up front; server commands resolved on first use; a closed pipe exits 0."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *_server_commands()})

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from fp8_policy.client.cli import register_client_commands
+from fp8_policy.client.cli import ClosedPipeGroup, register_client_commands
 from fp8_policy.service.auth.cli import token
 from fp8_policy.service.ingest.cli import worker
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from fp8_policy.service.settings import Settings
 
 
-@click.group()
+@click.group(cls=ClosedPipeGroup)
 def cli() -> None:
     """fp8-policy: FP8 precision-policy recommender for Transformer Engine debug logs."""
 

@@ -3,6 +3,9 @@ non-loopback address without tokens unless --allow-anonymous (uvicorn replaced: 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -162,3 +165,24 @@ def test_serve_on_loopback_without_tokens_stays_open(database: str, served: list
 )
 def test_loopback_addresses(host: str, loopback: bool) -> None:
     assert binding.is_loopback(host) is loopback
+
+
+@pytest.mark.parametrize(
+    ("module", "args"),
+    [
+        ("fp8_policy.cli", ["token", "list"]),  # the console script's group
+        ("fp8_policy.service.cli", ["token", "list"]),
+        ("fp8_policy.cli", ["db", "upgrade"]),
+    ],
+)
+def test_a_closed_pipe_exits_0_quietly_as_the_client_commands_do(database: str, module: str, args: list[str]) -> None:
+    """`fp8-policy token list | head -1`: the reader is gone before the output is written (click alone exits 1)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # like `head` after its first line: every write now raises EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", module, *args], stdout=write_end, stderr=subprocess.PIPE, timeout=120, check=False
+        )
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (0, b"")
