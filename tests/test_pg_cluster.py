@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -134,15 +136,21 @@ def test_context_manager_cleans_up(postgres_server):
 
 @pytest.mark.postgres
 def test_startup_error_has_log_tail_and_cleans_up(postgres_server):
-    pg = ThrowawayPostgres(server_settings={"shared_buffers": "not-a-size"})
-    before = set(Path(pg._base_tmp).glob("fp8-policy-pg-*"))
-    with pytest.raises(PostgresStartupError) as info:
-        pg.start()
-    msg = str(info.value)
-    assert "server log tail" in msg
-    assert "shared_buffers" in msg  # the server's own complaint, from the log
-    assert not pg.running
-    assert set(Path(pg._base_tmp).glob("fp8-policy-pg-*")) == before
+    # A private base directory: under pytest-xdist another worker may start its own cluster in /tmp meanwhile.
+    # Short (the Unix socket path limit) and traversable by the postgres OS user, like /tmp itself.
+    base = Path(tempfile.mkdtemp(prefix="fp8-pgt-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    base.chmod(0o755)
+    try:
+        pg = ThrowawayPostgres(server_settings={"shared_buffers": "not-a-size"}, base_tmp=base)
+        with pytest.raises(PostgresStartupError) as info:
+            pg.start()
+        msg = str(info.value)
+        assert "server log tail" in msg
+        assert "shared_buffers" in msg  # the server's own complaint, from the log
+        assert not pg.running
+        assert list(base.iterdir()) == []  # the cluster directory it made is gone again
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_missing_binaries_raise_clear_error(tmp_path):
