@@ -20,11 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -34,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from bench.service import start_service, stop_service, vm_hwm_mb
 from fp8_policy.client.client import PolicyClient
 from fp8_policy.client.live import LiveUploader
 
@@ -86,32 +84,6 @@ class _TimedClient(PolicyClient):
         return answer
 
 
-def _start_service(workdir: Path) -> tuple[subprocess.Popen, str]:
-    from bench.run import _free_port, _wait_healthy
-
-    port = _free_port()
-    env = {**os.environ, "FP8_POLICY_DATA_DIR": str(workdir / "service")}
-    env.pop("FP8_POLICY_DATABASE_URL", None)
-    cmd = [
-        sys.executable,
-        "-m",
-        "fp8_policy.service.cli",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--no-demo",
-        "--log-level",
-        "warning",
-    ]
-    server = subprocess.Popen(cmd, cwd=ROOT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    with httpx.Client(base_url=base, timeout=30) as client:
-        _wait_healthy(client, server)
-    return server, base
-
-
 def _last_iteration_block(log: Path) -> tuple[list[re.Match[bytes]], int]:
     """The lines of the log's last iteration (every series once): the template of the increments."""
     with open(log, "rb") as handle:
@@ -162,7 +134,7 @@ def run_live_bench(
     receiver = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
     receiver.calls = []  # type: ignore[attr-defined]
     threading.Thread(target=receiver.serve_forever, daemon=True).start()
-    server, base = _start_service(workdir)
+    server, base = start_service(workdir / "service")
     project = f"bench-live-{time.time_ns()}"
     results: dict[str, Any] = {"interval_s": interval}
     try:
@@ -180,13 +152,12 @@ def run_live_bench(
             )
             rule.raise_for_status()
         # the bulk run's project has no alert rule: its thousands of early warnings (band crossings of noisy series
-        # re-fire per episode) would queue webhook calls ahead of the planted ones (the sender is first in, first out)
+        # re-fire per episode) would share the sender with the planted ones (round-robin per rule and run) and blur the figure
         results["bulk"] = _bulk(tree, workdir / "bulk", base, f"{project}-bulk", interval, max_seconds)
         results.update(_increments(tree, workdir / "steady", base, project, interval, trials, receiver))
-        results["service_peak_rss_mb"] = _vm_hwm(server.pid)
+        results["service_peak_rss_mb"] = vm_hwm_mb(server.pid)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop_service(server)
         receiver.shutdown()
     return results
 
@@ -336,13 +307,6 @@ def _arrivals(receiver: ThreadingHTTPServer, planted: dict[str, tuple[int, float
             if event.get("iteration") == iteration and layer.startswith(f"{event.get('layer')}_gradient_"):
                 found.setdefault(layer, arrived)
     return found
-
-
-def _vm_hwm(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def report(results: dict[str, Any], baseline_seconds: float | None = None) -> dict[str, bool]:

@@ -16,19 +16,19 @@ import dataclasses
 import io
 import json
 import os
-import socket
 import subprocess
-import sys
 import tarfile
 import tempfile
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import numpy as np
 
+from bench.service import running_service, vm_hwm_mb
 from fp8_policy.policy.synthetic import SCENARIOS, SyntheticRun, write_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,33 +62,6 @@ def synthetic_upload(tmp: Path, k: int) -> Upload:
             tar.add(path, arcname=str(path.relative_to(written.root)))
     lines = sum(f.stats_lines for f in written.files)
     return Upload(f"load-{k}-{cases[k % len(cases)]}", buffer.getvalue(), lines, lines)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _vm_hwm_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def _wait_healthy(url: str, server: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit("the service exited during start-up")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit("the service did not become healthy in 90 s")
 
 
 def _wait_ready(client: httpx.Client, run_id: int, timeout: float) -> dict:
@@ -154,20 +127,9 @@ def run_load(seconds: float = 60.0, readers: int = 30, uploads: int = 8, server_
         tmp = Path(tmp_name)
         print(f"generating {READER_TARGETS + uploads} synthetic runs ...", flush=True)
         archives = [synthetic_upload(tmp / "logs", k) for k in range(READER_TARGETS + uploads)]
-        port = _free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("FP8_POLICY_")}
-        env["FP8_POLICY_DATA_DIR"] = str(tmp / "service")
-        cmd = server_cmd or [sys.executable, "-m", "fp8_policy.service.cli", "serve"]
-        server = subprocess.Popen(
-            [*cmd, "--host", "127.0.0.1", "--port", str(port), "--no-demo", "--log-level", "warning"], cwd=ROOT, env=env
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            _wait_healthy(url, server)
+        with running_service(tmp / "service", command=server_cmd, env=env) as (server, url):
             return _measure(url, server, archives[:READER_TARGETS], archives[READER_TARGETS:], seconds, readers)
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
 
 
 def _measure(
@@ -177,7 +139,7 @@ def _measure(
     with httpx.Client(base_url=url, timeout=300) as client:
         seeded = [_post(client, upload, f"{project}-seed").json()["id"] for upload in seeds]
         targets = [_wait_ready(client, run_id, 300)["id"] for run_id in seeded]
-    idle_rss = _vm_hwm_mb(server.pid)
+    idle_rss = vm_hwm_mb(server.pid)
     paths = {
         "list": lambda k: "/api/v1/runs?limit=50",
         "analysis": lambda k: f"/api/v1/runs/{targets[k % len(targets)]}/analysis",
@@ -208,37 +170,14 @@ def _measure(
                 run_id,
             )
 
-    threads = [threading.Thread(target=reader, args=(k,), daemon=True) for k in range(readers)]
-    threads += [threading.Thread(target=uploader, args=(k, u), daemon=True) for k, u in enumerate(loads)]
     print(f"mixed load: {readers} readers + {len(loads)} uploads for {seconds:g} s ...", flush=True)
-    began = time.monotonic()
-    for thread in threads:
-        thread.start()
-    time.sleep(seconds)
-    stop.set()
-    for thread in threads:
-        thread.join(timeout=300)
-    window = time.monotonic() - began
+    window = run_window(reader, readers, uploader, loads, seconds, stop)
     uploads = []
     with httpx.Client(base_url=url, timeout=120) as client:
         for upload in loads:
             seconds_answered, status, run_id = answered.get(upload.name, (float("nan"), 0, None))
             run = _wait_ready(client, run_id, 300) if run_id is not None else {}
-            uploads.append(
-                {
-                    "name": upload.name,
-                    "http_status": status,
-                    "answered_s": seconds_answered,
-                    "status": run.get("status"),
-                    "lines_read": run.get("lines_read"),
-                    "points": run.get("points"),
-                    "expected_lines": upload.lines,
-                    "exact": run.get("status") == "ready"
-                    and run.get("lines_read") == upload.lines
-                    and run.get("points") == upload.points,
-                    "ready_after_s": _ready_after(run),
-                }
-            )
+            uploads.append({**upload_outcome(upload, status, run), "answered_s": seconds_answered})
     endpoints = recorder.summary()
     return {
         "seconds": window,
@@ -248,9 +187,72 @@ def _measure(
         "server_5xx": sum(e["5xx"] for e in endpoints.values()),
         "transport_errors": sum(e["transport_errors"] for e in endpoints.values()),
         "uploads_exact": sum(u["exact"] for u in uploads),
-        "service_peak_rss_mb": _vm_hwm_mb(server.pid),
+        "service_peak_rss_mb": vm_hwm_mb(server.pid),
         "idle_rss_mb": idle_rss,
     }
+
+
+def run_window(
+    reader: Callable[[int], None],
+    readers: int,
+    uploader: Callable[[int, Upload], None],
+    loads: list[Upload],
+    seconds: float,
+    stop: threading.Event,
+) -> float:
+    """`readers` reader threads and one uploader thread per upload, for `seconds`; then `stop` is set and every
+    thread joined (at most 300 s each). Returns the window's length in seconds."""
+    threads = [threading.Thread(target=reader, args=(k,), daemon=True) for k in range(readers)]
+    threads += [threading.Thread(target=uploader, args=(k, u), daemon=True) for k, u in enumerate(loads)]
+    began = time.monotonic()
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=300)
+    return time.monotonic() - began
+
+
+def upload_outcome(upload: Upload, http_status: int, run: dict) -> dict:
+    """What became of one upload: its run's state and counts (`run` {} when it was refused), `exact` when it
+    is ready with every line and point the generator wrote."""
+    return {
+        "name": upload.name,
+        "http_status": http_status,
+        "status": run.get("status"),
+        "lines_read": run.get("lines_read"),
+        "points": run.get("points"),
+        "expected_lines": upload.lines,
+        "exact": run.get("status") == "ready"
+        and run.get("lines_read") == upload.lines
+        and run.get("points") == upload.points,
+        "ready_after_s": _ready_after(run),
+    }
+
+
+def print_endpoints(endpoints: dict[str, dict]) -> None:
+    """The `Recorder.summary()` table: requests, p50/p99/max latency, 5xx, other non-2xx, transport errors."""
+    print(
+        f"  {'endpoint':<15}{'requests':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'5xx':>6}{'other':>7}{'errors':>8}"
+    )
+    for name, e in endpoints.items():
+        print(
+            f"  {name:<15}{e['requests']:>9}{e['p50_ms']:>9.0f}{e['p99_ms']:>9.0f}{e['max_ms']:>9.0f}"
+            f"{e['5xx']:>6}{e['other_non_2xx']:>7}{e['transport_errors']:>8}"
+        )
+
+
+def print_uploads(uploads: list[dict]) -> None:
+    """One line per `upload_outcome` (with `answered_s`, the upload's own answer time, where measured)."""
+    for u in uploads:
+        ready = f"{u['ready_after_s']:.1f}" if u["ready_after_s"] is not None else "-"
+        answered = f" in {u['answered_s']:5.2f} s" if "answered_s" in u else ""
+        print(
+            f"  upload {u['name']:<28} HTTP {u['http_status']}{answered}, {u['status']} "
+            f"after {ready} s, lines {u['lines_read']}/{u['expected_lines']}, points {u['points']}"
+            f"{'' if u['exact'] else '  <-- NOT EXACT'}"
+        )
 
 
 def _ready_after(run: dict) -> float | None:
@@ -268,21 +270,8 @@ def report(result: dict) -> None:
         f"{result['seconds']:.0f} s on loopback (SQLite); service peak RSS {result['service_peak_rss_mb']:.0f} MB "
         f"(idle {result['idle_rss_mb']:.0f} MB)"
     )
-    print(
-        f"  {'endpoint':<15}{'requests':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'5xx':>6}{'other':>7}{'errors':>8}"
-    )
-    for name, e in result["endpoints"].items():
-        print(
-            f"  {name:<15}{e['requests']:>9}{e['p50_ms']:>9.0f}{e['p99_ms']:>9.0f}{e['max_ms']:>9.0f}"
-            f"{e['5xx']:>6}{e['other_non_2xx']:>7}{e['transport_errors']:>8}"
-        )
-    for u in result["uploads"]:
-        ready = f"{u['ready_after_s']:.1f}" if u["ready_after_s"] is not None else "-"
-        print(
-            f"  upload {u['name']:<28} HTTP {u['http_status']} in {u['answered_s']:5.2f} s, {u['status']} "
-            f"after {ready} s, lines {u['lines_read']}/{u['expected_lines']}, points {u['points']}"
-            f"{'' if u['exact'] else '  <-- NOT EXACT'}"
-        )
+    print_endpoints(result["endpoints"])
+    print_uploads(result["uploads"])
     print(
         f"  5xx: {result['server_5xx']} (must be 0); transport errors: {result['transport_errors']}; "
         f"uploads ready with exact counts: {result['uploads_exact']}/{len(result['uploads'])}"

@@ -1,0 +1,100 @@
+"""The real service for the benchmarks: `fp8-policy serve` started on a free loopback port with its own data
+directory (SQLite there unless the caller's environment says otherwise), waited for until /healthz answers,
+stopped at the end, and its peak RSS read from /proc.
+
+Belongs here: starting, waiting for and stopping the service process, and reading its memory; what is measured
+against it stays in the bench module that measures it (run.py, live.py, load.py).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVE = [sys.executable, "-m", "fp8_policy.service.cli", "serve"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def vm_hwm_mb(pid: int) -> float:
+    """Peak resident memory of process `pid` in MB (VmHWM in /proc/<pid>/status); NaN where it is not given."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def wait_healthy(url: str, server: subprocess.Popen, timeout: float = 90.0) -> None:
+    """Poll `url`/healthz until it answers 200; SystemExit when the process exits first or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(f"the service exited during start-up (status {server.returncode})")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"the service did not become healthy in {timeout:g} s")
+
+
+def start_service(
+    data_dir: Path,
+    *,
+    command: list[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 90.0,
+) -> tuple[subprocess.Popen, str]:
+    """Start `command` (default `fp8-policy serve`) on a free loopback port without demo runs, with
+    FP8_POLICY_DATA_DIR=`data_dir`, `env` (default: this process's environment less FP8_POLICY_DATABASE_URL,
+    so the database is SQLite in `data_dir`), and wait until it is healthy; returns (process, base URL).
+    The caller stops it with `stop_service`."""
+    port = free_port()
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if k != "FP8_POLICY_DATABASE_URL"}
+    server = subprocess.Popen(
+        [*(command or SERVE), "--host", "127.0.0.1", "--port", str(port), "--no-demo", "--log-level", "warning"],
+        cwd=ROOT,
+        env={**env, "FP8_POLICY_DATA_DIR": str(data_dir)},
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, server, timeout)
+    except BaseException:
+        stop_service(server)
+        raise
+    return server, url
+
+
+def stop_service(server: subprocess.Popen, timeout: float = 60.0) -> None:
+    """SIGTERM (uvicorn's graceful shutdown), then SIGKILL if it has not exited after `timeout` seconds."""
+    server.terminate()
+    try:
+        server.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+@contextmanager
+def running_service(data_dir: Path, **options) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`start_service` for a with-block: (process, base URL), stopped when the block ends."""
+    server, url = start_service(data_dir, **options)
+    try:
+        yield server, url
+    finally:
+        stop_service(server)

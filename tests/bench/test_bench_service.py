@@ -1,0 +1,65 @@
+"""bench/service.py (the service the benchmarks measure) and bench/load.py's shared mixed-load pieces.
+
+The happy path of `start_service` (a real `serve` answering /healthz, ~10 s) is left to tests/service/test_cli.py,
+which starts the same command; here only what costs no service start."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from bench.load import Upload, print_endpoints, print_uploads, run_window, upload_outcome
+from bench.service import start_service
+
+
+def test_a_service_that_exits_during_start_up_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="exited during start-up .status 3"):
+        start_service(tmp_path, command=[sys.executable, "-c", "import sys; sys.exit(3)"], env=dict(os.environ))
+
+
+def test_the_window_runs_every_reader_and_uploader_until_stopped() -> None:
+    stop = threading.Event()
+    seen: list[object] = []
+    loads = [Upload("a", b"", 1, 1), Upload("b", b"", 2, 2)]
+
+    def reader(k: int) -> None:
+        seen.append(k)
+        stop.wait()
+
+    window = run_window(reader, 3, lambda k, upload: seen.append(upload.name), loads, 0.2, stop)
+
+    assert sorted(map(str, seen)) == ["0", "1", "2", "a", "b"] and stop.is_set() and 0.2 <= window < 5
+
+
+def test_an_upload_is_exact_only_when_ready_with_every_line_and_point(capsys: pytest.CaptureFixture[str]) -> None:
+    upload = Upload("u", b"", 10, 10)
+    ready = {"status": "ready", "lines_read": 10, "points": 10, "created_at": None, "finished_at": None}
+
+    outcomes = [
+        upload_outcome(upload, 202, ready),
+        upload_outcome(upload, 202, {**ready, "points": 9}),
+        {**upload_outcome(upload, 503, {}), "answered_s": 0.5},
+    ]
+    print_uploads(outcomes)
+    print_endpoints(
+        {
+            "list": {
+                "requests": 4,
+                "p50_ms": 1,
+                "p99_ms": 2,
+                "max_ms": 3,
+                "5xx": 0,
+                "other_non_2xx": 1,
+                "transport_errors": 0,
+            }
+        }
+    )
+
+    assert [o["exact"] for o in outcomes] == [True, False, False]
+    lines = capsys.readouterr().out.splitlines()
+    assert "NOT EXACT" not in lines[0] and "NOT EXACT" in lines[1] and "HTTP 503 in  0.50 s" in lines[2]
+    assert lines[4].split() == ["list", "4", "1", "2", "3", "0", "1", "0"]
