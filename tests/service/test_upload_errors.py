@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -102,6 +103,141 @@ def assert_rejected(
 # --- refused during ingest: the run fails ----------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class FailingUpload:
+    """An upload that is accepted (202) and whose ingest fails with `error` (a regex) under these settings."""
+
+    data: bytes
+    error: str
+    filename: str = "logs.tar.gz"
+    content_type: str = "application/octet-stream"
+    settings: dict[str, float] = field(default_factory=dict)
+
+
+def _ratio_bomb() -> FailingUpload:
+    data = zeros_tar_gz("rank_0/core.dump", 8 * MiB)
+    return FailingUpload(
+        data,
+        rf"CompressionRatioExceeded: \d+ bytes from a {len(data)}-byte upload \(ratio above 10\)",
+        settings={"max_compression_ratio": 10.0, "ratio_floor_bytes": 1 * MiB},
+    )
+
+
+ZIP_BOMB = FailingUpload(
+    zip_bytes({stats_relpath(0): GOOD + b" " * (16 * MiB)}),
+    re.escape("ArchiveTooLarge: more than 1048576 bytes uncompressed"),
+    "bomb.zip",
+    settings={"max_extracted_bytes": 1 * MiB},
+)
+NOT_AN_ARCHIVE = re.escape(
+    "NotAnArchive: the upload is not a tar.gz, tar, zip, gzip or 'YYYY-MM-DD HH:MM:SS,mmm - LEVEL - ' log"
+)
+GARBAGE_LINES = f"{TS} - INFO - Reading config from ./fp8_stats.yaml.\nnot a line\n\x00\xff\n".encode("latin-1")
+TRUNCATED_GZIP = re.escape(
+    "CorruptArchive: EOFError: Compressed file ended before the end-of-stream marker was reached"
+)
+FAILING_UPLOADS = [
+    *(
+        pytest.param(
+            FailingUpload(
+                zip_bytes({stats_relpath(0): GOOD, member: GOOD}),
+                re.escape(f"UnsafePath: {member!r}: {reason}"),
+                "logs.zip",
+            ),
+            id=f"zip-member-{name}",
+        )
+        for name, member, reason in [
+            ("dot-dot", "../../../" + STATS_1, "'..' component"),
+            ("absolute", "/" + STATS_1, "absolute path"),
+            ("backslash", "rank_1\\..\\..\\" + STATS_1, "backslash or NUL in member name"),
+        ]
+    ),
+    *(
+        pytest.param(
+            FailingUpload(
+                tar_bytes([(stats_relpath(0), GOOD), member]), re.escape(f"UnsupportedMember: {STATS_1}: {detail}")
+            ),
+            id=name,
+        )
+        for name, member, detail in [
+            ("symlink-absolute", special_member(STATS_1, tarfile.SYMTYPE, "/etc/passwd"), "symlink to '/etc/passwd'"),
+            (
+                "symlink-relative",
+                special_member(STATS_1, tarfile.SYMTYPE, "../../../../outside.log"),
+                "symlink to '../../../../outside.log'",
+            ),
+            (
+                "hard-link",
+                special_member(STATS_1, tarfile.LNKTYPE, stats_relpath(0)),
+                f"hard link to {stats_relpath(0)!r}",
+            ),
+            ("char-device", special_member(STATS_1, tarfile.CHRTYPE), "not a regular file or directory"),
+            ("block-device", special_member(STATS_1, tarfile.BLKTYPE), "not a regular file or directory"),
+            ("fifo", special_member(STATS_1, tarfile.FIFOTYPE), "not a regular file or directory"),
+        ]
+    ),
+    pytest.param(ZIP_BOMB, id="zip-bomb-over-max-extracted-bytes"),
+    pytest.param(
+        FailingUpload(
+            gz_bytes(GOOD + b"\n" * (8 * MiB)),
+            re.escape("ArchiveTooLarge: more than 1048576 bytes uncompressed"),
+            "x.log.gz",
+            settings={"max_extracted_bytes": 1 * MiB},
+        ),
+        id="gzipped-log-bomb-over-max-extracted-bytes",
+    ),
+    pytest.param(_ratio_bomb(), id="tar-gz-bomb-over-max-compression-ratio"),
+    pytest.param(
+        FailingUpload(esm2_tar_gz()[: len(esm2_tar_gz()) // 2], TRUNCATED_GZIP, "esm2.tar.gz"), id="truncated-tar.gz"
+    ),
+    pytest.param(FailingUpload(gz_bytes(GOOD * 2000)[:-20], TRUNCATED_GZIP, "stats.log.gz"), id="truncated-log.gz"),
+    pytest.param(
+        FailingUpload(zip_bytes({stats_relpath(0): GOOD * 50})[:-30], r"CorruptArchive: BadZipFile: .+", "logs.zip"),
+        id="truncated-zip",
+    ),
+    pytest.param(FailingUpload(b"hello world\n" * 10, NOT_AN_ARCHIVE), id="not-an-archive-text"),
+    pytest.param(FailingUpload(b"\x00\x01binary\xff" * 100, NOT_AN_ARCHIVE), id="not-an-archive-binary"),
+    pytest.param(FailingUpload(b"PK\x01\x02 not a zip", NOT_AN_ARCHIVE), id="not-an-archive-zip-signature"),
+    pytest.param(
+        FailingUpload(
+            tar_bytes({meta_relpath(0): metadata_log({"model.layers.1.fc1": "FP8 Quantize"}), "README.md": b"hi"}),
+            re.escape(
+                "NoStatsFile: no nvdlfw_inspect_statistics_logs/nvdlfw_inspect[_stamp]_"
+                "globalrank-N.log in the upload (1 metadata log(s) only); "
+                "skipped e.g. README.md"
+            ),
+        ),
+        id="archive-without-stats-file",
+    ),
+    pytest.param(FailingUpload(zip_bytes({}), re.escape("NoStatsFile: the zip archive is empty")), id="empty-zip"),
+    pytest.param(
+        FailingUpload(
+            tar_bytes({stats_relpath(0): GARBAGE_LINES}),
+            re.escape(f"NoStatsLines: {stats_relpath(0)}: no statistics line in 3 lines"),
+        ),
+        id="stats-file-of-garbage-lines",
+    ),
+    pytest.param(
+        FailingUpload(
+            f"{TS} - INFO - hello\n{TS} - INFO - world\n\n".encode(),
+            re.escape("NoStatsLines: train.log: no statistics line in 3 lines"),
+            "train.log",
+            "text/plain",
+        ),
+        id="single-log-of-garbage-lines",
+    ),
+    pytest.param(
+        FailingUpload(
+            stats_log([("loss", it, 2.5) for it in range(3)]),
+            re.escape("NoStatsLines: no statistics line could be attributed to a layer, tensor and stat"),
+            "x.log",
+            "text/plain",
+        ),
+        id="stats-lines-without-layer-tensor-and-stat",
+    ),
+]
+
+
 class TestCreateRunIngestFailures:
     @pytest.mark.parametrize("depth", [1, 3, 4])
     def test_tar_member_with_dot_dot_is_unsafe_path(
@@ -138,246 +274,23 @@ class TestCreateRunIngestFailures:
 
         assert not target.exists()
 
-    @pytest.mark.parametrize(
-        ("member", "reason"),
-        [
-            ("../../../" + STATS_1, "'..' component"),
-            ("/" + STATS_1, "absolute path"),
-            ("rank_1\\..\\..\\" + STATS_1, "backslash or NUL in member name"),
-        ],
-    )
-    def test_zip_member_escaping_the_work_directory_is_unsafe_path(
-        self,
-        client: TestClient,
-        db_engine: Engine,
-        project: str,
-        tmp_path: Path,
-        snapshot: set[str],
-        member: str,
-        reason: str,
+    @pytest.mark.parametrize("case", FAILING_UPLOADS)
+    def test_the_run_fails_with_a_stable_code_and_nothing_is_stored(
+        self, make_client, db_engine: Engine, project: str, tmp_path: Path, snapshot: set[str], case: FailingUpload
     ) -> None:
-        data = zip_bytes({stats_relpath(0): GOOD, member: GOOD})
+        client = make_client(**case.settings)
 
         assert_failed_cleanly(
             client,
             db_engine,
             tmp_path,
             snapshot,
-            upload(client, data, project, "logs.zip"),
-            re.escape(f"UnsafePath: {member!r}: {reason}"),
+            upload(client, case.data, project, case.filename, case.content_type),
+            case.error,
         )
 
-    @pytest.mark.parametrize(
-        ("member", "detail"),
-        [
-            (special_member(STATS_1, tarfile.SYMTYPE, "/etc/passwd"), "symlink to '/etc/passwd'"),
-            (
-                special_member(STATS_1, tarfile.SYMTYPE, "../../../../outside.log"),
-                "symlink to '../../../../outside.log'",
-            ),
-            (special_member(STATS_1, tarfile.LNKTYPE, stats_relpath(0)), f"hard link to {stats_relpath(0)!r}"),
-            (special_member(STATS_1, tarfile.CHRTYPE), "not a regular file or directory"),
-            (special_member(STATS_1, tarfile.BLKTYPE), "not a regular file or directory"),
-            (special_member(STATS_1, tarfile.FIFOTYPE), "not a regular file or directory"),
-        ],
-        ids=["symlink-absolute", "symlink-relative", "hard-link", "char-device", "block-device", "fifo"],
-    )
-    def test_link_and_device_members_are_unsupported(
-        self,
-        client: TestClient,
-        db_engine: Engine,
-        project: str,
-        tmp_path: Path,
-        snapshot: set[str],
-        member: tarfile.TarInfo,
-        detail: str,
-    ) -> None:
-        data = tar_bytes([(stats_relpath(0), GOOD), member])
-
-        assert_failed_cleanly(
-            client,
-            db_engine,
-            tmp_path,
-            snapshot,
-            upload(client, data, project),
-            re.escape(f"UnsupportedMember: {STATS_1}: {detail}"),
-        )
-
-    def test_zip_bomb_over_max_extracted_bytes_is_archive_too_large(
-        self, make_client, db_engine: Engine, project: str, tmp_path: Path, snapshot: set[str]
-    ) -> None:
-        client = make_client(max_extracted_bytes=1 * MiB)
-        data = zip_bytes({stats_relpath(0): GOOD + b" " * (16 * MiB)})
-        assert len(data) < 64 * 1024
-
-        assert_failed_cleanly(
-            client,
-            db_engine,
-            tmp_path,
-            snapshot,
-            upload(client, data, project, "bomb.zip"),
-            re.escape("ArchiveTooLarge: more than 1048576 bytes uncompressed"),
-        )
-
-    def test_gzipped_log_bomb_over_max_extracted_bytes_is_archive_too_large(
-        self, make_client, db_engine: Engine, project: str, tmp_path: Path, snapshot: set[str]
-    ) -> None:
-        client = make_client(max_extracted_bytes=1 * MiB)
-        data = gz_bytes(GOOD + b"\n" * (8 * MiB))
-
-        assert_failed_cleanly(
-            client,
-            db_engine,
-            tmp_path,
-            snapshot,
-            upload(client, data, project, "x.log.gz"),
-            re.escape("ArchiveTooLarge: more than 1048576 bytes uncompressed"),
-        )
-
-    def test_tar_gz_bomb_over_max_compression_ratio_is_refused(
-        self, make_client, db_engine: Engine, project: str, tmp_path: Path, snapshot: set[str]
-    ) -> None:
-        client = make_client(max_compression_ratio=10.0, ratio_floor_bytes=1 * MiB)
-        data = zeros_tar_gz("rank_0/core.dump", 8 * MiB)
-
-        assert_failed_cleanly(
-            client,
-            db_engine,
-            tmp_path,
-            snapshot,
-            upload(client, data, project),
-            rf"CompressionRatioExceeded: \d+ bytes from a {len(data)}-byte upload "
-            r"\(ratio above 10\)",
-        )
-
-    @pytest.mark.parametrize(
-        ("data", "filename"),
-        [
-            (esm2_tar_gz()[: len(esm2_tar_gz()) // 2], "esm2.tar.gz"),
-            (gz_bytes(GOOD * 2000)[:-20], "stats.log.gz"),
-        ],
-        ids=["tar.gz", "log.gz"],
-    )
-    def test_truncated_gzip_is_corrupt_archive(
-        self,
-        client: TestClient,
-        db_engine: Engine,
-        project: str,
-        tmp_path: Path,
-        snapshot: set[str],
-        data: bytes,
-        filename: str,
-    ) -> None:
-        assert_failed_cleanly(
-            client,
-            db_engine,
-            tmp_path,
-            snapshot,
-            upload(client, data, project, filename),
-            re.escape("CorruptArchive: EOFError: Compressed file ended before the end-of-stream marker was reached"),
-        )
-
-    def test_truncated_zip_is_corrupt_archive(
-        self, client: TestClient, db_engine: Engine, project: str, tmp_path: Path, snapshot: set[str]
-    ) -> None:
-        data = zip_bytes({stats_relpath(0): GOOD * 50})[:-30]
-
-        assert_failed_cleanly(
-            client,
-            db_engine,
-            tmp_path,
-            snapshot,
-            upload(client, data, project, "logs.zip"),
-            r"CorruptArchive: BadZipFile: .+",
-        )
-
-    @pytest.mark.parametrize("data", [b"hello world\n" * 10, b"\x00\x01binary\xff" * 100, b"PK\x01\x02 not a zip"])
-    def test_bytes_that_are_no_archive_are_not_an_archive(
-        self, client: TestClient, db_engine: Engine, project: str, tmp_path: Path, snapshot: set[str], data: bytes
-    ) -> None:
-        assert_failed_cleanly(
-            client,
-            db_engine,
-            tmp_path,
-            snapshot,
-            upload(client, data, project),
-            re.escape(
-                "NotAnArchive: the upload is not a tar.gz, tar, zip, gzip or 'YYYY-MM-DD HH:MM:SS,mmm - LEVEL - ' log"
-            ),
-        )
-
-    def test_archive_without_stats_file_is_no_stats_file(
-        self, client: TestClient, db_engine: Engine, project: str, tmp_path: Path, snapshot: set[str]
-    ) -> None:
-        data = tar_bytes({meta_relpath(0): metadata_log({"model.layers.1.fc1": "FP8 Quantize"}), "README.md": b"hi"})
-
-        assert_failed_cleanly(
-            client,
-            db_engine,
-            tmp_path,
-            snapshot,
-            upload(client, data, project),
-            re.escape(
-                "NoStatsFile: no nvdlfw_inspect_statistics_logs/nvdlfw_inspect[_stamp]_"
-                "globalrank-N.log in the upload (1 metadata log(s) only); "
-                "skipped e.g. README.md"
-            ),
-        )
-
-    def test_empty_zip_is_no_stats_file(
-        self, client: TestClient, db_engine: Engine, project: str, tmp_path: Path, snapshot: set[str]
-    ) -> None:
-        assert_failed_cleanly(
-            client,
-            db_engine,
-            tmp_path,
-            snapshot,
-            upload(client, zip_bytes({}), project),
-            re.escape("NoStatsFile: the zip archive is empty"),
-        )
-
-    def test_stats_file_of_garbage_lines_is_no_stats_lines(
-        self, client: TestClient, db_engine: Engine, project: str, tmp_path: Path, snapshot: set[str]
-    ) -> None:
-        garbage = f"{TS} - INFO - Reading config from ./fp8_stats.yaml.\nnot a line\n\x00\xff\n".encode("latin-1")
-        data = tar_bytes({stats_relpath(0): garbage})
-
-        assert_failed_cleanly(
-            client,
-            db_engine,
-            tmp_path,
-            snapshot,
-            upload(client, data, project),
-            re.escape(f"NoStatsLines: {stats_relpath(0)}: no statistics line in 3 lines"),
-        )
-
-    def test_single_log_of_garbage_lines_is_no_stats_lines(
-        self, client: TestClient, db_engine: Engine, project: str, tmp_path: Path, snapshot: set[str]
-    ) -> None:
-        data = f"{TS} - INFO - hello\n{TS} - INFO - world\n\n".encode()
-
-        assert_failed_cleanly(
-            client,
-            db_engine,
-            tmp_path,
-            snapshot,
-            upload(client, data, project, "train.log", "text/plain"),
-            re.escape("NoStatsLines: train.log: no statistics line in 3 lines"),
-        )
-
-    def test_stats_lines_without_layer_tensor_and_stat_are_no_stats_lines(
-        self, client: TestClient, db_engine: Engine, project: str, tmp_path: Path, snapshot: set[str]
-    ) -> None:
-        data = stats_log([("loss", it, 2.5) for it in range(3)])
-
-        assert_failed_cleanly(
-            client,
-            db_engine,
-            tmp_path,
-            snapshot,
-            upload(client, data, project, "x.log", "text/plain"),
-            re.escape("NoStatsLines: no statistics line could be attributed to a layer, tensor and stat"),
-        )
+    def test_the_zip_bomb_is_a_small_upload(self) -> None:
+        assert len(ZIP_BOMB.data) < 64 * 1024
 
 
 # --- accepted, with the bad lines counted ------------------------------------------------------------------------
@@ -440,21 +353,103 @@ class TestCreateRunBadLines:
 # --- refused at once -----------------------------------------------------------------------------------------------
 
 
-class TestCreateRunRejected:
-    @pytest.mark.parametrize("shape", ["raw", "multipart"])
-    def test_empty_body_is_400_empty_upload(
-        self, client: TestClient, app_settings: Settings, db_engine: Engine, project: str, shape: str
-    ) -> None:
-        if shape == "raw":
-            response = client.post(
-                RUNS, content=b"", headers={"Content-Type": "application/gzip"}, params={"project": project}
-            )
-        else:
-            response = upload(client, b"", project)
+def _raw(content: bytes, content_type: str | None) -> Callable[[TestClient, str], httpx.Response]:
+    headers = {"Content-Type": content_type} if content_type else {}
+    return lambda client, project: client.post(RUNS, content=content, headers=headers, params={"project": project})
 
-        assert_rejected(
-            response, 400, {"error": "EmptyUpload", "detail": "the upload is empty"}, app_settings, db_engine, project
+
+def _form(**fields: str) -> Callable[[TestClient, str], httpx.Response]:
+    return lambda client, project: upload(client, GOOD, project, "x.log", "text/plain", **fields)
+
+
+def _files(files: object) -> Callable[[TestClient, str], httpx.Response]:
+    return lambda client, project: client.post(RUNS, files=files, data={"project": project})
+
+
+NOT_AN_OBJECT = "metadata must be a JSON object"
+TAGS_LIMIT = "at most 50 tags of at most 100 characters each"
+REFUSED_AT_ONCE = [  # (send(client, project), status, error, detail): answered at once, nothing stored
+    pytest.param(_raw(b"", "application/gzip"), 400, "EmptyUpload", "the upload is empty", id="empty-raw"),
+    pytest.param(
+        lambda client, project: upload(client, b"", project),
+        400,
+        "EmptyUpload",
+        "the upload is empty",
+        id="empty-multipart",
+    ),
+    *(
+        pytest.param(
+            _raw(GOOD, content_type),
+            415,
+            "UnsupportedMediaType",
+            f"content type {shown} {HELP_415}",
+            id="415-" + shown.strip("'"),
         )
+        for content_type, shown in [
+            ("application/json", "'application/json'"),
+            ("text/html; charset=utf-8", "'text/html'"),
+            (None, "'(none)'"),
+        ]
+    ),
+    pytest.param(
+        _files({"logs": ("x.tgz", GOOD)}),
+        400,
+        "InvalidUpload",
+        "multipart upload has no 'file' part",
+        id="no-file-part",
+    ),
+    pytest.param(
+        _files([("file", ("a.log", GOOD)), ("file", ("b.log", GOOD))]),
+        400,
+        "InvalidUpload",
+        "send exactly one 'file' part",
+        id="two-file-parts",
+    ),
+    pytest.param(
+        _raw(GOOD, "multipart/form-data"),
+        400,
+        "InvalidUpload",
+        "multipart/form-data without a boundary",
+        id="multipart-without-boundary",
+    ),
+    pytest.param(
+        _form(metadata="{not json"),
+        400,
+        "BadRequest",
+        "metadata is not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+        id="metadata-not-json",
+    ),
+    pytest.param(_form(metadata="[1, 2]"), 400, "BadRequest", NOT_AN_OBJECT, id="metadata-list"),
+    pytest.param(_form(metadata='"gpu"'), 400, "BadRequest", NOT_AN_OBJECT, id="metadata-string"),
+    pytest.param(_form(name="n" * 201), 400, "BadRequest", "name is longer than 200 characters", id="long-name"),
+    pytest.param(_form(tags=",".join(f"t{k}" for k in range(51))), 400, "BadRequest", TAGS_LIMIT, id="too-many-tags"),
+    pytest.param(_form(tags="x" * 101), 400, "BadRequest", TAGS_LIMIT, id="long-tag"),
+    pytest.param(
+        _form(metadata='{"a": "' + "x" * 70_000 + '"}'),
+        400,
+        "InvalidUpload",
+        "form field 'metadata' is longer than 65536 bytes",
+        id="form-field-over-64-kib",
+    ),
+]
+
+
+class TestCreateRunRejected:
+    @pytest.mark.parametrize(("send", "status", "error", "detail"), REFUSED_AT_ONCE)
+    def test_a_bad_request_is_refused_whole_and_nothing_is_stored(
+        self,
+        client: TestClient,
+        app_settings: Settings,
+        db_engine: Engine,
+        project: str,
+        send: Callable[[TestClient, str], httpx.Response],
+        status: int,
+        error: str,
+        detail: str,
+    ) -> None:
+        response = send(client, project)
+
+        assert_rejected(response, status, {"error": error, "detail": detail}, app_settings, db_engine, project)
 
     @pytest.mark.parametrize("how", ["raw", "multipart", "raw-chunked", "multipart-chunked", "raw-lying-length"])
     def test_upload_over_max_upload_bytes_is_413(
@@ -504,137 +499,6 @@ class TestCreateRunRejected:
 
         assert response.status_code == 202
         assert wait_for_run(client, response.json()["id"])["status"] == "ready"
-
-    @pytest.mark.parametrize(
-        ("content_type", "shown"),
-        [
-            ("application/json", "'application/json'"),
-            ("text/html; charset=utf-8", "'text/html'"),
-            (None, "'(none)'"),
-        ],
-    )
-    def test_wrong_content_type_is_415(
-        self,
-        client: TestClient,
-        app_settings: Settings,
-        db_engine: Engine,
-        project: str,
-        content_type: str | None,
-        shown: str,
-    ) -> None:
-        headers = {"Content-Type": content_type} if content_type else {}
-
-        response = client.post(RUNS, content=GOOD, headers=headers, params={"project": project})
-
-        assert_rejected(
-            response,
-            415,
-            {"error": "UnsupportedMediaType", "detail": f"content type {shown} {HELP_415}"},
-            app_settings,
-            db_engine,
-            project,
-        )
-
-    def test_multipart_without_file_part_is_400(
-        self, client: TestClient, app_settings: Settings, db_engine: Engine, project: str
-    ) -> None:
-        response = client.post(RUNS, files={"logs": ("x.tgz", GOOD)}, data={"project": project})
-
-        assert_rejected(
-            response,
-            400,
-            {"error": "InvalidUpload", "detail": "multipart upload has no 'file' part"},
-            app_settings,
-            db_engine,
-            project,
-        )
-
-    def test_multipart_with_two_file_parts_is_400(
-        self, client: TestClient, app_settings: Settings, db_engine: Engine, project: str
-    ) -> None:
-        response = client.post(
-            RUNS, files=[("file", ("a.log", GOOD)), ("file", ("b.log", GOOD))], data={"project": project}
-        )
-
-        assert_rejected(
-            response,
-            400,
-            {"error": "InvalidUpload", "detail": "send exactly one 'file' part"},
-            app_settings,
-            db_engine,
-            project,
-        )
-
-    def test_multipart_without_boundary_is_400(
-        self, client: TestClient, app_settings: Settings, db_engine: Engine, project: str
-    ) -> None:
-        response = client.post(
-            RUNS, content=GOOD, headers={"Content-Type": "multipart/form-data"}, params={"project": project}
-        )
-
-        assert_rejected(
-            response,
-            400,
-            {"error": "InvalidUpload", "detail": "multipart/form-data without a boundary"},
-            app_settings,
-            db_engine,
-            project,
-        )
-
-    @pytest.mark.parametrize(
-        ("metadata", "detail"),
-        [
-            (
-                "{not json",
-                "metadata is not valid JSON: Expecting property name enclosed in double quotes: "
-                "line 1 column 2 (char 1)",
-            ),
-            ("[1, 2]", "metadata must be a JSON object"),
-            ('"gpu"', "metadata must be a JSON object"),
-        ],
-    )
-    def test_metadata_that_is_no_json_object_is_400_and_nothing_is_stored(
-        self,
-        client: TestClient,
-        app_settings: Settings,
-        db_engine: Engine,
-        project: str,
-        metadata: str,
-        detail: str,
-    ) -> None:
-        response = upload(client, GOOD, project, "x.log", "text/plain", metadata=metadata)
-
-        assert_rejected(response, 400, {"error": "BadRequest", "detail": detail}, app_settings, db_engine, project)
-
-    @pytest.mark.parametrize(
-        ("fields", "detail"),
-        [
-            ({"name": "n" * 201}, "name is longer than 200 characters"),
-            ({"tags": ",".join(f"t{k}" for k in range(51))}, "at most 50 tags of at most 100 characters each"),
-            ({"tags": "x" * 101}, "at most 50 tags of at most 100 characters each"),
-        ],
-        ids=["long-name", "too-many-tags", "long-tag"],
-    )
-    def test_invalid_fields_are_400_and_nothing_is_stored(
-        self, client: TestClient, app_settings: Settings, db_engine: Engine, project: str, fields: dict, detail: str
-    ) -> None:
-        response = upload(client, GOOD, project, "x.log", "text/plain", **fields)
-
-        assert_rejected(response, 400, {"error": "BadRequest", "detail": detail}, app_settings, db_engine, project)
-
-    def test_form_field_over_64_kib_is_400(
-        self, client: TestClient, app_settings: Settings, db_engine: Engine, project: str
-    ) -> None:
-        response = upload(client, GOOD, project, "x.log", "text/plain", metadata='{"a": "' + "x" * 70_000 + '"}')
-
-        assert_rejected(
-            response,
-            400,
-            {"error": "InvalidUpload", "detail": "form field 'metadata' is longer than 65536 bytes"},
-            app_settings,
-            db_engine,
-            project,
-        )
 
 
 class TestOverlongNames:
