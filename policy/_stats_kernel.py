@@ -392,30 +392,60 @@ def rfind_newline(buf: np.ndarray, start: int, stop: int) -> int:
 
 
 @numba.njit(nogil=True, cache=True)
-def group_points(sid, iters, vals, n_series):
-    """Counting sort of points by series id, keeping file order inside each series.
+def group_block(status, sids, iters, vals, n):
+    """The OK lines of one scanned block grouped by series id, file order kept inside each series.
 
-    Returns (offsets[n_series+1], iterations, values) so series s is [offsets[s]:offsets[s+1]].
+    Returns (offsets[n_ids+1], iterations, values): series s of this block is [offsets[s]:offsets[s+1]],
+    n_ids being one more than the largest id in the block. Runs in the scanning thread, so the grouping
+    of a whole file is spread over the scan threads instead of one pass over all points at the end.
     """
-    counts = np.zeros(n_series + 1, dtype=np.int64)
-    for k in range(sid.shape[0]):
-        counts[sid[k] + 1] += 1
+    n_ids = 0
+    n_ok = 0
+    for k in range(n):
+        if status[k] == STATUS_OK:
+            n_ok += 1
+            if sids[k] >= n_ids:
+                n_ids = sids[k] + 1
+    counts = np.zeros(n_ids + 1, dtype=np.int64)
+    for k in range(n):
+        if status[k] == STATUS_OK:
+            counts[sids[k] + 1] += 1
     offsets = np.cumsum(counts)
     cursor = offsets[:-1].copy()
-    out_it = np.empty(sid.shape[0], dtype=np.int64)
-    out_val = np.empty(sid.shape[0], dtype=np.float64)
-    for k in range(sid.shape[0]):
-        s = sid[k]
-        p = cursor[s]
-        out_it[p] = iters[k]
-        out_val[p] = vals[k]
-        cursor[s] = p + 1
+    out_it = np.empty(n_ok, dtype=np.int64)
+    out_val = np.empty(n_ok, dtype=np.float64)
+    for k in range(n):
+        if status[k] == STATUS_OK:
+            s = sids[k]
+            p = cursor[s]
+            out_it[p] = iters[k]
+            out_val[p] = vals[k]
+            cursor[s] = p + 1
     return offsets, out_it, out_val
 
 
 @numba.njit(nogil=True, cache=True)
-def is_strictly_increasing(a: np.ndarray) -> bool:
-    for k in range(1, a.shape[0]):
-        if a[k] <= a[k - 1]:
-            return False
-    return True
+def append_block(block_offsets, block_its, block_vals, cursor, out_it, out_val):
+    """Copy one grouped block (group_block) behind what earlier blocks put in each series; advances cursor."""
+    for s in range(block_offsets.shape[0] - 1):
+        lo = block_offsets[s]
+        hi = block_offsets[s + 1]
+        p = cursor[s]
+        for k in range(lo, hi):
+            out_it[p] = block_its[k]
+            out_val[p] = block_vals[k]
+            p += 1
+        cursor[s] = p
+
+
+@numba.njit(nogil=True, cache=True)
+def strictly_increasing_series(offsets, its):
+    """Per series [offsets[s]:offsets[s+1]] of `its`: whether its iterations are strictly increasing."""
+    n_series = offsets.shape[0] - 1
+    out = np.ones(n_series, dtype=np.bool_)
+    for s in range(n_series):
+        for k in range(offsets[s] + 1, offsets[s + 1]):
+            if its[k] <= its[k - 1]:
+                out[s] = False
+                break
+    return out

@@ -46,7 +46,9 @@ _LIT_ITER = np.frombuffer(b"iteration=", dtype=np.uint8)
 _LIT_VALUE = np.frombuffer(b"value=", dtype=np.uint8)
 # kernel.scan_block's result: n, first_new, status, sid, its, vals, starts, new_start, new_stop
 _ScanResult = tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-_Pending = tuple[np.ndarray | None, "Future[_ScanResult] | None"]  # (None, None): an over-long line, dropped
+# kernel.group_block's result: offsets, iterations, values of the block's OK lines grouped by series id
+_Grouped = tuple[np.ndarray, np.ndarray, np.ndarray]
+_Pending = tuple[np.ndarray | None, "Future[tuple[_ScanResult, _Grouped]] | None"]  # (None, None): an over-long line, dropped
 
 
 class StatsLogError(ValueError):
@@ -131,7 +133,8 @@ class StatsLogParser:
     """Feed the files of one rank in order, then call `finish()`.
 
     Blocks of whole lines are scanned by the compiled kernel in `workers` threads (it releases the
-    GIL); results are absorbed strictly in file order, so "last wins" and line numbers stay exact.
+    GIL) and grouped by series there; results are absorbed strictly in file order, so "last wins" and
+    line numbers stay exact.
     """
 
     def __init__(
@@ -144,9 +147,7 @@ class StatsLogParser:
         self.max_line_bytes = max_line_bytes
         self.workers = max(1, workers)
         self._table = _NameTable()
-        self._sid: list[np.ndarray] = []
-        self._it: list[np.ndarray] = []
-        self._val: list[np.ndarray] = []
+        self._grouped: list[_Grouped] = []  # per absorbed block, in file order
         self._files: list[FileReport] = []
         self._free: list[np.ndarray] = []
 
@@ -159,7 +160,7 @@ class StatsLogParser:
                 if block is None:  # an over-long line was dropped here
                     pending.append((None, None))
                 elif index == 0:  # first block registers the names; later ones only look them up
-                    self._absorb(block, self._kernel(block, True), report)
+                    self._absorb(block, *self._kernel(block, True), report)
                     self._recycle(block)
                 else:
                     pending.append((block, pool.submit(self._kernel, block, False)))
@@ -222,13 +223,14 @@ class StatsLogParser:
         if isinstance(base, np.ndarray) and base.base is None and len(self._free) < self.workers + 2:
             self._free.append(base)
 
-    def _kernel(self, buf: np.ndarray, insert: bool) -> _ScanResult:
+    def _kernel(self, buf: np.ndarray, insert: bool) -> tuple[_ScanResult, _Grouped]:
         t = self._table
         head = (-buf.ctypes.data) % 8
         body = (buf.shape[0] - head) // 8 if buf.shape[0] > head else 0
         words = buf[head : head + 8 * body].view(np.uint64)
         result: _ScanResult = kernel.scan_block(buf, words, head, _LIT_ITER, _LIT_VALUE, *t.arrays, insert)
-        return result
+        n, _first_new, status, sid, its, vals = result[:6]
+        return result, kernel.group_block(status, sid, its, vals, n)
 
     def _absorb_pending(self, item: _Pending, report: FileReport) -> None:
         block, future = item
@@ -236,31 +238,33 @@ class StatsLogParser:
             report.lines_read += 1
             self._skip_long_line(report, report.lines_read)
         else:
-            self._absorb(block, future.result(), report)
+            self._absorb(block, *future.result(), report)
             self._recycle(block)
 
-    def _absorb(self, data: np.ndarray, result: _ScanResult, report: FileReport) -> None:
+    def _absorb(self, data: np.ndarray, result: _ScanResult, grouped: _Grouped, report: FileReport) -> None:
         n, first_new, status, sid, its, vals, starts, new_start, new_stop = result
         t = self._table
         for k in range(first_new, int(t.counter[0])):
             if len(t.names) == k:  # registered by this block's fast path
                 t.names.append(bytes(data[new_start[k] : new_stop[k]]).decode("utf-8", errors="replace"))
-        self._drop_long_lines(report, status, starts[: n + 1])
-        self._slow_path(data, report, status, sid, its, vals, starts)
-        ok = status == kernel.STATUS_OK
+        changed = self._drop_long_lines(report, status, starts[: n + 1])
+        changed |= self._slow_path(data, report, status, sid, its, vals, starts)
+        if changed:  # lines the scan grouped were dropped, or the regex took lines it did not: group again
+            grouped = kernel.group_block(status, sid, its, vals, n)
         report.lines_read += n
         report.blank_lines += int(np.count_nonzero(status == kernel.STATUS_BLANK))
-        report.stats_lines += int(np.count_nonzero(ok))
-        self._sid.append(sid[ok])
-        self._it.append(its[ok])
-        self._val.append(vals[ok])
+        report.stats_lines += int(grouped[1].shape[0])
+        self._grouped.append(grouped)
 
-    def _drop_long_lines(self, report: FileReport, status: np.ndarray, starts: np.ndarray) -> None:
-        """Lines longer than max_line_bytes (newline excluded) are dropped and counted, parsed or not."""
+    def _drop_long_lines(self, report: FileReport, status: np.ndarray, starts: np.ndarray) -> bool:
+        """Lines longer than max_line_bytes (newline excluded) are dropped and counted, parsed or not.
+        Returns whether one of them had been parsed."""
         long_lines = np.flatnonzero(np.diff(starts) - 1 > self.max_line_bytes)
+        parsed = bool(np.any(status[long_lines] == kernel.STATUS_OK))
         for idx in long_lines.tolist():
             status[idx] = _STATUS_LONG
             self._skip_long_line(report, report.lines_read + idx + 1)
+        return parsed
 
     def _skip_long_line(self, report: FileReport, line_no: int) -> None:
         report.skipped_lines += 1
@@ -280,8 +284,10 @@ class StatsLogParser:
         its: np.ndarray,
         vals: np.ndarray,
         starts: np.ndarray,
-    ) -> None:
-        """Lines the fast path did not take: the reference regex decides; results go back in place."""
+    ) -> bool:
+        """Lines the fast path did not take: the reference regex decides; results go back in place.
+        Returns whether the regex took any."""
+        taken = False
         for idx in np.flatnonzero(status == kernel.STATUS_SLOW).tolist():
             raw = bytes(data[int(starts[idx]) : int(starts[idx + 1])]).rstrip(b"\n")
             text = raw.decode("utf-8", errors="replace").rstrip("\r")
@@ -294,16 +300,23 @@ class StatsLogParser:
             sid[idx] = self._table.id_of(match["name"].encode("utf-8"))
             its[idx] = int(match["iteration"])
             vals[idx] = float(match["value"])
+            taken = True
+        return taken
 
     def finish(self) -> ParsedStats:
-        """Group points per metric, resolve duplicates (last wins) and sort by iteration."""
+        """Join the grouped blocks per metric, resolve duplicates (last wins) and sort by iteration."""
         n_series = len(self._table.names)
-        sid = np.concatenate(self._sid) if self._sid else np.empty(0, np.int32)
-        its = np.concatenate(self._it) if self._it else np.empty(0, np.int64)
-        vals = np.concatenate(self._val) if self._val else np.empty(0, np.float64)
-        self._sid, self._it, self._val = [], [], []
-        offsets, its, vals = kernel.group_points(sid, its, vals, n_series)
-        del sid
+        counts = np.zeros(n_series, dtype=np.int64)
+        for offsets, _its, _vals in self._grouped:
+            counts[: offsets.shape[0] - 1] += np.diff(offsets)
+        offsets = np.zeros(n_series + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        its = np.empty(int(offsets[-1]), dtype=np.int64)
+        vals = np.empty(int(offsets[-1]), dtype=np.float64)
+        cursor = offsets[:-1].copy()
+        for block in self._grouped:
+            kernel.append_block(*block, cursor, its, vals)
+        self._grouped = []
         return _deduplicate(self._table.names, offsets, its, vals, self._files)
 
 
@@ -312,24 +325,24 @@ def _deduplicate(
 ) -> ParsedStats:
     """Per series: sort by iteration (stable) and keep the last point of each iteration."""
     duplicated = 0
-    new_offsets = [0]
-    out_it: list[np.ndarray] = []
-    out_val: list[np.ndarray] = []
-    changed = False
-    for k in range(len(names)):
-        it, val = its[offsets[k] : offsets[k + 1]], vals[offsets[k] : offsets[k + 1]]
-        if not kernel.is_strictly_increasing(it):
-            order = np.argsort(it, kind="stable")
-            it, val = it[order], val[order]
-            keep = np.ones(it.shape[0], dtype=bool)
-            keep[:-1] = it[1:] != it[:-1]
-            duplicated += int(it.shape[0] - np.count_nonzero(keep))
-            it, val = it[keep], val[keep]
-            changed = True
-        out_it.append(it)
-        out_val.append(val)
-        new_offsets.append(new_offsets[-1] + it.shape[0])
-    if changed:
+    unsorted = np.flatnonzero(~kernel.strictly_increasing_series(offsets, its)).tolist()
+    if unsorted:  # appended sessions: rebuild, every series in turn (most are copied as they are)
+        new_offsets = [0]
+        out_it: list[np.ndarray] = []
+        out_val: list[np.ndarray] = []
+        redo = set(unsorted)
+        for k in range(len(names)):
+            it, val = its[offsets[k] : offsets[k + 1]], vals[offsets[k] : offsets[k + 1]]
+            if k in redo:
+                order = np.argsort(it, kind="stable")
+                it, val = it[order], val[order]
+                keep = np.ones(it.shape[0], dtype=bool)
+                keep[:-1] = it[1:] != it[:-1]
+                duplicated += int(it.shape[0] - np.count_nonzero(keep))
+                it, val = it[keep], val[keep]
+            out_it.append(it)
+            out_val.append(val)
+            new_offsets.append(new_offsets[-1] + it.shape[0])
         its, vals = np.concatenate(out_it), np.concatenate(out_val)
         offsets = np.asarray(new_offsets, dtype=np.int64)
     names = list(names)
