@@ -7,11 +7,13 @@ Output: `AssembledRun`, ready to store: layers in model order with structure and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from fp8_policy.policy._summary_kernel import summarize_series
 from fp8_policy.policy.metadata_log import MetadataLog
 from fp8_policy.policy.names import layer_structure, order_key, split_metric_name
 from fp8_policy.policy.records import (
@@ -78,28 +80,40 @@ class AssembledRun:
 
 
 def summarize(iterations: np.ndarray, values: np.ndarray) -> SeriesSummary:
-    finite = values[np.isfinite(values)]
-    n = int(values.shape[0])
-    last = float(values[-1]) if n else None
-    last_nonfinite = None
-    if last is not None and not np.isfinite(last):
-        last_nonfinite = nonfinite_text(last)
-        last = None
-    has = finite.shape[0] > 0
-    return SeriesSummary(
-        count=n,
-        nan_count=int(np.count_nonzero(np.isnan(values))),
-        posinf_count=int(np.count_nonzero(values == np.inf)),
-        neginf_count=int(np.count_nonzero(values == -np.inf)),
-        min=float(finite.min()) if has else None,
-        max=float(finite.max()) if has else None,
-        mean=float(finite.mean()) if has else None,
-        p95=float(np.percentile(finite, 95)) if has else None,
-        last=last,
-        last_nonfinite=last_nonfinite,
-        first_iteration=int(iterations[0]) if n else None,
-        last_iteration=int(iterations[-1]) if n else None,
-    )
+    """The summary of one series (see `summaries` for a rank's series at once)."""
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    return summaries(np.array([0, values.shape[0]], dtype=np.int64), np.asarray(iterations), values)[0]
+
+
+def summaries(offsets: np.ndarray, iterations: np.ndarray, values: np.ndarray) -> list[SeriesSummary]:
+    """Summaries of the series [offsets[k]:offsets[k+1]]: counts, and min/max/mean/p95 over the finite points
+    (equal to NumPy's per series, computed in one compiled pass: policy/_summary_kernel.py)."""
+    counts, stats = summarize_series(offsets, values)
+    out = []
+    for k, (finite, nans, posinf, neginf) in enumerate(counts.tolist()):
+        lo, hi = int(offsets[k]), int(offsets[k + 1])
+        low, high, mean, p95 = stats[k].tolist() if finite else (None, None, None, None)
+        last = float(values[hi - 1]) if hi > lo else None
+        last_nonfinite = None
+        if last is not None and not math.isfinite(last):
+            last_nonfinite, last = nonfinite_text(last), None
+        out.append(
+            SeriesSummary(
+                count=hi - lo,
+                nan_count=nans,
+                posinf_count=posinf,
+                neginf_count=neginf,
+                min=low,
+                max=high,
+                mean=mean,
+                p95=p95,
+                last=last,
+                last_nonfinite=last_nonfinite,
+                first_iteration=int(iterations[lo]) if hi > lo else None,
+                last_iteration=int(iterations[hi - 1]) if hi > lo else None,
+            )
+        )
+    return out
 
 
 def assemble_run(stats_by_rank: dict[int, ParsedStats], metadata: MetadataLog) -> AssembledRun:
@@ -109,6 +123,7 @@ def assemble_run(stats_by_rank: dict[int, ParsedStats], metadata: MetadataLog) -
     split_cache: dict[str, MetricName | None] = {}
     for rank in run.ranks:
         parsed = stats_by_rank[rank]
+        summary_of = summaries(parsed.offsets, parsed.iterations, parsed.values)
         for k, name in enumerate(parsed.names):
             if name not in split_cache:
                 split_cache[name] = _within_limits(split_metric_name(name, known))
@@ -119,7 +134,7 @@ def assemble_run(stats_by_rank: dict[int, ParsedStats], metadata: MetadataLog) -
                 if name not in run.unsplit_names and len(run.unsplit_names) < MAX_NAME_SAMPLES:
                     run.unsplit_names.append(name)
                 continue
-            run.series.append(SeriesRecord(rank, metric, iterations, values, summarize(iterations, values)))
+            run.series.append(SeriesRecord(rank, metric, iterations, values, summary_of[k]))
     run.layers = _layers(run.series, metadata)
     return run
 
