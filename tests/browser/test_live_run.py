@@ -8,6 +8,7 @@ Screenshot: test-artifacts/browser/live-run.png.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -115,3 +116,43 @@ def test_the_live_page_follows_the_logs_without_reload(page, live_server, shot) 
         expect(page.locator("#live-heatmap")).to_have_count(0, timeout=30_000)
         expect(page.locator("#view .run-meta [data-status]")).to_have_attribute("data-status", "ready", timeout=60_000)
         assert page.evaluate("window.__sameDocument === true")
+
+
+def test_the_live_pages_selects_are_kept_in_the_url_hash(page, live_server) -> None:
+    """Like the other pages: a reload (or a shared link) shows the same selection; defaults stay out of the URL;
+    an unknown value in the URL falls back to the default."""
+    with live_server.api() as api:
+        run = api.post(LIVE, json={"name": "live-hash", "project": "bt-live-hash"}).json()
+        for path, data in (
+            (meta_relpath(0), metadata_log(dict.fromkeys(LAYERS, "fp8"))),
+            (stats_relpath(0), training_log(range(0, 30), LAYERS)),
+        ):
+            response = api.put(
+                f"{LIVE}/{run['id']}/files/{path}",
+                params={"offset": 0},
+                content=data,
+                headers={"Content-Type": "application/octet-stream"},
+            )
+            assert response.status_code == 200, response.text
+    url = f"{live_server.url}/#/runs/{run['id']}"
+
+    page.goto(url)
+    expect(page.locator("#live-heatmap")).to_have_attribute("data-iterations", "30", timeout=30_000)
+    page.select_option("#live-heatmap-tensor", "activation")
+    page.select_option("#live-scale-stat", "scale_inv_max")
+    expect(page).to_have_url(re.compile(r"tensor=activation"))
+    expect(page).to_have_url(re.compile(r"scale_stat=scale_inv_max"))
+
+    page.reload()
+    expect(page.locator("#live-heatmap-tensor")).to_have_value("activation", timeout=30_000)
+    expect(page.locator("#live-scale-stat")).to_have_value("scale_inv_max")
+    expect(page.locator("#live-heatmap-card")).to_contain_text("Waiting for activation underflows% statistics")
+    expect(page.locator("#live-scale")).to_contain_text("No activation scale_inv_max statistics yet")
+
+    page.select_option("#live-heatmap-tensor", "gradient")  # the default: left out of the URL again
+    expect(page.locator("#live-heatmap")).to_have_attribute("data-iterations", "30", timeout=30_000)
+    assert "tensor=" not in page.url.replace("scale_tensor=", "") and "scale_stat=scale_inv_max" in page.url
+
+    page.goto(f"{url}?tensor=bogus&scale_tensor=weight")
+    expect(page.locator("#live-heatmap-tensor")).to_have_value("gradient", timeout=30_000)
+    expect(page.locator("#live-scale-tensor")).to_have_value("weight")

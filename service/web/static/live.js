@@ -6,6 +6,9 @@
 // the new events; the heatmap, scale and scalar charts are fetched again only when a file they read has grown
 // (the server answers an unchanged live heatmap from memory anyway). When the run leaves `live` (finalized) the
 // page re-routes to the normal run page.
+//
+// The selects are kept in the URL hash (as on the other pages; defaults left out): tensor, stat (heatmap: the
+// run page's keys, so the finalized run's heatmap opens on the same selection), scale_tensor, scale_stat.
 
 import { h, replace, $ } from "./dom.js";
 import { api, errorBox, ApiError } from "./api.js";
@@ -19,6 +22,8 @@ import { TENSORS } from "./constants.js";
 const POLL_MS = 2000;
 const CELLS = 400; // heatmap columns asked for (the server averages more iterations into them)
 const SCALE_CELLS = 200;
+const HEATMAP_STATS = ["underflows%", "overflows%", "scale_inv_min", "scale_inv_max", "mse"];
+const SCALE_STATS = ["scale_inv_min", "scale_inv_max"];
 const SCALARS = ["loss", "grad_norm", "param_norm", "lr", "tokens_per_s", "mem_gb"];
 const LINE_COLORS = ["#2563eb", "#9333ea", "#0d9488", "#e16f24", "#cf222e", "#6e7781", "#1a7f37", "#b08800"];
 
@@ -26,16 +31,22 @@ function cssVar(name, fallback) {
   return getComputedStyle(document.documentElement).getPropertyValue(name).trim() || fallback;
 }
 
+/* A selection read from the URL hash: the value under `key` when it is one of `allowed`, else `fallback`. */
+const fromHash = (state, key, allowed, fallback) => (allowed.includes(state.get(key)) ? state.get(key) : fallback);
+/* Keep a selection in the URL hash; its default is left out, as the run page does. */
+const toHash = (state, key, value, fallback) => state.set({ [key]: value === fallback ? "" : value });
+
 const statsSignature = (files) => files.filter((f) => f.kind !== "scalars").map((f) => `${f.path}:${f.size}`).join("|");
 const scalarsSize = (files) => (files.find((f) => f.kind === "scalars") || { size: 0 }).size;
 
-export async function liveView(ctx, run) {
+/* state: the run page's hashState (run.js), which keeps this page's selects. */
+export async function liveView(ctx, run, state) {
   const view = $("#view");
   setTitle(`${runLabel(run)} (live)`);
   const updated = h("span", { class: "muted small live-updated", id: "live-updated", "aria-live": "polite" }, "connecting…");
   const figures = h("div", { class: "figures", id: "live-figures" });
-  const heat = heatmapPanel(ctx, run);
-  const scale = scalePanel(ctx, run);
+  const heat = heatmapPanel(ctx, run, state);
+  const scale = scalePanel(ctx, run, state);
   const scalars = scalarsPanel(ctx, run);
   const timeline = timelinePanel(ctx, run);
   replace(view,
@@ -100,22 +111,23 @@ export async function liveView(ctx, run) {
 }
 
 /* The growing heatmap: heatmap.json of the live run, drawn on a canvas (rows × iteration columns). */
-function heatmapPanel(ctx, run) {
+function heatmapPanel(ctx, run, state) {
   const canvas = h("canvas", { id: "live-heatmap", class: "heatmap-canvas", role: "img", "aria-label": "Live heatmap" });
   const status = h("div", { class: "heatmap-status" });
   const note = h("p", { class: "muted small", id: "live-heatmap-note" });
   const frame = h("div", { class: "heatmap-frame" }, canvas, status);
-  const view = { tensor: "gradient", stat: "underflows%" };
+  const view = { tensor: fromHash(state, "tensor", TENSORS, "gradient"), stat: fromHash(state, "stat", HEATMAP_STATS, "underflows%") };
   let data = null;
   const tensorSelect = selectField("Tensor", "live-heatmap-tensor", TENSORS.map((t) => [t, t]), view.tensor, (v) => {
     view.tensor = v;
+    toHash(state, "tensor", v, "gradient");
     load();
   });
-  const statSelect = selectField("Stat", "live-heatmap-stat",
-    ["underflows%", "overflows%", "scale_inv_min", "scale_inv_max", "mse"].map((x) => [x, x]), view.stat, (v) => {
-      view.stat = v;
-      load();
-    });
+  const statSelect = selectField("Stat", "live-heatmap-stat", HEATMAP_STATS.map((x) => [x, x]), view.stat, (v) => {
+    view.stat = v;
+    toHash(state, "stat", v, "underflows%");
+    load();
+  });
   const el = card("Heatmap so far", { id: "live-heatmap-card", actions: [tensorSelect, statSelect],
     subtitle: "Each layer's value at each logged iteration, maximum over ranks; it grows as the job logs." }, frame, note);
 
@@ -211,16 +223,21 @@ function heatmapPanel(ctx, run) {
 }
 
 /* Scale factors per layer over the iterations: scale_inv_min (or _max) of one tensor, one line per layer. */
-function scalePanel(ctx, run) {
-  const view = { tensor: "activation", stat: "scale_inv_min" };
+function scalePanel(ctx, run, state) {
+  const view = {
+    tensor: fromHash(state, "scale_tensor", TENSORS, "activation"),
+    stat: fromHash(state, "scale_stat", SCALE_STATS, "scale_inv_min"),
+  };
   const body = h("div", { id: "live-scale" });
   const controls = [
     selectField("Tensor", "live-scale-tensor", TENSORS.map((t) => [t, t]), view.tensor, (v) => {
       view.tensor = v;
+      toHash(state, "scale_tensor", v, "activation");
       load();
     }),
-    selectField("Stat", "live-scale-stat", [["scale_inv_min", "scale_inv_min"], ["scale_inv_max", "scale_inv_max"]], view.stat, (v) => {
+    selectField("Stat", "live-scale-stat", SCALE_STATS.map((x) => [x, x]), view.stat, (v) => {
       view.stat = v;
+      toHash(state, "scale_stat", v, "scale_inv_min");
       load();
     }),
   ];

@@ -3,7 +3,8 @@
 //
 // The hash is a deep link to what is shown: tensor, stat, rank, sublayer (heatmap); layer, stat_chart, chart_rank,
 // log, smooth (layer chart); rec (recommendation tab); warning, critical, severe, gpu, te (settings: changing
-// them re-renders the page with a recomputed analysis and recommendation).
+// them re-renders the page with a recomputed analysis and recommendation). A live run's page (live.js) keeps its
+// selects here too: tensor, stat, scale_tensor, scale_stat.
 
 import { TERMINAL } from "./constants.js";
 import { h, replace, $ } from "./dom.js";
@@ -29,7 +30,7 @@ export async function runView(ctx, runId, query) {
   replace(view, loading("Loading run…"));
   const run = await api(`/runs/${runId}`, { signal: ctx.signal });
   setTitle(runLabel(run));
-  if (run.status === "live") return liveView(ctx, run); // a training job streaming its logs (live.js)
+  if (run.status === "live") return liveView(ctx, run, state); // a training job streaming its logs (live.js)
 
   const sevSlot = h("span", { class: "head-sev" });
   const head = h("div", { class: "page-head" },
