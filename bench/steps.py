@@ -25,14 +25,14 @@ def parse_store(tree: Path, url: str) -> dict:
     from fp8_policy.db.repositories import NewRun, RunRepository
     from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
     from fp8_policy.policy.log_files import classify_log_path
-    from fp8_policy.service.app import _warm_parser
+    from fp8_policy.service.ingest.worker import warm_parser
     from fp8_policy.service.ingest.parse import parse_files
 
     upgrade(url)
     factory = create_session_factory(create_db_engine(url))
     with session_scope(factory) as session:
         run_id = RunRepository(session).add(NewRun("bench", "bench", (), {}, "0" * 64, None, 0, "")).id
-    _warm_parser()  # the service does this at start-up
+    warm_parser()  # the service does this at start-up
     files = [
         (log, path) for path in sorted(tree.rglob("*.log")) if (log := classify_log_path(str(path.relative_to(tree))))
     ]

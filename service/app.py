@@ -36,9 +36,6 @@ from fp8_policy.service.visual.pool import Renderer
 from fp8_policy.service.visual.routes import router as visual_router
 from fp8_policy.service.web.routes import router as web_router
 
-# bench/steps.py still imports this name; it goes once that imports worker.warm_parser.
-_warm_parser = warm_parser
-
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:

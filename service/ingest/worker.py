@@ -29,15 +29,18 @@ log = logging.getLogger("fp8_policy.ingest")
 
 
 def warm_parser() -> None:
-    """Load (or compile, first time) the numba kernels so the first job does not pay for it."""
+    """Load (or compile, first time) the numba kernels so the first job does not pay for it: the parser's
+    and the series summaries' (policy/_summary_kernel.py)."""
     import io
 
+    from fp8_policy.policy.assemble import assemble_run
+    from fp8_policy.policy.metadata_log import MetadataLog
     from fp8_policy.policy.stats_log import StatsLogParser
 
     line = b"2026-01-01 00:00:00,000 - INFO - model.l_gradient_mse \t\t\t\t iteration=000000 \t\t\t\t value=0.0000\n"
     parser = StatsLogParser(workers=1)
     parser.feed(io.BytesIO(line * 2), "warm-up")
-    parser.finish()
+    assemble_run({0: parser.finish()}, MetadataLog())
 
 
 def new_owner_name() -> str:
