@@ -48,7 +48,9 @@ _LIT_VALUE = np.frombuffer(b"value=", dtype=np.uint8)
 _ScanResult = tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 # kernel.group_block's result: offsets, iterations, values of the block's OK lines grouped by series id
 _Grouped = tuple[np.ndarray, np.ndarray, np.ndarray]
-_Pending = tuple[np.ndarray | None, "Future[tuple[_ScanResult, _Grouped]] | None"]  # (None, None): an over-long line, dropped
+_Pending = tuple[
+    np.ndarray | None, "Future[tuple[_ScanResult, _Grouped]] | None"
+]  # (None, None): an over-long line, dropped
 
 
 class StatsLogError(ValueError):
