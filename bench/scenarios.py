@@ -144,16 +144,24 @@ def _case(
     description: str,
     run: SyntheticRun,
     rules: list[Rule],
-    patterns: set[str],
     *,
+    patterns: set[str] | None = None,
     watch_only: bool = False,
     tags: tuple[str, ...] = (),
+    default: Profile | None = None,
 ) -> EvalCase:
-    """A case from rules; `watch_only`: the signal stays below critical (a projected trend), nothing to skip."""
+    """A case from rules. `patterns`: the planted patterns, by default the name's first part ("u_shape/llama" ->
+    {"u_shape"}); the tags are `tags` plus "combo" (a combo/ name) and "ranks8" (an 8-rank run); `default`: the
+    profile of the series no rule plants (`healthy()` otherwise); `watch_only`: the signal stays below critical
+    (a projected trend), nothing to skip."""
+    patterns = {name.split("/")[0]} if patterns is None else patterns
+    tags = (*(("combo",) if name.startswith("combo/") else ()), *tags, *(("ranks8",) if run.ranks == 8 else ()))
     recipe_change = "uniform" in patterns
     case = _wrap(
         make_case(name, description, run, rules, patterns, skip=not recipe_change, recipe_change=recipe_change), tags
     )
+    if default is not None:
+        case = replace(case, run=replace(case.run, profile=Scenario(tuple(rules), default=default)))
     return replace(case, truth=replace(case.truth, skip_layers=frozenset())) if watch_only else case
 
 
@@ -181,338 +189,215 @@ def _tail(run: SyntheticRun, ordinals: range, with_heads: bool = False) -> froze
 
 
 def _variants() -> list[EvalCase]:
-    cases: list[EvalCase] = []
-    add = cases.append
-
-    # healthy: other families, 8 ranks, warm-up at iteration 0, and noisy warning-band levels (never a skip)
-    add(
-        _case(
-            "healthy/llama-r8",
-            "8 ranks, every layer healthy",
-            _run("llama", ranks=8, seed=101),
-            [],
-            {"healthy"},
-            tags=("ranks8",),
-        )
-    )
-    add(
+    # runs the boundary cases share (their BF16 tails are named from the run's own layers)
+    llama, gpt, esm = _run("llama", seed=151), _run("gpt", first_index=0, seed=152), _run("esm2", seed=153)
+    return [
+        # healthy: other families, 8 ranks, warm-up at iteration 0, and noisy warning-band levels (never a skip)
+        _case("healthy/llama-r8", "8 ranks, every layer healthy", _run("llama", ranks=8, seed=101), []),
         _case(
             "healthy/gpt0-warmup",
             "0-based names, DelayedScaling warm-up at iteration 0",
             _run("gpt", first_index=0, seed=102, iterations=200, profile=healthy(warmup=True)),
             [],
-            {"healthy"},
-        )
-    )
-    warn = _case(
-        "healthy/megatron-warnband",
-        "every layer in the warning band (0.4-1.8 % gradient, below critical): noise, not a signal",
-        _run("megatron", seed=103),
-        [],
-        {"healthy"},
-        tags=("noise",),
-    )
-    add(replace(warn, run=replace(warn.run, profile=Scenario((), default=healthy((0.4, 1.2))))))
-    noisy = _case(
-        "healthy/esm2-r8-ranknoise",
-        "8 ranks sharing 0.3-0.8 % levels, +-15 % rank-to-rank noise",
-        _run("esm2", ranks=8, seed=104, iterations=200),
-        [],
-        {"healthy"},
-        tags=("noise", "ranks8"),
-    )
-    add(replace(noisy, run=replace(noisy.run, profile=Scenario((), default=rank_noise((0.3, 0.8), 0.15)))))
-
-    # u_shape
-    add(
+        ),
+        _case(
+            "healthy/megatron-warnband",
+            "every layer in the warning band (0.4-1.8 % gradient, below critical): noise, not a signal",
+            _run("megatron", seed=103),
+            [],
+            tags=("noise",),
+            default=healthy((0.4, 1.2)),
+        ),
+        _case(
+            "healthy/esm2-r8-ranknoise",
+            "8 ranks sharing 0.3-0.8 % levels, +-15 % rank-to-rank noise",
+            _run("esm2", ranks=8, seed=104, iterations=200),
+            [],
+            tags=("noise",),
+            default=rank_noise((0.3, 0.8), 0.15),
+        ),
+        # u_shape
         _case(
             "u_shape/llama-r8",
             "8 ranks: gradient underflow 3-6 % in the first/last 3 blocks",
             _run("llama", ranks=8, seed=111, iterations=200),
             [Rule(any_of(first_blocks(3), last_blocks(3)), level((3.0, 6.0)), GRAD, UF)],
-            {"u_shape"},
-            tags=("ranks8",),
-        )
-    )
-    add(
+        ),
         _case(
             "u_shape/gpt0-noisy",
             "0-based names, noisy (sigma 0.3) 3-6 % gradient underflow, 2+2 blocks",
             _run("gpt", first_index=0, seed=112),
             [Rule(any_of(first_blocks(2), last_blocks(2)), level((3.0, 6.0), noise=0.3), GRAD, UF)],
-            {"u_shape"},
             tags=("noise",),
-        )
-    )
-    add(
+        ),
         _case(
             "u_shape/megatron-act",
             "16 blocks, layer-major line order: activation 4-8 % in the first 2 and last 3 blocks",
             _run("megatron", seed=113, num_layers=16, line_order="layer"),
             [Rule(any_of(first_blocks(2), last_blocks(3)), level((4.0, 8.0)), ACT, UF)],
-            {"u_shape"},
-        )
-    )
-
-    # head_only
-    add(
+        ),
+        # head_only
         _case(
             "head_only/esm2",
             "both lm_head GEMMs (dense, decoder): gradient underflow 5-9 %",
             _run("esm2", seed=121),
             [Rule(heads(), level((5.0, 9.0)), GRAD, UF)],
-            {"head_only"},
-        )
-    )
-    add(
+        ),
         _case(
             "head_only/megatron",
             "output_layer gradient 6-10 % and activation 3 %",
             _run("megatron", seed=122, iterations=200),
             [Rule(heads(), level((6.0, 10.0)), GRAD, UF), Rule(heads(), level(3.0), ACT, UF)],
-            {"head_only"},
-        )
-    )
-    add(
+        ),
         _case(
             "head_only/gpt0-r8",
             "8 ranks, 0-based: lm_head gradient 4-6 %",
             _run("gpt", first_index=0, ranks=8, seed=123, iterations=200),
             [Rule(heads(), level((4.0, 6.0)), GRAD, UF)],
-            {"head_only"},
-            tags=("ranks8",),
-        )
-    )
-
-    # early_layers
-    add(
+        ),
+        # early_layers
         _case(
             "early_layers/esm2",
             "gradient underflow 3-5 % in the first 2 blocks",
             _run("esm2", seed=131),
             [Rule(first_blocks(2), level((3.0, 5.0)), GRAD, UF)],
-            {"early_layers"},
-        )
-    )
-    add(
+        ),
         _case(
             "early_layers/gpt0",
             "0-based: block 0 all tensors 2.5-4 %",
             _run("gpt", first_index=0, seed=132),
             [Rule(first_blocks(1), level((2.5, 4.0)), None, UF)],
-            {"early_layers"},
-        )
-    )
-    add(
+        ),
         _case(
             "early_layers/llama-noisy",
             "first 4 blocks, noisy 3-5 % gradient underflow",
             _run("llama", seed=133, iterations=400),
             [Rule(first_blocks(4), level((3.0, 5.0), noise=0.3), GRAD, UF)],
-            {"early_layers"},
             tags=("noise",),
-        )
-    )
-
-    # late_layers
-    add(
+        ),
+        # late_layers
         _case(
             "late_layers/llama",
             "gradient underflow 3-5 % in the last 2 blocks",
             _run("llama", seed=141),
             [Rule(last_blocks(2), level((3.0, 5.0)), GRAD, UF)],
-            {"late_layers"},
-        )
-    )
-    add(
+        ),
         _case(
             "late_layers/esm2-r8",
             "8 ranks: last 3 blocks and both heads, gradient 3-5 %",
             _run("esm2", ranks=8, seed=142, iterations=200),
             [Rule(any_of(last_blocks(3), heads()), level((3.0, 5.0)), GRAD, UF)],
-            {"late_layers"},
-            tags=("ranks8",),
-        )
-    )
-    add(
+        ),
         _case(
             "late_layers/megatron",
             "last 3 blocks: activation 2.5-3.5 %",
             _run("megatron", seed=143),
             [Rule(last_blocks(3), level((2.5, 3.5)), ACT, UF)],
-            {"late_layers"},
-        )
-    )
-
-    # boundary
-    llama = _run("llama", seed=151)
-    add(
+        ),
+        # boundary
         _case(
             "boundary/llama",
             "fc2 activation 8 -> 18 % before a 3-block + head BF16 tail (Disabled lines)",
             replace(llama, bf16_layers=_tail(llama, range(9, 12), with_heads=True), disabled_via_feature=True),
             [Rule(all_of(blocks(8), roles("fc2")), ramp(8.0, 18.0), ACT, UF)],
-            {"boundary"},
-        )
-    )
-    gpt = _run("gpt", first_index=0, seed=152)
-    add(
+        ),
         _case(
             "boundary/gpt0-head",
             "0-based: last block fc1 gradient 3 -> 9 % next to a BF16 lm_head",
             replace(gpt, bf16_layers=_tail(gpt, range(0), with_heads=True)),
             [Rule(all_of(blocks(11), roles("fc1")), ramp(3.0, 9.0), GRAD, UF)],
-            {"boundary"},
-        )
-    )
-    esm = _run("esm2", seed=153)
-    add(
+        ),
         _case(
             "boundary/esm2-front",
             "BF16 first 2 blocks: block 3 qkv activation 6 -> 14 %",
             replace(esm, bf16_layers=_tail(esm, range(0, 2))),
             [Rule(all_of(blocks(2), roles("qkv")), ramp(6.0, 14.0), ACT, UF)],
-            {"boundary"},
-        )
-    )
-
-    # single_tensor
-    add(
+        ),
+        # single_tensor
         _case(
             "single_tensor/megatron-act",
             "block 7 fc1 activation ~4 %",
             _run("megatron", seed=161),
             [Rule(all_of(blocks(7), roles("fc1")), level(4.0), ACT, UF)],
-            {"single_tensor"},
-        )
-    )
-    add(
+        ),
         _case(
             "single_tensor/gpt0-weight",
             "0-based: block 5 qkv weight ~3 %",
             _run("gpt", first_index=0, seed=162),
             [Rule(all_of(blocks(5), roles("qkv")), level(3.0), WEIGHT, UF)],
-            {"single_tensor"},
-        )
-    )
-    add(
+        ),
         _case(
             "single_tensor/llama-r8",
             "8 ranks: block 6 fc2 gradient ~5 % on every rank",
             _run("llama", ranks=8, seed=163, iterations=200),
             [Rule(all_of(blocks(6), roles("fc2")), level(5.0), GRAD, UF)],
-            {"single_tensor"},
-            tags=("ranks8",),
-        )
-    )
-
-    # rising_trend
-    add(
+        ),
+        # rising_trend
         _case(
             "rising_trend/esm2",
             "block 6 proj gradient grows 0.1 -> 6 %",
             _run("esm2", seed=171, iterations=400),
             [Rule(all_of(blocks(6), roles("proj")), ramp(0.1, 6.0), GRAD, UF)],
-            {"rising_trend"},
-        )
-    )
-    add(
+        ),
         _case(
             "rising_trend/megatron-r8",
             "8 ranks: blocks 4 and 5 fc2 activation 0.2 -> 7 %",
             _run("megatron", ranks=8, seed=172, iterations=200),
             [Rule(all_of(blocks(4, 5), roles("fc2")), ramp(0.2, 7.0), ACT, UF)],
-            {"rising_trend"},
-            tags=("ranks8",),
-        )
-    )
-
-    add(
+        ),
         _case(
             "rising_trend/llama-projected",
             "block 5 fc2 gradient 0.2 -> 1.6 %: below critical, projected to cross it (watched, not skipped)",
             _run("llama", seed=173, iterations=400),
             [Rule(all_of(blocks(5), roles("fc2")), ramp(0.2, 1.6), GRAD, UF)],
-            {"rising_trend"},
             watch_only=True,
-        )
-    )
-
-    # uniform
-    add(
+        ),
+        # uniform
         _case(
             "uniform/llama",
             "every layer 2.5-3.5 % gradient underflow, no what-if stats (-> block)",
             _run("llama", seed=181),
             [Rule(everywhere(), level((2.5, 3.5)), GRAD, UF)],
-            {"uniform"},
-        )
-    )
-    add(
+        ),
         _case(
             "uniform/gpt0-block",
             "0-based, every layer 3-4 % gradient; fp8_block_scaling what-if healthy",
             _run("gpt", first_index=0, seed=182, extra_stats=("fp8_block_scaling_underflows%",)),
             [Rule(everywhere(), level((3.0, 4.0)), GRAD, UF)],
-            {"uniform"},
-        )
-    )
-    add(
+        ),
         _case(
             "uniform/megatron-r8",
             "8 ranks: every layer 2.5-4 % activation; mxfp8 what-if healthy",
             _run("megatron", ranks=8, seed=183, iterations=200, extra_stats=("mxfp8_underflows%",)),
             [Rule(everywhere(), level((2.5, 4.0)), ACT, UF)],
-            {"uniform"},
-            tags=("ranks8",),
-        )
-    )
-
-    # rank_outlier: a disagreeing rank -> finding, no skips
-    add(
+        ),
+        # rank_outlier: a disagreeing rank -> finding, no skips
         _case(
             "rank_outlier/llama-r8",
             "rank 5 of 8: gradient underflow 4-7 % on every layer",
             _run("llama", ranks=8, seed=191, num_layers=8, iterations=200),
             [Rule(everywhere(), level((4.0, 7.0)), GRAD, UF, frozenset({5}))],
-            {"rank_outlier"},
-            tags=("ranks8",),
-        )
-    )
-    add(
+        ),
         _case(
             "rank_outlier/megatron-r8",
             "rank 0 of 8: activation 3-5 % in blocks 2-5 only",
             _run("megatron", ranks=8, seed=192, num_layers=8, iterations=200),
             [Rule(blocks(2, 3, 4, 5), level((3.0, 5.0)), ACT, UF, frozenset({0}))],
-            {"rank_outlier"},
-            tags=("ranks8",),
-        )
-    )
-
-    # overflow (DelayedScaling: bare overflows% is logged)
-    add(
+        ),
+        # overflow (DelayedScaling: bare overflows% is logged)
         _case(
             "overflow/llama",
             "fc2 activation overflows 1-3 % in block 9",
             _run("llama", seed=201, extra_stats="overflows%", te_plan_word="FP8 Quantize"),
             [Rule(all_of(blocks(9), roles("fc2")), level((1.0, 3.0)), ACT, "overflows%")],
-            {"overflow"},
-        )
-    )
-    add(
+        ),
         _case(
             "overflow/gpt0-r8",
             "8 ranks, 0-based: qkv gradient overflows 0.5-1 % in blocks 0-1",
             _run("gpt", first_index=0, ranks=8, seed=202, iterations=200, extra_stats="overflows%"),
             [Rule(all_of(blocks(0, 1), roles("qkv")), level((0.5, 1.0)), GRAD, "overflows%")],
-            {"overflow"},
-            tags=("ranks8",),
-        )
-    )
-
-    # scale_instability
-    add(
+        ),
+        # scale_instability
         _case(
             "scale_instability/esm2",
             "weight scale_inv of block 3 fc1 jumps by x32",
@@ -521,10 +406,7 @@ def _variants() -> list[EvalCase]:
                 Rule(all_of(blocks(3), roles("fc1")), scale_jumps(32.0), WEIGHT, stat)
                 for stat in ("scale_inv_min", "scale_inv_max")
             ],
-            {"scale_instability"},
-        )
-    )
-    add(
+        ),
         _case(
             "scale_instability/megatron-r8",
             "8 ranks: activation scale_inv of block 10 fc2 jumps by x16",
@@ -533,15 +415,10 @@ def _variants() -> list[EvalCase]:
                 Rule(all_of(blocks(10), roles("fc2")), scale_jumps(16.0), ACT, stat)
                 for stat in ("scale_inv_min", "scale_inv_max")
             ],
-            {"scale_instability"},
-            tags=("ranks8",),
-        )
-    )
-
-    # combined cases
-    # Failing heads with failing first and last blocks are the U-shape bionemo documents ("layers 1-5 and
-    # 29-33 plus head"): one u_shape finding that lists the heads, not a head_only ("only the head") finding.
-    add(
+        ),
+        # combined cases
+        # Failing heads with failing first and last blocks are the U-shape bionemo documents ("layers 1-5 and
+        # 29-33 plus head"): one u_shape finding that lists the heads, not a head_only ("only the head") finding.
         _case(
             "combo/u_shape+heads-esm2",
             "first/last 3 blocks gradient 3-6 % and both heads 6-10 % (the make-bench run, small)",
@@ -550,11 +427,8 @@ def _variants() -> list[EvalCase]:
                 Rule(any_of(first_blocks(3), last_blocks(3)), level((3.0, 6.0)), GRAD, UF),
                 Rule(heads(), level((6.0, 10.0)), GRAD, UF),
             ],
-            {"u_shape"},
-            tags=("combo",),
-        )
-    )
-    add(
+            patterns={"u_shape"},
+        ),
         _case(
             "combo/early+single_tensor-llama",
             "first 2 blocks gradient 3-5 % and block 7 proj activation 4 %",
@@ -563,11 +437,8 @@ def _variants() -> list[EvalCase]:
                 Rule(first_blocks(2), level((3.0, 5.0)), GRAD, UF),
                 Rule(all_of(blocks(7), roles("proj")), level(4.0), ACT, UF),
             ],
-            {"early_layers", "single_tensor"},
-            tags=("combo",),
-        )
-    )
-    add(
+            patterns={"early_layers", "single_tensor"},
+        ),
         _case(
             "combo/late+overflow-megatron",
             "last 2 blocks gradient 3-5 % and block 4 fc1 activation overflows",
@@ -576,22 +447,16 @@ def _variants() -> list[EvalCase]:
                 Rule(last_blocks(2), level((3.0, 5.0)), GRAD, UF),
                 Rule(all_of(blocks(4), roles("fc1")), level((0.5, 2.0)), ACT, "overflows%"),
             ],
-            {"late_layers", "overflow"},
-            tags=("combo",),
-        )
-    )
-    add(
+            patterns={"late_layers", "overflow"},
+        ),
         _case(
             "combo/boundary+rising_trend-gpt0",
             "0-based: last block fc1 gradient 1 -> 6 % next to a BF16 "
             "lm_head: it crosses critical mid-run, so it is also a late-onset rising trend",
             replace(gpt, seed=225, bf16_layers=_tail(gpt, range(0), with_heads=True)),
             [Rule(all_of(blocks(11), roles("fc1")), ramp(1.0, 6.0), GRAD, UF)],
-            {"boundary", "rising_trend"},
-            tags=("combo",),
-        )
-    )
-    add(
+            patterns={"boundary", "rising_trend"},
+        ),
         _case(
             "combo/rising+rank_outlier-gpt0-r8",
             "8 ranks, 0-based: block 5 fc1 gradient 0.2 -> 7 % on all ranks, rank 3 activation 3-5 % everywhere",
@@ -600,11 +465,9 @@ def _variants() -> list[EvalCase]:
                 Rule(all_of(blocks(5), roles("fc1")), ramp(0.2, 7.0), GRAD, UF),
                 Rule(everywhere(), level((3.0, 5.0)), ACT, UF, frozenset({3})),
             ],
-            {"rising_trend", "rank_outlier"},
-            tags=("combo", "ranks8"),
-        )
-    )
-    return cases
+            patterns={"rising_trend", "rank_outlier"},
+        ),
+    ]
 
 
 def build_suite() -> list[EvalCase]:
