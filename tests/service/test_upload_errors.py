@@ -239,11 +239,32 @@ FAILING_UPLOADS = [
 
 
 class TestCreateRunIngestFailures:
-    @pytest.mark.parametrize("depth", [1, 3, 4])
-    def test_tar_member_with_dot_dot_is_unsafe_path(
-        self, client: TestClient, db_engine: Engine, project: str, tmp_path: Path, snapshot: set[str], depth: int
+    @pytest.mark.parametrize(
+        "escape",
+        [
+            *(
+                pytest.param(
+                    lambda tmp, d=depth: ("../" * d + STATS_1, "'..' component", tmp.parent / STATS_1),
+                    id=f"dot-dot-{depth}",
+                )
+                for depth in (1, 3, 4)
+            ),
+            pytest.param(
+                lambda tmp: (str(tmp / "outside" / STATS_1), "absolute path", tmp / "outside" / STATS_1), id="absolute"
+            ),
+        ],
+    )
+    def test_tar_member_escaping_the_work_directory_is_unsafe_path(
+        self,
+        client: TestClient,
+        db_engine: Engine,
+        project: str,
+        tmp_path: Path,
+        snapshot: set[str],
+        escape: Callable[[Path], tuple[str, str, Path]],
     ) -> None:
-        member = "../" * depth + STATS_1
+        """`escape(tmp_path)`: the member name, the reason given and the file that must not be written."""
+        member, reason, outside = escape(tmp_path)
         data = tar_bytes([(stats_relpath(0), GOOD), (member, GOOD)])
 
         assert_failed_cleanly(
@@ -252,27 +273,10 @@ class TestCreateRunIngestFailures:
             tmp_path,
             snapshot,
             upload(client, data, project),
-            re.escape(f"UnsafePath: {member!r}: '..' component"),
+            re.escape(f"UnsafePath: {member!r}: {reason}"),
         )
 
-        assert not (tmp_path.parent / STATS_1).exists()
-
-    def test_tar_member_with_absolute_path_is_unsafe_path(
-        self, client: TestClient, db_engine: Engine, project: str, tmp_path: Path, snapshot: set[str]
-    ) -> None:
-        target = tmp_path / "outside" / STATS_1
-        data = tar_bytes([(stats_relpath(0), GOOD), (str(target), GOOD)])
-
-        assert_failed_cleanly(
-            client,
-            db_engine,
-            tmp_path,
-            snapshot,
-            upload(client, data, project),
-            re.escape(f"UnsafePath: {str(target)!r}: absolute path"),
-        )
-
-        assert not target.exists()
+        assert not outside.exists()
 
     @pytest.mark.parametrize("case", FAILING_UPLOADS)
     def test_the_run_fails_with_a_stable_code_and_nothing_is_stored(
