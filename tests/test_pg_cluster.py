@@ -172,8 +172,11 @@ def _alive(pid: int) -> bool:
 
 
 _CHILD = """
-import json, sys, time
+import json, signal, sys, time
 from tests.pg_cluster import ThrowawayPostgres
+# Ctrl-C raises KeyboardInterrupt here even when the suite was started with SIGINT ignored (a background job of a
+# non-interactive shell), which the child would inherit: https://docs.python.org/3/library/signal.html
+signal.signal(signal.SIGINT, signal.default_int_handler)
 pg = ThrowawayPostgres().start()
 pid = int((pg.datadir / "postmaster.pid").read_text().split()[0])
 print(json.dumps({"port": pg.port, "dir": str(pg.base_dir), "pid": pid}), flush=True)
