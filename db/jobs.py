@@ -54,14 +54,19 @@ class JobRepository:
             return False
         return True
 
-    def add_rank_jobs(self, run_id: int, ranks: list[int], done: dict[int, dict] | None = None) -> None:
+    def add_rank_jobs(
+        self, run_id: int, ranks: list[int], done: dict[int, dict] | None = None, finalized: bool = False
+    ) -> None:
         """One parse-and-store job per rank plus the run's finalize job (claimable once all ranks are done);
-        ranks in `done` were stored by the caller's transaction: their job is recorded done with its result."""
+        ranks in `done` were stored by the caller's transaction: their job is recorded done with its result,
+        and so is the finalize job when `finalized` (the caller's transaction finalizes the run too)."""
         done = done or {}
         rows = [self._row(run_id, "rank", rank) for rank in ranks] + [self._row(run_id, "finalize", NO_RANK)]
         for row in rows:
             if row["kind"] == "rank" and row["rank"] in done:
                 row.update(status="done", attempts=1, result=done[row["rank"]])
+            elif row["kind"] == "finalize" and finalized:
+                row.update(status="done", attempts=1)
         self.session.execute(insert(IngestJob), rows)
 
     def orphaned_runs(self) -> list[int]:

@@ -6,7 +6,8 @@
   copy), summarise, and store its series in one transaction that also marks the job done, replacing what
   an earlier attempt stored: a retried job never duplicates a series.
 * `finalize` (once every rank is stored): the layer table from all ranks plus the plan lines, the run's
-  totals and report, and `ready`.
+  totals and report, and `ready`. A one-rank run whose rank the plan job stored is finalized by the plan job
+  itself, in the same transaction (its finalize job is recorded done): one transaction and claim less.
 
 Any job failure fails the whole run in one transaction: the error (with the rank on multi-rank runs), the
 other jobs cancelled, every stored series and layer removed (all-or-nothing). A job whose lease was lost
@@ -108,20 +109,26 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
         "metadata_reports": metadata.reports(scan.metadata),
     }
     stored = first.result(scan.stats, merged)  # (rank, assembled, rank result) or None
+    finalize_now = stored is not None and list(scan.stats) == [stored[0]]
     with session_scope(ctx.factory) as session:
         jobs = JobRepository(session)
         jobs.complete(job, ctx.owner, result)
         store = RankStore(session)
         store.clear_metrics(job.run_id)  # an earlier, interrupted ingest of the same run
-        jobs.add_rank_jobs(job.run_id, sorted(scan.stats), done={stored[0]: stored[2]} if stored else None)
+        done = {stored[0]: stored[2]} if stored else None
+        jobs.add_rank_jobs(job.run_id, sorted(scan.stats), done=done, finalized=finalize_now)
         if stored is not None:
             _store_series(store, job.run_id, stored[0], stored[1])
+        if finalize_now:
+            _finalize(session, job, result)
     log.info(
         "run %s: %s rank(s) queued%s",
         job.run_id,
         len(scan.stats),
         f", rank {stored[0]} stored while scanning" if stored else "",
     )
+    if finalize_now:
+        log.info("run %s ready", job.run_id)
 
 
 class _FirstRank:
@@ -232,16 +239,20 @@ def _store_series(store: RankStore, run_id: int, rank: int, assembled: Assembled
 def finalize_run(ctx: JobContext, job: ClaimedJob) -> None:
     _key, _hint, plan = _run_and_plan(ctx, job.run_id)
     with session_scope(ctx.factory) as session:
-        jobs = JobRepository(session)
-        jobs.complete(job, ctx.owner)
-        run = _require_processing(session, job)
-        store = RankStore(session)
-        facts = store.layer_facts(job.run_id)
-        if not facts:
-            raise IngestError("NoStatsLines", "no statistics line could be attributed to a layer, tensor and stat")
-        store.write_layer_table(job.run_id, layer_table(facts, metadata_from_json(plan["metadata_log"])))
-        store.mark_ready(run, _counts(plan, jobs.rank_results(job.run_id)))
+        JobRepository(session).complete(job, ctx.owner)
+        _finalize(session, job, plan)
     log.info("run %s ready", job.run_id)
+
+
+def _finalize(session: Session, job: ClaimedJob, plan: dict) -> None:
+    """In the caller's transaction: the layer table from every stored rank and the plan lines, totals, `ready`."""
+    run = _require_processing(session, job)
+    store = RankStore(session)
+    facts = store.layer_facts(job.run_id)
+    if not facts:
+        raise IngestError("NoStatsLines", "no statistics line could be attributed to a layer, tensor and stat")
+    store.write_layer_table(job.run_id, layer_table(facts, metadata_from_json(plan["metadata_log"])))
+    store.mark_ready(run, _counts(plan, JobRepository(session).rank_results(job.run_id)))
 
 
 def _counts(plan: dict, ranks: dict[int, dict]) -> IngestCounts:

@@ -76,6 +76,43 @@ class TestPerRankJobs:
             ("finalize", -1, "done"),
         ]
 
+    def test_a_1_rank_archive_is_finalized_by_its_plan_job(
+        self, make_client, db_engine: Engine, project: str, tmp_path: Path, monkeypatch
+    ) -> None:
+        from fp8_policy.service.ingest import pipeline
+
+        claimed: list[str] = []
+        for kind, handler in list(pipeline._HANDLERS.items()):
+            monkeypatch.setitem(
+                pipeline._HANDLERS, kind, lambda ctx, job, h=handler: (claimed.append(job.kind), h(ctx, job))
+            )
+        tree = multi_rank_tree(tmp_path / "logs", 1, layers=3)
+        client = make_client(**FAST)
+        run = wait_for_run(client, upload(client, tree_tar_gz(tree), project))
+
+        assert (run["status"], run["ranks"], run["layer_count"], run["series_count"], run["points"]) == (
+            "ready",
+            1,
+            3,
+            3,
+            15,
+        )
+        assert jobs_of(db_engine, run["id"]) == [("plan", -1, "done"), ("rank", 0, "done"), ("finalize", -1, "done")]
+        assert claimed == ["plan"]  # the rank and finalize jobs were recorded done by the plan job's transaction
+
+    def test_a_1_rank_archive_without_attributable_lines_fails_in_its_plan_job_and_keeps_nothing(
+        self, make_client, db_engine: Engine, project: str, tmp_path: Path
+    ) -> None:
+        from tests.archives import stats_log
+
+        tree = write_tree(tmp_path / "logs", {stats_relpath(0): stats_log([("nolayer", 0, 1.0), ("nolayer", 10, 2.0)])})
+        client = make_client(**FAST)
+        run = wait_for_run(client, upload(client, tree_tar_gz(tree), project))
+
+        assert run["status"] == "failed"
+        assert run["error"].startswith("NoStatsLines: no statistics line could be attributed"), run["error"]
+        assert row_counts(db_engine, run["id"]) == {"runs": 1, "run_tags": 0, "layers": 0, "series": 0}
+
     def test_the_stored_run_equals_parsing_the_whole_tree_at_once(
         self, make_client, db_engine: Engine, project: str, tmp_path: Path
     ) -> None:
