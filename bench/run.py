@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tarfile
@@ -30,6 +29,7 @@ from pathlib import Path
 import httpx
 
 from bench import live, load, scale
+from bench.service import start_service, stop_service, vm_hwm_mb
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -85,44 +85,13 @@ def measure_parse_store(tree: Path, workdir: Path) -> dict:
     return {**result, "wall_seconds": wall, "peak_rss_mb": rss}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _vm_hwm_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def measure_upload(archive: Path, workdir: Path) -> dict:
     """Start the real service (uvicorn) on loopback, upload, poll until ready, read its peak RSS."""
-    port = _free_port()
-    env = {**os.environ, "FP8_POLICY_DATA_DIR": str(workdir / "service"), "FP8_POLICY_DATABASE_URL": ""}
-    env.pop("FP8_POLICY_DATABASE_URL")
-    cmd = [
-        sys.executable,
-        "-m",
-        "fp8_policy.service.cli",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--no-demo",
-        "--log-level",
-        "warning",
-    ]
-    server = subprocess.Popen(cmd, cwd=ROOT, env=env)
-    base = f"http://127.0.0.1:{port}"
+    server, base = start_service(workdir / "service")
     try:
         with httpx.Client(base_url=base, timeout=120) as client:
-            _wait_healthy(client, server)
             time.sleep(1.0)  # let the start-up kernel warm-up finish, as in a running service
-            rss_before = _vm_hwm_mb(server.pid)
+            rss_before = vm_hwm_mb(server.pid)
             start = time.perf_counter()
             with open(archive, "rb") as handle:
                 response = client.post(
@@ -137,7 +106,7 @@ def measure_upload(archive: Path, workdir: Path) -> dict:
             csv_figures = {layout: _time_csv(client, run["id"], layout) for layout in ("long", "bionemo")}
         return {
             "seconds": seconds,
-            "service_peak_rss_mb": _vm_hwm_mb(server.pid),
+            "service_peak_rss_mb": vm_hwm_mb(server.pid),
             "idle_rss_mb": rss_before,
             "archive_mb": archive.stat().st_size / 1e6,
             "points": run["points"],
@@ -148,22 +117,7 @@ def measure_upload(archive: Path, workdir: Path) -> dict:
             "database_url": f"sqlite:///{workdir / 'service' / 'fp8_policy.db'}",
         }
     finally:
-        server.terminate()
-        server.wait(timeout=30)
-
-
-def _wait_healthy(client: httpx.Client, server: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit("the service exited during start-up")
-        try:
-            if client.get("/healthz").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit("the service did not become healthy in 60 s")
+        stop_service(server)
 
 
 def _poll_ready(client: httpx.Client, run_id: int) -> dict:

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 from isal import igzip
 
+from bench.load import print_endpoints, print_uploads
 from fp8_policy.db.migrate import upgrade
 from tests.cluster import Cluster
 from tests.pg_cluster import ThrowawayPostgres
@@ -130,7 +131,7 @@ def measure_load(work: Path, pg: ThrowawayPostgres, seconds: float = 60.0, reade
     """(f) 2 API processes + 2 workers on PostgreSQL: `uploads` distinct synthetic runs uploaded at once while
     `readers` clients read (list, run, analysis, recommendation) round-robin over both API processes. Uses the
     mixed-load pieces of bench/load.py (runs, recorder)."""
-    from bench.load import READER_TARGETS, Recorder, _post, _ready_after, _wait_ready, synthetic_upload
+    from bench.load import READER_TARGETS, Recorder, _post, _wait_ready, run_window, synthetic_upload, upload_outcome
 
     database = pg.create_database()
     upgrade(database)
@@ -179,32 +180,13 @@ def measure_load(work: Path, pg: ThrowawayPostgres, seconds: float = 60.0, reade
                     response.json()["id"] if ok else None,
                 )
 
-        threads = [threading.Thread(target=reader, args=(k,), daemon=True) for k in range(readers)]
-        threads += [threading.Thread(target=uploader, args=(k, u), daemon=True) for k, u in enumerate(loads)]
-        began = time.monotonic()
-        for thread in threads:
-            thread.start()
-        time.sleep(seconds)
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=300)
-        window = time.monotonic() - began
+        window = run_window(reader, readers, uploader, loads, seconds, stop)
         results = []
         with httpx.Client(base_url=urls[1], timeout=120) as client:
             for upload in loads:
                 status, run_id = answered.get(upload.name, (0, None))
                 run = _wait_ready(client, run_id, 600) if run_id is not None else {}
-                results.append(
-                    {
-                        "name": upload.name,
-                        "http_status": status,
-                        "status": run.get("status"),
-                        "exact": run.get("status") == "ready"
-                        and run.get("lines_read") == upload.lines
-                        and run.get("points") == upload.points,
-                        "ready_after_s": _ready_after(run),
-                    }
-                )
+                results.append(upload_outcome(upload, status, run))
             listed = _all_runs(client, project)
         alive = all(m.process.poll() is None for m in apis + workers)
         worker_rss = [Cluster.peak_rss_mb(m) for m in workers] if alive else None
@@ -290,17 +272,8 @@ def report(scale: dict, baseline_seconds: float, single_upload_seconds: float) -
         f" {f['seconds']:.0f} s: 5xx {f['server_errors']}, transport errors {f['transport_errors']},"
         f" runs lost {f['runs_lost']}, duplicated {f['runs_duplicated']}; worker peak RSS {rss} MB"
     )
-    for endpoint, s in f["endpoints"].items():
-        print(
-            f"    {endpoint:15s} {s['requests']:6d} req   p50 {s['p50_ms']:8.1f} ms   p99 {s['p99_ms']:8.1f} ms"
-            f"   {s['statuses']}"
-        )
-    for u in f["uploads"]:
-        after = f"{u['ready_after_s']:.1f} s" if u["ready_after_s"] is not None else "-"
-        print(
-            f"    upload {u['name']:<28} HTTP {u['http_status']} -> {u['status']} after {after}"
-            f"{'' if u['exact'] else '  <-- NOT EXACT'}"
-        )
+    print_endpoints(f["endpoints"])
+    print_uploads(f["uploads"])
     points = scale["expected_points"]
     return {
         "(a) single rank upload -> ready >= 20x the baseline": ratio >= 20.0,

@@ -25,8 +25,8 @@ def parse_store(tree: Path, url: str) -> dict:
     from fp8_policy.db.repositories import NewRun, RunRepository
     from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
     from fp8_policy.policy.log_files import classify_log_path
-    from fp8_policy.service.ingest.worker import warm_parser
     from fp8_policy.service.ingest.parse import parse_files
+    from fp8_policy.service.ingest.worker import warm_parser
 
     upgrade(url)
     factory = create_session_factory(create_db_engine(url))
