@@ -28,8 +28,8 @@ from tests.pg_cluster import ThrowawayPostgres
 RANKS = 8
 RSS_TARGET_MB = 1024.0
 E_RUNS = {  # results key -> label of the (e) runs on PostgreSQL
-    "workers_1": "1 worker          ",
-    "workers_2": "2 workers         ",
+    "workers_1": "1 worker           ",
+    "workers_2": "2 workers          ",
     "workers_1_1thread": "1 worker,  1 thread",
     "workers_2_1thread": "2 workers, 1 thread",
 }
