@@ -62,13 +62,15 @@ class RankStore:
         """Final order, precision and plans of every layer; layers known only from plan lines are added."""
         query = select(Layer.name, Layer.id).where(Layer.run_id == run_id)
         existing: dict[str, int] = dict(self.session.execute(query).all())  # type: ignore[arg-type]
-        new_rows = []
+        new_rows, changes = [], []
         for layer in layers:
             values = _layer_values(run_id, layer)
             if layer.info.name in existing:
-                self.session.execute(update(Layer).where(Layer.id == existing[layer.info.name]).values(**values))
+                changes.append({"id": existing[layer.info.name], **values})
             else:
                 new_rows.append(values)
+        if changes:  # ORM bulk UPDATE by primary key: one statement, executemany (one UPDATE per layer took 0.15 s)
+            self.session.execute(update(Layer), changes)
         if new_rows:
             self.session.execute(insert(Layer), new_rows)
 
