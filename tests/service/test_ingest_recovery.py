@@ -5,6 +5,7 @@ gone fails with UploadMissing; finished runs are left alone.
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
@@ -49,10 +50,11 @@ class TestResumeAtStartup:
 
         assert (run["status"], run["points"], run["layer_count"]) == ("ready", 1, 1)
 
+    @pytest.mark.parametrize("upload_path", ["runs/gone/upload.bin", ""], ids=["file-gone", "no-path-recorded"])
     def test_run_whose_upload_is_missing_fails_with_upload_missing(
-        self, app_settings: Settings, db_engine: Engine, project: str
+        self, app_settings: Settings, db_engine: Engine, project: str, upload_path: str
     ) -> None:
-        run_id = insert_run(db_engine, project, status="processing", upload_path="runs/gone/upload.bin")
+        run_id = insert_run(db_engine, project, status="processing", upload_path=upload_path)
 
         with TestClient(create_app(app_settings)) as client:
             run = wait_for_run(client, run_id)
