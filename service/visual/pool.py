@@ -71,8 +71,11 @@ _CONTEXT = _WorkerContext()
 def _worker_context() -> multiprocessing.context.BaseContext:
     """Workers are forked from a forkserver that has imported matplotlib and the drawing code once
     (https://docs.python.org/3/library/multiprocessing.html#contexts-and-start-methods): a new worker starts in
-    milliseconds, and the service's own threads are never forked."""
-    _CONTEXT.set_forkserver_preload(["fp8_policy.service.visual.job", "fp8_policy.service.visual.render"])
+    milliseconds, and the service's own threads are never forked. This module is preloaded too: the child unpickles
+    its `_WorkerProcess` by reference, and importing it there (FastAPI, SQLAlchemy, settings) took ~0.5 s per worker."""
+    _CONTEXT.set_forkserver_preload(
+        ["fp8_policy.service.visual.job", "fp8_policy.service.visual.render", "fp8_policy.service.visual.pool"]
+    )
     return _CONTEXT
 
 
