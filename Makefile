@@ -22,8 +22,11 @@ $(STAMP): pyproject.toml
 run: setup
 	$(BIN)/fp8-policy serve --demo --host $(HOST) --port $(PORT)
 
+# The suite runs on TEST_WORKERS pytest-xdist processes (most tests wait on sockets and subprocesses); which tests
+# travel together is tests/distribute.py's business. TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= 2
 test: setup system-deps
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 # Debian packages the suite drives: Chromium (tests/browser, via Playwright) and the PostgreSQL server
 # (tests/pg_cluster.py). Installed with apt-get when missing and run as root (CI); otherwise one line says what

@@ -75,17 +75,27 @@ def postgres_server():
         pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
     ],
 )
-def database_url(request, tmp_path_factory) -> str:
-    """A fresh, empty database URL per backend (SQLAlchemy form).
+def database_url(request, tmp_path_factory, _databases: dict[str, str]) -> str:
+    """A fresh, empty database URL per backend (SQLAlchemy form), made once per session.
 
     sqlite:      sqlite+pysqlite:////<tmp>/test.db
     postgresql:  postgresql+psycopg://postgres@127.0.0.1:<port>/<new db>
     """
-    if request.param == "sqlite":
-        path = tmp_path_factory.mktemp("sqlite") / "test.db"
-        return f"sqlite+pysqlite:///{path}"
-    server = request.getfixturevalue("postgres_server")
-    return server.create_database()
+    if request.param not in _databases:
+        if request.param == "sqlite":
+            path = tmp_path_factory.mktemp("sqlite") / "test.db"
+            _databases["sqlite"] = f"sqlite+pysqlite:///{path}"
+        else:
+            _databases["postgresql"] = request.getfixturevalue("postgres_server").create_database()
+    return _databases[request.param]
+
+
+@pytest.fixture(scope="session")
+def _databases() -> dict[str, str]:
+    """backend -> the database `database_url` gave it. pytest sets a parametrized session fixture up again when the
+    parameter changes, which under pytest-xdist (a worker runs module after module, each with both backends)
+    happens once per module: the one database per backend (and its migration) is kept here instead."""
+    return {}
 
 
 # ===========================================================================
@@ -101,10 +111,18 @@ TERMINAL_STATUSES = ("ready", "failed")
 
 
 @pytest.fixture(scope="session")
-def migrated_url(database_url: str) -> str:
+def migrated_url(database_url: str, _migrated: set[str]) -> str:
     """`database_url` with the real Alembic migrations applied once (the schema under test)."""
-    upgrade(database_url)
+    if database_url not in _migrated:
+        upgrade(database_url)
+        _migrated.add(database_url)
     return database_url
+
+
+@pytest.fixture(scope="session")
+def _migrated() -> set[str]:
+    """The database URLs `migrated_url` has upgraded (see `_databases`)."""
+    return set()
 
 
 @pytest.fixture(scope="session")
@@ -165,3 +183,41 @@ def wait_for_run(client: TestClient, run_id: int, timeout: float = 30.0) -> dict
         if time.monotonic() > deadline:
             raise AssertionError(f"run {run_id} still {body['status']!r} after {timeout} s")
         time.sleep(0.01)
+
+
+# ===========================================================================
+# 4. Spreading the suite over pytest-xdist workers (`make test` runs `-n`)
+# ===========================================================================
+#
+# tests/distribute.py says what travels together; under `-n` the default
+# per-test distribution would split modules that share state.
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getoption("dist") in ("no", "each"):
+        return None
+    from tests.distribute import ModuleScheduling
+
+    return ModuleScheduling(config, log)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by parametrized session fixtures
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from tests.distribute import long_units_first, unique_nodeids
+
+    unique_nodeids(items)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker: the order it reports is the order units are handed out
+        items[:] = long_units_first(items)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under `-n`, the controller compiles the numba kernels into their on-disk cache while the workers collect:
+    else, on a clean checkout, every worker and every server process it starts compiles them at once (~20 s of
+    CPU each) before the first of them has written the cache."""
+    if session.config.getoption("numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER"):
+        import threading
+
+        from fp8_policy.service.ingest.worker import warm_parser
+
+        threading.Thread(target=warm_parser, name="warm-numba-cache", daemon=True).start()
