@@ -15,7 +15,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from fp8_policy.policy._name_kernel import MAX_NAMES, hash_name, lookup, lookup_or_insert, same_name
+from fp8_policy.policy._name_kernel import hash_name, lookup, lookup_or_insert, same_name
 
 STATUS_OK = 0
 STATUS_BLANK = 1
@@ -274,14 +274,14 @@ _NEWLINES = np.uint64(0x0A0A0A0A0A0A0A0A)
 
 
 @numba.njit(nogil=True, cache=True)
-def line_ends(buf: np.ndarray, words: np.ndarray, head: int) -> np.ndarray:
-    """Index of every newline (plus len(buf) for a last line without one).
+def line_ends_into(buf: np.ndarray, words: np.ndarray, head: int, ends: np.ndarray) -> int:
+    """Write the index of every newline (plus len(buf) for a last line without one) into `ends` (at least
+    count_lines(buf) long); returns how many.
 
     `words` views buf[head:head + 8*len(words)] as aligned uint64; a word is only looked at byte
     by byte when the has-zero-byte trick says it holds a newline.
     """
     n = buf.shape[0]
-    ends = np.empty(count_lines(buf), dtype=np.int64)
     c = 0
     for k in range(min(head, n)):
         if buf[k] == 10:
@@ -299,9 +299,10 @@ def line_ends(buf: np.ndarray, words: np.ndarray, head: int) -> np.ndarray:
         if buf[k] == 10:
             ends[c] = k
             c += 1
-    if c < ends.shape[0]:
+    if n > 0 and buf[n - 1] != 10:
         ends[c] = n
-    return ends
+        c += 1
+    return c
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -313,26 +314,45 @@ def _is_blank(buf, s, e) -> bool:
 
 
 @numba.njit(nogil=True, cache=True)
-def scan_block(buf, words, head, lit_iter, lit_value, keys, lengths, ids, counter, arena, arena_off, sid_len, insert):
-    """Scan every line of `buf` (whole lines; the last may lack its newline).
+def scan_block(
+    buf,
+    words,
+    head,
+    lit_iter,
+    lit_value,
+    keys,
+    lengths,
+    ids,
+    counter,
+    arena,
+    arena_off,
+    sid_len,
+    insert,
+    ends,
+    status,
+    sids,
+    iters,
+    vals,
+    starts,
+    new_start,
+    new_stop,
+    successor,
+):
+    """Scan every line of `buf` (whole lines; the last may lack its newline) into the given arrays.
 
-    Returns per-line arrays (status, series id, iteration, value, line start) and, for names first
-    seen here, their (start, stop) offsets indexed by id. With insert=False the name table is only
-    read, so several blocks can be scanned in parallel threads; an unknown name then takes the
-    slow path, where Python inserts it.
+    Per line: status, series id, iteration, value, line start (`ends`, `status`, `sids`, `iters`, `vals`
+    at least count_lines(buf) long, `starts` one more); for names first seen here, their (start, stop)
+    offsets in new_start/new_stop, indexed by id; `successor` is scratch (MAX_NAMES long). The arrays
+    are the caller's, reused from block to block: fresh memory page-faults on first touch, which cost
+    as much as a third of the scan. Returns (lines, first new id). With insert=False the name table is
+    only read, so several blocks can be scanned in parallel threads; an unknown name then takes the slow
+    path, where Python inserts it.
     """
-    ends = line_ends(buf, words, head)
-    cap = ends.shape[0]
-    status = np.empty(cap, dtype=np.int8)
-    sids = np.empty(cap, dtype=np.int32)
-    iters = np.empty(cap, dtype=np.int64)
-    vals = np.empty(cap, dtype=np.float64)
-    starts = np.empty(cap + 1, dtype=np.int64)
-    new_start = np.zeros(MAX_NAMES, dtype=np.int64)
-    new_stop = np.zeros(MAX_NAMES, dtype=np.int64)
+    cap = line_ends_into(buf, words, head, ends)
     first_new = counter[0]
     scratch = np.zeros(3, dtype=np.int64)
-    successor = np.full(MAX_NAMES, -1, dtype=np.int64)  # id that followed each id last time (this block)
+    successor[:] = -1  # id that followed each id last time (this block)
+    new_stop[:] = 0
     previous = -1
     pos = 0
     for line in range(cap):
@@ -370,7 +390,7 @@ def scan_block(buf, words, head, lit_iter, lit_value, keys, lengths, ids, counte
             status[line] = STATUS_BLANK if _is_blank(buf, pos, end) else STATUS_SLOW
         pos = end + 1
     starts[cap] = pos
-    return cap, first_new, status, sids, iters, vals, starts, new_start, new_stop
+    return cap, first_new
 
 
 @numba.njit(nogil=True, cache=True)
@@ -392,12 +412,13 @@ def rfind_newline(buf: np.ndarray, start: int, stop: int) -> int:
 
 
 @numba.njit(nogil=True, cache=True)
-def group_block(status, sids, iters, vals, n):
-    """The OK lines of one scanned block grouped by series id, file order kept inside each series.
+def group_block(status, sids, iters, vals, n, out_it, out_val):
+    """The OK lines of one scanned block grouped by series id into out_it/out_val (at least n long), file
+    order kept inside each series.
 
-    Returns (offsets[n_ids+1], iterations, values): series s of this block is [offsets[s]:offsets[s+1]],
-    n_ids being one more than the largest id in the block. Runs in the scanning thread, so the grouping
-    of a whole file is spread over the scan threads instead of one pass over all points at the end.
+    Returns (offsets[n_ids+1], points): series s of this block is out_*[offsets[s]:offsets[s+1]], n_ids
+    being one more than the largest id in the block. Runs in the scanning thread, so the grouping of a
+    whole file is spread over the scan threads instead of one pass over all points at the end.
     """
     n_ids = 0
     n_ok = 0
@@ -412,8 +433,6 @@ def group_block(status, sids, iters, vals, n):
             counts[sids[k] + 1] += 1
     offsets = np.cumsum(counts)
     cursor = offsets[:-1].copy()
-    out_it = np.empty(n_ok, dtype=np.int64)
-    out_val = np.empty(n_ok, dtype=np.float64)
     for k in range(n):
         if status[k] == STATUS_OK:
             s = sids[k]
@@ -421,7 +440,7 @@ def group_block(status, sids, iters, vals, n):
             out_it[p] = iters[k]
             out_val[p] = vals[k]
             cursor[s] = p + 1
-    return offsets, out_it, out_val
+    return offsets, n_ok
 
 
 @numba.njit(nogil=True, cache=True)

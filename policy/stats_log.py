@@ -17,6 +17,7 @@ No I/O besides reading the given streams; no web or database imports.
 from __future__ import annotations
 
 import re
+import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -44,13 +45,10 @@ _MAX_ITERATION = int(np.iinfo(np.int64).max)
 _STATUS_LONG = 3  # set in Python after the kernel: over max_line_bytes, dropped
 _LIT_ITER = np.frombuffer(b"iteration=", dtype=np.uint8)
 _LIT_VALUE = np.frombuffer(b"value=", dtype=np.uint8)
-# kernel.scan_block's result: n, first_new, status, sid, its, vals, starts, new_start, new_stop
-_ScanResult = tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-# kernel.group_block's result: offsets, iterations, values of the block's OK lines grouped by series id
+# A block's points grouped by series id: offsets, iterations, values (see kernel.group_block)
 _Grouped = tuple[np.ndarray, np.ndarray, np.ndarray]
-_Pending = tuple[
-    np.ndarray | None, "Future[tuple[_ScanResult, _Grouped]] | None"
-]  # (None, None): an over-long line, dropped
+_Pending = tuple[np.ndarray | None, "Future[_Scratch] | None"]  # (None, None): an over-long line, dropped
+_STAGING_POINTS = 4 * 1024 * 1024  # points per staging chunk (32 MiB of iterations, 32 MiB of values)
 
 
 class StatsLogError(ValueError):
@@ -131,6 +129,53 @@ class _NameTable(NameTable):
         return sid
 
 
+class _Scratch:
+    """The kernels' outputs for one block, reused from block to block (a block's results stay here until it
+    is absorbed). One backing buffer per set: fresh memory page-faults on its first touch, and a buffer of a
+    few MiB gets transparent huge pages (NumPy asks for them from 4 MiB), so a reused or huge-paged set
+    costs a few faults where per-block arrays cost tens of thousands on the 6M-line benchmark."""
+
+    def __init__(self, lines: int) -> None:
+        self.lines = lines
+        m = lines + 1
+        wide = np.empty(6 * m + 3 * MAX_NAMES, dtype=np.int64)
+        small = np.empty(5 * m, dtype=np.uint8)
+        self.ends, self.starts, self.iters = wide[:m], wide[m : 2 * m], wide[2 * m : 3 * m]
+        self.vals = wide[3 * m : 4 * m].view(np.float64)
+        self.out_it, self.out_val = wide[4 * m : 5 * m], wide[5 * m : 6 * m].view(np.float64)
+        names = wide[6 * m :]
+        self.new_start, self.new_stop = names[:MAX_NAMES], names[MAX_NAMES : 2 * MAX_NAMES]
+        self.successor = names[2 * MAX_NAMES :]
+        self.sids, self.status = small[: 4 * m].view(np.int32), small[4 * m :].view(np.int8)
+        self.n = 0  # lines of the block last scanned here
+        self.first_new = 0
+        self.offsets = np.zeros(1, dtype=np.int64)
+        self.points = 0
+
+    def grouped(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.offsets, self.out_it[: self.points], self.out_val[: self.points]
+
+
+class _Staging:
+    """Where absorbed blocks' grouped points wait for `finish`: large chunks filled in order (huge pages,
+    no per-block allocation)."""
+
+    def __init__(self) -> None:
+        self.its: np.ndarray = np.empty(0, dtype=np.int64)
+        self.vals: np.ndarray = np.empty(0, dtype=np.float64)
+        self.used = 0
+
+    def put(self, its: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = its.shape[0]
+        if self.used + n > self.its.shape[0]:
+            size = max(_STAGING_POINTS, n)
+            self.its, self.vals, self.used = np.empty(size, np.int64), np.empty(size, np.float64), 0
+        lo, self.used = self.used, self.used + n
+        self.its[lo : self.used] = its
+        self.vals[lo : self.used] = vals
+        return self.its[lo : self.used], self.vals[lo : self.used]
+
+
 class StatsLogParser:
     """Feed the files of one rank in order, then call `finish()`.
 
@@ -149,9 +194,12 @@ class StatsLogParser:
         self.max_line_bytes = max_line_bytes
         self.workers = max(1, workers)
         self._table = _NameTable()
-        self._grouped: list[_Grouped] = []  # per absorbed block, in file order
+        self._grouped: list[_Grouped] = []  # per absorbed block, in file order (views into staging chunks)
+        self._staging = _Staging()
         self._files: list[FileReport] = []
         self._free: list[np.ndarray] = []
+        self._scratch: list[_Scratch] = []  # sets not in use by a scanned, not yet absorbed block
+        self._scratch_lock = threading.Lock()
 
     def feed(self, stream: BinaryIO, source: str) -> FileReport:
         """Parse one file; raises NoStatsLines when it holds no statistics line at all."""
@@ -162,7 +210,7 @@ class StatsLogParser:
                 if block is None:  # an over-long line was dropped here
                     pending.append((None, None))
                 elif index == 0:  # first block registers the names; later ones only look them up
-                    self._absorb(block, *self._kernel(block, True), report)
+                    self._absorb(block, self._kernel(block, True), report)
                     self._recycle(block)
                 else:
                     pending.append((block, pool.submit(self._kernel, block, False)))
@@ -225,14 +273,33 @@ class StatsLogParser:
         if isinstance(base, np.ndarray) and base.base is None and len(self._free) < self.workers + 2:
             self._free.append(base)
 
-    def _kernel(self, buf: np.ndarray, insert: bool) -> tuple[_ScanResult, _Grouped]:
+    def _kernel(self, buf: np.ndarray, insert: bool) -> _Scratch:
+        """Scan and group one block (in a pool thread except for the first block) into a scratch set."""
         t = self._table
         head = (-buf.ctypes.data) % 8
         body = (buf.shape[0] - head) // 8 if buf.shape[0] > head else 0
         words = buf[head : head + 8 * body].view(np.uint64)
-        result: _ScanResult = kernel.scan_block(buf, words, head, _LIT_ITER, _LIT_VALUE, *t.arrays, insert)
-        n, _first_new, status, sid, its, vals = result[:6]
-        return result, kernel.group_block(status, sid, its, vals, n)
+        out = self._take_scratch(kernel.count_lines(buf))
+        out.n, out.first_new = kernel.scan_block(
+            buf, words, head, _LIT_ITER, _LIT_VALUE, *t.arrays, insert,
+            out.ends, out.status, out.sids, out.iters, out.vals, out.starts, out.new_start, out.new_stop, out.successor,
+        )  # fmt: skip
+        out.offsets, out.points = kernel.group_block(
+            out.status, out.sids, out.iters, out.vals, out.n, out.out_it, out.out_val
+        )
+        return out
+
+    def _take_scratch(self, lines: int) -> _Scratch:
+        with self._scratch_lock:
+            for k, candidate in enumerate(self._scratch):
+                if candidate.lines >= lines:
+                    return self._scratch.pop(k)
+        return _Scratch(max(lines, 1024) * 5 // 4)  # room for the next blocks' usual spread
+
+    def _give_back(self, scratch: _Scratch) -> None:
+        with self._scratch_lock:
+            if len(self._scratch) < self.workers + 2:
+                self._scratch.append(scratch)
 
     def _absorb_pending(self, item: _Pending, report: FileReport) -> None:
         block, future = item
@@ -240,23 +307,27 @@ class StatsLogParser:
             report.lines_read += 1
             self._skip_long_line(report, report.lines_read)
         else:
-            self._absorb(block, *future.result(), report)
+            self._absorb(block, future.result(), report)
             self._recycle(block)
 
-    def _absorb(self, data: np.ndarray, result: _ScanResult, grouped: _Grouped, report: FileReport) -> None:
-        n, first_new, status, sid, its, vals, starts, new_start, new_stop = result
-        t = self._table
-        for k in range(first_new, int(t.counter[0])):
+    def _absorb(self, data: np.ndarray, out: _Scratch, report: FileReport) -> None:
+        n, t = out.n, self._table
+        status = out.status[:n]
+        for k in range(out.first_new, int(t.counter[0])):
             if len(t.names) == k:  # registered by this block's fast path
-                t.names.append(bytes(data[new_start[k] : new_stop[k]]).decode("utf-8", errors="replace"))
-        changed = self._drop_long_lines(report, status, starts[: n + 1])
-        changed |= self._slow_path(data, report, status, sid, its, vals, starts)
+                t.names.append(bytes(data[out.new_start[k] : out.new_stop[k]]).decode("utf-8", errors="replace"))
+        changed = self._drop_long_lines(report, status, out.starts[: n + 1])
+        changed |= self._slow_path(data, report, status, out.sids, out.iters, out.vals, out.starts)
         if changed:  # lines the scan grouped were dropped, or the regex took lines it did not: group again
-            grouped = kernel.group_block(status, sid, its, vals, n)
+            out.offsets, out.points = kernel.group_block(
+                out.status, out.sids, out.iters, out.vals, n, out.out_it, out.out_val
+            )
         report.lines_read += n
         report.blank_lines += int(np.count_nonzero(status == kernel.STATUS_BLANK))
-        report.stats_lines += int(grouped[1].shape[0])
-        self._grouped.append(grouped)
+        report.stats_lines += out.points
+        offsets, its, vals = out.grouped()
+        self._grouped.append((offsets, *self._staging.put(its, vals)))
+        self._give_back(out)
 
     def _drop_long_lines(self, report: FileReport, status: np.ndarray, starts: np.ndarray) -> bool:
         """Lines longer than max_line_bytes (newline excluded) are dropped and counted, parsed or not.
@@ -318,7 +389,7 @@ class StatsLogParser:
         cursor = offsets[:-1].copy()
         for block in self._grouped:
             kernel.append_block(*block, cursor, its, vals)
-        self._grouped = []
+        self._grouped, self._staging = [], _Staging()
         return _deduplicate(self._table.names, offsets, its, vals, self._files)
 
 
