@@ -217,7 +217,7 @@ def ingest_rank(ctx: JobContext, job: ClaimedJob) -> None:
             extract_limits(ctx.settings),
             hint,
             stats=[s for _m, s in files],
-            on_stats=lambda streamed, stream: parse.feed(stream, member_of[streamed]),
+            on_stats=lambda streamed, stream: parse.feed(ChunkedReader(stream), member_of[streamed]),  # type: ignore[arg-type]
             spill_dir=_spill_dir(ctx),
         )
     assembled, result = parse.finish(metadata_from_json(plan["metadata_log"]))

@@ -95,3 +95,14 @@ class _Meter:
         data = self.raw.read(n)
         self.on_bytes(len(data))
         return data
+
+    def readinto(self, view: memoryview) -> int:
+        """Into the caller's buffer (one copy less than read()), when the wrapped stream can."""
+        readinto = getattr(self.raw, "readinto", None)
+        if readinto is None:
+            data = self.read(len(view))
+            view[: len(data)] = data
+            return len(data)
+        n = readinto(view)
+        self.on_bytes(n)
+        return n
