@@ -444,9 +444,10 @@ def group_block(status, sids, iters, vals, n, out_it, out_val):
 
 
 @numba.njit(nogil=True, cache=True)
-def append_block(block_offsets, block_its, block_vals, cursor, out_it, out_val):
-    """Copy one grouped block (group_block) behind what earlier blocks put in each series; advances cursor."""
-    for s in range(block_offsets.shape[0] - 1):
+def append_block(block_offsets, block_its, block_vals, cursor, out_it, out_val, first, stop):
+    """Copy series [first, stop) of one grouped block (group_block) behind what earlier blocks put in each
+    series; advances cursor. Disjoint series ranges can be copied by different threads at once."""
+    for s in range(first, min(stop, block_offsets.shape[0] - 1)):
         lo = block_offsets[s]
         hi = block_offsets[s + 1]
         p = cursor[s]

@@ -387,10 +387,28 @@ class StatsLogParser:
         its = np.empty(int(offsets[-1]), dtype=np.int64)
         vals = np.empty(int(offsets[-1]), dtype=np.float64)
         cursor = offsets[:-1].copy()
-        for block in self._grouped:
-            kernel.append_block(*block, cursor, its, vals)
+
+        def copy(first: int, stop: int) -> None:  # every block's part of series [first, stop), in file order
+            for block in self._grouped:
+                kernel.append_block(*block, cursor, its, vals, first, stop)
+
+        with ThreadPoolExecutor(self.workers) as pool:  # the copy is memory-bound: each thread gets a series range
+            list(pool.map(copy, *zip(*series_ranges(offsets, self.workers), strict=True)))
         self._grouped, self._staging = [], _Staging()
         return _deduplicate(self._table.names, offsets, its, vals, self._files)
+
+
+def series_ranges(offsets: np.ndarray, parts: int) -> list[tuple[int, int]]:
+    """[first, stop) ranges of series with about the same number of points each, at most `parts` of them."""
+    n_series = offsets.shape[0] - 1
+    total = int(offsets[-1])
+    cuts = [0]
+    for k in range(1, parts):
+        cut = int(np.searchsorted(offsets, total * k // parts, side="left"))
+        if cuts[-1] < cut < n_series:
+            cuts.append(cut)
+    cuts.append(n_series)
+    return list(zip(cuts[:-1], cuts[1:], strict=True))
 
 
 def _deduplicate(
