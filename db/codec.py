@@ -34,9 +34,9 @@ class CorruptSeries(ValueError):
 
 
 def encode_values(values: np.ndarray) -> bytes:
-    raw = np.ascontiguousarray(values, dtype="<f4").tobytes()
+    raw = np.ascontiguousarray(values, dtype="<f4")
     packed = isal_zlib.compress(raw, 1)  # ISA-L: zlib format, several times faster than zlib
-    return _VALUES_ZLIB + packed if len(packed) < len(raw) else _VALUES_RAW + raw
+    return _VALUES_ZLIB + packed if len(packed) < raw.nbytes else _VALUES_RAW + raw.tobytes()
 
 
 def _inflate(body: bytes) -> bytes:
@@ -64,10 +64,10 @@ def encode_iterations(iterations: np.ndarray) -> bytes:
     if n == 0:
         return _ITER_RANGE + _RANGE.pack(0, 1, 0)
     step = int(it[1] - it[0]) if n > 1 else 1
-    if n == 1 or (step > 0 and np.array_equal(np.diff(it), np.full(n - 1, step))):
+    deltas = np.diff(it)
+    if n == 1 or (step > 0 and bool((deltas == step).all())):
         return _ITER_RANGE + _RANGE.pack(int(it[0]), step, n)
-    deltas = np.diff(it).astype("<i8").tobytes()
-    return _ITER_DELTAS + _FIRST.pack(int(it[0])) + isal_zlib.compress(deltas, 1)
+    return _ITER_DELTAS + _FIRST.pack(int(it[0])) + isal_zlib.compress(deltas.astype("<i8"), 1)
 
 
 def decode_iterations(blob: bytes) -> np.ndarray:

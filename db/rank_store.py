@@ -40,8 +40,8 @@ class RankStore:
         """The series of one rank, replacing an earlier attempt's."""
         self.session.execute(delete(Series).where(Series.run_id == run_id, Series.rank == rank))
         rows = [_series_row(run_id, layer_ids[s.metric.layer], s) for s in series]
-        for start in range(0, len(rows), 500):
-            self.session.execute(insert(Series), rows[start : start + 500])
+        for start in range(0, len(rows), 500):  # Core executemany: the rows are complete, no ORM bookkeeping
+            self.session.execute(insert(Series.__table__), rows[start : start + 500])
 
     def clear_metrics(self, run_id: int) -> None:
         """All-or-nothing: a failed (or re-planned) run keeps no series and no layers."""
