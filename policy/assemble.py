@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,7 +27,7 @@ from fp8_policy.policy.records import (
     Precision,
     nonfinite_text,
 )
-from fp8_policy.policy.stats_log import ParsedStats, series_ranges
+from fp8_policy.policy.stats_log import ParsedStats, map_series_ranges
 
 MAX_NAME_SAMPLES = 10
 SUMMARY_THREADS = 2
@@ -90,13 +89,10 @@ def summarize(iterations: np.ndarray, values: np.ndarray) -> SeriesSummary:
 def summaries(offsets: np.ndarray, iterations: np.ndarray, values: np.ndarray) -> list[SeriesSummary]:
     """Summaries of the series [offsets[k]:offsets[k+1]]: counts, and min/max/mean/p95 over the finite points
     (equal to NumPy's per series, computed in one compiled pass: policy/_summary_kernel.py)."""
-    ranges = series_ranges(offsets, SUMMARY_THREADS)
-    if len(ranges) == 1:
-        counts, stats = summarize_series(offsets, values)
-    else:  # the kernel releases the GIL: each thread summarises a range of series
-        with ThreadPoolExecutor(len(ranges)) as pool:
-            parts = list(pool.map(lambda r: summarize_series(offsets[r[0] : r[1] + 1], values), ranges))
-        counts, stats = np.concatenate([c for c, _ in parts]), np.concatenate([s for _, s in parts])
+    parts = map_series_ranges(
+        offsets, SUMMARY_THREADS, lambda first, stop: summarize_series(offsets[first : stop + 1], values)
+    )
+    counts, stats = np.concatenate([c for c, _ in parts]), np.concatenate([s for _, s in parts])
     out = []
     for k, (finite, nans, posinf, neginf) in enumerate(counts.tolist()):
         lo, hi = int(offsets[k]), int(offsets[k + 1])

@@ -19,10 +19,10 @@ from __future__ import annotations
 import re
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 import numpy as np
 
@@ -48,6 +48,7 @@ _LIT_VALUE = np.frombuffer(b"value=", dtype=np.uint8)
 # A block's points grouped by series id: offsets, iterations, values (see kernel.group_block)
 _Grouped = tuple[np.ndarray, np.ndarray, np.ndarray]
 _Pending = tuple[np.ndarray | None, "Future[_Scratch] | None"]  # (None, None): an over-long line, dropped
+T = TypeVar("T")
 _STAGING_POINTS = 4 * 1024 * 1024  # points per staging chunk (32 MiB of iterations, 32 MiB of values)
 
 
@@ -151,6 +152,12 @@ class _Scratch:
         self.first_new = 0
         self.offsets = np.zeros(1, dtype=np.int64)
         self.points = 0
+
+    def group(self) -> None:
+        """Group the OK lines of the block last scanned here by series (kernel.group_block)."""
+        self.offsets, self.points = kernel.group_block(
+            self.status, self.sids, self.iters, self.vals, self.n, self.out_it, self.out_val
+        )
 
     def grouped(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return self.offsets, self.out_it[: self.points], self.out_val[: self.points]
@@ -284,9 +291,7 @@ class StatsLogParser:
             buf, words, head, _LIT_ITER, _LIT_VALUE, *t.arrays, insert,
             out.ends, out.status, out.sids, out.iters, out.vals, out.starts, out.new_start, out.new_stop, out.successor,
         )  # fmt: skip
-        out.offsets, out.points = kernel.group_block(
-            out.status, out.sids, out.iters, out.vals, out.n, out.out_it, out.out_val
-        )
+        out.group()
         return out
 
     def _take_scratch(self, lines: int) -> _Scratch:
@@ -319,9 +324,7 @@ class StatsLogParser:
         changed = self._drop_long_lines(report, status, out.starts[: n + 1])
         changed |= self._slow_path(data, report, status, out.sids, out.iters, out.vals, out.starts)
         if changed:  # lines the scan grouped were dropped, or the regex took lines it did not: group again
-            out.offsets, out.points = kernel.group_block(
-                out.status, out.sids, out.iters, out.vals, n, out.out_it, out.out_val
-            )
+            out.group()
         report.lines_read += n
         report.blank_lines += int(np.count_nonzero(status == kernel.STATUS_BLANK))
         report.stats_lines += out.points
@@ -392,8 +395,7 @@ class StatsLogParser:
             for block in self._grouped:
                 kernel.append_block(*block, cursor, its, vals, first, stop)
 
-        with ThreadPoolExecutor(self.workers) as pool:  # the copy is memory-bound: each thread gets a series range
-            list(pool.map(copy, *zip(*series_ranges(offsets, self.workers), strict=True)))
+        map_series_ranges(offsets, self.workers, copy)  # memory-bound: each thread copies a range of series
         self._grouped, self._staging = [], _Staging()
         return _deduplicate(self._table.names, offsets, its, vals, self._files)
 
@@ -409,6 +411,16 @@ def series_ranges(offsets: np.ndarray, parts: int) -> list[tuple[int, int]]:
             cuts.append(cut)
     cuts.append(n_series)
     return list(zip(cuts[:-1], cuts[1:], strict=True))
+
+
+def map_series_ranges(offsets: np.ndarray, parts: int, work: Callable[[int, int], T]) -> list[T]:
+    """work(first, stop) for each of series_ranges(offsets, parts), one thread each when there are several
+    (for kernels that release the GIL)."""
+    ranges = series_ranges(offsets, parts)
+    if len(ranges) == 1:
+        return [work(*ranges[0])]
+    with ThreadPoolExecutor(len(ranges)) as pool:
+        return list(pool.map(lambda r: work(*r), ranges))
 
 
 def _deduplicate(
