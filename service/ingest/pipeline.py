@@ -150,7 +150,7 @@ class _FirstRank:
             return
         parse = _RankParse(self.settings, logfile.rank)
         try:
-            parse.feed(ChunkedReader(stream), streamed)  # type: ignore[arg-type]
+            parse.feed(stream, streamed)
         except StatsLogError:
             return
         self.parse = parse
@@ -174,7 +174,8 @@ class _RankParse:
         self.reports: list[dict] = []
 
     def feed(self, stream: IO[bytes], source: str) -> None:
-        report = self.parser.feed(stream, source)
+        """One member's stream, read 1 MiB at a time into the parser's blocks (see ChunkedReader)."""
+        report = self.parser.feed(ChunkedReader(stream), source)  # type: ignore[arg-type]
         self.reports.append(
             {
                 "path": report.source,
@@ -217,7 +218,7 @@ def ingest_rank(ctx: JobContext, job: ClaimedJob) -> None:
             extract_limits(ctx.settings),
             hint,
             stats=[s for _m, s in files],
-            on_stats=lambda streamed, stream: parse.feed(ChunkedReader(stream), member_of[streamed]),  # type: ignore[arg-type]
+            on_stats=lambda streamed, stream: parse.feed(stream, member_of[streamed]),
             spill_dir=_spill_dir(ctx),
         )
     assembled, result = parse.finish(metadata_from_json(plan["metadata_log"]))
