@@ -15,7 +15,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from fp8_policy.policy._name_kernel import hash_name, lookup, lookup_or_insert, same_name
+from fp8_policy.policy._name_kernel import hash_name, load_u64, lookup, lookup_or_insert, same_name
 
 STATUS_OK = 0
 STATUS_BLANK = 1
@@ -257,52 +257,114 @@ def _parse_exact(buf, s, e, out_line):
     return (-value if neg else value), True
 
 
-@numba.njit(nogil=True, cache=True)
-def count_lines(buf: np.ndarray) -> int:
-    """Number of lines in buf (a last line without newline counts)."""
-    count = 0
-    for k in range(buf.shape[0]):
-        count += buf[k] == 10
-    if buf.shape[0] > 0 and buf[buf.shape[0] - 1] != 10:
-        count += 1
-    return count
+def _header_words(pattern: bytes) -> tuple[np.uint64, np.uint64, np.uint64, np.uint64]:
+    """SWAR constants for one 8-byte piece of the timestamp ('D' = any digit): (template, must-be-zero mask,
+    digit add, digit carry). A piece x matches when y = x ^ template has no bit of the mask set (literal bytes
+    equal, digit bytes 0x30..0x3F) and y + add carries into no digit byte's 0x10 bit (0x30..0x39)."""
+    template = mask = add = carry = 0
+    for k, char in enumerate(pattern):
+        if char == ord("D"):
+            template |= 0x30 << 8 * k
+            mask |= 0xF0 << 8 * k
+            add |= 0x06 << 8 * k
+            carry |= 0x10 << 8 * k
+        else:
+            template |= char << 8 * k
+            mask |= 0xFF << 8 * k
+    return np.uint64(template), np.uint64(mask), np.uint64(add), np.uint64(carry)
 
 
-_ONES = np.uint64(0x0101010101010101)
-_HIGHS = np.uint64(0x8080808080808080)
-_NEWLINES = np.uint64(0x0A0A0A0A0A0A0A0A)
+def _word(text: bytes) -> np.uint64:
+    return np.frombuffer(text.ljust(8, b"\0"), dtype="<u8")[0]
 
 
-@numba.njit(nogil=True, cache=True)
-def line_ends_into(buf: np.ndarray, words: np.ndarray, head: int, ends: np.ndarray) -> int:
-    """Write the index of every newline (plus len(buf) for a last line without one) into `ends` (at least
-    count_lines(buf) long); returns how many.
+_TS0 = _header_words(b"DDDD-DD-")  # "YYYY-MM-DD HH:MM:SS,mmm " in three pieces
+_TS1 = _header_words(b"DD DD:DD")
+_TS2 = _header_words(b":DD,DDD ")
+_SEP_IT, _ERATION = _word(b" \t\t\t\t it"), _word(b"eration=")  # nvdlfw's " \t\t\t\t " then the keys
+_SEP_VA, _LUE = _word(b" \t\t\t\t va"), _word(b"lue=")
+_LOW4 = np.uint64(0xFFFFFFFF)
+_FAST_TAIL_BYTES = 80  # the most the fast tail reads past the name, with room to spare
 
-    `words` views buf[head:head + 8*len(words)] as aligned uint64; a word is only looked at byte
-    by byte when the has-zero-byte trick says it holds a newline.
-    """
-    n = buf.shape[0]
-    c = 0
-    for k in range(min(head, n)):
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _timestamp_piece(buf, i: int, piece) -> bool:
+    template, mask, add, carry = piece
+    y = load_u64(buf, i) ^ template
+    return (y & mask) == 0 and ((y + add) & carry) == 0
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _header_fast(buf, i: int) -> int:
+    """`_header_end` for a line with at least 48 bytes after i: the timestamp checked 8 bytes at a time."""
+    if not (_timestamp_piece(buf, i, _TS0) and _timestamp_piece(buf, i + 8, _TS1)):
+        return -1
+    if not _timestamp_piece(buf, i + 16, _TS2) or buf[i + 24] != 45 or buf[i + 25] != 32:
+        return -1
+    j = i + 26
+    while j < i + 42 and 65 <= buf[j] <= 90:
+        j += 1
+    if j == i + 26 or buf[j] != 32 or buf[j + 1] != 45 or buf[j + 2] != 32:
+        return -1  # also a level of 16 letters or more: _header_end decides
+    return j + 3
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _tail_fast(buf, q: int, out_line) -> tuple[float, int]:
+    """What follows a predicted name at q, read forwards, exactly as nvdlfw_inspect writes it:
+    `` \t\t\t\t iteration=<digits> \t\t\t\t value=[-]<digits>.<4 digits>`` then LF or CRLF.
+
+    Returns (value, index of the line's newline) and sets out_line[2] to the iteration, or (0.0, -1) for
+    anything else (the general path decides). The caller keeps q + _FAST_TAIL_BYTES within buf."""
+    if load_u64(buf, q) != _SEP_IT or load_u64(buf, q + 8) != _ERATION:
+        return 0.0, -1
+    r = q + 16
+    first = r
+    it = 0
+    while r - first < 19 and _is_digit(buf[r]):
+        it = it * 10 + (buf[r] - 48)
+        r += 1
+    if r == first or r - first > 18:
+        return 0.0, -1
+    if load_u64(buf, r) != _SEP_VA or (load_u64(buf, r + 8) & _LOW4) != _LUE:
+        return 0.0, -1
+    r += 12
+    neg = buf[r] == 45
+    if neg:
+        r += 1
+    first = r
+    whole = 0
+    while r - first < 15 and _is_digit(buf[r]):
+        whole = whole * 10 + (buf[r] - 48)
+        r += 1
+    if r == first or r - first >= 15 or buf[r] != 46:
+        return 0.0, -1
+    frac = 0
+    for k in range(r + 1, r + 5):
+        c = buf[k]
+        if not _is_digit(c):
+            return 0.0, -1
+        frac = frac * 10 + (c - 48)
+    r += 5
+    if buf[r] == 13:
+        r += 1
+    if buf[r] != 10:
+        return 0.0, -1
+    mant = whole * 10000 + frac
+    if mant >= _MAX_EXACT:
+        return 0.0, -1
+    value = mant / 10000.0  # exact operands: correctly rounded, equals float(text)
+    out_line[2] = it
+    return (-value if neg else value), r
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _line_end(buf, start: int, stop: int) -> int:
+    """Index of the first newline in buf[start:stop], or stop (a last line without one)."""
+    for k in range(start, stop):
         if buf[k] == 10:
-            ends[c] = k
-            c += 1
-    for w in range(words.shape[0]):
-        x = words[w] ^ _NEWLINES
-        if (x - _ONES) & ~x & _HIGHS:
-            base = head + 8 * w
-            for b in range(8):
-                if buf[base + b] == 10:
-                    ends[c] = base + b
-                    c += 1
-    for k in range(head + 8 * words.shape[0], n):
-        if buf[k] == 10:
-            ends[c] = k
-            c += 1
-    if n > 0 and buf[n - 1] != 10:
-        ends[c] = n
-        c += 1
-    return c
+            return k
+    return stop
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -316,8 +378,6 @@ def _is_blank(buf, s, e) -> bool:
 @numba.njit(nogil=True, cache=True)
 def scan_block(
     buf,
-    words,
-    head,
     lit_iter,
     lit_value,
     keys,
@@ -328,7 +388,9 @@ def scan_block(
     arena_off,
     sid_len,
     insert,
-    ends,
+    first_new,
+    line,
+    pos,
     status,
     sids,
     iters,
@@ -338,36 +400,46 @@ def scan_block(
     new_stop,
     successor,
 ):
-    """Scan every line of `buf` (whole lines; the last may lack its newline) into the given arrays.
+    """Scan the lines of `buf` (whole lines; the last may lack its newline) from byte `pos`, line number `line`,
+    until the end of buf or until the output arrays are full; returns (lines scanned in all, next byte).
 
-    Per line: status, series id, iteration, value, line start (`ends`, `status`, `sids`, `iters`, `vals`
-    at least count_lines(buf) long, `starts` one more); for names first seen here, their (start, stop)
-    offsets in new_start/new_stop, indexed by id; `successor` is scratch (MAX_NAMES long). The arrays
-    are the caller's, reused from block to block: fresh memory page-faults on first touch, which cost
-    as much as a third of the scan. Returns (lines, first new id). With insert=False the name table is
-    only read, so several blocks can be scanned in parallel threads; an unknown name then takes the slow
-    path, where Python inserts it.
+    Per line: status, series id, iteration, value (`status`, `sids`, `iters`, `vals` of one capacity,
+    `starts` one longer) and its start; for names inserted here (ids >= first_new), their (start, stop)
+    offsets in new_start/new_stop, indexed by id. `successor[id]` is the id that followed `id` last time:
+    nvdlfw_inspect writes the same names in the same cycle every logged iteration, so the predicted name is
+    compared in place (same_name) and the rest of the line read forwards once (_tail_fast): no newline
+    search, no hash. A line the prediction does not fit takes the general path: its end found, the tail
+    parsed backwards (_parse_exact, then _parse_line), the name hashed and looked up. Either way a line gets
+    exactly the name, iteration and value the reference regex gives it: after a name ending in a non-blank
+    only one split of the line can match the regex's tail through its end of line.
+
+    With insert=False the name table is only read, so several blocks can be scanned in parallel threads;
+    an unknown name then takes the slow path, where Python inserts it. The arrays are the caller's, reused
+    from block to block (fresh memory page-faults on first touch).
     """
-    cap = line_ends_into(buf, words, head, ends)
-    first_new = counter[0]
+    n = buf.shape[0]
+    capacity = status.shape[0]
     scratch = np.zeros(3, dtype=np.int64)
-    successor[:] = -1  # id that followed each id last time (this block)
-    new_stop[:] = 0
     previous = -1
-    pos = 0
-    for line in range(cap):
-        end = ends[line]
+    while pos < n and line < capacity:
         starts[line] = pos
-        value, ok = _parse_exact(buf, pos, end, scratch)
-        if not ok:
-            value, ok = _parse_line(buf, pos, end, lit_iter, lit_value, scratch)
         sid = -1
-        if ok:
-            length = scratch[1] - scratch[0]
-            guess = successor[previous] if previous >= 0 else -1
-            if guess >= 0 and same_name(arena, arena_off, sid_len, guess, buf, scratch[0], length):
-                sid = guess
-            else:
+        end = -1
+        value = 0.0
+        guess = successor[previous] if previous >= 0 else -1
+        if guess >= 0 and pos + 48 + sid_len[guess] + _FAST_TAIL_BYTES <= n:
+            name_start = _header_fast(buf, pos)
+            if name_start >= 0 and same_name(arena, arena_off, sid_len, guess, buf, name_start, sid_len[guess]):
+                value, end = _tail_fast(buf, name_start + sid_len[guess], scratch)
+                if end >= 0:
+                    sid = guess
+        if sid < 0:
+            end = _line_end(buf, pos, n)
+            value, ok = _parse_exact(buf, pos, end, scratch)
+            if not ok:
+                value, ok = _parse_line(buf, pos, end, lit_iter, lit_value, scratch)
+            if ok:
+                length = scratch[1] - scratch[0]
                 h = hash_name(buf, scratch[0], scratch[1])
                 if insert:
                     sid = lookup_or_insert(
@@ -380,7 +452,7 @@ def scan_block(
                     sid = lookup(keys, lengths, ids, h, length)
                 if previous >= 0 and sid >= 0:
                     successor[previous] = sid
-            previous = sid
+        previous = sid
         if sid >= 0:
             status[line] = STATUS_OK
             sids[line] = sid
@@ -389,8 +461,9 @@ def scan_block(
         else:
             status[line] = STATUS_BLANK if _is_blank(buf, pos, end) else STATUS_SLOW
         pos = end + 1
-    starts[cap] = pos
-    return cap, first_new
+        line += 1
+    starts[line] = pos
+    return line, pos
 
 
 @numba.njit(nogil=True, cache=True)

@@ -50,6 +50,7 @@ _Grouped = tuple[np.ndarray, np.ndarray, np.ndarray]
 _Pending = tuple[np.ndarray | None, "Future[_Scratch] | None"]  # (None, None): an over-long line, dropped
 T = TypeVar("T")
 _STAGING_POINTS = 4 * 1024 * 1024  # points per staging chunk (32 MiB of iterations, 32 MiB of values)
+_EXPECTED_LINE_BYTES = 80  # scratch sets are sized for blocks of lines this long on average (real ones: ~140)
 
 
 class StatsLogError(ValueError):
@@ -139,19 +140,39 @@ class _Scratch:
     def __init__(self, lines: int) -> None:
         self.lines = lines
         m = lines + 1
-        wide = np.empty(6 * m + 3 * MAX_NAMES, dtype=np.int64)
+        wide = np.empty(5 * m + 3 * MAX_NAMES, dtype=np.int64)
         small = np.empty(5 * m, dtype=np.uint8)
-        self.ends, self.starts, self.iters = wide[:m], wide[m : 2 * m], wide[2 * m : 3 * m]
-        self.vals = wide[3 * m : 4 * m].view(np.float64)
-        self.out_it, self.out_val = wide[4 * m : 5 * m], wide[5 * m : 6 * m].view(np.float64)
-        names = wide[6 * m :]
+        self.starts, self.iters = wide[:m], wide[m : 2 * m]
+        self.vals = wide[2 * m : 3 * m].view(np.float64)
+        self.out_it, self.out_val = wide[3 * m : 4 * m], wide[4 * m : 5 * m].view(np.float64)
+        names = wide[5 * m :]
         self.new_start, self.new_stop = names[:MAX_NAMES], names[MAX_NAMES : 2 * MAX_NAMES]
         self.successor = names[2 * MAX_NAMES :]
-        self.sids, self.status = small[: 4 * m].view(np.int32), small[4 * m :].view(np.int8)
+        self.sids, self.status = small[: 4 * m].view(np.int32)[:lines], small[4 * m : 5 * m - 1].view(np.int8)
         self.n = 0  # lines of the block last scanned here
         self.first_new = 0
         self.offsets = np.zeros(1, dtype=np.int64)
         self.points = 0
+
+    def start(self, successor: np.ndarray | None) -> None:
+        """Before a block: no name registered yet; name predictions from `successor` (None: none)."""
+        self.new_stop[:] = 0
+        if successor is None:
+            self.successor[:] = -1
+        else:
+            self.successor[:] = successor
+
+    def take_over(self, smaller: _Scratch, lines: int) -> None:
+        """Continue a block `smaller` ran out of room for: its first `lines` lines and its name arrays."""
+        for mine, theirs in (
+            (self.status, smaller.status),
+            (self.sids, smaller.sids),
+            (self.iters, smaller.iters),
+            (self.vals, smaller.vals),
+            (self.starts, smaller.starts),
+        ):
+            mine[:lines] = theirs[:lines]
+        self.new_start[:], self.new_stop[:], self.successor[:] = smaller.new_start, smaller.new_stop, smaller.successor
 
     def group(self) -> None:
         """Group the OK lines of the block last scanned here by series (kernel.group_block)."""
@@ -207,6 +228,7 @@ class StatsLogParser:
         self._free: list[np.ndarray] = []
         self._scratch: list[_Scratch] = []  # sets not in use by a scanned, not yet absorbed block
         self._scratch_lock = threading.Lock()
+        self._successor: np.ndarray | None = None  # name predictions learnt from the first block (scan_block)
 
     def feed(self, stream: BinaryIO, source: str) -> FileReport:
         """Parse one file; raises NoStatsLines when it holds no statistics line at all."""
@@ -281,16 +303,29 @@ class StatsLogParser:
             self._free.append(base)
 
     def _kernel(self, buf: np.ndarray, insert: bool) -> _Scratch:
-        """Scan and group one block (in a pool thread except for the first block) into a scratch set."""
+        """Scan and group one block (in a pool thread except for the first block) into a scratch set.
+
+        The set is sized for the block's usual number of lines; a block of shorter lines continues in a larger
+        set (the kernel stops when its arrays are full)."""
         t = self._table
-        head = (-buf.ctypes.data) % 8
-        body = (buf.shape[0] - head) // 8 if buf.shape[0] > head else 0
-        words = buf[head : head + 8 * body].view(np.uint64)
-        out = self._take_scratch(kernel.count_lines(buf))
-        out.n, out.first_new = kernel.scan_block(
-            buf, words, head, _LIT_ITER, _LIT_VALUE, *t.arrays, insert,
-            out.ends, out.status, out.sids, out.iters, out.vals, out.starts, out.new_start, out.new_stop, out.successor,
-        )  # fmt: skip
+        out = self._take_scratch(buf.shape[0] // _EXPECTED_LINE_BYTES + 64)
+        out.start(self._successor)
+        first_new = int(t.counter[0])
+        line, pos = 0, 0
+        while True:
+            line, pos = kernel.scan_block(
+                buf, _LIT_ITER, _LIT_VALUE, *t.arrays, insert, first_new, line, pos,
+                out.status, out.sids, out.iters, out.vals, out.starts, out.new_start, out.new_stop, out.successor,
+            )  # fmt: skip
+            if pos >= buf.shape[0]:
+                break
+            larger = _Scratch(out.lines * 2)
+            larger.take_over(out, line)
+            self._give_back(out)
+            out = larger
+        out.n, out.first_new = line, first_new
+        if insert:  # the first block of a file: later blocks start with its name order as their predictions
+            self._successor = out.successor.copy()
         out.group()
         return out
 

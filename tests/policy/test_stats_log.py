@@ -9,6 +9,7 @@ import math
 import random
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -323,6 +324,19 @@ def test_tiny_blocks_give_the_same_result_as_one_big_block(block_bytes: int, wor
     assert report.skipped_lines == 13 and report.blank_lines == 7
 
 
+def test_a_block_of_many_short_lines_is_scanned_whole() -> None:
+    """Scratch sets are sized for lines of usual length; a block of far shorter ones continues in larger sets."""
+    texts = []
+    for it in range(400):
+        texts += [stats_line(NAME, it, it / 8), *([""] * 40), "x", stats_line(OTHER, it, -it / 4)]
+    data = lines(*texts)
+
+    parsed, (report,) = parse(data, block_bytes=BIG_BLOCK, workers=2)
+
+    assert (report.lines_read, report.stats_lines, report.blank_lines, report.skipped_lines) == (17200, 800, 16000, 400)
+    assert_same_series(parsed, {NAME: {it: it / 8 for it in range(400)}, OTHER: {it: -it / 4 for it in range(400)}})
+
+
 @pytest.mark.parametrize("block_bytes", [7, 64, 1000])
 def test_line_longer_than_max_line_bytes_across_blocks_is_dropped_and_counted(block_bytes: int) -> None:
     data = lines(stats_line(NAME, 0, 1.0), f"{HEADER}{'x' * 5000}", stats_line(NAME, 10, 2.0))
@@ -488,6 +502,49 @@ def test_random_logs_fast_path_equals_reference_regex(seed: int) -> None:
         n_points = sum(len(v) for v in expected.values())
         assert parsed.points == n_points
         assert parsed.duplicated_points == expected_report.stats_lines - n_points
+
+
+_EDIT_BYTES = b" \t\r\n-+.,0123456789=:aeinuvxT"
+
+
+def _single_byte_edits(line: bytes) -> Iterator[bytes]:
+    """Every deletion, and every replacement and insertion of an _EDIT_BYTES byte, at every position of `line`."""
+    for at in range(len(line) + 1):
+        if at < len(line):
+            yield line[:at] + line[at + 1 :]
+        for byte in _EDIT_BYTES:
+            yield line[:at] + bytes([byte]) + line[at:]
+            if at < len(line) and line[at] != byte:
+                yield line[:at] + bytes([byte]) + line[at + 1 :]
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+@pytest.mark.parametrize("value", ["12.3456", "-0.5000"])
+def test_every_single_byte_edit_of_a_predicted_line_reads_like_the_reference(newline: str, value: str) -> None:
+    """The scanner predicts each line's name from the name order seen so far and reads the rest of the line
+    forwards (kernel.scan_block): here the predicted line, between two lines that keep the cycle going, is
+    edited in every way one byte can, and every edit must read exactly as the spec's regex reads it."""
+    first, edited, last = _NAMES[0], _NAMES[1], _NAMES[2]
+    line = f"{HEADER}{edited} \t\t\t\t iteration=000007 \t\t\t\t value={value}".encode()
+    cycles = [lines(*(stats_line(name, 0, 1.0) for name in (first, edited, last)), newline=newline)]
+    for iteration, variant in enumerate(_single_byte_edits(line), start=1):
+        variant = variant.replace(b"000007", b"%06d" % iteration, 1)  # each variant its own point where it parses
+        cycles.append(
+            stats_line(first, iteration, 2.0).encode()
+            + newline.encode()
+            + variant
+            + newline.encode()
+            + stats_line(last, iteration, 3.0).encode()
+            + newline.encode()
+        )
+    data = b"".join(cycles)
+    expected, expected_report = _reference_parse(data)
+    assert len(cycles) > 3000 and len(expected[edited]) > 100  # the edits that still parse are many
+
+    parsed, (report,) = parse(data, block_bytes=BIG_BLOCK, workers=2)
+
+    assert report == expected_report
+    assert_same_series(parsed, expected)
 
 
 @pytest.mark.parametrize("seed", range(4))

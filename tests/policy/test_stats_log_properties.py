@@ -209,3 +209,63 @@ def test_appended_sessions_last_file_wins(sessions) -> None:
     assert parsed.duplicated_points == duplicates
     got = {name: dict(zip(*(a.tolist() for a in parsed.series(k)), strict=True)) for k, name in enumerate(parsed.names)}
     assert all(same(got[n][i], v) for n, points in expected.items() for i, v in points.items())
+
+
+# --- predicted names (scan_block's fast path) --------------------------------------------------------------------
+# nvdlfw_inspect writes the same names in the same order every logged iteration, and the scanner compares the name
+# it predicts from that order in place, then reads the rest of the line forwards. Logs that cycle like the real
+# ones, with single-byte edits anywhere in a few lines, check that a prediction never reads a line differently
+# from the reference regex (a name with a suffix, another separator, more decimals, a CR, a digit in the header).
+
+_EDIT_BYTES = b" \t\r\n-+.0123456789=anixvT:,Z"
+
+
+@st.composite
+def cyclic_logs_with_edits(draw) -> tuple[list[str], str]:
+    names = draw(st.lists(metric_names, min_size=1, max_size=6, unique=True))
+    cycles = draw(st.integers(2, 12))
+    lines = [
+        f"{TS} - INFO - {name} \t\t\t\t iteration={cycle:06d} \t\t\t\t value={draw(values)}"
+        for cycle in range(cycles)
+        for name in names
+    ]
+    for _ in range(draw(st.integers(0, 12))):
+        k = draw(st.integers(0, len(lines) - 1))
+        line = lines[k].encode()
+        near = st.integers(max(0, len(line) - 48), len(line))  # the tail read forwards, or the header
+        at = draw(st.one_of(near, st.integers(0, 40), st.integers(0, len(line))))
+        byte = bytes([draw(st.sampled_from(_EDIT_BYTES))])
+        edit = draw(st.sampled_from(["replace", "insert", "delete"]))
+        if edit == "insert" or at == len(line):
+            line = line[:at] + byte + line[at:]
+        elif edit == "replace":
+            line = line[:at] + byte + line[at + 1 :]
+        else:
+            line = line[:at] + line[at + 1 :]
+        lines[k : k + 1] = line.decode("latin-1").split("\n")  # an inserted newline splits the line
+    if not any(STATS_LINE.match(line) for line in lines):
+        lines.append(draw(stats_lines))
+    return lines, draw(st.sampled_from(["\n", "\r\n"]))
+
+
+@fuzz(200)
+@given(log=cyclic_logs_with_edits(), block_bytes=st.sampled_from([4096, 1 << 20]), workers=st.integers(1, 2))
+def test_predicted_names_read_every_line_like_the_reference(log, block_bytes: int, workers: int) -> None:
+    lines, newline = log
+    data = "".join(line + newline for line in lines).encode("latin-1")
+    expected, stats, blank, skipped, duplicates = reference([line.rstrip("\r") for line in lines])
+
+    report, parsed = parse(data, {"block_bytes": block_bytes, "workers": workers, "max_line_bytes": 4096})
+
+    assert (report.lines_read, report.stats_lines, report.blank_lines, report.skipped_lines) == (
+        len(lines),
+        stats,
+        blank,
+        skipped,
+    )
+    assert parsed.duplicated_points == duplicates
+    got = {name: dict(zip(*(a.tolist() for a in parsed.series(k)), strict=True)) for k, name in enumerate(parsed.names)}
+    assert got.keys() == expected.keys()
+    for name, points in expected.items():
+        assert sorted(got[name]) == sorted(points)
+        assert all(same(got[name][it], value) for it, value in points.items()), name
