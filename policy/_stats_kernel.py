@@ -399,13 +399,15 @@ def scan_block(
     new_start,
     new_stop,
     successor,
+    counts,
 ):
     """Scan the lines of `buf` (whole lines; the last may lack its newline) from byte `pos`, line number `line`,
     until the end of buf or until the output arrays are full; returns (lines scanned in all, next byte).
 
     Per line: status, series id, iteration, value (`status`, `sids`, `iters`, `vals` of one capacity,
     `starts` one longer) and its start; for names inserted here (ids >= first_new), their (start, stop)
-    offsets in new_start/new_stop, indexed by id. `successor[id]` is the id that followed `id` last time:
+    offsets in new_start/new_stop, indexed by id; counts[0] += blank lines, counts[1] += slow-path lines,
+    counts[2] = max(counts[2], longest line without its newline). `successor[id]` is the id that followed `id` last time:
     nvdlfw_inspect writes the same names in the same cycle every logged iteration, so the predicted name is
     compared in place (same_name) and the rest of the line read forwards once (_tail_fast): no newline
     search, no hash. A line the prediction does not fit takes the general path: its end found, the tail
@@ -458,8 +460,14 @@ def scan_block(
             sids[line] = sid
             iters[line] = scratch[2]
             vals[line] = value
+        elif _is_blank(buf, pos, end):
+            status[line] = STATUS_BLANK
+            counts[0] += 1
         else:
-            status[line] = STATUS_BLANK if _is_blank(buf, pos, end) else STATUS_SLOW
+            status[line] = STATUS_SLOW
+            counts[1] += 1
+        if end - pos > counts[2]:
+            counts[2] = end - pos
         pos = end + 1
         line += 1
     starts[line] = pos

@@ -131,39 +131,63 @@ class _NameTable(NameTable):
         return sid
 
 
+class _Staging:
+    """Where grouped points wait for `finish`: large chunks filled in order (huge pages, no per-block
+    allocation); a block's points are grouped straight into the space `reserve` hands out."""
+
+    def __init__(self) -> None:
+        self.its: np.ndarray = np.empty(0, dtype=np.int64)
+        self.vals: np.ndarray = np.empty(0, dtype=np.float64)
+        self.used = 0
+
+    def reserve(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Room for up to n points (views); `commit` then says how many were written."""
+        if self.used + n > self.its.shape[0]:
+            size = max(_STAGING_POINTS, n)
+            self.its, self.vals, self.used = np.empty(size, np.int64), np.empty(size, np.float64), 0
+        return self.its[self.used : self.used + n], self.vals[self.used : self.used + n]
+
+    def commit(self, n: int) -> None:
+        self.used += n
+
+
 class _Scratch:
     """The kernels' outputs for one block, reused from block to block (a block's results stay here until it
     is absorbed). One backing buffer per set: fresh memory page-faults on its first touch, and a buffer of a
     few MiB gets transparent huge pages (NumPy asks for them from 4 MiB), so a reused or huge-paged set
-    costs a few faults where per-block arrays cost tens of thousands on the 6M-line benchmark."""
+    costs a few faults where per-block arrays cost tens of thousands on the 6M-line benchmark.
+
+    Each set groups its blocks' points into its own staging chunks, in whichever thread holds it: the
+    grouped points are written once, where `finish` reads them, and never copied by the feeding thread."""
 
     def __init__(self, lines: int) -> None:
         self.lines = lines
         m = lines + 1
-        wide = np.empty(5 * m + 3 * MAX_NAMES, dtype=np.int64)
+        wide = np.empty(3 * m + 3 * MAX_NAMES, dtype=np.int64)
         small = np.empty(5 * m, dtype=np.uint8)
         self.starts, self.iters = wide[:m], wide[m : 2 * m]
         self.vals = wide[2 * m : 3 * m].view(np.float64)
-        self.out_it, self.out_val = wide[3 * m : 4 * m], wide[4 * m : 5 * m].view(np.float64)
-        names = wide[5 * m :]
+        names = wide[3 * m :]
         self.new_start, self.new_stop = names[:MAX_NAMES], names[MAX_NAMES : 2 * MAX_NAMES]
         self.successor = names[2 * MAX_NAMES :]
         self.sids, self.status = small[: 4 * m].view(np.int32)[:lines], small[4 * m : 5 * m - 1].view(np.int8)
+        self.counts = np.zeros(3, dtype=np.int64)  # blank lines, slow-path lines, longest line (kernel.scan_block)
+        self.staging = _Staging()
         self.n = 0  # lines of the block last scanned here
         self.first_new = 0
-        self.offsets = np.zeros(1, dtype=np.int64)
-        self.points = 0
+        self.grouped: _Grouped = (np.zeros(1, dtype=np.int64), np.empty(0, np.int64), np.empty(0, np.float64))
 
     def start(self, successor: np.ndarray | None) -> None:
-        """Before a block: no name registered yet; name predictions from `successor` (None: none)."""
+        """Before a block: no name registered yet, nothing counted; name predictions from `successor`."""
         self.new_stop[:] = 0
+        self.counts[:] = 0
         if successor is None:
             self.successor[:] = -1
         else:
             self.successor[:] = successor
 
     def take_over(self, smaller: _Scratch, lines: int) -> None:
-        """Continue a block `smaller` ran out of room for: its first `lines` lines and its name arrays."""
+        """Continue a block `smaller` ran out of room for: its first `lines` lines, counts and name arrays."""
         for mine, theirs in (
             (self.status, smaller.status),
             (self.sids, smaller.sids),
@@ -172,36 +196,15 @@ class _Scratch:
             (self.starts, smaller.starts),
         ):
             mine[:lines] = theirs[:lines]
+        self.counts[:] = smaller.counts
         self.new_start[:], self.new_stop[:], self.successor[:] = smaller.new_start, smaller.new_stop, smaller.successor
 
     def group(self) -> None:
-        """Group the OK lines of the block last scanned here by series (kernel.group_block)."""
-        self.offsets, self.points = kernel.group_block(
-            self.status, self.sids, self.iters, self.vals, self.n, self.out_it, self.out_val
-        )
-
-    def grouped(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self.offsets, self.out_it[: self.points], self.out_val[: self.points]
-
-
-class _Staging:
-    """Where absorbed blocks' grouped points wait for `finish`: large chunks filled in order (huge pages,
-    no per-block allocation)."""
-
-    def __init__(self) -> None:
-        self.its: np.ndarray = np.empty(0, dtype=np.int64)
-        self.vals: np.ndarray = np.empty(0, dtype=np.float64)
-        self.used = 0
-
-    def put(self, its: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        n = its.shape[0]
-        if self.used + n > self.its.shape[0]:
-            size = max(_STAGING_POINTS, n)
-            self.its, self.vals, self.used = np.empty(size, np.int64), np.empty(size, np.float64), 0
-        lo, self.used = self.used, self.used + n
-        self.its[lo : self.used] = its
-        self.vals[lo : self.used] = vals
-        return self.its[lo : self.used], self.vals[lo : self.used]
+        """Group the OK lines of the block last scanned here by series (kernel.group_block) into staging."""
+        its, vals = self.staging.reserve(self.n)
+        offsets, points = kernel.group_block(self.status, self.sids, self.iters, self.vals, self.n, its, vals)
+        self.staging.commit(points)
+        self.grouped = (offsets, its[:points], vals[:points])
 
 
 class StatsLogParser:
@@ -223,7 +226,6 @@ class StatsLogParser:
         self.workers = max(1, workers)
         self._table = _NameTable()
         self._grouped: list[_Grouped] = []  # per absorbed block, in file order (views into staging chunks)
-        self._staging = _Staging()
         self._files: list[FileReport] = []
         self._free: list[np.ndarray] = []
         self._scratch: list[_Scratch] = []  # sets not in use by a scanned, not yet absorbed block
@@ -314,8 +316,8 @@ class StatsLogParser:
         line, pos = 0, 0
         while True:
             line, pos = kernel.scan_block(
-                buf, _LIT_ITER, _LIT_VALUE, *t.arrays, insert, first_new, line, pos,
-                out.status, out.sids, out.iters, out.vals, out.starts, out.new_start, out.new_stop, out.successor,
+                buf, _LIT_ITER, _LIT_VALUE, *t.arrays, insert, first_new, line, pos, out.status, out.sids,
+                out.iters, out.vals, out.starts, out.new_start, out.new_stop, out.successor, out.counts,
             )  # fmt: skip
             if pos >= buf.shape[0]:
                 break
@@ -356,15 +358,19 @@ class StatsLogParser:
         for k in range(out.first_new, int(t.counter[0])):
             if len(t.names) == k:  # registered by this block's fast path
                 t.names.append(bytes(data[out.new_start[k] : out.new_stop[k]]).decode("utf-8", errors="replace"))
-        changed = self._drop_long_lines(report, status, out.starts[: n + 1])
-        changed |= self._slow_path(data, report, status, out.sids, out.iters, out.vals, out.starts)
+        blank, slow, longest = out.counts.tolist()
+        changed = False
+        if longest > self.max_line_bytes:
+            changed = self._drop_long_lines(report, status, out.starts[: n + 1])
+            blank = int(np.count_nonzero(status == kernel.STATUS_BLANK))  # a long blank line is dropped, too
+        if slow:
+            changed |= self._slow_path(data, report, status, out.sids, out.iters, out.vals, out.starts)
         if changed:  # lines the scan grouped were dropped, or the regex took lines it did not: group again
             out.group()
         report.lines_read += n
-        report.blank_lines += int(np.count_nonzero(status == kernel.STATUS_BLANK))
-        report.stats_lines += out.points
-        offsets, its, vals = out.grouped()
-        self._grouped.append((offsets, *self._staging.put(its, vals)))
+        report.blank_lines += blank
+        report.stats_lines += out.grouped[1].shape[0]
+        self._grouped.append(out.grouped)
         self._give_back(out)
 
     def _drop_long_lines(self, report: FileReport, status: np.ndarray, starts: np.ndarray) -> bool:
@@ -431,7 +437,7 @@ class StatsLogParser:
                 kernel.append_block(*block, cursor, its, vals, first, stop)
 
         map_series_ranges(offsets, self.workers, copy)  # memory-bound: each thread copies a range of series
-        self._grouped, self._staging = [], _Staging()
+        self._grouped, self._scratch = [], []  # the staging chunks go with them
         return _deduplicate(self._table.names, offsets, its, vals, self._files)
 
 
