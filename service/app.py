@@ -20,7 +20,7 @@ from fp8_policy.service.auth.routes import router as auth_router
 from fp8_policy.service.docs.routes import router as docs_router
 from fp8_policy.service.errors import install_error_handlers
 from fp8_policy.service.health import HEALTH_RESPONSES, HealthRead
-from fp8_policy.service.ingest.worker import IngestWorker, warm_parser
+from fp8_policy.service.ingest.worker import IngestWorker, warm_parser, warm_up_process
 from fp8_policy.service.limits import check_request
 from fp8_policy.service.live.heatmap_routes import router as live_heatmap_router
 from fp8_policy.service.live.routes import router as live_router
@@ -47,7 +47,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.engine = engine
     app.state.session_factory = factory
     app.state.unit_of_work = lambda: session_scope(factory)
-    threading.Thread(target=warm_parser, name="warm-parser", daemon=True).start()
+    warm_up = warm_up_process if app.state.long_running else warm_parser
+    threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
     app.state.renderer.warm()
     worker = IngestWorker(factory, settings)
     app.state.ingest = worker
@@ -82,6 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings = settings or get_settings()
+    app.state.long_running = False  # `fp8-policy serve` sets it: start-up objects are then frozen (warm_up_process)
     app.state.upload_gate = UploadGate(settings.max_concurrent_uploads)
     app.state.renderer = Renderer(settings)  # worker processes start at the first image
     app.add_middleware(BodyTimeoutMiddleware, timeout=settings.body_timeout)

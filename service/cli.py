@@ -105,9 +105,9 @@ def serve(
         _upgrade(settings)
     settings = _check_anonymous_access(settings, host, allow_anonymous)
     descriptors = raise_descriptor_limit()
-    config = uvicorn_config(
-        create_app(settings), settings, host=host, port=port, log_level=log_level, descriptors=descriptors
-    )
+    app = create_app(settings)
+    app.state.long_running = True
+    config = uvicorn_config(app, settings, host=host, port=port, log_level=log_level, descriptors=descriptors)
     uvicorn.Server(config).run()
 
 

@@ -33,7 +33,7 @@ def worker(concurrency: int | None, migrate: bool, log_level: str) -> None:
     import signal
 
     from fp8_policy.db.session import create_db_engine, create_session_factory
-    from fp8_policy.service.ingest.worker import IngestWorker, warm_parser
+    from fp8_policy.service.ingest.worker import IngestWorker, warm_up_process
     from fp8_policy.service.settings import get_settings
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -47,7 +47,7 @@ def worker(concurrency: int | None, migrate: bool, log_level: str) -> None:
     runner = IngestWorker(create_session_factory(engine), settings, run_jobs=True, threads=concurrency)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: runner.request_stop())
-    warm_parser()
+    warm_up_process()
     click.echo(f"worker {runner.owner}: {runner.threads} job(s) at once, archives in {runner.store.url}", err=True)
     try:
         runner.serve_forever()

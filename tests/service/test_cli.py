@@ -80,3 +80,38 @@ def test_serve_starts_uvicorn_on_the_given_port_with_a_migrated_database(tmp_pat
         server.terminate()
         server.wait(timeout=30)
     assert server.returncode is not None
+
+
+def test_serve_marks_its_app_long_running_and_a_plain_app_is_not(tmp_path: Path, monkeypatch) -> None:
+    """Only a serving process freezes its start-up objects out of the garbage collector (warm_up_process): the
+    test suite builds app after app in one process, and frozen cycles are never collected."""
+    import uvicorn
+
+    from fp8_policy.service.app import create_app
+
+    served = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self: served.append(self.config.app))
+    monkeypatch.setenv("FP8_POLICY_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("FP8_POLICY_DATABASE_URL", raising=False)
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(cli, ["serve", "--port", str(_free_port()), "--no-demo"])
+        plain = create_app(get_settings())
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 0, result.output
+    assert [app.state.long_running for app in served] == [True]
+    assert plain.state.long_running is False
+
+
+def test_warm_up_process_freezes_what_start_up_left() -> None:
+    import gc
+
+    from fp8_policy.service.ingest.worker import warm_up_process
+
+    before = gc.get_freeze_count()
+    try:
+        warm_up_process()
+        assert gc.get_freeze_count() > before
+    finally:
+        gc.unfreeze()
