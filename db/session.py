@@ -31,6 +31,11 @@ def create_db_engine(url: str, pool: Mapping[str, float] | None = None) -> Engin
     return create_engine(url, pool_pre_ping=True, **options)
 
 
+def is_in_memory(engine: Engine) -> bool:
+    """An in-memory SQLite database: it exists once per engine (a second engine would see another one)."""
+    return engine.url.get_backend_name() == "sqlite" and engine.url.database in (None, "", ":memory:")
+
+
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA foreign_keys=ON")

@@ -10,7 +10,7 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
+from fp8_policy.db.session import create_db_engine, create_session_factory, is_in_memory, session_scope
 from fp8_policy.service.alerts.routes import router as alerts_router
 from fp8_policy.service.alerts.sender import AlertSender
 from fp8_policy.service.analysis.routes import router as analysis_router
@@ -47,16 +47,25 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.engine = engine
     app.state.session_factory = factory
     app.state.unit_of_work = lambda: session_scope(factory)
+    # Background work gets its own pool, so readers holding every request connection cannot starve an ingest
+    # job into failing its run (bench/load.py's mixed load did: a plan job waited 30 s and failed). An
+    # in-memory SQLite database exists once per engine, so it keeps one.
+    background_engine = (
+        engine
+        if is_in_memory(engine)
+        else create_db_engine(settings.resolved_database_url, settings.background_pool_options())
+    )
+    background = create_session_factory(background_engine)
     warm_up = warm_up_process if app.state.long_running else warm_parser
     threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
     app.state.renderer.warm()
-    worker = IngestWorker(factory, settings)
+    worker = IngestWorker(background, settings)
     app.state.ingest = worker
     worker.resume_interrupted()
-    summaries = SummaryRefresher(factory)
+    summaries = SummaryRefresher(background)
     app.state.summaries = summaries
     summaries.catch_up()  # runs stored before a policy-version change get their summary recomputed
-    alerts = AlertSender(factory, poll_seconds=settings.alert_poll_seconds)
+    alerts = AlertSender(background, poll_seconds=settings.alert_poll_seconds)
     app.state.alerts = alerts
     if settings.load_demo:
         from fp8_policy.service.demo import load_demo_runs
@@ -70,6 +79,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         summaries.stop()
         alerts.stop()
         engine.dispose()
+        background_engine.dispose()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -62,7 +62,7 @@ class Settings(BaseSettings):
     )
 
     # Database connection pool (SQLAlchemy QueuePool). None: a per-backend default, see `pool_options`.
-    db_pool_size: int | None = Field(None, ge=1, description="Connections kept open (SQLite 20, PostgreSQL 10).")
+    db_pool_size: int | None = Field(None, ge=1, description="Connections kept open (SQLite 40, PostgreSQL 10).")
     db_max_overflow: int | None = Field(None, ge=0, description="Extra connections under load (10 on both).")
     db_pool_timeout: float = Field(30.0, gt=0, description="Seconds a request waits for a pooled connection.")
 
@@ -84,10 +84,15 @@ class Settings(BaseSettings):
         never block each other in WAL mode), PostgreSQL ones cost a server process each."""
         sqlite = self.resolved_database_url.startswith("sqlite")
         return {
-            "pool_size": self.db_pool_size or (20 if sqlite else 10),
+            "pool_size": self.db_pool_size or (40 if sqlite else 10),
             "max_overflow": self.db_max_overflow if self.db_max_overflow is not None else 10,
             "pool_timeout": self.db_pool_timeout,
         }
+
+    def background_pool_options(self) -> dict[str, float]:
+        """QueuePool options for the background engine (ingest loops and heartbeat, summaries, alerts): a
+        connection per ingest thread plus the other background threads; they wait as long as requests do."""
+        return {"pool_size": self.ingest_workers + 4, "max_overflow": 2, "pool_timeout": self.db_pool_timeout}
 
     @property
     def resolved_database_url(self) -> str:

@@ -41,12 +41,14 @@ def raise_descriptor_limit(target: int = 65536) -> int:
 
 def connection_limit(settings: Settings, descriptors: int) -> int:
     """Open connections allowed: the configured `limit_concurrency` (default 1024), lowered to what the
-    descriptor budget leaves after the database pool, the uploads' files and the reserve."""
-    pool = settings.pool_options()
+    descriptor budget leaves after the database pools (requests, background work), the uploads' files and
+    the reserve."""
+    pool, background = settings.pool_options(), settings.background_pool_options()
     budget = (
         descriptors
         - RESERVED_DESCRIPTORS
         - int(pool["pool_size"] + pool["max_overflow"])
+        - int(background["pool_size"] + background["max_overflow"])
         - settings.max_concurrent_uploads
     )
     wanted = settings.limit_concurrency or DEFAULT_CONNECTIONS

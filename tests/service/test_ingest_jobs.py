@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from fp8_policy.db.job_models import IngestJob
 from fp8_policy.db.jobs import JobRepository
-from fp8_policy.db.models import Layer, Series
+from fp8_policy.db.models import Layer, Run, Series
 from fp8_policy.db.repositories import utcnow
 from fp8_policy.db.session import create_session_factory, session_scope
 from fp8_policy.policy.log_files import classify_log_path
@@ -350,3 +350,28 @@ class TestSecondProcessOnTheSameDatabase:
         with Session(db_engine) as session:
             attempts = [j.attempts for j in JobRepository(session).jobs_of(run_id) if j.kind == "plan"]
         assert attempts == [2]  # the dead process's attempt, then this one's
+
+
+def test_readers_holding_every_request_connection_do_not_starve_the_ingest(make_client, project: str) -> None:
+    """Background work (ingest, summaries, alerts) has its own pool: under the mixed load of bench/load.py the
+    readers held all 30 request connections and a plan job waited 30 s for one, then failed its run."""
+    client = make_client(ingest_in_process=False, db_pool_size=1, db_max_overflow=0, db_pool_timeout=0.5, **FAST)
+    state = client.app.state
+    archive = tree_tar_gz(multi_rank_tree(Path(client.app.state.settings.data_dir) / "tree", ranks=2))
+    response = client.post(
+        "/api/v1/runs", files={"file": ("run.tar.gz", archive, "application/gzip")}, data={"project": project}
+    )
+    assert response.status_code == 202, response.text
+    run_id = response.json()["id"]
+    with state.engine.connect():  # the only request connection, held: a request would now get a 503
+        assert client.get(f"/api/v1/runs/{run_id}").status_code == 503
+        state.ingest.start()  # the jobs queued by the upload run on the background pool
+        deadline = time.monotonic() + 60
+        while True:
+            with session_scope(state.ingest.factory) as session:
+                status = session.scalar(select(Run.status).where(Run.id == run_id))
+            if status in ("ready", "failed") or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    assert status == "ready"
+    assert wait_for_run(client, run_id)["status"] == "ready"

@@ -243,9 +243,11 @@ def test_the_connection_limit_leaves_room_for_the_pool_uploads_and_the_process(t
 
     settings = Settings(_env_file=None, data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 'x.db'}")
     pool = settings.pool_options()
-    assert (pool["pool_size"], pool["max_overflow"]) == (20, 10)
+    background = settings.background_pool_options()
+    assert (pool["pool_size"], pool["max_overflow"]) == (40, 10)
+    assert (background["pool_size"], background["max_overflow"]) == (settings.ingest_workers + 4, 2)
     assert connection_limit(settings, 65536) == 1024  # the default when descriptors are plenty
-    budget = 1024 - RESERVED_DESCRIPTORS - 30 - settings.max_concurrent_uploads
+    budget = 1024 - RESERVED_DESCRIPTORS - 50 - (settings.ingest_workers + 6) - settings.max_concurrent_uploads
     assert connection_limit(settings, 1024) == budget  # `ulimit -n` 1024: connections + pool + uploads fit
     assert connection_limit(settings.model_copy(update={"limit_concurrency": 100}), 1024) == 100
     postgres = settings.model_copy(update={"database_url": "postgresql+psycopg://u@h/db", "db_pool_size": 4})
