@@ -54,32 +54,48 @@ class _RunPoints:
 
 
 class LiveHeatmaps:
-    """Per-process cache of live runs' parsed statistics and answered layouts (thread-safe)."""
+    """Per-process cache of live runs' parsed statistics and answered layouts (thread-safe).
+
+    A run is known by (id, its live folder, its creation time), not by its id alone: two services in one process
+    (the test suite: SQLite and PostgreSQL apps) have runs with the same ids, and a deleted run's id may be given
+    again; either would otherwise be answered from another run's parsed lines."""
 
     def __init__(self, max_runs: int = MAX_RUNS) -> None:
-        self._runs: OrderedDict[int, _RunPoints] = OrderedDict()
+        self._runs: OrderedDict[tuple[int, str, str], _RunPoints] = OrderedDict()
         self._guard = threading.Lock()
         self._max_runs = max_runs
 
-    def _run(self, run_id: int) -> _RunPoints:
+    def _run(self, identity: tuple[int, str, str]) -> _RunPoints:
         with self._guard:
-            state = self._runs.get(run_id)
+            state = self._runs.get(identity)
             if state is None:
-                state = self._runs[run_id] = _RunPoints()
-            self._runs.move_to_end(run_id)
+                state = self._runs[identity] = _RunPoints()
+            self._runs.move_to_end(identity)
             while len(self._runs) > self._max_runs:
                 self._runs.popitem(last=False)
             return state
 
     def forget(self, run_id: int) -> None:
         with self._guard:
-            self._runs.pop(run_id, None)
+            for identity in [key for key in self._runs if key[0] == run_id]:
+                del self._runs[identity]
+
+    def knows(self, run_id: int) -> bool:
+        with self._guard:
+            return any(key[0] == run_id for key in self._runs)
 
     def layout(
-        self, run_id: int, root: Path, files: list[LiveFileRecord], params: HeatmapParams, cell_columns: int
+        self,
+        run_id: int,
+        created: str,
+        root: Path,
+        files: list[LiveFileRecord],
+        params: HeatmapParams,
+        cell_columns: int,
     ) -> dict[str, Any]:
-        """heatmap.json of the live run whose received files (`files`, acknowledged sizes) lie under `root`."""
-        state = self._run(run_id)
+        """heatmap.json of the live run (created at `created`) whose received files (`files`, acknowledged sizes)
+        lie under `root`."""
+        state = self._run((run_id, str(root), created))
         sizes = tuple((f.path, f.size) for f in files if f.kind in ("stats", "metadata"))
         key = (sizes, params, cell_columns)
         with state.lock:

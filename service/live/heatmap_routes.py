@@ -47,5 +47,6 @@ def live_heatmap_json(run_id: int, request: Request, session: SessionDep, settin
             f"run {run_id} is {run.status}, not live: its heatmap is GET /api/v1/runs/{run_id}/heatmap.json",
         )
     files = LiveRepository(session).files(run_id)
-    layout = live_heatmaps.layout(run_id, live_dir(settings.data_dir, run_id), files, params, columns)
+    root = live_dir(settings.data_dir, run_id)
+    layout = live_heatmaps.layout(run_id, str(run.created_at), root, files, params, columns)
     return LiveHeatmapRead.model_validate(layout)

@@ -3,6 +3,7 @@ and equals the stored run's heatmap.json once finalized (rows, iterations, value
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 
 from fp8_policy.service.live.heatmap_routes import live_heatmaps
@@ -72,4 +73,37 @@ def test_a_poll_without_new_bytes_parses_nothing(client: TestClient, project: st
     monkeypatch.setattr(module, "_parse_new_lines", no_parse)
     monkeypatch.setattr(module, "_layout", no_parse)
     assert live_heatmap(client, run["id"]).status_code == 200
-    assert run["id"] in live_heatmaps._runs
+    assert live_heatmaps.knows(run["id"])
+
+
+def test_runs_of_two_services_with_the_same_id_are_not_mixed_up(tmp_path, client: TestClient, project: str) -> None:
+    """The cache is per process; a run is known by its id, live folder and creation time (the suite's SQLite and
+    PostgreSQL apps in one process gave a new run another run's parsed lines)."""
+    from fp8_policy.service.errors import NoData
+    from fp8_policy.service.live.heatmap import LiveHeatmaps
+
+    cache = LiveHeatmaps()
+    run = create(client, project)
+    assert put(client, run["id"], meta_relpath(0), 0, metadata_log(dict.fromkeys(LAYERS, "fp8"))).status_code == 200
+    data = training_log(0, steps=20)
+    assert put(client, run["id"], stats_relpath(0), 0, data).status_code == 200
+    state = client.app.state
+    from fp8_policy.db.live import LiveRepository
+    from fp8_policy.db.session import session_scope
+    from fp8_policy.service.live.actions import live_dir
+    from fp8_policy.service.visual.params import HEATMAP_KEYS, parse_heatmap_params
+
+    params = parse_heatmap_params({}, show_skip=False, allowed=HEATMAP_KEYS | {"cells"})
+    with session_scope(state.session_factory) as session:
+        files = LiveRepository(session).files(run["id"])
+    root = live_dir(state.settings.data_dir, run["id"])
+    full = cache.layout(run["id"], "then", root, files, params, 0)
+    assert full["iterations"]["count"] == 20
+
+    other_root = tmp_path / "other-service" / "live" / str(run["id"])  # same id, another service, nothing received
+    other_root.mkdir(parents=True)
+    metadata_only = [f for f in files if f.kind == "metadata"]
+    (other_root / meta_relpath(0)).parent.mkdir(parents=True)
+    (other_root / meta_relpath(0)).write_bytes((root / meta_relpath(0)).read_bytes())
+    with pytest.raises(NoData):  # what the route answers as 400 NoData; keyed by id alone it drew 20 iterations
+        cache.layout(run["id"], "now", other_root, metadata_only, params, 0)
