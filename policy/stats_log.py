@@ -28,6 +28,7 @@ import numpy as np
 
 from fp8_policy.policy import _stats_kernel as kernel
 from fp8_policy.policy._name_kernel import MAX_NAMES, NameTable
+from fp8_policy.policy.buffer_pool import FreeList
 
 # The reference regex of a statistics line (as nvdlfw_inspect writes it, `<layer>_<tensor>_<stat>  iteration=N  value=V`); the compiled fast path accepts a subset of it.
 # Same matches and groups as the spec's `(?P<name>.+?)\s+iteration=`, but the name may only end where a
@@ -49,7 +50,7 @@ _LIT_VALUE = np.frombuffer(b"value=", dtype=np.uint8)
 _Grouped = tuple[np.ndarray, np.ndarray, np.ndarray]
 _Pending = tuple[np.ndarray | None, "Future[_Scratch] | None"]  # (None, None): an over-long line, dropped
 T = TypeVar("T")
-_STAGING_POINTS = 4 * 1024 * 1024  # points per staging chunk (32 MiB of iterations, 32 MiB of values)
+_STAGING_POINTS = 1024 * 1024  # points per staging chunk (8 MiB of iterations, 8 MiB of values)
 _EXPECTED_LINE_BYTES = 80  # scratch sets are sized for blocks of lines this long on average (real ones: ~140)
 
 
@@ -133,22 +134,31 @@ class _NameTable(NameTable):
 
 class _Staging:
     """Where grouped points wait for `finish`: large chunks filled in order (huge pages, no per-block
-    allocation); a block's points are grouped straight into the space `reserve` hands out."""
+    allocation); a block's points are grouped straight into the space `reserve` hands out. The chunks come
+    from, and go back to, the process's free list (`release`, once nothing reads them)."""
 
     def __init__(self) -> None:
         self.its: np.ndarray = np.empty(0, dtype=np.int64)
         self.vals: np.ndarray = np.empty(0, dtype=np.float64)
         self.used = 0
+        self.chunks: list[tuple[np.ndarray, np.ndarray]] = []
 
     def reserve(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Room for up to n points (views); `commit` then says how many were written."""
         if self.used + n > self.its.shape[0]:
             size = max(_STAGING_POINTS, n)
-            self.its, self.vals, self.used = np.empty(size, np.int64), np.empty(size, np.float64), 0
+            chunk = _STAGING_CHUNKS.take(size) or (np.empty(size, np.int64), np.empty(size, np.float64))
+            self.chunks.append(chunk)
+            (self.its, self.vals), self.used = chunk, 0
         return self.its[self.used : self.used + n], self.vals[self.used : self.used + n]
 
     def commit(self, n: int) -> None:
         self.used += n
+
+    def release(self) -> None:
+        for chunk in self.chunks:
+            _STAGING_CHUNKS.give(chunk)
+        self.__init__()  # type: ignore[misc]
 
 
 class _Scratch:
@@ -157,8 +167,9 @@ class _Scratch:
     few MiB gets transparent huge pages (NumPy asks for them from 4 MiB), so a reused or huge-paged set
     costs a few faults where per-block arrays cost tens of thousands on the 6M-line benchmark.
 
-    Each set groups its blocks' points into its own staging chunks, in whichever thread holds it: the
-    grouped points are written once, where `finish` reads them, and never copied by the feeding thread."""
+    A parse groups each set's blocks into staging of its own for that set (StatsLogParser._staging_for), in
+    whichever thread holds the set: the grouped points are written once, where `finish` reads them, and never
+    copied by the feeding thread."""
 
     def __init__(self, lines: int) -> None:
         self.lines = lines
@@ -172,7 +183,6 @@ class _Scratch:
         self.successor = names[2 * MAX_NAMES :]
         self.sids, self.status = small[: 4 * m].view(np.int32)[:lines], small[4 * m : 5 * m - 1].view(np.int8)
         self.counts = np.zeros(3, dtype=np.int64)  # blank lines, slow-path lines, longest line (kernel.scan_block)
-        self.staging = _Staging()
         self.n = 0  # lines of the block last scanned here
         self.first_new = 0
         self.grouped: _Grouped = (np.zeros(1, dtype=np.int64), np.empty(0, np.int64), np.empty(0, np.float64))
@@ -199,12 +209,44 @@ class _Scratch:
         self.counts[:] = smaller.counts
         self.new_start[:], self.new_stop[:], self.successor[:] = smaller.new_start, smaller.new_stop, smaller.successor
 
-    def group(self) -> None:
-        """Group the OK lines of the block last scanned here by series (kernel.group_block) into staging."""
-        its, vals = self.staging.reserve(self.n)
+    def group(self, staging: _Staging) -> None:
+        """Group the OK lines of the block last scanned here by series (kernel.group_block) into `staging`."""
+        its, vals = staging.reserve(self.n)
         offsets, points = kernel.group_block(self.status, self.sids, self.iters, self.vals, self.n, its, vals)
-        self.staging.commit(points)
+        staging.commit(points)
         self.grouped = (offsets, its[:points], vals[:points])
+
+
+def _scratch_lines(lines: int) -> int:
+    return max(lines, 1024) * 5 // 4  # room for the next blocks' usual spread
+
+
+# Buffers kept between parses in this process (policy/buffer_pool.py); a parse with `workers` scan threads has
+# about `workers + 2` block buffers and scratch sets in flight, and staging for all its points until `finish`.
+_READ_BUFFERS: FreeList[np.ndarray] = FreeList(6, lambda buf: int(buf.shape[0]))
+_SCRATCH_SETS: FreeList[_Scratch] = FreeList(6, lambda scratch: scratch.lines)
+_STAGING_CHUNKS: FreeList[tuple[np.ndarray, np.ndarray]] = FreeList(12, lambda chunk: int(chunk[0].shape[0]))
+
+
+def prefault_buffers(workers: int = 2, staging_points: int = 8 * _STAGING_POINTS) -> None:
+    """Put one parse's buffers (`workers` scan threads, `staging_points` points staged) in the free lists, every
+    page touched: for a serving process's start-up, so its first ingest does not page-fault them in (see
+    policy/buffer_pool.py). About 250 MB resident with the defaults."""
+    for _ in range(workers + 2):
+        buf = np.empty(DEFAULT_BLOCK_BYTES + DEFAULT_MAX_LINE_BYTES, dtype=np.uint8)
+        buf.fill(0)
+        _READ_BUFFERS.give(buf)
+        scratch = _Scratch(_scratch_lines(DEFAULT_BLOCK_BYTES // _EXPECTED_LINE_BYTES + 64))
+        for array in (scratch.starts, scratch.iters, scratch.vals, scratch.successor, scratch.new_start):
+            array.fill(0)
+        scratch.sids.fill(0)
+        scratch.status.fill(0)
+        _SCRATCH_SETS.give(scratch)
+    for _ in range(max(1, staging_points // _STAGING_POINTS)):
+        its, vals = np.empty(_STAGING_POINTS, np.int64), np.empty(_STAGING_POINTS, np.float64)
+        its.fill(0)
+        vals.fill(0)
+        _STAGING_CHUNKS.give((its, vals))
 
 
 class StatsLogParser:
@@ -227,9 +269,8 @@ class StatsLogParser:
         self._table = _NameTable()
         self._grouped: list[_Grouped] = []  # per absorbed block, in file order (views into staging chunks)
         self._files: list[FileReport] = []
-        self._free: list[np.ndarray] = []
-        self._scratch: list[_Scratch] = []  # sets not in use by a scanned, not yet absorbed block
-        self._scratch_lock = threading.Lock()
+        self._stagings: dict[int, _Staging] = {}  # by id() of the scratch set that groups into it
+        self._stagings_lock = threading.Lock()
         self._successor: np.ndarray | None = None  # name predictions learnt from the first block (scan_block)
 
     def feed(self, stream: BinaryIO, source: str) -> FileReport:
@@ -288,21 +329,18 @@ class StatsLogParser:
             yield np.frombuffer(carry, dtype=np.uint8)
 
     def _buffer(self, size: int) -> np.ndarray:
-        """A read buffer: a recycled one (its block was absorbed) or a new one.
+        """A read buffer: a recycled one (its block was absorbed; kept in the process's free list) or a new one.
 
         Recycling matters: a fresh buffer page-faults on every 4 KiB it is read into, which cost
         about as much as the read itself on the 6M-line benchmark.
         """
-        while self._free:
-            buf = self._free.pop()
-            if buf.shape[0] >= size:
-                return buf[:size]
-        return np.empty(size, dtype=np.uint8)
+        buf = _READ_BUFFERS.take(size)
+        return np.empty(size, dtype=np.uint8) if buf is None else buf[:size]
 
     def _recycle(self, block: np.ndarray) -> None:
         base = block.base
-        if isinstance(base, np.ndarray) and base.base is None and len(self._free) < self.workers + 2:
-            self._free.append(base)
+        if isinstance(base, np.ndarray) and base.base is None:
+            _READ_BUFFERS.give(base)
 
     def _kernel(self, buf: np.ndarray, insert: bool) -> _Scratch:
         """Scan and group one block (in a pool thread except for the first block) into a scratch set.
@@ -328,20 +366,20 @@ class StatsLogParser:
         out.n, out.first_new = line, first_new
         if insert:  # the first block of a file: later blocks start with its name order as their predictions
             self._successor = out.successor.copy()
-        out.group()
+        out.group(self._staging_for(out))
         return out
 
-    def _take_scratch(self, lines: int) -> _Scratch:
-        with self._scratch_lock:
-            for k, candidate in enumerate(self._scratch):
-                if candidate.lines >= lines:
-                    return self._scratch.pop(k)
-        return _Scratch(max(lines, 1024) * 5 // 4)  # room for the next blocks' usual spread
+    @staticmethod
+    def _take_scratch(lines: int) -> _Scratch:
+        return _SCRATCH_SETS.take(lines) or _Scratch(_scratch_lines(lines))
 
-    def _give_back(self, scratch: _Scratch) -> None:
-        with self._scratch_lock:
-            if len(self._scratch) < self.workers + 2:
-                self._scratch.append(scratch)
+    @staticmethod
+    def _give_back(scratch: _Scratch) -> None:
+        _SCRATCH_SETS.give(scratch)
+
+    def _staging_for(self, scratch: _Scratch) -> _Staging:
+        with self._stagings_lock:
+            return self._stagings.setdefault(id(scratch), _Staging())
 
     def _absorb_pending(self, item: _Pending, report: FileReport) -> None:
         block, future = item
@@ -366,7 +404,7 @@ class StatsLogParser:
         if slow:
             changed |= self._slow_path(data, report, status, out.sids, out.iters, out.vals, out.starts)
         if changed:  # lines the scan grouped were dropped, or the regex took lines it did not: group again
-            out.group()
+            out.group(self._staging_for(out))
         report.lines_read += n
         report.blank_lines += blank
         report.stats_lines += out.grouped[1].shape[0]
@@ -437,7 +475,11 @@ class StatsLogParser:
                 kernel.append_block(*block, cursor, its, vals, first, stop)
 
         map_series_ranges(offsets, self.workers, copy)  # memory-bound: each thread copies a range of series
-        self._grouped, self._scratch = [], []  # the staging chunks go with them
+        self._grouped = []
+        with self._stagings_lock:
+            for staging in self._stagings.values():  # read by the join above, by nothing any more
+                staging.release()
+            self._stagings.clear()
         return _deduplicate(self._table.names, offsets, its, vals, self._files)
 
 

@@ -49,12 +49,19 @@ def warm_up_process() -> None:
     those objects (FastAPI, SQLAlchemy, numba and the modules) live as long as the process, and unfrozen, every
     full collection walked them again: 150-240 ms per gen-2 collection in the service on the 2-core dev
     machine, and one landed in every ingest (a run's SeriesRecord objects trigger it). Not for processes that
-    build app after app (the test suite): what is frozen is never collected, so their cycles would pile up."""
+    build app after app (the test suite): what is frozen is never collected, so their cycles would pile up.
+
+    Last, one parse's buffers are put in the parser's free lists with every page touched (prefault_buffers,
+    ~250 MB resident): on a VM that hands freed pages back to its host they cost ~2 ms/MB on first touch,
+    otherwise paid by the first upload (policy/buffer_pool.py)."""
     import gc
+
+    from fp8_policy.policy.stats_log import prefault_buffers
 
     warm_parser()
     gc.collect()
     gc.freeze()
+    prefault_buffers()
 
 
 def new_owner_name() -> str:
