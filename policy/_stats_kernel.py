@@ -5,9 +5,11 @@ a policy decision in it (what is a line, how duplicates resolve, what gets repor
 `policy/stats_log.py`, which calls these kernels; keep this module free of anything but numba/numpy.
 
 The fast path accepts exactly the nvdlfw_inspect line
-``YYYY-MM-DD HH:MM:SS,mmm - LEVEL - <name><ws>iteration=<digits><ws>value=<number>[ws]``.
-Any other non-blank line is handed back to Python (status SLOW), which applies the reference regex,
-so the kernel never decides that a line is garbage.
+``YYYY-MM-DD HH:MM:SS,mmm - LEVEL - <name><ws>iteration=<digits><ws>value=<number>[ws]``, in two ways:
+a line whose name is the one predicted from the log's name cycle is read forwards once (_header_fast,
+same_name, _tail_fast); any other line has its end found and its tail parsed backwards (_parse_exact,
+_parse_line). Any other non-blank line is handed back to Python (status SLOW), which applies the
+reference regex, so the kernel never decides that a line is garbage.
 """
 
 from __future__ import annotations
