@@ -6,7 +6,7 @@ a policy decision in it (what is a line, how duplicates resolve, what gets repor
 
 The fast path accepts exactly the nvdlfw_inspect line
 ``YYYY-MM-DD HH:MM:SS,mmm - LEVEL - <name><ws>iteration=<digits><ws>value=<number>[ws]``, in two ways:
-a line whose name is the one predicted from the log's name cycle is read forwards once (_header_fast,
+a line whose name is the one predicted from the log's name cycle is read forwards once (_header_end,
 same_name, _tail_fast); any other line has its end found and its tail parsed backwards (_parse_exact,
 _parse_line). Any other non-blank line is handed back to Python (status SLOW), which applies the
 reference regex, so the kernel never decides that a line is garbage.
@@ -85,35 +85,57 @@ def _match_literal(buf: np.ndarray, i: int, stop: int, lit: np.ndarray) -> bool:
     return True
 
 
+def _header_words(pattern: bytes) -> tuple[np.uint64, np.uint64, np.uint64, np.uint64]:
+    """SWAR constants for one 8-byte piece of the timestamp ('D' = any digit): (template, must-be-zero mask,
+    digit add, digit carry). A piece x matches when y = x ^ template has no bit of the mask set (literal bytes
+    equal, digit bytes 0x30..0x3F) and y + add carries into no digit byte's 0x10 bit (0x30..0x39)."""
+    template = mask = add = carry = 0
+    for k, char in enumerate(pattern):
+        if char == ord("D"):
+            template |= 0x30 << 8 * k
+            mask |= 0xF0 << 8 * k
+            add |= 0x06 << 8 * k
+            carry |= 0x10 << 8 * k
+        else:
+            template |= char << 8 * k
+            mask |= 0xFF << 8 * k
+    return np.uint64(template), np.uint64(mask), np.uint64(add), np.uint64(carry)
+
+
+def _word(text: bytes) -> np.uint64:
+    return np.frombuffer(text.ljust(8, b"\0"), dtype="<u8")[0]
+
+
+_TS0 = _header_words(b"DDDD-DD-")  # "YYYY-MM-DD HH:MM:SS,mmm " in three pieces
+_TS1 = _header_words(b"DD DD:DD")
+_TS2 = _header_words(b":DD,DDD ")
+_SEP_IT, _ERATION = _word(b" \t\t\t\t it"), _word(b"eration=")  # nvdlfw's " \t\t\t\t " then the keys
+_SEP_VA, _LUE = _word(b" \t\t\t\t va"), _word(b"lue=")
+_LOW4 = np.uint64(0xFFFFFFFF)
+_FAST_TAIL_BYTES = 80  # the most the fast tail reads past the name, with room to spare
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _timestamp_piece(buf, i: int, piece) -> bool:
+    template, mask, add, carry = piece
+    y = load_u64(buf, i) ^ template
+    return (y & mask) == 0 and ((y + add) & carry) == 0
+
+
 @numba.njit(nogil=True, cache=True, inline="always")
 def _header_end(buf: np.ndarray, i: int, stop: int) -> int:
-    """Index after ``YYYY-MM-DD HH:MM:SS,mmm - LEVEL - `` or -1."""
+    """Index after ``YYYY-MM-DD HH:MM:SS,mmm - LEVEL - `` at i (the timestamp checked 8 bytes at a time), or -1.
+    Nothing at or past `stop` is read: the line's end, or a bound the caller knows lies within buf."""
     if i + 29 > stop:
         return -1
-    for k in range(23):
-        c = buf[i + k]
-        if k == 4 or k == 7:
-            if c != 45:
-                return -1
-        elif k == 10:
-            if c != 32:
-                return -1
-        elif k == 13 or k == 16:
-            if c != 58:
-                return -1
-        elif k == 19:
-            if c != 44:
-                return -1
-        elif not _is_digit(c):
-            return -1
-    j = i + 23
-    if buf[j] != 32 or buf[j + 1] != 45 or buf[j + 2] != 32:
+    if not (_timestamp_piece(buf, i, _TS0) and _timestamp_piece(buf, i + 8, _TS1)):
         return -1
-    j += 3
-    lstart = j
+    if not _timestamp_piece(buf, i + 16, _TS2) or buf[i + 24] != 45 or buf[i + 25] != 32:
+        return -1
+    j = i + 26
     while j < stop and 65 <= buf[j] <= 90:
         j += 1
-    if j == lstart or j + 3 > stop or buf[j] != 32 or buf[j + 1] != 45 or buf[j + 2] != 32:
+    if j == i + 26 or j + 3 > stop or buf[j] != 32 or buf[j + 1] != 45 or buf[j + 2] != 32:
         return -1
     return j + 3
 
@@ -259,58 +281,6 @@ def _parse_exact(buf, s, e, out_line):
     return (-value if neg else value), True
 
 
-def _header_words(pattern: bytes) -> tuple[np.uint64, np.uint64, np.uint64, np.uint64]:
-    """SWAR constants for one 8-byte piece of the timestamp ('D' = any digit): (template, must-be-zero mask,
-    digit add, digit carry). A piece x matches when y = x ^ template has no bit of the mask set (literal bytes
-    equal, digit bytes 0x30..0x3F) and y + add carries into no digit byte's 0x10 bit (0x30..0x39)."""
-    template = mask = add = carry = 0
-    for k, char in enumerate(pattern):
-        if char == ord("D"):
-            template |= 0x30 << 8 * k
-            mask |= 0xF0 << 8 * k
-            add |= 0x06 << 8 * k
-            carry |= 0x10 << 8 * k
-        else:
-            template |= char << 8 * k
-            mask |= 0xFF << 8 * k
-    return np.uint64(template), np.uint64(mask), np.uint64(add), np.uint64(carry)
-
-
-def _word(text: bytes) -> np.uint64:
-    return np.frombuffer(text.ljust(8, b"\0"), dtype="<u8")[0]
-
-
-_TS0 = _header_words(b"DDDD-DD-")  # "YYYY-MM-DD HH:MM:SS,mmm " in three pieces
-_TS1 = _header_words(b"DD DD:DD")
-_TS2 = _header_words(b":DD,DDD ")
-_SEP_IT, _ERATION = _word(b" \t\t\t\t it"), _word(b"eration=")  # nvdlfw's " \t\t\t\t " then the keys
-_SEP_VA, _LUE = _word(b" \t\t\t\t va"), _word(b"lue=")
-_LOW4 = np.uint64(0xFFFFFFFF)
-_FAST_TAIL_BYTES = 80  # the most the fast tail reads past the name, with room to spare
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def _timestamp_piece(buf, i: int, piece) -> bool:
-    template, mask, add, carry = piece
-    y = load_u64(buf, i) ^ template
-    return (y & mask) == 0 and ((y + add) & carry) == 0
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def _header_fast(buf, i: int) -> int:
-    """`_header_end` for a line with at least 48 bytes after i: the timestamp checked 8 bytes at a time."""
-    if not (_timestamp_piece(buf, i, _TS0) and _timestamp_piece(buf, i + 8, _TS1)):
-        return -1
-    if not _timestamp_piece(buf, i + 16, _TS2) or buf[i + 24] != 45 or buf[i + 25] != 32:
-        return -1
-    j = i + 26
-    while j < i + 42 and 65 <= buf[j] <= 90:
-        j += 1
-    if j == i + 26 or buf[j] != 32 or buf[j + 1] != 45 or buf[j + 2] != 32:
-        return -1  # also a level of 16 letters or more: _header_end decides
-    return j + 3
-
-
 @numba.njit(nogil=True, cache=True, inline="always")
 def _tail_fast(buf, q: int, out_line) -> tuple[float, int]:
     """What follows a predicted name at q, read forwards, exactly as nvdlfw_inspect writes it:
@@ -432,7 +402,7 @@ def scan_block(
         value = 0.0
         guess = successor[previous] if previous >= 0 else -1
         if guess >= 0 and pos + 48 + sid_len[guess] + _FAST_TAIL_BYTES <= n:
-            name_start = _header_fast(buf, pos)
+            name_start = _header_end(buf, pos, pos + 45)  # a level of up to 16 letters; longer: general path
             if name_start >= 0 and same_name(arena, arena_off, sid_len, guess, buf, name_start, sid_len[guess]):
                 value, end = _tail_fast(buf, name_start + sid_len[guess], scratch)
                 if end >= 0:
