@@ -138,10 +138,9 @@ class _Staging:
     from, and go back to, the process's free list (`release`, once nothing reads them)."""
 
     def __init__(self) -> None:
-        self.its: np.ndarray = np.empty(0, dtype=np.int64)
-        self.vals: np.ndarray = np.empty(0, dtype=np.float64)
-        self.used = 0
         self.chunks: list[tuple[np.ndarray, np.ndarray]] = []
+        self.its, self.vals = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)  # the chunk being filled
+        self.used = 0
 
     def reserve(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Room for up to n points (views); `commit` then says how many were written."""
@@ -156,9 +155,11 @@ class _Staging:
         self.used += n
 
     def release(self) -> None:
+        """Give every chunk back; nothing may read the views handed out any more."""
         for chunk in self.chunks:
             _STAGING_CHUNKS.give(chunk)
-        self.__init__()  # type: ignore[misc]
+        self.chunks = []
+        self.its, self.vals, self.used = self.its[:0], self.vals[:0], 0
 
 
 class _Scratch:
@@ -176,6 +177,7 @@ class _Scratch:
         m = lines + 1
         wide = np.empty(3 * m + 3 * MAX_NAMES, dtype=np.int64)
         small = np.empty(5 * m, dtype=np.uint8)
+        self._backing = (wide, small)
         self.starts, self.iters = wide[:m], wide[m : 2 * m]
         self.vals = wide[2 * m : 3 * m].view(np.float64)
         names = wide[3 * m :]
@@ -186,6 +188,11 @@ class _Scratch:
         self.n = 0  # lines of the block last scanned here
         self.first_new = 0
         self.grouped: _Grouped = (np.zeros(1, dtype=np.int64), np.empty(0, np.int64), np.empty(0, np.float64))
+
+    def touch(self) -> None:
+        """Write every page once (prefault_buffers)."""
+        for backing in self._backing:
+            backing.fill(0)
 
     def start(self, successor: np.ndarray | None) -> None:
         """Before a block: no name registered yet, nothing counted; name predictions from `successor`."""
@@ -217,6 +224,11 @@ class _Scratch:
         self.grouped = (offsets, its[:points], vals[:points])
 
 
+def _expected_lines(block_bytes: int) -> int:
+    """Lines a scratch set is taken for, for a block of `block_bytes` (more fit: kernel.scan_block resumes)."""
+    return block_bytes // _EXPECTED_LINE_BYTES + 64
+
+
 def _scratch_lines(lines: int) -> int:
     return max(lines, 1024) * 5 // 4  # room for the next blocks' usual spread
 
@@ -236,15 +248,12 @@ def prefault_buffers(workers: int = 2, staging_points: int = 8 * _STAGING_POINTS
         buf = np.empty(DEFAULT_BLOCK_BYTES + DEFAULT_MAX_LINE_BYTES, dtype=np.uint8)
         buf.fill(0)
         _READ_BUFFERS.give(buf)
-        scratch = _Scratch(_scratch_lines(DEFAULT_BLOCK_BYTES // _EXPECTED_LINE_BYTES + 64))
-        for array in (scratch.starts, scratch.iters, scratch.vals, scratch.successor, scratch.new_start):
-            array.fill(0)
-        scratch.sids.fill(0)
-        scratch.status.fill(0)
+        scratch = _Scratch(_scratch_lines(_expected_lines(DEFAULT_BLOCK_BYTES)))
+        scratch.touch()
         _SCRATCH_SETS.give(scratch)
     for _ in range(max(1, staging_points // _STAGING_POINTS)):
         its, vals = np.empty(_STAGING_POINTS, np.int64), np.empty(_STAGING_POINTS, np.float64)
-        its.fill(0)
+        its.fill(0)  # np.zeros would leave the pages untouched (calloc)
         vals.fill(0)
         _STAGING_CHUNKS.give((its, vals))
 
@@ -348,7 +357,7 @@ class StatsLogParser:
         The set is sized for the block's usual number of lines; a block of shorter lines continues in a larger
         set (the kernel stops when its arrays are full)."""
         t = self._table
-        out = self._take_scratch(buf.shape[0] // _EXPECTED_LINE_BYTES + 64)
+        out = self._take_scratch(_expected_lines(buf.shape[0]))
         out.start(self._successor)
         first_new = int(t.counter[0])
         line, pos = 0, 0
@@ -359,7 +368,7 @@ class StatsLogParser:
             )  # fmt: skip
             if pos >= buf.shape[0]:
                 break
-            larger = _Scratch(out.lines * 2)
+            larger = self._take_scratch(out.lines * 2)
             larger.take_over(out, line)
             self._give_back(out)
             out = larger
