@@ -189,7 +189,7 @@ class GemmOverride:
 class RecipeChoice:
     """The FP8 recipe to train with."""
 
-    name: str  # delayed | current | block | mxfp8
+    name: str  # delayed | current | block | mxfp8 | nvfp4
     class_path: str  # transformer_engine.common.recipe.<Class>
     kwargs: dict[str, object]
     reason: str
@@ -200,7 +200,23 @@ RECIPE_CLASSES: dict[str, str] = {
     "current": "transformer_engine.common.recipe.Float8CurrentScaling",
     "block": "transformer_engine.common.recipe.Float8BlockScaling",
     "mxfp8": "transformer_engine.common.recipe.MXFP8BlockScaling",
+    "nvfp4": "transformer_engine.common.recipe.NVFP4BlockScaling",
 }
+
+# The per-layer precision ladder, cheapest first (TE 2.20 recipes, transformer_engine/common/recipe/__init__.py):
+# NVFP4 (E2M1, 16-element blocks), MXFP8 (32-element E8M0 blocks), FP8 block (1x128 / 128x128), FP8 per-tensor
+# current and delayed scaling, then BF16 (the layer leaves low precision).
+PRECISIONS: tuple[str, ...] = ("nvfp4", "mxfp8", "block", "current", "delayed", "bf16")
+
+
+@dataclass(frozen=True, slots=True)
+class LayerPrecision:
+    """One rung of the precision ladder: the cheapest precision a layer tolerates, with the evidence for it."""
+
+    layer: str  # exact layer name as logged
+    precision: str  # one of PRECISIONS
+    evidence: tuple[str, ...]  # human sentences naming the stats / what-ifs that decided it
+    confidence: float  # 0..1: how much of the needed evidence the run logged
 
 # Megatron's --fp8-recipe names for our recipe names.
 MEGATRON_RECIPES: dict[str, str] = {
@@ -223,3 +239,6 @@ class PolicyDecision:
     recipe: RecipeChoice
     layers: tuple[LayerInfo, ...]  # every layer of the run, in logged order, for disjoint sections and numbering
     te_version: str | None = None  # e.g. "2.13"; None when unknown
+    # Per-layer precision ladder (empty when not computed); renderers that can express a per-layer mix use it.
+    layer_precisions: tuple[LayerPrecision, ...] = ()
+    fp8_param: bool = False  # the run keeps FP8/FP4 parameters (no high-precision weight to take stats of)
