@@ -32,11 +32,10 @@ from typing import Any
 import httpx
 
 from bench.service import start_service, stop_service, vm_hwm_mb
+from bench.trees import OUT, ensure_log_tree
 from fp8_policy.client.client import PolicyClient
 from fp8_policy.client.live import LiveUploader
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "bench" / "out"
 STATS_REL = Path("rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log")
 META_REL = Path("rank_0/nvdlfw_inspect_logs/nvdlfw_inspect_globalrank-0.log")
 WRITE_BYTES = 4 * 1024**2
@@ -361,7 +360,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--max-seconds", type=float, default=DEFAULT_MAX_SECONDS)
     args = parser.parse_args(argv)
-    from bench.run import ensure_log_tree
 
     OUT.mkdir(parents=True, exist_ok=True)
     tree = ensure_log_tree(args.target)

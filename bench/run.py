@@ -30,9 +30,8 @@ import httpx
 
 from bench import live, load, scale
 from bench.service import start_service, stop_service, vm_hwm_mb
+from bench.trees import OUT, ROOT, ensure_log_tree
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "bench" / "out"
 TARGETS = {"parse_store_speedup": 15.0, "upload_seconds": 10.0, "service_rss_mb": 1024.0, "csv_rows_per_second": 2e6}
 
 
@@ -47,21 +46,6 @@ def _run_child(args: list[str], env: dict | None = None) -> tuple[dict, float, f
     if proc.returncode != 0:
         raise SystemExit(f"benchmark step {args} failed with exit code {proc.returncode}")
     return json.loads(out.decode().strip().splitlines()[-1]), wall, usage.ru_maxrss / 1024
-
-
-def ensure_log_tree(target: str) -> Path:
-    tree = OUT / f"esm2_{target}"
-    marker = tree / ".complete"
-    if not marker.exists():
-        print(f"generating the {target} benchmark log tree in {tree} ...", flush=True)
-        subprocess.run(
-            [sys.executable, "-m", "bench.generate", str(tree), "--lines-target", target],
-            cwd=ROOT,
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        marker.touch()
-    return tree
 
 
 def ensure_archive(tree: Path) -> Path:

@@ -21,6 +21,7 @@ import httpx
 from isal import igzip
 
 from bench.load import print_endpoints, print_uploads
+from bench.trees import OUT, ensure_log_tree
 from fp8_policy.db.migrate import upgrade
 from tests.cluster import Cluster
 from tests.pg_cluster import ThrowawayPostgres
@@ -298,8 +299,6 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
     import tempfile
-
-    from bench.run import OUT, ensure_log_tree
 
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=main.__doc__)
     parser.add_argument("--target", choices=("6m", "small"), default="6m")

@@ -1,0 +1,30 @@
+"""Where the benchmarks keep their inputs and outputs: `OUT` (bench/out) and the generated log trees.
+
+Belongs here: paths and `ensure_log_tree`, shared by bench/run.py, bench/live.py and bench/scale.py (each of
+those imports this module, never each other, so the benchmark modules form no import cycle).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out"
+
+
+def ensure_log_tree(target: str) -> Path:
+    """The ESM2-shaped benchmark log tree for `target` ("6m" or "small"), generated once under OUT."""
+    tree = OUT / f"esm2_{target}"
+    marker = tree / ".complete"
+    if not marker.exists():
+        print(f"generating the {target} benchmark log tree in {tree} ...", flush=True)
+        subprocess.run(
+            [sys.executable, "-m", "bench.generate", str(tree), "--lines-target", target],
+            cwd=ROOT,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        marker.touch()
+    return tree
