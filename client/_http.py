@@ -15,9 +15,10 @@ from typing import Any
 
 import httpx
 
+from fp8_policy import __version__
 from fp8_policy.client.errors import ApiError, ConnectionFailed, Forbidden, NotFound, Unauthorized
 
-USER_AGENT = "fp8-policy-client/0.1.0"
+USER_AGENT = f"fp8-policy-client/{__version__}"
 DEFAULT_TIMEOUT = 60.0
 
 

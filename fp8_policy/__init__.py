@@ -9,12 +9,17 @@ gate, `apply`), `fp8_policy.policy` (pure parsing, classification, recommendatio
 (SQLAlchemy), `fp8_policy.service` (the FastAPI service), `fp8_policy.migrations` (Alembic). The public
 names below are resolved on first use (PEP 562), so importing a server subpackage never loads the HTTP
 client and importing the client never loads the server.
+
+`__version__` is the distribution's version: pyproject.toml reads it from here (`[tool.setuptools.dynamic]`),
+so the wheel's metadata, `fp8-policy --version` and this attribute cannot disagree.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
 
 _EXPORTS = {
     "ApiError": "fp8_policy.client.errors",

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 import click
 
-from fp8_policy.client.cli import ClosedPipeGroup
+from fp8_policy.client.cli import ClosedPipeGroup, version_option
 from fp8_policy.client.cli import cli as client_cli
 
 DISTRIBUTION = "fp8-policy"
@@ -100,6 +100,7 @@ class ConsoleGroup(ClosedPipeGroup):
 
 
 @click.group(cls=ConsoleGroup)
+@version_option()
 def cli() -> None:
     """fp8-policy: FP8 precision-policy recommender for Transformer Engine debug logs."""
 

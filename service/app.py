@@ -10,6 +10,7 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from fp8_policy import __version__
 from fp8_policy.db.session import create_db_engine, create_session_factory, is_in_memory, session_scope
 from fp8_policy.service.alerts.routes import router as alerts_router
 from fp8_policy.service.alerts.sender import AlertSender
@@ -85,7 +86,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(
         title="fp8-policy",
-        version="0.1.0",
+        version=__version__,
         summary="Upload Transformer Engine FP8 debug logs; get which layers to keep in BF16.",
         lifespan=lifespan,
         dependencies=[Depends(check_request)],  # ids, ranks, NUL: the same limits for every route (service/limits.py)

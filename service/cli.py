@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from fp8_policy.client.cli import ClosedPipeGroup, register_client_commands
+from fp8_policy.client.cli import ClosedPipeGroup, register_client_commands, version_option
 from fp8_policy.service.auth.cli import token
 from fp8_policy.service.ingest.cli import worker
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 
 @click.group(cls=ClosedPipeGroup)
+@version_option()
 def cli() -> None:
     """fp8-policy: FP8 precision-policy recommender for Transformer Engine debug logs."""
 

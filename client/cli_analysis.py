@@ -1,0 +1,226 @@
+"""The analysis commands of the `fp8-policy` console script: analysis, recommend, gate, compare, heatmap.
+
+Belongs here: the commands that read a ready run's findings and policy, the CI gate and the run comparison.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from fp8_policy.client import gate as gating
+from fp8_policy.client.cli_common import (
+    MAX_CELL,
+    RUN_REF,
+    client_options,
+    connect,
+    echo_json,
+    policy_options,
+    policy_overrides,
+    resolve_run,
+    table,
+)
+from fp8_policy.client.client import FORMATS
+
+WIDE_COLUMNS = tuple(f"{t}_underflow_{s}" for t in ("gradient", "activation", "weight") for s in ("max", "last"))
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN", type=RUN_REF)
+@click.option("--wide", is_flag=True, help="Every layer with its underflow columns, cells not shortened.")
+@client_options
+def analysis(run_ref: int | tuple[str, str], wide: bool, url: str, token: str | None, as_json: bool) -> None:
+    """Findings (pattern, severity, layers) and the worst layers of a ready run (RUN: an id or project/name)."""
+    with connect(url, token) as client:
+        result = client.analysis(resolve_run(client, run_ref))
+    if as_json:
+        return echo_json(result)
+    width = None if wide else MAX_CELL
+    findings = [
+        [f.get("severity"), f.get("label") or f.get("pattern"), f.get("layers"), f.get("summary")]
+        for f in result["findings"]
+    ]
+    click.echo(table(["severity", "pattern", "layers", "summary"], findings, width))
+    if wide:
+        columns = ["name", "status", "severity", "worst_signal", "worst_level", *WIDE_COLUMNS, "patterns"]
+        rows = [[row.get(c) for c in columns] for row in result.get("layers", [])]
+        click.echo(
+            "\n"
+            + table(
+                [
+                    "layer",
+                    "status",
+                    "severity",
+                    "worst signal",
+                    "level %",
+                    *(c.replace("_underflow_", " uf ") for c in WIDE_COLUMNS),
+                    "patterns",
+                ],
+                rows,
+                None,
+            )
+        )
+        for note in result.get("notes", []):
+            click.echo(f"note: {note}")
+        return None
+    worst = gating.worst_layers(result.get("layers", []))
+    if worst:
+        rows = [
+            [r.get("name"), r.get("severity"), r.get("worst_signal"), r.get("worst_level"), r.get("patterns")]
+            for r in worst
+        ]
+        click.echo("\n" + table(["layer", "severity", "worst signal", "level %", "patterns"], rows))
+    for note in result.get("notes", []):
+        click.echo(f"note: {note}")
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN", type=RUN_REF)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="json", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE.")
+@click.option("--summary", "summary", is_flag=True, help="Print a human summary instead of the JSON.")
+@click.option(
+    "--previous-run",
+    type=RUN_REF,
+    help="The run before this one (id or project/name): a problem that "
+    "followed a moved BF16 boundary is not answered with a wider one.",
+)
+@policy_options
+@client_options
+def recommend(
+    run_ref: int | tuple[str, str],
+    fmt: str,
+    output: Path | None,
+    summary: bool,
+    previous_run: int | tuple[str, str] | None,
+    thresholds: tuple[str, ...],
+    gpu: str | None,
+    te_version: str | None,
+    url: str,
+    token: str | None,
+    as_json: bool,
+) -> None:
+    """The recommended precision policy, as JSON (stdout) or a ready-to-use config (TE YAML, Megatron, Hydra,
+    torchao). RUN is an id or project/name; --threshold/--gpu/--te-version/--previous-run recompute it."""
+    with connect(url, token) as client:
+        run_id = resolve_run(client, run_ref)
+        previous = resolve_run(client, previous_run) if previous_run is not None else None
+        overrides = policy_overrides(thresholds, gpu, te_version, previous)
+        result = client.recommendation(run_id, format=fmt, overrides=overrides or None)
+    text = json.dumps(result, indent=2) + "\n" if fmt == "json" else str(result)
+    if output is not None:
+        output.write_text(text)
+        done = {"run_id": run_id, "format": fmt, "path": str(output)}
+        return click.echo(json.dumps(done) if as_json else f"wrote the {fmt} policy of run {run_id} to {output}")
+    if not isinstance(result, dict) or not summary:  # a dict exactly when fmt is json
+        return click.echo(text, nl=False)
+    click.echo("\n".join(gating.change_section(result)[2:]) + "rationale:")
+    for line in result.get("rationale", []):
+        click.echo(f"  - {line}")
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN", type=RUN_REF)
+@click.option(
+    "--fail-on",
+    type=click.Choice(gating.FAIL_ON),
+    default="critical",
+    show_default=True,
+    help="Fail when any finding is at least this severe.",
+)
+@click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for a run still ingesting.")
+@click.option(
+    "--summary-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Append the markdown to FILE (e.g. $GITHUB_STEP_SUMMARY).",
+)
+@policy_options
+@client_options
+def gate(
+    run_ref: int | tuple[str, str],
+    fail_on: str,
+    timeout: float,
+    summary_file: Path | None,
+    thresholds: tuple[str, ...],
+    gpu: str | None,
+    te_version: str | None,
+    url: str,
+    token: str | None,
+    as_json: bool,
+) -> None:
+    """Pass/fail a run for CI: exit 0 pass, 1 when a finding reaches --fail-on, 2 on usage/service errors.
+    RUN is an id or project/name; --threshold applies to the analysis and the recommendation."""
+    overrides = policy_overrides(thresholds, gpu, te_version)
+    with connect(url, token) as client:
+        run_id = resolve_run(client, run_ref)
+        run = client.run(run_id)
+        if run["status"] != "ready":
+            run = client.wait(run_id, timeout=timeout)
+        analysis_result = client.analysis(run_id, **overrides.get("thresholds", {}))
+        rec = client.recommendation(run_id, overrides=overrides or None)
+        result = gating.evaluate(run, analysis_result, rec, fail_on)
+    markdown = gating.render_markdown(result)
+    if summary_file is not None:
+        with summary_file.open("a", encoding="utf-8") as handle:
+            handle.write(markdown + "\n")
+    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else markdown, nl=as_json)
+    if not result.passed:
+        raise click.exceptions.Exit(1)
+
+
+@click.command()
+@click.argument("base", type=RUN_REF)
+@click.argument("head", type=RUN_REF)
+@client_options
+def compare(
+    base: int | tuple[str, str], head: int | tuple[str, str], url: str, token: str | None, as_json: bool
+) -> None:
+    """How run HEAD differs from run BASE (ids or project/name): summary, findings that appeared or
+    disappeared, precision changes."""
+    with connect(url, token) as client:
+        result = client.compare(resolve_run(client, base), resolve_run(client, head))
+    if as_json:
+        return echo_json(result)
+    for side in ("base", "head"):
+        run = result.get(side) or {}
+        click.echo(f"{side}  run {run.get('id')} {run.get('name') or ''}".rstrip())
+    click.echo("".join(f"- {line}\n" for line in result.get("summary", [])), nl=False)
+    for key in ("findings_appeared", "findings_disappeared", "precision_changes"):
+        rows = result.get(key) or []
+        if rows:
+            headers = list(dict.fromkeys(k for row in rows for k in row if k != "evidence"))
+            click.echo(f"\n{key.replace('_', ' ')}:\n" + table(headers, [[r.get(h) for h in headers] for r in rows]))
+    for note in result.get("notes", []):
+        click.echo(f"note: {note}")
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN", type=RUN_REF)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path), help="PNG file.")
+@click.option("--tensor", help="gradient (default), activation or weight.")
+@click.option("--stat", help="As logged, e.g. underflows% (default) or mxfp8_underflows%.")
+@click.option("--rank", type=int, help="One rank (default: the max over ranks).")
+@click.option("--dpi", type=int, help="Resolution (service default 150).")
+@client_options
+def heatmap(
+    run_ref: int | tuple[str, str],
+    output: Path,
+    tensor: str | None,
+    stat: str | None,
+    rank: int | None,
+    dpi: int | None,
+    url: str,
+    token: str | None,
+    as_json: bool,
+) -> None:
+    """Save the run's layers x iterations heatmap (gradient underflows% by default) as a PNG (RUN: id or
+    project/name)."""
+    with connect(url, token) as client:
+        run_id = resolve_run(client, run_ref)
+        client.heatmap(run_id, output, tensor=tensor, stat=stat, rank=rank, dpi=dpi)
+    done = {"run_id": run_id, "path": str(output), "bytes": output.stat().st_size}
+    click.echo(
+        json.dumps(done) if as_json else f"wrote the heatmap of run {run_id} to {output} ({done['bytes']} bytes)"
+    )

@@ -1,0 +1,128 @@
+"""The run commands of the `fp8-policy` console script: upload, status, runs, delete.
+
+Belongs here: the commands that create, list, show and remove runs, and the run summary they print.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fp8_policy.client.cli_common import (
+    RUN_REF,
+    cell,
+    client_options,
+    connect,
+    echo_json,
+    parse_metadata,
+    resolve_run,
+    table,
+)
+
+
+def run_summary(run: dict[str, Any]) -> str:
+    rows: list[list[Any]] = [
+        ["run", f"{run['id']}  {run.get('name') or ''}".rstrip()],
+        ["project", run.get("project")],
+        ["status", run.get("status")],
+        ["tags", run.get("tags") or "-"],
+    ]
+    if run.get("error"):
+        rows.append(["error", run["error"]])
+    if run.get("status") == "ready":
+        rows += [
+            ["ranks", run.get("ranks")],
+            ["layers", run.get("layer_count")],
+            ["points", run.get("points")],
+            ["iterations", f"{run.get('iteration_min')}..{run.get('iteration_max')}"],
+            [
+                "lines",
+                f"read {run.get('lines_read')}, skipped {run.get('lines_skipped')}, "
+                f"duplicated {run.get('lines_duplicated')}",
+            ],
+        ]
+    return "\n".join(f"{key:<11}{cell(value)}" for key, value in rows)
+
+
+@click.command()
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option("--name", help="Run name (default: none).")
+@click.option("--project", help="Project (the service's default when omitted).")
+@click.option("--tags", help="Comma-separated tags, e.g. nightly,h100.")
+@click.option("--metadata", callback=parse_metadata, help='JSON object or @file: {"hidden_size": 1280, "gpu": "h100"}.')
+@click.option("--wait", "wait_", is_flag=True, help="Wait until the run is ready (exit 2 if ingest fails).")
+@click.option("--timeout", default=600.0, show_default=True, help="Seconds --wait waits.")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
+@client_options
+def upload(
+    path: Path,
+    name: str | None,
+    project: str | None,
+    tags: str | None,
+    metadata: dict[str, Any] | None,
+    wait_: bool,
+    timeout: float,
+    progress: bool | None,
+    url: str,
+    token: str | None,
+    as_json: bool,
+) -> None:
+    """Upload an fp8_log_dir (only its nvdlfw_inspect logs, packed to tar.gz) or one archive/log file."""
+    with connect(url, token) as client:
+        run = client.upload(path, name=name, project=project, tags=tags, metadata=metadata, progress=progress)
+        if wait_:
+            run = client.wait(run["id"], timeout=timeout)
+    if as_json:
+        return echo_json(run)
+    click.echo(run_summary(run))
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN", type=RUN_REF)
+@client_options
+def status(run_ref: int | tuple[str, str], url: str, token: str | None, as_json: bool) -> None:
+    """A run's status and ingest figures (RUN: an id or project/name)."""
+    with connect(url, token) as client:
+        run = client.run(resolve_run(client, run_ref))
+    if as_json:
+        return echo_json(run)
+    click.echo(run_summary(run))
+
+
+@click.command()
+@click.option("--project")
+@click.option("--status", "status_", type=click.Choice(["queued", "processing", "ready", "failed"]))
+@click.option("--tag")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 200))
+@client_options
+def runs(
+    project: str | None, status_: str | None, tag: str | None, limit: int, url: str, token: str | None, as_json: bool
+) -> None:
+    """The newest runs (one page)."""
+    with connect(url, token) as client:
+        page = client.runs(project=project, status=status_, tag=tag, limit=limit)
+    if as_json:
+        return echo_json(page)
+    rows = [
+        [r["id"], r.get("name"), r.get("project"), r.get("status"), r.get("layer_count"), r.get("created_at")]
+        for r in page["items"]
+    ]
+    click.echo(table(["id", "name", "project", "status", "layers", "created"], rows))
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN", type=RUN_REF)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@client_options
+def delete(run_ref: int | tuple[str, str], yes: bool, url: str, token: str | None, as_json: bool) -> None:
+    """Delete a run, its metrics and its stored archive (RUN: an id or project/name; needs an admin token)."""
+    with connect(url, token) as client:
+        run_id = resolve_run(client, run_ref)
+        if not yes:
+            click.confirm(f"delete run {run_id} and all its data?", abort=True, err=True)
+        client.delete(run_id)
+    done = {"run_id": run_id, "deleted": True}
+    click.echo(json.dumps(done) if as_json else f"deleted run {run_id}")
