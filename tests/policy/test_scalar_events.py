@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from fp8_policy.policy.scalar_events import ScalarState, advance, parse_lines
 
@@ -64,3 +65,71 @@ def test_parse_lines_counts_what_it_cannot_read() -> None:
     parsed, bad = parse_lines(text)
 
     assert [r["step"] for r in parsed] == [1, 2] and bad == 4
+
+
+def decaying_loss(steps: np.ndarray, rng: np.random.Generator, noise: float = 0.03) -> np.ndarray:
+    """A language-model loss curve: a power-law decay from ~11 towards 2 (≈3.7 at step 300), with multiplicative
+    per-step noise of `noise` (batch-to-batch variation)."""
+    clean = 2.0 + 9.0 * (1.0 + steps / 40.0) ** -0.8
+    return clean * (1.0 + rng.normal(0.0, noise, len(steps)))
+
+
+def grad_norm_curve(steps: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """High during the first steps, then a slow drift upwards (as grad norms do late in training), with noise."""
+    clean = 0.6 + 4.0 * np.exp(-steps / 30.0) + 0.0004 * steps
+    return clean * (1.0 + rng.normal(0.0, 0.05, len(steps)))
+
+
+@pytest.mark.parametrize("every", [1, 10, 25])
+def test_a_3x_loss_jump_on_a_decaying_curve_is_a_spike(every: int) -> None:
+    """The jump 3.7 -> 11.7 at step 300: the trailing window of a decaying curve is wide (its median far above the
+    current level), so a z-score against the window alone misses it; against the local trend it is obvious."""
+    rng = np.random.default_rng(every)
+    steps = np.arange(0, 1001, every)
+    loss = decaying_loss(steps, rng)
+    at = int(np.flatnonzero(steps == 300)[0])
+    assert 3.3 < loss[at - 1] < 4.1
+    loss[at] = 11.7
+    grad = grad_norm_curve(steps, rng)
+
+    events = advance(
+        ScalarState(),
+        [{"step": int(s), "loss": float(v), "grad_norm": float(g)} for s, v, g in zip(steps, loss, grad, strict=True)],
+    )
+
+    assert [(e.kind, e.tensor, e.iteration) for e in events] == [("scalar_spike", "loss", 300)]
+    assert events[0].value == 11.7 and events[0].severity == "critical"
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("every", [1, 10])
+def test_noisy_decaying_curves_raise_no_event(seed: int, every: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    steps = np.arange(0, 3000, every)
+    loss = decaying_loss(steps, rng, noise=0.04)
+    grad = grad_norm_curve(steps, rng)
+
+    events = advance(
+        ScalarState(),
+        [{"step": int(s), "loss": float(v), "grad_norm": float(g)} for s, v, g in zip(steps, loss, grad, strict=True)],
+    )
+
+    assert [(e.kind, e.iteration, e.message) for e in events] == []
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_loss_that_stops_improving_on_a_noisy_curve_is_one_plateau(seed: int) -> None:
+    """Decay until step 800, then flat (with the same noise) while grad_norm creeps up: one plateau, raised once
+    the flat part is about half of the run, and not raised again by noise around the threshold."""
+    rng = np.random.default_rng(7 + seed)
+    steps = np.arange(0, 3000)
+    loss = decaying_loss(np.minimum(steps, 800), rng, noise=0.03)
+    grad = grad_norm_curve(steps, rng)
+
+    events = advance(
+        ScalarState(),
+        [{"step": int(s), "loss": float(v), "grad_norm": float(g)} for s, v, g in zip(steps, loss, grad, strict=True)],
+    )
+
+    assert [e.kind for e in events] == ["loss_plateau"]
+    assert 1350 <= events[0].iteration <= 1800 and events[0].detail["since_step"] >= 650
