@@ -14,6 +14,7 @@ from fp8_policy import __version__
 from fp8_policy.db.session import create_db_engine, create_session_factory, is_in_memory, session_scope
 from fp8_policy.service.alerts.routes import router as alerts_router
 from fp8_policy.service.alerts.sender import AlertSender
+from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
 from fp8_policy.service.analysis.routes import router as analysis_router
 from fp8_policy.service.analysis.summary import SummaryRefresher
 from fp8_policy.service.auth.routes import AUTH_ERRORS as AUTH_RESPONSES
@@ -97,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.long_running = False  # `fp8-policy serve` sets it: start-up objects are then frozen (warm_up_process)
     app.state.upload_gate = UploadGate(settings.max_concurrent_uploads)
     app.state.renderer = Renderer(settings)  # worker processes start at the first image
+    app.state.recommendations = SingleFlightCache()  # finished recommendations, computed once per key
     app.add_middleware(BodyTimeoutMiddleware, timeout=settings.body_timeout)
     install_error_handlers(app)
     install_overload_handlers(app)  # no free pooled connection: 503, not a 500

@@ -9,6 +9,7 @@ from fastapi.responses import Response
 
 from fp8_policy.policy.render import FORMATS, hydra, megatron, te_yaml, torchao
 from fp8_policy.service.analysis import actions, summary
+from fp8_policy.service.analysis.recommendation_cache import recommendation_key
 from fp8_policy.service.analysis.schemas import AnalysisRead, RecommendationRead
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep
@@ -124,7 +125,7 @@ def read_recommendation(
     `rationale`, `confidence`, `policy_version` — or, with `?format=`, the same policy as a TE debug YAML,
     Megatron flags, bionemo Hydra overrides or a torchao filter. Thresholds, `gpu_arch`, `te_version`
     and `current_recipe` may be given as query parameters."""
-    return _respond(session, run_id, _query_overrides(request), format)
+    return _respond(request, session, run_id, _query_overrides(request), format)
 
 
 @router.post(
@@ -135,6 +136,7 @@ def read_recommendation(
 )
 def recompute_recommendation(
     run_id: int,
+    request: Request,
     session: SessionDep,
     overrides: Annotated[
         dict[str, Any],
@@ -154,11 +156,15 @@ def recompute_recommendation(
 ) -> RecommendationRead | Response:
     """Recompute the recommendation from stored data with overrides (thresholds, GPU arch, model dims,
     TE version, current recipe) without re-ingesting."""
-    return _respond(session, run_id, overrides, format)
+    return _respond(request, session, run_id, overrides, format)
 
 
-def _respond(session, run_id: int, overrides: dict[str, Any], fmt: str) -> RecommendationRead | Response:
-    rec = actions.recommendation_for(session, run_id, overrides)
+def _respond(
+    request: Request, session, run_id: int, overrides: dict[str, Any], fmt: str
+) -> RecommendationRead | Response:
+    # computed once per (run as stored, options, policy version); identical concurrent requests wait for it
+    key = recommendation_key(session, run_id, overrides)
+    rec = request.app.state.recommendations.get(key, lambda: actions.recommendation_for(session, run_id, overrides))
     if fmt == "json":
         return RecommendationRead.model_validate({"run_id": run_id, **rec.to_dict()})
     rendered = actions.render_recommendation(rec, fmt)

@@ -1,0 +1,110 @@
+"""GET/POST /recommendation: computed once per (run as stored, options, policy version), also under concurrency."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fp8_policy.service.analysis import actions
+from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
+from tests.service.test_analysis_api import upload_scenario
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every computation of a recommendation, made slow enough that concurrent requests overlap."""
+    calls: list[int] = []
+    real = actions.recommendation_for
+
+    def slow(session, run_id, overrides):
+        calls.append(run_id)
+        time.sleep(0.5)
+        return real(session, run_id, overrides)
+
+    monkeypatch.setattr(actions, "recommendation_for", slow)
+    return calls
+
+
+def test_concurrent_identical_requests_compute_once(
+    client: TestClient, tmp_path: Path, project: str, counted: list[int]
+) -> None:
+    run_id = upload_scenario(client, tmp_path, project, "head_only")
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: client.get(f"/api/v1/runs/{run_id}/recommendation"), range(4)))
+    assert [a.status_code for a in answers] == [200] * 4
+    assert all(a.json() == answers[0].json() for a in answers)
+    assert counted == [run_id]
+    # a cached answer is the same as a fresh computation, and rendered formats use it too
+    assert client.get(f"/api/v1/runs/{run_id}/recommendation", params={"format": "te-yaml"}).status_code == 200
+    assert counted == [run_id]
+
+
+def test_other_options_are_computed_separately(
+    client: TestClient, tmp_path: Path, project: str, counted: list[int]
+) -> None:
+    run_id = upload_scenario(client, tmp_path, project, "head_only")
+    default = client.get(f"/api/v1/runs/{run_id}/recommendation").json()
+    loose = client.get(f"/api/v1/runs/{run_id}/recommendation", params={"warning": 20, "critical": 30, "severe": 40})
+    severe = client.get(f"/api/v1/runs/{run_id}/recommendation", params={"critical": 3})
+    assert loose.status_code == 200 and severe.status_code == 200
+    assert len(counted) == 3
+    assert "model.lm_head" in default["fp8_skip_layers"]
+    assert "model.lm_head" not in loose.json()["fp8_skip_layers"]
+    # the same options sent as a POST body are the same key
+    posted = client.post(
+        f"/api/v1/runs/{run_id}/recommendation", json={"thresholds": {"warning": 20, "critical": 30, "severe": 40}}
+    )
+    assert posted.json() == loose.json()
+    assert client.get(f"/api/v1/runs/{run_id}/recommendation").json() == default
+    assert len(counted) == 3
+
+
+def test_refusals_are_not_cached(client: TestClient, tmp_path: Path, project: str, counted: list[int]) -> None:
+    run_id = upload_scenario(client, tmp_path, project, "head_only")
+    for _ in range(2):
+        response = client.post(f"/api/v1/runs/{run_id}/recommendation", json={"no_such_option": 1})
+        assert response.status_code == 400 and response.json()["error"] == "InvalidOverrides"
+    assert len(counted) == 2
+
+
+def test_a_failure_reaches_every_waiter_and_the_next_call_computes_again() -> None:
+    cache = SingleFlightCache()
+    started, release = threading.Event(), threading.Event()
+
+    def failing() -> int:
+        started.set()
+        release.wait(5)
+        raise ValueError("boom")
+
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            cache.get("k", failing)
+        except ValueError as exc:
+            errors.append(exc)
+
+    first = threading.Thread(target=call)
+    first.start()
+    started.wait(5)
+    second = threading.Thread(target=call)
+    second.start()
+    time.sleep(0.1)
+    release.set()
+    first.join(5)
+    second.join(5)
+    assert len(errors) == 2 and cache.computed == 1
+    assert cache.get("k", lambda: 7) == 7 and cache.computed == 2
+    assert cache.get("k", lambda: 8) == 7
+
+
+def test_the_cache_is_bounded() -> None:
+    cache = SingleFlightCache(max_entries=2)
+    for key in range(3):
+        cache.get(key, lambda key=key: key)
+    assert cache.get(0, lambda: "again") == "again"
