@@ -15,6 +15,10 @@ Two ways to see the GEMM operands (TE's names: activation = GEMM input X, weight
 - plain `nn.Linear` models: forward pre-hooks see X and W, a hook on the output sees dY; each operand is
   quantized as TE's current or delayed scaling would (`recipe`, `fp8_format`, and for delayed
   `amax_history_len`, `amax_compute_algo`, `margin`). The model's numerics are not changed.
+- NVFP4 (`recipe="nvfp4"`, a plain model, trained in NVFP4 e.g. after `emulated.convert_to_emulated_training`):
+  `nvfp4_underflows%` / `nvfp4_mse` as `LogNvfp4TensorStats` writes them (`nvfp4`: 16x16 weight tiles,
+  gradients with stochastic rounding unless `nvfp4_stochastic_rounding=False`, drawn from a generator seeded
+  with `seed`). Under any other recipe the same names are a what-if, which TE itself does not offer.
 
 Per step (TE: `transformer_engine/debug/features/utils/stats_buffer.py` `_Buffer.feed` / `log`):
 activations and gradients of several micro-batches are summed into one value, weights are fed once per
@@ -42,13 +46,22 @@ from torch import nn
 
 from fp8_policy.client.collect.delayed import DelayedScaler
 from fp8_policy.client.collect.fp8 import E4M3, E5M2, Fp8Format
-from fp8_policy.client.collect.naming import assigned_names, gemm_layers
+from fp8_policy.client.collect.naming import assigned_names, gemm_layers, name_matcher
 from fp8_policy.client.collect.options import DEFAULT_STATS, TENSORS, TensorSpec, build_specs
 from fp8_policy.client.collect.quantizers import Quantized, quantize_current, quantize_per_tensor
-from fp8_policy.client.collect.stats import OVERFLOWS, QuantSums, StatName, parse_stat_name, quantize, sums_of
+from fp8_policy.client.collect.stats import (
+    QuantSums,
+    StatName,
+    check_stat,
+    nvfp4_quant_sums,
+    parse_stat_name,
+    quantize,
+    sums_of,
+)
+from fp8_policy.client.collect.torchao_tap import float8_linear_class
 from fp8_policy.client.collect.writer import LogWriter
 
-RECIPES = ("current", "delayed")
+RECIPES = ("current", "delayed", "nvfp4")
 FORMAT_CHOICES = ("HYBRID", "E4M3")
 SumsKey = tuple[str, bool] | None  # None: the training cast; else (what-if recipe, columnwise)
 
@@ -63,7 +76,6 @@ class _Layer:
     weight_fed: bool = False
     forward_depth: int = 0
     last_gradient: Any = None  # weakref to the grad_output tensor last counted (torchao re-casts it)
-    announced: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -76,15 +88,6 @@ class Overhead:
     @property
     def per_step_ms(self) -> float:
         return 1000.0 * self.seconds / self.steps if self.steps else 0.0
-
-
-def _float8_linear_class() -> type | None:
-    try:
-        from torchao.float8.float8_linear import Float8Linear
-    except ImportError:
-        return None
-    cls: type = Float8Linear  # torchao has no type information
-    return cls
 
 
 class FP8StatsCollector:
@@ -123,6 +126,8 @@ class FP8StatsCollector:
         margin: int = 0,
         bf16_layers: str | Iterable[str] | None = None,
         init_training_step: int = 0,
+        nvfp4_stochastic_rounding: bool = True,
+        seed: int = 0,
     ) -> None:
         self.model = model
         self.log_dir = Path(log_dir)
@@ -138,7 +143,7 @@ class FP8StatsCollector:
             tensors_struct=tensors_struct,
         )
         self._layer_pattern = re.compile(layers)
-        float8_linear = _float8_linear_class()
+        float8_linear = float8_linear_class()
         named = assigned_names(model)
         self._names = [name for name, _ in named]
         self._gemms = gemm_layers(named)
@@ -160,16 +165,19 @@ class FP8StatsCollector:
         else:
             if fp8_format not in FORMAT_CHOICES:
                 raise ValueError(f"fp8_format must be one of {', '.join(FORMAT_CHOICES)}, got {fp8_format!r}")
-            high = _matcher(bf16_layers)
+            high = name_matcher(bf16_layers)
             self._quantized = {name: not high(name) for name in self._gemms}
-        self._formats = {"activation": E4M3, "weight": E4M3, "gradient": E5M2 if fp8_format == "HYBRID" else E4M3}
+        hybrid = fp8_format == "HYBRID" and self.recipe != "nvfp4"  # what-ifs under NVFP4 training cast to E4M3
+        self._formats = {"activation": E4M3, "weight": E4M3, "gradient": E5M2 if hybrid else E4M3}
+        self._nvfp4_sr = nvfp4_stochastic_rounding
+        self._generator = torch.Generator().manual_seed(seed)
         self._parsed = {
-            stat: self._check_stat(parse_stat_name(stat)) for spec in self._specs.values() for stat in spec.stats
+            stat: check_stat(parse_stat_name(stat), self.recipe) for spec in self._specs.values() for stat in spec.stats
         }
-        self._keys = {
-            tensor: list(dict.fromkeys(self._key(self._parsed[s]) for s in spec.stats))
-            for tensor, spec in self._specs.items()
-        }
+        self._keys, self._features = {}, {}
+        for tensor, spec in self._specs.items():
+            self._keys[tensor] = list(dict.fromkeys(self._key(self._parsed[s]) for s in spec.stats))
+            self._features[tensor] = list(dict.fromkeys(self._parsed[s].feature for s in spec.stats))
         self._new_scaler = functools.partial(
             DelayedScaler, history_len=amax_history_len, margin=margin, amax_compute_algo=amax_compute_algo
         )
@@ -191,16 +199,6 @@ class FP8StatsCollector:
         if recipe not in RECIPES:
             raise ValueError(f"recipe must be one of {', '.join(RECIPES)} for a plain model, got {recipe!r}")
         return recipe
-
-    def _check_stat(self, stat: StatName) -> StatName:
-        if stat.base == OVERFLOWS and self.recipe != "delayed":
-            raise ValueError(f"stat {stat.text!r}: overflows% exists only when training with delayed scaling")
-        if stat.recipe == "delayed" and self.recipe != "delayed":
-            raise ValueError(
-                f"stat {stat.text!r}: delayed-scaling stats need delayed-scaling training "
-                "(TE: 'Cannot recreate quantizer for fp8_delayed_scaling')"
-            )
-        return stat
 
     def _key(self, stat: StatName) -> SumsKey:
         if stat.recipe in (None, self.recipe) and not stat.columnwise:
@@ -351,16 +349,22 @@ class FP8StatsCollector:
         if x.numel() and self._specs[tensor].enabled(self.iteration):
             bucket = self._buffers.setdefault((layer.name, tensor), {})
             for key in self._keys[tensor]:
-                if key is None:
+                recipe = self.recipe if key is None else key[0]
+                if recipe == "nvfp4":
+                    sums = nvfp4_quant_sums(
+                        x,
+                        two_d=tensor == "weight",  # NVFP4BlockScaling: 16x16 weight tiles, 1x16 otherwise
+                        stochastic_rounding=self._nvfp4_sr and tensor == "gradient",
+                        generator=self._generator,
+                    )
+                elif key is None:
                     q = actual if actual is not None else self._training_cast(x, fmt, scaler)
                     sums = sums_of(x, q, fmt, overflow_scale_inv=q.scale_inv if scaler is not None else None)
                 else:
-                    recipe, columnwise = key
-                    sums = sums_of(x, quantize(x, recipe, fmt, columnwise=columnwise), fmt)
+                    sums = sums_of(x, quantize(x, recipe, fmt, columnwise=key[1]), fmt)
                 bucket.setdefault(key, QuantSums()).add(sums)
-            if tensor not in layer.announced and self._writer is not None:
-                layer.announced.add(tensor)
-                self._writer.layer_message(layer.name, f"Feature=LogFp8TensorStats, API=inspect_tensor: {tensor}")
+            if self._writer is not None:
+                self._writer.inspect_tensor(layer.name, tensor, self._features[tensor])
         if scaler is not None:
             scaler.observe(x)
         if tensor == "weight":
@@ -391,13 +395,3 @@ class FP8StatsCollector:
         self.iteration += 1
         self.overhead.seconds += time.perf_counter() - started
         self.overhead.steps += 1
-
-
-def _matcher(layers: str | Iterable[str] | None) -> Any:
-    if layers is None:
-        return lambda name: False
-    if isinstance(layers, str):
-        pattern = re.compile(layers)
-        return lambda name: pattern.search(name) is not None
-    names = frozenset(layers)
-    return lambda name: name in names

@@ -10,6 +10,9 @@ reproduced rather than called because nvdlfw's version writes `module.name` on e
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Iterable
+
 from torch import nn
 
 
@@ -34,3 +37,14 @@ def gemm_layers(named: list[tuple[str, nn.Module]]) -> dict[str, nn.Module]:
     """The nn.Linear modules (torchao's Float8Linear is one) by their last assigned name, in model order."""
     last = {id(module): name for name, module in named}
     return {name: module for name, module in named if isinstance(module, nn.Linear) and last[id(module)] == name}
+
+
+def name_matcher(layers: str | Iterable[str] | None) -> Callable[[str], bool]:
+    """A predicate on layer names: a regex (`re.search`), a collection of exact names, or None (matches nothing)."""
+    if layers is None:
+        return lambda name: False
+    if isinstance(layers, str):
+        pattern = re.compile(layers)
+        return lambda name: pattern.search(name) is not None
+    names = frozenset(layers)
+    return lambda name: name in names

@@ -1,7 +1,8 @@
 """TE's LogFp8TensorStats statistics of one tensor: `quantization_stats`, and the sums that combine feeds.
 
 Belongs here: the statistic definitions (per feed numerators, how feeds combine into a logged value), the stat
-name grammar (`[<recipe>_]<stat>[_columnwise]`) and the recipe names. Must not be here: quantization itself
+name grammar (`[<recipe>_]<stat>[_columnwise]`, and `LogNvfp4TensorStats`' `nvfp4_underflows%` / `nvfp4_mse`,
+which reuse the same sums; see `nvfp4`) and the recipe names. Must not be here: quantization itself
 (`quantizers`), model hooks or log files.
 
 Source: NVIDIA/TransformerEngine `transformer_engine/debug/features/utils/stats_computation.py` (TE >= 2.8):
@@ -25,6 +26,7 @@ import torch.nn.functional as F
 
 from fp8_policy.client.collect.fp8 import Fp8Format, count_nonzero_fp8
 from fp8_policy.client.collect.fp8 import fp8_format as resolve_format
+from fp8_policy.client.collect.nvfp4 import nvfp4_sums, quantize_nvfp4
 from fp8_policy.client.collect.quantizers import (
     Quantized,
     quantize_block,
@@ -39,9 +41,11 @@ TE_RECIPE_NAMES = {
     "current": "fp8_current_scaling",
     "mxfp8": "mxfp8",
     "block": "fp8_block_scaling",
+    "nvfp4": "nvfp4",  # LogNvfp4TensorStats' names (TE refuses an nvfp4_ what-if in LogFp8TensorStats)
 }
 RECIPE_BY_TE_NAME = {te: short for short, te in TE_RECIPE_NAMES.items()}
 QUANT_STATS = ("underflows%", "scale_inv_min", "scale_inv_max", "mse")
+NVFP4_STATS = ("underflows%", "mse")  # `log_nvfp4_tensor_stats.py` check_if_stat_is_supported
 OVERFLOWS = "overflows%"
 
 
@@ -53,6 +57,11 @@ class StatName:
     recipe: str | None
     base: str
     columnwise: bool
+
+    @property
+    def feature(self) -> str:
+        """The TE debug feature that logs this stat."""
+        return "LogNvfp4TensorStats" if self.recipe == "nvfp4" else "LogFp8TensorStats"
 
 
 def parse_stat_name(text: str) -> StatName:
@@ -70,9 +79,28 @@ def parse_stat_name(text: str) -> StatName:
         )
     if columnwise and recipe not in ("mxfp8", "block"):
         raise ValueError(f"stat {text!r}: _columnwise exists only for mxfp8_ and fp8_block_scaling_ stats")
+    if recipe == "nvfp4" and body not in NVFP4_STATS:
+        raise ValueError(f"stat {text!r}: NVFP4 statistics are {', '.join('nvfp4_' + s for s in NVFP4_STATS)}")
     if body == OVERFLOWS and recipe not in (None, "delayed"):
         raise ValueError(f"stat {text!r}: overflows% exists only for delayed scaling")
     return StatName(text, recipe, body, columnwise)
+
+
+def check_stat(stat: StatName, training_recipe: str) -> StatName:
+    """`stat` if TE can log it while training with `training_recipe`; ValueError naming TE's refusal otherwise."""
+    if stat.base == OVERFLOWS and training_recipe != "delayed":
+        raise ValueError(f"stat {stat.text!r}: overflows% exists only when training with delayed scaling")
+    if training_recipe == "nvfp4" and stat.recipe is None:
+        raise ValueError(
+            f"stat {stat.text!r}: under NVFP4 training TE logs nvfp4_underflows% / nvfp4_mse "
+            "(LogNvfp4TensorStats); LogFp8TensorStats' bare stats raise there"
+        )
+    if stat.recipe == "delayed" and training_recipe != "delayed":
+        raise ValueError(
+            f"stat {stat.text!r}: delayed-scaling stats need delayed-scaling training "
+            "(TE: 'Cannot recreate quantizer for fp8_delayed_scaling')"
+        )
+    return stat
 
 
 @dataclass(slots=True)
@@ -131,6 +159,19 @@ def sums_of(
     return sums
 
 
+def nvfp4_quant_sums(
+    x: torch.Tensor,
+    *,
+    two_d: bool = False,
+    stochastic_rounding: bool = False,
+    generator: torch.Generator | None = None,
+) -> QuantSums:
+    """The numerators of one `LogNvfp4TensorStats` feed: `x` quantized to NVFP4 (16x16 tiles with `two_d`)."""
+    q = quantize_nvfp4(x, two_d=two_d, stochastic_rounding=stochastic_rounding, generator=generator)
+    numel, underflows, square_error = nvfp4_sums(x, q)
+    return QuantSums(numel=numel, underflows=underflows, square_error=square_error)
+
+
 def quantize(
     x: torch.Tensor,
     recipe: str,
@@ -164,6 +205,7 @@ def quantization_sums(
     scale_inv: float | torch.Tensor | None = None,
     columnwise: bool = False,
     block_dims: int = 2,
+    two_d: bool = False,
 ) -> QuantSums:
     """The per-feed numerators behind `quantization_stats` (add several with `QuantSums.add`)."""
     fmt = resolve_format(fp8_format)
@@ -172,6 +214,10 @@ def quantization_sums(
     if not x.is_floating_point():
         raise ValueError(f"expected a floating-point tensor, got {x.dtype}")
     x = x.detach()
+    if recipe == "nvfp4":
+        if scale_inv is not None or columnwise:
+            raise ValueError("nvfp4 statistics take no scale_inv and have no columnwise variant")
+        return nvfp4_quant_sums(x, two_d=two_d)
     scale = None
     overflow_scale_inv = None
     if scale_inv is not None:
@@ -191,6 +237,7 @@ def quantization_stats(
     scale_inv: float | torch.Tensor | None = None,
     columnwise: bool = False,
     block_dims: int = 2,
+    two_d: bool = False,
 ) -> dict[str, float]:
     """TE's LogFp8TensorStats values for one tensor quantized under one recipe, computed on CPU.
 
@@ -199,7 +246,9 @@ def quantization_stats(
     history; see `DelayedScaler`). `recipe="current"` computes its own scale (amax 0, NaN or inf -> scale 1).
     `mxfp8` scale-inverses are E8M0 biased exponents (127 means 1.0) as TE logs them; `block` uses 128x128
     tiles like TE's what-if quantizer (`block_dims=1` for the 1x128 tiles the training recipe uses on
-    activations and gradients). `columnwise` applies to mxfp8 and block only.
+    activations and gradients). `columnwise` applies to mxfp8 and block only. `recipe="nvfp4"` returns
+    `underflows%` and `mse` as `LogNvfp4TensorStats` defines them (1x16 blocks; `two_d=True`: the 16x16
+    tiles TE uses for weights).
 
     Definitions: `transformer_engine/debug/features/utils/stats_computation.py` (`add_underflows_stats`,
     `add_scale_inv_stats`, `add_mse_stats`, `compute_fp8_delayed_scaling_overflows_num`); scales:
@@ -208,8 +257,16 @@ def quantization_stats(
     if columnwise and recipe not in ("mxfp8", "block"):
         raise ValueError("columnwise statistics exist only for the mxfp8 and block recipes")
     sums = quantization_sums(
-        tensor, fp8_format=fp8_format, recipe=recipe, scale_inv=scale_inv, columnwise=columnwise, block_dims=block_dims
+        tensor,
+        fp8_format=fp8_format,
+        recipe=recipe,
+        scale_inv=scale_inv,
+        columnwise=columnwise,
+        block_dims=block_dims,
+        two_d=two_d,
     )
+    if recipe == "nvfp4":
+        return {base: sums.value(base) for base in NVFP4_STATS}
     out = {base: sums.value(base) for base in QUANT_STATS}
     if recipe == "delayed":
         out[OVERFLOWS] = sums.value(OVERFLOWS)

@@ -27,6 +27,16 @@ def _module() -> Any:
     return float8_linear
 
 
+def float8_linear_class() -> type | None:
+    """torchao's `Float8Linear` class, or None without torchao."""
+    try:
+        from torchao.float8.float8_linear import Float8Linear
+    except ImportError:
+        return None
+    cls: type = Float8Linear  # torchao has no type information
+    return cls
+
+
 def _tapped(*args: Any, **kwargs: Any) -> Any:
     assert _original is not None
     result = _original(*args, **kwargs)

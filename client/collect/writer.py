@@ -65,6 +65,7 @@ class LogWriter:
         self._handlers = {
             name: [h for h in logging.getLogger(name).handlers if h not in before[name]] for name in _LOGGER_NAMES
         }
+        self._announced: set[tuple[str, str, str]] = set()
         _active.append(self)
         self.message(f"Default logging to file enabled at {self.root}")
 
@@ -90,6 +91,13 @@ class LogWriter:
         plan = QUANTIZE if quantized else HIGH_PRECISION
         for tensor, gemm in PLAN_GEMMS:
             self.layer_message(layer, f"Tensor: {tensor}, gemm {gemm} - {plan}")
+
+    def inspect_tensor(self, layer: str, tensor: str, features: list[str]) -> None:
+        """TE's `inspect_tensor` message, once per (layer, feature, tensor), as `debug_api.log_message` caches it."""
+        for feature in features:
+            if (layer, feature, tensor) not in self._announced:
+                self._announced.add((layer, feature, tensor))
+                self.layer_message(layer, f"Feature={feature}, API=inspect_tensor: {tensor}")
 
     def scalar(self, name: str, value: float, iteration: int) -> None:
         MetricLogger.log_scalar(name, value, iteration)

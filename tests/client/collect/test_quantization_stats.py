@@ -225,7 +225,8 @@ class TestArguments:
             ({"recipe": "delayed"}, "pass scale_inv"),
             ({"recipe": "current", "scale_inv": 1.0}, "only used by delayed"),
             ({"recipe": "current", "columnwise": True}, "columnwise"),
-            ({"recipe": "nvfp4"}, "unknown recipe"),
+            ({"recipe": "mxfp4"}, "unknown recipe"),
+            ({"recipe": "nvfp4", "scale_inv": 1.0}, "no scale_inv"),
             ({"fp8_format": "E3M4"}, "unknown FP8 format"),
             ({"recipe": "delayed", "scale_inv": 0.0}, "positive finite"),
         ],
@@ -251,7 +252,10 @@ class TestStatNamesAndSums:
         assert parse_stat_name("mxfp8_scale_inv_min_columnwise") == parse_stat_name("mxfp8_scale_inv_min_columnwise")
         parsed = parse_stat_name("fp8_block_scaling_underflows%_columnwise")
         assert (parsed.recipe, parsed.base, parsed.columnwise) == ("block", "underflows%", True)
-        for bad in ("fp8_current_scaling_mse_columnwise", "mxfp8_overflows%", "cos", "nvfp4_underflows%"):
+        nvfp4 = parse_stat_name("nvfp4_underflows%")  # LogNvfp4TensorStats' name
+        assert (nvfp4.recipe, nvfp4.base, nvfp4.feature) == ("nvfp4", "underflows%", "LogNvfp4TensorStats")
+        bad_names = ("fp8_current_scaling_mse_columnwise", "mxfp8_overflows%", "cos", "nvfp4_scale_inv_max")
+        for bad in (*bad_names, "nvfp4_mse_columnwise", "mxfp4_underflows%"):
             with pytest.raises(ValueError):
                 parse_stat_name(bad)
 
