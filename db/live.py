@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.live_models import LiveEventRow, LiveFile, LiveState
@@ -89,29 +89,36 @@ class LiveRepository:
         return [row.id for row in rows]
 
     def events(self, run_id: int, after_id: int = 0, limit: int = 500) -> list[StoredEvent]:
+        """Events with an id above `after_id`, oldest first (polling for new ones)."""
         rows = self.session.scalars(
             select(LiveEventRow)
             .where(LiveEventRow.run_id == run_id, LiveEventRow.id > after_id)
             .order_by(LiveEventRow.id)
             .limit(limit)
         )
-        return [
-            StoredEvent(
-                r.id,
-                r.run_id,
-                LiveEvent(
-                    r.kind,
-                    r.severity,
-                    r.layer,
-                    r.tensor,
-                    r.stat,
-                    r.rank,
-                    r.iteration,
-                    r.value,
-                    r.message,
-                    dict(r.detail or {}),
-                ),
-                r.created_at.isoformat(),
-            )
-            for r in rows
-        ]
+        return [_stored(r) for r in rows]
+
+    def events_before(self, run_id: int, before_id: int | None, limit: int) -> list[StoredEvent]:
+        """Up to `limit` events with an id below `before_id` (all when None), newest first (paging back)."""
+        query = select(LiveEventRow).where(LiveEventRow.run_id == run_id)
+        if before_id is not None:
+            query = query.where(LiveEventRow.id < before_id)
+        rows = self.session.scalars(query.order_by(LiveEventRow.id.desc()).limit(limit))
+        return [_stored(r) for r in rows]
+
+    def count_events(self, run_id: int) -> int:
+        return int(
+            self.session.scalar(select(func.count()).select_from(LiveEventRow).where(LiveEventRow.run_id == run_id))
+            or 0
+        )
+
+
+def _stored(r: LiveEventRow) -> StoredEvent:
+    return StoredEvent(
+        r.id,
+        r.run_id,
+        LiveEvent(
+            r.kind, r.severity, r.layer, r.tensor, r.stat, r.rank, r.iteration, r.value, r.message, dict(r.detail or {})
+        ),
+        r.created_at.isoformat(),
+    )

@@ -26,6 +26,7 @@ from fp8_policy.service.ingest.worker import IngestWorker, warm_parser, warm_up_
 from fp8_policy.service.limits import check_request
 from fp8_policy.service.live.heatmap_routes import router as live_heatmap_router
 from fp8_policy.service.live.routes import router as live_router
+from fp8_policy.service.live.story_routes import router as live_story_router
 from fp8_policy.service.runs.retry import router as retry_router
 from fp8_policy.service.runs.routes import router as runs_router
 from fp8_policy.service.security import BrowserGuard
@@ -111,6 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(live_router, responses=AUTH_RESPONSES)
     app.include_router(alerts_router, responses=AUTH_RESPONSES)
     app.include_router(live_heatmap_router, responses=AUTH_RESPONSES)
+    app.include_router(live_story_router, responses=AUTH_RESPONSES)
     app.include_router(auth_router)
     app.include_router(web_router)
     app.include_router(docs_router)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import math
 import secrets
 import shutil
 import tarfile
@@ -34,6 +33,7 @@ from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.db.repositories import NewRun, RunRepository
 from fp8_policy.policy import scalar_events
 from fp8_policy.policy.live_events import LiveEvent, SeriesState, advance, rank_divergence
+from fp8_policy.policy.live_grouping import group_events
 from fp8_policy.policy.log_files import classify_log_path
 from fp8_policy.policy.names import split_metric_name
 from fp8_policy.policy.records import MetricName
@@ -43,12 +43,13 @@ from fp8_policy.service.alerts.actions import queue_for_events
 from fp8_policy.service.errors import AppError, InvalidLivePath, NoStatsLogs, NotFound
 from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
+from fp8_policy.service.live import story
 from fp8_policy.service.runs.actions import _store_upload_file as store_upload_file  # the one way uploads are stored
 from fp8_policy.service.runs.actions import parse_upload_fields
 
 LIVE = RunStatus.live
 SCALARS_STATE_KEY = "__scalars__"  # the scalar detectors' state, next to the per-series states
-SCALARS_NAME = "scalars.jsonl"  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
+SCALARS_NAME = story.SCALARS_NAME  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
 MAX_PATH_CHARS = 500
 _locks: dict[int, threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -180,6 +181,7 @@ def append(
             events = _detect(repo, run_id, disk, path, row, thresholds or Thresholds())
         elif kind == "scalars" and row.size > row.parsed_offset:
             events = _detect_scalars(repo, run_id, disk, row)
+        events = group_events(events)  # one event per (layer, kind) of this piece
         stored = repo.events(run_id, min(repo.add_events(run_id, events)) - 1) if events else []
         alerts = queue_for_events(session, run_id, run.project, stored) if stored else 0
         return AppendResult(path, row.size, stored, alerts)
@@ -253,24 +255,6 @@ def _detect_scalars(repo: LiveRepository, run_id: int, disk: Path, row: Any) -> 
     return events
 
 
-def scalar_series(data_dir: Path, run_id: int, limit: int) -> dict[str, Any]:
-    """The run's training scalars as {name: {steps, values}} (the last `limit` records), for the live charts."""
-    path = live_dir(data_dir, run_id) / SCALARS_NAME
-    if not path.is_file():
-        return {"records": 0, "series": {}}
-    records, unreadable = scalar_events.parse_lines(path.read_bytes())
-    records = records[-limit:]
-    series: dict[str, dict[str, list[Any]]] = {}
-    for record in records:
-        for key in scalar_events.SCALAR_KEYS:
-            value = record.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                entry = series.setdefault(key, {"steps": [], "values": []})
-                entry["steps"].append(int(record["step"]))
-                entry["values"].append(float(value))
-    return {"records": len(records), "unreadable_lines": unreadable, "series": series}
-
-
 def finalize(session: Session, data_dir: Path, store: ArchiveStore, run_id: int) -> Run:
     """Pack the received logs into one tar, store it as the run's upload and queue the normal ingest."""
     with _run_lock(run_id):
@@ -294,6 +278,7 @@ def finalize(session: Session, data_dir: Path, store: ArchiveStore, run_id: int)
             digest, size = _sha256(tar_path)
             upload = ReceivedUpload(tar_path, digest, size, f"live-run-{run_id}.tar")
             run.upload_path = store_upload_file(session, data_dir, store, run_id, upload)
+            story.keep_scalars(store, data_dir, run_id)  # the training scalars stay with the run
         finally:
             tar_path.unlink(missing_ok=True)
         if RunRepository(session).find_by_hash(run.project, digest) is None:

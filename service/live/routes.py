@@ -13,7 +13,7 @@ from fp8_policy.db.session import session_scope
 from fp8_policy.service.auth.deps import READ, UPLOAD, PrincipalDep
 from fp8_policy.service.deps import SessionDep, SettingsDep
 from fp8_policy.service.errors import AppError
-from fp8_policy.service.live import actions
+from fp8_policy.service.live import actions, story
 from fp8_policy.service.live.schemas import AppendRead, LiveEventRead, LiveRunCreate, LiveRunRead, ScalarsRead
 from fp8_policy.service.openapi import error_responses
 from fp8_policy.service.runs.actions import get_run, run_read
@@ -114,13 +114,16 @@ def read_live_run(
 @router.get("/{run_id}/scalars", response_model=ScalarsRead, dependencies=[READ], responses=error_responses(400, 404))
 def read_scalars(
     run_id: int,
+    request: Request,
     session: SessionDep,
     settings: SettingsDep,
     limit: Annotated[int, Query(ge=1, le=100_000, description="The last this many scalar records.")] = 20_000,
 ) -> ScalarsRead:
-    """The training scalars the run streamed (`scalars.jsonl`: loss, grad_norm, ...) as series per name."""
-    get_run(session, run_id)
-    return ScalarsRead(run_id=run_id, **actions.scalar_series(settings.data_dir, run_id, limit))
+    """The training scalars the run streamed (`scalars.jsonl`: loss, grad_norm, ...) as series per name, while it
+    is live and after it is finalized (they are stored with the run)."""
+    run = get_run(session, run_id)
+    store = request.app.state.ingest.store
+    return ScalarsRead(run_id=run_id, **story.scalar_series(store, settings.data_dir, run, limit))
 
 
 @router.post(

@@ -1,0 +1,92 @@
+"""What a live run leaves behind once finalized: its training scalars and its early-warning timeline.
+
+Belongs here: keeping the scalars a job streamed (`scalars.jsonl`) with the run when it is finalized, reading
+them back for a live or a finished run, and paging through a run's events. While the run is live the scalars
+are read from the received file (`<data_dir>/live/<run_id>/`); finalize copies that file into the archive store
+next to the run's upload (`runs/<run_id>/scalars.jsonl`), so any API process serves it afterwards and deleting
+the run deletes it. The events stay in `live_events` (db/live.py) for the run's lifetime.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from fp8_policy.db.live import LiveRepository, StoredEvent
+from fp8_policy.db.models import Run, RunStatus
+from fp8_policy.policy import scalar_events
+from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
+
+SCALARS_NAME = "scalars.jsonl"  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
+MAX_EVENTS_PAGE = 500
+
+
+def scalars_key(run_id: int) -> str:
+    return f"runs/{run_id}/{SCALARS_NAME}"
+
+
+def received_scalars(data_dir: Path, run_id: int) -> Path:
+    return data_dir / "live" / str(run_id) / SCALARS_NAME
+
+
+def keep_scalars(store: ArchiveStore, data_dir: Path, run_id: int) -> bool:
+    """Copy the received scalars into the store with the run (finalize); False when the job sent none.
+    A copy: the received file stays until the finalize has committed (a rolled-back finalize keeps it)."""
+    source = received_scalars(data_dir, run_id)
+    if not source.is_file():
+        return False
+    uploads = data_dir / "uploads"
+    uploads.mkdir(parents=True, exist_ok=True)
+    with (
+        tempfile.NamedTemporaryFile(dir=uploads, prefix=f"scalars-{run_id}-", delete=False) as copy,
+        open(source, "rb") as handle,
+    ):
+        shutil.copyfileobj(handle, copy)
+    try:
+        store.put_file(Path(copy.name), scalars_key(run_id))
+    finally:
+        Path(copy.name).unlink(missing_ok=True)
+    return True
+
+
+def _scalars_bytes(store: ArchiveStore, data_dir: Path, run: Run) -> bytes | None:
+    received = received_scalars(data_dir, run.id)
+    if run.status == RunStatus.live:
+        return received.read_bytes() if received.is_file() else None
+    try:
+        with store.open(scalars_key(run.id)) as handle:
+            return handle.read()
+    except ArchiveMissing:
+        # finalized before the scalars were kept with the run: the received file was left in place then
+        return received.read_bytes() if received.is_file() else None
+
+
+def scalar_series(store: ArchiveStore, data_dir: Path, run: Run, limit: int) -> dict[str, Any]:
+    """The run's training scalars as {name: {steps, values}} (the last `limit` records), live or finished."""
+    text = _scalars_bytes(store, data_dir, run)
+    if text is None:
+        return {"records": 0, "series": {}}
+    records, unreadable = scalar_events.parse_lines(text)
+    records = records[-limit:]
+    series: dict[str, dict[str, list[Any]]] = {}
+    for record in records:
+        for key in scalar_events.SCALAR_KEYS:
+            value = record.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                entry = series.setdefault(key, {"steps": [], "values": []})
+                entry["steps"].append(int(record["step"]))
+                entry["values"].append(float(value))
+    return {"records": len(records), "unreadable_lines": unreadable, "series": series}
+
+
+def events_page(session: Session, run_id: int, before: int | None, limit: int) -> tuple[int, list[StoredEvent], bool]:
+    """(all events of the run, up to `limit` events below id `before` newest first, whether older ones exist)."""
+    repo = LiveRepository(session)
+    limit = min(limit, MAX_EVENTS_PAGE)
+    page = repo.events_before(run_id, before, limit + 1)
+    return repo.count_events(run_id), page[:limit], len(page) > limit
