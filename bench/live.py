@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import tempfile
@@ -133,7 +134,9 @@ def run_live_bench(
     receiver = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
     receiver.calls = []  # type: ignore[attr-defined]
     threading.Thread(target=receiver.serve_forever, daemon=True).start()
-    server, base = start_service(workdir / "service")
+    # the receiver listens on 127.0.0.1: a loopback webhook needs FP8_POLICY_WEBHOOK_ALLOW_PRIVATE=1
+    env = {k: v for k, v in os.environ.items() if k != "FP8_POLICY_DATABASE_URL"}
+    server, base = start_service(workdir / "service", env={**env, "FP8_POLICY_WEBHOOK_ALLOW_PRIVATE": "1"})
     project = f"bench-live-{time.time_ns()}"
     results: dict[str, Any] = {"interval_s": interval}
     try:

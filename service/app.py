@@ -68,7 +68,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     summaries = SummaryRefresher(background)
     app.state.summaries = summaries
     summaries.catch_up()  # runs stored before a policy-version change get their summary recomputed
-    alerts = AlertSender(background, poll_seconds=settings.alert_poll_seconds)
+    alerts = AlertSender(
+        background, poll_seconds=settings.alert_poll_seconds, allow_private=settings.webhook_allow_private
+    )
     app.state.alerts = alerts
     if settings.load_demo:
         from fp8_policy.service.demo import load_demo_runs

@@ -47,6 +47,11 @@ class Settings(BaseSettings):
         description="How often each API process looks for alerts to send "
         "(new ones are sent at once; this paces retries and other processes' alerts).",
     )
+    webhook_allow_private: bool = Field(
+        False,
+        description="Alert webhooks may target loopback and private addresses (an internal chat proxy); "
+        "link-local and cloud-metadata addresses stay refused (service/alerts/targets.py).",
+    )
     allowed_origins: list[str] = Field(
         default_factory=list,
         description="Other origins (scheme://host:port) whose pages may POST/PUT/PATCH/DELETE; by default only "

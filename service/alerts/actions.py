@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 from sqlalchemy.orm import Session
 
@@ -18,7 +17,9 @@ from fp8_policy.db.live import StoredEvent
 from fp8_policy.db.repositories import utcnow
 from fp8_policy.policy.live_events import EVENT_KINDS
 from fp8_policy.policy.thresholds import Severity
-from fp8_policy.service.errors import InvalidAlertRule, InvalidWebhook, NotFound
+from fp8_policy.service import limits
+from fp8_policy.service.alerts.targets import parse_webhook
+from fp8_policy.service.errors import InvalidAlertRule, NotFound
 
 SCALAR_EVENT_KINDS = ("scalar_spike", "loss_plateau")
 ALL_EVENT_KINDS = (*EVENT_KINDS, *SCALAR_EVENT_KINDS)
@@ -36,10 +37,15 @@ def add_rule(
     min_severity: str,
     cooldown_seconds: int,
     created_by: str | None,
+    allow_private: bool = False,
 ) -> RuleRecord:
-    parts = urlsplit(webhook_url)
-    if parts.scheme not in ("http", "https") or not parts.hostname or len(webhook_url) > 2000:
-        raise InvalidWebhook("webhook must be an http(s) URL with a host, at most 2000 characters")
+    """Every field is checked before anything is stored (400 `InvalidWebhook` / `InvalidAlertRule`): the webhook
+    as the sender will parse it and where it points (service/alerts/targets.py), the project with the limits of
+    a run's project (no NUL or control characters, valid UTF-8: both databases store it alike)."""
+    limits.check_text("project", project, limits.MAX_NAME_CHARS, error=InvalidAlertRule)
+    if not project:
+        raise InvalidAlertRule(f"project must be 1..{limits.MAX_NAME_CHARS} characters")
+    parse_webhook(webhook_url, allow_private=allow_private)
     if format not in FORMATS:
         raise InvalidAlertRule(f"format must be one of {', '.join(FORMATS)}")
     unknown = sorted(set(events) - set(ALL_EVENT_KINDS))
@@ -51,8 +57,6 @@ def add_rule(
         raise InvalidAlertRule("min_severity must be ok, warning, critical or severe")
     if not 0 <= cooldown_seconds <= MAX_COOLDOWN_SECONDS:
         raise InvalidAlertRule(f"cooldown_seconds must be 0..{MAX_COOLDOWN_SECONDS}")
-    if not project or len(project) > 200:
-        raise InvalidAlertRule("project must be 1..200 characters")
     return AlertRepository(session).add_rule(
         project=project,
         webhook_url=webhook_url,

@@ -10,7 +10,7 @@ from fp8_policy.db.alerts import AlertRepository, DeliveryRecord, RuleRecord
 from fp8_policy.service.alerts import actions
 from fp8_policy.service.alerts.schemas import AlertDeliveryRead, AlertRuleCreate, AlertRuleRead
 from fp8_policy.service.auth.deps import ADMIN, READ, PrincipalDep
-from fp8_policy.service.deps import SessionDep
+from fp8_policy.service.deps import SessionDep, SettingsDep
 from fp8_policy.service.openapi import error_responses
 
 router = APIRouter(prefix="/api/v1/alerts", tags=["alerts"])
@@ -48,8 +48,12 @@ def _delivery_read(d: DeliveryRecord) -> AlertDeliveryRead:
 @router.post(
     "/rules", status_code=201, response_model=AlertRuleRead, dependencies=[ADMIN], responses=error_responses(400)
 )
-def add_rule(body: AlertRuleCreate, session: SessionDep, principal: PrincipalDep) -> AlertRuleRead:
-    """Send the project's early-warning events (live runs) to a webhook."""
+def add_rule(
+    body: AlertRuleCreate, session: SessionDep, principal: PrincipalDep, settings: SettingsDep
+) -> AlertRuleRead:
+    """Send the project's early-warning events (live runs) to a webhook. The webhook must be http(s) with a
+    numeric port; link-local and cloud-metadata hosts are refused, loopback and private ones too unless the
+    service runs with `FP8_POLICY_WEBHOOK_ALLOW_PRIVATE=1` (each delivery is checked again after DNS)."""
     rule = actions.add_rule(
         session,
         project=body.project,
@@ -59,6 +63,7 @@ def add_rule(body: AlertRuleCreate, session: SessionDep, principal: PrincipalDep
         min_severity=body.min_severity,
         cooldown_seconds=body.cooldown_seconds,
         created_by=principal.name,
+        allow_private=settings.webhook_allow_private,
     )
     return _rule_read(rule)
 

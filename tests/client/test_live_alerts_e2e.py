@@ -28,7 +28,11 @@ def first_line_with(lines: list[bytes], needle: str) -> int:
     return next(k for k, line in enumerate(lines) if needle in line.decode())
 
 
-def test_watch_alerts_on_a_planted_rise_and_scale_drop_and_finalizes_equal(settings: Settings, tmp_path: Path) -> None:
+def test_watch_alerts_on_a_planted_rise_and_scale_drop_and_finalizes_equal(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FP8_POLICY_WEBHOOK_ALLOW_PRIVATE", "1")  # the receiver listens on 127.0.0.1
+    settings = Settings(_env_file=None, data_dir=settings.data_dir, database_url=settings.database_url)
     root = tmp_path / "logs"
     writer = Writer(root, 0)
     crossing = first_line_with(writer.lines, f"{LAYERS[-1]}_gradient_underflows% \t\t\t\t iteration=000380")
