@@ -99,10 +99,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings = settings or get_settings()
     app.state.long_running = False  # `fp8-policy serve` sets it: start-up objects are then frozen (warm_up_process)
-    app.state.upload_gate = UploadGate(settings.max_concurrent_uploads)
+    app.state.upload_gate = UploadGate(settings.max_concurrent_uploads, settings.max_uploads_per_client)
     app.state.renderer = Renderer(settings)  # worker processes start at the first image
     app.state.recommendations = SingleFlightCache()  # finished recommendations, computed once per key
-    app.add_middleware(BodyTimeoutMiddleware, timeout=settings.body_timeout)
+    app.add_middleware(
+        BodyTimeoutMiddleware,
+        timeout=settings.body_timeout,
+        min_rate=settings.body_min_rate,
+        grace=settings.body_rate_grace,
+    )
     install_error_handlers(app)
     install_overload_handlers(app)  # no free pooled connection: 503, not a 500
     install_storage_handlers(app)  # a full disk is 507, never blamed on the client

@@ -75,6 +75,19 @@ class Settings(BaseSettings):
     header_timeout: float = Field(15.0, gt=0, description="Seconds a connection may take to send a request head.")
     body_timeout: float = Field(30.0, gt=0, description="Seconds a request body may stall between two reads.")
     max_concurrent_uploads: int = Field(8, ge=1, description="Uploads received at once; 503 beyond.")
+    max_uploads_per_client: int | None = Field(
+        None,
+        ge=1,
+        description="Uploads one token (anonymous: one client address) may have in flight; 503 beyond. "
+        "Default: three quarters of max_concurrent_uploads (at least 1), so one client never holds every slot.",
+    )
+    body_min_rate: float = Field(
+        4096.0,
+        ge=0,
+        description="Bytes per second a request body must average once body_rate_grace seconds have passed "
+        "(0: no floor); a slower one is answered 408 BodyTooSlow and dropped, freeing its upload slot.",
+    )
+    body_rate_grace: float = Field(20.0, ge=0, description="Seconds a request body is exempt from body_min_rate.")
     limit_concurrency: int | None = Field(None, ge=1, description="Open connections at most (uvicorn's option).")
 
     # Heatmap rendering (service/visual/pool.py).

@@ -19,6 +19,7 @@ from fp8_policy.service.runs import actions
 from fp8_policy.service.runs.schemas import LayerRead, RunList, RunRead, SeriesRead
 from fp8_policy.service.runs.upload_docs import UPLOAD_OPENAPI
 from fp8_policy.service.settings import Settings
+from fp8_policy.service.transport.uploads import upload_client
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
 ERRORS = error_responses(400, 404, 409)
@@ -51,7 +52,7 @@ async def create_run(request: Request, settings: SettingsDep, principal: Princip
     """
     # async only to stream the body; everything blocking (disk, hashing, database) runs in the upload gate's
     # worker threads, never on the event loop (issue 9 item 6)
-    async with request.app.state.upload_gate.slot() as limiter:
+    async with request.app.state.upload_gate.slot(upload_client(request, principal.name)) as limiter:
         upload = await receive_upload(
             request, new_upload_path(settings.data_dir / "uploads"), settings.max_upload_bytes, limiter
         )

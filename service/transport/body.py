@@ -8,6 +8,11 @@ upload code removes its `.part` when reading raises. The timer is per read (like
 steady upload is never cut off; the concurrent-upload cap bounds how many slow ones can be in flight.
 Once the body is complete, `receive()` is left alone (it then waits for a disconnect, which may take any time).
 The response to a timed-out request carries `Connection: close`, so the half-read connection is dropped.
+
+A per-read timer alone lets a client that sends one byte every few seconds hold its request (and an upload slot)
+for ever. So a body must also keep an average rate: after `grace` seconds, at least `min_rate` bytes per second
+since its first read (as Apache's mod_reqtimeout `MinRate`, https://httpd.apache.org/docs/2.4/mod/mod_reqtimeout.html); each read's deadline is the sooner of the per-read
+timeout and the moment the average would fall below the floor. A slower body is answered 408 `BodyTooSlow`.
 """
 
 from __future__ import annotations
@@ -24,10 +29,18 @@ class RequestTimeout(AppError):
     status_code = 408
 
 
+class BodyTooSlow(AppError):
+    """408: the body arrives slower than the service's minimum rate (a trickling client holding a slot)."""
+
+    status_code = 408
+
+
 class BodyTimeoutMiddleware:
-    def __init__(self, app: ASGIApp, timeout: float) -> None:
+    def __init__(self, app: ASGIApp, timeout: float, min_rate: float = 0.0, grace: float = 0.0) -> None:
         self.app = app
         self.timeout = timeout
+        self.min_rate = min_rate
+        self.grace = grace
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -35,17 +48,33 @@ class BodyTimeoutMiddleware:
             return
         body_done = False
         timed_out = False
+        started: float | None = None
+        received = 0
 
         async def guarded_receive() -> Message:
-            nonlocal body_done, timed_out
+            nonlocal body_done, timed_out, started, received
             if body_done:
                 return await receive()
+            now = anyio.current_time()
+            if started is None:
+                started = now
+            wait, paced = self.timeout, False
+            if self.min_rate > 0:
+                left = started + self.grace + received / self.min_rate - now  # when the average falls below the floor
+                if left < wait:
+                    wait, paced = max(left, 0.0), True
             try:
-                with anyio.fail_after(self.timeout):
+                with anyio.fail_after(wait):
                     message = await receive()
             except TimeoutError:
                 timed_out = True
+                if paced:
+                    raise BodyTooSlow(
+                        f"the request body arrived at {received / max(now + wait - started, 1e-9):.0f} bytes/s, "
+                        f"below the minimum of {self.min_rate:g} bytes/s; the request was dropped"
+                    ) from None
                 raise RequestTimeout(f"no request body data for {self.timeout:g} s; the request was dropped") from None
+            received += len(message.get("body", b""))
             if message["type"] != "http.request" or not message.get("more_body", False):
                 body_done = True
             return message
