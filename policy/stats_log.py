@@ -10,6 +10,12 @@ Line rules (the statistics lines nvdlfw_inspect writes, https://github.com/NVIDI
 * Blank lines are counted, other non-matching lines are counted as skipped with a few samples kept;
   a file with no statistics line at all is an error (`NoStatsLines`).
 * The same (name, iteration) more than once (appended sessions): the last one wins, the rest are counted.
+* Sessions. A file fed after others whose first statistics line's iteration is not after the first iteration of
+  the earlier files restarted its counter (a resumed run whose debug API counts from 0 again): it is placed after
+  them, every iteration of it offset by (the earlier files' last iteration + 1 - its first iteration), so
+  nothing a later session shows is overwritten by an earlier one's values at the same iteration numbers.
+  `FileReport.iteration_offset` says by how much. A file that starts inside the earlier range (a resume from a
+  checkpoint with the same counter) replays those iterations: there the last value wins, as above.
 
 No I/O besides reading the given streams; no web or database imports.
 """
@@ -26,9 +32,11 @@ from typing import BinaryIO, TypeVar
 
 import numpy as np
 
-from fp8_policy.policy import _stats_kernel as kernel
+from fp8_policy.policy import kernels
 from fp8_policy.policy._name_kernel import MAX_NAMES, NameTable
 from fp8_policy.policy.buffer_pool import FreeList
+
+kernel = kernels.stats  # compiled once loaded in this process, interpreted before (policy/kernels.py)
 
 # The reference regex of a statistics line (as nvdlfw_inspect writes it, `<layer>_<tensor>_<stat>  iteration=N  value=V`); the compiled fast path accepts a subset of it.
 # Same matches and groups as the spec's `(?P<name>.+?)\s+iteration=`, but the name may only end where a
@@ -76,6 +84,9 @@ class FileReport:
     blank_lines: int = 0
     skipped_lines: int = 0
     skipped_samples: list[str] = field(default_factory=list)  # "line N: <text>" of the first few
+    iteration_offset: int = 0  # added to every iteration of this file (a restarted session, see module docstring)
+    first_iteration: int | None = field(default=None, compare=False)  # the first statistics line's, as logged
+    last_iteration: int | None = field(default=None, compare=False)  # the largest, offset applied
 
 
 @dataclass(slots=True)
@@ -124,7 +135,7 @@ class _NameTable(NameTable):
 
     def id_of(self, name: bytes) -> int:
         before = int(self.counter[0])
-        sid = self.id_for(np.frombuffer(name, dtype=np.uint8))
+        sid = kernels.name_id(self, np.frombuffer(name, dtype=np.uint8))
         if sid < 0:
             raise TooManyMetrics(f"more than {MAX_NAMES} distinct metric names in one rank")
         if sid == before:
@@ -281,6 +292,8 @@ class StatsLogParser:
         self._stagings: dict[int, _Staging] = {}  # by id() of the scratch set that groups into it
         self._stagings_lock = threading.Lock()
         self._successor: np.ndarray | None = None  # name predictions learnt from the first block (scan_block)
+        self._sessions_first: int | None = None  # first iteration of the files fed so far (as logged)
+        self._sessions_last: int | None = None  # last iteration of those files (offsets applied)
 
     def feed(self, stream: BinaryIO, source: str) -> FileReport:
         """Parse one file; raises NoStatsLines when it holds no statistics line at all."""
@@ -302,7 +315,35 @@ class StatsLogParser:
         if report.stats_lines == 0:
             raise NoStatsLines(f"{source}: no statistics line in {report.lines_read} lines")
         self._files.append(report)
+        if report.first_iteration is not None and report.last_iteration is not None:
+            first, last = self._sessions_first, self._sessions_last
+            self._sessions_first = report.first_iteration if first is None else min(first, report.first_iteration)
+            self._sessions_last = report.last_iteration if last is None else max(last, report.last_iteration)
         return report
+
+    def _place_session(self, out: _Scratch, report: FileReport) -> None:
+        """Offset this file's iterations when it restarted the counter (module docstring); decided on the file's
+        first statistics line, applied to every block of it."""
+        its = out.grouped[1]
+        if its.shape[0] == 0:
+            return
+        if report.first_iteration is None:
+            ok = np.flatnonzero(out.status[: out.n] == kernel.STATUS_OK)
+            report.first_iteration = int(out.iters[ok[0]]) if ok.size else int(its.min())
+            first, last = self._sessions_first, self._sessions_last
+            if first is not None and last is not None and report.first_iteration <= first:
+                report.iteration_offset = last + 1 - report.first_iteration
+        offset = report.iteration_offset
+        if offset:
+            if int(its.max()) > _MAX_ITERATION - offset:
+                raise StatsLogError(
+                    f"{report.source}: a restarted session (iterations from {report.first_iteration}) cannot be placed "
+                    f"after the earlier sessions' last iteration {self._sessions_last}: iteration {int(its.max())} "
+                    "would overflow"
+                )
+            its += offset
+        top = int(its.max())
+        report.last_iteration = top if report.last_iteration is None else max(report.last_iteration, top)
 
     def _blocks(self, stream: BinaryIO) -> Iterator[np.ndarray | None]:
         """Blocks of whole lines, read with readinto into uninitialised buffers (no zero-fill, no copies).
@@ -417,6 +458,7 @@ class StatsLogParser:
         report.lines_read += n
         report.blank_lines += blank
         report.stats_lines += out.grouped[1].shape[0]
+        self._place_session(out, report)
         self._grouped.append(out.grouped)
         self._give_back(out)
 

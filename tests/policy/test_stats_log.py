@@ -281,6 +281,29 @@ def test_duplicates_across_two_feeds_last_feed_wins() -> None:
     assert [r.stats_lines for r in reports] == [6, 2]
 
 
+def test_a_session_that_restarts_at_zero_is_placed_after_the_earlier_one() -> None:
+    # A resumed run whose debug API counts from 0 again: last-wins merging would let session 1 (0..40) overwrite
+    # the 12 % the second session shows at its iterations 0..20, and the late problem would vanish.
+    first = lines(*(stats_line(n, i, 0.1) for i in range(0, 50, 10) for n in (NAME, OTHER)))
+    second = lines(*(stats_line(NAME, i, 12.0) for i in range(0, 30, 10)))
+
+    parsed, reports = parse(first, second)
+
+    assert as_dict(parsed)[NAME] == [(i, 0.1) for i in range(0, 50, 10)] + [(41 + i, 12.0) for i in (0, 10, 20)]
+    assert as_dict(parsed)[OTHER] == [(i, 0.1) for i in range(0, 50, 10)]
+    assert parsed.duplicated_points == 0
+    assert [r.iteration_offset for r in reports] == [0, 41]
+
+
+def test_a_third_session_restarting_again_follows_the_second() -> None:
+    sessions = [lines(*(stats_line(NAME, i, float(k)) for i in (0, 10))) for k in range(3)]
+
+    parsed, reports = parse(*sessions)
+
+    assert as_dict(parsed)[NAME] == [(0, 0.0), (10, 0.0), (11, 1.0), (21, 1.0), (22, 2.0), (32, 2.0)]
+    assert [r.iteration_offset for r in reports] == [0, 11, 22]
+
+
 def test_duplicate_nan_replaced_by_a_later_value() -> None:
     parsed, _ = parse(
         lines(

@@ -14,6 +14,7 @@ import io
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -198,16 +199,41 @@ def test_well_formed_logs_parse_like_the_reference_and_every_line_is_accounted_f
     assert_read_like_the_reference(report, parsed, lines)
 
 
+def placed_sessions(sessions: list[list[str]]) -> list[list[str]] | None:
+    """The sessions' lines with a restarted session's iterations offset after the earlier ones (the parser's rule:
+    a session whose first stats line's iteration is not after the earlier sessions' first iteration follows
+    their last one); None when an offset iteration would not fit in int64."""
+    placed: list[list[str]] = []
+    first = last = None
+    for lines in sessions:
+        matches = [(k, m) for k, line in enumerate(lines) if (m := STATS_LINE.match(line)) is not None]
+        its = [int(m["iteration"]) for _k, m in matches]
+        offset = last + 1 - its[0] if first is not None and last is not None and its[0] <= first else 0
+        if offset and max(its) > INT64_MAX - offset:
+            return None
+        out = list(lines)
+        for k, m in matches:
+            out[k] = f"{TS} - INFO - {m['name']} \t iteration={int(m['iteration']) + offset} \t value={m['value']}"
+        placed.append(out)
+        first = its[0] if first is None else min(first, its[0])
+        last = max(its) + offset if last is None else max(last, max(its) + offset)
+    return placed
+
+
 @fuzz(100)
 @given(sessions=st.lists(well_formed_logs(), min_size=2, max_size=3))
-def test_appended_sessions_last_file_wins(sessions) -> None:
+def test_appended_sessions_restarts_follow_and_replays_last_file_wins(sessions) -> None:
     parser = StatsLogParser(block_bytes=512, workers=2)
-    all_lines: list[str] = []
+    placed = placed_sessions([lines for lines, _newline in sessions])
+    if placed is None:
+        with pytest.raises(StatsLogError, match="restarted session"):
+            for lines, newline in sessions:
+                parser.feed(io.BytesIO("".join(line + newline for line in lines).encode()), "session.log")
+        return
     for lines, newline in sessions:
         parser.feed(io.BytesIO("".join(line + newline for line in lines).encode()), "session.log")
-        all_lines += lines
     parsed = parser.finish()
-    expected, stats, _blank, _skipped, duplicates = reference(all_lines)
+    expected, stats, _blank, _skipped, duplicates = reference([line for lines in placed for line in lines])
 
     assert parsed.points == stats - duplicates
     assert parsed.duplicated_points == duplicates

@@ -188,8 +188,9 @@ class TestPerRankJobs:
             params={"layer": "model.layers.1.fc1", "tensor": "activation", "stat": "underflows%"},
         ).json()
 
-        assert (run["status"], run["lines_duplicated"]) == ("ready", 1)
-        assert series["series"][0]["values"] == [2.0]
+        # both sessions start at iteration 0: the newer one restarted its counter and is placed after the older
+        assert (run["status"], run["lines_duplicated"]) == ("ready", 0)
+        assert (series["series"][0]["iterations"], series["series"][0]["values"]) == ([0, 1], [1.0, 2.0])
 
 
 class TestPlanStoresTheFirstRank:
@@ -222,7 +223,7 @@ class TestPlanStoresTheFirstRank:
             params={"layer": "model.layers.1.fc1", "tensor": "activation", "stat": "underflows%"},
         ).json()
 
-        assert (run["status"], run["lines_duplicated"], series["series"][0]["values"]) == ("ready", 1, [2.0])
+        assert (run["status"], run["lines_duplicated"], series["series"][0]["values"]) == ("ready", 0, [1.0, 2.0])
 
 
 class TestRetriesAndLeases:
