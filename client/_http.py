@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from fp8_policy import __version__
+from fp8_policy._version import __version__
 from fp8_policy.client.errors import ApiError, ConnectionFailed, Forbidden, NotFound, Unauthorized
 
 USER_AGENT = f"fp8-policy-client/{__version__}"

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from fp8_policy import __version__
+from fp8_policy._version import __version__
 from fp8_policy.client.cli_analysis import analysis, compare, gate, heatmap, recommend
 from fp8_policy.client.cli_common import ClosedPipeGroup
 from fp8_policy.client.cli_live import alert, watch

@@ -10,8 +10,8 @@ gate, `apply`), `fp8_policy.policy` (pure parsing, classification, recommendatio
 names below are resolved on first use (PEP 562), so importing a server subpackage never loads the HTTP
 client and importing the client never loads the server.
 
-`__version__` is the distribution's version: pyproject.toml reads it from here (`[tool.setuptools.dynamic]`),
-so the wheel's metadata, `fp8-policy --version` and this attribute cannot disagree.
+`__version__` is the distribution's version, written once in fp8_policy/_version.py: pyproject.toml reads it from
+there (`[tool.setuptools.dynamic]`), so the wheel's metadata, `fp8-policy --version` and this attribute cannot disagree.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from fp8_policy._version import __version__ as __version__  # re-exported
 
 _EXPORTS = {
     "ApiError": "fp8_policy.client.errors",

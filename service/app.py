@@ -10,7 +10,7 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from fp8_policy import __version__
+from fp8_policy._version import __version__
 from fp8_policy.db.session import create_db_engine, create_session_factory, is_in_memory, session_scope
 from fp8_policy.service.alerts.routes import router as alerts_router
 from fp8_policy.service.alerts.sender import AlertSender

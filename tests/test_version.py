@@ -29,7 +29,7 @@ def test_pyproject_reads_the_version_from_the_package() -> None:
 
     assert "version" not in project["project"]
     assert "version" in project["project"]["dynamic"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "fp8_policy.__version__"}
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "fp8_policy._version.__version__"}
 
 
 def test_setuptools_builds_with_that_version() -> None:
