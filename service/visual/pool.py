@@ -12,6 +12,13 @@ and the memory of a big figure goes back to the system with the process):
   nor pile up without bound;
 * figures beyond `heatmap_max_pixels` are refused before anything is drawn (400 `ImageTooLarge`, in actions).
 
+A worker exits when the API process that started it dies, however it died (kill -9 included): each worker
+receives the forkserver's "alive" pipe end (multiprocessing/forkserver.py hands it to every child so it could start
+processes itself), so without that the forkserver never sees its parent go, and the worker waits on its task queue
+for ever — a killed API left ~350 MB of render processes behind. The watch is a `pidfd` of the API process
+(https://man7.org/linux/man-pages/man2/pidfd_open.2.html; polling with signal 0 where pidfds are missing); once the
+workers are gone the forkserver reads EOF on its pipe and exits too.
+
 Rendered images are cached in memory (LRU, at most `render_cache_bytes`) by what they depend on: the run as
 stored (database, id, sha256, ingest finish time), the parameters, the format and the policy version.
 Routes stay off the event loop: the database work runs in the threadpool, the drawing in the lane's process.
@@ -22,8 +29,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
+import select
 import sys
 import threading
+import time
 import types
 from collections import OrderedDict
 from collections.abc import Callable
@@ -143,7 +153,11 @@ class RenderLane:
         if self._executor is None:
             if self.processes:
                 self._executor = ProcessPoolExecutor(
-                    1, mp_context=_worker_context(), max_tasks_per_child=self.tasks_per_worker
+                    1,
+                    mp_context=_worker_context(),
+                    max_tasks_per_child=self.tasks_per_worker,
+                    initializer=exit_with_parent,
+                    initargs=(os.getpid(),),
                 )
             else:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"render-{self.name}")
@@ -238,3 +252,30 @@ class Renderer:
 
 def _ready() -> bool:
     return True
+
+
+PARENT_POLL_SECONDS = 1.0
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """In a worker: end this process as soon as `parent_pid` (the API process) has ended (a daemon thread)."""
+    try:
+        watch = os.pidfd_open(parent_pid)
+    except ProcessLookupError:
+        os._exit(0)  # already gone
+    except (AttributeError, OSError):  # no pidfd on this kernel or platform
+        watch = None
+    threading.Thread(target=_wait_for_exit, args=(parent_pid, watch), name="exit-with-parent", daemon=True).start()
+
+
+def _wait_for_exit(parent_pid: int, watch: int | None) -> None:
+    if watch is not None:
+        select.select([watch], [], [])  # readable once the process has ended
+    else:
+        while True:
+            time.sleep(PARENT_POLL_SECONDS)
+            try:
+                os.kill(parent_pid, 0)
+            except (ProcessLookupError, PermissionError):  # gone, or its pid now belongs to another user
+                break
+    os._exit(0)  # no clean-up to do: a figure being drawn is for a client that is gone
