@@ -4,7 +4,8 @@ Belongs here: the `Severity` scale, the frozen `Thresholds` record and `Threshol
 Must not be here: signal extraction, pattern logic, I/O, web or database imports.
 
 Underflow bands follow the bionemo-framework fp8_analysis heatmap and FAQ (https://github.com/NVIDIA/bionemo-framework): < 0.5 % ok, 0.5–2 % warning,
-2–4 % critical, ≥ 4 % severe. A value exactly on a bound belongs to the higher band.
+2–4 % critical, ≥ 4 % severe. A value exactly on a bound belongs to the higher band. NVFP4 training has its own
+bands (`nvfp4_*`, derived in analysis/formats.py): NVFP4 loses several percent of healthy data by construction.
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ class Thresholds:
     rank_outlier_max_features: int = 256  # (layer, tensor) series tested across ranks at most
     rank_outlier_min_share: float = 0.1  # a rank must be an outlier on this share of the assessed series (and >= 2)
     whatif_gain: float = 0.5  # a what-if recipe qualifies when its median underflow ratio is at most this
+    nvfp4_warning: float = 10.0  # NVFP4 training: nvfp4_underflows% warning band (analysis/formats.py derivation)
+    nvfp4_critical: float = 13.0  # NVFP4 training: critical band (the heaviest healthy tensor's emulated level)
+    nvfp4_severe: float = 19.5  # NVFP4 training: severe band
 
     def band(self, value: float) -> Severity:
         """Severity band of an underflows% value (NaN counts as OK: no evidence)."""
@@ -131,6 +135,11 @@ class Thresholds:
             raise ValueError(
                 "thresholds must satisfy 0 <= warning < critical < severe, got "
                 f"warning={self.warning}, critical={self.critical}, severe={self.severe}"
+            )
+        if not 0.0 <= self.nvfp4_warning < self.nvfp4_critical < self.nvfp4_severe:
+            raise ValueError(
+                "thresholds must satisfy 0 <= nvfp4_warning < nvfp4_critical < nvfp4_severe, got "
+                f"{self.nvfp4_warning}, {self.nvfp4_critical}, {self.nvfp4_severe}"
             )
         for name in ("warmup_fraction", "rank_outlier_min_share"):
             _check_range(name, getattr(self, name), 0.0, 1.0, low_open=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from threadpoolctl import threadpool_limits
 
 from fp8_policy.policy.analysis.findings import Evidence, Finding, LayerAssessment, Pattern, TensorUnderflow
+from fp8_policy.policy.analysis.formats import band_note, format_view
 from fp8_policy.policy.analysis.layout import LayerStatus, build_layout, layer_statuses
 from fp8_policy.policy.analysis.outliers import detect_rank_outliers
 from fp8_policy.policy.analysis.patterns import detect_layer_patterns, healthy_finding
@@ -46,7 +47,11 @@ def analyze(run: RunData, thresholds: Thresholds | None = None) -> Analysis:
 
 
 def _analyze(run: RunData, thresholds: Thresholds) -> Analysis:
+    requested = thresholds
+    run, training = format_view(run)  # E8M0 bytes converted, impossible scales out, the training recipe read
+    thresholds = training.bands(thresholds)
     signals = extract_signals(run, thresholds)
+    training.uncensor(signals)
     statuses = layer_statuses(run)
     fp8_layers = [name for name, status in statuses.items() if status is LayerStatus.FP8]
     outliers, excluded = detect_rank_outliers(fp8_layers, signals, thresholds)
@@ -57,7 +62,7 @@ def _analyze(run: RunData, thresholds: Thresholds) -> Analysis:
         *trends,
         *outliers,
         *detect_overflow(layout, signals, thresholds),
-        *detect_scale_instability(layout, signals, thresholds),
+        *detect_scale_instability(layout, signals, thresholds, exact=training.e8m0_series > 0),
     ]
     if not findings:
         findings = [healthy_finding(layout, thresholds)]
@@ -71,5 +76,7 @@ def _analyze(run: RunData, thresholds: Thresholds) -> Analysis:
         signals=signals,
         layout=layout,
         stats=stats,
-        notes=run_notes(layout, signals, stats, thresholds),
+        notes=[*band_note(training, thresholds), *training.notes, *run_notes(layout, signals, stats, thresholds)],
+        requested=requested,
+        training=training,
     )

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fp8_policy.policy.analysis.findings import Finding, LayerAssessment, Pattern
+from fp8_policy.policy.analysis.formats import TrainingFormat
 from fp8_policy.policy.analysis.layout import Layout
 from fp8_policy.policy.analysis.signals import Signals
 from fp8_policy.policy.thresholds import Thresholds
@@ -26,6 +27,13 @@ class Analysis:
     layout: Layout = field(repr=False)
     stats: dict[str, Any] = field(default_factory=dict)  # ranks, windows, warm-up, counts
     notes: list[str] = field(default_factory=list)  # caveats: rounding, non-finite values, missing stats
+    # The thresholds as requested (`thresholds` holds the bands actually used: NVFP4's under NVFP4 training).
+    requested: Thresholds | None = None
+    training: TrainingFormat = field(default_factory=lambda: TrainingFormat(None, ""))  # the training recipe read
+
+    @property
+    def requested_thresholds(self) -> Thresholds:
+        return self.requested if self.requested is not None else self.thresholds
 
     def patterns(self) -> set[str]:
         return {finding.pattern.value for finding in self.findings}
@@ -46,4 +54,5 @@ class Analysis:
             "thresholds": self.thresholds.to_dict(),
             "stats": dict(self.stats),
             "notes": list(self.notes),
+            "training_recipe": self.training.to_dict(),
         }

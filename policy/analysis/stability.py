@@ -7,7 +7,8 @@ Rules:
   `scale_jump_factor`, measured with the print interval: each logged value v stands for [v − r/2, v + r/2]
   (r = `print_resolution`), and the smallest ratio those intervals allow must reach the factor. Points printed as
   0.0000 (below r/2) are censored: "< 5e-5" is not zero and cannot be sized, so they are left out rather than
-  read as a drop to zero. Severity: critical with at least `scale_jumps_critical` jumps in one series.
+  read as a drop to zero. Severity: critical with at least `scale_jumps_critical` jumps in one series. MXFP8's
+  E8M0 bytes are converted to exact powers of two first (formats.py): no print interval, no censoring.
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.thresholds import Severity, Thresholds, worst
 
 
-def scale_jumps(summary: SeriesSummary, thresholds: Thresholds) -> tuple[int, float, int | None]:
-    """(number of jumps, largest guaranteed jump ratio, first jump iteration) of a scale_inv series."""
-    half = thresholds.censor_below
+def scale_jumps(
+    summary: SeriesSummary, thresholds: Thresholds, *, exact: bool = False
+) -> tuple[int, float, int | None]:
+    """(number of jumps, largest guaranteed jump ratio, first jump iteration) of a scale_inv series; `exact`
+    values (powers of two read from E8M0 bytes) have no print interval and are never censored."""
+    half = 0.0 if exact else thresholds.censor_below
     resolved = summary.values >= half if half > 0 else summary.values > 0  # a ratio needs a non-zero base
     if np.count_nonzero(resolved) < 2:
         return 0, 1.0, None
@@ -38,12 +42,15 @@ def scale_jumps(summary: SeriesSummary, thresholds: Thresholds) -> tuple[int, fl
     return int(jumps.size), float(ratio.max()), int(iterations[jumps[0] + 1])
 
 
-def detect_scale_instability(layout: Layout, signals: Signals, thresholds: Thresholds) -> list[Finding]:
+def detect_scale_instability(
+    layout: Layout, signals: Signals, thresholds: Thresholds, *, exact: bool = False
+) -> list[Finding]:
+    """`exact`: the bare scale_inv series were E8M0 bytes, converted to exact powers of two (formats.py)."""
     evidence: list[Evidence] = []
     for name in _fp8_layers(layout):
         for metric in _scale_metrics(signals, name):
             for summary in signals.get(metric):
-                count, ratio, first = scale_jumps(summary, thresholds)
+                count, ratio, first = scale_jumps(summary, thresholds, exact=exact)
                 if count:
                     evidence.append(
                         summary.evidence(rank=len(signals.ranks) > 1, count=count, ratio=ratio, onset=first)

@@ -3,7 +3,8 @@
 Input contract: a `RunData` and (optionally) its `Analysis`; no I/O, no web or database imports.
 Flow: skip plan under today's levels → recipe choice (what-if, uniform, delayed-scaling rules) → final plan under
 the chosen recipe (what-if levels when logged; deferred for `uniform` without them) → Megatron section, expected
-cost, confidence and rationale. `POLICY_VERSION` changes whenever a rule changes.
+cost, confidence and rationale → the per-layer precision ladder (ladder.py) with its FP4/FP8/BF16 cost.
+`POLICY_VERSION` changes whenever a rule changes.
 """
 
 from __future__ import annotations
@@ -17,17 +18,28 @@ from fp8_policy.policy.analysis.findings import Finding, Pattern
 from fp8_policy.policy.analysis.recipes import RECIPE_LABELS, normalize_recipe
 from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.recommend.confidence import confidence
-from fp8_policy.policy.recommend.cost import expected_cost
+from fp8_policy.policy.recommend.cost import expected_cost, ladder_cost
 from fp8_policy.policy.recommend.history import History, HistoryEffect, history_effect
+from fp8_policy.policy.recommend.ladder import Ladder, build_ladder
 from fp8_policy.policy.recommend.megatron import megatron_section
 from fp8_policy.policy.recommend.options import ModelDims, RecommendOptions
 from fp8_policy.policy.recommend.rationale import build_rationale
-from fp8_policy.policy.recommend.recipe import RecipeDecision, choose_recipe, prefer_finer, resolve_current
+from fp8_policy.policy.recommend.recipe import (
+    RecipeDecision,
+    choose_recipe,
+    prefer_finer,
+    resolve_capability,
+    resolve_current,
+)
 from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
 from fp8_policy.policy.records import PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format
 
-POLICY_VERSION = "2026.11.5"
+POLICY_VERSION = "2026.11.6"
+
+# Run-metadata keys saying the run keeps FP8/FP4 parameters (TE `quantized_model_init`; Megatron
+# `--fp8-param-gather` is `fp8_param_gather` in its arguments): no high-precision weight exists to take stats of.
+FP8_PARAM_KEYS: tuple[str, ...] = ("fp8_param", "fp8_param_gather", "fp4_param", "fp4_param_gather")
 
 __all__ = ["POLICY_VERSION", "History", "ModelDims", "RecommendOptions", "Recommendation", "recommend"]
 
@@ -42,6 +54,8 @@ class Recommendation:
     policy_version: str = POLICY_VERSION
     findings: list[Finding] = field(default_factory=list)
     history: HistoryEffect | None = None  # set when the previous run was given
+    ladder: Ladder | None = None  # the per-layer precision ladder
+    ladder_cost: dict[str, Any] | None = None  # its FP4 / FP8 / BF16 GEMM shares and speedup
 
     def to_dict(self) -> dict[str, Any]:
         recipe = self.decision.recipe
@@ -50,6 +64,8 @@ class Recommendation:
             "gemm_overrides": [
                 {"layer": o.layer, "gemms": list(o.gemms), "reason": o.reason} for o in self.decision.gemm_overrides
             ],
+            "precision_ladder": self.ladder.to_dict(self.ladder_cost) if self.ladder is not None else None,
+            "fp8_param": self.decision.fp8_param,
             "recipe": {
                 "name": recipe.name,
                 "label": RECIPE_LABELS[recipe.name],
@@ -80,11 +96,12 @@ def recommend(
     BF16 edge (recommend/history.py)."""
     options = options or RecommendOptions.from_metadata(run.metadata)
     view = _analysis_view(run, options)
-    if analysis is None or analysis.thresholds != options.thresholds or view is not run:
+    if analysis is None or analysis.requested_thresholds != options.thresholds or view is not run:
         analysis = analyze(view, options.thresholds)
     effect = history_effect(history, analysis)
     no_promote = effect.no_promote if effect is not None else frozenset()
-    current, current_source = resolve_current(options.current_recipe, analysis)
+    capability = resolve_capability(options.gpu or options.gpu_arch, analysis)[0]
+    current, current_source = resolve_current(options.current_recipe, analysis, capability)
     first = plan_skips(
         analysis,
         keep_existing_bf16=options.keep_existing_bf16,
@@ -108,13 +125,50 @@ def recommend(
     cost = expected_cost(layout, plan, decision.choice.name, options.dims)
     conf = confidence(analysis, plan, decision)
     te_version = options.te_version or _text(run.metadata.get("te_version"))
-    policy = PolicyDecision(plan.skip_layers, plan.overrides, decision.choice, tuple(run.layers.values()), te_version)
+    ladder = build_ladder(run, analysis, plan, decision.choice.name, current, decision.capability)
+    rungs = {r.layer: r.precision for r in ladder.rungs}
+    lcost = ladder_cost(layout, rungs, plan.overrides, current, options.dims, decision.capability)
+    policy = PolicyDecision(
+        plan.skip_layers,
+        plan.overrides,
+        decision.choice,
+        tuple(run.layers.values()),
+        te_version,
+        layer_precisions=ladder.rungs,
+        fp8_param=fp8_param(run.metadata),
+    )
     rationale = build_rationale(analysis, plan, decision, cost, megatron, conf)
+    rationale.insert(-1, _ladder_line(ladder, lcost, current))
     if effect is not None:
         rationale += effect.advice() or [
             f"Compared with run {effect.previous_run}: no problem followed a moved BF16 boundary."
         ]
-    return Recommendation(policy, megatron, cost, rationale, conf[0], POLICY_VERSION, list(analysis.findings), effect)
+    return Recommendation(
+        policy, megatron, cost, rationale, conf[0], POLICY_VERSION, list(analysis.findings), effect, ladder, lcost
+    )
+
+
+def fp8_param(metadata: dict[str, object]) -> bool:
+    """Whether the run keeps FP8/FP4 parameters (any of FP8_PARAM_KEYS true: a bool, 1, or "true"/"yes"/"1")."""
+    for key in FP8_PARAM_KEYS:
+        value = metadata.get(key)
+        if value is True or (isinstance(value, (int, float)) and not isinstance(value, bool) and value == 1):
+            return True
+        if isinstance(value, str) and value.strip().lower() in ("true", "yes", "1"):
+            return True
+    return False
+
+
+def _ladder_line(ladder: Ladder, cost: dict[str, Any], training: str) -> str:
+    share = cost.get("gemm_share", {})
+    tail = (
+        f" GEMM FLOPs {share.get('fp4', 0.0):.1%} FP4 / {share.get('fp8', 0.0):.1%} FP8 / "
+        f"{share.get('bf16', 0.0):.1%} BF16: {cost['gemm_speedup_vs_all_bf16']:.2f}x faster than all-BF16 GEMMs, "
+        f"GEMM time x{cost['gemm_time_vs_as_logged']:.2f} of the run as logged ({cost['source']})."
+        if "gemm_speedup_vs_all_bf16" in cost
+        else ""
+    )
+    return ladder.summary(training) + tail
 
 
 def _final_plan(

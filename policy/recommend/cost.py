@@ -7,8 +7,12 @@ Rules:
   The sequence length multiplies every GEMM alike, so shares do not depend on it.
 * Without the dims a layer needs (or for an unknown sublayer), every GEMM layer counts equally.
 * GEMM time ∝ fp8_share / speedup + bf16_share, with TE's published GEMM speedups vs BF16 (cost.SOURCE):
-  Delayed 1.69×, Current 1.58×, Block 1.40× on H200; MXFP8 1.42× on B300 (5B config, autocast). Reported: the
-  slowdown vs all-FP8 GEMMs and the speedup left vs all-BF16 GEMMs. End-to-end gains are smaller (non-GEMM time).
+  Delayed 1.69×, Current 1.58×, Block 1.40× on H200; MXFP8 1.42×, NVFP4 2.03× on B300 (5B config, autocast).
+  Reported: the slowdown vs all-low-precision GEMMs and the speedup left vs all-BF16 GEMMs. End-to-end gains are
+  smaller (non-GEMM time).
+* `ladder_cost`: the precision ladder's shares of GEMM FLOPs in FP4 / FP8 / BF16 (GEMM overrides count their
+  GEMMs as BF16) with the per-GPU speedups of TE's current speedups page (Blackwell: B300 figures; Hopper: H200;
+  a rung missing on one GPU's page takes the other's figure, named in `speedups`).
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ SPEEDUPS: dict[str, tuple[float, str]] = {
     "current": (1.58, "H200"),
     "block": (1.40, "H200"),
     "mxfp8": (1.42, "B300"),
+    "nvfp4": (2.03, "B300"),  # the same page, current version (below)
 }
 SOURCE = (
     "Transformer Engine docs, 'GEMM Speedups Across Precisions' (5B config, autocast): Delayed 1.69x, "
-    "Current 1.58x, Block 1.40x on H200; MXFP8 1.42x on B300 - "
+    "Current 1.58x, Block 1.40x on H200; MXFP8 1.42x, NVFP4 2.03x on B300 - "
     "https://nvidia.github.io/TransformerEngine/features/low_precision_training/speedups.html"
 )
 
@@ -112,3 +117,88 @@ def expected_cost(layout: Layout, plan: SkipPlan, recipe: str, dims: ModelDims) 
 def _bf16_flops(weights: dict[str, float], skips: tuple[str, ...], overrides: tuple[GemmOverride, ...]) -> float:
     flops = sum(3.0 * weights.get(name, 0.0) for name in skips)
     return flops + sum(len(set(o.gemms) & set(GEMMS)) * weights.get(o.layer, 0.0) for o in overrides)
+
+
+# --- the precision ladder's cost: FP4 / FP8 / BF16 shares of GEMM FLOPs --------------------------------------------
+
+# Autocast GEMM speedups over BF16 for a 5B config (hidden 4096, ffn 16384, 24 layers) from Transformer Engine's
+# "GEMM Speedups Across Precisions" page (docs/features/low_precision_training/speedups.rst):
+# B300: NVFP4 ~2.03x, FP8 DelayedScaling 1.61x, MXFP8 ~1.44x, FP8 CurrentScaling 1.41x;
+# H200 NVL: DelayedScaling ~1.69x, CurrentScaling ~1.57x, Block scaling ~1.41x.
+LADDER_SOURCE = (
+    "Transformer Engine docs, 'GEMM Speedups Across Precisions' (5B config, autocast): B300 NVFP4 2.03x, "
+    "Delayed 1.61x, MXFP8 1.44x, Current 1.41x; H200 Delayed 1.69x, Current 1.57x, Block 1.41x - "
+    "https://nvidia.github.io/TransformerEngine/features/low_precision_training/speedups.html"
+)
+BLACKWELL_SPEEDUPS: dict[str, float] = {"nvfp4": 2.03, "delayed": 1.61, "mxfp8": 1.44, "current": 1.41}
+HOPPER_SPEEDUPS: dict[str, float] = {"delayed": 1.69, "current": 1.57, "block": 1.41}
+PRECISION_CLASS: dict[str, str] = {
+    "nvfp4": "fp4",
+    "mxfp8": "fp8",
+    "block": "fp8",
+    "current": "fp8",
+    "delayed": "fp8",
+    "bf16": "bf16",
+}
+
+
+def ladder_speedup(precision: str, capability: float | None) -> tuple[float, str]:
+    """(GEMM speedup over BF16, GPU it was measured on) for one rung on a GPU of this capability."""
+    if precision == "bf16":
+        return 1.0, "-"
+    blackwell = capability is not None and capability >= 10.0
+    table, gpu = (BLACKWELL_SPEEDUPS, "B300") if blackwell else (HOPPER_SPEEDUPS, "H200")
+    if precision in table:
+        return table[precision], gpu
+    other, other_gpu = (HOPPER_SPEEDUPS, "H200") if blackwell else (BLACKWELL_SPEEDUPS, "B300")
+    return other[precision], other_gpu
+
+
+def ladder_cost(
+    layout: Layout,
+    rungs: dict[str, str],
+    overrides: tuple[GemmOverride, ...],
+    as_logged: str,
+    dims: ModelDims,
+    capability: float | None,
+) -> dict[str, Any]:
+    """Shares of GEMM FLOPs per precision class under the ladder (`rungs`: layer -> precision; GEMM overrides run
+    their GEMMs in BF16), the GEMM speedup over all-BF16 and the GEMM time against the run as logged (every
+    ladder layer at `as_logged`, layers already BF16 in BF16). GEMM time is sum(share / speedup)."""
+    layers = [lv for lv in layout.levels.values() if lv.name in rungs and is_gemm_layer(lv.info)]
+    weights, method, missing = _weights(layers, dims)
+    total = 3.0 * sum(weights.values())
+    if total == 0:
+        return {"method": method, "gemm_share": {"fp4": 0.0, "fp8": 0.0, "bf16": 0.0}, "note": "no GEMM layers"}
+    overridden = {o.layer: len(set(o.gemms) & set(GEMMS)) for o in overrides}
+    shares = {"fp4": 0.0, "fp8": 0.0, "bf16": 0.0}
+    time_ladder = time_logged = 0.0
+    used: dict[str, tuple[float, str]] = {}
+    for lv in layers:
+        precision = rungs[lv.name]
+        bf16_gemms = 3 if precision == "bf16" else overridden.get(lv.name, 0)
+        low = (3 - bf16_gemms) * weights[lv.name] / total
+        high = bf16_gemms * weights[lv.name] / total
+        speedup, gpu = ladder_speedup(precision, capability)
+        used[precision] = (speedup, gpu)
+        shares[PRECISION_CLASS[precision]] += low
+        shares["bf16"] += high
+        time_ladder += low / speedup + high
+        logged = "bf16" if lv.status is LayerStatus.BF16 else as_logged
+        time_logged += 3 * weights[lv.name] / total / ladder_speedup(logged, capability)[0]
+    out: dict[str, Any] = {
+        "method": method,
+        "gemm_share": {key: round(value, 4) for key, value in shares.items()},
+        "gemm_speedup_vs_all_bf16": round(1.0 / time_ladder, 4),
+        "gemm_time_vs_as_logged": round(time_ladder / time_logged, 4),
+        "as_logged_recipe": as_logged,
+        "speedups": {p: {"vs_bf16": s, "measured_on": g} for p, (s, g) in sorted(used.items())},
+        "source": LADDER_SOURCE,
+        "assumptions": "GEMM time = sum(share / speedup); fprop, dgrad and wgrad cost the same; speedups are "
+        "TE's autocast figures for one 5B config (shape-dependent); non-GEMM time is not included",
+    }
+    if missing and dims.hidden_size:
+        out["missing_dims_for"] = missing[:5]
+    elif method == "layer_count":
+        out["note"] = "no model dims given: every GEMM layer counts equally"
+    return out

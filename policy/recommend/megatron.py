@@ -12,6 +12,8 @@ Rules (Megatron-LM arguments and transformer_config, https://github.com/NVIDIA/M
 * Heads are not Megatron transformer layers: `output_layer` precision is separate.
 * `fp8_recipe` uses Megatron's names (delayed | tensorwise | blockwise | mxfp8); delayed never comes with
   first/last BF16 (Megatron raises a ValueError), the recipe choice already switched it.
+* NVFP4: `fp4_format` e2m1 / `fp4_recipe` nvfp4 and `--fp4-format e2m1 --fp4-recipe nvfp4`; `fp8_recipe` and
+  `fp8_format` are null and no `--fp8-*` flag is emitted (megatron/training/arguments.py refuses FP4 with FP8).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any
 from fp8_policy.policy.analysis.layout import LayerStatus, Layout
 from fp8_policy.policy.recommend.skiplist import SkipPlan
 from fp8_policy.policy.records import MEGATRON_RECIPES, LayerGroup, RecipeChoice
+
+FP4_ARGS = ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
 
 
 def _runs(blocks: list[int], skipped: set[int]) -> tuple[int, int]:
@@ -45,8 +49,10 @@ def megatron_section(layout: Layout, plan: SkipPlan, recipe: RecipeChoice) -> di
     first_last = bool(edge_blocks)
     outside = sorted(bf16_blocks - edge_blocks)
     heads = [n for n in sorted(bf16) if n in levels and levels[n].info.structure.group is LayerGroup.HEAD]
-    fp8_format = "e4m3" if recipe.kwargs.get("fp8_format") == "E4M3" else "hybrid"
-    args = ["--fp8-format", fp8_format, "--fp8-recipe", MEGATRON_RECIPES[recipe.name]]
+    fp4 = recipe.name == "nvfp4"
+    fp8_format = None if fp4 else ("e4m3" if recipe.kwargs.get("fp8_format") == "E4M3" else "hybrid")
+    fp8_recipe = None if fp4 else MEGATRON_RECIPES[recipe.name]
+    args = list(FP4_ARGS) if fp4 else ["--fp8-format", str(fp8_format), "--fp8-recipe", str(fp8_recipe)]
     if recipe.name == "delayed":
         args += [
             "--fp8-amax-history-len",
@@ -64,16 +70,19 @@ def megatron_section(layout: Layout, plan: SkipPlan, recipe: RecipeChoice) -> di
         ]
     if outside:
         args += ["--te-precision-config-file", "fp8_precision.yaml"]
-    return {
+    section: dict[str, Any] = {
         "first_last_layers_bf16": first_last,
         "num_layers_at_start_in_bf16": start,
         "num_layers_at_end_in_bf16": end,
-        "fp8_recipe": MEGATRON_RECIPES[recipe.name],
+        "fp8_recipe": fp8_recipe,
         "fp8_format": fp8_format,
         "extra_args": args,
         "blocks_needing_precision_config": [b - layout.index_base for b in outside],
         "notes": _notes(layout, outside, heads, plan),
     }
+    if fp4:
+        section |= {"fp4_format": "e2m1", "fp4_recipe": "nvfp4"}
+    return section
 
 
 def _notes(layout: Layout, outside: list[int], heads: list[str], plan: SkipPlan) -> list[str]:

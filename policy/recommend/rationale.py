@@ -109,6 +109,8 @@ def _cost_line(cost: dict[str, Any]) -> str:
 
 
 def _megatron_line(megatron: dict[str, Any]) -> str:
+    if megatron.get("fp4_recipe"):
+        return f"Megatron: {' '.join(megatron['extra_args'])} (FP4: no --fp8-format next to --fp4-format)."
     if megatron["first_last_layers_bf16"]:
         text = (
             f"Megatron: --first-last-layers-bf16 with {megatron['num_layers_at_start_in_bf16']} layer(s) at the "

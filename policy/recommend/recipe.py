@@ -16,7 +16,11 @@ also adds its reason to any other target):
 GPU capability: from the GPU the metadata or request names (`gpu_arch`, `gpu`, ...: see gpu.py; an unrecognised
 name is reported), else inferred from logged what-if stats (TE only computes `mxfp8_*` on ≥ 10 and
 `fp8_block_scaling_*` on ≥ 9), else assumed Hopper (9.0) and said so. Current recipe: options, else metadata,
-else delayed when bare overflows% was logged (only valid under delayed), else TE's default (delayed), said so.
+else what the stats show (analysis/formats.py: nvfp4_* without bare stats, overflows%, E8M0 bytes, ...), else
+TE's own default for the GPU (`get_default_fp8_recipe`, transformer_engine/pytorch/quantization.py: MXFP8 where
+MXFP8 runs — compute capability 10.x and 11.x —, current scaling on 12.0 and above, else delayed), stated as an
+assumption. NVFP4 (4-bit) is never a switch target of rules 1-2; an NVFP4 run with `uniform` goes to the finest
+FP8 recipe the GPU runs.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import numpy as np
 
 from fp8_policy.policy.analysis.findings import Pattern
 from fp8_policy.policy.analysis.layout import LayerLevels
-from fp8_policy.policy.analysis.recipes import MIN_CAPABILITY, PREFIX_RECIPE, RECIPES, STAT_PREFIX
+from fp8_policy.policy.analysis.recipes import FP8_RECIPES, PREFIX_RECIPE, RECIPE_LABELS, STAT_PREFIX, supported
 from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.recommend.gpu import ASSUMED_CAPABILITY, GpuSpec, compute_capability
 from fp8_policy.policy.recommend.skiplist import LevelFn, SkipPlan
@@ -38,9 +42,11 @@ KWARGS: dict[str, dict[str, object]] = {
     "current": {"fp8_format": "HYBRID"},
     "block": {"fp8_format": "E4M3"},
     "mxfp8": {"fp8_format": "E4M3"},
+    "nvfp4": {},  # NVFP4BlockScaling's defaults: E2M1 data, E4M3 block scales, RHT, stochastic rounding of gradients
 }
-SPEED_RANK = {"delayed": 1.69, "current": 1.58, "mxfp8": 1.42, "block": 1.40}  # cost.SOURCE; tie-break only
-GRANULARITY = {"delayed": 0, "current": 1, "block": 2, "mxfp8": 3}  # coarse (per tensor) -> fine (per block)
+SPEED_RANK = {"delayed": 1.69, "current": 1.58, "mxfp8": 1.42, "block": 1.40, "nvfp4": 2.03}  # cost.SOURCE
+# coarse (per tensor) -> fine (per block); NVFP4 ranks below every FP8 recipe: its fix is more bits, not finer blocks
+GRANULARITY = {"nvfp4": -1, "delayed": 0, "current": 1, "block": 2, "mxfp8": 3}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +95,11 @@ def resolve_capability(gpu_arch: str | GpuSpec | None, analysis: Analysis) -> tu
 
 
 def _capability_from_stats(analysis: Analysis) -> tuple[float | None, str]:
+    if analysis.training.recipe in ("nvfp4", "mxfp8"):
+        return 10.0, (
+            f"inferred: the run trained with {analysis.training.recipe.upper()}, which TE runs on compute "
+            "capability >= 10 (Blackwell)"
+        )
     recipes = {m.recipe for m in analysis.signals.summaries}
     if "mxfp8" in recipes:
         return 10.0, "inferred from logged mxfp8_* what-if stats (TE computes them on compute capability >= 10)"
@@ -97,13 +108,31 @@ def _capability_from_stats(analysis: Analysis) -> tuple[float | None, str]:
     return None, f"unknown GPU: assumed Hopper (compute capability {ASSUMED_CAPABILITY:g})"
 
 
-def resolve_current(option: str | None, analysis: Analysis) -> tuple[str, str]:
+def resolve_current(option: str | None, analysis: Analysis, capability: float | None = None) -> tuple[str, str]:
+    """The recipe the run trained with: the request/metadata, else the stats (formats.py), else TE's default for
+    the GPU (`capability`; None: unknown, Hopper assumed) — stated as an assumption."""
     if option:
         return option, "from the request/metadata"
+    if analysis.training.recipe is not None:
+        return analysis.training.recipe, analysis.training.source
     overflow = any(m.stat == "overflows%" and m.recipe is None for m in analysis.signals.summaries)
     if overflow:
         return "delayed", "inferred: bare overflows% is only logged under delayed scaling"
-    return "delayed", "unknown: assumed TE's default DelayedScaling"
+    return te_default_recipe(capability)
+
+
+def te_default_recipe(capability: float | None) -> tuple[str, str]:
+    """TE's `get_default_fp8_recipe` (transformer_engine/pytorch/quantization.py) for a GPU: MXFP8BlockScaling where
+    MXFP8 is supported (10.0 <= cc < 12.0), Float8CurrentScaling on cc >= 12.0, else DelayedScaling."""
+    cap = capability if capability is not None else ASSUMED_CAPABILITY
+    gpu = f"compute capability {cap:g}" + ("" if capability is not None else " (GPU unknown, Hopper assumed)")
+    if supported("mxfp8", cap):
+        recipe = "mxfp8"
+    elif cap >= 12.0:
+        recipe = "current"
+    else:
+        recipe = "delayed"
+    return recipe, f"unknown: assumed TE's default for {gpu}, {RECIPE_LABELS[recipe]} (get_default_fp8_recipe)"
 
 
 def whatif_summaries(analysis: Analysis) -> dict[str, WhatIf]:
@@ -148,7 +177,7 @@ def choose_recipe(
 def _choose(analysis: Analysis, plan: SkipPlan, current: str, gpu_arch: str | GpuSpec | None) -> RecipeDecision:
     cap, cap_source = resolve_capability(gpu_arch, analysis)
     usable = cap if cap is not None else ASSUMED_CAPABILITY
-    allowed = [r for r in RECIPES if usable >= MIN_CAPABILITY[r]]
+    allowed = [r for r in FP8_RECIPES if supported(r, usable)]
     notes = [] if allowed else [f"compute capability {usable} cannot run FP8 (needs >= 8.9); recipe left as is."]
     whatifs = whatif_summaries(analysis)
     pick = _best_whatif(whatifs, allowed, current, analysis.thresholds.whatif_gain)
@@ -177,7 +206,7 @@ def prefer_finer(decision: RecipeDecision, analysis: Analysis, plan: SkipPlan, r
     """The finest-grained recipe the GPU runs when it is finer than `decision`'s (history rule: a recipe change
     instead of a wider BF16 edge); `decision` unchanged otherwise."""
     usable = decision.capability if decision.capability is not None else ASSUMED_CAPABILITY
-    allowed = [r for r in RECIPES if usable >= MIN_CAPABILITY[r]]
+    allowed = [r for r in FP8_RECIPES if supported(r, usable)]
     if not allowed:
         return decision
     finest = max(allowed, key=GRANULARITY.__getitem__)

@@ -26,6 +26,7 @@ from fp8_policy.policy.synthetic.profiles import (
     all_of,
     any_of,
     blocks,
+    e8m0,
     everywhere,
     first_blocks,
     heads,
@@ -41,7 +42,14 @@ from fp8_policy.policy.synthetic.profiles import (
     with_values,
 )
 from fp8_policy.policy.synthetic.run import DEFAULT_STATS, PLAN_WORDS, SyntheticRun, matching_layers, stats_matrix
-from fp8_policy.policy.synthetic.scenarios import PATTERNS, SCENARIOS, PlantedTruth, ScenarioCase, make_case
+from fp8_policy.policy.synthetic.scenarios import (
+    FRONTIER_SCENARIOS,
+    PATTERNS,
+    SCENARIOS,
+    PlantedTruth,
+    ScenarioCase,
+    make_case,
+)
 from fp8_policy.policy.synthetic.writer import (
     DEFAULT_START,
     LINE_US,
@@ -56,6 +64,7 @@ __all__ = [
     "DEFAULT_START",
     "DEFAULT_STATS",
     "FAMILIES",
+    "FRONTIER_SCENARIOS",
     "LINE_US",
     "PATTERNS",
     "PLAN_ORDER",
@@ -77,6 +86,7 @@ __all__ = [
     "all_of",
     "any_of",
     "blocks",
+    "e8m0",
     "everywhere",
     "first_blocks",
     "heads",

@@ -131,10 +131,12 @@ def matching_layers(run: SyntheticRun, where: Where) -> tuple[str, ...]:
 
 
 def _clip(stat: str, values: np.ndarray) -> np.ndarray:
-    base = split_stat(stat)[1]
+    """Valid ranges, except what-if scale_inv: TE's block-scaling what-if can log its padded buffer (negative
+    values included, one H100 run with TE 2.20.2 logged -95602196480.0), so planted garbage stays."""
+    recipe, base = split_stat(stat)
     if base in _PERCENT_STATS:
         values = np.clip(values, 0.0, 100.0)
-    elif base in _NONNEGATIVE_STATS:
+    elif base in _NONNEGATIVE_STATS and not (recipe is not None and base.startswith("scale_inv")):
         values = np.maximum(values, 0.0)  # NaN stays NaN
     return values + 0.0  # -0.0 -> 0.0
 

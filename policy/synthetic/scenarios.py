@@ -1,6 +1,7 @@
 """The named planted-pattern scenarios and their machine-readable ground truth, for tests and the evaluation suite.
 
-Belongs here: the `PATTERNS` vocabulary, `PlantedTruth`, `ScenarioCase`, `make_case` and `SCENARIOS`.
+Belongs here: the `PATTERNS` vocabulary, `PlantedTruth`, `ScenarioCase`, `make_case`, `SCENARIOS` (one per
+pattern, FP8 runs) and `FRONTIER_SCENARIOS` (TE 2.20 NVFP4 and MXFP8 runs, and TE's garbage scale_inv values).
 Must not be here: profile or selector building blocks (`profiles`), file writing, and any web or database import.
 """
 
@@ -14,14 +15,17 @@ from fp8_policy.policy.synthetic.profiles import (
     all_of,
     any_of,
     blocks,
+    e8m0,
     everywhere,
     first_blocks,
     heads,
+    healthy,
     last_blocks,
     level,
     ramp,
     roles,
     scale_jumps,
+    with_values,
 )
 from fp8_policy.policy.synthetic.run import SyntheticRun, matching_layers
 
@@ -184,3 +188,77 @@ def _scenarios() -> dict[str, ScenarioCase]:
 
 
 SCENARIOS: dict[str, ScenarioCase] = _scenarios()
+
+
+# ---------------------------------------------------------------------------------------------------- frontier
+NVFP4_STATS: tuple[str, ...] = ("nvfp4_underflows%", "nvfp4_mse")  # LogNvfp4TensorStats: no bare stat exists
+BLOCK_WHATIF_STATS: tuple[str, ...] = (
+    "fp8_block_scaling_underflows%",
+    "fp8_block_scaling_scale_inv_min",
+    "fp8_block_scaling_scale_inv_max",
+)
+TE_GARBAGE_SCALE = -95602196480.0  # a block-scaling what-if scale_inv_min TE 2.20.2 logged on an H100
+
+
+def _frontier() -> dict[str, ScenarioCase]:
+    grad, act, weight = "gradient", "activation", "weight"
+    uf, scales = "nvfp4_underflows%", ("scale_inv_min", "scale_inv_max")
+    mx = SyntheticRun(family="llama", num_layers=12, iterations=400, freq=10, seed=43)
+    pad = replace(mx, family="esm2", seed=45)
+    cases = [
+        make_case(
+            "nvfp4_healthy",
+            "NVFP4 training: every layer at the format's own 5.5-7.5 % (weights 8.5-10.5 %) nvfp4_underflows%",
+            _small("llama", seed=41, stats=NVFP4_STATS),
+            [],
+            {"healthy"},
+        ),
+        make_case(
+            "nvfp4_late_layers",
+            "NVFP4 training (B200): the last 2 blocks lose 15-30 % of their gradient non-zeros",
+            _small("megatron", seed=42, stats=NVFP4_STATS),
+            [Rule(last_blocks(2), level((15.0, 30.0)), grad, uf)],
+            {"late_layers"},
+        ),
+        make_case(
+            "mxfp8_scale_swing",
+            "MXFP8 training: block 6 qkv/proj activation scale_inv E8M0 bytes swing by 10 (x1024) every other window",
+            mx,
+            [Rule(all_of(blocks(6), roles("qkv", "proj")), e8m0(scale_jumps(1024.0)), act, st) for st in scales],
+            {"scale_instability"},
+            skip=False,
+        ),
+        make_case(
+            "block_whatif_garbage",
+            "healthy FP8 run whose fp8_block_scaling_ what-if scale_inv_min holds TE's padding garbage",
+            _small("esm2", seed=44, extra_stats=BLOCK_WHATIF_STATS),
+            [
+                Rule(
+                    all_of(blocks(0, 5), roles("fc1")),
+                    with_values(healthy(), {0: TE_GARBAGE_SCALE, 200: 0.0312}),
+                    weight,
+                    "fp8_block_scaling_scale_inv_min",
+                )
+            ],
+            {"healthy"},
+            skip=False,
+        ),
+        make_case(
+            "mxfp8_padding_zero",
+            "healthy MXFP8 run whose bare scale_inv_min logs the padding byte 0 at two iterations",
+            pad,
+            [Rule(all_of(blocks(3), roles("fc1")), with_values(e8m0(), {100: 0.0, 250: 0.0}), act, scales[0])],
+            {"healthy"},
+            skip=False,
+        ),
+    ]
+    mxfp8 = {"mxfp8_scale_swing", "mxfp8_padding_zero"}  # MXFP8 training: every scale_inv is an E8M0 byte
+    out = {}
+    for case in cases:
+        if case.name in mxfp8 and isinstance(case.run.profile, Scenario):
+            case = replace(case, run=replace(case.run, profile=replace(case.run.profile, default=e8m0())))
+        out[case.name] = case
+    return out
+
+
+FRONTIER_SCENARIOS: dict[str, ScenarioCase] = _frontier()

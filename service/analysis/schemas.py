@@ -14,12 +14,13 @@ from pydantic import Field, create_model
 
 from fp8_policy.policy.analysis.findings import Pattern
 from fp8_policy.policy.analysis.layout import LayerStatus
-from fp8_policy.policy.records import GEMMS, RECIPE_CLASSES, LayerGroup, Precision
+from fp8_policy.policy.records import GEMMS, PRECISIONS, RECIPE_CLASSES, LayerGroup, Precision
 from fp8_policy.policy.thresholds import Severity
 from fp8_policy.service.schema_base import ApiModel, threshold_fields
 
 Gemm = Literal[GEMMS]  # type: ignore[valid-type]
 RecipeName = Literal[tuple(RECIPE_CLASSES)]  # type: ignore[valid-type]
+PrecisionName = Literal[PRECISIONS]  # type: ignore[valid-type]
 
 ThresholdsRead = create_model(  # one field per policy.thresholds.Thresholds field, with its comment as description
     "ThresholdsRead",
@@ -116,6 +117,15 @@ class AnalysisStats(ApiModel):
     rank_outlier_series_excluded: int
 
 
+class TrainingRecipeRead(ApiModel):
+    """The recipe the run trained with, as the analysis read it (analysis/formats.py)."""
+
+    recipe: RecipeName | None = Field(description="None: unknown (no metadata, nothing in the stats says).")  # type: ignore[valid-type]
+    source: str = Field(description="From the metadata, or how the stats show it.")
+    e8m0_scale_series: int = Field(description="MXFP8 scale_inv series read as E8M0 bytes (2^(v-127)).")
+    excluded_scale_points: int = Field(description="Impossible scale_inv values left out (named in `notes`).")
+
+
 class AnalysisRead(ApiModel):
     """`GET /api/v1/runs/{run_id}/analysis`."""
 
@@ -125,6 +135,7 @@ class AnalysisRead(ApiModel):
     thresholds: ThresholdsRead  # type: ignore[valid-type]
     stats: AnalysisStats
     notes: list[str] = Field(description="Caveats: rounding, non-finite values, missing stats.")
+    training_recipe: TrainingRecipeRead
 
 
 class GemmOverrideRead(ApiModel):
@@ -151,8 +162,10 @@ class MegatronRead(ApiModel):
     first_last_layers_bf16: bool
     num_layers_at_start_in_bf16: int
     num_layers_at_end_in_bf16: int
-    fp8_recipe: str
-    fp8_format: Literal["e4m3", "hybrid"]
+    fp8_recipe: str | None = Field(description="Megatron's --fp8-recipe; null for NVFP4 (FP4 flags instead).")
+    fp8_format: Literal["e4m3", "hybrid"] | None
+    fp4_format: Literal["e2m1"] | None = None
+    fp4_recipe: Literal["nvfp4"] | None = None
     extra_args: list[str]
     blocks_needing_precision_config: list[int] = Field(
         description="0-based blocks that need a TE precision config file (not covered by first/last)."
@@ -231,12 +244,53 @@ class HistoryRead(ApiModel):
     advice: list[str]
 
 
+class LadderRungRead(ApiModel):
+    """One layer of the precision ladder."""
+
+    precision: PrecisionName  # type: ignore[valid-type]
+    evidence: list[str] = Field(description="The stats / what-ifs / assumptions that decided it.")
+    confidence: float = Field(description="0-1: lower where evidence was missing or inferred.")
+
+
+class LadderSpeedupRead(ApiModel):
+    vs_bf16: float
+    measured_on: str
+
+
+class LadderCostRead(ApiModel):
+    """FP4 / FP8 / BF16 shares of GEMM FLOPs under the ladder and the GEMM speedup they imply."""
+
+    method: Literal["dims", "layer_count"]
+    gemm_share: dict[Literal["fp4", "fp8", "bf16"], float]
+    gemm_speedup_vs_all_bf16: float | None = None
+    gemm_time_vs_as_logged: float | None = None
+    as_logged_recipe: str | None = None
+    speedups: dict[PrecisionName, LadderSpeedupRead] | None = None  # type: ignore[valid-type]
+    source: str | None = None
+    assumptions: str | None = None
+    missing_dims_for: list[str] | None = None
+    note: str | None = None
+
+
+class PrecisionLadderRead(ApiModel):
+    """Per layer the cheapest precision it tolerates (nvfp4, mxfp8, block, current, delayed, bf16)."""
+
+    layers: dict[str, LadderRungRead] = Field(description="Exact layer name -> its rung.")
+    counts: dict[PrecisionName, int]  # type: ignore[valid-type]
+    assumptions: list[str]
+    expected_cost: LadderCostRead | None = None
+
+
 class RecommendationRead(ApiModel):
     """`GET|POST /api/v1/runs/{run_id}/recommendation` with `format=json`."""
 
     run_id: int
     fp8_skip_layers: list[str] = Field(description="Layers to run entirely in BF16 (exact logged names).")
     gemm_overrides: list[GemmOverrideRead]
+    precision_ladder: PrecisionLadderRead | None = Field(
+        None, description="Per-layer precisions beside fp8_skip_layers / gemm_overrides (which stay for old clients)."
+    )
+    fp8_param: bool = Field(False, description="The run keeps FP8/FP4 parameters (metadata fp8_param[_gather]).")
     recipe: RecipeRead
     megatron: MegatronRead
     formats: dict[str, FormatAppliedRead] = Field(

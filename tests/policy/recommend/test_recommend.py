@@ -13,6 +13,8 @@ from tests.policy.analysis.factories import FAMILIES, Spec, build_run, name, pla
 KEYS = {
     "fp8_skip_layers",
     "gemm_overrides",
+    "precision_ladder",
+    "fp8_param",
     "recipe",
     "megatron",
     "expected_cost",

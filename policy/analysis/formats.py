@@ -1,0 +1,252 @@
+"""The training format of a run (TE 2.20 recipes) and what it changes before any statistic is summarised.
+
+Belongs here: recognising the training recipe from metadata or from the stats present, the NVFP4 underflow bands,
+reading MXFP8's E8M0 scale_inv bytes, and excluding impossible scale values (with a note naming them). Must not be
+here: findings, recommendations, I/O.
+
+Rules:
+* Training recipe: the metadata's `recipe` / `fp8_recipe` (normalised), else inferred from the stats:
+  `nvfp4_*` stats with no bare quantization stat → NVFP4BlockScaling (TE raises on bare LogFp8TensorStats stats
+  under NVFP4 training); an `fp8_delayed_scaling_` prefix or bare `overflows%` → delayed (TE logs them only under
+  delayed scaling); bare scale_inv values that are E8M0 bytes (below) → MXFP8; bare `_columnwise` stats (only MXFP8
+  and block scaling have them) otherwise → block. Else unknown (the recommender then applies TE's
+  `get_default_fp8_recipe` rule for the GPU, see recommend/recipe.py).
+* E8M0 scale_inv. MXFP8 logs the E8M0 exponent byte as a float (`127.0000` = 1.0; TE
+  `pytorch/tensor/mxfp8_tensor.py`): an `mxfp8_` what-if scale series, or a bare one under MXFP8 training, whose
+  finite values are all integers in 0..255 is read as bytes and converted to 2^(v - 127) before any scale analysis
+  (a swing 118 -> 128 is a factor 2^10). Byte 0 (padding, TE masks it in `nonzero_min`) and 255 (NaN) are
+  impossible scales. Such a series that is not bytes is read as linear, with a note.
+* Impossible scale values are excluded from every statistic and named in a note, never a finding: negative
+  values, non-finite what-if (prefixed) values, and the impossible E8M0 bytes. TE's `fp8_block_scaling_scale_inv_*`
+  can read its padded scale buffer (one H100 run with TE 2.20.2 logged -95602196480.0). A printed 0.0000 is a
+  value below 5e-5 (censored, see signals.py), not an impossible zero, and stays.
+* NVFP4 bands (`nvfp4_underflows%` is a share of all elements; TE `debug/features/utils/stats_computation.py`).
+  FP8's 0.5 / 2 / 4 % do not apply: a 16-element block shares one E4M3 scale and E2M1 holds six magnitudes, so
+  healthy data already loses several percent. `policy/nvfp4_emulation.py` emulates TE's NVFP4 cast on 4 draws of
+  256x1024 Gaussian, Laplace and Student-t(4) tensors (worst draw per family): 1x16 blocks (activations,
+  gradients) 6.82 / 12.88 / 10.26 %; 16x16 tiles (weights, TE's 2-D weight quantization) 10.15 / 22.45 / 22.57 %.
+  warning = halfway between Gaussian and the heaviest healthy family, critical = the heaviest healthy family,
+  severe = critical plus that family's excess over Gaussian once more, each rounded up to 0.5 pp: 1-D 10 / 13 /
+  19.5 % (the `nvfp4_*` thresholds, settable per request), 2-D 16.5 / 23 / 35.5 % (`NVFP4_WEIGHT_BANDS`).
+  tests/policy/test_nvfp4_bands.py recomputes both. Under NVFP4 training the analysis judges activation and
+  gradient `nvfp4_underflows%` with the 1-D bands; weight `nvfp4_*` series (2-D tiles) are left out of the layer
+  levels and judged by the precision ladder with the 2-D bands (recommend/ladder.py), said in a note. A layer's
+  peers add the relative rule of the ladder: a level in the warning band and at least `NVFP4_PEER_RATIO` times its
+  peers' median fails too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from fp8_policy.policy.analysis.recipes import STAT_PREFIX, normalize_recipe
+from fp8_policy.policy.analysis.signals import Signals
+from fp8_policy.policy.records import QUANT_STATS, MetricName, RunData, Series
+from fp8_policy.policy.thresholds import Thresholds
+
+SCALE_STATS = ("scale_inv_min", "scale_inv_max")
+NVFP4_WEIGHT_BANDS: tuple[float, float, float] = (16.5, 23.0, 35.5)  # 16x16 tiles: warning, critical, severe
+NVFP4_PEER_RATIO = 2.0
+E8M0_BIAS = 127
+MAX_NAMED = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ExcludedPoint:
+    """One logged value that cannot be a scale, left out of every statistic."""
+
+    name: str  # the metric name as logged
+    rank: int
+    iteration: int
+    value: float
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.name} rank {self.rank} iteration {self.iteration} = {self.value:g} ({self.reason})"
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingFormat:
+    """The run's training recipe (our name, None when unknown), where it came from, and what reading it changed."""
+
+    recipe: str | None
+    source: str
+    e8m0_series: int = 0  # scale series read as E8M0 bytes and converted
+    excluded: tuple[ExcludedPoint, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    def bands(self, thresholds: Thresholds) -> Thresholds:
+        """The thresholds the run's underflow levels are judged with: NVFP4's bands under NVFP4 training."""
+        if self.recipe != "nvfp4":
+            return thresholds
+        return replace(
+            thresholds,
+            warning=thresholds.nvfp4_warning,
+            critical=thresholds.nvfp4_critical,
+            severe=thresholds.nvfp4_severe,
+        )
+
+    def uncensor(self, signals: Signals) -> None:
+        """Scale series read from E8M0 bytes are exact powers of two: none of their points is censored."""
+        if not self.e8m0_series:
+            return
+        for metric, group in signals.summaries.items():
+            if metric.stat in SCALE_STATS:
+                for summary in group:
+                    if summary.censored and _powers_of_two(summary.values):
+                        summary.censored = 0
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "recipe": self.recipe,
+            "source": self.source,
+            "e8m0_scale_series": self.e8m0_series,
+            "excluded_scale_points": len(self.excluded),
+        }
+
+
+def detect_training_recipe(run: RunData) -> tuple[str | None, str]:
+    """(recipe, how it was known) from the metadata, else from the stats present (module docstring)."""
+    given = run.metadata.get("recipe") or run.metadata.get("fp8_recipe")
+    recipe = normalize_recipe(given)
+    if recipe is not None:
+        return recipe, f"from the run's metadata ({given})"
+    quant = [s for s in run.series if s.metric.stat in QUANT_STATS]
+    bare = [s for s in quant if s.metric.recipe is None]
+    prefixes = {s.metric.recipe for s in quant}
+    if "nvfp4" in prefixes and not bare:
+        return "nvfp4", (
+            "inferred: nvfp4_* stats (LogNvfp4TensorStats) and no bare LogFp8TensorStats stat, which TE refuses "
+            "under NVFP4 training"
+        )
+    if "fp8_delayed_scaling" in prefixes or any(s.metric.stat == "overflows%" for s in bare):
+        return "delayed", "inferred: overflows% / fp8_delayed_scaling_* are only logged under delayed scaling"
+    scales = [s for s in bare if s.metric.stat in SCALE_STATS]
+    if scales and _looks_e8m0(scales):
+        return "mxfp8", "inferred: bare scale_inv values are E8M0 exponent bytes (integers around 127), as MXFP8 logs"
+    if any(s.metric.columnwise for s in bare):
+        return "block", "inferred: bare _columnwise stats (only MXFP8 and block scaling log them), not E8M0 bytes"
+    return None, ""
+
+
+def format_view(run: RunData) -> tuple[RunData, TrainingFormat]:
+    """The run as analysis reads it (E8M0 converted, impossible scale values out, the detected recipe in its
+    metadata, NVFP4 weight series left to the ladder) and what was done. Arrays not changed are shared."""
+    recipe, source = detect_training_recipe(run)
+    excluded: list[ExcludedPoint] = []
+    notes: list[str] = []
+    converted = 0
+    series: list[Series] = []
+    weights_left = 0
+    for s in run.series:
+        m = s.metric
+        if recipe == "nvfp4" and m.recipe == "nvfp4" and m.tensor == "weight":
+            weights_left += 1
+            continue
+        if m.stat not in SCALE_STATS:
+            series.append(s)
+            continue
+        e8m0 = m.recipe == "mxfp8" or (m.recipe is None and recipe == "mxfp8")
+        if e8m0 and not _is_bytes(s.values):
+            notes.append(f"{_name(m)} is not E8M0 bytes (non-integer values): read as a linear scale.")
+            e8m0 = False
+        screened, dropped = _screen(s, e8m0)
+        excluded += dropped
+        converted += int(e8m0)
+        if screened.values.size:
+            series.append(screened)
+    if converted:
+        notes.append(
+            f"{converted} MXFP8 scale_inv series are E8M0 exponent bytes: read as 2^(v-127) (127 = 1.0) before any "
+            "scale analysis."
+        )
+    if excluded:
+        shown = "; ".join(p.describe() for p in excluded[:MAX_NAMED])
+        more = f" and {len(excluded) - MAX_NAMED} more" if len(excluded) > MAX_NAMED else ""
+        notes.append(
+            f"{len(excluded)} impossible scale_inv value(s) left out of every statistic (a scale cannot be negative, "
+            f"non-finite or an E8M0 padding byte; TE's block-scaling scale_inv can read its padded buffer): "
+            f"{shown}{more}."
+        )
+    if weights_left:
+        notes.append(
+            f"NVFP4 training: {weights_left} weight nvfp4_* series use 16x16 tiles (healthy Gaussian weights lose "
+            "about 10 %); they are judged by the precision ladder with the 2-D bands "
+            f"{'/'.join(f'{b:g}' for b in NVFP4_WEIGHT_BANDS)} %, not in the layer levels."
+        )
+    metadata = run.metadata
+    if recipe is not None and normalize_recipe(metadata.get("recipe") or metadata.get("fp8_recipe")) != recipe:
+        metadata = {**metadata, "recipe": recipe}
+    view = replace(run, series=series, metadata=metadata)
+    return view, TrainingFormat(recipe, source, converted, tuple(excluded), tuple(notes))
+
+
+def band_note(training: TrainingFormat, thresholds: Thresholds) -> list[str]:
+    """The sentence saying which bands judged the run, when they are not FP8's."""
+    if training.recipe != "nvfp4":
+        return []
+    return [
+        f"NVFP4 training: nvfp4_underflows% judged with NVFP4 bands {thresholds.nvfp4_warning:g} / "
+        f"{thresholds.nvfp4_critical:g} / {thresholds.nvfp4_severe:g} % (warning / critical / severe, derived from "
+        "an emulation of NVFP4 on healthy Gaussian and heavy-tailed tensors), not FP8's bands."
+    ]
+
+
+def stat_prefix(recipe: str | None) -> str | None:
+    return STAT_PREFIX.get(recipe or "")
+
+
+def e8m0_to_scale(values: np.ndarray) -> np.ndarray:
+    """E8M0 exponent bytes -> the power-of-two scales they encode (127 -> 1.0)."""
+    return np.exp2(np.asarray(values, dtype=np.float64) - E8M0_BIAS)
+
+
+def _screen(series: Series, e8m0: bool) -> tuple[Series, list[ExcludedPoint]]:
+    values = series.values
+    finite = np.isfinite(values)
+    if e8m0:
+        bad = finite & ((values <= 0) | (values >= 255))
+        reasons = np.where(values <= 0, "E8M0 byte 0: padding", "E8M0 byte 255: NaN")
+    else:
+        bad = finite & (values < 0)
+        reasons = np.full(values.shape, "negative")
+    if series.metric.recipe is not None:  # a non-finite what-if scale is no training event
+        bad |= ~finite
+        reasons = np.where(finite, reasons, "non-finite what-if scale")
+    keep = ~bad
+    name = _name(series.metric)
+    dropped = [
+        ExcludedPoint(name, series.rank, int(series.iterations[i]), float(values[i]), str(reasons[i]))
+        for i in np.flatnonzero(bad)
+    ]
+    kept = values[keep]
+    if e8m0:
+        kept = np.where(np.isfinite(kept), e8m0_to_scale(kept), kept)
+    if not dropped and not e8m0:
+        return series, []
+    return Series(series.rank, series.metric, series.iterations[keep], kept), dropped
+
+
+def _powers_of_two(values: np.ndarray) -> bool:
+    positive = values[values > 0]
+    return positive.size == values.size and bool(np.all(np.log2(positive) == np.round(np.log2(positive))))
+
+
+def _is_bytes(values: np.ndarray) -> bool:
+    finite = values[np.isfinite(values)]
+    return bool(finite.size) and bool(np.all((finite == np.round(finite)) & (finite >= 0) & (finite <= 255)))
+
+
+def _looks_e8m0(scales: list[Series]) -> bool:
+    """Bare scale_inv values that can only be E8M0 bytes: all integers in 0..255, at least 3 distinct, median >= 64
+    (a per-tensor FP8 scale_inv of 64 would mean an amax of 28672)."""
+    values = np.concatenate([s.values[np.isfinite(s.values)] for s in scales])
+    if values.size == 0 or not _is_bytes(values):
+        return False
+    return np.unique(values).size >= 3 and float(np.median(values)) >= 64
+
+
+def _name(metric: MetricName) -> str:
+    return f"{metric.layer}_{metric.tensor}_{metric.stat_key}"

@@ -1,0 +1,345 @@
+"""The per-layer precision ladder: for each layer the cheapest precision it tolerates, with evidence and confidence.
+
+Belongs here: reading each rung's evidence from an analysis (training stats, what-ifs, the block-16 dynamic range),
+the rung rules below and the JSON `precision_ladder`. Must not be here: skip plans, recipe choice, rendering.
+
+Rungs (records.PRECISIONS): nvfp4, then FP8 (mxfp8, block, current, delayed), then bf16. Only rungs the GPU runs
+(analysis/recipes.py `supported`) are considered. Per layer:
+1. NVFP4 needs NVFP4 evidence, never an assumption: `nvfp4_underflows%` from NVFP4 training or from an `nvfp4_`
+   what-if (the CPU collector writes them; TE refuses that prefix), judged with NVFP4's bands (1-D for activation
+   and gradient, 16x16 for weight; analysis/formats.py) and against the layer's peers (same tensor and sublayer
+   kind: a level in the warning band at least `NVFP4_PEER_RATIO` times the peers' median fails); or, without those,
+   TE LogTensorStats' `max_blockwise_dynamic_range_block_size_16` on all three tensors at most
+   `PROXY_MAX_BINADES` (log2(6 / (1 + 2^-4) / 0.25): no element of any 16-element block can round to zero even
+   with the E4M3 block scale rounded; it cannot see blocks far below the tensor's amax), at confidence x0.5.
+   A layer the FP8 plan skips or overrides does not go NVFP4.
+2. Otherwise the FP8 rung: the recommended recipe first when it is FP8 (no needless mix), then the others finest
+   first (mxfp8, block, current; delayed only as the recommended recipe: Megatron's precision config refuses it
+   and it forbids BF16 layers). A rung fits when every logged tensor's `underflows%` level (training stats for the
+   training recipe, the `<prefix>_` what-if otherwise) is below the FP8 critical band. Without its own stats a rung
+   is inferred, said so, at lower confidence: MXFP8 from a fitting block or per-tensor rung (32-element E8M0 blocks
+   are finer; a power-of-two scale costs at most one binade) x0.7, or for a layer failing NVFP4 ("lift": E4M3 keeps
+   about 17.8 binades under each block's scale against E2M1's 3.6) x0.6; block from a per-tensor rung x0.7;
+   current from delayed x0.8. Layers the plan skips take only rungs with their own stats (and the NVFP4 lift).
+3. Else BF16 (and every layer the run already ran in BF16, or skipped with no rung left).
+Confidence: 1, x0.8 per quantized tensor without stats, x the rule's factor, x0.6 with fewer post-warm-up points
+than `min_points`. Layers with no stats at all (fp8_unobserved) are not in the ladder: they keep the outer recipe.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fp8_policy.policy.analysis.formats import NVFP4_PEER_RATIO, NVFP4_WEIGHT_BANDS
+from fp8_policy.policy.analysis.layout import LayerLevels, LayerStatus
+from fp8_policy.policy.analysis.recipes import STAT_PREFIX, supported
+from fp8_policy.policy.analysis.result import Analysis
+from fp8_policy.policy.analysis.signals import SeriesSummary, summarize
+from fp8_policy.policy.recommend.gpu import ASSUMED_CAPABILITY
+from fp8_policy.policy.recommend.skiplist import SkipPlan
+from fp8_policy.policy.records import PRECISIONS, QUANTIZED_TENSORS, LayerPrecision, MetricName, RunData
+
+PROXY_MAX_BINADES = math.log2(6.0 / (1.0 + 2.0**-4) / 0.25)  # 4.497
+FP8_FINEST_FIRST: tuple[str, ...] = ("mxfp8", "block", "current")
+_INFER: dict[str, tuple[tuple[str, ...], float]] = {  # rung -> (rungs it may be inferred from, confidence factor)
+    "mxfp8": (("block", "current", "delayed"), 0.7),
+    "block": (("current", "delayed"), 0.7),
+    "current": (("delayed",), 0.8),
+}
+_DR = "max_blockwise_dynamic_range_block_size_16_dims_"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One rung for one layer: fit (True / False / None = no evidence), why, and the tensors it rests on."""
+
+    fit: bool | None
+    sentence: str
+    tensors: int = 0
+    factor: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Ladder:
+    rungs: tuple[LayerPrecision, ...]
+    assumptions: tuple[str, ...]
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(PRECISIONS, 0)
+        for rung in self.rungs:
+            out[rung.precision] += 1
+        return out
+
+    def to_dict(self, cost: dict[str, Any] | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "layers": {
+                r.layer: {"precision": r.precision, "evidence": list(r.evidence), "confidence": r.confidence}
+                for r in self.rungs
+            },
+            "counts": self.counts(),
+            "assumptions": list(self.assumptions),
+        }
+        if cost is not None:
+            out["expected_cost"] = cost
+        return out
+
+    def summary(self, training: str) -> str:
+        """One sentence: what moves where."""
+        c = self.counts()
+        fp8 = sum(c[p] for p in ("mxfp8", "block", "current", "delayed"))
+        if training == "nvfp4":
+            lifted = {p: n for p, n in c.items() if p != "nvfp4" and n}
+            moves = ", ".join(f"{n} to {p.upper() if p != 'bf16' else 'BF16'}" for p, n in lifted.items())
+            return f"Precision ladder (NVFP4 run): {c['nvfp4']} layer(s) stay NVFP4" + (
+                f"; lift {moves}." if moves else "; none needs lifting."
+            )
+        return (
+            f"Precision ladder: {c['nvfp4']} layer(s) can go NVFP4, {fp8} stay FP8 "
+            f"({', '.join(f'{n} {p}' for p, n in c.items() if n and p in FP8_FINEST_FIRST + ('delayed',)) or 'none'})"
+            f", {c['bf16']} BF16."
+        )
+
+
+def build_ladder(
+    run: RunData, analysis: Analysis, plan: SkipPlan, outer: str, training: str, capability: float | None
+) -> Ladder:
+    """The ladder for the run's layers (`outer`: the recommended recipe; `training`: the recipe the run used)."""
+    cap = capability if capability is not None else ASSUMED_CAPABILITY
+    ctx = _Context(run, analysis, plan, outer, training, cap)
+    rungs = [ctx.rung(lv) for lv in analysis.layout.levels.values() if lv.status in (LayerStatus.FP8, LayerStatus.BF16)]
+    return Ladder(tuple(rungs), tuple(ctx.assumptions(capability)))
+
+
+class _Context:
+    def __init__(self, run: RunData, analysis: Analysis, plan: SkipPlan, outer: str, training: str, cap: float) -> None:
+        self.run, self.analysis, self.plan = run, analysis, plan
+        self.outer, self.training, self.cap = outer, training, cap
+        self.fp8 = analysis.requested_thresholds
+        self.skipped = set(plan.skip_layers) | set(plan.kept_bf16)
+        self.overridden = {o.layer for o in plan.overrides}
+        self.nvfp4_weights = _training_nvfp4_weights(run, analysis) if training == "nvfp4" else {}
+        self.dynamic_range = _dynamic_ranges(run, analysis)
+        self._nvfp4_levels: dict[str, dict[str, float]] = {}
+        self.few_points = float(analysis.stats.get("median_points_per_series", 0.0)) < self.fp8.min_points
+
+    # --- levels ------------------------------------------------------------------------------------------------
+
+    def levels(self, lv: LayerLevels, precision: str) -> dict[str, float]:
+        """tensor -> level of `precision`'s underflows% for this layer (training stats or its what-if)."""
+        if precision == self.training:
+            out = {t: s.level for t, s in lv.tensors.items()}
+            if precision == "nvfp4" and lv.name in self.nvfp4_weights:
+                out["weight"] = self.nvfp4_weights[lv.name]
+            return out
+        prefix = STAT_PREFIX[precision]
+        signals = self.analysis.signals
+        return {t: s.level for t in QUANTIZED_TENSORS if (s := signals.worst(lv.name, t, recipe=prefix)) is not None}
+
+    def peers_median(self, lv: LayerLevels, tensor: str) -> float | None:
+        sub = lv.info.structure.sublayer
+        values = [
+            levels[tensor]
+            for other in self.analysis.layout.levels.values()
+            if other is not lv and other.info.structure.sublayer == sub and other.status is LayerStatus.FP8
+            if tensor in (levels := self._nvfp4(other))
+        ]
+        return float(np.median(values)) if len(values) >= 3 else None
+
+    def _nvfp4(self, lv: LayerLevels) -> dict[str, float]:
+        if lv.name not in self._nvfp4_levels:
+            self._nvfp4_levels[lv.name] = self.levels(lv, "nvfp4")
+        return self._nvfp4_levels[lv.name]
+
+    # --- verdicts ----------------------------------------------------------------------------------------------
+
+    def nvfp4(self, lv: LayerLevels) -> Verdict:
+        levels = self._nvfp4(lv)
+        source = "training stats" if self.training == "nvfp4" else "nvfp4_ what-if"
+        if not levels:
+            return self._proxy(lv)
+        failing, shown = [], []
+        for tensor, level in levels.items():
+            warning, critical, _ = self._nvfp4_bands(tensor)
+            peers = self.peers_median(lv, tensor)
+            peer_text = f", peers' median {peers:.2f}%" if peers is not None else ""
+            shown.append(f"{tensor} {level:.2f}%{peer_text}")
+            if level >= critical:
+                failing.append(f"{tensor} {level:.2f}% >= {critical:g}% critical")
+            elif peers is not None and level >= warning and level >= NVFP4_PEER_RATIO * peers:
+                failing.append(f"{tensor} {level:.2f}% >= {NVFP4_PEER_RATIO:g}x its peers' median {peers:.2f}%")
+        if failing:
+            return Verdict(False, f"NVFP4 fails ({source}): {'; '.join(failing)}.", len(levels))
+        bands = f"{self.fp8.nvfp4_critical:g}% (1-D), {NVFP4_WEIGHT_BANDS[1]:g}% (16x16 weights)"
+        return Verdict(
+            True, f"NVFP4 fits ({source}): nvfp4_underflows% {', '.join(shown)}; below critical {bands}.", len(levels)
+        )
+
+    def _nvfp4_bands(self, tensor: str) -> tuple[float, float, float]:
+        if tensor == "weight":
+            return NVFP4_WEIGHT_BANDS
+        return self.fp8.nvfp4_warning, self.fp8.nvfp4_critical, self.fp8.nvfp4_severe
+
+    def _proxy(self, lv: LayerLevels) -> Verdict:
+        ranges = self.dynamic_range.get(lv.name, {})
+        if not ranges:
+            return Verdict(None, "NVFP4 not assessed: no nvfp4_* stats and no blockwise dynamic range at block 16.")
+        widest = max(ranges.values())
+        text = ", ".join(f"{t} {v:.2f}" for t, v in ranges.items())
+        if len(ranges) == len(QUANTIZED_TENSORS) and widest <= PROXY_MAX_BINADES:
+            return Verdict(
+                True,
+                f"NVFP4 fits by proxy (no nvfp4_* stats): max blockwise dynamic range at block size 16 {text} "
+                f"binades <= {PROXY_MAX_BINADES:.2f}, so no element rounds to zero inside its block (blocks far "
+                "below the tensor's amax are not seen).",
+                len(ranges),
+                0.5,
+            )
+        return Verdict(
+            None,
+            f"NVFP4 not assessed: no nvfp4_* stats; max blockwise dynamic range at block size 16 {text} binades "
+            f"(E2M1 holds {PROXY_MAX_BINADES:.2f} without underflow{'' if len(ranges) == 3 else ', not all tensors'}"
+            "); log nvfp4_ what-ifs (CPU collector) to assess it.",
+        )
+
+    def fp8_rung(self, lv: LayerLevels, precision: str) -> Verdict:
+        levels = self.levels(lv, precision)
+        source = "training stats" if precision == self.training else f"{STAT_PREFIX[precision]}_ what-if"
+        if not levels:
+            return Verdict(None, f"{precision}: no stats.")
+        critical = self.fp8.critical
+        failing = [f"{t} {v:.2f}%" for t, v in levels.items() if v >= critical]
+        shown = ", ".join(f"{t} {v:.2f}%" for t, v in levels.items())
+        if failing:
+            return Verdict(False, f"{precision} fails ({source}): {', '.join(failing)} >= {critical:g}%.", len(levels))
+        return Verdict(True, f"{precision} fits ({source}): underflows% {shown} < {critical:g}%.", len(levels))
+
+    # --- the rung ----------------------------------------------------------------------------------------------
+
+    def rung(self, lv: LayerLevels) -> LayerPrecision:
+        if lv.status is LayerStatus.BF16:
+            return LayerPrecision(lv.name, "bf16", ("Ran in BF16 in this run: no low-precision evidence.",), 1.0)
+        evidence: list[str] = []
+        skipped = lv.name in self.skipped
+        nvfp4_failed, nvfp4_tensors = False, 0
+        if supported("nvfp4", self.cap):
+            verdict = self.nvfp4(lv)
+            evidence.append(verdict.sentence)
+            blocked = skipped or lv.name in self.overridden
+            if verdict.fit and not blocked:
+                return self._make(lv, "nvfp4", evidence, verdict)
+            if verdict.fit and blocked:
+                evidence.append("Not NVFP4: the FP8 plan keeps this layer (or some GEMMs) in BF16.")
+            nvfp4_failed, nvfp4_tensors = verdict.fit is False, verdict.tensors
+        verdicts: dict[str, Verdict] = {}
+        for precision in self._fp8_order():
+            verdicts[precision] = verdict = self.fp8_rung(lv, precision)
+            if verdict.fit:
+                evidence.append(verdict.sentence)
+                return self._make(lv, precision, evidence, verdict)
+            if verdict.fit is False:
+                evidence.append(verdict.sentence)
+        lift = nvfp4_failed and not any(v.fit is False for v in verdicts.values())
+        for precision in self._fp8_order():
+            inferred = self._infer(lv, precision, verdicts, nvfp4_tensors if lift else 0, skipped)
+            if inferred is not None:
+                evidence.append(inferred.sentence)
+                return self._make(lv, precision, evidence, inferred)
+        why = "skipped by the recommendation (fp8_skip_layers)" if skipped else "no low-precision rung fits"
+        evidence.append(f"BF16: {why}.")
+        return LayerPrecision(lv.name, "bf16", tuple(evidence), 1.0 if skipped else 0.8)
+
+    def _fp8_order(self) -> list[str]:
+        order = [self.outer] if self.outer in FP8_FINEST_FIRST + ("delayed",) else []
+        order += [p for p in FP8_FINEST_FIRST if p not in order]
+        return [p for p in order if supported(p, self.cap)]
+
+    def _infer(
+        self, lv: LayerLevels, precision: str, verdicts: dict[str, Verdict], lift_tensors: int, skipped: bool
+    ) -> Verdict | None:
+        """A rung without its own stats, inferred (module docstring); `lift_tensors` > 0: the layer fails NVFP4
+        (on that many logged tensors) and no FP8 rung is known to fail."""
+        if verdicts.get(precision, Verdict(None, "")).fit is not None:
+            return None
+        if precision == "mxfp8" and lift_tensors:
+            return Verdict(
+                True,
+                "mxfp8 assumed (no mxfp8_ stats): a layer failing NVFP4 is lifted to MXFP8, whose E4M3 elements "
+                "keep about 17.8 binades under each 32-element block's scale against E2M1's 3.6.",
+                lift_tensors,
+                0.6,
+            )
+        if skipped or precision not in _INFER:
+            return None
+        sources, factor = _INFER[precision]
+        fits = [p for p in sources if p in verdicts and verdicts[p].fit]
+        if not fits:
+            fits = [p for p in sources if p not in verdicts and self.fp8_rung(lv, p).fit]
+        if not fits:
+            return None
+        return Verdict(
+            True,
+            f"{precision} assumed (no {STAT_PREFIX[precision]}_ stats): {fits[0]} fits and {precision}'s scaling "
+            "is finer-grained.",
+            len(self.levels(lv, fits[0])),
+            factor,
+        )
+
+    def _make(self, lv: LayerLevels, precision: str, evidence: list[str], verdict: Verdict) -> LayerPrecision:
+        confidence = verdict.factor * 0.8 ** max(0, len(QUANTIZED_TENSORS) - verdict.tensors)
+        if self.few_points:
+            confidence *= 0.6
+            evidence.append(f"Few post-warm-up points per series (< {self.fp8.min_points}).")
+        return LayerPrecision(lv.name, precision, tuple(evidence), round(max(0.05, confidence), 2))
+
+    def assumptions(self, capability: float | None) -> list[str]:
+        left_out = [p for p in PRECISIONS[:-1] if not supported(p, self.cap)]
+        gpu = f"compute capability {self.cap:g}" + (" (GPU unknown: Hopper assumed)" if capability is None else "")
+        out = [
+            "NVFP4 only with NVFP4 evidence: nvfp4_underflows% (training or nvfp4_ what-if) below NVFP4's "
+            "critical bands and not twice its peers' median, or the block-16 dynamic-range proxy "
+            f"(<= {PROXY_MAX_BINADES:.2f} binades on all three tensors).",
+            f"FP8 rungs fit below {self.fp8.critical:g}% underflows%; a rung without its own stats is inferred "
+            "only from a coarser rung that fits (stated per layer, lower confidence).",
+            f"Rungs for {gpu}" + (f"; left out: {', '.join(left_out)}." if left_out else "."),
+        ]
+        unobserved = [lv.name for lv in self.analysis.layout.levels.values() if lv.status is LayerStatus.UNOBSERVED]
+        if unobserved:
+            out.append(f"{len(unobserved)} layer(s) without stats are not in the ladder and keep the outer recipe.")
+        if self.plan.overrides:
+            out.append("Layers with GEMM overrides keep those GEMMs in BF16 at their rung (gemm_overrides).")
+        return out
+
+
+def _training_nvfp4_weights(run: RunData, analysis: Analysis) -> dict[str, float]:
+    """Worst-rank level of each layer's weight nvfp4_underflows% under NVFP4 training (left out of the analysis
+    levels, formats.py), summarised with the analysis' warm-up cut and window rules."""
+    out: dict[str, float] = {}
+    th, start = analysis.requested_thresholds, analysis.signals.warmup_cut
+    for s in run.series:
+        m = s.metric
+        if m.recipe != "nvfp4" or m.tensor != "weight" or m.stat != "underflows%" or s.iterations.size == 0:
+            continue
+        summary = summarize(s, MetricName(m.layer, m.tensor, m.stat), start, th)
+        if summary is not None and summary.level == summary.level:
+            out[m.layer] = max(out.get(m.layer, -math.inf), summary.level)
+    return out
+
+
+def _dynamic_ranges(run: RunData, analysis: Analysis) -> dict[str, dict[str, float]]:
+    """layer -> tensor -> the largest logged max_blockwise_dynamic_range at block size 16 (binades)."""
+    out: dict[str, dict[str, float]] = {}
+    start, th = analysis.signals.warmup_cut, analysis.requested_thresholds
+    for s in run.series:
+        m = s.metric
+        if m.tensor not in QUANTIZED_TENSORS or not m.stat.startswith(_DR) or s.iterations.size == 0:
+            continue
+        summary: SeriesSummary | None = summarize(s, m, start, th)
+        if summary is None:
+            continue
+        layer = out.setdefault(m.layer, {})
+        layer[m.tensor] = max(layer.get(m.tensor, -math.inf), summary.max)
+    return out

@@ -1,0 +1,133 @@
+"""The per-layer precision ladder (recommend/ladder.py) and its cost (recommend/cost.py `ladder_cost`)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fp8_policy.policy.recommend import RecommendOptions, fp8_param, recommend
+from fp8_policy.policy.recommend.cost import ladder_speedup
+from fp8_policy.policy.records import PRECISIONS
+from tests.policy.frontier_runs import frontier_run, layer_name, noisy
+
+WHATIF = ("underflows%", "nvfp4_underflows%")
+NVFP4_BAD = {layer_name(5, "mlp.linear_fc1"), layer_name(6, "mlp.linear_fc1")}  # NVFP4 what-if fails
+FP8_BAD = layer_name(7, "mlp.linear_fc2")  # fails FP8 itself (two tensors)
+
+
+def fp8_run_with_nvfp4_whatifs(gpu: str = "B200", **metadata: object):  # type: ignore[no-untyped-def]
+    """Current-scaling FP8 run with the CPU collector's nvfp4_ what-ifs: 2 layers fail NVFP4, 1 fails FP8."""
+
+    def values(layer, block, sub, tensor, key, rng):  # type: ignore[no-untyped-def]
+        if key == "underflows%":
+            return noisy(3.5 if layer == FP8_BAD and tensor != "weight" else 0.1, rng)
+        if layer in NVFP4_BAD and tensor == "gradient":
+            return noisy(21.0, rng)
+        return noisy(10.0 if tensor == "weight" else 7.0, rng)
+
+    return frontier_run(values, WHATIF, metadata={"recipe": "current", "gpu": gpu, **metadata})
+
+
+def ladder(run):  # type: ignore[no-untyped-def]
+    rec = recommend(run, None, RecommendOptions.from_metadata(run.metadata))
+    return rec, json.loads(json.dumps(rec.to_dict()))
+
+
+def test_an_fp8_run_learns_which_layers_can_go_nvfp4_which_stay_fp8_and_which_bf16() -> None:
+    rec, data = ladder(fp8_run_with_nvfp4_whatifs())
+    layers = data["precision_ladder"]["layers"]
+    assert data["precision_ladder"]["counts"] == {**dict.fromkeys(PRECISIONS, 0), "nvfp4": 29, "current": 2, "bf16": 1}
+    assert {name for name, rung in layers.items() if rung["precision"] == "current"} == NVFP4_BAD
+    assert layers[FP8_BAD]["precision"] == "bf16" and FP8_BAD in data["fp8_skip_layers"]
+    bad = layers[sorted(NVFP4_BAD)[0]]
+    assert any("NVFP4 fails (nvfp4_ what-if): gradient" in e for e in bad["evidence"])
+    good = layers[layer_name(0, "self_attention.linear_qkv")]
+    assert good["precision"] == "nvfp4" and good["confidence"] == 1.0
+    assert any("NVFP4 fits (nvfp4_ what-if)" in e for e in good["evidence"])
+    assert {lp.layer: lp.precision for lp in rec.decision.layer_precisions}[FP8_BAD] == "bf16"
+    assert "29 layer(s) can go NVFP4, 2 stay FP8 (2 current), 1 BF16" in "\n".join(rec.rationale)
+    cost = data["precision_ladder"]["expected_cost"]
+    assert cost["gemm_share"] == {"fp4": round(29 / 32, 4), "fp8": round(2 / 32, 4), "bf16": round(1 / 32, 4)}
+    expected = 1.0 / (29 / 32 / 2.03 + 2 / 32 / 1.41 + 1 / 32)
+    assert cost["gemm_speedup_vs_all_bf16"] == pytest.approx(expected, abs=1e-4)
+    assert "speedups.html" in cost["source"]
+
+
+def test_no_nvfp4_rung_without_nvfp4_evidence() -> None:
+    run = frontier_run(lambda *a: 0.1, ("underflows%",), metadata={"recipe": "current", "gpu": "B200"})
+    _, data = ladder(run)
+    rungs = data["precision_ladder"]["layers"].values()
+    assert {r["precision"] for r in rungs} == {"current"}
+    assert all(any("NVFP4 not assessed" in e for e in r["evidence"]) for r in rungs)
+    assert any("NVFP4 only with NVFP4 evidence" in a for a in data["precision_ladder"]["assumptions"])
+
+
+def test_the_block16_dynamic_range_proxy_needs_all_three_tensors_within_e2m1_reach() -> None:
+    key = "max_blockwise_dynamic_range_block_size_16_dims_1"
+
+    def values(narrow: bool):  # type: ignore[no-untyped-def]
+        return lambda layer, block, sub, tensor, k, rng: 0.1 if k == "underflows%" else (4.0 if narrow else 9.0)
+
+    meta = {"recipe": "current", "gpu": "B200"}
+    _, narrow = ladder(frontier_run(values(True), ("underflows%", key), metadata=meta))
+    _, wide = ladder(frontier_run(values(False), ("underflows%", key), metadata=meta))
+    rung = narrow["precision_ladder"]["layers"][layer_name(0, "mlp.linear_fc1")]
+    assert rung["precision"] == "nvfp4" and rung["confidence"] <= 0.5 and "by proxy" in rung["evidence"][0]
+    assert {r["precision"] for r in wide["precision_ladder"]["layers"].values()} == {"current"}
+
+
+def test_an_nvfp4_run_learns_which_layers_to_lift() -> None:
+    def values(layer, block, sub, tensor, key, rng):  # type: ignore[no-untyped-def]
+        if tensor == "gradient" and block == 7:
+            return noisy(25.0, rng)
+        return noisy(10.0 if tensor == "weight" else 7.0, rng)
+
+    run = frontier_run(values, ("nvfp4_underflows%",), metadata={"fp8_recipe": "NVFP4BlockScaling"})
+    rec, data = ladder(run)
+    counts = data["precision_ladder"]["counts"]
+    assert counts["nvfp4"] == 28 and counts["mxfp8"] == 4  # the GPU is inferred: NVFP4 trains on cc >= 10 only
+    lifted = data["precision_ladder"]["layers"][layer_name(7, "mlp.linear_fc2")]
+    assert lifted["precision"] == "mxfp8" and lifted["confidence"] < 1.0
+    assert any("lifted to MXFP8" in e for e in lifted["evidence"])
+    assert data["recipe"]["name"] == "nvfp4"
+    assert "Precision ladder (NVFP4 run): 28 layer(s) stay NVFP4; lift 4 to MXFP8." in "\n".join(rec.rationale)
+
+
+def test_a_weight_failing_its_16x16_band_under_nvfp4_training_is_lifted() -> None:
+    def values(layer, block, sub, tensor, key, rng):  # type: ignore[no-untyped-def]
+        if tensor == "weight":
+            return noisy(30.0 if block == 2 and "qkv" in sub else 10.0, rng)
+        return noisy(7.0, rng)
+
+    _, data = ladder(frontier_run(values, ("nvfp4_underflows%",), metadata={"recipe": "nvfp4"}))
+    rung = data["precision_ladder"]["layers"][layer_name(2, "self_attention.linear_qkv")]
+    assert rung["precision"] == "mxfp8" and "weight 30" in rung["evidence"][0]
+
+
+def test_hopper_ladder_leaves_out_blackwell_rungs() -> None:
+    _, data = ladder(fp8_run_with_nvfp4_whatifs(gpu="H100"))
+    assert data["precision_ladder"]["counts"]["nvfp4"] == 0
+    assert any("left out: nvfp4, mxfp8" in a for a in data["precision_ladder"]["assumptions"])
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [({}, False), ({"fp8_param_gather": True}, True), ({"fp8_param": "true"}, True), ({"fp8_param": False}, False)],
+)
+def test_fp8_param_comes_from_the_run_metadata(metadata: dict[str, object], expected: bool) -> None:
+    assert fp8_param(metadata) is expected
+
+
+def test_fp8_param_reaches_the_decision_and_the_json() -> None:
+    rec, data = ladder(fp8_run_with_nvfp4_whatifs(fp8_param_gather=True))
+    assert rec.decision.fp8_param is True and data["fp8_param"] is True
+
+
+def test_ladder_speedups_are_per_gpu_from_te_figures() -> None:
+    assert ladder_speedup("nvfp4", 10.0) == (2.03, "B300")
+    assert ladder_speedup("current", 9.0) == (1.57, "H200")
+    assert ladder_speedup("block", 10.0) == (1.41, "H200")  # not on the B300 page: the H200 figure, named
+    assert ladder_speedup("bf16", None)[0] == 1.0
+    assert np.isclose(ladder_speedup("mxfp8", 10.0)[0], 1.44)
