@@ -28,229 +28,22 @@ import argparse
 import contextlib
 import json
 import math
-import os
-import socket
-import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch import nn
-
-try:
-    from fp8_policy import PolicyClient, apply_policy
-except ImportError:  # running from a source checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from fp8_policy import PolicyClient, apply_policy
 from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-from fp8_policy.collect import FP8StatsCollector
-
-VOCAB = 128  # ASCII; a multiple of 16 as torchao's float8 GEMMs need
-
-
-@dataclass(frozen=True)
-class Setup:
-    """Sizes of one closed-loop run (`--quick` shrinks them to fit the test suite)."""
-
-    d_model: int = 64
-    n_layers: int = 2
-    seq: int = 32
-    batch: int = 8
-    steps: int = 100
-    freq: int = 10
-    lr: float = 3e-3
-    logit_scale: float = 32.0
-    eval_batches: int = 8
-
+# the checkout, for `examples.*` (and fp8_policy when it is not installed)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from examples.local_service import local_service, upload  # noqa: E402
+from examples.tiny_gpt import Setup, Trained, corpus, curve, final, fresh_model, train  # noqa: E402
+from fp8_policy import PolicyClient, apply_policy  # noqa: E402
+from fp8_policy.collect import FP8StatsCollector  # noqa: E402
 
 QUICK = Setup(steps=12, freq=3, eval_batches=2)
-
-
-# --- data --------------------------------------------------------------------------------------------------------
-
-
-def corpus() -> tuple[torch.Tensor, torch.Tensor]:
-    """CPython's bundled documentation topics as ASCII bytes: (train, held-out) token tensors, deterministic."""
-    from pydoc_data.topics import topics
-
-    text = "".join(topics[key] for key in sorted(topics)).encode("ascii", "replace")
-    tokens = torch.tensor(list(text), dtype=torch.long)
-    split = int(len(tokens) * 0.9)
-    return tokens[:split], tokens[split:]
-
-
-def batches(tokens: torch.Tensor, setup: Setup, seed: int) -> Iterator[torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
-    while True:
-        starts = torch.randint(0, len(tokens) - setup.seq - 1, (setup.batch,), generator=generator)
-        yield torch.stack([tokens[i : i + setup.seq + 1] for i in starts.tolist()])
-
-
-# --- model -------------------------------------------------------------------------------------------------------
-
-
-class Block(nn.Module):
-    """Pre-norm attention + MLP with Megatron's sublayer names (`self_attention.linear_qkv`, `mlp.linear_fc1`...)."""
-
-    def __init__(self, d: int, layer_number: int) -> None:
-        super().__init__()
-        self.layer_number = layer_number  # nvdlfw_inspect names blocks 1..n, like Megatron/TE
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.self_attention = nn.ModuleDict({"linear_qkv": nn.Linear(d, 3 * d), "linear_proj": nn.Linear(d, d)})
-        self.mlp = nn.ModuleDict({"linear_fc1": nn.Linear(d, 4 * d), "linear_fc2": nn.Linear(4 * d, d)})
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = (
-            y.view(b, t, 4, d // 4).transpose(1, 2)
-            for y in self.self_attention["linear_qkv"](self.ln1(x)).chunk(3, dim=-1)
-        )
-        attention = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
-        x = x + self.self_attention["linear_proj"](attention)
-        return x + self.mlp["linear_fc2"](F.gelu(self.mlp["linear_fc1"](self.ln2(x))))
-
-
-class TinyGPT(nn.Module):
-    def __init__(self, setup: Setup) -> None:
-        super().__init__()
-        d = setup.d_model
-        self.embedding = nn.Embedding(VOCAB, d)
-        self.position = nn.Parameter(torch.zeros(setup.seq, d))
-        self.decoder = nn.Module()
-        self.decoder.layers = nn.ModuleList([Block(d, i + 1) for i in range(setup.n_layers)])
-        self.decoder.final_norm = nn.LayerNorm(d)
-        self.output_layer = nn.Linear(d, VOCAB, bias=False)
-        self.logit_scale = setup.logit_scale  # the planted cause (see the module docstring)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.embedding(tokens) + self.position[: tokens.shape[1]]
-        for block in self.decoder.layers:
-            x = block(x)
-        return self.output_layer(self.decoder.final_norm(x)) * self.logit_scale
-
-
-def fresh_model(setup: Setup) -> TinyGPT:
-    torch.manual_seed(0)  # every run starts from the same weights
-    return TinyGPT(setup)
-
-
 FP8_CONFIG = Float8LinearConfig(emulate=True)  # CPU: emulated float8 GEMMs, tensorwise (current) scaling
-
-
-# --- training ----------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Trained:
-    losses: list[float]
-    eval_loss: float
-    seconds: float
-    collector_ms_per_step: float | None = None
-
-
-def loss_of(model: nn.Module, xy: torch.Tensor) -> torch.Tensor:
-    logits = model(xy[:, :-1])
-    return F.cross_entropy(logits.reshape(-1, VOCAB), xy[:, 1:].reshape(-1))
-
-
-def train(
-    model: nn.Module, setup: Setup, data: tuple[torch.Tensor, torch.Tensor], log_dir: Path | None = None
-) -> Trained:
-    """`setup.steps` AdamW steps on the same batch sequence; the collector writes to `log_dir` when given."""
-    train_tokens, held_out = data
-    optimizer = torch.optim.AdamW(model.parameters(), lr=setup.lr, weight_decay=0.0)
-    stream = batches(train_tokens, setup, seed=1)
-    collector = (
-        FP8StatsCollector(model, log_dir, freq=setup.freq).start() if log_dir is not None else contextlib.nullcontext()
-    )
-    losses = []
-    started = time.perf_counter()
-    with collector:
-        for _ in range(setup.steps):
-            loss = loss_of(model, next(stream))
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if log_dir is not None:
-                collector.step()
-            losses.append(loss.item())
-    seconds = time.perf_counter() - started
-    with torch.no_grad():
-        eval_stream = batches(held_out, setup, seed=2)
-        eval_loss = sum(loss_of(model, next(eval_stream)).item() for _ in range(setup.eval_batches))
-    overhead = collector.overhead.per_step_ms if log_dir is not None else None
-    return Trained(losses, eval_loss / setup.eval_batches, seconds, overhead)
-
-
-# --- the service -------------------------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextlib.contextmanager
-def local_service() -> Iterator[str]:
-    """`fp8-policy serve` on a free loopback port with a throwaway SQLite database; yields its URL."""
-    with tempfile.TemporaryDirectory(prefix="fp8-closed-loop-") as data_dir:
-        port = _free_port()
-        env = {
-            **os.environ,
-            "FP8_POLICY_DATA_DIR": data_dir,
-            "FP8_POLICY_DATABASE_URL": f"sqlite:///{Path(data_dir) / 'fp8_policy.db'}",
-        }
-        log = open(Path(data_dir) / "service.log", "w")  # noqa: SIM115 - closed below
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "fp8_policy.service.cli",
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--no-demo",
-                "--log-level",
-                "warning",
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            with PolicyClient(url) as api:
-                deadline = time.monotonic() + 120
-                while True:
-                    try:
-                        api.health()
-                        break
-                    except Exception:
-                        if process.poll() is not None or time.monotonic() > deadline:
-                            raise RuntimeError(
-                                "the service did not start: " + (Path(data_dir) / "service.log").read_text()[-2000:]
-                            ) from None
-                        time.sleep(0.5)
-            yield url
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            log.close()
 
 
 def worst_underflows(layers: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -276,35 +69,17 @@ def run_metadata(setup: Setup) -> dict[str, Any]:
         "ffn_hidden_size": 4 * setup.d_model,
         "num_layers": setup.n_layers,
         "seq_len": setup.seq,
-        "vocab_size": VOCAB,
+        "vocab_size": 128,
         "num_attention_heads": 4,
     }
 
 
-def upload(api: PolicyClient, log_dir: Path, name: str, setup: Setup) -> dict[str, Any]:
-    run = api.wait(
-        api.upload(log_dir, name=name, project="closed-loop", metadata=run_metadata(setup), progress=False)["id"],
-        timeout=600,
-    )
-    if run["lines_skipped"]:
-        raise RuntimeError(f"{name}: the service skipped {run['lines_skipped']} lines")
-    return run
+def collecting(log_dir: Path, setup: Setup) -> Any:
+    """The collector factory `train` starts on the model: TE-format statistics into `log_dir` every `freq` steps."""
+    return lambda model: FP8StatsCollector(model, log_dir, freq=setup.freq).start()
 
 
 # --- report ------------------------------------------------------------------------------------------------------
-
-
-def curve(losses: list[float], points: int = 30) -> list[list[float]]:
-    """[step, mean loss of the window ending there] at about `points` places."""
-    window = max(1, len(losses) // points)
-    return [
-        [i + 1, round(sum(losses[i + 1 - window : i + 1]) / window, 4)] for i in range(window - 1, len(losses), window)
-    ]
-
-
-def final(losses: list[float], tail: int = 20) -> float:
-    tail = min(tail, len(losses))
-    return sum(losses[-tail:]) / tail
 
 
 def verdict(before: Trained, after: Trained, reference: Trained, kept: list[str]) -> dict[str, Any]:
@@ -395,18 +170,18 @@ def run_loop(out: Path, setup: Setup, server: str | None) -> dict[str, Any]:
 
     model = fresh_model(setup)
     convert_to_float8_training(model, config=FP8_CONFIG)
-    before = train(model, setup, data, out / "before")
+    before = train(model, setup, data, collecting(out / "before", setup))
 
     service = contextlib.nullcontext(server) if server else local_service()
     with service as url, PolicyClient(url) as api:
-        run_before = upload(api, out / "before", "closed-loop before", setup)
+        run_before = upload(api, out / "before", "closed-loop before", run_metadata(setup))
         policy = api.recommendation(run_before["id"])
         layers_before = worst_underflows(api.layers(run_before["id"]))
 
         model = fresh_model(setup)
         applied = apply_policy(model, policy, backend="torchao", config=FP8_CONFIG)
-        after = train(model, setup, data, out / "after")
-        run_after = upload(api, out / "after", "closed-loop after", setup)
+        after = train(model, setup, data, collecting(out / "after", setup))
+        run_after = upload(api, out / "after", "closed-loop after", run_metadata(setup))
         layers_after = worst_underflows(api.layers(run_after["id"]))
         comparison = api.compare(run_before["id"], run_after["id"])
 
