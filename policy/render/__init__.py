@@ -1,7 +1,8 @@
 """Render a `PolicyDecision` in the dialects users paste into their training setup.
 
 Belongs here: the public entry points `render(decision, fmt)` / `applied(decision, fmt)` and the one table
-of formats (`DIALECTS`; `FORMATS` is its keys). Each dialect lives in its own module (`te_yaml`, `megatron`, `hydra`, `torchao`)
+of formats (`DIALECTS`; `FORMATS` is its keys) plus the monitoring-only formats (`MONITORS`: `te-monitor`, a
+debug YAML that applies nothing; `OUTPUT_FORMATS` is every format `render` takes). Each dialect lives in its own module (`te_yaml`, `megatron`, `hydra`, `torchao`)
 with a `render(decision, options)` and an `applied(decision)` (what that dialect really keeps in BF16, see
 `applied`); the records are in `options`, shared layer facts in `layout`, exact-name regexes in `regex`.
 Must not be here: analysis or recommendation logic, I/O, web or database imports.
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from fp8_policy.policy.records import PolicyDecision
-from fp8_policy.policy.render import hydra, megatron, te_yaml, torchao
+from fp8_policy.policy.render import hydra, megatron, te_monitor, te_yaml, torchao
 from fp8_policy.policy.render.applied import AppliedPolicy
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 
@@ -30,12 +31,23 @@ DIALECTS: dict[str, Dialect] = {"te-yaml": te_yaml, "megatron": megatron, "hydra
 FORMATS: tuple[str, ...] = tuple(DIALECTS)
 
 
+class Monitor(Protocol):
+    """A format that watches an applied policy and applies nothing (no `applied`)."""
+
+    def render(self, decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy: ...
+
+
+# format -> monitoring module (not in FORMATS: they keep nothing in BF16 themselves)
+MONITORS: dict[str, Monitor] = {"te-monitor": te_monitor}
+OUTPUT_FORMATS: tuple[str, ...] = (*FORMATS, *MONITORS)
+
+
 def render(decision: PolicyDecision, fmt: str, options: RenderOptions | None = None) -> RenderedPolicy:
-    """Render `decision` as `fmt` (one of FORMATS)."""
-    dialect = DIALECTS.get(fmt)
-    if dialect is None:
-        raise ValueError(f"unknown policy format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    return dialect.render(decision, options or RenderOptions())
+    """Render `decision` as `fmt` (one of OUTPUT_FORMATS)."""
+    module = DIALECTS.get(fmt) or MONITORS.get(fmt)
+    if module is None:
+        raise ValueError(f"unknown policy format {fmt!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
+    return module.render(decision, options or RenderOptions())
 
 
 def applied(decision: PolicyDecision, fmt: str) -> AppliedPolicy:
@@ -53,6 +65,8 @@ def applied_by_format(decision: PolicyDecision) -> dict[str, dict[str, Any]]:
 __all__ = [
     "DIALECTS",
     "FORMATS",
+    "MONITORS",
+    "OUTPUT_FORMATS",
     "AppliedPolicy",
     "RenderOptions",
     "RenderedPolicy",

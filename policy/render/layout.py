@@ -21,7 +21,9 @@ from fp8_policy.policy.records import GEMMS, LayerGroup, PolicyDecision, RecipeC
 ROOT = "model"
 WRAPPER_LEVELS = ("module",)  # DDP / Megatron Float16Module wrappers add `.module`
 
-_DEFAULT_FORMAT = {"delayed": "HYBRID", "current": "HYBRID", "block": "E4M3", "mxfp8": "E4M3"}
+# TE recipe classes' fp8_format defaults (transformer_engine/common/recipe/__init__.py); NVFP4BlockScaling accepts
+# only E4M3 for its FP8 block scales.
+_DEFAULT_FORMAT = {"delayed": "HYBRID", "current": "HYBRID", "block": "E4M3", "mxfp8": "E4M3", "nvfp4": "E4M3"}
 
 
 def body_blocks(decision: PolicyDecision) -> dict[int, tuple[str, ...]]:

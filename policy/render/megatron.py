@@ -17,6 +17,15 @@ Conventions (Megatron-LM `--first-last-layers-bf16` / `--te-precision-config-fil
 * Per-GEMM overrides cannot be expressed: the module is promoted to full BF16 (conservative). When every
   override is wgrad-only, `--no-fp8-wgrad` is offered as a commented, model-wide alternative.
 * Delayed scaling rejects per-layer BF16: a WARNING comment is emitted whenever something is kept in BF16.
+* NVFP4 (`NVFP4BlockScaling`): `--fp4-format e2m1 --fp4-recipe nvfp4` and never `--fp8-format` / `--fp8-recipe`
+  (megatron/training/arguments.py: "--fp4-format and --fp8-format cannot be used simultaneously").
+* A per-layer precision ladder (`decision.layer_precisions` with rungs other than the outer recipe, see
+  `precision`) always goes to the precision-config YAML: one TEQuantizationParams config per rung used
+  (`fp4_quantization_recipe: nvfp4`, `fp8_quantization_recipe: mxfp8|blockwise|tensorwise` with `fp8_format`
+  e4m3|hybrid, an empty `training_recipe` for BF16), BF16 matchers first, then one exact matcher per module
+  (megatron/core/extensions/transformer_engine.py `TEQuantizationRecipe.parse_from_config`,
+  megatron/core/quantization/quant_config.py `RecipeConfig`). A rung runs inside the outer autocast
+  (`override_quantized_autocast` defaults to true), so layers at the outer recipe need no matcher.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import re
 import shlex
 
 from fp8_policy.policy.records import MEGATRON_RECIPES, LayerGroup, LayerInfo, PolicyDecision
+from fp8_policy.policy.render import precision
 from fp8_policy.policy.render.applied import AppliedPolicy, whole_module_overrides
 from fp8_policy.policy.render.layout import (
     body_blocks,
@@ -56,6 +66,14 @@ _KIND = {
     **dict.fromkeys(("proj", "linear_proj", "o_proj", "out_proj"), "proj"),
     **dict.fromkeys(("fc1", "linear_fc1", "gate_proj", "up_proj"), "fc1"),
     **dict.fromkeys(("fc2", "linear_fc2", "down_proj"), "fc2"),
+}
+FP4_FLAGS = ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+# ladder rung -> (TEQuantizationRecipe key, Megatron recipe name); delayed never gets a config (kept BF16 instead)
+RUNG_RECIPES = {
+    "nvfp4": ("fp4_quantization_recipe", "nvfp4"),
+    "mxfp8": ("fp8_quantization_recipe", "mxfp8"),
+    "block": ("fp8_quantization_recipe", "blockwise"),
+    "current": ("fp8_quantization_recipe", "tensorwise"),
 }
 _DELAYED_KWARG_FLAGS = {
     "amax_history_len": "--fp8-amax-history-len",
@@ -95,7 +113,7 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
 def edge_block_counts(decision: PolicyDecision) -> tuple[int, int] | None:
     """(N, M) when the layers Megatron keeps in BF16 are exactly those of the first N and last M body blocks."""
     blocks = body_blocks(decision)
-    skipped = set(decision.skip_layers) | set(merged_overrides(decision))
+    skipped = set(precision.skipped_layers(decision)) | set(merged_overrides(decision))
     if not skipped or not blocks:
         return None
     indices = list(blocks)
@@ -112,7 +130,7 @@ def edge_block_counts(decision: PolicyDecision) -> tuple[int, int] | None:
 def _matchers(decision: PolicyDecision, one_based: bool) -> list[tuple[str, str]]:
     """(pattern, comment) per bf16 matcher: whole blocks, single skipped modules, then overrides."""
     info = {layer.name: layer for layer in decision.layers}
-    skipped = list(dict.fromkeys(decision.skip_layers))
+    skipped = precision.skipped_layers(decision)
     whole = {i: names for i, names in body_blocks(decision).items() if set(names) <= set(skipped)}
     in_whole = {name for names in whole.values() for name in names}
     out = [
@@ -136,6 +154,27 @@ def _matchers(decision: PolicyDecision, one_based: bool) -> list[tuple[str, str]
     return list(unique.items())
 
 
+def _rung_matchers(decision: PolicyDecision, one_based: bool) -> list[tuple[str, str, str]]:
+    """(config, pattern, comment) for the ladder layers that run under another recipe than the outer one."""
+    info = {layer.name: layer for layer in decision.layers}
+    out = []
+    for name, rung in precision.layer_recipes(decision).items():
+        path = megatron_path(info[name], one_based) if name in info else strip_root(name)
+        out.append((rung, glob_escape(path), f"{name}: {rung} (precision ladder)"))
+    return out
+
+
+def _rung_config(decision: PolicyDecision, rung: str) -> list[str]:
+    """The `configs.<rung>` lines of one ladder rung."""
+    key, name = RUNG_RECIPES[rung]
+    lines = [f"  {rung}:", "    transformer_engine_config_type: TEQuantizationParams", "    training_recipe:"]
+    lines.append(f"      {key}: {name}")
+    if key == "fp8_quantization_recipe":
+        outer_fp8 = decision.recipe.name not in ("nvfp4",)
+        lines.append(f"      fp8_format: {fp8_format(decision.recipe).lower() if outer_fp8 else 'e4m3'}")
+    return lines
+
+
 def _yaml_quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -157,18 +196,26 @@ def precision_config_yaml(decision: PolicyDecision) -> str:
         lines.append("# per-GEMM overrides are approximated by running the whole module in BF16.")
         if all(gemms == ("wgrad",) for gemms in overrides.values()):
             lines.append("# Alternative: drop those matchers and pass --no-fp8-wgrad (wgrad in BF16 for EVERY layer).")
-    lines += [
-        "configs:",
-        "  bf16:",
-        "    transformer_engine_config_type: TEQuantizationParams",
-        "    training_recipe: {}",
-        "matchers:",
-    ]
-    for n, (pattern, comment) in enumerate(_matchers(decision, one_based)):
+    bf16 = _matchers(decision, one_based)
+    rungs = _rung_matchers(decision, one_based)
+    if rungs:
+        lines.append("# Per-layer precision ladder: the modules below run under their own recipe inside the outer")
+        lines.append("# autocast; BF16 matchers come first, so a module kept in BF16 never gets a cheaper recipe.")
+    lines.append("configs:")
+    if bf16:
+        lines += ["  bf16:", "    transformer_engine_config_type: TEQuantizationParams", "    training_recipe: {}"]
+    for rung in precision.PRECISION_ORDER:
+        if any(config == rung for config, _, _ in rungs):
+            lines += _rung_config(decision, rung)
+    lines.append("matchers:")
+    entries = [("bf16", pattern, comment) for pattern, comment in bf16] + rungs
+    counters: dict[str, int] = {}
+    for config, pattern, comment in entries:
+        n = counters[config] = counters.get(config, -1) + 1
         lines += [
             f"  # {comment}",
-            f"  bf16_{n:03d}:",
-            "    config: bf16",
+            f"  {config}_{n:03d}:",
+            f"    config: {config}",
             "    type: glob",
             f"    pattern: {_yaml_quote(pattern)}",
             "    enabled: true",
@@ -177,8 +224,15 @@ def precision_config_yaml(decision: PolicyDecision) -> str:
 
 
 def recipe_flags(decision: PolicyDecision) -> tuple[list[str], list[str]]:
-    """(flags, comments) for the FP8 format, recipe and the recipe kwargs Megatron exposes."""
+    """(flags, comments) for the FP8 format, recipe and the recipe kwargs Megatron exposes (FP4 flags for NVFP4)."""
     recipe = decision.recipe
+    if recipe.name == "nvfp4":
+        comments = [
+            f"# recipe kwarg {key}={value!r} has no Megatron flag; Megatron builds NVFP4BlockScaling() with TE's defaults."
+            for key, value in recipe.kwargs.items()
+            if key not in ("fp4_format", "fp8_format")
+        ]
+        return list(FP4_FLAGS), comments
     flags = ["--fp8-format", fp8_format(recipe).lower(), "--fp8-recipe", MEGATRON_RECIPES[recipe.name]]
     comments = []
     for key, value in recipe.kwargs.items():
@@ -196,14 +250,24 @@ def recipe_flags(decision: PolicyDecision) -> tuple[list[str], list[str]]:
 
 def _header(decision: PolicyDecision, edges: tuple[int, int] | None) -> list[str]:
     recipe = decision.recipe
+    if recipe.name == "nvfp4":
+        recipe_line = (
+            f"# FP4 recipe: nvfp4 ({recipe.class_path}) -> {' '.join(FP4_FLAGS)} (never with --fp8-format /"
+            " --fp8-recipe: Megatron refuses FP4 and FP8 together)"
+        )
+    else:
+        recipe_line = (
+            f"# FP8 recipe: {recipe.name} ({recipe.class_path}) -> --fp8-recipe {MEGATRON_RECIPES[recipe.name]}"
+        )
     lines = [
         "#!/usr/bin/env bash",
         "# Megatron-LM FP8 policy generated by fp8-policy.",
         f"# {applied(decision).statement()}",
-        f"# FP8 recipe: {recipe.name} ({recipe.class_path}) -> --fp8-recipe {MEGATRON_RECIPES[recipe.name]}",
+        recipe_line,
         '# Append to the training command: pretrain_gpt.py ... "${FP8_POLICY_ARGS[@]}"',
     ]
-    if not decision.skip_layers and not merged_overrides(decision):
+    skipped = precision.skipped_layers(decision)
+    if not skipped and not merged_overrides(decision):
         lines.append("# No layer needs BF16: every transformer block stays in FP8.")
     if edges:
         lines.append(f"# Keeps the first {edges[0]} and last {edges[1]} transformer block(s) in BF16.")
@@ -212,7 +276,7 @@ def _header(decision: PolicyDecision, edges: tuple[int, int] | None) -> list[str
                 "# Per-GEMM overrides are approximated by whole modules in BF16 (Megatron cannot keep single"
                 " GEMMs in BF16); the TE debug YAML keeps only the requested GEMMs in BF16."
             )
-    keeps_bf16 = bool(decision.skip_layers or merged_overrides(decision))
+    keeps_bf16 = bool(skipped or merged_overrides(decision) or precision.layer_recipes(decision))
     if recipe.name == "delayed" and keeps_bf16:
         lines.append(
             "# WARNING: Megatron does not support per-layer BF16 with delayed scaling (--first-last-layers-bf16"
@@ -234,9 +298,15 @@ def _args_block(flags: list[str]) -> list[str]:
 
 def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
     """Bash text: optional heredoc writing the precision-config YAML, then the FP8_POLICY_ARGS array."""
-    edges = edge_block_counts(decision)
+    mixed = bool(precision.layer_recipes(decision))
+    edges = None if mixed else edge_block_counts(decision)
     flags, comments = recipe_flags(decision)
     lines = _header(decision, edges) + comments
+    if decision.fp8_param and (mixed or not edges):
+        lines.append(
+            "# NOTE: the run keeps FP8/FP4 parameters; check --fp8-param-gather / --fp4-param-gather against the"
+            " precision config (Megatron does not yet validate the two together)."
+        )
     if edges:
         flags += [
             "--first-last-layers-bf16",
@@ -245,7 +315,7 @@ def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
             "--num-layers-at-end-in-bf16",
             str(edges[1]),
         ]
-    elif decision.skip_layers or merged_overrides(decision):
+    elif mixed or precision.skipped_layers(decision) or merged_overrides(decision):
         path = options.precision_config_file
         lines += [
             "",

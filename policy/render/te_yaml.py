@@ -9,7 +9,10 @@ Rules followed (TE debug features in transformer_engine/debug/features, https://
 `layer_name_regex_pattern`s (never `exact_layer_names`); every layer matches at most one enabled
 section, the monitoring section being the complement of all others via a negative lookahead.
 `DisableQuantization*` is emitted when TE >= 2.13 is known, `DisableFP8*` otherwise (it exists in
-every TE with the debug API and is only deprecated on >= 2.13).
+every TE with the debug API and is only deprecated on >= 2.13). The monitoring stats are the ones TE accepts for
+the run's recipe and parameters (`precision`): `LogNvfp4TensorStats` under NVFP4, `overflows%` only under delayed
+scaling, no weight `underflows%` / `overflows%` / `mse` with FP8/FP4 parameters. The debug API can only turn
+quantization off, so a ladder rung other than BF16 is not applied here (the header says so).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 import yaml
 
 from fp8_policy.policy.records import QUANTIZED_TENSORS, PolicyDecision, Precision
-from fp8_policy.policy.render import regex
+from fp8_policy.policy.render import precision, regex
 from fp8_policy.policy.render.applied import AppliedPolicy
 from fp8_policy.policy.render.layout import merged_overrides, te_version_tuple
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
@@ -60,27 +63,39 @@ def disable_feature_names(decision: PolicyDecision, options: RenderOptions) -> t
 
 
 def fp8_stats(decision: PolicyDecision) -> list[str]:
-    """LogFp8TensorStats stats: TE 2.4-2.6 only knows underflows%; overflows% needs DelayedScaling."""
-    version = te_version_tuple(decision.te_version)
-    if version is not None and version < (2, 7):
-        return ["underflows%"]
-    stats = ["underflows%", "scale_inv_min", "scale_inv_max", "mse"]
-    if decision.recipe.name == "delayed":
-        stats.insert(1, "overflows%")
-    return stats
+    """LogFp8TensorStats stats of the outer recipe's activation/gradient: TE 2.4-2.6 only knows underflows%;
+    overflows% needs DelayedScaling (weights may get fewer, see `precision.fp8_stats`)."""
+    return precision.fp8_stats(decision, decision.recipe.name, "activation")
+
+
+def gemm_overrides(decision: PolicyDecision) -> dict[str, tuple[str, ...]]:
+    """Per-GEMM overrides of the layers not disabled whole."""
+    skipped = set(precision.skipped_layers(decision))
+    return {name: gemms for name, gemms in merged_overrides(decision).items() if name not in skipped}
 
 
 def applied(decision: PolicyDecision) -> AppliedPolicy:
     """Exact: DisableFP8Layer for skipped layers, DisableFP8GEMM with exactly the overridden GEMMs."""
-    return AppliedPolicy("te-yaml", tuple(dict.fromkeys(decision.skip_layers)), merged_overrides(decision))
+    return AppliedPolicy("te-yaml", tuple(precision.skipped_layers(decision)), gemm_overrides(decision))
 
 
-def _log_fp8_stats(decision: PolicyDecision, freq: int) -> dict[str, Any]:
-    structs = [{"tensor": tensor, "stats": _Flow(fp8_stats(decision)), "freq": freq} for tensor in QUANTIZED_TENSORS]
-    return {"enabled": True, "tensors_struct": structs}
+def quant_stats_feature(decision: PolicyDecision, recipe_name: str, freq: int) -> dict[str, Any]:
+    """{feature: config} watching the quantized tensors of layers that run under `recipe_name`."""
+    nvfp4 = recipe_name == precision.NVFP4
+    structs = []
+    for tensor in QUANTIZED_TENSORS:
+        if nvfp4:
+            stats = precision.nvfp4_stats(decision, tensor)
+        else:
+            stats = precision.fp8_stats(decision, recipe_name, tensor)
+        if stats:
+            structs.append({"tensor": tensor, "stats": _Flow(stats), "freq": freq})
+    feature = "LogNvfp4TensorStats" if nvfp4 else "LogFp8TensorStats"
+    return {feature: {"enabled": True, "tensors_struct": structs}}
 
 
-def _log_tensor_stats(freq: int) -> dict[str, Any]:
+def log_tensor_stats(freq: int) -> dict[str, Any]:
+    """TE's LogTensorStats on the three GEMM inputs: safe on layers that run in high precision."""
     return {
         "enabled": True,
         "stats": _Flow(HIGH_PRECISION_STATS),
@@ -89,7 +104,8 @@ def _log_tensor_stats(freq: int) -> dict[str, Any]:
     }
 
 
-def _section(names: list[str], features: dict[str, Any]) -> dict[str, Any]:
+def section(names: list[str], features: dict[str, Any]) -> dict[str, Any]:
+    """An enabled section matching exactly `names`."""
     return {
         "enabled": True,
         "layers": {"layer_name_regex_pattern": _Quoted(regex.exact(names))},
@@ -97,9 +113,27 @@ def _section(names: list[str], features: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def rest_section(excluded: set[str], features: dict[str, Any]) -> dict[str, Any]:
+    """An enabled section matching every layer except `excluded` (the complement of the other sections)."""
+    return {
+        "enabled": True,
+        "layers": {"layer_name_regex_pattern": _Quoted(regex.excluding(sorted(excluded)))},
+        "transformer_engine": features,
+    }
+
+
+def dump_sections(header: list[str], sections: list[tuple[str, str, dict[str, Any]]]) -> str:
+    """Header comment lines, then each section under its own comment."""
+    parts = ["\n".join(header)]
+    for name, comment, body in sections:
+        dumped = yaml.dump({name: body}, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=2**31 - 1)
+        parts.append(f"# {comment}\n{dumped.rstrip()}")
+    return "\n\n".join(parts) + "\n"
+
+
 def _covered(decision: PolicyDecision) -> set[str]:
     """Layers with a disable section: skipped whole or with per-GEMM overrides."""
-    return set(decision.skip_layers) | set(merged_overrides(decision))
+    return set(precision.skipped_layers(decision)) | set(gemm_overrides(decision))
 
 
 def _already_high_precision(decision: PolicyDecision, covered: set[str]) -> list[str]:
@@ -111,34 +145,44 @@ def build_sections(decision: PolicyDecision, options: RenderOptions) -> list[tup
     """(section name, comment, section body) in emission order; bodies are plain YAML-able dicts."""
     layer_feature, gemm_feature = disable_feature_names(decision, options)
     freq = options.stats_freq
-    monitor = {"LogTensorStats": _log_tensor_stats(freq)} if options.monitor_disabled else {}
+    monitor = {"LogTensorStats": log_tensor_stats(freq)} if options.monitor_disabled else {}
     sections: list[tuple[str, str, dict[str, Any]]] = []
-    skipped = list(dict.fromkeys(decision.skip_layers))
+    skipped = precision.skipped_layers(decision)
     if skipped:
         features = {layer_feature: {"enabled": True}, **monitor}
         comment = f"{len(skipped)} layer(s) run fully in high precision (all of fprop/dgrad/wgrad)"
-        sections.append(("fp8_disabled_layers", comment, _section(skipped, features)))
+        sections.append(("fp8_disabled_layers", comment, section(skipped, features)))
     by_gemms: dict[tuple[str, ...], list[str]] = defaultdict(list)
-    for layer, gemms in merged_overrides(decision).items():
+    for layer, gemms in gemm_overrides(decision).items():
         by_gemms[gemms].append(layer)
     for gemms, layers in by_gemms.items():
         features = {gemm_feature: {"enabled": True, "gemms": _Flow(gemms)}, **monitor}
         comment = f"{len(layers)} layer(s) keep GEMM(s) {', '.join(gemms)} in high precision"
-        sections.append((f"fp8_disabled_gemms_{'_'.join(gemms)}", comment, _section(layers, features)))
+        sections.append((f"fp8_disabled_gemms_{'_'.join(gemms)}", comment, section(layers, features)))
     covered = _covered(decision)
     high = _already_high_precision(decision, covered)
     if high:
         comment = "already ran in high precision in the analysed run: high-precision stats only"
-        features = {"LogTensorStats": _log_tensor_stats(freq)}
-        sections.append(("high_precision_layers_stats", comment, _section(high, features)))
-    remaining = {
-        "enabled": True,
-        "layers": {"layer_name_regex_pattern": _Quoted(regex.excluding(sorted(covered | set(high))))},
-        "transformer_engine": {"LogFp8TensorStats": _log_fp8_stats(decision, freq)},
-    }
-    comment = "every other TE linear layer stays in FP8; keep monitoring its quantization stats"
+        features = {"LogTensorStats": log_tensor_stats(freq)}
+        sections.append(("high_precision_layers_stats", comment, section(high, features)))
+    remaining = rest_section(covered | set(high), quant_stats_feature(decision, decision.recipe.name, freq))
+    comment = "every other TE linear layer stays quantized; keep monitoring its quantization stats"
     sections.append(("fp8_stats_remaining_layers", comment, remaining))
     return sections
+
+
+def stats_note(decision: PolicyDecision, freq: int) -> str:
+    """The header line saying which quantization-stats feature watches the quantized layers, and why."""
+    if decision.recipe.name == precision.NVFP4:
+        line = f"# Quantized layers log LogNvfp4TensorStats (nvfp4_underflows%, nvfp4_mse) every {freq} steps"
+        line += " (LogFp8TensorStats' bare stats raise under NVFP4)"
+    else:
+        line = f"# Quantized layers log LogFp8TensorStats every {freq} steps"
+        if decision.recipe.name != "delayed":
+            line += " (no overflows%: TE accepts it only under delayed scaling)"
+    if decision.fp8_param:
+        line += "; FP8/FP4 parameters: no weight underflows%/overflows%/mse (no high-precision weight)"
+    return line + "."
 
 
 def _header(decision: PolicyDecision, options: RenderOptions, high: int) -> list[str]:
@@ -151,11 +195,11 @@ def _header(decision: PolicyDecision, options: RenderOptions, high: int) -> list
         f"# TE version: {version} -> {layer_feature} / {gemm_feature}"
         " (DisableQuantization* needs TE >= 2.13; DisableFP8* works on TE >= 2.4).",
     ]
-    skipped = list(dict.fromkeys(decision.skip_layers))
+    skipped = precision.skipped_layers(decision)
     if skipped:
         lines.append(f"# Runs these {len(skipped)} layer(s) fully in high precision (BF16):")
         lines += [f"#   {name}" for name in skipped]
-    overrides = merged_overrides(decision)
+    overrides = gemm_overrides(decision)
     if overrides:
         lines.append(f"# Keeps selected GEMMs of these {len(overrides)} layer(s) in high precision:")
         lines += [f"#   {name}: {', '.join(gemms)}" for name, gemms in overrides.items()]
@@ -164,8 +208,16 @@ def _header(decision: PolicyDecision, options: RenderOptions, high: int) -> list
             f"# {high} layer(s) already ran in high precision without being skipped (e.g. a head under"
             " te.autocast(enabled=False)): they get LogTensorStats, not LogFp8TensorStats."
         )
+    recipes = precision.layer_recipes(decision)
+    if recipes:
+        rungs = sorted(set(recipes.values()))
+        lines.append(
+            f"# NOT applied here: {len(recipes)} layer(s) of the precision ladder run under another recipe"
+            f" ({', '.join(rungs)}); the debug API can only turn quantization off. Apply them with"
+            " apply_policy(backend='te') or the Megatron --te-precision-config-file."
+        )
     lines += [
-        f"# Every other TE linear layer stays in FP8 and logs LogFp8TensorStats every {options.stats_freq} steps.",
+        stats_note(decision, options.stats_freq),
         "# Sections are disjoint (nvdlfw allows one enabled section per layer); names match exactly.",
         "# Use: debug_api.initialize(config_file=<this file>,"
         " feature_dirs=[<transformer_engine>/debug/features], log_dir=...)",
@@ -176,8 +228,5 @@ def _header(decision: PolicyDecision, options: RenderOptions, high: int) -> list
 def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
     """The TE debug YAML for `decision`."""
     high_count = len(_already_high_precision(decision, _covered(decision)))
-    parts = ["\n".join(_header(decision, options, high_count))]
-    for name, comment, body in build_sections(decision, options):
-        dumped = yaml.dump({name: body}, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=2**31 - 1)
-        parts.append(f"# {comment}\n{dumped.rstrip()}")
-    return RenderedPolicy(content="\n\n".join(parts) + "\n", media_type=MEDIA_TYPE, filename=FILENAME)
+    content = dump_sections(_header(decision, options, high_count), build_sections(decision, options))
+    return RenderedPolicy(content=content, media_type=MEDIA_TYPE, filename=FILENAME)

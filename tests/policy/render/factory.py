@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from fp8_policy.policy.records import (
     RECIPE_CLASSES,
     GemmOverride,
     LayerGroup,
     LayerInfo,
+    LayerPrecision,
     LayerStructure,
     PolicyDecision,
     Precision,
@@ -100,3 +102,9 @@ def decision(
         layers=tuple(layers),
         te_version=te_version,
     )
+
+
+def with_ladder(base: PolicyDecision, rungs: dict[str, str], fp8_param: bool = False) -> PolicyDecision:
+    """`base` with a precision ladder (layer -> rung) and the fp8_param flag."""
+    entries = tuple(LayerPrecision(name, rung, (f"test rung {rung}",), 0.9) for name, rung in rungs.items())
+    return replace(base, layer_precisions=entries, fp8_param=fp8_param)

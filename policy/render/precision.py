@@ -1,0 +1,97 @@
+"""Which precision each layer of a decision runs at: the outer recipe, BF16, or its own rung of the precision ladder.
+
+Belongs here: the one reading of `PolicyDecision.layer_precisions` / `skip_layers` / `gemm_overrides` that the
+dialects share (who is kept in high precision, who runs under another recipe than the outer one), and the stat
+names TE's debug features accept for a recipe. Must not be here: emission of any dialect.
+
+Rules:
+* BF16 ("kept") layers: `skip_layers`, layers with GEMM overrides (the apply paths keep the whole module), layers
+  the ladder puts at `bf16`, and layers that already ran in high precision in the analysed run.
+* A ladder rung equal to the outer recipe changes nothing; another FP8/FP4 rung is a per-layer recipe, except
+  `delayed` under another outer recipe: delayed scaling's amax history cannot run as one layer's recipe (Megatron's
+  TEQuantizationRecipe rejects it, megatron/core/extensions/transformer_engine.py), so that layer is kept in BF16
+  (the safe side; `apply_policy(backend="te")` does the same).
+* Stats TE accepts (transformer_engine/debug/features/log_fp8_tensor_stats.py `check_if_stat_is_supported`,
+  log_nvfp4_tensor_stats.py): LogFp8TensorStats' bare stats use the layer's own recipe, so they are refused for
+  an NVFP4 layer (use LogNvfp4TensorStats: `underflows%`, `mse`, logged as `nvfp4_underflows%` / `nvfp4_mse`);
+  `overflows%` only under delayed scaling; `underflows%` / `overflows%` / `mse` need the high-precision tensor,
+  which FP8/FP4 parameters (`fp8_param`) do not keep for the weight.
+"""
+
+from __future__ import annotations
+
+from fp8_policy.policy.records import PRECISIONS, PolicyDecision, Precision
+from fp8_policy.policy.render.layout import merged_overrides, te_version_tuple
+
+PRECISION_ORDER: tuple[str, ...] = PRECISIONS  # cheapest first
+BF16 = "bf16"
+NVFP4 = "nvfp4"
+NVFP4_STATS = ("underflows%", "mse")  # LogNvfp4TensorStats' config names (the log adds the nvfp4_ prefix)
+_NEEDS_HIGH_PRECISION = ("underflows%", "overflows%", "mse")
+
+
+def kept_layers(decision: PolicyDecision) -> list[str]:
+    """Layers that run wholly outside FP8/FP4 once the policy is applied, in decision order (see module rules)."""
+    out: dict[str, None] = dict.fromkeys(decision.skip_layers)
+    out.update(dict.fromkeys(merged_overrides(decision)))
+    outer = decision.recipe.name
+    out.update(dict.fromkeys(n for n, p in ladder(decision).items() if p == BF16 or (p == "delayed" != outer)))
+    out.update(dict.fromkeys(layer.name for layer in decision.layers if layer.precision is Precision.HIGH))
+    return list(out)
+
+
+def skipped_layers(decision: PolicyDecision) -> list[str]:
+    """Layers a renderer must put in BF16 whole: the skip list plus the ladder's BF16 rungs (not the layers that
+    only ran in high precision: the model's own code keeps those)."""
+    rungs = ladder(decision)
+    return list(dict.fromkeys([*decision.skip_layers, *(n for n in kept_layers(decision) if n in rungs)]))
+
+
+def ladder(decision: PolicyDecision) -> dict[str, str]:
+    """Layer -> precision from the ladder (unknown rungs rejected, so a typo never reads as the outer recipe)."""
+    out: dict[str, str] = {}
+    for entry in decision.layer_precisions:
+        if entry.precision not in PRECISIONS:
+            raise ValueError(f"layer {entry.layer!r} has precision {entry.precision!r}; expected one of {PRECISIONS}")
+        out[entry.layer] = entry.precision
+    return out
+
+
+def layer_recipes(decision: PolicyDecision) -> dict[str, str]:
+    """Layer -> precision for the layers NOT kept that run under another recipe than the outer one."""
+    kept = set(kept_layers(decision))
+    outer = decision.recipe.name
+    return {name: p for name, p in ladder(decision).items() if name not in kept and p not in (outer, BF16)}
+
+
+def precision_of(decision: PolicyDecision) -> dict[str, str]:
+    """Every layer of the decision (and every ladder layer) -> the precision it runs at once applied."""
+    kept = set(kept_layers(decision))
+    recipes = layer_recipes(decision)
+    names = [layer.name for layer in decision.layers] + [lp.layer for lp in decision.layer_precisions]
+    names += list(kept)
+    return {name: BF16 if name in kept else recipes.get(name, decision.recipe.name) for name in dict.fromkeys(names)}
+
+
+def fp8_stats(decision: PolicyDecision, recipe_name: str, tensor: str) -> list[str]:
+    """LogFp8TensorStats stats for one tensor of a layer quantized with `recipe_name` (FP8 recipes only)."""
+    if recipe_name == NVFP4:
+        raise ValueError("NVFP4 layers are watched by LogNvfp4TensorStats, not LogFp8TensorStats")
+    version = te_version_tuple(decision.te_version)
+    stats = (
+        ["underflows%"]
+        if version is not None and version < (2, 7)
+        else ["underflows%", "scale_inv_min", "scale_inv_max", "mse"]
+    )
+    if recipe_name == "delayed" and len(stats) > 1:
+        stats.insert(1, "overflows%")
+    if decision.fp8_param and tensor == "weight":
+        stats = [s for s in stats if s not in _NEEDS_HIGH_PRECISION]
+    return stats
+
+
+def nvfp4_stats(decision: PolicyDecision, tensor: str) -> list[str]:
+    """LogNvfp4TensorStats stats for one tensor; both need the high-precision tensor (none for FP4 weights)."""
+    if decision.fp8_param and tensor == "weight":
+        return []
+    return list(NVFP4_STATS)

@@ -1,0 +1,138 @@
+"""Megatron dialect at the precision frontier: FP4 flags, and the per-layer ladder as a `--te-precision-config-file`
+loaded the way Megatron-LM loads it (tests/policy/render/megatron_loader.py re-implements the loader's checks)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fp8_policy.policy.render import RenderOptions, render
+from fp8_policy.policy.render.layout import is_one_based
+from fp8_policy.policy.render.megatron import megatron_path
+from tests.policy.render import factory as f
+from tests.policy.render import megatron_loader as loader
+
+N_BLOCKS = 4
+
+
+def run(decision, tmp_path: Path) -> tuple[str, list[str], Path | None]:
+    """(text, FP8_POLICY_ARGS as bash sees them, path of the precision config it wrote or None)."""
+    text = render(decision, "megatron", RenderOptions()).content
+    script = tmp_path / "policy.sh"
+    script.write_text(text + 'printf "%s\\n" "${FP8_POLICY_ARGS[@]}"\n')
+    done = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, check=True)
+    args = done.stdout.splitlines()
+    path = None
+    if "--te-precision-config-file" in args:
+        path = tmp_path / args[args.index("--te-precision-config-file") + 1]
+    return text, args, path
+
+
+def expected(decision, rungs: dict[str, str], bf16: set[str]) -> dict[str, str]:
+    """Module path -> precision we asked for, through our own logged-name -> Megatron-path mapping."""
+    one_based = is_one_based(decision)
+    out = {}
+    for layer in decision.layers:
+        path = megatron_path(layer, one_based)
+        if path.startswith("decoder.layers."):
+            out[path] = "bf16" if layer.name in bf16 else rungs.get(layer.name, decision.recipe.name)
+    return out
+
+
+@pytest.mark.parametrize("family", ["megatron", "esm2", "llama"])
+def test_nvfp4_emits_fp4_flags_and_never_fp8_flags(family, tmp_path):
+    decision = f.decision(f.family_layers(family, N_BLOCKS), recipe_choice=f.recipe("nvfp4"))
+    text, args, config = run(decision, tmp_path)
+    assert args == ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"] and config is None
+    assert "--fp8-format" not in args and "--fp8-recipe" not in args
+    assert "FP4 recipe: nvfp4" in text
+
+
+def test_nvfp4_with_edge_blocks_uses_first_last_flags(tmp_path):
+    layers = f.family_layers("megatron", N_BLOCKS)
+    decision = f.decision(layers, f.block_names("megatron", 1), recipe_choice=f.recipe("nvfp4"))
+    _, args, config = run(decision, tmp_path)
+    assert config is None
+    assert args[:4] == ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+    assert args[4:] == [
+        "--first-last-layers-bf16",
+        "--num-layers-at-start-in-bf16",
+        "1",
+        "--num-layers-at-end-in-bf16",
+        "0",
+    ]
+
+
+def test_mxfp8_recipe_flag(tmp_path):
+    decision = f.decision(f.family_layers("megatron", 2), recipe_choice=f.recipe("mxfp8"))
+    _, args, _ = run(decision, tmp_path)
+    assert args == ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"]
+
+
+@pytest.mark.parametrize("family", ["megatron", "esm2", "llama", "hf"])
+@pytest.mark.parametrize("outer", ["nvfp4", "mxfp8", "current"])
+def test_ladder_mix_is_a_precision_config_megatron_accepts(family, outer, tmp_path):
+    layers = f.family_layers(family, N_BLOCKS)
+    first = 0 if family == "hf" else 1
+    names = [layer.name for layer in layers if layer.structure.index is not None]
+    rungs = {names[0]: "bf16", names[1]: "mxfp8", names[2]: "nvfp4", names[5]: "block", names[6]: "current"}
+    rungs[names[-1]] = "mxfp8"
+    skip = f.block_names(family, first + 2)  # a whole block skipped besides the ladder
+    decision = f.with_ladder(f.decision(layers, skip, recipe_choice=f.recipe(outer)), rungs)
+    text, args, config = run(decision, tmp_path)
+    assert config is not None and "--first-last-layers-bf16" not in args
+    if outer == "nvfp4":
+        assert args[:4] == ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"] and "--fp8-format" not in args
+    got = loader.precisions(config, N_BLOCKS, outer)
+    assert got == expected(decision, rungs, {names[0], *skip})
+    # every matcher reaches a real TE module, and none reaches another module of the model
+    recipe = loader.RecipeConfig.from_yaml_file(config)
+    te_paths = set(loader.gpt_te_module_paths(N_BLOCKS))
+    for pattern, _ in recipe.matchers:
+        hits = {p for p in loader.gpt_all_module_paths(N_BLOCKS) if loader.fnmatch.fnmatch(p, pattern)}
+        assert hits and (hits <= te_paths or pattern.endswith(".*")), (pattern, hits)
+    assert "precision ladder" in text
+
+
+def test_ladder_rung_equal_to_the_outer_recipe_needs_no_matcher(tmp_path):
+    layers = f.family_layers("megatron", N_BLOCKS)
+    names = [layer.name for layer in layers]
+    decision = f.with_ladder(
+        f.decision(layers, recipe_choice=f.recipe("mxfp8")), {names[0]: "mxfp8", names[1]: "nvfp4"}
+    )
+    _, _, config = run(decision, tmp_path)
+    recipe = loader.RecipeConfig.from_yaml_file(config)
+    assert [key for _, key in recipe.matchers] == ["nvfp4"]
+    assert set(recipe.configs) == {"nvfp4"}
+
+
+def test_delayed_rung_under_another_recipe_goes_bf16(tmp_path):
+    layers = f.family_layers("megatron", N_BLOCKS)
+    names = [layer.name for layer in layers]
+    decision = f.with_ladder(f.decision(layers, recipe_choice=f.recipe("current")), {names[3]: "delayed"})
+    _, _, config = run(decision, tmp_path)
+    got = loader.precisions(config, N_BLOCKS, "current")
+    assert got["decoder.layers.0.mlp.linear_fc2"] == "bf16"
+    assert "delayed" not in config.read_text().split("matchers:")[0]
+
+
+@pytest.mark.parametrize(
+    ("training_recipe", "error"),
+    [
+        ({"fp8_quantization_recipe": "delayed"}, "Delayed scaling not in scope"),
+        ({"fp8_quantization_recipe": "mxfp8", "fp4_quantization_recipe": "nvfp4"}, "mutually exclusive"),
+        ({"fp8_quantization_recipe": "mxfp8", "fp8_format": "E4M3"}, "Unhandled fp8_format"),
+        ({"fp4_quantization_recipe": "nvfp4", "fp4_format": "e2m1"}, "not valid for this configuration"),
+    ],
+)
+def test_the_loader_rejects_what_megatron_rejects(training_recipe, error):
+    config = {
+        "configs": {
+            "x": {"transformer_engine_config_type": "TEQuantizationParams", "training_recipe": training_recipe}
+        },
+        "matchers": {"m": {"config": "x", "type": "glob", "pattern": "*", "enabled": True}},
+    }
+    with pytest.raises(ValueError, match=error):
+        loader.RecipeConfig(config).match("decoder.layers.0.mlp.linear_fc1")
