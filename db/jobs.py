@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, aliased
 
 from fp8_policy.db.job_models import NO_RANK, IngestJob
 from fp8_policy.db.models import Run, RunStatus
-from fp8_policy.db.repositories import utcnow
+from fp8_policy.db.repositories import RunRepository, utcnow
 
 UNFINISHED = ("queued", "doing")
 
@@ -43,8 +43,10 @@ class JobRepository:
 
     # --- enqueue ----------------------------------------------------------------------------
     def enqueue_plan(self, run_id: int) -> bool:
-        """Queue the first job of a run's ingest unless unfinished jobs exist; False when nothing was queued."""
-        if self._has_unfinished(run_id):
+        """Queue the first job of a run's ingest unless unfinished jobs exist (or the run is gone); False when
+        nothing was queued. The run's row is locked first (RunRepository.lock's order: a delete racing this
+        waits for it or is waited for)."""
+        if RunRepository(self.session).lock(run_id, "write") is None or self._has_unfinished(run_id):
             return False
         self.session.execute(delete(IngestJob).where(IngestJob.run_id == run_id))
         try:

@@ -114,7 +114,39 @@ class RunRepository:
             query = query.where(Run.id < after_id)
         return list(self.session.scalars(query))
 
+    def lock(self, run_id: int, mode: str = "write") -> Run | None:
+        """The run's row, locked for this transaction; None when it is gone. The first statement of every
+        transaction that changes a run's rows (ingest jobs, live appends and finalize, delete): one lock order
+        everywhere — the run's row before any of its jobs, live rows, layers or series — so none of them can
+        deadlock another (deleting a run during its ingest once did: series -> layers -> runs against the rank
+        store's inserts, which lock the run's row for their foreign keys), and a transaction that waited here sees
+        whether the run was deleted meanwhile.
+
+        `mode` (PostgreSQL row locks, https://www.postgresql.org/docs/current/explicit-locking.html#LOCKING-ROWS):
+        `delete` (FOR UPDATE: also waits for foreign-key checks of inserts into its child tables), `write` (FOR NO KEY
+        UPDATE: one writer of the run at a time), `share` (FOR SHARE: live appends, which may run side by side but
+        not next to a writer or a delete). SQLite has no row locks: a no-op UPDATE takes the database's write lock
+        at once, so the transaction's reads that follow are the latest commit's (pysqlite begins a transaction only
+        at the first write)."""
+        if mode not in ("delete", "write", "share"):
+            raise ValueError(f"unknown lock mode {mode!r}")
+        if self.session.get_bind().dialect.name == "sqlite":
+            self.session.execute(
+                update(Run)
+                .where(Run.id == run_id)
+                .values(status=Run.status)
+                .execution_options(synchronize_session=False)
+            )
+        query = (
+            select(Run)
+            .where(Run.id == run_id)
+            .with_for_update(read=mode == "share", key_share=mode == "write")
+            .execution_options(populate_existing=True)
+        )
+        return self.session.scalars(query).first()
+
     def delete(self, run: Run) -> None:
+        """The run and every row of it, in the lock order of `lock` (the caller locked the run with `delete`)."""
         # Explicit deletes keep SQLite (no ON DELETE CASCADE without the pragma) and Postgres alike.
         for model in (Series, Layer, RunTag):
             self.session.execute(delete(model).where(model.run_id == run.id))

@@ -111,6 +111,7 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
     stored = first.result(scan.stats, merged)  # (rank, assembled, rank result) or None
     finalize_now = stored is not None and list(scan.stats) == [stored[0]]
     with session_scope(ctx.factory) as session:
+        _lock_run(session, job, "write")
         jobs = JobRepository(session)
         jobs.complete(job, ctx.owner, result)
         store = RankStore(session)
@@ -223,6 +224,7 @@ def ingest_rank(ctx: JobContext, job: ClaimedJob) -> None:
         )
     assembled, result = parse.finish(metadata_from_json(plan["metadata_log"]))
     with session_scope(ctx.factory) as session:
+        _lock_run(session, job, "share")  # ranks of a run store side by side; a delete waits for them
         JobRepository(session).complete(job, ctx.owner, result)
         _require_processing(session, job)
         _store_series(RankStore(session), job.run_id, job.rank, assembled)
@@ -240,6 +242,7 @@ def _store_series(store: RankStore, run_id: int, rank: int, assembled: Assembled
 def finalize_run(ctx: JobContext, job: ClaimedJob) -> None:
     _key, _hint, plan = _run_and_plan(ctx, job.run_id)
     with session_scope(ctx.factory) as session:
+        _lock_run(session, job, "write")
         JobRepository(session).complete(job, ctx.owner)
         _finalize(session, job, plan)
     log.info("run %s ready", job.run_id)
@@ -346,6 +349,14 @@ def _run_and_plan(ctx: JobContext, run_id: int) -> tuple[str, str | None, dict]:
         return run.upload_path, run.upload_filename, plan
 
 
+def _lock_run(session: Session, job: ClaimedJob, mode: str) -> None:
+    """The first statement of each transaction that stores a job's outcome: the run's row, locked
+    (RunRepository.lock: the one lock order that keeps a concurrent delete from deadlocking with the store).
+    A run deleted meanwhile is noticed here, and the job stops storing nothing (LeaseLost)."""
+    if RunRepository(session).lock(job.run_id, mode) is None:
+        raise LeaseLost(f"run {job.run_id} was deleted")
+
+
 def _require_processing(session: Session, job: ClaimedJob):
     run = RunRepository(session).get(job.run_id)
     if run is None or run.status != "processing":
@@ -368,6 +379,7 @@ def _fail(ctx: JobContext, job: ClaimedJob, error: str) -> None:
     error = displayable(error)
     try:
         with session_scope(ctx.factory) as session:
+            _lock_run(session, job, "write")
             jobs = JobRepository(session)
             if job.kind == "rank" and jobs.rank_count(job.run_id) > 1:
                 error = f"rank {job.rank}: {error}"

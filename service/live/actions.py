@@ -23,7 +23,7 @@ import tarfile
 import threading
 import uuid
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -39,7 +39,9 @@ from fp8_policy.policy.names import split_metric_name
 from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.stats_log import NoStatsLines, StatsLogParser
 from fp8_policy.policy.thresholds import Thresholds
+from fp8_policy.service import limits
 from fp8_policy.service.alerts.actions import queue_for_events
+from fp8_policy.service.auth.actions import Principal
 from fp8_policy.service.errors import AppError, InvalidLivePath, NoStatsLogs, NotFound
 from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
@@ -57,6 +59,12 @@ _locks_guard = threading.Lock()
 
 class NotLive(AppError):
     status_code = 409
+
+
+class NotRunOwner(AppError):
+    """A live run is written by the token that started it (and finalized by it or an admin token)."""
+
+    status_code = 403
 
 
 class OffsetMismatch(AppError):
@@ -110,22 +118,40 @@ def create_live_run(session: Session, fields: dict[str, Any], uploaded_by: str |
     return run
 
 
-def _live_run(session: Session, run_id: int) -> Run:
-    run = RunRepository(session).get(run_id)
+def _live_run(session: Session, run_id: int, mode: str, caller: Principal | None, *, admin_too: bool) -> Run:
+    """The live run, its row locked first (RunRepository.lock: a delete or a finalize racing this request waits
+    for it, or is waited for, and is then seen), if `caller` may write to it."""
+    run = RunRepository(session).lock(run_id, mode)
     if run is None:
         raise NotFound(f"run {run_id} not found")
+    if caller is not None and not may_write(run, caller, admin_too=admin_too):
+        raise NotRunOwner(
+            f"run {run_id} was started by another token: only that token"
+            f"{' (or an admin token)' if admin_too else ''} may {'finalize' if admin_too else 'append to'} it"
+        )
     if run.status != LIVE:
         raise NotLive(f"run {run_id} is {run.status}, not live: it takes no more log bytes")
     return run
 
 
+def may_write(run: Run, caller: Principal, *, admin_too: bool) -> bool:
+    """A live run is its creating token's: only that token appends; an admin token may also finalize."""
+    return run.uploaded_by == caller.name or (admin_too and caller.scope == "admin")
+
+
 def file_kind(path: str) -> str:
     """stats | metadata | scalars for an accepted path (as in an archive); 400 for anything else."""
-    if not path or len(path) > MAX_PATH_CHARS or "\x00" in path or "\\" in path:
+    if not path or len(path) > MAX_PATH_CHARS or "\\" in path:
         raise InvalidLivePath(f"invalid live file path (1..{MAX_PATH_CHARS} characters, '/' separators)")
-    parts = PurePosixPath(path).parts
-    if path.startswith("/") or any(p in ("..", ".", "") for p in parts) or path.endswith(".gz"):
-        raise InvalidLivePath(f"invalid live file path {path!r}: relative, no '..', uncompressed")
+    limits.check_text("a live file path", path, MAX_PATH_CHARS, error=InvalidLivePath)  # NUL, controls, surrogates
+    # One spelling per file: the received bytes are keyed by this string, so a path that names the same file
+    # another way (`rank_0//x`, `./rank_0/x`, `rank_0/x/`) is refused rather than normalised (PurePosixPath would
+    # quietly drop the extra separators and `.`: two rows, one file on disk).
+    parts = tuple(path.split("/"))
+    if any(p in ("..", ".", "") for p in parts) or path.endswith(".gz"):
+        raise InvalidLivePath(
+            f"invalid live file path {path!r}: relative, one '/' between names, no '.' or '..', uncompressed"
+        )
     if parts[-1] == SCALARS_NAME and len(parts) == 1:
         return "scalars"
     log = classify_log_path(path)
@@ -145,11 +171,13 @@ def append(
     offset: int,
     body: bytes,
     thresholds: Thresholds | None = None,
+    caller: Principal | None = None,
 ) -> AppendResult:
-    """Store `body` at `offset` of the run's file `path` and run the detectors on the new whole lines."""
+    """Store `body` at `offset` of the run's file `path` and run the detectors on the new whole lines.
+    `caller`: the request's principal (only the run's creating token appends); None skips the check."""
     kind = file_kind(path)
     with _run_lock(run_id):
-        run = _live_run(session, run_id)
+        run = _live_run(session, run_id, "share", caller, admin_too=False)
         repo = LiveRepository(session)
         row = repo.file_for_update(run_id, path, kind)
         if offset > row.size:
@@ -255,10 +283,13 @@ def _detect_scalars(repo: LiveRepository, run_id: int, disk: Path, row: Any) -> 
     return events
 
 
-def finalize(session: Session, data_dir: Path, store: ArchiveStore, run_id: int) -> Run:
-    """Pack the received logs into one tar, store it as the run's upload and queue the normal ingest."""
+def finalize(
+    session: Session, data_dir: Path, store: ArchiveStore, run_id: int, caller: Principal | None = None
+) -> Run:
+    """Pack the received logs into one tar, store it as the run's upload and queue the normal ingest.
+    `caller`: the request's principal (the run's creating token or an admin token); None skips the check."""
     with _run_lock(run_id):
-        run = _live_run(session, run_id)
+        run = _live_run(session, run_id, "write", caller, admin_too=True)
         repo = LiveRepository(session)
         files = [f for f in repo.files(run_id) if f.kind in ("stats", "metadata")]
         if not any(f.kind == "stats" for f in files):
@@ -292,7 +323,11 @@ def finalize(session: Session, data_dir: Path, store: ArchiveStore, run_id: int)
 def remove_received_logs(data_dir: Path, run_id: int) -> None:
     """After finalize: the logs are in the stored tar; training scalars stay for the run's charts."""
     root = live_dir(data_dir, run_id)
-    for child in list(root.iterdir()) if root.is_dir() else []:
+    try:
+        children = list(root.iterdir())
+    except (FileNotFoundError, NotADirectoryError):  # none received, or the run was deleted meanwhile
+        return
+    for child in children:
         if child.name != SCALARS_NAME:
             shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
 

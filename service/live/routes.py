@@ -55,6 +55,7 @@ async def append(
     path: str,
     request: Request,
     settings: SettingsDep,
+    principal: PrincipalDep,
     offset: Annotated[
         int,
         Query(
@@ -69,7 +70,7 @@ async def append(
     """Append the raw body to the run's log file `path` (as in an archive, e.g.
     `rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log`, or `scalars.jsonl`) at `offset`.
     Re-sending bytes already received is harmless; new whole lines of a statistics log are checked for early
-    warnings at once."""
+    warnings at once. Only the token that started the run appends to it (403 `NotRunOwner` for any other)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_PIECE_BYTES:
         raise PieceTooLarge(f"a piece is at most {MAX_PIECE_BYTES} bytes; send smaller pieces")
@@ -83,7 +84,7 @@ async def append(
 
     def store() -> AppendRead:
         with session_scope(request.app.state.session_factory) as session:
-            result = actions.append(session, settings.data_dir, run_id, path, offset, body)
+            result = actions.append(session, settings.data_dir, run_id, path, offset, body, caller=principal)
             answer = AppendRead(path=result.path, size=result.size, events=[_event_read(e) for e in result.events])
         if result.alerts_queued:  # committed: the sender may take them now
             request.app.state.alerts.wake()
@@ -133,12 +134,13 @@ def read_scalars(
     dependencies=[UPLOAD],
     responses=error_responses(400, 404, 409),
 )
-def finalize(run_id: int, request: Request, settings: SettingsDep) -> JSONResponse:
+def finalize(run_id: int, request: Request, settings: SettingsDep, principal: PrincipalDep) -> JSONResponse:
     """The job finished: pack the received logs and ingest them like an upload (the run goes `queued` →
-    `ready` or `failed`, with the same series and counts as the whole logs uploaded at once)."""
+    `ready` or `failed`, with the same series and counts as the whole logs uploaded at once). The token that
+    started the run, or an admin token, finalizes it (403 `NotRunOwner` for any other)."""
     state = request.app.state
     with session_scope(state.session_factory) as session:  # committed before the ingest job is queued
-        run = actions.finalize(session, settings.data_dir, state.ingest.store, run_id)
+        run = actions.finalize(session, settings.data_dir, state.ingest.store, run_id, caller=principal)
         body = run_read(run).model_dump(mode="json")
     state.ingest.submit(run_id)
     actions.remove_received_logs(settings.data_dir, run_id)

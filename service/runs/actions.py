@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,7 @@ from fp8_policy.service.runs.schemas import (
 )
 
 MAX_TAGS = limits.MAX_TAGS
+log = logging.getLogger("fp8_policy.runs")
 
 
 def parse_upload_fields(fields: dict[str, str]) -> tuple[str | None, str, tuple[str, ...], dict]:
@@ -241,11 +243,46 @@ def pattern_label(pattern: str | None) -> str | None:
 
 
 def delete_run(session: Session, data_dir: Path, run_id: int, store: ArchiveStore | None = None) -> None:
+    """Delete the run and all its rows in one transaction, then its files once that has committed.
+
+    The run's row is locked first (RunRepository.lock): an ingest job or live append in the middle of a write
+    finishes it first (delete waits), and one that comes later finds the run gone and stops (LeaseLost, 404).
+    Files go only after the commit: a delete that fails leaves the run whole, archive and received logs included."""
+    limits.check_run_id(run_id)
     repo = RunRepository(session)
-    run = get_run(session, run_id)
+    run = repo.lock(run_id, "delete")
+    if run is None:
+        raise NotFound(f"run {run_id} does not exist")
     repo.delete(run)
-    (store or ArchiveStore(str(data_dir))).delete_prefix(f"runs/{run_id}")
-    shutil.rmtree(data_dir / "live" / str(run_id), ignore_errors=True)  # a live run's received logs
+    store = store or ArchiveStore(str(data_dir))
+
+    def remove_files() -> None:
+        store.delete_prefix(f"runs/{run_id}")
+        shutil.rmtree(data_dir / "live" / str(run_id), ignore_errors=True)  # a live run's received logs
+
+    _after_commit(session, remove_files)
+
+
+def _after_commit(session: Session, action: Callable[[], None]) -> None:
+    """Run `action` once this session's transaction has committed (never when it rolls back). The commit has
+    happened by then: a failing `action` is logged, not raised."""
+    armed = True
+
+    def on_commit(_session: Session) -> None:
+        nonlocal armed
+        if armed:
+            armed = False
+            try:
+                action()
+            except Exception:
+                log.exception("after the commit of a run's delete: removing its files failed")
+
+    def on_rollback(_session: Session) -> None:
+        nonlocal armed
+        armed = False
+
+    event.listen(session, "after_commit", on_commit)
+    event.listen(session, "after_rollback", on_rollback)
 
 
 def layers_of(session: Session, run_id: int, rank: int | None) -> list[LayerRead]:
