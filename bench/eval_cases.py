@@ -196,6 +196,14 @@ class Report:
     def totals(self) -> Totals:
         return totals(c.score for c in self.cases)
 
+    def totals_by_group(self) -> dict[str, Totals]:
+        """Totals of the earlier (FP8) cases and of the TE 2.20 frontier cases (`frontier/...`) apart."""
+        groups = {
+            "earlier cases": [c.score for c in self.cases if not c.name.startswith("frontier/")],
+            "frontier (NVFP4/MXFP8)": [c.score for c in self.cases if c.name.startswith("frontier/")],
+        }
+        return {name: totals(scores) for name, scores in groups.items() if scores}
+
     @property
     def configs(self) -> tuple[int, int]:
         """(accepted, emitted) over cases and fixtures, every format."""
@@ -228,6 +236,7 @@ class Report:
             "cases": [c.to_dict() for c in self.cases],
             "fixtures": [asdict(f) for f in self.fixtures],
             "totals": {**self.totals.to_dict(), "configs_accepted": accepted, "configs_emitted": emitted},
+            "totals_by_group": {name: t.to_dict() for name, t in self.totals_by_group().items()},
             "big": self.big,
             "checks": self.checks(),
             "passed": all(self.checks().values()),

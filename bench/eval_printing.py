@@ -133,6 +133,12 @@ def print_report(report: Report) -> None:
         f"  skip-list precision {_pct(t.skip_precision)}  recall {_pct(t.skip_recall)}   "
         f"(tp {t.skip_tp}, fp {t.skip_fp}, fn {t.skip_fn} layers)"
     )
+    for group, g in report.totals_by_group().items():
+        print(
+            f"    {group} ({g.cases} cases): pattern precision {_pct(g.pattern_precision)} recall "
+            f"{_pct(g.pattern_recall)}; skip precision {_pct(g.skip_precision)} recall {_pct(g.skip_recall)}; "
+            f"healthy layers skipped {g.healthy_skipped}; recipe {g.recipe_ok}/{g.recipe_scored}"
+        )
     print(f"  healthy layers skipped: {t.healthy_skipped}")
     print(f"  recipe decisions as expected: {t.recipe_ok}/{t.recipe_scored} scored cases")
     print(

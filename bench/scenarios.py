@@ -42,6 +42,12 @@ stated here once):
 * "Healthy layer skipped": any skipped or overridden layer that carries no planted signal at all (no series of it
   in `truth.signals`). This is the hard safety target; an extra skip of a layer that has a signal (e.g. a rank
   outlier's layer) only lowers precision.
+* Frontier cases (`frontier/...`, tag "frontier": `policy.synthetic.FRONTIER_SCENARIOS` and variants): TE 2.20
+  runs with no metadata, so the training recipe is read from the stats. NVFP4 runs keep NVFP4BlockScaling
+  ("nvfp4") and their failing layers are the skip truth (judged with NVFP4's bands); the MXFP8 scale swing is a
+  scale_instability with no skips (MXFP8 is already per-step scaling); TE's garbage block-scaling scale_inv and
+  MXFP8's padding byte must change nothing (healthy, recipe kept: "delayed" — TE's default on the assumed
+  Hopper — and "mxfp8"). `make eval` prints their totals next to the earlier cases'.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from fp8_policy.policy.synthetic import (
+    FRONTIER_SCENARIOS,
     SCENARIOS,
     PlantedTruth,
     Profile,
@@ -63,6 +70,7 @@ from fp8_policy.policy.synthetic import (
     all_of,
     any_of,
     blocks,
+    e8m0,
     everywhere,
     first_blocks,
     heads,
@@ -470,9 +478,51 @@ def _variants() -> list[EvalCase]:
     ]
 
 
+FRONTIER_RECIPES: dict[str, frozenset[str]] = {
+    "nvfp4_healthy": frozenset({"nvfp4"}),
+    "nvfp4_late_layers": frozenset({"nvfp4"}),
+    "block_whatif_garbage": KEEP,
+    "mxfp8_padding_zero": frozenset({"mxfp8"}),
+}
+
+
+def _frontier_cases() -> list[EvalCase]:
+    """The frontier scenarios plus variants in other families / rank counts (module docstring)."""
+    nvfp4 = ("nvfp4_underflows%", "nvfp4_mse")
+    cases = [
+        replace(
+            _wrap(case, ("frontier",)),
+            name=f"frontier/{name}",
+            expected_recipe=FRONTIER_RECIPES.get(name, _wrap(case).expected_recipe),
+        )
+        for name, case in FRONTIER_SCENARIOS.items()
+    ]
+    early = _case(
+        "frontier/nvfp4-early-esm2-r4",
+        "NVFP4 training, 4 ranks: the first 2 blocks lose 16-25 % of their activation non-zeros",
+        _run("esm2", ranks=4, seed=231, iterations=200, stats=nvfp4),
+        [Rule(first_blocks(2), level((16.0, 25.0)), ACT, "nvfp4_underflows%")],
+        patterns={"early_layers"},
+        tags=("frontier",),
+    )
+    swing = _case(
+        "frontier/mxfp8-swing-megatron",
+        "MXFP8 training: block 9 fc2 weight scale_inv bytes swing by 12 (x4096)",
+        _run("megatron", seed=232),
+        [
+            Rule(all_of(blocks(9), roles("fc2")), e8m0(scale_jumps(4096.0)), WEIGHT, stat)
+            for stat in ("scale_inv_min", "scale_inv_max")
+        ],
+        patterns={"scale_instability"},
+        tags=("frontier",),
+        default=e8m0(),
+    )
+    return [*cases, replace(early, expected_recipe=frozenset({"nvfp4"})), swing]
+
+
 def build_suite() -> list[EvalCase]:
     base = [_wrap(case, ("base",)) for case in SCENARIOS.values()]
-    return [*base, *_variants()]
+    return [*base, *_variants(), *_frontier_cases()]
 
 
 SUITE: list[EvalCase] = build_suite()
