@@ -24,7 +24,8 @@ RUNS = "/api/v1/runs"
 LIVE_RUNS = "/api/v1/live/runs"
 ALERTS = "/api/v1/alerts"
 TOKEN_ENV = "FP8_POLICY_TOKEN"
-FORMATS = ("json", "te-yaml", "megatron", "hydra", "torchao")
+# `te-monitor`: the debug YAML for watching a run the policy was applied to with apply_policy (see monitor_config)
+FORMATS = ("json", "te-yaml", "megatron", "hydra", "torchao", "te-monitor")
 # Seams for tests (monkeypatch these, not the time module).
 _clock = time.monotonic
 _sleep = time.sleep
@@ -203,6 +204,26 @@ class PolicyClient:
         else:
             response = self._http.request("POST", path, params=params, json=dict(overrides))
         return json_object(response) if format == "json" else response.text
+
+    def monitor_config(
+        self, run_id: int, path: str | Path | None = None, *, overrides: Mapping[str, Any] | None = None
+    ) -> str:
+        """The `te-monitor` TE debug YAML: watches a model whose policy was applied with `apply_policy` (no
+        Disable* feature; layers kept in high precision get LogTensorStats only, since TE asserts when
+        LogFp8TensorStats watches a layer that runs outside FP8). Written to `path` when given; the text returned.
+
+            report = apply_policy(model, policy, backend="te")
+            client.monitor_config(run_id, "te_monitor.yaml")
+            debug_api.initialize(config_file="te_monitor.yaml", feature_dirs=[...], log_dir=...)
+        """
+        text = self.recommendation(run_id, "te-monitor", overrides=overrides)
+        if not isinstance(text, str):  # a rendered format is always text
+            raise TypeError("the te-monitor format came back as JSON")
+        if path is not None:
+            target = Path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        return text
 
     def compare(self, base: int, head: int) -> dict[str, Any]:
         """How run `head` differs from run `base` (findings, layers, recommendation)."""

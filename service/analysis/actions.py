@@ -12,7 +12,7 @@ from fp8_policy.db.repositories import RunRepository
 from fp8_policy.policy.analysis import Analysis, analyze
 from fp8_policy.policy.recommend import History, Recommendation, RecommendOptions, recommend
 from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, RunData, Series
-from fp8_policy.policy.render import FORMATS, RenderedPolicy, render
+from fp8_policy.policy.render import OUTPUT_FORMATS, RenderedPolicy, render
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service.errors import InvalidOverrides, InvalidThresholds, UnknownFormat
 from fp8_policy.service.runs.actions import get_ready_run
@@ -83,6 +83,6 @@ def _run_id(value: Any) -> int:
 
 
 def render_recommendation(rec: Recommendation, fmt: str) -> RenderedPolicy:
-    if fmt not in FORMATS:
-        raise UnknownFormat(f"unknown format {fmt!r}; expected json or one of: {', '.join(FORMATS)}")
+    if fmt not in OUTPUT_FORMATS:
+        raise UnknownFormat(f"unknown format {fmt!r}; expected json or one of: {', '.join(OUTPUT_FORMATS)}")
     return render(rec.decision, fmt)

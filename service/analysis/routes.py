@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import Response
 
-from fp8_policy.policy.render import FORMATS, hydra, megatron, te_yaml, torchao
+from fp8_policy.policy.render import OUTPUT_FORMATS, hydra, megatron, te_monitor, te_yaml, torchao
 from fp8_policy.service.analysis import actions, summary
 from fp8_policy.service.analysis.recommendation_cache import recommendation_key
 from fp8_policy.service.analysis.schemas import AnalysisRead, RecommendationRead
@@ -19,8 +19,11 @@ from fp8_policy.service.openapi import error_responses, query_param, threshold_p
 # Every route reads, the POST recommendation included: it recomputes from stored data and stores nothing.
 router = APIRouter(prefix="/api/v1/runs", tags=["analysis"], dependencies=[READ])
 ERRORS = error_responses(400, 404, 409)
-FORMAT_HELP = "json (default), te-yaml, megatron, hydra or torchao"
-FORMAT_QUERY = Query(description=FORMAT_HELP, json_schema_extra={"enum": ["json", *FORMATS]})
+FORMAT_HELP = (
+    "json (default), te-yaml, megatron, hydra, torchao, or te-monitor (a TE debug YAML that only watches a run"
+    " whose policy was applied with apply_policy: kept layers get LogTensorStats only)"
+)
+FORMAT_QUERY = Query(description=FORMAT_HELP, json_schema_extra={"enum": ["json", *OUTPUT_FORMATS]})
 _GET_OPTION_KEYS = ("gpu_arch", "gpu", "te_version", "current_recipe", "previous_run")
 OVERRIDES_HELP = (
     "Any of: `thresholds` (name -> number, as in GET .../analysis), `gpu_arch`, `model_dims` "
@@ -50,7 +53,9 @@ _OPTION_PARAMS = [
     for key in _GET_OPTION_KEYS
 ]
 # The rendered formats' media types (?format= other than json); each dialect module names its own.
-_RENDERED = {module.MEDIA_TYPE: {"schema": {"type": "string"}} for module in (te_yaml, megatron, hydra, torchao)}
+_RENDERED = {
+    module.MEDIA_TYPE: {"schema": {"type": "string"}} for module in (te_yaml, megatron, hydra, torchao, te_monitor)
+}
 RECOMMENDATION_RESPONSES = {
     **ERRORS,
     200: {
@@ -123,8 +128,9 @@ def read_recommendation(
 ) -> RecommendationRead | Response:
     """The recommended policy: `fp8_skip_layers`, `gemm_overrides`, `recipe`, `megatron`, `expected_cost`,
     `rationale`, `confidence`, `policy_version` — or, with `?format=`, the same policy as a TE debug YAML,
-    Megatron flags, bionemo Hydra overrides or a torchao filter. Thresholds, `gpu_arch`, `te_version`
-    and `current_recipe` may be given as query parameters."""
+    Megatron flags, bionemo Hydra overrides or a torchao filter; `te-monitor` is the debug YAML for watching a
+    run the policy was applied to with `apply_policy` (no Disable* feature, kept layers on LogTensorStats only).
+    Thresholds, `gpu_arch`, `te_version` and `current_recipe` may be given as query parameters."""
     return _respond(request, session, run_id, _query_overrides(request), format)
 
 
