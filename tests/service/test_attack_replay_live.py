@@ -32,6 +32,7 @@ from fp8_policy.db.jobs import JobRepository
 from fp8_policy.db.live_models import LiveEventRow, LiveFile, LiveState
 from fp8_policy.db.models import Layer, Run, RunTag, Series
 from fp8_policy.service.app import create_app
+from fp8_policy.service.errors import InvalidLivePath
 from fp8_policy.service.live import actions as live_actions
 from fp8_policy.service.settings import Settings
 from tests.archives import stats_relpath, tree_tar_gz
@@ -129,6 +130,19 @@ def test_another_spelling_of_a_received_file_is_refused_and_its_bytes_stay(
     assert client.post(f"{LIVE}/{run['id']}/finalize").status_code == 202
     client.app.state.ingest.wait_idle(timeout=HOLD_SECONDS)
     assert client.get(f"{RUNS}/{run['id']}").json()["status"] == "ready"
+
+
+@pytest.mark.parametrize(
+    "alias", ["rank_0//{rest}", "./rank_0/{rest}", "rank_0/./{rest}", "rank_0/{rest}/", "rank_0/x/../{rest}"]
+)
+def test_every_other_spelling_is_refused_as_sent(alias: str) -> None:
+    """As a raw client sends it (an HTTP client may remove dot segments before the service sees them)."""
+    canonical = stats_relpath(0)
+    rest = canonical.split("/", 1)[1]
+    assert live_actions.file_kind(canonical) == "stats"
+
+    with pytest.raises(InvalidLivePath):
+        live_actions.file_kind(alias.format(rest=rest))
 
 
 # --- live runs belong to their token -------------------------------------------------------------------------------
