@@ -1,6 +1,8 @@
 """The CI gate: decide pass/fail from a run's analysis and render the markdown (or JSON) summary.
 
-Belongs here: severity ordering, the pass/fail rule (fail when any finding's severity is at or above the bar),
+Belongs here: severity ordering, the pass/fail rule (fail exactly when a finding's severity is at or above the bar:
+the analysis names every layer row above `ok` in a finding of at least its severity, so the findings alone are
+the verdict, and the count printed is the count that decided),
 the worst-layers pick and the markdown layout of `fp8-policy gate`. Input is the service's JSON as returned by
 `PolicyClient` (run, analysis, recommendation dicts); no HTTP, no printing, no exit codes (see `cli.py`).
 """
@@ -52,28 +54,37 @@ class GateResult:
         }
 
 
+def layer_verdict(row: dict[str, Any]) -> str:
+    """A layer row's verdict: "n/a" (not assessed) or its severity (older services send no `verdict`)."""
+    verdict = row.get("verdict")
+    return str(verdict) if verdict is not None else str(row.get("severity") or "ok")
+
+
 def worst_layers(layers: list[dict[str, Any]], limit: int = WORST_LAYERS) -> list[dict[str, Any]]:
     """The rows of the analysis table above `ok`, worst severity first, then highest level."""
-    flagged = [row for row in layers if severity_rank(row.get("severity")) > 0]
-    flagged.sort(key=lambda row: (-severity_rank(row.get("severity")), -_number(row.get("worst_level"))))
+    flagged = [row for row in layers if severity_rank(layer_verdict(row)) > 0]
+    flagged.sort(key=lambda row: (-severity_rank(layer_verdict(row)), -_number(row.get("worst_level"))))
     return flagged[:limit]
 
 
 def evaluate(
     run: dict[str, Any], analysis: dict[str, Any], recommendation: dict[str, Any], fail_on: str = "critical"
 ) -> GateResult:
-    """Fail when any finding's severity, or any layer's in the per-layer table, is at or above `fail_on`
-    (warning | critical | severe). A `healthy` finding is always `ok`; its warning-band layers are in the table."""
+    """Fail exactly when a finding's severity is at or above `fail_on` (warning | critical | severe).
+
+    `failing_layers` lists the table rows at or above the bar; the analysis names each of them in a finding of
+    at least its severity (warning-band layers in a `warning_band` finding), so they never decide on their own
+    and the printed count of findings is the count that decided."""
     if fail_on not in FAIL_ON:
         raise ValueError(f"fail_on must be one of {', '.join(FAIL_ON)}, got {fail_on!r}")
     findings = list(analysis.get("findings", []))
     failing = [f for f in findings if severity_rank(f.get("severity")) >= severity_rank(fail_on)]
     rows = list(analysis.get("layers", []))
-    layers = [str(r.get("name")) for r in rows if severity_rank(r.get("severity")) >= severity_rank(fail_on)]
+    layers = [str(r.get("name")) for r in rows if severity_rank(layer_verdict(r)) >= severity_rank(fail_on)]
     return GateResult(
         run=run,
         fail_on=fail_on,
-        passed=not failing and not layers,
+        passed=not failing,
         findings=findings,
         failing=failing,
         worst_layers=worst_layers(rows),
@@ -91,7 +102,7 @@ def render_markdown(result: GateResult) -> str:
         f"## FP8 policy gate: {verdict}",
         "",
         f"{title} (project `{run.get('project', '?')}`): {len(result.failing)} finding(s) at or above "
-        f"**{result.fail_on}**.",
+        f"**{result.fail_on}**" + (f" ({len(result.failing_layers)} layer(s))." if result.failing_layers else "."),
         "",
     ]
     lines += _findings_table(result.findings)
@@ -121,7 +132,7 @@ def _layers_table(layers: list[dict[str, Any]]) -> list[str]:
     for row in layers:
         level = row.get("worst_level")
         rows.append(
-            f"| `{row.get('name')}` | {row.get('severity')} | {row.get('worst_signal') or ''} "
+            f"| `{row.get('name')}` | {layer_verdict(row)} | {row.get('worst_signal') or ''} "
             f"| {_fmt(level)} | {', '.join(row.get('patterns', []))} |"
         )
     return rows + [""]

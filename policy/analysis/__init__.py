@@ -3,14 +3,25 @@
 Input contract: a `RunData` (layers with structure/precision, per-rank series). No I/O, no web or database imports.
 Pipeline: signals (warm-up, windows, levels) → rank outliers (LOF; high outliers leave the per-layer levels) →
 layout (status, levels, blocks) → rising trends (Huber) → layer patterns → overflow, scale instability →
-`healthy` when nothing was found → table, stats, notes.
+NaN/inf bursts, unassessed-but-high series → one verdict per series (coverage.py) and a `warning_band` finding
+for layers no other finding reports at their severity → `healthy` when nothing was found → table, stats, notes.
+Invariant (tests/policy/test_one_verdict.py): every layer row at a severity above ok is named by a finding of at
+least that severity, so the worst finding is the run's verdict everywhere (badge, gate, runs list).
 """
 
 from __future__ import annotations
 
 from threadpoolctl import threadpool_limits
 
-from fp8_policy.policy.analysis.findings import Evidence, Finding, LayerAssessment, Pattern, TensorUnderflow
+from fp8_policy.policy.analysis.coverage import cover_uncovered, detect_nonfinite, detect_unassessed, series_verdicts
+from fp8_policy.policy.analysis.findings import (
+    Evidence,
+    Finding,
+    LayerAssessment,
+    Pattern,
+    SeriesVerdict,
+    TensorUnderflow,
+)
 from fp8_policy.policy.analysis.formats import band_note, format_view
 from fp8_policy.policy.analysis.layout import LayerStatus, build_layout, layer_statuses
 from fp8_policy.policy.analysis.outliers import detect_rank_outliers
@@ -29,6 +40,7 @@ __all__ = [
     "Finding",
     "LayerAssessment",
     "Pattern",
+    "SeriesVerdict",
     "Severity",
     "TensorUnderflow",
     "Thresholds",
@@ -63,7 +75,11 @@ def _analyze(run: RunData, thresholds: Thresholds) -> Analysis:
         *outliers,
         *detect_overflow(layout, signals, thresholds),
         *detect_scale_instability(layout, signals, thresholds, exact=training.e8m0_series > 0),
+        *detect_nonfinite(layout, signals, thresholds),
+        *detect_unassessed(layout, signals, thresholds),
     ]
+    verdicts = series_verdicts(layout, signals, thresholds)
+    findings += cover_uncovered(findings, verdicts, thresholds)
     if not findings:
         findings = [healthy_finding(layout, thresholds)]
     findings.sort(key=lambda finding: finding.sort_key())
@@ -71,7 +87,7 @@ def _analyze(run: RunData, thresholds: Thresholds) -> Analysis:
     stats["rank_outlier_series_excluded"] = len(excluded)
     return Analysis(
         findings=findings,
-        layers=assessment_table(layout, findings, thresholds),
+        layers=assessment_table(layout, findings, thresholds, verdicts),
         thresholds=thresholds,
         signals=signals,
         layout=layout,

@@ -32,6 +32,9 @@ class Pattern(str, Enum):
     RANK_OUTLIER = "rank_outlier"
     OVERFLOW = "overflow"
     SCALE_INSTABILITY = "scale_instability"
+    NON_FINITE = "non_finite"
+    UNASSESSED = "unassessed"
+    WARNING_BAND = "warning_band"
 
     @property
     def label(self) -> str:
@@ -52,6 +55,9 @@ PATTERN_LABELS: dict[Pattern, str] = {
     Pattern.RANK_OUTLIER: "Rank outlier",
     Pattern.OVERFLOW: "Overflow",
     Pattern.SCALE_INSTABILITY: "Scale instability",
+    Pattern.NON_FINITE: "NaN/inf burst",
+    Pattern.UNASSESSED: "Unassessed but high",
+    Pattern.WARNING_BAND: "Warning band",
 }
 
 _PATTERN_ORDER = {pattern: i for i, pattern in enumerate(Pattern)}
@@ -167,8 +173,39 @@ class TensorUnderflow:
 
 
 @dataclass(frozen=True, slots=True)
+class SeriesVerdict:
+    """The one assessment of one (layer, tensor, stat) series: every view (findings' coverage, the layer table,
+    the heatmap's boxes, gate) reads its severity from here.
+
+    `stat` is the canonical stat (recipe prefix of the training recipe dropped, `_columnwise` merged into the
+    row-wise verdict); `assessed` False when the series was excluded (`reason`) and only its raw values speak.
+    """
+
+    tensor: str
+    stat: str
+    severity: Severity
+    level: float | None
+    assessed: bool
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tensor": self.tensor,
+            "stat": self.stat,
+            "severity": self.severity.value,
+            "level": _num(self.level),
+            "assessed": self.assessed,
+            "reason": self.reason,
+        }
+
+
+NOT_ASSESSED = "n/a"
+
+
+@dataclass(frozen=True, slots=True)
 class LayerAssessment:
-    """One row of the per-layer table."""
+    """One row of the per-layer table. `severity` is the worst of its series' verdicts (`series`); `verdict` is
+    the same, or "n/a" when no series of the layer could be assessed or speaks (BF16, unobserved, ignored)."""
 
     name: str
     group: str
@@ -181,6 +218,13 @@ class LayerAssessment:
     worst_level: float | None
     underflows: dict[str, TensorUnderflow]  # by tensor: activation / gradient / weight
     patterns: tuple[str, ...]
+    series: tuple[SeriesVerdict, ...] = ()
+
+    @property
+    def verdict(self) -> str:
+        """The severity, or "n/a" when nothing of the layer was assessed and nothing unassessed reaches a band."""
+        speaks = any(v.assessed or v.severity > Severity.OK for v in self.series)
+        return self.severity.value if speaks else NOT_ASSESSED
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -191,6 +235,8 @@ class LayerAssessment:
             "precision": self.precision,
             "status": self.status,
             "severity": self.severity.value,
+            "verdict": self.verdict,
+            "series": [v.to_dict() for v in self.series],
             "worst_signal": self.worst_signal,
             "worst_level": _num(self.worst_level),
             "patterns": list(self.patterns),

@@ -13,6 +13,7 @@ from fp8_policy.policy.analysis.findings import Finding, LayerAssessment, Patter
 from fp8_policy.policy.analysis.formats import TrainingFormat
 from fp8_policy.policy.analysis.layout import Layout
 from fp8_policy.policy.analysis.signals import Signals
+from fp8_policy.policy.records import QUANTIZED_TENSORS, MetricName
 from fp8_policy.policy.thresholds import Thresholds
 
 
@@ -47,8 +48,29 @@ class Analysis:
             raise KeyError(name)
         return row
 
+    def focus(self) -> dict[str, Any] | None:
+        """The series of the worst finding, for views that open on it (the run page's heatmap): the first
+        finding (worst first) with evidence on a quantized tensor; `stat` is the stat key as logged (the heatmap's
+        `stat=`). None when no finding names a series."""
+        for finding in self.findings:
+            for ev in finding.evidence:
+                if ev.tensor not in QUANTIZED_TENSORS:
+                    continue
+                columnwise = ev.stat.endswith("_columnwise")
+                base = ev.stat.removesuffix("_columnwise")
+                metric = MetricName(ev.layer, ev.tensor, base, ev.recipe, columnwise)
+                return {
+                    "layer": ev.layer,
+                    "tensor": ev.tensor,
+                    "stat": self.signals.logged_stat_key(metric),
+                    "severity": finding.severity.value,
+                    "pattern": finding.pattern.value,
+                }
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         return {
+            "focus": self.focus(),
             "findings": [f.to_dict() for f in self.findings],
             "layers": [row.to_dict() for row in self.layers],
             "thresholds": self.thresholds.to_dict(),

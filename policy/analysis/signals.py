@@ -8,7 +8,12 @@ Rules (all numbers from `Thresholds`):
   bionemo logs 21.47 % gradient underflow at iteration 0 for every layer while scale_inv is 1.0). A series whose
   scale never left 1.0 is all warm-up and is not assessed; the fraction rule alone always leaves a series its last
   point. `Signals.warmup_cut` and each summary's `window` report what was kept.
-* Non-finite values are counted (`n_nonfinite`) and left out of every statistic.
+* Non-finite values are counted (`n_nonfinite`) and left out of every statistic; the iterations where each
+  series has them (warm-up included) are kept in `Signals.nonfinite` for the `non_finite` finding.
+* Excluded series. A series with no finite point after warm-up is not summarised, but it is not dropped either:
+  it is kept in `Signals.excluded` with the reason ("stuck scale": scale_inv never left exactly 1.0; "warm-up":
+  no point before the scale first moved; "non-finite": no finite value) and the `level_quantile` of its finite
+  points past the fraction rule's cut, so that `coverage.py` reports it when those values reach a band.
 * Level. The `level_quantile` (default p95) of the trailing window: the last `window_fraction` of the post-warm-up
   span, widened to at least `min_points` points. A few spikes do not make a layer critical; a sustained level does.
 * max / mean / last are over the whole post-warm-up range (`window`).
@@ -32,6 +37,46 @@ from fp8_policy.policy.thresholds import Thresholds
 
 WANTED_STATS: frozenset[str] = frozenset({"underflows%", "overflows%", "scale_inv_min", "scale_inv_max", "mse"})
 SCALE_STATS: tuple[str, str] = ("scale_inv_min", "scale_inv_max")
+
+
+@dataclass(frozen=True, slots=True)
+class ExcludedSeries:
+    """A series the assessment could not use (see the module docstring), with what its values show anyway."""
+
+    metric: MetricName
+    rank: int
+    reason: str  # "stuck scale" | "warm-up" | "non-finite"
+    iterations: np.ndarray  # finite points past the fraction rule's warm-up cut
+    values: np.ndarray
+    level: float  # `level_quantile` of the finite points (NaN without any)
+    max: float
+
+    def evidence(self) -> Evidence:
+        m = self.metric
+        window = (int(self.iterations[0]), int(self.iterations[-1])) if self.iterations.size else None
+        return Evidence(
+            layer=m.layer,
+            tensor=m.tensor,
+            stat=m.stat + ("_columnwise" if m.columnwise else ""),
+            recipe=m.recipe,
+            rank=self.rank,
+            window=window,
+            level_window=window,
+            level=self.level,
+            max=self.max,
+            mean=float(self.values.mean()) if self.values.size else None,
+            last=float(self.values[-1]) if self.values.size else None,
+            count=int(self.values.size),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NonFinitePoints:
+    """Where one (metric, rank) series logged NaN or ±inf (warm-up included)."""
+
+    metric: MetricName
+    rank: int
+    iterations: np.ndarray
 
 
 @dataclass(slots=True)
@@ -101,6 +146,10 @@ class Signals:
         warmup_cut: float,
         n_series: int,
         warmup_only: int = 0,
+        excluded: list[ExcludedSeries] | None = None,
+        nonfinite: list[NonFinitePoints] | None = None,
+        logged_keys: dict[MetricName, str] | None = None,
+        stat_prefix: str | None = None,
     ) -> None:
         self.summaries = summaries
         self.ranks = ranks
@@ -109,6 +158,10 @@ class Signals:
         self.warmup_cut = warmup_cut
         self.n_series = n_series
         self.warmup_only = warmup_only  # series with no point after warm-up (or no finite one)
+        self.excluded = excluded or []  # those series, with their reason and values
+        self.nonfinite = nonfinite or []
+        self.logged_keys = logged_keys or {}  # canonical metric -> stat key as logged (recipe prefix kept)
+        self.stat_prefix = stat_prefix  # the training recipe's stat prefix, dropped from canonical metrics
         self._by_layer: dict[str, list[MetricName]] = defaultdict(list)
         for metric in summaries:
             self._by_layer[metric.layer].append(metric)
@@ -145,6 +198,10 @@ class Signals:
         candidates = self.per_rank(layer, tensor, stat, recipe, skip_ranks)
         return max(candidates, key=_level_key, default=None)
 
+    def logged_stat_key(self, metric: MetricName) -> str:
+        """The stat key a canonical metric was logged under (the training recipe's prefix kept)."""
+        return self.logged_keys.get(metric, metric.stat_key)
+
     def metrics(self, stat: str | None = None) -> list[MetricName]:
         return [m for m in self.summaries if stat is None or m.stat == stat]
 
@@ -168,15 +225,21 @@ def extract_signals(run: RunData, thresholds: Thresholds) -> Signals:
     scale_end = _scale_warmup_ends(wanted)
     current = STAT_PREFIX.get(normalize_recipe(run.metadata.get("recipe") or run.metadata.get("fp8_recipe")) or "")
     summaries: dict[MetricName, list[SeriesSummary]] = defaultdict(list)
-    warmup_only = 0
+    excluded: list[ExcludedSeries] = []
+    nonfinite: list[NonFinitePoints] = []
+    logged_keys: dict[MetricName, str] = {}
     for series in wanted:
         metric = _canonical(series.metric, current)
+        logged_keys.setdefault(metric, series.metric.stat_key)
+        bad = ~np.isfinite(series.values)
+        if bad.any():
+            nonfinite.append(NonFinitePoints(metric, series.rank, series.iterations[bad]))
         end = scale_end.get((metric.layer, metric.tensor, series.rank), -math.inf)
         summary = summarize(series, metric, max(cut, end), thresholds, keep_last=end <= cut)
         if summary is not None:
             summaries[metric].append(summary)
         else:
-            warmup_only += 1
+            excluded.append(_excluded(series, metric, end, cut, thresholds))
     ranks = tuple(sorted({s.rank for s in wanted}))
     return Signals(
         dict(summaries),
@@ -185,8 +248,32 @@ def extract_signals(run: RunData, thresholds: Thresholds) -> Signals:
         last_iteration=last,
         warmup_cut=cut,
         n_series=len(run.series),
-        warmup_only=warmup_only,
+        warmup_only=len(excluded),
+        excluded=excluded,
+        nonfinite=nonfinite,
+        logged_keys=logged_keys,
+        stat_prefix=current,
     )
+
+
+def _excluded(
+    series: Series, metric: MetricName, scale_end: float, cut: float, thresholds: Thresholds
+) -> ExcludedSeries:
+    """A series with no finite point after warm-up, with the reason and the level of its finite points past the
+    fraction rule's cut (the first iterations of delayed scaling, scale_inv 1.0 and ~21 % gradient underflow, are
+    warm-up, not evidence; a run of one iteration has nothing past it)."""
+    finite = np.isfinite(series.values) & (series.iterations > cut)
+    its, values = series.iterations[finite], series.values[finite]
+    if not np.isfinite(series.values).any():
+        reason = "non-finite"
+    elif scale_end == math.inf:
+        reason = "stuck scale"
+    else:
+        reason = "warm-up"
+    q = thresholds.level_quantile
+    level = float("nan") if values.size == 0 else float(values.max() if q >= 1.0 else np.quantile(values, q))
+    top = float(values.max()) if values.size else float("nan")
+    return ExcludedSeries(metric, series.rank, reason, its, values, level, top)
 
 
 def _canonical(metric: MetricName, current_prefix: str | None) -> MetricName:

@@ -9,29 +9,46 @@ from typing import Any
 
 import numpy as np
 
-from fp8_policy.policy.analysis.findings import Finding, LayerAssessment, TensorUnderflow
+from fp8_policy.policy.analysis.findings import Finding, LayerAssessment, SeriesVerdict, TensorUnderflow
 from fp8_policy.policy.analysis.layout import LayerLevels, LayerStatus, Layout
 from fp8_policy.policy.analysis.signals import SCALE_STATS, Signals
-from fp8_policy.policy.thresholds import Thresholds
+from fp8_policy.policy.thresholds import Thresholds, worst
 
 
-def assessment_table(layout: Layout, findings: list[Finding], thresholds: Thresholds) -> list[LayerAssessment]:
-    """One row per layer of the run (ignored ones included, marked as such), in run order."""
+def assessment_table(
+    layout: Layout,
+    findings: list[Finding],
+    thresholds: Thresholds,
+    verdicts: dict[str, tuple[SeriesVerdict, ...]] | None = None,
+) -> list[LayerAssessment]:
+    """One row per layer of the run (ignored ones included, marked as such), in run order. A row's severity is
+    the worst of its series' verdicts (`coverage.series_verdicts`), the one every view uses."""
     patterns: dict[str, list[str]] = {}
     for finding in findings:
         for name in finding.layers:
             patterns.setdefault(name, [])
             if finding.pattern.value not in patterns[name]:
                 patterns[name].append(finding.pattern.value)
-    return [_row(lv, tuple(patterns.get(lv.name, ())), thresholds) for lv in layout.levels.values()]
+    verdicts = verdicts or {}
+    return [
+        _row(lv, tuple(patterns.get(lv.name, ())), thresholds, verdicts.get(lv.name, ()))
+        for lv in layout.levels.values()
+    ]
 
 
-def _row(lv: LayerLevels, patterns: tuple[str, ...], thresholds: Thresholds) -> LayerAssessment:
+def _row(
+    lv: LayerLevels, patterns: tuple[str, ...], thresholds: Thresholds, series: tuple[SeriesVerdict, ...]
+) -> LayerAssessment:
     structure = lv.info.structure
     underflows = {
         t: TensorUnderflow(s.level, s.max, s.mean, s.last, thresholds.band(s.level)) for t, s in lv.tensors.items()
     }
     pick = lv.worst_tensor()
+    signal, level = (f"{pick[0]} underflows%", pick[1].level) if pick else (None, None)
+    severity = worst([lv.severity, *(v.severity for v in series)])
+    if severity > lv.severity:  # an overflow, NaN/inf or unassessed series is worse than the underflow levels
+        top = max(series, key=lambda v: v.severity.rank)
+        signal, level = f"{top.tensor} {top.stat}", top.level
     return LayerAssessment(
         name=lv.name,
         group=structure.group.value,
@@ -39,11 +56,12 @@ def _row(lv: LayerLevels, patterns: tuple[str, ...], thresholds: Thresholds) -> 
         sublayer=structure.sublayer,
         precision=lv.info.precision.value,
         status=lv.status.value,
-        severity=lv.severity,
-        worst_signal=f"{pick[0]} underflows%" if pick else None,
-        worst_level=pick[1].level if pick else None,
+        severity=severity,
+        worst_signal=signal,
+        worst_level=level,
         underflows=underflows,
         patterns=patterns,
+        series=series,
     )
 
 
@@ -74,6 +92,7 @@ def run_stats(layout: Layout, signals: Signals, thresholds: Thresholds) -> dict[
         "censored_scale_fraction": censored_scale_fraction(signals),
         "nonfinite_points": int(sum(s.n_nonfinite for s in summaries)),
         "warmup_only_series": signals.warmup_only,
+        "stat_prefix": signals.stat_prefix,
     }
 
 
@@ -98,10 +117,14 @@ def run_notes(layout: Layout, signals: Signals, stats: dict[str, Any], threshold
     if stats["warmup_only_series"]:
         notes.append(
             f"{stats['warmup_only_series']} series have no point after warm-up (scale_inv still exactly "
-            "1.0, or no finite value) and were not assessed."
+            "1.0, or no finite value) and were not assessed; those whose values reach a band are the "
+            "`unassessed` finding, at the severity of their values."
         )
     if stats["nonfinite_points"]:
-        notes.append(f"{stats['nonfinite_points']} NaN/inf points were left out of every statistic.")
+        notes.append(
+            f"{stats['nonfinite_points']} NaN/inf points were left out of every statistic (they are the "
+            "`non_finite` finding)."
+        )
     unobserved = [lv.name for lv in layout.levels.values() if lv.status is LayerStatus.UNOBSERVED]
     if unobserved:
         notes.append(

@@ -28,6 +28,7 @@ from fp8_policy.policy.heatmap.summary import (
     row_levels,
     severity_bands,
     summarize,
+    verdict_severities,
 )
 
 __all__ = [
@@ -50,4 +51,5 @@ __all__ = [
     "severity_bands",
     "sublayers_of",
     "summarize",
+    "verdict_severities",
 ]

@@ -1,8 +1,11 @@
 """Numbers a heatmap shows besides its cells: row levels, the summary box, the boxed worst rows, the band legend.
 
 * A row's level is the p95 (nearest rank, lower) of its finite points: robust to a single spike, still sensitive
-  to a sustained problem. Rows are boxed when their level is in the critical band or above, worst first, at most
-  `boxes` of them (the bionemo heatmap boxes the top 5 layers above 2 %).
+  to a sustained problem; it is what hover shows. Which rows are boxed and counted as critical is the analysis's
+  verdict of that row's series (`severities`, from `Analysis` layers' `series`: the same verdict the findings,
+  the layer table and gate use) when one is given: rows at critical or above, worst verdict first, at most
+  `boxes` of them (the bionemo heatmap boxes the top 5 layers above 2 %). Without verdicts (a live run still
+  being received, a stat the analysis does not band) the row level decides, as the bionemo heatmap does.
 * The summary: components with data, BF16 rows, the max and mean over every finite point, and the number of
   rows whose level is at or above `critical`. Severity bands, boxes and the critical count only apply to
   percentage stats (underflows%, overflows%); other stats (scale_inv_*, mse) get the plain numbers.
@@ -10,13 +13,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from fp8_policy.policy.heatmap.matrix import HeatmapMatrix
-from fp8_policy.policy.thresholds import Thresholds
+from fp8_policy.policy.thresholds import Severity, Thresholds
 
 DEFAULT_VMAX = 6.0  # % — the colour cap of the heatmap users know
 LEVEL_QUANTILE = 0.95
@@ -45,6 +49,11 @@ class HeatSummary:
     critical_threshold: float | None
     boxed: tuple[int, ...]  # row indices, worst level first
     levels: np.ndarray  # per row, NaN without data
+    severities: tuple[Severity | None, ...] = field(default=())  # per row: the analysis's verdict, None: none
+    boxed_by: str = "row level"  # "analysis verdict" when `severities` decided the boxes
+
+    def severity(self, row: int) -> Severity | None:
+        return self.severities[row] if row < len(self.severities) else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +64,7 @@ class HeatSummary:
             "critical": self.critical,
             "critical_threshold": self.critical_threshold,
             "boxed": list(self.boxed),
+            "boxed_by": self.boxed_by,
         }
 
 
@@ -74,14 +84,27 @@ def row_levels(values: np.ndarray, quantile: float = LEVEL_QUANTILE) -> np.ndarr
 
 
 def summarize(
-    matrix: HeatmapMatrix, thresholds: Thresholds, *, percent: bool, boxes: int = DEFAULT_BOXES
+    matrix: HeatmapMatrix,
+    thresholds: Thresholds,
+    *,
+    percent: bool,
+    boxes: int = DEFAULT_BOXES,
+    severities: Mapping[str, Severity] | None = None,
 ) -> HeatSummary:
+    """`severities`: layer -> the analysis's verdict of the drawn series; given, it alone decides the boxes."""
     data = matrix.data_rows()
     levels = row_levels(matrix.values)
     points = matrix.values[data]
     finite = points[np.isfinite(points)]
     critical = boxed = None
-    if percent:
+    per_row: tuple[Severity | None, ...] = ()
+    if severities is not None:
+        per_row = tuple(severities.get(row.layer) if data[k] else None for k, row in enumerate(matrix.rows))
+        hot_rows = [k for k, sev in enumerate(per_row) if sev is not None and sev >= Severity.CRITICAL]
+        hot_rows.sort(key=lambda k: (-(per_row[k] or Severity.OK).rank, -_sortable(float(levels[k]))))
+        critical = len(hot_rows)
+        boxed = tuple(hot_rows[:boxes])
+    elif percent:
         hot = np.flatnonzero(levels >= thresholds.critical)  # NaN compares False
         critical = int(hot.shape[0])
         boxed = tuple(int(k) for k in hot[np.argsort(-levels[hot], kind="stable")][:boxes])
@@ -94,7 +117,29 @@ def summarize(
         critical_threshold=thresholds.critical if percent else None,
         boxed=boxed or (),
         levels=levels,
+        severities=per_row,
+        boxed_by="analysis verdict" if severities is not None else "row level",
     )
+
+
+def verdict_severities(
+    layers: Iterable[Mapping[str, Any]], tensor: str, stat_key: str, stat_prefix: str | None = None
+) -> dict[str, Severity] | None:
+    """layer -> the analysis's verdict of the series drawn (`tensor`, `stat_key` as logged), from the analysis
+    JSON's layer rows (`series`). None when the analysis gives no verdict for that stat (scale_inv, mse, ...)."""
+    stat = stat_key.removesuffix("_columnwise")
+    if stat_prefix and stat.startswith(stat_prefix + "_"):
+        stat = stat[len(stat_prefix) + 1 :]
+    out: dict[str, Severity] = {}
+    for row in layers:
+        for verdict in row.get("series") or ():
+            if verdict.get("tensor") == tensor and verdict.get("stat") == stat:
+                out[str(row.get("name"))] = Severity(verdict["severity"])
+    return out if out else None
+
+
+def _sortable(level: float) -> float:
+    return float(level) if level == level else -np.inf
 
 
 def default_vmax(values: np.ndarray, percent: bool) -> float:

@@ -56,6 +56,7 @@ class Recommendation:
     history: HistoryEffect | None = None  # set when the previous run was given
     ladder: Ladder | None = None  # the per-layer precision ladder
     ladder_cost: dict[str, Any] | None = None  # its FP4 / FP8 / BF16 GEMM shares and speedup
+    recipe_basis: dict[str, Any] = field(default_factory=dict)  # evidence, changed_from, apply_paths
 
     def to_dict(self) -> dict[str, Any]:
         recipe = self.decision.recipe
@@ -72,6 +73,7 @@ class Recommendation:
                 "class": recipe.class_path,
                 "kwargs": dict(recipe.kwargs),
                 "reason": recipe.reason,
+                **self.recipe_basis,
             },
             "megatron": self.megatron,
             "formats": applied_by_format(self.decision),
@@ -143,8 +145,23 @@ def recommend(
         rationale += effect.advice() or [
             f"Compared with run {effect.previous_run}: no problem followed a moved BF16 boundary."
         ]
+    basis = {
+        "evidence": decision.evidence,
+        "changed_from": decision.current if decision.changed else None,
+        "apply_paths": dict(decision.apply_paths),
+    }
     return Recommendation(
-        policy, megatron, cost, rationale, conf[0], POLICY_VERSION, list(analysis.findings), effect, ladder, lcost
+        policy,
+        megatron,
+        cost,
+        rationale,
+        conf[0],
+        POLICY_VERSION,
+        list(analysis.findings),
+        effect,
+        ladder,
+        lcost,
+        basis,
     )
 
 

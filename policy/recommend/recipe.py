@@ -1,7 +1,10 @@
 """Recipe choice: which TE recipe to train with, its kwargs, and why.
 
-Rules 1-2 pick a target (first match wins); rules 3-4 turn a delayed-scaling target into current scaling (rule 3
-also adds its reason to any other target):
+A recipe change is recommended only on evidence: logged what-if stats (rule 1), the run's own logged stats (rules 2
+and 3), or a previous run (`prefer_finer`); `RecipeDecision.evidence` names it. Otherwise the recipe is kept, and
+when BF16 layers come with delayed scaling, which apply paths work with it is said (rule 4).
+Rules 1-2 pick a target (first match wins); rule 3 turns a delayed-scaling target into current scaling (and adds
+its reason to any other target):
 1. What-if: a recipe the GPU supports whose logged what-if underflows% leaves fewer tensors at or above critical
    and whose median ratio to today's level (over tensors at or above warning) is at most `whatif_gain` → switch
    to the best such recipe (fewest failing, then lowest median ratio, then the faster recipe).
@@ -10,9 +13,11 @@ also adds its reason to any other target):
 3. Delayed scaling with `overflow` or `scale_instability` → current scaling (per-tensor scales from this step's amax
    cannot overflow and do not lag).
 4. Delayed scaling with any transformer-block layer in BF16 (skipped, already BF16 in the run, or with a GEMM
-   override, which Megatron can only express as the whole module in BF16) → current scaling (heads run outside
-   the per-layer FP8 contexts and do not count): Megatron raises "Delayed scaling does not support first / last
-   layer in BF16" and per-layer autocast breaks amax reduction (Megatron-LM transformer_config.py).
+   override) is no reason to switch by itself: the TE debug API YAML keeps those layers / GEMMs in BF16 under
+   delayed scaling (DisableFP8Layer / DisableFP8GEMM run the GEMM in high precision inside the same autocast).
+   Only Megatron's path cannot: it raises "Delayed scaling does not support first / last layer in BF16"
+   (Megatron-LM transformer_config.py), so the `megatron` section uses tensorwise (current) scaling and says so,
+   and `apply_paths` names what works with the kept recipe.
 GPU capability: from the GPU the metadata or request names (`gpu_arch`, `gpu`, ...: see gpu.py; an unrecognised
 name is reported), else inferred from logged what-if stats (TE only computes `mxfp8_*` on ≥ 10 and
 `fp8_block_scaling_*` on ≥ 9), else assumed Hopper (9.0) and said so. Current recipe: options, else metadata,
@@ -71,6 +76,8 @@ class RecipeDecision:
     whatif: WhatIf | None = None  # evidence for the chosen recipe, when logged
     notes: list[str] = field(default_factory=list)
     current_source: str = ""  # how the current recipe was known
+    evidence: str = ""  # what drove the choice: "what-if stats", "logged stats: ...", "previous run", or none
+    apply_paths: dict[str, str] = field(default_factory=dict)  # apply path -> whether it works with the choice
 
     def level_fn(self) -> LevelFn | None:
         """Levels under the chosen recipe (what-if where logged, today's level elsewhere), or None."""
@@ -188,7 +195,7 @@ def _choose(analysis: Analysis, plan: SkipPlan, current: str, gpu_arch: str | Gp
             f"above {analysis.thresholds.critical:g}% (now {w.failing_now}), median ratio {w.median_ratio:.2f} "
             f"of today's level"
         )
-        return _decision(pick, current, cap, cap_source, reason, analysis, plan, w, notes)
+        return _decision(pick, current, cap, cap_source, reason, analysis, plan, w, notes, "what-if stats")
     if analysis.by_pattern(Pattern.UNIFORM) and allowed:
         finest = max(allowed, key=GRANULARITY.__getitem__)
         target = finest if GRANULARITY[finest] > GRANULARITY[current] else current
@@ -198,8 +205,9 @@ def _choose(analysis: Analysis, plan: SkipPlan, current: str, gpu_arch: str | Gp
             if target != current
             else "most layers fail but no finer-grained recipe runs on this GPU"
         )
-        return _decision(target, current, cap, cap_source, reason, analysis, plan, whatifs.get(target), notes)
-    return _decision(current, current, cap, cap_source, "", analysis, plan, None, notes)
+        evidence = "logged stats: uniform pattern" + ("" if target == current else " (most layers fail)")
+        return _decision(target, current, cap, cap_source, reason, analysis, plan, whatifs.get(target), notes, evidence)
+    return _decision(current, current, cap, cap_source, "", analysis, plan, None, notes, "")
 
 
 def prefer_finer(decision: RecipeDecision, analysis: Analysis, plan: SkipPlan, reason: str) -> RecipeDecision:
@@ -223,6 +231,7 @@ def prefer_finer(decision: RecipeDecision, analysis: Analysis, plan: SkipPlan, r
         plan,
         whatif,
         list(decision.notes),
+        "previous run: the problem followed a moved BF16 boundary",
     )
     new.current_source = decision.current_source
     return new
@@ -255,29 +264,27 @@ def _decision(
     plan: SkipPlan,
     whatif: WhatIf | None,
     notes: list[str],
+    evidence: str,
 ) -> RecipeDecision:
     reasons = [reason] if reason else []
     if current == "delayed":
         delayed_issues = [p.value for p in (Pattern.OVERFLOW, Pattern.SCALE_INSTABILITY) if analysis.by_pattern(p)]
         if delayed_issues:
             reasons.append(f"{' and '.join(delayed_issues)} under delayed scaling → scales from each step's amax")
-        bf16 = _body_layers(analysis, plan.bf16_layers)
-        overridden = [
-            name for name in _body_layers(analysis, tuple(o.layer for o in plan.overrides)) if name not in bf16
-        ]
-        if (bf16 or overridden) and target == "delayed":  # only a reason when it decides
-            new = len(set(bf16) & set(plan.failing_skips))
-            reasons.append(
-                f"{len(bf16)} transformer-block layer(s) in BF16 ({new} newly skipped) and "
-                f"{len(overridden)} with GEMM overrides (whole-module BF16 in Megatron): Megatron "
-                "rejects first/last BF16 layers with delayed scaling (and per-layer autocast breaks "
-                "amax reduction)"
-            )
-            bf16 = [*bf16, *overridden]
-        if (delayed_issues or bf16) and target == "delayed":
-            target = "current"
+            if target == "delayed":
+                target = "current"
+                evidence = evidence or f"logged stats: {' and '.join(delayed_issues)} findings"
+    paths = apply_paths(analysis, plan, target)
     if target == current and not reasons:
-        reasons.append(f"keep {current}: no overflow, no scale instability, no what-if recipe clearly better")
+        reasons.append(
+            f"keep {current}: no logged stat or what-if favours another recipe (no overflow, no scale "
+            "instability, no what-if recipe clearly better)"
+        )
+        if "megatron" in paths:
+            reasons.append(
+                "the BF16 layers and GEMM overrides apply with it through the TE debug YAML (DisableFP8Layer / "
+                "DisableFP8GEMM); only Megatron's --first-last-layers-bf16 path needs tensorwise (current) scaling"
+            )
     choice = RecipeChoice(target, RECIPE_CLASSES[target], dict(KWARGS[target]), "; ".join(reasons) + ".")
     return RecipeDecision(
         choice,
@@ -287,4 +294,27 @@ def _decision(
         cap_source,
         whatif if whatif is not None and whatif.recipe == target else None,
         notes,
+        evidence=evidence if target != current else (evidence or "none: recipe kept"),
+        apply_paths=paths,
     )
+
+
+def apply_paths(analysis: Analysis, plan: SkipPlan, recipe: str) -> dict[str, str]:
+    """Which apply paths keep the plan's BF16 layers with `recipe` (empty when no block layer is in BF16)."""
+    bf16 = _body_layers(analysis, plan.bf16_layers)
+    overridden = [n for n in _body_layers(analysis, tuple(o.layer for o in plan.overrides)) if n not in bf16]
+    if not (bf16 or overridden):
+        return {}
+    paths = {
+        "te-yaml": "works: the TE debug API's DisableFP8Layer / DisableFP8GEMM keep these layers / GEMMs in BF16 "
+        f"under {recipe} scaling",
+    }
+    if recipe == "delayed":
+        paths["megatron"] = (
+            f"needs tensorwise (current) scaling: Megatron raises 'Delayed scaling does not support first / last "
+            f"layer in BF16' ({len(bf16)} block layer(s) in BF16, {len(overridden)} with GEMM overrides run as "
+            "whole BF16 modules there)"
+        )
+    else:
+        paths["megatron"] = f"works with {recipe} scaling"
+    return paths

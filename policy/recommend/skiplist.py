@@ -15,6 +15,9 @@ Rules:
   `skip_layers` only with `keep_existing_bf16`. Megatron flags, cost and the delayed-scaling rule still count
   them: with no FP8 evidence for them, they are assumed to stay in BF16.
 * Rising-trend layers below critical are only watched, unless `skip_projected` asks to treat them as failing.
+* A tensor the analysis could not assess (its `unassessed` verdict: scale_inv stuck at 1.0, no point after warm-up)
+  whose raw underflows% is at or above critical fails too; with no level to re-measure under another recipe, its
+  layer is skipped whole.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from fp8_policy.policy.analysis.findings import Pattern
 from fp8_policy.policy.analysis.layout import LayerLevels, LayerStatus, Layout
 from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.records import GEMMS, QUANTIZED_TENSORS, TENSOR_GEMMS, GemmOverride
+from fp8_policy.policy.thresholds import Severity
 
 LevelFn = Callable[[LayerLevels, str], float]
 
@@ -67,13 +71,15 @@ def plan_skips(
     skips: list[str] = []
     overrides: list[GemmOverride] = []
     deferred: list[str] = []
+    unassessed = _unassessed_failing(analysis)
     for lv in layout.fp8():
         failing = [t for t in lv.tensors if levels(lv, t) >= critical or (skip_projected and (lv.name, t) in trending)]
-        if not failing:
+        raw = [t for t in unassessed.get(lv.name, ()) if t not in failing]
+        if not failing and not raw:
             continue
         if defer:
             deferred.append(lv.name)
-        elif len(failing) == 1 and len(lv.tensors) == len(QUANTIZED_TENSORS):
+        elif not raw and len(failing) == 1 and len(lv.tensors) == len(QUANTIZED_TENSORS):
             overrides.append(_override(lv, failing[0], levels, lv.name in boundary))
         else:
             skips.append(lv.name)
@@ -86,6 +92,24 @@ def plan_skips(
         key=lambda name: order.get(name, len(order)),
     )
     return SkipPlan(tuple(skip_layers), tuple(skips), tuple(kept), tuple(overrides), tuple(watch), tuple(deferred))
+
+
+def _unassessed_failing(analysis: Analysis) -> dict[str, list[str]]:
+    """layer -> tensors whose underflows% was not assessed but whose raw values are at or above critical."""
+    return {
+        row.name: tensors
+        for row in analysis.layers
+        if (
+            tensors := [
+                v.tensor
+                for v in row.series
+                if v.stat == "underflows%"
+                and not v.assessed
+                and v.reason != "non-finite"
+                and v.severity >= Severity.CRITICAL
+            ]
+        )
+    }
 
 
 def _trending(analysis: Analysis) -> set[tuple[str, str]]:

@@ -35,7 +35,7 @@ def test_shorter_horizon_drops_the_projection() -> None:
 
 
 def test_flat_layer_is_no_trend() -> None:
-    assert analyze(trend_run(1.2)).patterns() == {"healthy"}
+    assert analyze(trend_run(1.2)).patterns() == {"warning_band"}  # flat at 1.2 %: warning band, no trend
 
 
 def test_late_onset_crossing_is_a_rising_trend_not_an_isolated_failure() -> None:
