@@ -14,15 +14,18 @@ Rules (Megatron-LM arguments and transformer_config, https://github.com/NVIDIA/M
   first/last BF16 (Megatron raises a ValueError), the recipe choice already switched it.
 * NVFP4: `fp4_format` e2m1 / `fp4_recipe` nvfp4 and `--fp4-format e2m1 --fp4-recipe nvfp4`; `fp8_recipe` and
   `fp8_format` are null and no `--fp8-*` flag is emitted (megatron/training/arguments.py refuses FP4 with FP8).
+* `layer_precisions` (the ladder) with rungs other than the outer recipe need `--te-precision-config-file`
+  (policy/render/megatron.py writes it); the first/last flags are then left to that file as well.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fp8_policy.policy.analysis.layout import LayerStatus, Layout
 from fp8_policy.policy.recommend.skiplist import SkipPlan
-from fp8_policy.policy.records import MEGATRON_RECIPES, LayerGroup, RecipeChoice
+from fp8_policy.policy.records import MEGATRON_RECIPES, LayerGroup, LayerPrecision, RecipeChoice
 
 FP4_ARGS = ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
 
@@ -35,7 +38,14 @@ def _runs(blocks: list[int], skipped: set[int]) -> tuple[int, int]:
     return start, end
 
 
-def megatron_section(layout: Layout, plan: SkipPlan, recipe: RecipeChoice) -> dict[str, Any]:
+def _ladder_mix(layer_precisions: Sequence[LayerPrecision], recipe: RecipeChoice) -> list[str]:
+    """Ladder layers at a low-precision rung other than the outer recipe (BF16 rungs are in the plan's BF16 set)."""
+    return [lp.layer for lp in layer_precisions if lp.precision not in ("bf16", recipe.name)]
+
+
+def megatron_section(
+    layout: Layout, plan: SkipPlan, recipe: RecipeChoice, layer_precisions: Sequence[LayerPrecision] = ()
+) -> dict[str, Any]:
     levels = layout.levels
     bf16 = {*plan.bf16_layers, *(o.layer for o in plan.overrides)}
     members: dict[int, list[str]] = {}
@@ -44,7 +54,8 @@ def megatron_section(layout: Layout, plan: SkipPlan, recipe: RecipeChoice) -> di
             members.setdefault(lv.block, []).append(lv.name)
     bf16_blocks = {block for block, names in members.items() if any(name in bf16 for name in names)}
     full_blocks = {block for block, names in members.items() if all(name in bf16 for name in names)}
-    start, end = _runs(layout.blocks, full_blocks)
+    mix = _ladder_mix(layer_precisions, recipe)
+    start, end = (0, 0) if mix else _runs(layout.blocks, full_blocks)
     edge_blocks = set(layout.blocks[:start]) | (set(layout.blocks[len(layout.blocks) - end :]) if end else set())
     first_last = bool(edge_blocks)
     outside = sorted(bf16_blocks - edge_blocks)
@@ -68,8 +79,16 @@ def megatron_section(layout: Layout, plan: SkipPlan, recipe: RecipeChoice) -> di
             "--num-layers-at-end-in-bf16",
             str(end),
         ]
-    if outside:
+    if outside or mix:
         args += ["--te-precision-config-file", "fp8_precision.yaml"]
+    notes = _notes(layout, outside, heads, plan)
+    if fp4:
+        notes.append("NVFP4: --fp4-format e2m1 --fp4-recipe nvfp4; Megatron refuses --fp8-format together with FP4.")
+    if mix:
+        notes.append(
+            f"{len(mix)} layer(s) of the precision ladder run under another recipe than the outer one: the "
+            "precision config file (format megatron) carries them with the BF16 layers; no first/last flags."
+        )
     section: dict[str, Any] = {
         "first_last_layers_bf16": first_last,
         "num_layers_at_start_in_bf16": start,
@@ -78,7 +97,7 @@ def megatron_section(layout: Layout, plan: SkipPlan, recipe: RecipeChoice) -> di
         "fp8_format": fp8_format,
         "extra_args": args,
         "blocks_needing_precision_config": [b - layout.index_base for b in outside],
-        "notes": _notes(layout, outside, heads, plan),
+        "notes": notes,
     }
     if fp4:
         section |= {"fp4_format": "e2m1", "fp4_recipe": "nvfp4"}

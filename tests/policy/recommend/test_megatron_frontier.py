@@ -1,0 +1,51 @@
+"""The JSON `megatron` section at the precision frontier: FP4 flags for NVFP4, and a precision-config file (no
+first/last flags) when the ladder runs some layers under another recipe than the outer one."""
+
+from __future__ import annotations
+
+from fp8_policy.policy.analysis import analyze
+from fp8_policy.policy.recommend.megatron import megatron_section
+from fp8_policy.policy.recommend.recipe import KWARGS
+from fp8_policy.policy.recommend.skiplist import SkipPlan
+from fp8_policy.policy.records import RECIPE_CLASSES, LayerPrecision, RecipeChoice
+from tests.policy.analysis.factories import FAMILIES, Spec, build_run, name
+
+
+def recipe(name_: str) -> RecipeChoice:
+    return RecipeChoice(name_, RECIPE_CLASSES[name_], dict(KWARGS[name_]), "test")
+
+
+def layout_of(spec: Spec):  # type: ignore[no-untyped-def]
+    analysis = analyze(build_run(spec))
+    assert analysis.layout is not None
+    return analysis.layout
+
+
+def edge_skip() -> SkipPlan:
+    layers = tuple(name("megatron", 0, s) for s in FAMILIES["megatron"]["subs"])  # type: ignore[union-attr]
+    return SkipPlan(layers, layers, (), (), ())
+
+
+def test_nvfp4_section_has_fp4_flags_and_no_fp8_flag() -> None:
+    section = megatron_section(layout_of(Spec(n_blocks=6)), edge_skip(), recipe("nvfp4"))
+    assert section["extra_args"][:4] == ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+    assert not any(arg.startswith("--fp8-") for arg in section["extra_args"])
+    assert (section["fp8_recipe"], section["fp8_format"]) == (None, None)
+    assert (section["fp4_format"], section["fp4_recipe"]) == ("e2m1", "nvfp4")
+    assert section["first_last_layers_bf16"] is True  # Megatron's first/last BF16 applies to FP4 too (fp4_utils.py)
+
+
+def test_a_ladder_mix_goes_to_the_precision_config_instead_of_the_flags() -> None:
+    rungs = (
+        LayerPrecision(name("megatron", 3, "fc1"), "nvfp4", ("test",), 0.9),
+        LayerPrecision(name("megatron", 0, "qkv"), "bf16", ("test",), 0.9),
+        LayerPrecision(name("megatron", 4, "fc2"), "mxfp8", ("test",), 0.9),
+    )
+    section = megatron_section(layout_of(Spec(n_blocks=6)), edge_skip(), recipe("mxfp8"), rungs)
+    assert section["first_last_layers_bf16"] is False
+    assert "--te-precision-config-file" in section["extra_args"]
+    assert "--first-last-layers-bf16" not in section["extra_args"]
+    assert any("precision ladder" in note for note in section["notes"])
+    # rungs equal to the outer recipe or BF16 alone change nothing
+    same = megatron_section(layout_of(Spec(n_blocks=6)), edge_skip(), recipe("mxfp8"), rungs[1:])
+    assert same["first_last_layers_bf16"] is True and "--te-precision-config-file" not in same["extra_args"]
