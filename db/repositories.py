@@ -96,6 +96,13 @@ class RunRepository:
     def get(self, run_id: int) -> Run | None:
         return self.session.get(Run, run_id)
 
+    def existing_ids(self, run_ids: Sequence[int]) -> set[int]:
+        """Which of `run_ids` have a row (committed, or added by this session)."""
+        found: set[int] = set()
+        for start in range(0, len(run_ids), 500):  # bound the IN list (SQLite's variable limit)
+            found.update(self.session.scalars(select(Run.id).where(Run.id.in_(run_ids[start : start + 500]))))
+        return found
+
     def find_by_hash(self, project: str, sha256: str) -> Run | None:
         return self.session.scalars(select(Run).where(Run.project == project, Run.sha256 == sha256)).first()
 

@@ -27,6 +27,7 @@ from fp8_policy.service.limits import check_request
 from fp8_policy.service.live.heatmap_routes import router as live_heatmap_router
 from fp8_policy.service.live.routes import router as live_router
 from fp8_policy.service.live.story_routes import router as live_story_router
+from fp8_policy.service.runs.orphans import sweep_orphan_uploads
 from fp8_policy.service.runs.retry import router as retry_router
 from fp8_policy.service.runs.routes import router as runs_router
 from fp8_policy.service.security import BrowserGuard
@@ -65,6 +66,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     worker = IngestWorker(background, settings)
     app.state.ingest = worker
     worker.resume_interrupted()
+    sweep_orphan_uploads(worker.store, background)  # stored by a process killed before its run row was committed
     summaries = SummaryRefresher(background)
     app.state.summaries = summaries
     summaries.catch_up()  # runs stored before a policy-version change get their summary recomputed

@@ -43,6 +43,13 @@ class ReceivedUpload:
     size: int
     filename: str | None
     fields: dict[str, str] = field(default_factory=dict)
+    held: int | None = None  # a descriptor keeping the file's `flock` until its run row is committed
+
+    def release(self) -> None:
+        """Drop the lock on the received file (after the transaction that stored it ended); idempotent."""
+        if self.held is not None:
+            os.close(self.held)
+            self.held = None
 
 
 class _HashingFile:
@@ -71,11 +78,17 @@ class _HashingFile:
         except OSError as exc:
             raise (out_of_space(exc) if is_out_of_space(exc) else exc) from exc
 
-    def close(self) -> None:
+    def close(self) -> int:
+        """Close the file and return a descriptor that still holds its lock (the same open file description):
+        the file stays marked as in use while it is moved to the archive and its run row is committed, so neither
+        the `.part` sweep nor the orphan sweep (service/runs/orphans.py) of another process can take it."""
+        held = os.dup(self.handle.fileno())
         try:
             self.handle.close()  # flushes: on a full disk this is where ENOSPC may surface
         except OSError as exc:
+            os.close(held)
             raise (out_of_space(exc) if is_out_of_space(exc) else exc) from exc
+        return held
 
     def discard(self) -> None:
         """Close and remove the file; never raises (closing a file on a full disk fails again: the unlink
@@ -117,11 +130,11 @@ async def receive_upload(
             )
         if sink.size == 0:
             raise EmptyUpload("the upload is empty")
-        sink.close()
+        held = sink.close()
     except BaseException:
         sink.discard()
         raise
-    return ReceivedUpload(dest, sink.hash.hexdigest(), sink.size, filename, fields)
+    return ReceivedUpload(dest, sink.hash.hexdigest(), sink.size, filename, fields, held)
 
 
 class _FormSink:

@@ -56,11 +56,14 @@ async def create_run(request: Request, settings: SettingsDep, principal: Princip
         upload = await receive_upload(
             request, new_upload_path(settings.data_dir / "uploads"), settings.max_upload_bytes, limiter
         )
-        fields = {k: v for k, v in request.query_params.items() if k in ("name", "project", "tags", "metadata")}
-        fields.update(upload.fields)
-        body, created = await anyio.to_thread.run_sync(
-            _store_upload, request.app.state, settings, upload, fields, principal.name, limiter=limiter
-        )
+        try:
+            fields = {k: v for k, v in request.query_params.items() if k in ("name", "project", "tags", "metadata")}
+            fields.update(upload.fields)
+            body, created = await anyio.to_thread.run_sync(
+                _store_upload, request.app.state, settings, upload, fields, principal.name, limiter=limiter
+            )
+        finally:
+            upload.release()
     headers = {"Location": f"/api/v1/runs/{body['id']}"}
     return JSONResponse(body, status_code=202 if created else 200, headers=headers)
 
@@ -77,6 +80,7 @@ def _store_upload(
             body = actions.run_read(run).model_dump(mode="json")
     finally:
         upload.path.unlink(missing_ok=True)
+        upload.release()  # the transaction has ended: the orphan sweep (service/runs/orphans.py) may judge the file
     if created:
         state.ingest.submit(body["id"])
     return body, created
