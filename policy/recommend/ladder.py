@@ -193,7 +193,7 @@ class _Context:
             return Verdict(
                 True,
                 f"NVFP4 fits by proxy (no nvfp4_* stats): max blockwise dynamic range at block size 16 {text} "
-                f"binades <= {PROXY_MAX_BINADES:.2f}, so no element rounds to zero inside its block (blocks far "
+                f"binades <= {PROXY_MAX_BINADES:.3f}, so no element rounds to zero inside its block (blocks far "
                 "below the tensor's amax are not seen).",
                 len(ranges),
                 0.5,
@@ -201,7 +201,7 @@ class _Context:
         return Verdict(
             None,
             f"NVFP4 not assessed: no nvfp4_* stats; max blockwise dynamic range at block size 16 {text} binades "
-            f"(E2M1 holds {PROXY_MAX_BINADES:.2f} without underflow{'' if len(ranges) == 3 else ', not all tensors'}"
+            f"(E2M1 holds {PROXY_MAX_BINADES:.3f} without underflow{'' if len(ranges) == 3 else ', not all tensors'}"
             "); log nvfp4_ what-ifs (CPU collector) to assess it.",
         )
 
@@ -301,7 +301,7 @@ class _Context:
         out = [
             "NVFP4 only with NVFP4 evidence: nvfp4_underflows% (training or nvfp4_ what-if) below NVFP4's "
             "critical bands and not twice its peers' median, or the block-16 dynamic-range proxy "
-            f"(<= {PROXY_MAX_BINADES:.2f} binades on all three tensors).",
+            f"(<= {PROXY_MAX_BINADES:.3f} binades on all three tensors).",
             f"FP8 rungs fit below {self.fp8.critical:g}% underflows%; a rung without its own stats is inferred "
             "only from a coarser rung that fits (stated per layer, lower confidence).",
             f"Rungs for {gpu}" + (f"; left out: {', '.join(left_out)}." if left_out else "."),
