@@ -13,8 +13,9 @@ from sqlalchemy.orm import Session
 
 from fp8_policy.db.models import RunStatus
 from fp8_policy.db.repositories import RunRepository
+from fp8_policy.service import limits
 from fp8_policy.service.auth.deps import UPLOAD
-from fp8_policy.service.errors import ErrorBody, NotRetryable, UploadMissing
+from fp8_policy.service.errors import ErrorBody, NotFound, NotRetryable, UploadMissing
 from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.runs import actions
 from fp8_policy.service.runs.schemas import RunRead
@@ -47,7 +48,12 @@ def retry_run(run_id: int, request: Request) -> JSONResponse:
 
 
 def requeue(session: Session, store: ArchiveStore, run_id: int) -> dict:
-    run = actions.get_run(session, run_id)
+    # The run's row is locked first (RunRepository.lock): a delete racing the retry waits for it, or has
+    # committed and the run is not found (404), never a 500 from requeueing a row that is gone.
+    limits.check_run_id(run_id)
+    run = RunRepository(session).lock(run_id, "write")
+    if run is None:
+        raise NotFound(f"run {run_id} does not exist")
     if run.status != RunStatus.failed:
         raise NotRetryable(f"run {run_id} is {run.status}; only a failed run can be retried")
     if not (run.upload_path and store.exists(run.upload_path)):

@@ -6,9 +6,10 @@ paths were attacked on loopback, replayed against the running app.
   answered 500 forever. Now refused (400), the bytes stay, finalize works.
 * Any upload token could append to or finalize another token's live run. Now only the creating token appends; it
   or an admin token finalizes (403 `NotRunOwner` for others).
-* A delete racing an ingest job deadlocked on PostgreSQL (500, `deadlock detected`); a delete racing an append or
-  a finalize answered 500 (IntegrityError, StaleDataError, FileNotFoundError). Now every transaction locks the run's
-  row first: the race ends 2xx/404/409 and the run is either whole or entirely gone.
+* A delete racing an ingest job deadlocked on PostgreSQL (500, `deadlock detected`); a delete racing an append, a
+  finalize or a retry answered 500 (IntegrityError, StaleDataError, FileNotFoundError, a refresh of a deleted row).
+  Now every transaction locks the run's row first: the race ends 2xx/404/409 and the run is either whole or
+  entirely gone.
 
 The races are forced, not hoped for: the racing request (or job) is held by a hook right after it read or locked
 the run, the delete is started, and the hold is released; every wait is bounded.
@@ -33,10 +34,12 @@ from fp8_policy.db.live_models import LiveEventRow, LiveFile, LiveState
 from fp8_policy.db.models import Layer, Run, RunTag, Series
 from fp8_policy.service.app import create_app
 from fp8_policy.service.errors import InvalidLivePath
+from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.live import actions as live_actions
 from fp8_policy.service.settings import Settings
 from tests.archives import stats_relpath, tree_tar_gz
 from tests.authutil import bearer, make_token, private_database
+from tests.dbutil import insert_run
 from tests.service.test_live_runs import create, log_tree, put, training_log
 
 LIVE = "/api/v1/live/runs"
@@ -234,4 +237,21 @@ def test_a_delete_during_ingest_waits_or_stops_the_job_and_leaves_nothing(
     racing_status, delete_status = race_delete(client, hold, lambda: Finished, run_id)
 
     assert racing_status == 202 and delete_status == 204
+    assert_gone(client, db_engine, app_settings.data_dir, run_id)
+
+
+def test_a_delete_racing_a_retry_never_answers_500(
+    client: TestClient, project: str, app_settings: Settings, db_engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retry is held after it read the run (checking that its upload is still stored)."""
+    stored = app_settings.data_dir / "kept" / f"{project}.bin"
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    stored.write_bytes(b"an upload whose ingest failed")
+    run_id = insert_run(db_engine, project, status="failed", upload_path=f"kept/{project}.bin")
+    hold = Hold()
+    monkeypatch.setattr(ArchiveStore, "exists", hold.wrap(ArchiveStore.exists))
+
+    retry_status, delete_status = race_delete(client, hold, lambda: client.post(f"{RUNS}/{run_id}/retry"), run_id)
+
+    assert retry_status in (202, 404) and delete_status in (204, 404)
     assert_gone(client, db_engine, app_settings.data_dir, run_id)
