@@ -218,6 +218,7 @@ class LayerPrecision:
     evidence: tuple[str, ...]  # human sentences naming the stats / what-ifs that decided it
     confidence: float  # 0..1: how much of the needed evidence the run logged
 
+
 # Megatron's --fp8-recipe names for our recipe names.
 MEGATRON_RECIPES: dict[str, str] = {
     "delayed": "delayed",
