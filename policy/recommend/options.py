@@ -85,7 +85,7 @@ class RecommendOptions:
     gpu: GpuSpec | None = None  # the same, parsed, with the key it came from (None: no GPU given)
     dims: ModelDims = field(default_factory=ModelDims)
     te_version: str | None = None
-    current_recipe: str | None = None  # normalised: delayed | current | block | mxfp8
+    current_recipe: str | None = None  # normalised: delayed | current | block | mxfp8 | nvfp4
     keep_existing_bf16: bool = False  # also list layers that already ran in BF16 in fp8_skip_layers
     skip_projected: bool = False  # also skip layers whose rising trend is projected to turn critical
 
@@ -136,7 +136,7 @@ def _apply(options: RecommendOptions, data: Mapping[str, Any]) -> RecommendOptio
         if recipe is None:
             raise ValueError(
                 f"unknown FP8 recipe {recipe_text!r}; expected delayed, current (tensorwise), "
-                "block (blockwise) or mxfp8, or a TE recipe class name"
+                "block (blockwise), mxfp8 or nvfp4, or a TE recipe class name"
             )
         changes["current_recipe"] = recipe
     for key in ("keep_existing_bf16", "skip_projected"):

@@ -4,6 +4,7 @@ impossible scale values, the training recipe read from metadata or from the stat
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from fp8_policy.policy.analysis import analyze
 from fp8_policy.policy.analysis.formats import detect_training_recipe, format_view
@@ -126,3 +127,10 @@ def test_unknown_recipe_follows_te_get_default_fp8_recipe_for_the_gpu() -> None:
     text = "\n".join(rec.rationale)
     assert rec.decision.recipe.name == "mxfp8"
     assert "get_default_fp8_recipe" in text and "assumed TE's default for compute capability 10" in text
+
+
+def test_a_request_may_name_nvfp4_as_the_current_recipe() -> None:
+    options = RecommendOptions.from_metadata(None, {"current_recipe": "NVFP4BlockScaling"})
+    assert options.current_recipe == "nvfp4"
+    with pytest.raises(ValueError, match="mxfp8 or nvfp4"):
+        RecommendOptions.from_metadata(None, {"current_recipe": "fp4_magic"})
