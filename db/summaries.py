@@ -10,7 +10,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.models import Run, RunStatus
-from fp8_policy.db.repositories import utcnow
+from fp8_policy.db.repositories import RunRepository, utcnow
 from fp8_policy.db.summary_models import RunSummary
 
 
@@ -51,8 +51,10 @@ class SummaryRepository:
         )
 
     def put(self, record: SummaryRecord, analysis: dict[str, Any]) -> None:
-        """Insert or replace the run's summary (a run deleted meanwhile is left alone)."""
-        if self.session.get(Run, record.run_id) is None:
+        """Insert or replace the run's summary (a run deleted meanwhile is left alone). The run's row is locked
+        first (RunRepository.lock's order): a delete racing this waits for it or is waited for, where replacing
+        the summary row before the insert's foreign-key check on the run once deadlocked with it on PostgreSQL."""
+        if RunRepository(self.session).lock(record.run_id, "share") is None:
             return
         self.session.execute(delete(RunSummary).where(RunSummary.run_id == record.run_id))
         self.session.add(

@@ -7,7 +7,8 @@ paths were attacked on loopback, replayed against the running app.
 * Any upload token could append to or finalize another token's live run. Now only the creating token appends; it
   or an admin token finalizes (403 `NotRunOwner` for others).
 * A delete racing an ingest job deadlocked on PostgreSQL (500, `deadlock detected`); a delete racing an append, a
-  finalize or a retry answered 500 (IntegrityError, StaleDataError, FileNotFoundError, a refresh of a deleted row).
+  finalize or a retry answered 500 (IntegrityError, StaleDataError, FileNotFoundError, a refresh of a deleted row),
+  and one racing a run summary's refresh could deadlock with it on PostgreSQL.
   Now every transaction locks the run's row first: the race ends 2xx/404/409 and the run is either whole or
   entirely gone.
 
@@ -32,6 +33,10 @@ from fp8_policy.db.job_models import IngestJob
 from fp8_policy.db.jobs import JobRepository
 from fp8_policy.db.live_models import LiveEventRow, LiveFile, LiveState
 from fp8_policy.db.models import Layer, Run, RunTag, Series
+from fp8_policy.db.session import create_session_factory
+from fp8_policy.db.summaries import SummaryRepository
+from fp8_policy.db.summary_models import RunSummary
+from fp8_policy.service.analysis import summary
 from fp8_policy.service.app import create_app
 from fp8_policy.service.errors import InvalidLivePath
 from fp8_policy.service.ingest.store import ArchiveStore
@@ -255,3 +260,36 @@ def test_a_delete_racing_a_retry_never_answers_500(
 
     assert retry_status in (202, 404) and delete_status in (204, 404)
     assert_gone(client, db_engine, app_settings.data_dir, run_id)
+
+
+def test_a_delete_racing_a_summary_refresh_never_deadlocks(
+    client: TestClient, project: str, app_settings: Settings, db_engine, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """The refresh is held after it removed the run's previous summary, before its new one is inserted (whose
+    foreign-key check then waited for the delete, which waited for the removed summary row: a deadlock)."""
+    log_tree(tmp_path / "tree", ranks=1)
+    uploaded = client.post(
+        RUNS,
+        files={"file": ("run.tgz", tree_tar_gz(tmp_path / "tree"), "application/gzip")},
+        data={"project": project},
+    )
+    run_id = uploaded.json()["id"]
+    client.app.state.ingest.wait_idle(timeout=HOLD_SECONDS)
+    factory = create_session_factory(db_engine)
+    summary.refresh(factory, run_id)  # the summary the next refresh replaces
+    hold = Hold()
+    monkeypatch.setattr(SummaryRepository, "put", hold.wrap(SummaryRepository.put))
+
+    class Refreshed:
+        status_code = 200
+
+    def refresh() -> type[Refreshed]:
+        summary.refresh(factory, run_id)
+        return Refreshed
+
+    refresh_status, delete_status = race_delete(client, hold, refresh, run_id)
+
+    assert refresh_status == 200 and delete_status == 204
+    assert_gone(client, db_engine, app_settings.data_dir, run_id)
+    with Session(db_engine) as session:
+        assert session.scalar(select(func.count()).select_from(RunSummary).where(RunSummary.run_id == run_id)) == 0
