@@ -73,6 +73,27 @@ class FindingRead(FindingBrief):
     evidence: list[EvidenceRead]
 
 
+class SeriesVerdictRead(ApiModel):
+    """The one assessment of one (tensor, stat) series of a layer; every view reads its severity from here."""
+
+    tensor: str
+    stat: str = Field(description="Canonical stat (the training recipe's prefix dropped), e.g. 'underflows%'.")
+    severity: Severity
+    level: float | None = Field(description="The level the severity comes from (p95 of the trailing window).")
+    assessed: bool = Field(description="False: left out of the assessment (see `reason`); its raw values decide.")
+    reason: str | None = Field(description="Why not assessed: 'stuck scale', 'warm-up' or 'non-finite'.")
+
+
+class FocusRead(ApiModel):
+    """The series of the worst finding: the view to open first."""
+
+    layer: str
+    tensor: str
+    stat: str = Field(description="The stat key as logged (what `heatmap?stat=` takes).")
+    severity: Severity
+    pattern: Pattern
+
+
 class LayerAssessmentRead(ApiModel):
     """One row of the per-layer table. Underflow numbers are the worst rank's, over the post-warm-up window."""
 
@@ -82,7 +103,11 @@ class LayerAssessmentRead(ApiModel):
     sublayer: str | None
     precision: Precision = Field(description="From the metadata plan lines.")
     status: LayerStatus = Field(description="fp8 (observed), fp8_unobserved, bf16 or ignored.")
-    severity: Severity
+    severity: Severity = Field(description="The worst of the layer's series verdicts ('ok' when not assessed).")
+    verdict: Literal["n/a", "ok", "warning", "critical", "severe"] = Field(
+        description="The severity, or 'n/a' when nothing of this layer was assessed (BF16, no FP8 stats)."
+    )
+    series: list[SeriesVerdictRead] = Field(description="One verdict per (tensor, stat) series of the layer.")
     worst_signal: str | None = Field(description="e.g. 'gradient underflows%'.")
     worst_level: float | None
     patterns: list[Pattern]
@@ -114,6 +139,9 @@ class AnalysisStats(ApiModel):
     censored_scale_fraction: float = Field(description="Share of scale_inv points printed as 0.0000 (< 5e-5).")
     nonfinite_points: int
     warmup_only_series: int
+    stat_prefix: str | None = Field(
+        None, description="The training recipe's stat prefix (e.g. 'mxfp8'); series verdicts name stats without it."
+    )
     rank_outlier_series_excluded: int
 
 
@@ -130,6 +158,7 @@ class AnalysisRead(ApiModel):
     """`GET /api/v1/runs/{run_id}/analysis`."""
 
     run_id: int
+    focus: FocusRead | None = Field(description="The series of the worst finding (open the heatmap on it).")
     findings: list[FindingRead] = Field(description="Worst first; `healthy` alone when nothing was found.")
     layers: list[LayerAssessmentRead] = Field(description="The per-layer table, in model order.")
     thresholds: ThresholdsRead  # type: ignore[valid-type]
@@ -154,6 +183,17 @@ class RecipeRead(ApiModel):
     class_path: str = Field(alias="class", description="e.g. transformer_engine.common.recipe.DelayedScaling")
     kwargs: dict[str, Any] = Field(description="Keyword arguments of the recipe class (fp8_format, ...).")
     reason: str
+    evidence: str | None = Field(
+        None,
+        description="What drove the choice: 'what-if stats', 'logged stats: ...', 'previous run: ...', or "
+        "'none: recipe kept'. A switch is recommended only on evidence.",
+    )
+    changed_from: str | None = Field(None, description="The run's recipe when the recommendation switches it.")
+    apply_paths: dict[str, str] | None = Field(
+        None,
+        description="Apply path (te-yaml, megatron) -> whether it keeps the BF16 layers with this recipe; empty "
+        "when no transformer-block layer is in BF16.",
+    )
 
 
 class MegatronRead(ApiModel):

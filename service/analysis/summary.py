@@ -54,6 +54,17 @@ def compute(session: Session, run_id: int) -> tuple[SummaryRecord, dict[str, Any
     return record, {"run_id": run_id, **analysis.to_dict()}
 
 
+def view_analysis(session: Session, run_id: int, overrides: dict[str, float] | None = None) -> dict[str, Any]:
+    """The analysis JSON the views derive from (heatmap boxes, layer table): with default thresholds the one
+    stored for this policy version (computed, not stored, when missing), else recomputed with `overrides`."""
+    if not overrides:
+        cached = SummaryRepository(session).analysis(run_id, POLICY_VERSION)
+        if cached is not None:
+            return cached
+    thresholds = Thresholds.from_overrides(overrides) if overrides else Thresholds()
+    return {"run_id": run_id, **analyze(load_run_data(session, run_id), thresholds).to_dict()}
+
+
 def refresh(factory: sessionmaker[Session], run_id: int) -> SummaryRecord:
     """Compute and store the run's summary (its own transaction)."""
     with session_scope(factory) as session:

@@ -31,10 +31,13 @@ from fp8_policy.policy.heatmap import (
     plan_geometry,
     sublayers_of,
     summarize,
+    verdict_severities,
 )
 from fp8_policy.policy.recommend import POLICY_VERSION
 from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, Series
+from fp8_policy.policy.thresholds import Severity
 from fp8_policy.service.analysis.actions import recommendation_for
+from fp8_policy.service.analysis.summary import view_analysis
 from fp8_policy.service.errors import ImageTooLarge, InvalidParameter, NoData, UnknownFormat
 from fp8_policy.service.runs.actions import get_ready_run
 from fp8_policy.service.visual.job import Rendered, RenderJob, render_job
@@ -119,6 +122,7 @@ def layout_body(
             "kind": row.kind,
             "precision": row.precision,
             "level": _num(summary.levels[k]),
+            "severity": sev.value if (sev := summary.severity(k)) is not None else None,
             "boxed": k in boxed,
             "skip": row.layer in skip,
             "gemm_override": list(overrides.get(row.layer, ())) or None,
@@ -166,9 +170,24 @@ def matrix_for(run_label: str, infos: list[LayerInfo], series: list[Series], par
     return matrix
 
 
-def summary_for(matrix: HeatmapMatrix, params: HeatmapParams) -> HeatSummary:
-    """The row levels and boxed rows under the requested thresholds."""
-    return summarize(matrix, params.thresholds, percent=is_percent_stat(params.stat), boxes=params.boxes)
+def summary_for(
+    matrix: HeatmapMatrix, params: HeatmapParams, severities: Mapping[str, Severity] | None = None
+) -> HeatSummary:
+    """The row levels and boxed rows under the requested thresholds; `severities` (the analysis's verdicts of
+    the drawn series) decide the boxes when given."""
+    return summarize(
+        matrix, params.thresholds, percent=is_percent_stat(params.stat), boxes=params.boxes, severities=severities
+    )
+
+
+def run_severities(session: Session, run: Run, params: HeatmapParams) -> dict[str, Severity] | None:
+    """layer -> the verdict of the drawn (tensor, stat) from the run's analysis (same thresholds); None when
+    the analysis gives none for that stat. A single rank is drawn: verdicts are over ranks, so none then."""
+    if params.rank is not None:
+        return None
+    analysis = view_analysis(session, run.id, dict(params.threshold_overrides) or None)
+    stats = analysis.get("stats") or {}
+    return verdict_severities(analysis.get("layers") or [], params.tensor, params.stat, stats.get("stat_prefix"))
 
 
 def cell_values(matrix: HeatmapMatrix, columns: int) -> dict:
@@ -192,7 +211,7 @@ def colormap_stops(count: int = 33) -> list[str]:
 def build_panel(session: Session, run: Run, params: HeatmapParams, *, title: str | None = None) -> Panel:
     matrix = load_matrix(session, run, params)
     _check_mark(matrix, params)
-    summary = summary_for(matrix, params)
+    summary = summary_for(matrix, params, run_severities(session, run, params))
     marks = recommended(session, run, params.threshold_overrides) if params.show_skip else None
     return Panel(
         matrix,

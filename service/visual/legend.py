@@ -85,12 +85,20 @@ def _marker_legend(
         (Patch(facecolor=BF16_FACE, edgecolor=BF16_EDGE, hatch="////", linewidth=0.6), "not in FP8 (ran in BF16)"),
         (Patch(facecolor=NO_DATA, edgecolor="#bbbbbb", linewidth=0.6), "not logged at that iteration"),
     ]
-    if style.percent:
+    if any(p.summary.boxed_by == "analysis verdict" for p in panels):
+        handles.append(
+            (
+                Patch(fill=False, edgecolor=BOX, linewidth=1.6),
+                f"worst {style.boxes} rows the analysis rates critical\nor worse (the findings' verdict: p95 of the"
+                "\ntrailing window after warm-up, worst rank)",
+            )
+        )
+    elif style.percent:
         handles.append(
             (
                 Patch(fill=False, edgecolor=BOX, linewidth=1.6),
                 f"worst {style.boxes} rows with p95 of all points ≥ {t.critical:g}%\n"
-                "(findings: p95 of the trailing window after\nwarm-up, worst rank, outlier ranks apart)",
+                "(no analysis verdict for this view)",
             )
         )
     if any(p.skip_layers is not None for p in panels):

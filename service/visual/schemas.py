@@ -32,6 +32,11 @@ class HeatmapRowRead(ApiModel):
     )
     precision: Precision
     level: float | None = Field(description="p95 of the row's finite points; null without data.")
+    severity: Severity | None = Field(
+        None,
+        description="The analysis's verdict of this row's series (the one findings, the layer table and gate use); "
+        "null when the analysis has none for the drawn stat or rank.",
+    )
     boxed: bool = Field(description="Boxed as one of the worst rows at or above the critical band.")
     skip: bool = Field(description="In the recommended skip set.")
     gemm_override: list[Gemm] | None = Field(description="GEMMs the recommendation keeps in high precision.")
@@ -51,10 +56,16 @@ class HeatmapSummaryRead(ApiModel):
     max: float | None
     mean: float | None
     critical: int | None = Field(
-        description="Rows whose level is at or above the critical band; null for stats that are not percentages."
+        description="Rows whose verdict (`boxed_by`) is at or above the critical band; null for stats that are "
+        "not percentages and have no verdict."
     )
     critical_threshold: float | None
-    boxed: list[int] = Field(description="Indices into `rows`, worst level first.")
+    boxed: list[int] = Field(description="Indices into `rows`, worst first.")
+    boxed_by: Literal["analysis verdict", "row level"] = Field(
+        "row level",
+        description="'analysis verdict': rows' `severity` decided (the run's analysis); 'row level': the p95 of all "
+        "points (a live run, a single rank, or a stat the analysis does not band).",
+    )
 
 
 class HeatmapImageRead(ApiModel):
