@@ -12,7 +12,8 @@ Rungs (records.PRECISIONS): nvfp4, then FP8 (mxfp8, block, current, delayed), th
    TE LogTensorStats' `max_blockwise_dynamic_range_block_size_16` on all three tensors at most
    `PROXY_MAX_BINADES` (log2(6 / (1 + 2^-4) / 0.25): no element of any 16-element block can round to zero even
    with the E4M3 block scale rounded; it cannot see blocks far below the tensor's amax), at confidence x0.5.
-   A layer the FP8 plan skips or overrides does not go NVFP4.
+   A layer the FP8 plan skips or overrides does not go NVFP4; a layer with GEMM overrides stays at the recommended
+   FP8 recipe with those GEMMs in BF16 (its failing tensor is what the override takes out of FP8).
 2. Otherwise the FP8 rung: the recommended recipe first when it is FP8 (no needless mix), then the others finest
    first (mxfp8, block, current; delayed only as the recommended recipe: Megatron's precision config refuses it
    and it forbids BF16 layers). A rung fits when every logged tensor's `underflows%` level (training stats for the
@@ -234,6 +235,12 @@ class _Context:
             if verdict.fit and blocked:
                 evidence.append("Not NVFP4: the FP8 plan keeps this layer (or some GEMMs) in BF16.")
             nvfp4_failed, nvfp4_tensors = verdict.fit is False, verdict.tensors
+        override = next((o for o in self.plan.overrides if o.layer == lv.name), None)
+        if override is not None and self.outer in self._fp8_order():
+            evidence.append(
+                f"{self.outer} with {'+'.join(override.gemms)} kept in BF16 (gemm_overrides: {override.reason})."
+            )
+            return self._make(lv, self.outer, evidence, Verdict(True, "", len(lv.tensors)))
         verdicts: dict[str, Verdict] = {}
         for precision in self._fp8_order():
             verdicts[precision] = verdict = self.fp8_rung(lv, precision)

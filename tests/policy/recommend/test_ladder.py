@@ -131,3 +131,15 @@ def test_ladder_speedups_are_per_gpu_from_te_figures() -> None:
     assert ladder_speedup("block", 10.0) == (1.41, "H200")  # not on the B300 page: the H200 figure, named
     assert ladder_speedup("bf16", None)[0] == 1.0
     assert np.isclose(ladder_speedup("mxfp8", 10.0)[0], 1.44)
+
+
+def test_a_layer_with_a_gemm_override_stays_at_the_recipe_with_those_gemms_in_bf16() -> None:
+    one = layer_name(3, "self_attention.linear_proj")
+
+    def values(layer, block, sub, tensor, key, rng):  # type: ignore[no-untyped-def]
+        return noisy(3.0 if layer == one and tensor == "gradient" else 0.1, rng)
+
+    rec, data = ladder(frontier_run(values, ("underflows%",), metadata={"recipe": "current", "gpu": "H100"}))
+    assert [o.layer for o in rec.decision.gemm_overrides] == [one]
+    rung = data["precision_ladder"]["layers"][one]
+    assert rung["precision"] == "current" and "dgrad+wgrad kept in BF16" in rung["evidence"][-1]
