@@ -142,9 +142,14 @@ def test_run_page_heatmap_findings_tabs_table_and_chart(page, live_server, seede
     expect(figures).to_contain_text("Ranks")
     expect(figures).to_contain_text("0–200")
 
-    # Heatmap: drawn from heatmap.json, its PNG export link follows the tensor selector.
+    # Heatmap: drawn from heatmap.json, opened on the worst finding's series; its PNG link follows the tensor selector.
+    with live_server.api() as client:
+        analysis = client.get(f"/api/v1/runs/{run_id}/analysis").json()
+    opened = analysis.get("focus") or analysis["findings"][0]["evidence"][0]
+    other = "gradient" if opened["tensor"] != "gradient" else "activation"
     wait_heatmap(page)
-    expect(page.locator("#heatmap-png")).to_have_attribute("href", re.compile(r"tensor=gradient"))
+    expect(page.locator("#heatmap-tensor")).to_have_value(opened["tensor"])
+    expect(page.locator("#heatmap-png")).to_have_attribute("href", re.compile(rf"tensor={opened['tensor']}"))
 
     # Findings with their evidence numbers.
     finding = page.locator("#findings-list li[data-pattern='head_only']")
@@ -154,9 +159,9 @@ def test_run_page_heatmap_findings_tabs_table_and_chart(page, live_server, seede
     expect(page.locator(".head-sev .badge")).to_have_text("severe")
     shot(page, "run-01-loaded")
 
-    page.select_option("#heatmap-tensor", "activation")
-    expect(page.locator("#heatmap-png")).to_have_attribute("href", re.compile(r"tensor=activation"))
-    expect(page).to_have_url(re.compile(r"tensor=activation"))
+    page.select_option("#heatmap-tensor", other)
+    expect(page.locator("#heatmap-png")).to_have_attribute("href", re.compile(rf"tensor={other}"))
+    expect(page).to_have_url(re.compile(rf"tensor={other}"))
     wait_heatmap(page)
     shot(page.locator("#heatmap"), "run-02-heatmap-activation")
 
@@ -184,10 +189,12 @@ def test_run_page_heatmap_findings_tabs_table_and_chart(page, live_server, seede
     assert "module_filter_fn" in clipboard and clipboard == code.text_content()
     shot(page.locator("#recommendation"), "run-04-tab-torchao-copied")
 
-    # Per-layer table: sort by clicking headers.
+    # Per-layer table: severe first (model order within a band), then sort by clicking headers.
     table = page.locator("#layers-table")
     first_row = table.locator("tbody tr").first
-    expect(first_row).to_have_attribute("data-layer", re.compile(r"layers\.1\."))
+    expect(table.locator("th[data-key='severity']")).to_have_attribute("aria-sort", "descending")
+    expect(first_row).to_have_attribute("data-layer", "model.lm_head")
+    expect(table.locator("tbody tr").nth(1)).to_have_attribute("data-layer", re.compile(r"layers\.1\."))
     table.locator("th[data-key='worst_level'] button").click()
     expect(table.locator("th[data-key='worst_level']")).to_have_attribute("aria-sort", "descending")
     expect(first_row).to_have_attribute("data-layer", "model.lm_head")

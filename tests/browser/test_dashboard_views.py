@@ -148,7 +148,8 @@ def test_heatmap_boxes_say_how_their_level_differs_from_the_findings(page, live_
     page.goto(f"{live_server.url}/#/runs/{seeded_runs['head_only']}")
     heatmap_drawn(page)
     note = page.locator("#heatmap-boxes")
-    expect(note).to_contain_text("p95 of every logged point of the row")
+    # the boxes are the analysis's verdict of each row's series (the findings' level), the colours every point
+    expect(note).to_contain_text("same verdict as the findings")
     expect(note).to_contain_text("trailing window after warm-up")
     with live_server.api() as client:
         svg = client.get(f"/api/v1/runs/{seeded_runs['head_only']}/heatmap.svg").text

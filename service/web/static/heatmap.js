@@ -31,6 +31,20 @@ export function colorAt(stops, vmax, v) {
   return `rgb(${a.map((x, k) => Math.round(x + (b[k] - x) * f)).join(",")})`;
 }
 
+/* The series the run page opens the heatmap on: the worst finding's tensor and stat (the analysis's `focus`, or
+ * the first evidence of the worst finding that names a tensor; findings come worst first), so the map shows the
+ * problem the badge announces. null: nothing found (the heatmap then opens on gradient underflows%). */
+export function focusOf(analysis) {
+  if (!analysis) return null;
+  if (analysis.focus && analysis.focus.tensor && analysis.focus.stat) return { tensor: analysis.focus.tensor, stat: analysis.focus.stat };
+  for (const f of analysis.findings || []) {
+    if (f.severity === "ok") continue;
+    const e = (f.evidence || []).find((x) => TENSORS.includes(x.tensor) && x.stat);
+    if (e) return { tensor: e.tensor, stat: e.recipe ? `${e.recipe}_${e.stat}` : e.stat, plainStat: e.stat };
+  }
+  return null;
+}
+
 export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
   const statsByTensor = new Map();
   for (const layer of layersInfo || []) {
@@ -42,9 +56,14 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
   const tensors = statsByTensor.size ? TENSORS.filter((t) => statsByTensor.has(t)) : TENSORS;
   const sublayers = [...new Set((analysis ? analysis.layers : layersInfo || []).map((l) => l.sublayer).filter(Boolean))];
   const thresholds = analysis ? analysis.thresholds : null;
+  const focus = focusOf(analysis);
+  const defaultTensor = focus && tensors.includes(focus.tensor) ? focus.tensor : tensors.includes("gradient") ? "gradient" : tensors[0];
+  const focusStats = statsByTensor.get(defaultTensor);
+  const defaultStat = !focus || focus.tensor !== defaultTensor ? "underflows%"
+    : !focusStats || focusStats.has(focus.stat) ? focus.stat : focusStats.has(focus.plainStat) ? focus.plainStat : "underflows%";
   const view = {
-    tensor: tensors.includes(state.get("tensor")) ? state.get("tensor") : tensors.includes("gradient") ? "gradient" : tensors[0],
-    stat: state.get("stat", "underflows%"),
+    tensor: tensors.includes(state.get("tensor")) ? state.get("tensor") : defaultTensor,
+    stat: state.get("stat", defaultStat),
     rank: state.get("rank"),
     sublayer: sublayers.includes(state.get("sublayer")) ? state.get("sublayer") : "",
   };
@@ -82,7 +101,8 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
   let token = 0;
 
   async function load() {
-    state.set({ tensor: view.tensor === "gradient" ? "" : view.tensor, stat: view.stat === "underflows%" ? "" : view.stat, rank: view.rank, sublayer: view.sublayer });
+    // the URL keeps what differs from what this run opens on (its worst finding's series)
+    state.set({ tensor: view.tensor === defaultTensor ? "" : view.tensor, stat: view.stat === defaultStat ? "" : view.stat, rank: view.rank, sublayer: view.sublayer });
     openPng.href = `${API}/runs/${run.id}/heatmap.png${qs(params())}`;
     openSvg.href = `${API}/runs/${run.id}/heatmap.svg${qs(params())}`;
     const mine = ++token;
@@ -118,7 +138,12 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
       ? ` Each column averages ${fmtInt(Math.round(data.iterations.count / cells.first.length))} logged iterations.` : "";
     aggregation.textContent = `Colour: ${data.tensor} ${data.stat} of each layer${sub} at each iteration, ${ranks}.${merged}`;
     const s = data.summary;
-    if (s.critical_threshold !== null && s.critical_threshold !== undefined) {
+    const verdicts = data.rows.some((r) => r.severity !== null && r.severity !== undefined);
+    if (verdicts) {
+      boxesNote.textContent = `Boxed: ${s.boxed.length ? `the worst ${fmtInt(s.boxed.length)} of ${plural(s.critical, "row")}` : "no row"} whose ` +
+        `${data.tensor} ${data.stat} is critical or worse in the analysis — the same verdict as the findings and the layer ` +
+        "table (p95 of the trailing window after warm-up, worst rank). The colours are every logged point.";
+    } else if (s.critical_threshold !== null && s.critical_threshold !== undefined) {
       boxesNote.textContent = `Boxed: the worst ${fmtInt(s.boxed.length)} of ${plural(s.critical, "row")} whose level ` +
         `(p95 of every logged point of the row, ${data.rank !== null ? `rank ${data.rank}` : run.ranks > 1 ? "max over ranks" : "rank 0"}) is at or above ` +
         `${fmtNum(s.critical_threshold)}%. Findings and the layer table use the same bands on a different level: p95 of the ` +
@@ -232,6 +257,8 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
     geom = { left, top, rowH, cw, plotW, plotH, ncol, width };
     canvas.dataset.top = String(top); // for tests and tools that point at a row
     canvas.dataset.rowHeight = String(rowH);
+    Object.assign(canvas.dataset, { tensor: data.tensor, stat: data.stat,
+      boxedLayers: data.summary.boxed.map((r) => rows[r].layer).join(" ") });
   }
 
   function drawColorBar(g, x, y, barH) {

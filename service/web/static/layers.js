@@ -71,7 +71,9 @@ export async function rankSpread(run, signal) {
 export function layersCard(ctx, run, analysis, layersInfo, state, spread) {
   const th = analysis.thresholds || {};
   const outliers = outlierRanks(analysis, th);
-  const assessed = (r) => r.status === "fp8";
+  // the analysis's verdict per layer when it gives one ("n/a": nothing of the layer was assessed), else its status
+  const assessed = (r) => (r.verdict !== undefined && r.verdict !== null ? r.verdict !== "n/a" : r.status === "fp8");
+  const verdict = (r) => (r.verdict && r.verdict !== "n/a" ? r.verdict : r.severity);
   const pctCell = (key) => (row) => {
     const v = row[key];
     if (!assessed(row)) return h("span", { class: "muted" }, "—");
@@ -86,10 +88,10 @@ export function layersCard(ctx, run, analysis, layersInfo, state, spread) {
   const rows = (analysis.layers || []).map((l, i) => {
     const out = outliers.get(l.name) || [];
     const worstOut = out.length ? out[0] : null;
-    const allRanks = worstOut && sevRank(worstOut.band) > sevRank(l.severity) ? worstOut.band : l.severity;
+    const allRanks = worstOut && sevRank(worstOut.band) > sevRank(verdict(l)) ? worstOut.band : verdict(l);
     return { ...l, order: i, outliers: out, severity_all: assessed(l) ? allRanks : null };
   });
-  const warningBand = rows.filter((r) => assessed(r) && r.severity === "warning").length;
+  const warningBand = rows.filter((r) => assessed(r) && verdict(r) === "warning").length;
 
   const multiRank = run.ranks > 1;
   const columns = [
@@ -106,11 +108,11 @@ export function layersCard(ctx, run, analysis, layersInfo, state, spread) {
       render: (r) => {
         if (!assessed(r)) return h("span", { class: "badge badge-neutral sev-na", title: NA_REASON[r.status] || "no FP8 data" }, "n/a");
         const out = r.outliers[0];
-        if (r.severity_all !== r.severity && out) {
-          return h("span", { class: "sev-split" }, sevBadge(r.severity_all, `rank ${out.rank}: ${out.tensor} ${fmtPct(out.level)}; other ranks ${r.severity}`),
+        if (r.severity_all !== verdict(r) && out) {
+          return h("span", { class: "sev-split" }, sevBadge(r.severity_all, `rank ${out.rank}: ${out.tensor} ${fmtPct(out.level)}; other ranks ${verdict(r)}`),
             h("span", { class: "muted small" }, ` rank ${out.rank} only`));
         }
-        return sevBadge(r.severity);
+        return sevBadge(verdict(r));
       },
     },
     {
@@ -183,6 +185,7 @@ export function layersCard(ctx, run, analysis, layersInfo, state, spread) {
     caption: "Per-layer assessment; click a header to sort, a row to plot its series",
     columns,
     rows,
+    initial: { key: "severity", dir: -1 }, // severe first (model order within a band), n/a last
     rowAttrs: (r) => ({ "data-layer": r.name, "data-severity": r.severity_all || "n/a" }),
     onRow: (r) => select(r.name),
     empty: "No layer matches.",

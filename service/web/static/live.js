@@ -4,8 +4,9 @@
 //
 // Polling (every POLL_MS): GET /live/runs/<id>?after=<last event id> gives the status, the received file sizes and
 // the new events; the heatmap, scale and scalar charts are fetched again only when a file they read has grown
-// (the server answers an unchanged live heatmap from memory anyway). When the run leaves `live` (finalized) the
-// page re-routes to the normal run page.
+// (the server answers an unchanged live heatmap from memory anyway), the timeline's page when new events came.
+// The timeline pages through every event (story.js). When the run leaves `live` (finalized) the page re-routes
+// to the normal run page, which keeps the scalars and the timeline (story.js's card).
 //
 // The selects are kept in the URL hash (as on the other pages; defaults left out): tensor, stat (heatmap: the
 // run page's keys, so the finalized run's heatmap opens on the same selection), scale_tensor, scale_stat.
@@ -13,19 +14,18 @@
 import { h, replace, $ } from "./dom.js";
 import { api, errorBox, ApiError } from "./api.js";
 import { fmtInt, fmtBytes, fmtDate, fmtNum, plural, runLabel } from "./format.js";
-import { statusBadge, figure, card, selectField, sevBadge } from "./widgets.js";
+import { statusBadge, figure, card, selectField } from "./widgets.js";
 import { route, setTitle } from "./router.js";
 import { colorAt } from "./heatmap.js";
 import { lineChart } from "./chart.js";
 import { TENSORS } from "./constants.js";
+import { LINE_COLORS, eventTimeline, scalarCharts } from "./story.js";
 
 const POLL_MS = 2000;
 const CELLS = 400; // heatmap columns asked for (the server averages more iterations into them)
 const SCALE_CELLS = 200;
 const HEATMAP_STATS = ["underflows%", "overflows%", "scale_inv_min", "scale_inv_max", "mse"];
 const SCALE_STATS = ["scale_inv_min", "scale_inv_max"];
-const SCALARS = ["loss", "grad_norm", "param_norm", "lr", "tokens_per_s", "mem_gb"];
-const LINE_COLORS = ["#2563eb", "#9333ea", "#0d9488", "#e16f24", "#cf222e", "#6e7781", "#1a7f37", "#b08800"];
 
 function cssVar(name, fallback) {
   return getComputedStyle(document.documentElement).getPropertyValue(name).trim() || fallback;
@@ -62,6 +62,7 @@ export async function liveView(ctx, run, state) {
     figures, heat.card, scale.card, scalars.card, timeline.card);
 
   let after = 0;
+  let timelineLoaded = false;
   let lastStats = null;
   let lastScalars = -1;
   async function poll() {
@@ -71,9 +72,10 @@ export async function liveView(ctx, run, state) {
         route(); // finalized: the normal run page (queued → ready) takes over
         return;
       }
-      if (live.events.length) {
-        after = live.events[live.events.length - 1].id;
-        timeline.addEvents(live.events);
+      if (live.events.length || !timelineLoaded) {
+        if (live.events.length) after = live.events[live.events.length - 1].id;
+        await timeline.refresh(); // the page shown, with the new total
+        timelineLoaded = true;
       }
       const signature = statsSignature(live.files);
       const grown = signature !== lastStats;
@@ -104,7 +106,7 @@ export async function liveView(ctx, run, state) {
       figure("Ranks", fmtInt(ranks.size || stats.length)),
       figure("Received", fmtBytes(live.files.reduce((n, f) => n + f.size, 0)), plural(live.files.length, "file")),
       figure("Iterations", its ? `${fmtInt(its.first)}–${fmtInt(its.last)}` : "—", its ? `${fmtInt(its.count)} logged` : null),
-      figure("Events", fmtInt(timeline.count())));
+      figure("Events", fmtInt(timeline.total())));
   }
 
   await poll();
@@ -274,16 +276,8 @@ function scalarsPanel(ctx, run) {
   async function load() {
     try {
       const data = await api(`/live/runs/${run.id}/scalars`, { signal: ctx.signal });
-      const names = SCALARS.filter((k) => data.series[k]);
-      if (!names.length) {
-        replace(body, h("p", { class: "muted" }, "No training scalars received (optional: fp8-policy watch --scalars FILE)."));
-        return;
-      }
-      const width = Math.max(420, Math.floor(((body.clientWidth || 900) - 16) / 2));
-      replace(body, names.map((k, i) => h("div", { class: "live-scalar", dataset: { scalar: k } },
-        lineChart({ series: [{ label: k, color: LINE_COLORS[i % LINE_COLORS.length],
-          points: data.series[k].steps.map((st, j) => [st, data.series[k].values[j]]) }],
-        width, height: 200, xLabel: "step", yLabel: k, title: k }))));
+      const charts = scalarCharts(data, Math.max(420, Math.floor(((body.clientWidth || 900) - 16) / 2)));
+      replace(body, charts || h("p", { class: "muted" }, "No training scalars received (optional: fp8-policy watch --scalars FILE)."));
     } catch (err) {
       if (err.name === "AbortError") throw err;
       replace(body, errorBox(err, { title: "Training scalars unavailable" }));
@@ -292,52 +286,11 @@ function scalarsPanel(ctx, run) {
   return { card: el, load };
 }
 
-/* Events (early warnings) and the alert deliveries for this run, newest first. */
+/* Events (early warnings) and the alert deliveries for this run, newest first, a page at a time (story.js). */
 function timelinePanel(ctx, run) {
-  const events = [];
-  let alerts = [];
-  let alertsAvailable = true;
-  const list = h("ol", { class: "live-timeline", id: "live-timeline" });
+  const timeline = eventTimeline(ctx, run, { id: "live-timeline" });
   const el = card("Events and alerts", { id: "live-timeline-card",
-    subtitle: "Early warnings raised by the received lines, and the webhook alerts sent for them." }, list);
-
-  function render() {
-    const items = [
-      ...events.map((e) => ({ at: e.created_at, kind: "event", node: h("li", { class: "timeline-item", dataset: { kind: e.kind, event: String(e.id) } },
-        h("time", { class: "muted small mono", datetime: e.created_at }, fmtDate(e.created_at)), " ",
-        sevBadge(e.severity), " ", h("strong", null, e.kind.replaceAll("_", " ")), " ",
-        h("span", { class: "mono small" }, `rank ${e.rank} · iteration ${fmtInt(e.iteration)}`), " ",
-        h("span", null, e.message)) })),
-      ...alerts.map((a) => ({ at: a.created_at, kind: "alert", node: h("li", { class: "timeline-item timeline-alert", dataset: { alert: a.status } },
-        h("time", { class: "muted small mono", datetime: a.created_at }, fmtDate(a.created_at)), " ",
-        h("span", { class: ["badge", a.status === "sent" ? "badge-neutral" : a.status === "failed" ? "sev-severe" : "badge-neutral"] }, `alert ${a.status}`), " ",
-        h("span", null, (a.event && (a.event.message || a.event.kind)) || "alert"),
-        a.last_error ? h("span", { class: "muted small" }, ` (${a.last_error})`) : null,
-        a.attempts > 1 ? h("span", { class: "muted small" }, ` after ${a.attempts} attempts`) : null) })),
-    ].sort((x, y) => (x.at < y.at ? 1 : x.at > y.at ? -1 : 0));
-    if (!items.length) replace(list, h("li", { class: "muted" }, "No early warning so far."));
-    else replace(list, items.map((i) => i.node));
-  }
-
-  async function loadAlerts() {
-    if (!alertsAvailable) return;
-    try {
-      alerts = await api(`/alerts/log?run_id=${run.id}&limit=100`, { signal: ctx.signal });
-      render();
-    } catch (err) {
-      if (err.name === "AbortError") throw err;
-      if (err instanceof ApiError && (err.status === 404 || err.status === 403)) alertsAvailable = false; // no alerts API / no scope
-    }
-  }
-
-  render();
-  return {
-    card: el,
-    addEvents(more) {
-      events.push(...more);
-      render();
-    },
-    loadAlerts,
-    count: () => events.length,
-  };
+    subtitle: "Early warnings raised by the received lines (one per layer and kind of each received piece), and the webhook alerts sent for them." },
+  timeline.el);
+  return { ...timeline, card: el };
 }

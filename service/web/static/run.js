@@ -18,6 +18,7 @@ import { findingsCard } from "./findings.js";
 import { recommendationCard } from "./recommendation.js";
 import { layersCard, rankSpread } from "./layers.js";
 import { liveView } from "./live.js";
+import { storyCard } from "./story.js";
 
 const THRESHOLD_KEYS = ["warning", "critical", "severe"];
 // Lines skipped or duplicated above this share of the lines read are shown as a warning above the figures.
@@ -83,8 +84,15 @@ export async function runView(ctx, runId, query) {
   const recSlot = card("Recommendation", { id: "recommendation" }, loading("Computing the recommendation…"));
   const layersSlot = card("Layers", { id: "layers" }, loading("Loading layers…"));
   const ingest = ingestCard(run);
+  const storySlot = h("div", { id: "live-story-slot" }); // a run streamed live: its scalars and events (story.js)
   replace(view, head, ingestWarning(run, ingest), figures, settingsForm(run, state, thresholds, options), heatmapSlot,
-    findingsSlot, recSlot, layersSlot, ingest);
+    findingsSlot, recSlot, layersSlot, storySlot, ingest);
+  storyCard(ctx, run).then((el) => {
+    if (el && ctx.alive()) replace(storySlot, el);
+  }).catch((err) => {
+    if (err.name === "AbortError" || !ctx.alive()) return;
+    replace(storySlot, card("While it trained", { id: "live-story" }, errorBox(err, { title: "Live history unavailable" })));
+  });
 
   let layersApi = null;
   const layersPromise = api(`/runs/${run.id}/layers`, { signal: ctx.signal }).catch(() => null);
