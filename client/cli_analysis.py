@@ -44,8 +44,11 @@ def analysis(run_ref: int | tuple[str, str], wide: bool, url: str, token: str | 
     ]
     click.echo(table(["severity", "pattern", "layers", "summary"], findings, width))
     if wide:
-        columns = ["name", "status", "severity", "worst_signal", "worst_level", *WIDE_COLUMNS, "patterns"]
-        rows = [[row.get(c) for c in columns] for row in result.get("layers", [])]
+        columns = ["name", "status", "worst_signal", "worst_level", *WIDE_COLUMNS, "patterns"]
+        rows = [  # the verdict, as the dashboard shows it: n/a for a layer nothing of which was assessed
+            [row.get("name"), row.get("status"), gating.layer_verdict(row), *(row.get(c) for c in columns[2:])]
+            for row in result.get("layers", [])
+        ]
         click.echo(
             "\n"
             + table(
@@ -68,7 +71,7 @@ def analysis(run_ref: int | tuple[str, str], wide: bool, url: str, token: str | 
     worst = gating.worst_layers(result.get("layers", []))
     if worst:
         rows = [
-            [r.get("name"), r.get("severity"), r.get("worst_signal"), r.get("worst_level"), r.get("patterns")]
+            [r.get("name"), gating.layer_verdict(r), r.get("worst_signal"), r.get("worst_level"), r.get("patterns")]
             for r in worst
         ]
         click.echo("\n" + table(["layer", "severity", "worst signal", "level %", "patterns"], rows))

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from fp8_policy.client.cli import cli
-from tests.client.fakes import FakeService, run_body
+from tests.client.fakes import FakeService, layer, run_body
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,6 +99,17 @@ def test_analysis_wide_lists_every_layer_uncut(invoke) -> None:
     narrow, wide = invoke("analysis", "7").stdout, invoke("analysis", "7", "--wide").stdout
     assert "model.x.1.fc1" not in narrow  # an ok layer: only the worst are listed normally
     assert "model.x.1.fc1" in wide and "GRADIENT UF MAX" in wide
+
+
+def test_analysis_wide_says_n_a_where_the_dashboard_does(invoke, service) -> None:
+    # A BF16 layer's row used to print `ok` (its `severity`) where the dashboard shows n/a: the verdict is printed.
+    bf16 = {**layer("model.x.0.fc1", "ok", None), "status": "bf16", "verdict": "n/a", "patterns": []}
+    service.analyses[7] = {**service.analyses[7], "layers": [bf16, *service.analyses[7]["layers"]]}
+
+    wide = invoke("analysis", "7", "--wide").stdout
+
+    (line,) = [text for text in wide.splitlines() if text.startswith("model.x.0.fc1")]
+    assert line.split()[1:3] == ["bf16", "n/a"]
 
 
 def test_thresholds_gpu_and_te_version_recompute_recommend_and_gate(invoke, service) -> None:
