@@ -11,7 +11,9 @@ Rules (Megatron-LM arguments and transformer_config, https://github.com/NVIDIA/M
   converged worse in bionemo's FL2/FL4 comparison, OG2-7B, bionemo-framework fp8_analysis).
 * Heads are not Megatron transformer layers: `output_layer` precision is separate.
 * `fp8_recipe` uses Megatron's names (delayed | tensorwise | blockwise | mxfp8); delayed never comes with
-  first/last BF16 (Megatron raises a ValueError), the recipe choice already switched it.
+  a transformer-block layer in BF16 (Megatron raises "Delayed scaling does not support first / last layer in
+  BF16"): the section then uses tensorwise (current scaling) for the Megatron path only and says so in `notes`;
+  the recommended recipe stays delayed for the TE debug YAML, which keeps those layers in BF16 under it.
 * NVFP4: `fp4_format` e2m1 / `fp4_recipe` nvfp4 and `--fp4-format e2m1 --fp4-recipe nvfp4`; `fp8_recipe` and
   `fp8_format` are null and no `--fp8-*` flag is emitted (megatron/training/arguments.py refuses FP4 with FP8).
 * `layer_precisions` (the ladder) with rungs other than the outer recipe need `--te-precision-config-file`
@@ -62,9 +64,10 @@ def megatron_section(
     heads = [n for n in sorted(bf16) if n in levels and levels[n].info.structure.group is LayerGroup.HEAD]
     fp4 = recipe.name == "nvfp4"
     fp8_format = None if fp4 else ("e4m3" if recipe.kwargs.get("fp8_format") == "E4M3" else "hybrid")
-    fp8_recipe = None if fp4 else MEGATRON_RECIPES[recipe.name]
+    megatron_recipe = "current" if recipe.name == "delayed" and bf16_blocks else recipe.name
+    fp8_recipe = None if fp4 else MEGATRON_RECIPES[megatron_recipe]
     args = list(FP4_ARGS) if fp4 else ["--fp8-format", str(fp8_format), "--fp8-recipe", str(fp8_recipe)]
-    if recipe.name == "delayed":
+    if megatron_recipe == "delayed":
         args += [
             "--fp8-amax-history-len",
             str(recipe.kwargs.get("amax_history_len", 1024)),
@@ -82,6 +85,12 @@ def megatron_section(
     if outside or mix:
         args += ["--te-precision-config-file", "fp8_precision.yaml"]
     notes = _notes(layout, outside, heads, plan)
+    if megatron_recipe != recipe.name:
+        notes.append(
+            f"Megatron path only: --fp8-recipe {fp8_recipe} (current scaling), because Megatron rejects delayed "
+            "scaling with transformer layers in BF16 (transformer_config.py); the recommended recipe stays delayed "
+            "for the TE debug YAML, which keeps these layers in BF16 under it."
+        )
     if fp4:
         notes.append("NVFP4: --fp4-format e2m1 --fp4-recipe nvfp4; Megatron refuses --fp8-format together with FP4.")
     if mix:

@@ -103,7 +103,8 @@ def test_blackwell_with_low_mxfp8_whatif_switches_to_mxfp8_and_needs_no_skips() 
 
 def test_hopper_cannot_switch_to_mxfp8_and_skips_instead() -> None:
     result = rec(u_shape_spec(whatif={"mxfp8": 0.1}), current_recipe="delayed", gpu_arch="hopper")
-    assert result.decision.recipe.name == "current"  # delayed + BF16 layers: Megatron rule
+    # delayed + BF16 layers used to switch to current on a Megatron-only rule; no logged evidence favours it
+    assert result.decision.recipe.name == "delayed"
     assert len(result.decision.skip_layers) == 8
 
 
@@ -129,11 +130,19 @@ def test_uniform_changes_the_recipe_instead_of_a_huge_skip_list() -> None:
     assert any("re-run" in line for line in result.rationale)
 
 
-def test_delayed_with_block_skips_switches_to_current_for_megatron() -> None:
+def test_delayed_with_block_skips_keeps_delayed_and_only_the_megatron_path_switches() -> None:
+    # The TE debug YAML's DisableFP8Layer / DisableFP8GEMM work with delayed scaling; only Megatron's
+    # --first-last-layers-bf16 cannot: the recipe is kept (no logged evidence for another one) and the Megatron
+    # section alone uses tensorwise, saying why.
     result = rec(u_shape_spec(), current_recipe="delayed", gpu_arch="hopper")
     recipe = result.decision.recipe
-    assert recipe.name == "current" and "Megatron rejects first/last BF16 layers with delayed" in recipe.reason
+    body = result.to_dict()["recipe"]
+    assert recipe.name == "delayed" and "through the TE debug YAML" in recipe.reason
+    assert body["evidence"] == "none: recipe kept" and body["changed_from"] is None
+    assert body["apply_paths"]["te-yaml"].startswith("works") and "tensorwise" in body["apply_paths"]["megatron"]
     assert result.megatron["first_last_layers_bf16"] is True and result.megatron["fp8_recipe"] == "tensorwise"
+    assert "--fp8-amax-history-len" not in result.megatron["extra_args"]
+    assert any(note.startswith("Megatron path only: --fp8-recipe tensorwise") for note in result.megatron["notes"])
 
 
 def test_current_scaling_with_skips_stays_current() -> None:
@@ -153,12 +162,13 @@ def test_ampere_cannot_run_fp8() -> None:
     assert any("cannot run FP8" in line for line in result.rationale)
 
 
-def test_delayed_with_only_gemm_overrides_in_blocks_switches_to_current_for_megatron() -> None:
+def test_delayed_with_only_gemm_overrides_in_blocks_keeps_delayed_but_megatron_switches() -> None:
     # Gradient-only failures become dgrad+wgrad overrides, not skips; Megatron can only keep the whole module in
     # BF16, which it rejects under delayed scaling, so the recipe must not stay delayed.
     spec = Spec(n_blocks=12, metadata={"recipe": "DelayedScaling"})
     plant(spec, [name("megatron", b, s) for b in (0, 11) for s in SUBS], "gradient", 3.0)
     result = rec(spec)
     assert result.decision.skip_layers == () and len(result.decision.gemm_overrides) == 8
-    assert result.decision.recipe.name == "current"
-    assert "with GEMM overrides (whole-module BF16 in Megatron)" in result.decision.recipe.reason
+    assert result.decision.recipe.name == "delayed"  # the YAML's DisableFP8GEMM works under delayed scaling
+    assert "8 with GEMM overrides" in result.to_dict()["recipe"]["apply_paths"]["megatron"]
+    assert result.megatron["fp8_recipe"] == "tensorwise"
