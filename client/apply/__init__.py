@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from fp8_policy.client.apply.debug_session import DebugConfigConflict
 from fp8_policy.client.apply.names import Unmatched, UnmatchedLayers
 from fp8_policy.client.apply.recipe import recipe_from_policy
 from fp8_policy.client.apply.report import AlreadyBF16, ApplyReport, MatchedLayer
@@ -34,6 +35,7 @@ __all__ = [
     "BACKENDS",
     "AlreadyBF16",
     "ApplyReport",
+    "DebugConfigConflict",
     "MatchedLayer",
     "Unmatched",
     "UnmatchedLayers",
@@ -59,9 +61,12 @@ def apply_policy(
     way, ModuleList children by `layer_number` when present, TE's `layernorm_mlp.fc1/.fc2`).
 
     backend="te": each skipped module's forward runs under `te.autocast(enabled=False)`
-    (`te.fp8_autocast(enabled=False)` on TE < 2.9); idempotent. Options: `recipe` (the outer autocast's
-    recipe, needed under torch.compile), `context_factory`, `quantizable`
-    (see `client.apply.te.apply_te`). Undo with `client.apply.te.restore_forwards(model)`. Apply it
+    (`te.fp8_autocast(enabled=False)` on TE < 2.9); idempotent. Layers of the policy's `precision_ladder` whose rung
+    differs from the outer recipe run under their own `te.autocast(recipe=...)` (BF16 rungs like skips); the
+    report's `precision_wrapped` says which. Before any change an active nvdlfw_inspect debug session is checked:
+    one watching a kept layer with LogFp8TensorStats raises `DebugConfigConflict` naming the layers (use the
+    `te-monitor` config). Options: `recipe` (the outer autocast's recipe, needed under torch.compile),
+    `context_factory`, `quantizable`, `layer_recipes`, `check_debug_session` (see `client.apply.te.apply_te`). Undo with `client.apply.te.restore_forwards(model)`. Apply it
     before `torch.compile` / CUDA-graph capture (they bake the forward in); DDP/FSDP wrapping may come
     before or after.
     backend="torchao": `convert_to_float8_training` in place, skipped layers stay `nn.Linear`. Options:

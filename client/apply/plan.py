@@ -1,6 +1,7 @@
 """From a policy dict and a model to the modules that must stay in high precision (shared by all backends).
 
-Belongs here: reading the policy's `fp8_skip_layers` / `gemm_overrides` / `recipe` / `kept_bf16`, resolving
+Belongs here: reading the policy's `fp8_skip_layers` / `gemm_overrides` / `recipe` / `kept_bf16` /
+`precision_ladder` (the per-layer rungs: `{"layers": {name: {"precision": ...}}}`), resolving
 every name before anything changes (so an unmatched name leaves the model untouched), widening a
 half-skipped fused LayerNormMLP to the whole module, and the parts of the report every backend shares.
 Must not be here: backend calls (TE, torchao).
@@ -29,7 +30,10 @@ RECIPE_CLASSES = {  # the policy's recipe names -> TE class names (transformer_e
     "current": "Float8CurrentScaling",
     "block": "Float8BlockScaling",
     "mxfp8": "MXFP8BlockScaling",
+    "nvfp4": "NVFP4BlockScaling",
 }
+# The precision ladder's rungs, cheapest first (the service's policy/records.py PRECISIONS).
+PRECISIONS = ("nvfp4", "mxfp8", "block", "current", "delayed", "bf16")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +44,7 @@ class PolicyView:
     gemm_overrides: dict[str, tuple[str, ...]]  # layer -> GEMMs, merged per layer, in GEMMS order
     recipe_name: str | None = None
     kept_bf16: frozenset[str] = frozenset()  # optional: layers that already ran in BF16
+    layer_precisions: dict[str, str] = field(default_factory=dict)  # precision_ladder: layer -> rung
 
     @classmethod
     def from_dict(cls, policy: Mapping[str, Any]) -> PolicyView:
@@ -60,6 +65,7 @@ class PolicyView:
             gemm_overrides={k: tuple(g for g in GEMMS if g in v) for k, v in merged.items()},
             recipe_name=_recipe_name(policy.get("recipe")),
             kept_bf16=frozenset(_names(policy.get("kept_bf16", []), "kept_bf16")),
+            layer_precisions=_ladder(policy.get("precision_ladder")),
         )
 
     @property
@@ -77,6 +83,22 @@ def _recipe_name(recipe: object) -> str | None:
         return str(recipe["name"])
     by_class = {cls: name for name, cls in RECIPE_CLASSES.items()}
     return by_class.get(str(recipe.get("class") or "").rsplit(".", 1)[-1])
+
+
+def _ladder(value: object) -> dict[str, str]:
+    """`precision_ladder.layers` -> {layer: rung}; entries may be `{"precision": ...}` or the rung itself."""
+    if value is None:
+        return {}
+    layers = value.get("layers") if isinstance(value, Mapping) else None
+    if not isinstance(layers, Mapping):
+        raise ValueError("precision_ladder must be an object with a `layers` object (layer -> {precision})")
+    out: dict[str, str] = {}
+    for name, entry in layers.items():
+        rung = entry.get("precision") if isinstance(entry, Mapping) else entry
+        if not isinstance(name, str) or rung not in PRECISIONS:
+            raise ValueError(f"precision_ladder.layers[{name!r}].precision must be one of {list(PRECISIONS)}")
+        out[name] = str(rung)
+    return out
 
 
 def _names(value: object, field_name: str) -> list[str]:

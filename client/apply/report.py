@@ -42,7 +42,8 @@ class ApplyReport:
     """Result of `apply_policy`.
 
     matched / unmatched / already_bf16: per policy name. wrapped (te): FQNs whose forward now runs under
-    autocast(enabled=False). converted / kept / not_convertible (torchao): nn.Linear FQNs swapped to
+    autocast(enabled=False) (skips, GEMM overrides and the ladder's BF16 rungs). precision_wrapped (te): FQN -> the
+    ladder rung whose recipe its forward now runs under (`te.autocast(recipe=...)`, nested in the outer one). converted / kept / not_convertible (torchao): nn.Linear FQNs swapped to
     Float8Linear, kept in high precision by the policy, and left alone because a dim is not a multiple of 16.
     """
 
@@ -52,6 +53,7 @@ class ApplyReport:
     unmatched: list[Unmatched] = field(default_factory=list)
     already_bf16: list[AlreadyBF16] = field(default_factory=list)
     wrapped: list[str] = field(default_factory=list)
+    precision_wrapped: dict[str, str] = field(default_factory=dict)
     converted: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     not_convertible: list[str] = field(default_factory=list)
@@ -78,6 +80,7 @@ class ApplyReport:
         lines += [f"bf16      {a.name}: {a.why}" for a in self.already_bf16]
         if self.backend == "te":
             lines.append(f"wrapped in autocast(enabled=False): {', '.join(self.wrapped) or 'none'}")
+            lines += [f"own recipe {rung:<7} {fqn}" for fqn, rung in self.precision_wrapped.items()]
         else:
             lines.append(f"converted to Float8Linear: {len(self.converted)}: {', '.join(self.converted)}")
             lines.append(f"kept in high precision: {', '.join(self.kept) or 'none'}")

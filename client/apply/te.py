@@ -1,4 +1,5 @@
-"""Transformer Engine backend: run the skipped modules' forward under `autocast(enabled=False)`.
+"""Transformer Engine backend: run the skipped modules' forward under `autocast(enabled=False)`, and the precision
+ladder's other rungs under their own `autocast(recipe=...)` (`te_ladder`), after checking the active debug session.
 
 Belongs here: the lazy TE import and its error, choosing `te.autocast` / `te.fp8_autocast`, wrapping and
 unwrapping a module's forward, and `apply_te`. Name matching lives in `plan`/`names` (tested on CPU
@@ -124,14 +125,24 @@ def apply_te(
     recipe: Any = None,
     context_factory: ContextFactory | None = None,
     quantizable: Callable[[nn.Module], bool] | None = None,
+    layer_recipes: Mapping[str, Any] | None = None,
+    check_debug_session: bool = True,
 ) -> ApplyReport:
-    """Wrap each skipped module's forward in a BF16 context (see `client.apply.apply_policy`).
+    """Wrap each skipped module's forward in a BF16 context and each ladder rung's in its own recipe's autocast
+    (see `client.apply.apply_policy` and `te_ladder`).
 
     recipe: the recipe of the outer FP8 autocast (e.g. `recipe_from_policy(policy)`), passed to the disabled
-    contexts; needed under torch.compile. context_factory: returns a fresh context per call (default: TE's
+    contexts; needed under torch.compile; its class also tells which ladder rungs differ from the outer recipe
+    (default: the policy's recipe). context_factory: returns a fresh BF16 context per call (default: TE's
     autocast(enabled=False)); tests and custom setups inject their own. quantizable: which modules TE would
     quantize (default: TE modules); a skipped module with none in its subtree is reported as already BF16.
+    layer_recipes: rung -> TE recipe object for the ladder's per-layer autocasts (default: built from the rung).
+    check_debug_session: raise `DebugConfigConflict` (before any change) when an active nvdlfw_inspect session
+    watches a kept layer with LogFp8TensorStats, or an NVFP4 layer with bare LogFp8TensorStats stats.
     """
+    from fp8_policy.client.apply import te_ladder
+
+    is_quantized = quantizable or is_te_module
     factory = context_factory or autocast_disabled_factory(recipe)
     plan = make_plan(
         model,
@@ -139,11 +150,30 @@ def apply_te(
         backend="te",
         allow_unmatched=allow_unmatched,
         gemm_overrides=gemm_overrides,
-        quantizable=quantizable or is_te_module,
+        quantizable=is_quantized,
     )
-    for target in plan.targets:
-        wrap_forward(target.module, factory)  # idempotent: a second apply leaves one wrap
-        plan.report.wrapped.append(target.fqn)
-    if plan.view.recipe_name == "delayed" and plan.targets:
+    outer = te_ladder.outer_recipe_name(recipe, plan.view.recipe_name)
+    ladder = te_ladder.plan_ladder(model, plan, outer, allow_unmatched=allow_unmatched, quantizable=is_quantized)
+    bf16 = {id(t.module): (t.fqn, t.module) for t in plan.targets}
+    bf16.update({id(m): (fqn, m) for fqn, m in ladder.bf16.items()})
+    contexts = {
+        rung: te_ladder.recipe_context(te_ladder.rung_recipe(rung, policy, outer, layer_recipes or {}))
+        for rung in dict.fromkeys(r for _, r in ladder.recipes.values())
+    }
+    if check_debug_session:
+        nvfp4 = [(fqn, m) for fqn, (m, rung) in ladder.recipes.items() if rung == "nvfp4"]
+        te_ladder.check_session(model, list(bf16.values()), nvfp4, is_quantized)
+    for fqn, module in bf16.values():
+        wrap_forward(module, factory)  # idempotent: a second apply leaves one wrap
+        plan.report.wrapped.append(fqn)
+    for fqn, (module, rung) in ladder.recipes.items():
+        wrap_forward(module, contexts[rung])
+        plan.report.precision_wrapped[fqn] = rung
+    if ladder.recipes:
+        plan.report.warnings.append(
+            f"{len(ladder.recipes)} module(s) run under their own recipe (precision ladder; outer recipe "
+            f"{outer or 'unknown'}): watch them with the te-monitor config, not with stats of the outer recipe"
+        )
+    if plan.view.recipe_name == "delayed" and bf16:
         plan.report.warnings.append(DELAYED_WARNING)
     return plan.report

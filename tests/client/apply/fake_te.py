@@ -4,7 +4,7 @@ Installed into `sys.modules` by the `fake_te` fixture only. It mirrors the real 
 NVIDIA/TransformerEngine @ d0067d0 (2.20.0.dev0) and tag v2.8:
 * `transformer_engine/common/recipe/__init__.py`: `Format` (E2M1/E4M3/E5M2/HYBRID as `_FormatHelper`
   NamedTuples), `MMParams(use_split_accumulator=True)`, and the pydantic dataclasses `DelayedScaling`,
-  `Float8CurrentScaling`, `MXFP8BlockScaling`, `Float8BlockScaling` with their fields and defaults
+  `Float8CurrentScaling`, `MXFP8BlockScaling`, `Float8BlockScaling`, `NVFP4BlockScaling` (2.20) with their fields and defaults
   (env-var defaults replaced by their unset values); `fp8_quant_*` stay unannotated class attributes, and
   pydantic dataclasses ignore unknown kwargs exactly as TE's do.
 * `transformer_engine/pytorch/quantization.py`: `autocast(enabled, calibrating, recipe, amax_reduction_group,
@@ -105,16 +105,41 @@ class Float8BlockScaling(Recipe):
         assert self.fp8_gemm_fprop.use_split_accumulator, "Split accumulator required for fprop."
 
 
+@dataclass(repr=False)
+class NVFP4BlockScaling(Recipe):
+    """TE 2.20's NVFP4BlockScaling fields (env-var defaults replaced by their unset values)."""
+
+    disable_rht: bool = False
+    disable_stochastic_rounding: bool = False
+    disable_2d_quantization: bool = False
+    row_scaled_activation: bool = False
+    fp4_format: Format = Format.E2M1
+    fp8_format: Format = Format.E4M3
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+    backward_override: str | None = None
+
+    def __post_init__(self) -> None:
+        assert self.fp4_format == Format.E2M1, "Only E2M1 is supported for NVFP4 scaling"
+        assert self.fp8_format == Format.E4M3, "Only E4M3 is supported for NVFP4 scaling"
+
+
 class State:
-    """Fake FP8GlobalStateManager: a stack of `enabled` flags and an event log."""
+    """Fake FP8GlobalStateManager: a stack of `enabled` flags (and of the recipe in effect) and an event log."""
 
     stack: list[bool] = []
+    recipe_stack: list[Any] = []
     events: list[tuple[str, bool]] = []
     recipes: list[Any] = []  # the recipe each autocast was given
 
     @classmethod
     def fp8_enabled(cls) -> bool:
         return bool(cls.stack) and cls.stack[-1]
+
+    @classmethod
+    def recipe(cls) -> Any:
+        """The recipe in effect (a disabled context keeps the outer one, as TE's autocast_enter does)."""
+        return cls.recipe_stack[-1] if cls.recipe_stack else None
 
 
 class autocast:  # noqa: N801 - TE's name
@@ -134,11 +159,13 @@ class autocast:  # noqa: N801 - TE's name
             raise RuntimeError("autocast context manager cannot be entered more than once concurrently")
         self._entered = True
         State.stack.append(self._enabled)
+        State.recipe_stack.append(self.recipe if self.recipe is not None else State.recipe())
         State.events.append(("enter", self._enabled))
         return self
 
     def __exit__(self, *exc: object) -> None:
         State.stack.pop()
+        State.recipe_stack.pop()
         State.events.append(("exit", self._enabled))
         self._entered = False
 
@@ -152,20 +179,23 @@ def fp8_autocast(
     _graph: bool = False,
 ):
     State.stack.append(enabled)
+    State.recipe_stack.append(fp8_recipe if fp8_recipe is not None else State.recipe())
     State.recipes.append(fp8_recipe)
     State.events.append(("fp8_autocast enter", enabled))
     try:
         yield
     finally:
         State.stack.pop()
+        State.recipe_stack.pop()
         State.events.append(("fp8_autocast exit", enabled))
 
 
 class Linear(nn.Linear):
-    """A 'TE module': defined under transformer_engine.*, records whether FP8 was on in its forward."""
+    """A 'TE module': defined under transformer_engine.*, records whether FP8 was on (and its recipe) in forward."""
 
     def forward(self, x):
         self.fp8_seen = State.fp8_enabled()
+        self.recipe_seen = State.recipe() if self.fp8_seen else None
         return super().forward(x)
 
 
@@ -174,13 +204,14 @@ Linear.__module__ = "transformer_engine.pytorch.module.linear"
 
 def install(monkeypatch: Any, version: str = "2.9") -> types.ModuleType:
     """Put the fake package into sys.modules; version < 2.9 has only `fp8_autocast` (as TE 2.8)."""
-    State.stack, State.events, State.recipes = [], [], []
+    State.stack, State.events, State.recipes, State.recipe_stack = [], [], [], []
     root, common = types.ModuleType("transformer_engine"), types.ModuleType("transformer_engine.common")
     recipe, pytorch = (
         types.ModuleType("transformer_engine.common.recipe"),
         types.ModuleType("transformer_engine.pytorch"),
     )
-    for cls in (Format, MMParams, Recipe, DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling, Float8BlockScaling):
+    recipe_classes = (DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling, Float8BlockScaling, NVFP4BlockScaling)
+    for cls in (Format, MMParams, Recipe, *recipe_classes):
         setattr(recipe, cls.__name__, cls)
     pytorch.fp8_autocast, pytorch.Linear = fp8_autocast, Linear
     if tuple(int(p) for p in version.split(".")[:2]) >= (2, 9):
