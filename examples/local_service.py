@@ -1,7 +1,7 @@
 """A throwaway fp8-policy service for the closed loops, and the upload step they share.
 
 Belongs here: starting `fp8-policy serve` on a free loopback port with a temporary SQLite database (stopped again
-on exit) and uploading one log tree and waiting for its analysis. Must not be here: training or reports.
+on exit), or the same app in this process (`in_process_service`), and uploading one log tree and waiting for its analysis. Must not be here: training or reports.
 """
 
 from __future__ import annotations
@@ -64,6 +64,25 @@ def local_service() -> Iterator[str]:
                 process.kill()
                 process.wait()
             log.close()
+
+
+@contextlib.contextmanager
+def in_process_service() -> Iterator[PolicyClient]:
+    """The service's app inside this process on a throwaway SQLite database, and a `PolicyClient` talking to it
+    through FastAPI's test transport (no port, no subprocess: seconds instead of a server start-up)."""
+    from fastapi.testclient import TestClient
+
+    from fp8_policy.db.migrate import upgrade
+    from fp8_policy.service.app import create_app
+    from fp8_policy.service.settings import Settings
+
+    with tempfile.TemporaryDirectory(prefix="fp8-closed-loop-") as data_dir:
+        database_url = f"sqlite:///{Path(data_dir) / 'fp8_policy.db'}"
+        upgrade(database_url)
+        settings = Settings(_env_file=None, data_dir=Path(data_dir) / "data", database_url=database_url)
+        # TestClient runs the lifespan (engine, ingest worker); its transport carries PolicyClient's requests
+        with TestClient(create_app(settings)) as app, PolicyClient(str(app.base_url), transport=app._transport) as api:
+            yield api
 
 
 def upload(api: PolicyClient, log_dir: Path, name: str, metadata: dict[str, Any]) -> dict[str, Any]:

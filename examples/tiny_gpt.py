@@ -61,17 +61,26 @@ class Block(nn.Module):
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.self_attention = nn.ModuleDict({"linear_qkv": nn.Linear(d, 3 * d), "linear_proj": nn.Linear(d, d)})
         self.mlp = nn.ModuleDict({"linear_fc1": nn.Linear(d, 4 * d), "linear_fc2": nn.Linear(4 * d, d)})
-        self.mlp_gain = 1.0  # a planted multiplier on the MLP input (the NVFP4 loop's trouble); 1 = none
+        self.outlier_gain = 1.0  # the NVFP4 loop's planted trouble (`planted`); 1 = none
+
+    def planted(self, h: torch.Tensor) -> torch.Tensor:
+        """Outlier channels: every 16th channel of a normalised input times `outlier_gain` (LLM-style activation
+        outliers). Each 16-element NVFP4 block then holds one value `outlier_gain` times its neighbours."""
+        if self.outlier_gain == 1.0:
+            return h
+        gain = torch.ones(h.shape[-1], dtype=h.dtype)
+        gain[::16] = self.outlier_gain
+        return h * gain
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = (
             y.view(b, t, 4, d // 4).transpose(1, 2)
-            for y in self.self_attention["linear_qkv"](self.ln1(x)).chunk(3, dim=-1)
+            for y in self.self_attention["linear_qkv"](self.planted(self.ln1(x))).chunk(3, dim=-1)
         )
         attention = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
         x = x + self.self_attention["linear_proj"](attention)
-        return x + self.mlp["linear_fc2"](F.gelu(self.mlp["linear_fc1"](self.ln2(x) * self.mlp_gain)))
+        return x + self.mlp["linear_fc2"](F.gelu(self.mlp["linear_fc1"](self.planted(self.ln2(x)))))
 
 
 class TinyGPT(nn.Module):

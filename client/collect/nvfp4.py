@@ -87,10 +87,11 @@ def e2m1_codes(
         draw = torch.rand(magnitude.shape, generator=generator, dtype=torch.float32)
         index = torch.where(draw < (magnitude - lo) / gap, above, below)
     else:
-        midpoints = torch.tensor(_MIDPOINTS, dtype=torch.float32)
-        lower = torch.bucketize(magnitude, midpoints, right=False)  # values equal to a midpoint go down
-        upper = torch.bucketize(magnitude, midpoints, right=True)  # ... or up
-        index = torch.where(upper % 2 == 0, upper, lower)  # a tie picks the even code
+        # Count the midpoints passed; at a midpoint itself step up only when that lands on an even code
+        # (`cast_to_fp4x2`'s thresholds: > 0.25, >= 0.75, > 1.25, >= 1.75, > 2.5, >= 3.5, > 5).
+        index = torch.zeros(magnitude.shape, dtype=torch.int64)
+        for k, midpoint in enumerate(_MIDPOINTS):
+            index += (magnitude >= midpoint) if k % 2 else (magnitude > midpoint)
     negative = torch.signbit(scaled) & ~torch.isnan(scaled)
     return (index + SIGN * negative.to(index.dtype)).to(torch.uint8)
 
