@@ -49,7 +49,7 @@ def run_summary(run: dict[str, Any]) -> str:
 
 @click.command()
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
-@click.option("--name", help="Run name (default: none).")
+@click.option("--name", help="Run name (default: the file or folder name, less .tar.gz/.zip/.log).")
 @click.option("--project", help="Project (the service's default when omitted).")
 @click.option("--tags", help="Comma-separated tags, e.g. nightly,h100.")
 @click.option("--metadata", callback=parse_metadata, help='JSON object or @file: {"hidden_size": 1280, "gpu": "h100"}.')
@@ -73,11 +73,23 @@ def upload(
     """Upload an fp8_log_dir (only its nvdlfw_inspect logs, packed to tar.gz) or one archive/log file."""
     with connect(url, token) as client:
         run = client.upload(path, name=name, project=project, tags=tags, metadata=metadata, progress=progress)
+        duplicate_of = run.get("duplicate_of")
+        if duplicate_of:
+            click.echo(duplicate_note(duplicate_of, name), err=True)
         if wait_:
-            run = client.wait(run["id"], timeout=timeout)
+            run = {**client.wait(run["id"], timeout=timeout), "duplicate_of": duplicate_of}
     if as_json:
         return echo_json(run)
     click.echo(run_summary(run))
+
+
+def duplicate_note(duplicate_of: dict[str, Any], asked_name: str | None) -> str:
+    """One line on stderr when the service already held the uploaded bytes (`duplicate_of`: its id and name)."""
+    known = f"run {duplicate_of['id']}" + (f" ({duplicate_of['name']!r})" if duplicate_of.get("name") else "")
+    unapplied = (
+        f"; the name {asked_name!r} was not applied" if asked_name and asked_name != duplicate_of.get("name") else ""
+    )
+    return f"note: these bytes were already uploaded to this project as {known}: answering with that run{unapplied}"
 
 
 @click.command()

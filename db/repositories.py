@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import Select, delete, func, insert, select, update
+from sqlalchemy import Select, and_, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.codec import decode_iterations, decode_values, encode_iterations, encode_values
@@ -107,10 +107,26 @@ class RunRepository:
         return self.session.scalars(select(Run).where(Run.project == project, Run.sha256 == sha256)).first()
 
     def list(
-        self, *, project: str | None, status: RunStatus | None, tag: str | None, after_id: int | None, limit: int
+        self,
+        *,
+        project: str | None,
+        status: RunStatus | None,
+        tag: str | None,
+        after_id: int | None,
+        limit: int,
+        unlisted_errors: tuple[str, ...] = (),
     ) -> list[Run]:
-        """Newest first; `after_id` is the cursor (ids below it)."""
+        """Newest first; `after_id` is the cursor (ids below it). Failed runs whose error ('<Code>: <detail>')
+        has one of the codes in `unlisted_errors` are left out."""
         query: Select = select(Run).order_by(Run.id.desc()).limit(limit)
+        if unlisted_errors:
+            query = query.where(
+                or_(
+                    Run.status != RunStatus.failed,
+                    Run.error.is_(None),
+                    and_(*(Run.error.notlike(f"{code}:%") for code in unlisted_errors)),
+                )
+            )
         if project is not None:
             query = query.where(Run.project == project)
         if status is not None:

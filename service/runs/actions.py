@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -40,9 +42,25 @@ MAX_TAGS = limits.MAX_TAGS
 log = logging.getLogger("fp8_policy.runs")
 
 
-def parse_upload_fields(fields: dict[str, str]) -> tuple[str | None, str, tuple[str, ...], dict]:
-    """Validate name / project / tags / metadata from form fields or query parameters."""
-    name = (fields.get("name") or "").strip() or None
+# What an upload's file name ends with when it names an archive or a log, not the run (the web form's rule too).
+_ARCHIVE_SUFFIX = re.compile(r"\.(tar\.gz|tgz|tar|zip|log\.gz|log|gz)$", re.IGNORECASE)
+
+
+def default_run_name(filename: str | None) -> str | None:
+    """The name of a run uploaded without one: its file name without the archive suffix (`esm2.tar.gz` ->
+    `esm2`; the CLI sends `<folder>.tar.gz` for a folder), None for a raw body without a file name."""
+    if not filename:
+        return None
+    stem = _ARCHIVE_SUFFIX.sub("", filename.rsplit("/", 1)[-1]).strip()
+    return stem[: limits.MAX_NAME_CHARS] or None
+
+
+def parse_upload_fields(
+    fields: dict[str, str], filename: str | None = None
+) -> tuple[str | None, str, tuple[str, ...], dict]:
+    """Validate name / project / tags / metadata from form fields or query parameters; without a name, the
+    upload's file name names the run (`default_run_name`)."""
+    name = (fields.get("name") or "").strip() or default_run_name(filename)
     project = (fields.get("project") or "").strip() or "default"
     tags = tuple(t.strip() for t in (fields.get("tags") or "").split(",") if t.strip())
     if name:
@@ -55,6 +73,16 @@ def parse_upload_fields(fields: dict[str, str]) -> tuple[str | None, str, tuple[
     return name, project, tags, limits.parse_metadata(fields.get("metadata"))
 
 
+@dataclass(frozen=True, slots=True)
+class StoredUpload:
+    """What an upload became: `run`, whether it needs an ingest job (`queued`), and whether the project already
+    held these bytes (`duplicate`: `run` is that earlier run, under its own name, tags and metadata)."""
+
+    run: Run
+    queued: bool
+    duplicate: bool
+
+
 def create_run(
     session: Session,
     data_dir: Path,
@@ -63,24 +91,40 @@ def create_run(
     uploaded_by: str | None = None,
     store: ArchiveStore | None = None,
 ) -> tuple[Run, bool]:
-    """Store a new queued run for the upload, or return the existing run with the same bytes.
+    """`store_upload` as (run, queued)."""
+    stored = store_upload(session, data_dir, upload, fields, uploaded_by, store)
+    return stored.run, stored.queued
+
+
+def store_upload(
+    session: Session,
+    data_dir: Path,
+    upload: ReceivedUpload,
+    fields: dict[str, str],
+    uploaded_by: str | None = None,
+    store: ArchiveStore | None = None,
+) -> StoredUpload:
+    """Store a new queued run for the upload, or answer with the existing run with the same bytes.
     `uploaded_by` is the access token's name (None when anonymous).
 
-    Returns (run, queued): queued is True when the run needs an ingest job — a new run, or an existing one whose
-    earlier ingest failed for a server-side reason (RETRY_ERRORS) or whose upload is gone: the same bytes
-    bring it back (issue 9 item 5). The upload file is moved to the archive store or deleted.
+    Known bytes are never stored twice: the answer is the earlier run (`duplicate`), whatever name this upload
+    asked for; the route says so (`duplicate_of`) and the CLI prints it. `queued` is True when the run needs an
+    ingest job — a new run, or an existing one whose earlier ingest failed for a server-side reason
+    (RETRY_ERRORS) or whose upload is gone: the same bytes bring it back. The upload file is moved to the archive
+    store or deleted.
 
-    Nothing is half-stored (issue 9 item 4): every field is checked before the first write; no SAVEPOINT (with
-    pysqlite, releasing the outermost one commits the row); and the stored upload is removed again when the
-    transaction rolls back, so a failed commit leaves neither a row nor an orphaned runs/<id>/upload.bin.
+    Nothing is half-stored: every field is checked before the first write; no SAVEPOINT (with pysqlite,
+    releasing the outermost one commits the row); and the stored upload is removed again when the transaction
+    rolls back, so a failed commit leaves neither a row nor an orphaned runs/<id>/upload.bin.
     """
-    name, project, tags, metadata = parse_upload_fields(fields)
+    name, project, tags, metadata = parse_upload_fields(fields, upload.filename)
     filename = limits.clean_filename(upload.filename)
     store = store or ArchiveStore(str(data_dir))
     repo = RunRepository(session)
     existing = repo.find_by_hash(project, upload.sha256)
     if existing is not None:
-        return _same_bytes_again(session, data_dir, store, existing, upload)
+        run, queued = _same_bytes_again(session, data_dir, store, existing, upload)
+        return StoredUpload(run, queued, duplicate=True)
     try:
         run = repo.add(NewRun(name, project, tags, metadata, upload.sha256, filename, upload.size, "", uploaded_by))
     except IntegrityError:  # the same bytes arrived concurrently: the whole (read-only so far) transaction goes
@@ -89,10 +133,10 @@ def create_run(
         if winner is None:
             raise
         upload.path.unlink(missing_ok=True)
-        return winner, False
+        return StoredUpload(winner, queued=False, duplicate=True)
     run.upload_path = _store_upload_file(session, data_dir, store, run.id, upload)
     session.flush()
-    return run, True
+    return StoredUpload(run, queued=True, duplicate=False)
 
 
 def _same_bytes_again(
@@ -106,6 +150,11 @@ def _same_bytes_again(
     session.refresh(run)
     return run, True
 
+
+# Failures of uploads that never held a log (service/ingest/archive/errors.py): not an archive nor a log, empty
+# once decompressed, an archive without a statistics file. Such a run stays readable by id (the uploader's
+# `--wait` reads why it failed) but is not listed among the runs.
+NEVER_HELD_A_LOG = ("NotAnArchive", "EmptyUpload", "NoStatsFile")
 
 # Failures that are the service's, not the upload's: the same bytes may well succeed next time.
 RETRY_ERRORS = ("InternalError", "InsufficientStorage", "UploadMissing")
@@ -212,7 +261,9 @@ def list_runs(session: Session, *, project, status, tag, cursor: str | None, lim
     """A page of runs with their stored summaries, and the ready runs on it whose summary is still to compute."""
     limits.check_filters(project=project, tag=tag)
     after = limits.parse_cursor(cursor)
-    runs = RunRepository(session).list(project=project, status=status, tag=tag, after_id=after, limit=limit + 1)
+    runs = RunRepository(session).list(
+        project=project, status=status, tag=tag, after_id=after, limit=limit + 1, unlisted_errors=NEVER_HELD_A_LOG
+    )
     page, more = runs[:limit], len(runs) > limit
     items = [run_read(r) for r in page]
     summaries = SummaryRepository(session).fresh([r.id for r in page if r.status == RunStatus.ready], POLICY_VERSION)

@@ -16,7 +16,7 @@ from fp8_policy.service.ingest.upload import ReceivedUpload, new_upload_path, re
 from fp8_policy.service.limits import check_rank
 from fp8_policy.service.openapi import error_responses
 from fp8_policy.service.runs import actions
-from fp8_policy.service.runs.schemas import LayerRead, RunList, RunRead, SeriesRead
+from fp8_policy.service.runs.schemas import DuplicateOf, LayerRead, RunList, RunRead, RunUploaded, SeriesRead
 from fp8_policy.service.runs.upload_docs import UPLOAD_OPENAPI
 from fp8_policy.service.settings import Settings
 from fp8_policy.service.transport.uploads import upload_client
@@ -31,9 +31,12 @@ StatusFilter = RunStatus
     status_code=202,
     openapi_extra=UPLOAD_OPENAPI,
     dependencies=[UPLOAD],
-    response_model=RunRead,
+    response_model=RunUploaded,
     responses={
-        200: {"model": RunRead, "description": "The same bytes were already uploaded to this project."},
+        200: {
+            "model": RunUploaded,
+            "description": "The same bytes were already uploaded to this project: that run, with `duplicate_of`.",
+        },
         400: {"model": ErrorBody},
         408: {"model": ErrorBody},
         413: {"model": ErrorBody},
@@ -47,8 +50,9 @@ async def create_run(request: Request, settings: SettingsDep, principal: Princip
     Send multipart/form-data with a `file` part and optional `name`, `project`, `tags` (comma-separated)
     and `metadata` (a JSON object: model dims, GPU arch, recipe, ...) fields, or a raw body with
     Content-Type application/gzip, application/x-tar, application/zip or text/plain and the same fields
-    as query parameters. A new run answers 202 and is ingested in the background; identical bytes in the
-    same project answer 200 with the existing run.
+    as query parameters. Without a `name`, the file name less its archive suffix names the run. A new run
+    answers 202 and is ingested in the background; identical bytes in the same project answer 200 with the
+    existing run and `duplicate_of` (its id and name): nothing is stored twice, this upload's name is not applied.
     """
     # async only to stream the body; everything blocking (disk, hashing, database) runs in the upload gate's
     # worker threads, never on the event loop (issue 9 item 6)
@@ -74,16 +78,18 @@ def _store_upload(
     """The blocking part of an upload (in a worker thread): store the run, queue its ingest."""
     try:
         with state.unit_of_work() as session:
-            run, created = actions.create_run(
+            stored = actions.store_upload(
                 session, settings.data_dir, upload, fields, uploaded_by, store=state.ingest.store
             )
-            body = actions.run_read(run).model_dump(mode="json")
+            read = actions.run_read(stored.run)
+            duplicate = DuplicateOf(id=read.id, name=read.name) if stored.duplicate else None
+            body = RunUploaded(**read.model_dump(), duplicate_of=duplicate).model_dump(mode="json")
     finally:
         upload.path.unlink(missing_ok=True)
         upload.release()  # the transaction has ended: the orphan sweep (service/runs/orphans.py) may judge the file
-    if created:
+    if stored.queued:
         state.ingest.submit(body["id"])
-    return body, created
+    return body, stored.queued
 
 
 @router.get("", response_model=RunList, dependencies=[READ], responses={400: {"model": ErrorBody}})

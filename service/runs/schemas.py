@@ -55,6 +55,24 @@ class RunRead(Schema):
     )
 
 
+class DuplicateOf(Schema):
+    """The earlier run of the same project that already holds an upload's bytes."""
+
+    id: int
+    name: str | None
+
+
+class RunUploaded(RunRead):
+    """The answer to an upload: the run, and `duplicate_of` when the bytes were known."""
+
+    duplicate_of: DuplicateOf | None = Field(
+        None,
+        description="Set when this project already held these bytes: the answer is that earlier run, under its own "
+        "name, tags and metadata (this upload's name and fields are not applied, nothing is stored twice); "
+        "null for a new run.",
+    )
+
+
 class RunSummaryRead(Schema):
     """The stored summary of a ready run (service/analysis/summary.py), computed once per policy version."""
 

@@ -24,6 +24,7 @@ from sqlalchemy import Engine
 from tests.archives import (
     ESM2_STATS,
     LLAMA3_STATS,
+    TS,
     esm2_tar_gz,
     gz_bytes,
     llama3_tar_gz,
@@ -220,6 +221,9 @@ class TestCreateRun:
 
         assert again.status_code == 200
         assert again.json()["id"] == first.json()["id"]
+        assert again.json()["name"] == "logs"  # the earlier run's name (its file's), not this upload's
+        assert again.json()["duplicate_of"] == {"id": first.json()["id"], "name": "logs"}
+        assert first.json()["duplicate_of"] is None
         assert again.headers["location"] == f"{RUNS}/{first.json()['id']}"
         assert list_ids(client, project=project) == [first.json()["id"]]
         wait_for_run(client, first.json()["id"])
@@ -466,13 +470,29 @@ class TestListRuns:
 
     def test_status_filter(self, client: TestClient, project: str) -> None:
         ready = ready_log(client, project, tiny_log(1))["id"]
+        log_of_unusable_lines = f"{TS} - INFO - not a statistics line\n".encode()  # held a log: listed when failed
         failed = ingest(
-            client, upload(client, b"not a log at all\n", project=project, content_type="text/plain"), status="failed"
+            client, upload(client, log_of_unusable_lines, project=project, content_type="text/plain"), status="failed"
         )["id"]
 
         assert list_ids(client, project=project, status="ready") == [ready]
         assert list_ids(client, project=project, status="failed") == [failed]
         assert list_ids(client, project=project, status="queued") == []
+
+    def test_a_failed_upload_that_never_held_a_log_is_not_listed(self, client: TestClient, project: str) -> None:
+        """Not an archive nor a log, or an archive without a statistics file: readable by id, not a run in the list."""
+        ready = ready_log(client, project, tiny_log(1))["id"]
+        not_a_log = ingest(
+            client, upload(client, b"meeting notes\n", project=project, content_type="text/plain"), "failed"
+        )
+        no_stats = ingest(
+            client, upload(client, tar_bytes({"README.md": b"hi"}), project=project, filename="x.tar"), "failed"
+        )
+
+        assert (not_a_log["error"].split(":")[0], no_stats["error"].split(":")[0]) == ("NotAnArchive", "NoStatsFile")
+        assert list_ids(client, project=project) == [ready]
+        assert list_ids(client, project=project, status="failed") == []
+        assert client.get(f"{RUNS}/{not_a_log['id']}").json()["status"] == "failed"
 
     def test_tag_filter(self, client: TestClient, project: str) -> None:
         tagged = upload(client, tiny_log(1), project=project, content_type="text/plain", tags="bf16,ablation").json()

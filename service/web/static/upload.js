@@ -114,7 +114,8 @@ export function uploadView(ctx) {
     }
     const data = new FormData();
     data.append("file", file, file.name);
-    data.append("name", name.value.trim() || file.name.replace(/\.(tar\.gz|tgz|tar|zip|log\.gz|log|gz)$/i, ""));
+    // Without a name the service names the run after the file (less .tar.gz, .zip, .log, ...), as for the CLI.
+    if (name.value.trim()) data.append("name", name.value.trim());
     if (project.value.trim()) data.append("project", project.value.trim());
     if (tags.value.trim()) data.append("tags", tags.value.trim());
     if (meta) data.append("metadata", meta);
@@ -198,9 +199,12 @@ export function uploadView(ctx) {
       bar.value = 100;
       pct.textContent = "100%";
       detail.textContent = `${fmtBytes(file.size)} uploaded`;
-      if (xhr.status === 200) {
-        replace(result, h("div", { class: "alert alert-info" },
-          `These bytes were already uploaded to project “${body.project}” as run #${body.id}.`));
+      const dup = body.duplicate_of;
+      if (dup) {
+        const asked = data.get("name");
+        replace(result, h("div", { class: "alert alert-info", id: "upload-duplicate" },
+          `These bytes were already uploaded to project “${body.project}” as run #${dup.id}${dup.name ? ` “${dup.name}”` : ""}; `
+          + `this is that run${asked && asked !== dup.name ? ` (the name “${asked}” was not applied)` : ""}.`));
       }
       choose(null);
       fileInput.value = "";
