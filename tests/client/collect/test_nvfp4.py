@@ -159,3 +159,19 @@ def test_torchao_clamps_tiny_block_scales_where_te_does_not() -> None:
     assert ours.block_scales.float()[0, 0] == scales.float()[0, 0] == 448.0
     assert ours.block_scales.float()[0, 1].item() == pytest.approx(448 * 2.0**-16, rel=0.25)
     assert scales.float()[0, 1].item() == 2.0**-6
+
+
+@pytest.mark.parametrize("two_d", [False, True])
+@pytest.mark.parametrize("family", ["gaussian", "heavy_tailed", "outlier_rows"])
+def test_the_analysis_bands_emulation_quantizes_exactly_like_the_collector(family: str, two_d: bool) -> None:
+    """policy/ derives NVFP4 bands from its own NumPy emulation (policy/ must not import the client); both must
+    give the same E2M1 values and `nvfp4_underflows%`, or the bands would judge numbers the collector does not
+    write."""
+    np = pytest.importorskip("numpy")
+    emulation = pytest.importorskip("fp8_policy.policy.nvfp4_emulation")
+    x = CASES[family](torch.Generator().manual_seed(11)).float()
+    ours = quantize_nvfp4(x, two_d=two_d)
+    theirs = emulation.quantize_nvfp4(x.numpy(), (16, 16) if two_d else (1, 16))
+    assert np.array_equal(e2m1_values(ours.codes).numpy(), theirs.fp4)
+    expected = quantization_stats(x, recipe="nvfp4", two_d=two_d)["underflows%"]
+    assert theirs.underflows_pct == pytest.approx(expected, rel=1e-12)
