@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fp8_policy.policy._summary_kernel import summarize_series
+from fp8_policy.policy import kernels
 from fp8_policy.policy.metadata_log import MetadataLog
 from fp8_policy.policy.names import layer_structure, order_key, split_metric_name
 from fp8_policy.policy.records import (
@@ -90,7 +90,7 @@ def summaries(offsets: np.ndarray, iterations: np.ndarray, values: np.ndarray) -
     """Summaries of the series [offsets[k]:offsets[k+1]]: counts, and min/max/mean/p95 over the finite points
     (equal to NumPy's per series, computed in one compiled pass: policy/_summary_kernel.py)."""
     parts = map_series_ranges(
-        offsets, SUMMARY_THREADS, lambda first, stop: summarize_series(offsets[first : stop + 1], values)
+        offsets, SUMMARY_THREADS, lambda first, stop: kernels.summary.summarize_series(offsets[first : stop + 1], values)
     )
     counts, stats = np.concatenate([c for c, _ in parts]), np.concatenate([s for _, s in parts])
     out = []

@@ -18,7 +18,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from fp8_policy.policy._csv_kernel import ROW_SLACK, write_rows
+from fp8_policy.policy import kernels
+from fp8_policy.policy._csv_kernel import ROW_SLACK
 
 LAYOUTS = ("long", "bionemo")
 HEADERS = {
@@ -61,7 +62,7 @@ def series_rows(prefix: bytes, iterations: np.ndarray, values: np.ndarray) -> It
     out = np.empty(min(len(its), rows_per_chunk) * per_row, dtype=np.uint8)
     for start in range(0, len(its), rows_per_chunk):
         stop = min(start + rows_per_chunk, len(its))
-        written, bad_row = write_rows(head, its, vals, start, stop, out)
+        written, bad_row = kernels.csv.write_rows(head, its, vals, start, stop, out)
         if bad_row >= 0:  # rare: let Python format this piece exactly
             yield _python_rows(prefix, its[start:stop], vals[start:stop])
         else:

@@ -34,6 +34,7 @@ from fp8_policy.policy.safe_text import displayable
 from fp8_policy.policy.stats_log import StatsLogError, StatsLogParser
 from fp8_policy.service.ingest.archive import ArchiveError, ExtractLimits
 from fp8_policy.service.ingest.archive.stream import ChunkedReader, read_members, scan_archive
+from fp8_policy.service.ingest.kernel_warmup import kernels_for
 from fp8_policy.service.ingest.metadata_codec import metadata_from_json, metadata_to_json
 from fp8_policy.service.ingest.parse import MAX_METADATA_BYTES, IngestError
 from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
@@ -96,6 +97,7 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
     metadata = _MetadataReader()
     first = _FirstRank(ctx.settings)
     with _open_upload(ctx, job.run_id, key) as (src, size):
+        kernels_for(size)  # a large upload waits for the compiled kernels; a small one is parsed at once
         scan = scan_archive(
             src, size, extract_limits(ctx.settings), hint, on_metadata=metadata.read, on_stats=first.feed
         )
@@ -213,6 +215,7 @@ def ingest_rank(ctx: JobContext, job: ClaimedJob) -> None:
     member_of = {streamed: member for member, streamed in files}
     parse = _RankParse(ctx.settings, job.rank)
     with _open_upload(ctx, job.run_id, key) as (src, size):
+        kernels_for(size)
         read_members(
             src,
             size,

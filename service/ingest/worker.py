@@ -21,6 +21,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from fp8_policy.db.jobs import JobRepository
 from fp8_policy.db.session import session_scope
+from fp8_policy.service.ingest.kernel_warmup import prepare
+from fp8_policy.service.ingest.kernel_warmup import warm_parser as warm_parser  # re-exported: app, tests, bench
 from fp8_policy.service.ingest.pipeline import JobContext, run_job
 from fp8_policy.service.ingest.store import ArchiveStore, store_for
 from fp8_policy.service.settings import Settings
@@ -28,24 +30,9 @@ from fp8_policy.service.settings import Settings
 log = logging.getLogger("fp8_policy.ingest")
 
 
-def warm_parser() -> None:
-    """Load (or compile, first time) the numba kernels so the first job does not pay for it: the parser's
-    and the series summaries' (policy/_summary_kernel.py)."""
-    import io
-
-    from fp8_policy.policy.assemble import assemble_run
-    from fp8_policy.policy.metadata_log import MetadataLog
-    from fp8_policy.policy.stats_log import StatsLogParser
-
-    line = b"2026-01-01 00:00:00,000 - INFO - model.l_gradient_mse \t\t\t\t iteration=000000 \t\t\t\t value=0.0000\n"
-    parser = StatsLogParser(workers=1)
-    parser.feed(io.BytesIO(line * 2), "warm-up")
-    assemble_run({0: parser.finish()}, MetadataLog())
-
-
 def warm_up_process() -> None:
     """The start-up warm-up of a serving process (`fp8-policy serve`, `fp8-policy worker`): the kernels
-    (warm_parser), then gc.freeze() (https://docs.python.org/3/library/gc.html#gc.freeze) on what start-up left:
+    (kernel_warmup.prepare: compiled in a child process when not cached, then loaded), then gc.freeze() (https://docs.python.org/3/library/gc.html#gc.freeze) on what start-up left:
     those objects (FastAPI, SQLAlchemy, numba and the modules) live as long as the process, and unfrozen, every
     full collection walked them again: 150-240 ms per gen-2 collection in the service on the 2-core dev
     machine, and one landed in every ingest (a run's SeriesRecord objects trigger it). Not for processes that
@@ -58,7 +45,7 @@ def warm_up_process() -> None:
 
     from fp8_policy.policy.stats_log import prefault_buffers
 
-    warm_parser()
+    prepare()  # meanwhile ingest parses small uploads with the interpreted kernels (policy/kernels.py)
     gc.collect()
     gc.freeze()
     prefault_buffers()
