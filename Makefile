@@ -4,23 +4,34 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# `make run` needs only the server extra (FastAPI, SQLAlchemy, numba, ...; the demo runs are generated with
+# numpy): no torch, Playwright or linters. The dev install (STAMP) includes it, so it also satisfies RUN_STAMP.
+RUN_STAMP := $(VENV)/.installed-server
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 export FP8_POLICY_DATA_DIR ?= $(CURDIR)/data
 
-.PHONY: setup run test lint system-deps typecheck-tree bench eval clean
+.PHONY: setup setup-server run test lint system-deps typecheck-tree bench eval clean
 
 setup: $(STAMP)
+setup-server: $(RUN_STAMP)
 
 # Re-installs only when pyproject.toml changes; safe to run any number of times.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	touch $(STAMP)
+	touch $(STAMP) $(RUN_STAMP)
 
-run: setup
-	$(BIN)/fp8-policy serve --demo --host $(HOST) --port $(PORT)
+$(RUN_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[server]"
+	touch $(RUN_STAMP)
+
+# `exec`: the server is make's child itself, so a SIGTERM to `make run`'s process group stops it directly.
+run: setup-server
+	exec $(BIN)/fp8-policy serve --demo --host $(HOST) --port $(PORT)
 
 # The suite runs on TEST_WORKERS pytest-xdist processes (most tests wait on sockets and subprocesses); which tests
 # travel together is tests/distribute.py's business. TEST_WORKERS=0 runs it in this one process.

@@ -84,11 +84,10 @@ def serve(
     limit_concurrency: int | None,
 ) -> None:
     """Start the API with uvicorn (on a non-loopback --host only once an access token exists)."""
-    import uvicorn
-
     from fp8_policy.service.app import create_app
     from fp8_policy.service.settings import get_settings
     from fp8_policy.service.transport.server import raise_descriptor_limit, uvicorn_config
+    from fp8_policy.service.transport.shutdown import BoundedShutdownServer
 
     settings = get_settings()
     if demo is not None:
@@ -109,7 +108,7 @@ def serve(
     app = create_app(settings)
     app.state.long_running = True
     config = uvicorn_config(app, settings, host=host, port=port, log_level=log_level, descriptors=descriptors)
-    uvicorn.Server(config).run()
+    BoundedShutdownServer(config).run()  # SIGTERM: stopped within 4 s, in-flight ingest resumes at the next start
 
 
 @cli.group()
