@@ -42,9 +42,11 @@ class ApplyReport:
     """Result of `apply_policy`.
 
     matched / unmatched / already_bf16: per policy name. wrapped (te): FQNs whose forward now runs under
-    autocast(enabled=False) (skips, GEMM overrides and the ladder's BF16 rungs). precision_wrapped (te): FQN -> the
-    ladder rung whose recipe its forward now runs under (`te.autocast(recipe=...)`, nested in the outer one). converted / kept / not_convertible (torchao): nn.Linear FQNs swapped to
-    Float8Linear, kept in high precision by the policy, and left alone because a dim is not a multiple of 16.
+    autocast(enabled=False) (skips, GEMM overrides and the ladder's BF16 rungs). precision_wrapped: FQN -> the
+    ladder rung it now runs at (te: its own `te.autocast(recipe=...)` nested in the outer one; torchao: MXFP8
+    rungs converted with torchao's prototype MXFP8 training). converted / kept / not_convertible (torchao):
+    nn.Linear FQNs swapped to Float8Linear, kept in high precision by the policy, and left alone because a dim is
+    not a multiple of 16.
     """
 
     backend: str
@@ -80,11 +82,11 @@ class ApplyReport:
         lines += [f"bf16      {a.name}: {a.why}" for a in self.already_bf16]
         if self.backend == "te":
             lines.append(f"wrapped in autocast(enabled=False): {', '.join(self.wrapped) or 'none'}")
-            lines += [f"own recipe {rung:<7} {fqn}" for fqn, rung in self.precision_wrapped.items()]
         else:
             lines.append(f"converted to Float8Linear: {len(self.converted)}: {', '.join(self.converted)}")
             lines.append(f"kept in high precision: {', '.join(self.kept) or 'none'}")
             if self.not_convertible:
                 lines.append(f"not converted (dims not multiples of 16): {', '.join(self.not_convertible)}")
+        lines += [f"own recipe {rung:<7} {fqn}" for fqn, rung in self.precision_wrapped.items()]
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)

@@ -9,6 +9,13 @@ torchao filters on `named_modules()` FQNs of the model it converts (`swap_linear
 `layer_number` (1-based) -> ModuleList index (0-based) step is undone by construction. A skipped container
 (a whole block) keeps every nn.Linear under it. Dims that are not multiples of 16 are left alone, as
 torchao's own `_auto_filter_for_*` do ("hardware requirement for float8").
+
+The precision ladder (`precision_ladder`, torchao 0.18 read): BF16 rungs (and `delayed` under another recipe) stay
+nn.Linear like skips; `mxfp8` rungs use torchao's MXFP8 training (`torchao.prototype.moe_training.config.
+MXFP8TrainingOpConfig` through `quantize_`, kernel preference EMULATED without CUDA) when that prototype exists,
+else float8; `nvfp4` rungs become float8 (the safe side: torchao has no dense-Linear NVFP4 training, only NVFP4
+inference configs and MoE kernels); `block` / `current` rungs use the float8 recipe of the model. The report's
+`precision_wrapped` and warnings state each of these.
 """
 
 from __future__ import annotations
@@ -57,6 +64,58 @@ def default_config(config_cls: Any, recipe_name: str | None, report: ApplyReport
     return config_cls.from_recipe_name(torchao_recipe)
 
 
+def _ladder(model: nn.Module, plan: Any, report: ApplyReport, allow_unmatched: bool) -> tuple[list[str], list[str]]:
+    """(FQNs kept in high precision by the ladder, FQNs of its mxfp8 rungs); warnings for the other rungs."""
+    from fp8_policy.client.apply.names import NameIndex, UnmatchedLayers, resolve_names
+
+    outer = plan.view.recipe_name
+    rungs = {name: rung for name, rung in plan.view.layer_precisions.items() if rung != outer}
+    if not rungs:
+        return [], []
+    resolved, unmatched = resolve_names(NameIndex(model), rungs)
+    if unmatched and not allow_unmatched:
+        raise UnmatchedLayers(unmatched)
+    report.unmatched += unmatched
+    bf16, mx, fp8 = [], [], []
+    for name, (found, _how) in resolved.items():
+        rung = rungs[name]
+        for entry in found:
+            if rung == "bf16" or (rung == "delayed" and outer != "delayed"):
+                bf16.append(entry.fqn)
+            elif rung == "mxfp8":
+                mx.append(entry.fqn)
+            else:
+                fp8.append(f"{entry.fqn} ({rung})")
+    if fp8:
+        report.warnings.append(
+            "precision ladder rungs torchao cannot express run as float8 with the model's recipe (NVFP4: the safe "
+            "side, torchao has no dense-Linear NVFP4 training): " + ", ".join(fp8)
+        )
+    return bf16, mx
+
+
+def _convert_mxfp8(model: nn.Module, fqns: list[str], report: ApplyReport) -> None:
+    """MXFP8 training (torchao prototype) for exactly these nn.Linear FQNs; float8 when the prototype is missing."""
+    try:
+        import torch
+        from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig
+        from torchao.quantization import quantize_
+        from torchao.quantization.quantize_.common import KernelPreference
+    except ImportError:
+        report.warnings.append(f"this torchao has no MXFP8TrainingOpConfig: mxfp8 rungs run as float8: {fqns}")
+        return
+    from torch import nn
+
+    targets = {fqn for fqn, m in model.named_modules() if fqn in fqns and isinstance(m, nn.Linear)}
+    preference = KernelPreference.AUTO if torch.cuda.is_available() else KernelPreference.EMULATED
+    quantize_(model, MXFP8TrainingOpConfig(kernel_preference=preference), filter_fn=lambda m, fqn: fqn in targets)
+    report.precision_wrapped.update(dict.fromkeys(sorted(targets), "mxfp8"))
+    report.warnings.append(
+        f"{len(targets)} nn.Linear(s) of mxfp8 rungs use torchao's prototype MXFP8 training "
+        f"(MXFP8TrainingOpConfig, kernel preference {preference.name})"
+    )
+
+
 def apply_torchao(
     model: nn.Module | Sequence[nn.Module],
     policy: Mapping[str, Any],
@@ -85,10 +144,16 @@ def apply_torchao(
         quantizable=lambda m: isinstance(m, nn.Linear),
     )
     report, skip = plan.report, [t.fqn for t in plan.targets]
+    ladder_bf16, mx = _ladder(model, plan, report, allow_unmatched)
+    skip += ladder_bf16
+    mx = [fqn for fqn in mx if not _under(fqn, skip)]
+    if mx:
+        _convert_mxfp8(model, mx, report)
 
     def keep_fp8_filter(module: nn.Module, fqn: str) -> bool:
         return (
             not _under(fqn, skip)
+            and fqn not in report.precision_wrapped
             and not isinstance(module, float8_linear)
             and dims_multiple_of_16(module)
             and (module_filter_fn is None or module_filter_fn(module, fqn))

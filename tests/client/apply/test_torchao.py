@@ -157,3 +157,29 @@ def test_default_config_follows_the_policy_recipe() -> None:
     report = apply_policy(model, {**POLICY, "recipe": {"name": "block"}}, backend="torchao")
     assert any("'rowwise'" in w for w in report.warnings)
     assert isinstance(model.layers[0].mlp.fc1, Float8Linear)
+
+
+def test_precision_ladder_bf16_rungs_stay_linear_mxfp8_rungs_use_torchao_mx_and_nvfp4_is_float8() -> None:
+    from torchao.prototype.moe_training.tensor import MXFP8TrainingWeightWrapperTensor
+
+    model = ToyTransformer()
+    rungs = {
+        "model.layers.1.mlp.fc1": "bf16",
+        "model.layers.2.self_attention.qkv": "mxfp8",
+        "model.layers.3.mlp.fc2": "nvfp4",
+        "model.layers.4.mlp.fc1": "current",
+    }
+    policy = {
+        "fp8_skip_layers": ["model.lm_head"],
+        "recipe": {"name": "current"},
+        "precision_ladder": {"layers": {name: {"precision": rung} for name, rung in rungs.items()}},
+    }
+    report = apply_policy(model, policy, backend="torchao", config=EMULATE)
+    assert type(model.layers[0].mlp.fc1) is nn.Linear and "layers.0.mlp.fc1" in report.kept
+    qkv = model.layers[1].self_attention.qkv
+    assert isinstance(qkv.weight, MXFP8TrainingWeightWrapperTensor) and not isinstance(qkv, Float8Linear)
+    assert report.precision_wrapped == {"layers.1.self_attention.qkv": "mxfp8"}
+    assert isinstance(model.layers[2].mlp.fc2, Float8Linear)  # nvfp4: the safe side, stated
+    assert any("layers.2.mlp.fc2 (nvfp4)" in w and "safe side" in w for w in report.warnings)
+    assert "own recipe mxfp8" in report.summary()
+    model(tokens()).float().sum().backward()
