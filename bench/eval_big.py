@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.eval_ingest import MAX_LINE_BYTES, log_files
+from bench.eval_scoring import pattern_names
 from fp8_policy.service.ingest.parse import parse_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,7 +99,7 @@ def big_timings(tree: Path, repeats: int = 3, truth: Any = None) -> dict[str, An
     out.update(
         {
             "planted": sorted(truth.patterns),
-            "missed": sorted(truth.patterns - analysis.patterns()),
+            "missed": sorted(truth.patterns - pattern_names(analysis.patterns())),
             "skip_truth": len(truth.skip_layers),
             "skip_covered": len(truth.skip_layers & covered),
             "skip_extra": sorted(covered - truth.skip_layers),

@@ -50,6 +50,15 @@ class CaseScore:
         return self.recipe in self.expected_recipe
 
 
+def pattern_names(found: Iterable[str]) -> frozenset[str]:
+    """The found patterns as the planted vocabulary names them: `warning_band` (layers in the warning band that no
+    pattern explains, named so that findings and gate agree) is what the vocabulary calls `healthy` when it is the
+    only finding, and no pattern next to others."""
+    found = frozenset(found)
+    rest = found - {"warning_band"}
+    return rest if rest or not found else frozenset({"healthy"})
+
+
 def score(
     planted: Iterable[str],
     found: Iterable[str],
@@ -64,7 +73,7 @@ def score(
     """Score one case: `skipped` and `overridden` together are the covered layers."""
     return CaseScore(
         frozenset(planted),
-        frozenset(found),
+        pattern_names(found),
         frozenset(truth_skips),
         frozenset(skipped) | frozenset(overridden),
         frozenset(signal_layers),

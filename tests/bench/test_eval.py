@@ -111,6 +111,14 @@ def test_extra_pattern_lowers_precision_and_missed_one_lowers_recall():
     assert (micro.pattern_tp, micro.pattern_fp, micro.pattern_fn) == (3, 1, 1)
 
 
+def test_warning_band_is_the_vocabulary_s_healthy_alone_and_no_pattern_next_to_others():
+    # `warning_band` names warning-band layers no pattern explains (so findings and gate agree); the planted
+    # vocabulary has no such pattern: alone it is a healthy run, next to a pattern it is no extra pattern.
+    assert score({"healthy"}, {"warning_band"}, (), (), (), ()).false_alarms == frozenset()
+    assert score({"u_shape"}, {"u_shape", "warning_band"}, (), (), (), ()).found == {"u_shape"}
+    assert score({"healthy"}, {"unassessed"}, (), (), (), ()).false_alarms == {"unassessed"}
+
+
 def test_wrong_recipe_is_scored():
     s = score({"uniform"}, {"uniform"}, (), {"x"}, (), (), recipe="delayed", expected_recipe={"mxfp8"})
     assert s.recipe_ok is False
