@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from fp8_policy.db.alert_models import AlertDelivery, AlertRule
 from fp8_policy.db.repositories import utcnow
+from fp8_policy.db.session import rows_affected
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,11 +199,13 @@ class AlertRepository:
         ids = [delivery_id for delivery_id in order if delivery_id in free]
         claimed = []
         for delivery_id in ids:
-            taken = self.session.execute(
-                update(AlertDelivery)
-                .where(AlertDelivery.id == delivery_id, due)
-                .values(status="sending", lease_until=now + timedelta(seconds=owner_lease_seconds))
-            ).rowcount
+            taken = rows_affected(
+                self.session.execute(
+                    update(AlertDelivery)
+                    .where(AlertDelivery.id == delivery_id, due)
+                    .values(status="sending", lease_until=now + timedelta(seconds=owner_lease_seconds))
+                )
+            )
             if not taken:
                 continue
             row = self.session.get(AlertDelivery, delivery_id)

@@ -78,7 +78,8 @@ def decode_iterations(blob: bytes) -> np.ndarray:
         start, step, count = _RANGE.unpack(body)
         if not 0 <= count <= MAX_SERIES_POINTS:
             raise CorruptSeries(f"an iteration range of {count} points")
-        return start + step * np.arange(count, dtype=np.int64)
+        iterations: np.ndarray = start + step * np.arange(count, dtype=np.int64)
+        return iterations
     if tag == _ITER_DELTAS:
         if len(body) < _FIRST.size:
             raise CorruptSeries(f"iteration deltas of {len(body)} bytes have no first iteration")

@@ -10,6 +10,7 @@ the jobs that are not about one rank (a NOT NULL column keeps the unique key por
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import JSON, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
@@ -37,5 +38,5 @@ class IngestJob(Base):
     owner: Mapped[str | None] = mapped_column(String(200))  # host:pid:token of the worker holding the lease
     lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
     error: Mapped[str | None] = mapped_column(Text)
-    result: Mapped[dict | None] = mapped_column(JSON)  # what the job found: files, counts (finalize reads it)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # what the job found: files, counts (finalize reads it)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())

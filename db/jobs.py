@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import and_, delete, exists, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, exists, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased
 
 from fp8_policy.db.job_models import NO_RANK, IngestJob
 from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.db.repositories import RunRepository, utcnow
+from fp8_policy.db.session import rows_affected
 
 UNFINISHED = ("queued", "doing")
 
@@ -57,7 +59,7 @@ class JobRepository:
         return True
 
     def add_rank_jobs(
-        self, run_id: int, ranks: list[int], done: dict[int, dict] | None = None, finalized: bool = False
+        self, run_id: int, ranks: list[int], done: dict[int, dict[str, Any]] | None = None, finalized: bool = False
     ) -> None:
         """One parse-and-store job per rank plus the run's finalize job (claimable once all ranks are done);
         ranks in `done` were stored by the caller's transaction: their job is recorded done with its result,
@@ -105,13 +107,14 @@ class JobRepository:
                 )
                 .execution_options(synchronize_session=False)
             )
-            if taken.rowcount == 1:
+            if rows_affected(taken) == 1:
                 job = self.session.get(IngestJob, candidate, populate_existing=True)
+                assert job is not None  # the row this transaction just updated
                 return ClaimedJob(job.id, job.run_id, job.kind, job.rank, job.attempts)
             now = None
         return None
 
-    def _claimable(self, now: datetime):
+    def _claimable(self, now: datetime) -> ColumnElement[bool]:
         ranks = aliased(IngestJob)
         ranks_left = exists().where(ranks.run_id == IngestJob.run_id, ranks.kind == "rank", ranks.status != "done")
         return and_(
@@ -129,7 +132,7 @@ class JobRepository:
             .values(lease_until=utcnow() + timedelta(seconds=lease_seconds))
             .execution_options(synchronize_session=False)
         )
-        return result.rowcount
+        return rows_affected(result)
 
     def expire_leases_of(self, owners: list[str]) -> int:
         """Leases of owners known to be dead (a stopped process on this host) run out now, not at lease end."""
@@ -141,14 +144,14 @@ class JobRepository:
             .values(lease_until=utcnow() - timedelta(seconds=1))
             .execution_options(synchronize_session=False)
         )
-        return result.rowcount
+        return rows_affected(result)
 
     def owners_holding(self) -> list[str]:
         query = select(IngestJob.owner).where(IngestJob.status == "doing", IngestJob.owner.is_not(None)).distinct()
         return list(self.session.scalars(query))
 
     # --- finish -----------------------------------------------------------------------------
-    def complete(self, job: ClaimedJob, owner: str, result: dict | None = None) -> None:
+    def complete(self, job: ClaimedJob, owner: str, result: dict[str, Any] | None = None) -> None:
         """Mark the job done in the caller's transaction (first statement: it locks the job row, so the
         store that follows is exclusive); raises LeaseLost when `owner` no longer holds it."""
         done = self.session.execute(
@@ -157,7 +160,7 @@ class JobRepository:
             .values(status="done", owner=None, lease_until=None, result=result)
             .execution_options(synchronize_session=False)
         )
-        if done.rowcount != 1:
+        if rows_affected(done) != 1:
             raise LeaseLost(f"job {job.id} ({job.kind} of run {job.run_id}) is no longer held by {owner}")
 
     def fail(self, job: ClaimedJob, owner: str, error: str) -> None:
@@ -168,7 +171,7 @@ class JobRepository:
             .values(status="failed", error=error, owner=None, lease_until=None)
             .execution_options(synchronize_session=False)
         )
-        if held.rowcount != 1:
+        if rows_affected(held) != 1:
             raise LeaseLost(f"job {job.id} ({job.kind} of run {job.run_id}) is no longer held by {owner}")
         self.cancel_run(job.run_id, f"cancelled: job {job.id} failed")
 
@@ -181,14 +184,14 @@ class JobRepository:
         )
 
     # --- reads ------------------------------------------------------------------------------
-    def result_of(self, run_id: int, kind: str, rank: int = NO_RANK) -> dict | None:
+    def result_of(self, run_id: int, kind: str, rank: int = NO_RANK) -> dict[str, Any] | None:
         return self.session.scalar(
             select(IngestJob.result).where(
                 IngestJob.run_id == run_id, IngestJob.kind == kind, IngestJob.rank == rank, IngestJob.status == "done"
             )
         )
 
-    def rank_results(self, run_id: int) -> dict[int, dict]:
+    def rank_results(self, run_id: int) -> dict[int, dict[str, Any]]:
         query = select(IngestJob.rank, IngestJob.result).where(
             IngestJob.run_id == run_id, IngestJob.kind == "rank", IngestJob.status == "done"
         )
@@ -206,7 +209,7 @@ class JobRepository:
         return self.session.scalar(query) is not None
 
     @staticmethod
-    def _row(run_id: int, kind: str, rank: int) -> dict:
+    def _row(run_id: int, kind: str, rank: int) -> dict[str, Any]:
         return {
             "run_id": run_id,
             "kind": kind,

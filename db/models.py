@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -62,7 +63,7 @@ class Run(Base):
     upload_filename: Mapped[str | None] = mapped_column(String(500))
     upload_bytes: Mapped[int] = mapped_column(BigInteger)
     upload_path: Mapped[str] = mapped_column(String(1000))  # relative to the data directory
-    run_metadata: Mapped[dict] = mapped_column("metadata", JSON)
+    run_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -76,7 +77,7 @@ class Run(Base):
     lines_skipped: Mapped[int] = mapped_column(BigInteger, default=0)
     lines_blank: Mapped[int] = mapped_column(BigInteger, default=0)
     lines_duplicated: Mapped[int] = mapped_column(BigInteger, default=0)
-    ingest_report: Mapped[dict | None] = mapped_column(JSON)  # per-file counts, skipped samples
+    ingest_report: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # per-file counts, skipped samples
     uploaded_by: Mapped[str | None] = mapped_column(String(100))  # the access token's name; NULL when anonymous
 
     tags: Mapped[list[RunTag]] = relationship(
@@ -106,7 +107,7 @@ class Layer(Base):
     sublayer: Mapped[str | None] = mapped_column(String(MAX_LAYER_CHARS))
     precision: Mapped[str] = mapped_column(String(16))
     has_fp8_stats: Mapped[bool] = mapped_column(Boolean)
-    plans: Mapped[dict] = mapped_column(JSON)  # {"tensor/gemm": plan} merged over ranks
+    plans: Mapped[dict[str, Any]] = mapped_column(JSON)  # {"tensor/gemm": plan} merged over ranks
 
 
 class Series(Base):

@@ -9,8 +9,9 @@ finalize step sets their model order, precision and plans once every rank is in.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any, cast
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import Table, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -19,6 +20,9 @@ from fp8_policy.db.repositories import IngestCounts, _series_row, utcnow
 from fp8_policy.policy.assemble import AssembledLayer, SeriesRecord
 from fp8_policy.policy.names import layer_structure
 from fp8_policy.policy.records import Precision
+
+# Series rows go in by Core executemany on the table (complete rows, no ORM bulk bookkeeping).
+SERIES_TABLE = cast(Table, Series.__table__)
 
 
 class RankStore:
@@ -41,7 +45,7 @@ class RankStore:
         self.session.execute(delete(Series).where(Series.run_id == run_id, Series.rank == rank))
         rows = [_series_row(run_id, layer_ids[s.metric.layer], s) for s in series]
         for start in range(0, len(rows), 500):  # Core executemany: the rows are complete, no ORM bookkeeping
-            self.session.execute(insert(Series.__table__), rows[start : start + 500])
+            self.session.execute(insert(SERIES_TABLE), rows[start : start + 500])
 
     def clear_metrics(self, run_id: int) -> None:
         """All-or-nothing: a failed (or re-planned) run keeps no series and no layers."""
@@ -56,12 +60,12 @@ class RankStore:
             .where(Series.run_id == run_id)
             .distinct()
         )
-        return [tuple(row) for row in self.session.execute(query)]
+        return [(name, stat, recipe) for name, stat, recipe in self.session.execute(query)]
 
     def write_layer_table(self, run_id: int, layers: list[AssembledLayer]) -> None:
         """Final order, precision and plans of every layer; layers known only from plan lines are added."""
         query = select(Layer.name, Layer.id).where(Layer.run_id == run_id)
-        existing: dict[str, int] = dict(self.session.execute(query).all())  # type: ignore[arg-type]
+        existing: dict[str, int] = dict(self.session.execute(query).tuples().all())
         new_rows, changes = [], []
         for layer in layers:
             values = _layer_values(run_id, layer)
@@ -84,7 +88,7 @@ class RankStore:
             func.count(Series.rank.distinct()),
         ).where(Series.run_id == run.id)
         series_count, points, first, last, ranks = self.session.execute(query).one()
-        layers = self.session.scalar(select(func.count()).select_from(Layer).where(Layer.run_id == run.id))
+        layers = self.session.scalar(select(func.count()).select_from(Layer).where(Layer.run_id == run.id)) or 0
         run.status, run.error, run.finished_at = RunStatus.ready, None, utcnow()
         run.rank_count, run.layer_count, run.series_count = ranks, layers, series_count
         run.point_count, run.iteration_min, run.iteration_max = int(points), first, last
@@ -94,7 +98,7 @@ class RankStore:
         self.session.flush()
 
 
-def _placeholder_layer(run_id: int, name: str) -> dict:
+def _placeholder_layer(run_id: int, name: str) -> dict[str, Any]:
     structure = layer_structure(name)
     return {
         "run_id": run_id,
@@ -109,7 +113,7 @@ def _placeholder_layer(run_id: int, name: str) -> dict:
     }
 
 
-def _layer_values(run_id: int, layer: AssembledLayer) -> dict:
+def _layer_values(run_id: int, layer: AssembledLayer) -> dict[str, Any]:
     return {
         "run_id": run_id,
         "name": layer.info.name,

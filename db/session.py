@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, cast
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import CursorResult, Engine, Result, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.orm import Session, sessionmaker
 
 
@@ -36,7 +38,7 @@ def is_in_memory(engine: Engine) -> bool:
     return engine.url.get_backend_name() == "sqlite" and engine.url.database in (None, "", ":memory:")
 
 
-def _sqlite_pragmas(dbapi_connection, _record) -> None:
+def _sqlite_pragmas(dbapi_connection: DBAPIConnection, _record: object) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -59,3 +61,9 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
             raise
         else:
             session.commit()
+
+
+def rows_affected(result: Result[Any]) -> int:
+    """How many rows an UPDATE or DELETE matched: `Session.execute` is typed to return a `Result`, but a DML
+    statement's result is a `CursorResult`, which carries `rowcount`."""
+    return int(cast(CursorResult[Any], result).rowcount)

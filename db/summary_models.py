@@ -9,6 +9,7 @@ with default thresholds returns `analysis` as stored.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import JSON, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
@@ -26,5 +27,5 @@ class RunSummary(Base):
     headline: Mapped[str | None] = mapped_column(Text)  # that finding's one-sentence summary
     to_bf16: Mapped[int] = mapped_column(Integer)  # layers the recommendation keeps in BF16
     gemm_overrides: Mapped[int] = mapped_column(Integer)  # layers with per-GEMM overrides
-    analysis: Mapped[dict] = mapped_column(JSON)  # the default-threshold analysis as GET /analysis returns it
+    analysis: Mapped[dict[str, Any]] = mapped_column(JSON)  # the default-threshold analysis as GET /analysis returns it
     computed_at: Mapped[datetime] = mapped_column(UTCDateTime())

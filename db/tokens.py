@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Row, exists, select, update
 from sqlalchemy.exc import IntegrityError
@@ -45,7 +46,7 @@ class TokenRepository:
         self.session.flush()
         return token
 
-    def credentials_by_prefix(self, prefix: str) -> Row | None:
+    def credentials_by_prefix(self, prefix: str) -> Row[*tuple[Any, ...]] | None:
         """What checking a presented token needs, as a plain row: this runs on every API request, and a Core
         query on the session's connection costs a fraction of loading an ORM object."""
         table = ApiToken.__table__
