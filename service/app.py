@@ -25,6 +25,7 @@ from fp8_policy.service.health import HEALTH_RESPONSES, HealthRead
 from fp8_policy.service.ingest.worker import IngestWorker, warm_parser, warm_up_process
 from fp8_policy.service.limits import check_request
 from fp8_policy.service.live.heatmap_routes import router as live_heatmap_router
+from fp8_policy.service.live.pieces import PieceGate
 from fp8_policy.service.live.routes import router as live_router
 from fp8_policy.service.live.story_routes import router as live_story_router
 from fp8_policy.service.runs.orphans import sweep_orphan_uploads
@@ -102,6 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings = settings or get_settings()
     app.state.long_running = False  # `fp8-policy serve` sets it: start-up objects are then frozen (warm_up_process)
     app.state.upload_gate = UploadGate(settings.max_concurrent_uploads, settings.max_uploads_per_client)
+    app.state.live_pieces = PieceGate(settings.max_concurrent_pieces, settings.piece_workers)
     app.state.renderer = Renderer(settings)  # worker processes start at the first image
     app.state.recommendations = SingleFlightCache()  # finished recommendations, computed once per key
     app.add_middleware(

@@ -88,6 +88,8 @@ class Settings(BaseSettings):
         "(0: no floor); a slower one is answered 408 BodyTooSlow and dropped, freeing its upload slot.",
     )
     body_rate_grace: float = Field(20.0, ge=0, description="Seconds a request body is exempt from body_min_rate.")
+    max_concurrent_pieces: int = Field(16, ge=1, description="Live pieces received at once; 503 beyond.")
+    piece_workers: int = Field(2, ge=1, description="Threads writing and parsing live pieces (bounds their memory).")
     limit_concurrency: int | None = Field(None, ge=1, description="Open connections at most (uvicorn's option).")
 
     # Heatmap rendering (service/visual/pool.py).

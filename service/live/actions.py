@@ -46,6 +46,7 @@ from fp8_policy.service.errors import AppError, InvalidLivePath, NoStatsLogs, No
 from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
 from fp8_policy.service.live import story
+from fp8_policy.service.live.pieces import Piece, Region, as_piece, last_newline
 from fp8_policy.service.runs.actions import _store_upload_file as store_upload_file  # the one way uploads are stored
 from fp8_policy.service.runs.actions import parse_upload_fields
 
@@ -169,7 +170,7 @@ def append(
     run_id: int,
     path: str,
     offset: int,
-    body: bytes,
+    body: bytes | Piece,
     thresholds: Thresholds | None = None,
     caller: Principal | None = None,
 ) -> AppendResult:
@@ -188,22 +189,21 @@ def append(
             )
         disk = live_dir(data_dir, run_id) / path
         disk.parent.mkdir(parents=True, exist_ok=True)
-        overlap = min(row.size - offset, len(body))
+        piece = as_piece(body)  # compared and copied 1 MiB at a time: a piece is never whole in memory
+        overlap = min(row.size - offset, piece.size)
         with open(disk, "a+b") as handle:
             if overlap:
                 handle.seek(offset)
-                if handle.read(overlap) != body[:overlap]:
+                if not piece.matches(handle, overlap):
                     raise OffsetConflict(
                         f"{path}: bytes at offset {offset} differ from those received before; "
                         f"continue from offset {row.size}",
                         expected=row.size,
                     )
-            tail = body[overlap:]
-            if tail:
+            if piece.size > overlap:
                 handle.truncate(row.size)  # bytes of an append whose commit failed are not kept
                 handle.seek(row.size)
-                handle.write(tail)
-                row.size += len(tail)
+                row.size += piece.write_from(handle, overlap)
         events: list[LiveEvent] = []
         if kind == "stats" and row.size > row.parsed_offset:
             events = _detect(repo, run_id, disk, path, row, thresholds or Thresholds())
@@ -219,16 +219,19 @@ def _detect(
     repo: LiveRepository, run_id: int, disk: Path, path: str, row: Any, thresholds: Thresholds
 ) -> list[LiveEvent]:
     """Parse the file's new whole lines and advance the per-series detector state."""
-    new = _new_whole_lines(disk, row)
-    if not new:
-        return []  # no whole line yet
     log = classify_log_path(path)
     rank = log.rank if log is not None else 0
     parser = StatsLogParser(workers=1)
-    try:
-        parser.feed(io.BytesIO(new), path)
-    except NoStatsLines:
-        return []
+    with open(disk, "rb") as handle:  # the new whole lines reach the parser as a stream, block by block
+        cut = last_newline(handle, row.parsed_offset, row.size)
+        if cut < 0:
+            return []  # no whole line yet
+        start, row.parsed_offset = row.parsed_offset, cut + 1
+        handle.seek(start)
+        try:
+            parser.feed(Region(handle, cut + 1 - start), path)
+        except NoStatsLines:
+            return []
     parsed = parser.finish()
     stored = repo.state_for_update(run_id)
     states: dict[tuple[int, MetricName], SeriesState] = {}

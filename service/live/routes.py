@@ -12,8 +12,8 @@ from fp8_policy.db.live import LiveRepository, StoredEvent
 from fp8_policy.db.session import session_scope
 from fp8_policy.service.auth.deps import READ, UPLOAD, PrincipalDep
 from fp8_policy.service.deps import SessionDep, SettingsDep
-from fp8_policy.service.errors import AppError
 from fp8_policy.service.live import actions, story
+from fp8_policy.service.live.pieces import Piece, new_part_path, received_piece
 from fp8_policy.service.live.schemas import AppendRead, LiveEventRead, LiveRunCreate, LiveRunRead, ScalarsRead
 from fp8_policy.service.openapi import error_responses
 from fp8_policy.service.runs.actions import get_run, run_read
@@ -21,10 +21,6 @@ from fp8_policy.service.runs.schemas import RunRead
 
 router = APIRouter(prefix="/api/v1/live/runs", tags=["live"])
 MAX_PIECE_BYTES = 64 * 1024**2
-
-
-class PieceTooLarge(AppError):
-    status_code = 413
 
 
 def _event_read(stored: StoredEvent) -> LiveEventRead:
@@ -42,7 +38,7 @@ def create_live_run(body: LiveRunCreate, session: SessionDep, principal: Princip
     "/{run_id}/files/{path:path}",
     response_model=AppendRead,
     dependencies=[UPLOAD],
-    responses=error_responses(400, 404, 409, 413),
+    responses=error_responses(400, 404, 409, 413, 503),
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -71,18 +67,8 @@ async def append(
     `rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log`, or `scalars.jsonl`) at `offset`.
     Re-sending bytes already received is harmless; new whole lines of a statistics log are checked for early
     warnings at once. Only the token that started the run appends to it (403 `NotRunOwner` for any other)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_PIECE_BYTES:
-        raise PieceTooLarge(f"a piece is at most {MAX_PIECE_BYTES} bytes; send smaller pieces")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_PIECE_BYTES:
-            raise PieceTooLarge(f"a piece is at most {MAX_PIECE_BYTES} bytes; send smaller pieces")
-        chunks.append(chunk)
-    body = b"".join(chunks)
 
-    def store() -> AppendRead:
+    def store(body: Piece) -> AppendRead:
         with session_scope(request.app.state.session_factory) as session:
             result = actions.append(session, settings.data_dir, run_id, path, offset, body, caller=principal)
             answer = AppendRead(path=result.path, size=result.size, events=[_event_read(e) for e in result.events])
@@ -90,7 +76,14 @@ async def append(
             request.app.state.alerts.wake()
         return answer
 
-    return await anyio.to_thread.run_sync(store)
+    # the body goes to a file as it arrives, pieces at once are capped (503 TooManyPieces), and their disk and
+    # parse work runs in the piece gate's few threads: memory stays bounded (service/live/pieces.py)
+    uploads = settings.data_dir / "uploads"
+    async with (
+        request.app.state.live_pieces.slot() as limiter,
+        received_piece(request, new_part_path(uploads), MAX_PIECE_BYTES, limiter) as piece,
+    ):
+        return await anyio.to_thread.run_sync(store, piece, limiter=limiter)
 
 
 @router.get("/{run_id}", response_model=LiveRunRead, dependencies=[READ], responses=error_responses(400, 404))
