@@ -138,7 +138,7 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
       ? ` Each column averages ${fmtInt(Math.round(data.iterations.count / cells.first.length))} logged iterations.` : "";
     aggregation.textContent = `Colour: ${data.tensor} ${data.stat} of each layer${sub} at each iteration, ${ranks}.${merged}`;
     const s = data.summary;
-    const verdicts = data.rows.some((r) => r.severity !== null && r.severity !== undefined);
+    const verdicts = s.boxed_by ? s.boxed_by === "analysis verdict" : data.rows.some((r) => r.severity !== null && r.severity !== undefined);
     if (verdicts) {
       boxesNote.textContent = `Boxed: ${s.boxed.length ? `the worst ${fmtInt(s.boxed.length)} of ${plural(s.critical, "row")}` : "no row"} whose ` +
         `${data.tensor} ${data.stat} is critical or worse in the analysis — the same verdict as the findings and the layer ` +
