@@ -205,28 +205,32 @@ def e8m0_to_scale(values: np.ndarray) -> np.ndarray:
 
 def _screen(series: Series, e8m0: bool) -> tuple[Series, list[ExcludedPoint]]:
     values = series.values
+    if not e8m0 and series.metric.recipe is None and not (values < 0).any():  # the common case, one pass
+        return series, []
     finite = np.isfinite(values)
-    if e8m0:
-        bad = finite & ((values <= 0) | (values >= 255))
-        reasons = np.where(values <= 0, "E8M0 byte 0: padding", "E8M0 byte 255: NaN")
-    else:
-        bad = finite & (values < 0)
-        reasons = np.full(values.shape, "negative")
+    bad = finite & ((values <= 0) | (values >= 255)) if e8m0 else finite & (values < 0)
     if series.metric.recipe is not None:  # a non-finite what-if scale is no training event
         bad |= ~finite
-        reasons = np.where(finite, reasons, "non-finite what-if scale")
+    if not e8m0 and not bad.any():
+        return series, []
     keep = ~bad
     name = _name(series.metric)
     dropped = [
-        ExcludedPoint(name, series.rank, int(series.iterations[i]), float(values[i]), str(reasons[i]))
+        ExcludedPoint(name, series.rank, int(series.iterations[i]), float(values[i]), _reason(float(values[i]), e8m0))
         for i in np.flatnonzero(bad)
     ]
     kept = values[keep]
     if e8m0:
         kept = np.where(np.isfinite(kept), e8m0_to_scale(kept), kept)
-    if not dropped and not e8m0:
-        return series, []
     return Series(series.rank, series.metric, series.iterations[keep], kept), dropped
+
+
+def _reason(value: float, e8m0: bool) -> str:
+    if not np.isfinite(value):
+        return "non-finite what-if scale"
+    if e8m0:
+        return "E8M0 byte 0: padding" if value <= 0 else "E8M0 byte 255: NaN"
+    return "negative"
 
 
 def _powers_of_two(values: np.ndarray) -> bool:
@@ -242,10 +246,17 @@ def _is_bytes(values: np.ndarray) -> bool:
 def _looks_e8m0(scales: list[Series]) -> bool:
     """Bare scale_inv values that can only be E8M0 bytes: all integers in 0..255, at least 3 distinct, median >= 64
     (a per-tensor FP8 scale_inv of 64 would mean an amax of 28672)."""
-    values = np.concatenate([s.values[np.isfinite(s.values)] for s in scales])
-    if values.size == 0 or not _is_bytes(values):
-        return False
-    return np.unique(values).size >= 3 and float(np.median(values)) >= 64
+    seen: set[float] = set()
+    medians: list[float] = []
+    for s in scales:  # stops at the first series that is not bytes (a per-tensor FP8 run: at once)
+        finite = s.values[np.isfinite(s.values)]
+        if finite.size == 0:
+            continue
+        if not _is_bytes(finite):
+            return False
+        seen.update((float(finite.min()), float(finite.max())))
+        medians.append(float(np.median(finite)))
+    return len(seen) >= 3 and bool(medians) and float(np.median(medians)) >= 64
 
 
 def _name(metric: MetricName) -> str:
