@@ -49,13 +49,14 @@ class Analysis:
         return row
 
     def focus(self) -> dict[str, Any] | None:
-        """The series of the worst finding, for views that open on it (the run page's heatmap): the first
-        finding (worst first) with evidence on a quantized tensor; `stat` is the stat key as logged (the heatmap's
-        `stat=`). None when no finding names a series."""
+        """The series of the worst finding, for views that open on it (the run page's heatmap): in the first
+        finding (worst first) with evidence on a quantized tensor, its evidence with the highest level (the first
+        one when none has a level); `stat` is the stat key as logged (the heatmap's `stat=`). None when no finding
+        names a series."""
         for finding in self.findings:
-            for ev in finding.evidence:
-                if ev.tensor not in QUANTIZED_TENSORS:
-                    continue
+            quantized = [ev for ev in finding.evidence if ev.tensor in QUANTIZED_TENSORS]
+            if quantized:
+                ev = max(quantized, key=lambda e: e.level if e.level is not None and e.level == e.level else -1.0)
                 columnwise = ev.stat.endswith("_columnwise")
                 base = ev.stat.removesuffix("_columnwise")
                 metric = MetricName(ev.layer, ev.tensor, base, ev.recipe, columnwise)

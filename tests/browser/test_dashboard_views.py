@@ -153,7 +153,7 @@ def test_heatmap_boxes_say_how_their_level_differs_from_the_findings(page, live_
     expect(note).to_contain_text("trailing window after warm-up")
     with live_server.api() as client:
         svg = client.get(f"/api/v1/runs/{seeded_runs['head_only']}/heatmap.svg").text
-    assert "p95 of all points" in svg and "trailing window" in svg  # the image's legend says the same
+    assert "the analysis rates critical" in svg and "trailing window" in svg  # the image's legend says the same
 
 
 # ------------------------------------------------------------------------------------------------- item 9

@@ -6,7 +6,9 @@ import numpy as np
 
 from fp8_policy.policy.analysis import Pattern, Severity, analyze
 from fp8_policy.policy.recommend import RecommendOptions, recommend
+from fp8_policy.policy.synthetic import SCENARIOS
 from tests.policy.analysis.factories import Spec, build_run, name, ramp
+from tests.policy.analysis.synthetic_data import run_data
 
 LAYER = name("hf", 3, "proj")
 
@@ -109,3 +111,13 @@ def test_a_stuck_scale_layer_reaching_critical_is_kept_out_of_fp8_by_the_recomme
     rec = recommend(run, analyze(run), RecommendOptions.from_metadata({}, {}))
 
     assert LAYER in rec.decision.skip_layers
+
+
+def test_focus_is_the_worst_evidence_of_the_worst_finding() -> None:
+    # head_only: the head's activation is critical (3.1 %) and its gradient severe (9.3 %); the view opens on the
+    # gradient, the series that makes the finding severe (it opened on the first evidence, the activation).
+    analysis = analyze(run_data(SCENARIOS["head_only"].run))
+
+    assert analysis.findings[0].pattern is Pattern.HEAD_ONLY
+    focus = analysis.focus()
+    assert focus is not None and (focus["tensor"], focus["severity"]) == ("gradient", "severe")
