@@ -20,7 +20,6 @@ Each event is raised once per episode: a series has to leave the condition befor
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -147,16 +146,26 @@ def advance(
     thresholds: Thresholds,
     horizon_steps: int = DEFAULT_HORIZON_STEPS,
 ) -> list[LiveEvent]:
-    """Feed one series' new points (iteration order, newer than the state's) and return the events they raise."""
-    events: list[LiveEvent] = []
+    """Feed one series' new points (iteration order, newer than the state's) and return the events they raise.
+
+    Vectorised over the points (numpy): which points are new, which raise an event and the state after them are
+    array operations; Python only formats the few events. Same results as visiting the points one by one
+    (tests/policy/test_live_events.py keeps that per-point reference and compares)."""
     name = f"{metric.layer} {metric.tensor} {metric.stat_key} (rank {rank})"
-    for it, value in zip(iterations.tolist(), values.tolist(), strict=True):
-        if state.last_iteration is not None and it <= state.last_iteration:
-            continue  # a re-sent or out-of-order point: already seen
-        if not math.isfinite(value):
-            if not state.nonfinite:
-                state.nonfinite = True
-                events.append(
+    its = np.asarray(iterations, dtype=np.int64)
+    vals = np.asarray(values, dtype=np.float64)
+    if its.size:
+        its, vals = _new_points(state.last_iteration, its, vals)
+    found: list[tuple[int, int, LiveEvent]] = []  # (point, order within the point, event)
+    if its.size:
+        previous_its = np.concatenate(([-1 if state.last_iteration is None else state.last_iteration], its[:-1]))
+        bad = ~np.isfinite(vals)
+        for k in np.flatnonzero(bad & ~np.concatenate(([state.nonfinite], bad[:-1]))).tolist():
+            it, value = int(its[k]), float(vals[k])
+            found.append(
+                (
+                    k,
+                    0,
                     _event(
                         "nonfinite",
                         Severity.SEVERE,
@@ -166,59 +175,124 @@ def advance(
                         None,
                         f"{name}: {value} at iteration {it}",
                         value_text=str(value),
-                    )
+                    ),
                 )
-            state.last_iteration = it
-            continue
-        state.nonfinite = False
-        if _is_scale_inv(metric) and state.last_value is not None and state.last_value > 0 and value > 0:
-            ratio = value / state.last_value
-            factor = thresholds.scale_jump_factor
-            if ratio >= factor or ratio <= 1.0 / factor:
-                kind = "scale_inv_rise" if ratio > 1 else "scale_inv_drop"
-                events.append(
-                    _event(
-                        kind,
-                        Severity.CRITICAL,
-                        metric,
-                        rank,
-                        it,
-                        value,
-                        f"{name}: {_fmt(state.last_value)} → {_fmt(value)} at iteration {it} "
-                        f"({_fmt(ratio)}× in one step)",
-                        previous=state.last_value,
-                        ratio=ratio,
-                        previous_iteration=state.last_iteration,
-                    )
-                )
-        if _is_underflow(metric):
-            band = thresholds.band(value)
-            if band > Severity(state.band) and band >= Severity.WARNING:
-                events.append(
-                    _event(
-                        "band_crossing",
-                        band,
-                        metric,
-                        rank,
-                        it,
-                        value,
-                        f"{name}: underflows {value:.2f} % at iteration {it}, {band.value} band "
-                        f"(≥ {_band_floor(band, thresholds):g} %)",
-                        band=band.value,
-                        previous_band=state.band,
-                    )
-                )
-            state.band = band.value
-            if band >= Severity.CRITICAL:
-                state.projected = False
-        state.window.append([it, value])
-        del state.window[:-WINDOW]
-        state.last_value, state.last_iteration = value, it
+            )
+        at = np.flatnonzero(~bad)  # the finite points
+        good = vals[at]
+        if good.size:
+            last = np.nan if state.last_value is None else state.last_value
+            before = np.concatenate(([last], good[:-1]))  # the last finite value before each finite point
+            if _is_scale_inv(metric):
+                found += _scale_jumps(state, metric, rank, name, thresholds, at, good, before, its, previous_its)
+            if _is_underflow(metric):
+                bands = _band_ranks(good, thresholds)
+                found += _band_crossings(state, metric, rank, name, thresholds, at, good, bands, its)
+                state.band = _BY_RANK[int(bands[-1])].value
+                if (bands >= Severity.CRITICAL.rank).any():
+                    state.projected = False
+            fresh = [
+                [int(i), float(v)] for i, v in zip(its[at[-WINDOW:]].tolist(), good[-WINDOW:].tolist(), strict=True)
+            ]
+            state.window = (state.window + fresh)[-WINDOW:]
+            state.last_value = float(good[-1])
+        state.nonfinite = bool(bad[-1])
+        state.last_iteration = int(its[-1])
+    found.sort(key=lambda item: (item[0], item[1]))
+    events = [event for _k, _order, event in found]
     if _is_underflow(metric) and len(iterations):
         projected = _projection(state, metric, rank, thresholds, horizon_steps, name)
         if projected is not None:
             events.append(projected)
     return events
+
+
+_BY_RANK = {severity.rank: severity for severity in Severity}
+
+
+def _new_points(last: int | None, its: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The points newer than every point before them (the state's last iteration included): a re-sent or
+    out-of-order point was already seen."""
+    floor = np.iinfo(np.int64).min if last is None else last
+    seen = np.maximum(np.concatenate(([floor], np.maximum.accumulate(its)[:-1])), floor)
+    keep = its > seen
+    return (its, vals) if keep.all() else (its[keep], vals[keep])
+
+
+def _band_ranks(values: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    """`Thresholds.band(value).rank` of each finite value."""
+    ranks = np.zeros(values.shape, dtype=np.int8)
+    ranks[values >= thresholds.warning] = Severity.WARNING.rank
+    ranks[values >= thresholds.critical] = Severity.CRITICAL.rank
+    ranks[values >= thresholds.severe] = Severity.SEVERE.rank
+    return ranks
+
+
+def _scale_jumps(
+    state: SeriesState,
+    metric: MetricName,
+    rank: int,
+    name: str,
+    thresholds: Thresholds,
+    at: np.ndarray,
+    good: np.ndarray,
+    before: np.ndarray,
+    its: np.ndarray,
+    previous_its: np.ndarray,
+) -> list[tuple[int, int, LiveEvent]]:
+    factor = thresholds.scale_jump_factor
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = good / before
+    jumps = (before > 0) & (good > 0) & ((ratios >= factor) | (ratios <= 1.0 / factor))
+    found = []
+    for j in np.flatnonzero(jumps).tolist():
+        k = int(at[j])
+        it, value, previous = int(its[k]), float(good[j]), float(before[j])
+        ratio = value / previous
+        previous_it = None if k == 0 and state.last_iteration is None else int(previous_its[k])
+        kind = "scale_inv_rise" if ratio > 1 else "scale_inv_drop"
+        message = f"{name}: {_fmt(previous)} → {_fmt(value)} at iteration {it} ({_fmt(ratio)}× in one step)"
+        event = _event(
+            kind,
+            Severity.CRITICAL,
+            metric,
+            rank,
+            it,
+            value,
+            message,
+            previous=previous,
+            ratio=ratio,
+            previous_iteration=previous_it,
+        )
+        found.append((k, 1, event))
+    return found
+
+
+def _band_crossings(
+    state: SeriesState,
+    metric: MetricName,
+    rank: int,
+    name: str,
+    thresholds: Thresholds,
+    at: np.ndarray,
+    good: np.ndarray,
+    bands: np.ndarray,
+    its: np.ndarray,
+) -> list[tuple[int, int, LiveEvent]]:
+    before = np.concatenate(([Severity(state.band).rank], bands[:-1]))
+    found = []
+    for j in np.flatnonzero((bands > before) & (bands >= Severity.WARNING.rank)).tolist():
+        k, band, previous = int(at[j]), _BY_RANK[int(bands[j])], _BY_RANK[int(before[j])]
+        it, value = int(its[k]), float(good[j])
+        message = (
+            f"{name}: underflows {value:.2f} % at iteration {it}, {band.value} band "
+            f"(≥ {_band_floor(band, thresholds):g} %)"
+        )
+        event = _event(
+            "band_crossing", band, metric, rank, it, value, message, band=band.value, previous_band=previous.value
+        )
+        found.append((k, 2, event))
+    return found
 
 
 def _band_floor(band: Severity, thresholds: Thresholds) -> float:
