@@ -173,7 +173,8 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
     root = tmp_path_factory.mktemp("browser-app")
     database_url = f"sqlite+pysqlite:///{root / 'app.db'}"
     upgrade(database_url)
-    settings = Settings(_env_file=None, data_dir=root / "data", database_url=database_url)
+    # webhook_allow_private: the live-run test's webhook receiver listens on 127.0.0.1 (tests/webhook.py)
+    settings = Settings(_env_file=None, data_dir=root / "data", database_url=database_url, webhook_allow_private=True)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
