@@ -24,6 +24,8 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +40,8 @@ _ALWAYS_REFUSED = tuple(
     ipaddress.ip_network(net) for net in ("169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "100.100.100.200/32")
 )
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+RESOLVE_SECONDS = 5.0
+_resolvers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook-dns")  # getaddrinfo has no timeout
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], list[str]]
@@ -86,8 +90,13 @@ def address_problem(address: Address, *, allow_private: bool) -> str | None:
 
 
 def system_resolver(host: str, port: int) -> list[str]:
-    """Every address `host` resolves to (A and AAAA records), as the operating system resolves it."""
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    """Every address `host` resolves to (A and AAAA records), as the operating system resolves it, within
+    RESOLVE_SECONDS (TimeoutError beyond: a name that resolves slowly delays only its own delivery this long)."""
+    lookup = _resolvers.submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+    try:
+        infos = lookup.result(timeout=RESOLVE_SECONDS)
+    except FutureTimeout:
+        raise TimeoutError(f"no address within {RESOLVE_SECONDS:g} s") from None
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 

@@ -14,6 +14,7 @@ rules and webhooks, replayed against the running app.
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import httpx
@@ -23,6 +24,7 @@ from fastapi.testclient import TestClient
 from fp8_policy.db.alerts import AlertRepository
 from fp8_policy.db.repositories import NewRun, RunRepository
 from fp8_policy.db.session import create_session_factory, session_scope
+from fp8_policy.service.alerts import targets
 from fp8_policy.service.alerts.sender import AlertSender
 from fp8_policy.service.alerts.targets import RefusedTarget, pinned
 from fp8_policy.service.settings import Settings
@@ -216,3 +218,21 @@ def test_the_alert_log_shows_a_status_line_never_the_response(db_engine, project
         sender.stop()
 
     assert log[0].last_error == "HTTP 500 Internal Server Error"
+
+
+def test_a_name_that_resolves_slowly_delays_only_its_own_delivery(monkeypatch: pytest.MonkeyPatch) -> None:
+    released = threading.Event()
+
+    def slow_getaddrinfo(*_args: object, **_kwargs: object) -> list:
+        released.wait(5)
+        return []
+
+    monkeypatch.setattr(targets, "RESOLVE_SECONDS", 0.1)
+    monkeypatch.setattr(targets.socket, "getaddrinfo", slow_getaddrinfo)
+    started = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError):
+            pinned("http://slow.example/hook", allow_private=False)
+    finally:
+        released.set()
+    assert time.monotonic() - started < 2
