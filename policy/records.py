@@ -174,6 +174,9 @@ class RunData:
     layers: dict[str, LayerInfo]
     series: list[Series]
     metadata: dict[str, object] = field(default_factory=dict)  # what the uploader sent (dims, GPU arch, recipe, ...)
+    # stats file -> iteration offset of a session that restarted its counter and was placed after the earlier ones
+    # (policy/stats_log.py, "Sessions"); the analysis notes say so
+    session_offsets: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,7 +92,11 @@ def _analyze(run: RunData, thresholds: Thresholds) -> Analysis:
         signals=signals,
         layout=layout,
         stats=stats,
-        notes=[*band_note(training, thresholds), *training.notes, *run_notes(layout, signals, stats, thresholds)],
+        notes=[
+            *band_note(training, thresholds),
+            *training.notes,
+            *run_notes(layout, signals, stats, thresholds, run.session_offsets),
+        ],
         requested=requested,
         training=training,
     )

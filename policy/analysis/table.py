@@ -106,8 +106,20 @@ def censored_scale_fraction(signals: Signals) -> float:
     return censored / total if total else 0.0
 
 
-def run_notes(layout: Layout, signals: Signals, stats: dict[str, Any], thresholds: Thresholds) -> list[str]:
+def run_notes(
+    layout: Layout,
+    signals: Signals,
+    stats: dict[str, Any],
+    thresholds: Thresholds,
+    session_offsets: dict[str, int] | None = None,
+) -> list[str]:
     notes = []
+    for path, offset in sorted((session_offsets or {}).items()):
+        notes.append(
+            f"{path} restarted its iteration counter (a resumed session): it is read as a later segment, its "
+            f"iterations offset by {offset:,} to follow the earlier session, so none of its values overwrite "
+            "the earlier session's at the same iteration numbers."
+        )
     censored = stats["censored_scale_fraction"]
     if censored > 0:
         notes.append(

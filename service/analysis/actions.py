@@ -40,7 +40,22 @@ def load_run_data(session: Session, run_id: int) -> RunData:
         )
         for row, layer_name in repo.point_arrays(run_id)
     ]
-    return RunData(layers=layers, series=series, metadata=dict(run.run_metadata or {}))
+    return RunData(
+        layers=layers,
+        series=series,
+        metadata=dict(run.run_metadata or {}),
+        session_offsets=session_offsets(run.ingest_report),
+    )
+
+
+def session_offsets(report: Any) -> dict[str, int]:
+    """Stats file -> iteration offset of each restarted session, from the stored ingest report."""
+    files = report.get("files") if isinstance(report, dict) else None
+    return {
+        str(f["path"]): int(f["iteration_offset"])
+        for f in files or ()
+        if isinstance(f, dict) and f.get("kind") == "stats" and f.get("iteration_offset")
+    }
 
 
 def thresholds_from(overrides: Mapping[str, Any] | None) -> Thresholds:

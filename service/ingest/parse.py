@@ -61,6 +61,7 @@ def parse_files(
                     "blank_lines": report.blank_lines,
                     "skipped_lines": report.skipped_lines,
                     "skipped_samples": report.skipped_samples,
+                    "iteration_offset": report.iteration_offset,  # a restarted session placed after the earlier
                 }
             )
         parsed[rank] = parser.finish()

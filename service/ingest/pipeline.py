@@ -189,6 +189,7 @@ class _RankParse:
                 "blank_lines": report.blank_lines,
                 "skipped_lines": report.skipped_lines,
                 "skipped_samples": report.skipped_samples,
+                "iteration_offset": report.iteration_offset,  # a restarted session placed after the earlier ones
             }
         )
 
