@@ -11,7 +11,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 export FP8_POLICY_DATA_DIR ?= $(CURDIR)/data
 
-.PHONY: setup setup-server run test lint system-deps typecheck-tree bench eval clean
+.PHONY: setup setup-server run test lint system-deps typecheck-tree bench eval gpu-check clean
 
 setup: $(STAMP)
 setup-server: $(RUN_STAMP)
@@ -75,6 +75,12 @@ bench: setup
 
 eval: setup
 	$(BIN)/python -m bench.eval
+
+# TE verification kit (examples/gpu_check.py): the collector against TE's own LogFp8TensorStats, apply_policy's
+# precision check and a short TE closed loop, on a CUDA machine with Transformer Engine (`pip install
+# 'fp8-policy[te]'` in the venv); elsewhere it says what is missing and exits 0. GPU_CHECK_ARGS: e.g. --out DIR.
+gpu-check: setup
+	$(BIN)/python examples/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache bench/out build

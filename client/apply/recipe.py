@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fp8_policy.client.apply.plan import RECIPE_CLASSES
-from fp8_policy.client.apply.te import import_te
+from fp8_policy.client.apply.te_import import import_te
 
 RECIPE_MODULE = "transformer_engine.common.recipe"
 FORMAT_KWARGS = ("fp8_format", "fp4_format")

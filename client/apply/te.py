@@ -28,7 +28,6 @@ Checked against TE's source (NVIDIA/TransformerEngine @ d0067d0, 2.20.0.dev0; ta
 from __future__ import annotations
 
 import functools
-import importlib
 import types
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -36,11 +35,13 @@ from typing import TYPE_CHECKING, Any
 
 from fp8_policy.client.apply.plan import make_plan
 from fp8_policy.client.apply.report import ApplyReport
+from fp8_policy.client.apply.te_import import TE_MISSING, import_te
+
+__all__ = ["TE_MISSING", "apply_te", "import_te", "restore_forwards", "wrap_forward"]
 
 if TYPE_CHECKING:
     from torch import nn
 
-TE_MISSING = "transformer_engine is not installed: pip install 'fp8-policy[te]' on a CUDA machine"
 ContextFactory = Callable[[], AbstractContextManager[Any]]
 _ORIGINAL = "_fp8_policy_original_forward"
 _CONTEXT = "_fp8_policy_context"
@@ -50,14 +51,6 @@ DELAYED_WARNING = (
     "(Megatron refuses BF16 first/last layers with delayed scaling); switch to Float8CurrentScaling or "
     "Float8BlockScaling, or apply the skips through the TE debug API (write_te_debug_config)"
 )
-
-
-def import_te(module: str = "transformer_engine.pytorch") -> types.ModuleType:
-    """Import a TE module, or raise ImportError with the install hint."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise ImportError(TE_MISSING) from exc
 
 
 def autocast_disabled_factory(recipe: Any = None) -> ContextFactory:

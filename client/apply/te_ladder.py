@@ -28,6 +28,7 @@ from fp8_policy.client.apply.debug_session import DebugConfigConflict, debug_nam
 from fp8_policy.client.apply.names import NameIndex, UnmatchedLayers, resolve_names
 from fp8_policy.client.apply.plan import PRECISIONS, RECIPE_CLASSES, Plan
 from fp8_policy.client.apply.report import AlreadyBF16, MatchedLayer
+from fp8_policy.client.apply.te_import import import_te
 
 if TYPE_CHECKING:
     from torch import nn
@@ -133,8 +134,6 @@ def rung_recipe(rung: str, policy: Mapping[str, Any], outer: str | None, layer_r
 
 def recipe_context(rung_recipe_object: Any) -> ContextFactory:
     """Fresh `te.autocast(enabled=True, recipe=...)` contexts (`te.fp8_autocast` before TE 2.9)."""
-    from fp8_policy.client.apply.te import import_te
-
     te = import_te("transformer_engine.pytorch")
     if hasattr(te, "autocast"):
         return functools.partial(te.autocast, enabled=True, recipe=rung_recipe_object)
