@@ -1,7 +1,8 @@
 """What the collector logs and when, with the keys of TE's LogFp8TensorStats YAML section.
 
 Belongs here: `TensorSpec` (tensor, stats, freq, start_step, end_step, start_end_list), its schedule, and
-`options_from_te_config`, which reads a TE debug config (file or dict) into collector keyword arguments.
+`options_from_te_config`, which reads a TE debug config (file or dict; LogFp8TensorStats and LogNvfp4TensorStats)
+into collector keyword arguments.
 Must not be here: hooks, quantization, files.
 
 Schedule source: NVIDIA/TransformerEngine `transformer_engine/debug/features/utils/__init__.py`
@@ -105,11 +106,18 @@ def layer_regex(layers: Mapping[str, Any]) -> str:
     )
 
 
-def options_from_te_config(config: Mapping[str, Any] | str | Path, section: str | None = None) -> dict[str, Any]:
-    """Collector keyword arguments (`layers`, `tensors_struct`) from a TE debug config's LogFp8TensorStats section.
+FEATURES = ("LogFp8TensorStats", "LogNvfp4TensorStats")
+_SCHEDULE = ("freq", "start_step", "end_step", "start_end_list")
 
-    `config` is a YAML path or the parsed dict; `section` picks one top-level section when several enable
-    LogFp8TensorStats.
+
+def options_from_te_config(config: Mapping[str, Any] | str | Path, section: str | None = None) -> dict[str, Any]:
+    """Collector keyword arguments (`layers`, `tensors_struct`) from a TE debug config section that enables
+    LogFp8TensorStats and/or LogNvfp4TensorStats.
+
+    `config` is a YAML path or the parsed dict; `section` picks one top-level section when several qualify.
+    LogNvfp4TensorStats' stats (`underflows%`, `mse`) become the names it logs (`nvfp4_underflows%`,
+    `nvfp4_mse`). The collector keeps one schedule per tensor: a tensor both features log must have the same
+    freq / start_step / end_step / start_end_list in both.
     """
     if not isinstance(config, Mapping):
         import yaml
@@ -121,16 +129,38 @@ def options_from_te_config(config: Mapping[str, Any] | str | Path, section: str 
     for name, body in config.items():
         if section is not None and name != section:
             continue
-        feature = (body or {}).get("transformer_engine", {}).get("LogFp8TensorStats")
-        if body.get("enabled") and feature and feature.get("enabled"):
-            found.append((name, body, feature))
+        te = (body or {}).get("transformer_engine") or {}
+        features = {f: te[f] for f in FEATURES if (te.get(f) or {}).get("enabled")}
+        if body.get("enabled") and features:
+            found.append((name, body, features))
     if len(found) != 1:
         names = [name for name, _, _ in found]
-        raise ValueError(f"expected one enabled section with transformer_engine.LogFp8TensorStats, found {names}")
-    _name, body, feature = found[0]
-    shared = {k: feature[k] for k in ("stats", "freq", "start_step", "end_step", "start_end_list") if k in feature}
+        raise ValueError(f"expected one enabled section with transformer_engine.{' or '.join(FEATURES)}, found {names}")
+    _name, body, features = found[0]
+    merged: dict[str, dict[str, Any]] = {}
+    for feature_name, feature in features.items():
+        for entry in _entries(feature):
+            if feature_name == "LogNvfp4TensorStats":
+                entry["stats"] = [f"nvfp4_{stat}" for stat in entry.get("stats", ())]
+            tensor = entry["tensor"]
+            if tensor not in merged:
+                merged[tensor] = entry
+                continue
+            schedule = {k: merged[tensor].get(k) for k in _SCHEDULE}
+            if schedule != {k: entry.get(k) for k in _SCHEDULE}:
+                raise ValueError(
+                    f"tensor {tensor!r}: LogFp8TensorStats and LogNvfp4TensorStats log it on different schedules; "
+                    "the collector keeps one per tensor"
+                )
+            merged[tensor]["stats"] = [*merged[tensor].get("stats", ()), *entry.get("stats", ())]
+    return {"layers": layer_regex(body.get("layers", {})), "tensors_struct": list(merged.values())}
+
+
+def _entries(feature: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One dict per tensor of a feature section, the feature-wide keys filled in."""
+    shared = {k: feature[k] for k in ("stats", *_SCHEDULE) if k in feature}
     if "tensors_struct" in feature:
         struct = [dict(entry) for entry in feature["tensors_struct"]]
     else:
         struct = [{"tensor": t} for t in feature.get("tensors", TENSORS)]
-    return {"layers": layer_regex(body.get("layers", {})), "tensors_struct": [{**shared, **entry} for entry in struct]}
+    return [{**shared, **entry} for entry in struct]

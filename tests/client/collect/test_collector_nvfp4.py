@@ -137,3 +137,64 @@ class TestEmulatedTraining:
             convert_to_emulated_training(Pair(), default="fp2")
         with pytest.raises(ValueError, match="model.fc9"):
             convert_to_emulated_training(Pair(), {"model.fc9": "mxfp8"})
+
+
+class TestTeConfig:
+    SECTION = {
+        "nvfp4_stats": {
+            "enabled": True,
+            "layers": {"layer_name_regex_pattern": "fc1"},
+            "transformer_engine": {
+                "LogNvfp4TensorStats": {
+                    "enabled": True,
+                    "tensors_struct": [
+                        {"tensor": "activation", "stats": ["underflows%", "mse"], "freq": 2},
+                        {"tensor": "gradient", "stats": ["underflows%"], "freq": 5, "start_step": 0, "end_step": 80},
+                    ],
+                },
+                "LogFp8TensorStats": {
+                    "enabled": True,
+                    "tensors": ["activation"],
+                    "stats": ["mxfp8_underflows%"],
+                    "freq": 2,
+                },
+            },
+        }
+    }
+
+    def test_log_nvfp4_tensor_stats_sections_become_nvfp4_stat_names(self, tmp_path: Path) -> None:
+        from fp8_policy.collect import options_from_te_config
+
+        options = options_from_te_config(self.SECTION)
+        assert options["layers"] == "fc1"
+        by_tensor = {entry["tensor"]: entry for entry in options["tensors_struct"]}
+        assert by_tensor["activation"]["stats"] == ["mxfp8_underflows%", "nvfp4_underflows%", "nvfp4_mse"]
+        assert by_tensor["gradient"] == {
+            "tensor": "gradient",
+            "stats": ["nvfp4_underflows%"],
+            "freq": 5,
+            "start_step": 0,
+            "end_step": 80,
+        }
+        model = Pair()
+        with FP8StatsCollector(model, tmp_path, recipe="nvfp4", **options) as collector:
+            for _ in range(3):
+                one_step(model, collector)
+        assert sorted(read_stats(tmp_path)) == sorted(
+            [
+                (f"model.fc1_activation_{s}", i)
+                for s in ("nvfp4_underflows%", "nvfp4_mse", "mxfp8_underflows%")
+                for i in (0, 2)
+            ]
+            + [("model.fc1_gradient_nvfp4_underflows%", 0)]
+        )
+
+    def test_one_tensor_on_two_schedules_is_refused(self) -> None:
+        from fp8_policy.collect import options_from_te_config
+
+        clash = {"s": {**self.SECTION["nvfp4_stats"]}}
+        te = dict(clash["s"]["transformer_engine"])
+        te["LogFp8TensorStats"] = {**te["LogFp8TensorStats"], "freq": 3}
+        clash["s"]["transformer_engine"] = te
+        with pytest.raises(ValueError, match="different schedules"):
+            options_from_te_config(clash)
