@@ -46,7 +46,8 @@ def test_rationale_cites_the_public_source_and_formats_numbers_one_way():
     text = "\n".join(lines)
     assert ".md" not in text and "§" not in text
     assert "https://nvidia.github.io/TransformerEngine/features/low_precision_training/speedups.html" in text
-    assert "Recipe: Current scaling (Float8CurrentScaling) with fp8_format=HYBRID" in text
+    # delayed kept (no evidence for a switch): the label and the kwargs as keyword=value, never a dict repr
+    assert "Recipe: Delayed scaling (DelayedScaling) with fp8_format=HYBRID, amax_history_len=1024" in text
     assert "{" not in text  # no Python reprs of kwargs dicts
     levels = re.findall(r"(?:activation|gradient|weight) (\d+\.\d+)%", text)
     assert levels and all(len(level.split(".")[1]) == 2 for level in levels)
