@@ -7,6 +7,7 @@ from typing import Annotated
 import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import IntegrityError
 
 from fp8_policy.db.live import LiveRepository, StoredEvent
 from fp8_policy.db.session import session_scope
@@ -132,9 +133,17 @@ def finalize(run_id: int, request: Request, settings: SettingsDep, principal: Pr
     `ready` or `failed`, with the same series and counts as the whole logs uploaded at once). The token that
     started the run, or an admin token, finalizes it (403 `NotRunOwner` for any other)."""
     state = request.app.state
-    with session_scope(state.session_factory) as session:  # committed before the ingest job is queued
-        run = actions.finalize(session, settings.data_dir, state.ingest.store, run_id, caller=principal)
-        body = run_read(run).model_dump(mode="json")
+    for attempt in (1, 2):
+        try:
+            with session_scope(state.session_factory) as session:  # committed before the ingest job is queued
+                run = actions.finalize(session, settings.data_dir, state.ingest.store, run_id, caller=principal)
+                body = run_read(run).model_dump(mode="json")
+            break
+        except IntegrityError:
+            # Another run of the project took the same bytes' hash at the same moment (an upload, or a live run
+            # with the same logs finalized concurrently): once again, the hash is then seen and not claimed.
+            if attempt == 2:
+                raise
     state.ingest.submit(run_id)
     actions.remove_received_logs(settings.data_dir, run_id)
     return JSONResponse(body, status_code=202, headers={"Location": f"/api/v1/runs/{run_id}"})

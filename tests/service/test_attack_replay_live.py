@@ -33,6 +33,7 @@ from fp8_policy.db.job_models import IngestJob
 from fp8_policy.db.jobs import JobRepository
 from fp8_policy.db.live_models import LiveEventRow, LiveFile, LiveState
 from fp8_policy.db.models import Layer, Run, RunTag, Series
+from fp8_policy.db.repositories import RunRepository
 from fp8_policy.db.session import create_session_factory
 from fp8_policy.db.summaries import SummaryRepository
 from fp8_policy.db.summary_models import RunSummary
@@ -293,3 +294,28 @@ def test_a_delete_racing_a_summary_refresh_never_deadlocks(
     assert_gone(client, db_engine, app_settings.data_dir, run_id)
     with Session(db_engine) as session:
         assert session.scalar(select(func.count()).select_from(RunSummary).where(RunSummary.run_id == run_id)) == 0
+
+
+def test_two_live_runs_with_the_same_logs_finalized_at_once_both_answer_202(
+    client: TestClient, project: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first finalize is held after it found the logs' hash unclaimed in the project; the second claims it
+    meanwhile (PostgreSQL; SQLite runs them one after the other), and the first's claim then failed with 500."""
+    data = training_log(0, steps=5)
+    runs = [create(client, project)["id"] for _ in range(2)]
+    for run_id in runs:
+        assert put(client, run_id, stats_relpath(0), 0, data).status_code == 200
+    hold = Hold()
+    monkeypatch.setattr(RunRepository, "find_by_hash", hold.wrap(RunRepository.find_by_hash))
+
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(client.post, f"{LIVE}/{runs[0]}/finalize")
+        assert hold.entered.wait(HOLD_SECONDS), "the first finalize never reached the hold"
+        second = pool.submit(client.post, f"{LIVE}/{runs[1]}/finalize")
+        wait([second], timeout=1.0)
+        hold.release()
+        statuses = [first.result(HOLD_SECONDS * 2).status_code, second.result(HOLD_SECONDS * 2).status_code]
+
+    assert statuses == [202, 202]
+    client.app.state.ingest.wait_idle(timeout=HOLD_SECONDS)
+    assert [client.get(f"{RUNS}/{run_id}").json()["status"] for run_id in runs] == ["ready", "ready"]
