@@ -125,7 +125,14 @@ def resolve_current(option: str | None, analysis: Analysis, capability: float | 
     overflow = any(m.stat == "overflows%" and m.recipe is None for m in analysis.signals.summaries)
     if overflow:
         return "delayed", "inferred: bare overflows% is only logged under delayed scaling"
-    return te_default_recipe(capability)
+    recipe, source = te_default_recipe(capability)
+    whatifs = {PREFIX_RECIPE[m.recipe] for m in analysis.signals.summaries if m.recipe in PREFIX_RECIPE}
+    if recipe in whatifs:  # TE logs a what-if next to the run's own stats only for another recipe
+        return "delayed", (
+            f"unknown: not TE's default {RECIPE_LABELS[recipe]} for this GPU ({STAT_PREFIX[recipe]}_* what-ifs are "
+            "logged next to the run's own stats); DelayedScaling assumed"
+        )
+    return recipe, source
 
 
 def te_default_recipe(capability: float | None) -> tuple[str, str]:

@@ -134,3 +134,14 @@ def test_a_request_may_name_nvfp4_as_the_current_recipe() -> None:
     assert options.current_recipe == "nvfp4"
     with pytest.raises(ValueError, match="mxfp8 or nvfp4"):
         RecommendOptions.from_metadata(None, {"current_recipe": "fp4_magic"})
+
+
+def test_te_default_is_not_assumed_when_its_own_whatifs_are_logged() -> None:
+    def values(layer, block, sub, tensor, key, rng):  # type: ignore[no-untyped-def]
+        return noisy(3.0 if tensor == "gradient" and key == "underflows%" else 0.2, rng)
+
+    run = frontier_run(values, ("underflows%", "mxfp8_underflows%"))  # no metadata: the GPU is inferred (>= 10)
+    rec = recommend(run)
+    text = "\n".join(rec.rationale)
+    assert "not TE's default MXFP8 block scaling" in text and "DelayedScaling assumed" in text
+    assert rec.decision.recipe.name == "mxfp8" and not rec.decision.gemm_overrides  # uniform -> the what-if recipe
