@@ -123,13 +123,13 @@ def recommend(
         )
     plan = _final_plan(analysis, options, first, decision, no_promote)
     layout = analysis.layout
-    megatron = megatron_section(layout, plan, decision.choice)
     cost = expected_cost(layout, plan, decision.choice.name, options.dims)
     conf = confidence(analysis, plan, decision)
     te_version = options.te_version or _text(run.metadata.get("te_version"))
     ladder = build_ladder(run, analysis, plan, decision.choice.name, current, decision.capability)
     rungs = {r.layer: r.precision for r in ladder.rungs}
     lcost = ladder_cost(layout, rungs, plan.overrides, current, options.dims, decision.capability)
+    megatron = megatron_section(layout, plan, decision.choice, ladder.rungs)  # rungs of another recipe: config file
     policy = PolicyDecision(
         plan.skip_layers,
         plan.overrides,

@@ -49,3 +49,21 @@ def test_a_ladder_mix_goes_to_the_precision_config_instead_of_the_flags() -> Non
     # rungs equal to the outer recipe or BF16 alone change nothing
     same = megatron_section(layout_of(Spec(n_blocks=6)), edge_skip(), recipe("mxfp8"), rungs[1:])
     assert same["first_last_layers_bf16"] is True and "--te-precision-config-file" not in same["extra_args"]
+
+
+def test_recommend_passes_the_ladder_so_the_json_and_the_rendered_script_agree(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+
+    from fp8_policy.policy.render import render
+    from tests.policy.recommend.test_ladder import fp8_run_with_nvfp4_whatifs, ladder
+
+    rec, data = ladder(fp8_run_with_nvfp4_whatifs())
+    assert data["precision_ladder"]["counts"]["nvfp4"] > 0 and data["recipe"]["name"] == "current"
+    section = data["megatron"]
+    assert "--te-precision-config-file" in section["extra_args"] and not section["first_last_layers_bf16"]
+    assert any("precision ladder run under another recipe" in note for note in section["notes"])
+    script = tmp_path / "policy.sh"
+    script.write_text(render(rec.decision, "megatron").content + 'printf "%s\\n" "${FP8_POLICY_ARGS[@]}"\n')
+    args = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert "--te-precision-config-file" in args.splitlines()
+    assert "fp4_quantization_recipe: nvfp4" in (tmp_path / "fp8_precision_config.yaml").read_text()
