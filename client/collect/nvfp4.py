@@ -8,8 +8,9 @@ Sources (NVIDIA/TransformerEngine, TE 2.20):
 - `common/cast/nvfp4/core_nvfp4.cuh`: `compute_global_encode_scaling_factor_FP4`: S_enc = 448 * 6 / amax in fp32,
   capped at FLT_MAX, 1 when amax is 0; the block decode scale is `fp8e4m3(block_amax * (S_enc * (1/6)))`; the
   element multiplier `compute_scaling_coefficient<float>` is `min(1 / (float(S_dec_block) * (1 / S_enc)), FLT_MAX)`.
-  A block whose decode scale rounds to E4M3 zero therefore gets the multiplier FLT_MAX: its non-zero elements
-  saturate to +-6 (non-zero codes) yet dequantize to 0, as on the GPU.
+  A block whose decode scale rounds to E4M3 zero therefore gets the multiplier FLT_MAX: its elements mostly
+  saturate to +-6 (non-zero codes, not counted as underflows) yet dequantize to 0. TE's Python reference does the
+  same; whether the GPU kernel flushes float32 subnormal inputs first was not checked (it needs a Blackwell GPU).
 - `pytorch/custom_recipes/quantization_nvfp4.py` `NVFP4QuantizerRef` (TE's own Python reference):
   `cast_to_fp4x2` rounds to the nearest E2M1 value with ties to the even code (0.25 -> 0, 0.75 -> 1, 1.25 -> 1,
   1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4), values beyond 6 saturate; 2-D quantization (`quant_tile_shape=(16, 16)`,
