@@ -3,7 +3,7 @@ trip. A failed round trip answers 503 with the same shape, `status` "error" and 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -13,6 +13,6 @@ class HealthRead(BaseModel):
     database: str = Field(description="'ok', or '<ExceptionType>: <message>' when the round trip failed.")
 
 
-HEALTH_RESPONSES: dict[int | str, dict] = {
+HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: {"model": HealthRead, "description": 'The database round trip failed (`status` is "error").'}
 }

@@ -115,7 +115,7 @@ def check_filters(**values: str | None) -> None:
 # --- metadata --------------------------------------------------------------------------------------------------
 
 
-def parse_metadata(raw: str | None) -> dict:
+def parse_metadata(raw: str | None) -> dict[str, Any]:
     """The `metadata` field: a JSON object that reads back exactly as sent from both databases, or 400."""
     if raw is None or not raw.strip():
         return {}

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fp8_policy.policy.metadata_log import MetadataLog
 from fp8_policy.policy.records import LayerPlan
 
 
-def metadata_to_json(log: MetadataLog) -> dict:
+def metadata_to_json(log: MetadataLog) -> dict[str, Any]:
     return {
         "assigned": log.assigned,
         "layer_order": log.layer_order,
@@ -25,7 +27,7 @@ def metadata_to_json(log: MetadataLog) -> dict:
     }
 
 
-def metadata_from_json(data: dict) -> MetadataLog:
+def metadata_from_json(data: dict[str, Any]) -> MetadataLog:
     plans = {
         item["layer"]: LayerPlan(
             item["layer"], {(t, g): text for t, g, text in item["gemm_plans"]}, item["disabled"], set(item["features"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from fp8_policy.db.repositories import IngestCounts
 from fp8_policy.policy.assemble import AssembledRun, assemble_run
@@ -29,7 +30,7 @@ def parse_files(
     """Parse every stats file rank by rank (sessions in order) and every metadata file."""
     stats: dict[int, list[tuple[LogFile, Path]]] = defaultdict(list)
     metadata: list[MetadataLog] = []
-    report_files: list[dict] = []
+    report_files: list[dict[str, Any]] = []
     for log, path in sorted(files, key=lambda item: _session_key(item[0])):
         if log.kind == "stats":
             stats[log.rank].append((log, path))
@@ -82,7 +83,7 @@ def _read_metadata(path: Path) -> MetadataLog:
         return parse_metadata_lines(handle.read().splitlines())
 
 
-def _counts(parsed: dict[int, ParsedStats], assembled: AssembledRun, files: list[dict]) -> IngestCounts:
+def _counts(parsed: dict[int, ParsedStats], assembled: AssembledRun, files: list[dict[str, Any]]) -> IngestCounts:
     stats_files = [f for f in files if f["kind"] == "stats"]
     report = {
         "files": files,

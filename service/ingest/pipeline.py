@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -174,7 +174,7 @@ class _RankParse:
     def __init__(self, settings: Settings, rank: int) -> None:
         self.rank = rank
         self.parser = StatsLogParser(max_line_bytes=settings.max_line_bytes, workers=settings.parse_threads)
-        self.reports: list[dict] = []
+        self.reports: list[dict[str, Any]] = []
 
     def feed(self, stream: IO[bytes], source: str) -> None:
         """One member's stream, read 1 MiB at a time into the parser's blocks (see ChunkedReader)."""
@@ -193,7 +193,7 @@ class _RankParse:
             }
         )
 
-    def finish(self, metadata: MetadataLog) -> tuple[AssembledRun, dict]:
+    def finish(self, metadata: MetadataLog) -> tuple[AssembledRun, dict[str, Any]]:
         parsed = self.parser.finish()
         self.parser = None  # type: ignore[assignment]  # its buffers go before the series are stored
         assembled = assemble_run({self.rank: parsed}, metadata)
@@ -252,7 +252,7 @@ def finalize_run(ctx: JobContext, job: ClaimedJob) -> None:
     log.info("run %s ready", job.run_id)
 
 
-def _finalize(session: Session, job: ClaimedJob, plan: dict) -> None:
+def _finalize(session: Session, job: ClaimedJob, plan: dict[str, Any]) -> None:
     """In the caller's transaction: the layer table from every stored rank and the plan lines, totals, `ready`."""
     run = _require_processing(session, job)
     store = RankStore(session)
@@ -263,7 +263,7 @@ def _finalize(session: Session, job: ClaimedJob, plan: dict) -> None:
     store.mark_ready(run, _counts(plan, JobRepository(session).rank_results(job.run_id)))
 
 
-def _counts(plan: dict, ranks: dict[int, dict]) -> IngestCounts:
+def _counts(plan: dict[str, Any], ranks: dict[int, dict[str, Any]]) -> IngestCounts:
     per_rank = [ranks[rank] for rank in sorted(ranks)]
     unsplit: list[str] = []
     for result in per_rank:
@@ -306,7 +306,7 @@ class _MetadataReader:
     def merged(self, members: list[tuple[str, str]]) -> MetadataLog:
         return merge_metadata(self.logs[streamed] for _member, streamed in members)
 
-    def reports(self, members: list[tuple[str, str]]) -> list[dict]:
+    def reports(self, members: list[tuple[str, str]]) -> list[dict[str, Any]]:
         out = []
         for member, streamed in members:
             meta, logfile = self.logs[streamed], classify_log_path(streamed)
@@ -344,7 +344,7 @@ class _open_upload:  # noqa: N801 - used as a context manager
             self.handle.close()
 
 
-def _run_and_plan(ctx: JobContext, run_id: int) -> tuple[str, str | None, dict]:
+def _run_and_plan(ctx: JobContext, run_id: int) -> tuple[str, str | None, dict[str, Any]]:
     with session_scope(ctx.factory) as session:
         run = RunRepository(session).get(run_id)
         plan = JobRepository(session).result_of(run_id, "plan")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import fsspec
 
@@ -32,7 +32,7 @@ class ArchiveStore:
             self.root = Path(url.removeprefix("file://")).resolve()
             self.fs = None
         else:
-            options: dict = {}
+            options: dict[str, Any] = {}
             if url.startswith(("s3://", "s3a://")):
                 options = {"default_block_size": READ_BLOCK_BYTES, "default_cache_type": "readahead"}
                 if s3_endpoint_url:

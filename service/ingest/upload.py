@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 from python_multipart.multipart import MultipartParser, parse_options_header
@@ -151,7 +152,7 @@ class _FormSink:
         self._current: str | None = None
         self._buffer = bytearray()
 
-    def callbacks(self) -> dict:
+    def callbacks(self) -> dict[str, Any]:
         return {
             "on_part_begin": self._begin,
             "on_header_field": lambda d, s, e: self._append("_field_name", d[s:e]),

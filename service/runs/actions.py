@@ -8,6 +8,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sqlalchemy import event
@@ -57,7 +58,7 @@ def default_run_name(filename: str | None) -> str | None:
 
 def parse_upload_fields(
     fields: dict[str, str], filename: str | None = None
-) -> tuple[str | None, str, tuple[str, ...], dict]:
+) -> tuple[str | None, str, tuple[str, ...], dict[str, Any]]:
     """Validate name / project / tags / metadata from form fields or query parameters; without a name, the
     upload's file name names the run (`default_run_name`)."""
     name = (fields.get("name") or "").strip() or default_run_name(filename)
@@ -236,7 +237,7 @@ def _shown_text(text: str | None) -> str | None:
     return None if text is None else displayable(text)
 
 
-def _shown_metadata(metadata: object) -> dict:
+def _shown_metadata(metadata: object) -> dict[str, Any]:
     shown = displayable_json(metadata) if metadata else {}
     return shown if isinstance(shown, dict) else {"value": shown}
 

@@ -7,6 +7,8 @@ asks explicitly, so any failed run is retried as long as its upload is still sto
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
@@ -47,7 +49,7 @@ def retry_run(run_id: int, request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=202, headers={"Location": f"/api/v1/runs/{run_id}"})
 
 
-def requeue(session: Session, store: ArchiveStore, run_id: int) -> dict:
+def requeue(session: Session, store: ArchiveStore, run_id: int) -> dict[str, Any]:
     # The run's row is locked first (RunRepository.lock): a delete racing the retry waits for it, or has
     # committed and the run is not found (404), never a 500 from requeueing a row that is gone.
     limits.check_run_id(run_id)

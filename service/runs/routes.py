@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
 from fastapi import APIRouter, Query, Request, Response
@@ -74,7 +74,7 @@ async def create_run(request: Request, settings: SettingsDep, principal: Princip
 
 def _store_upload(
     state, settings: Settings, upload: ReceivedUpload, fields: dict[str, str], uploaded_by: str | None
-) -> tuple[dict, bool]:
+) -> tuple[dict[str, Any], bool]:
     """The blocking part of an upload (in a worker thread): store the run, queue its ingest."""
     try:
         with state.unit_of_work() as session:

@@ -7,7 +7,7 @@ Non-finite numbers: JSON has no NaN/inf, so values and summaries carry them as t
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,7 +30,7 @@ class RunRead(Schema):
     sha256: str
     upload_filename: str | None
     upload_bytes: int
-    metadata: dict
+    metadata: dict[str, Any]
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -44,7 +44,7 @@ class RunRead(Schema):
     lines_skipped: int = Field(description="Non-blank lines that are not statistics lines.")
     lines_blank: int
     lines_duplicated: int = Field(description="Points dropped because a later line had the same name and iteration.")
-    ingest_report: dict | None = Field(None, description="Per-file counts and skipped-line samples.")
+    ingest_report: dict[str, Any] | None = Field(None, description="Per-file counts and skipped-line samples.")
     uploaded_by: str | None = Field(
         None, description="Name of the access token that uploaded the run; null when the service was open (no token)."
     )

@@ -83,7 +83,7 @@ def run_identity(session: Session, run: Run) -> tuple:
     return str(session.get_bind().url), run.id, run.sha256, str(run.finished_at)
 
 
-def heatmap_layout(session: Session, run_id: int, params: HeatmapParams, *, cell_columns: int = 0) -> dict:
+def heatmap_layout(session: Session, run_id: int, params: HeatmapParams, *, cell_columns: int = 0) -> dict[str, Any]:
     """The rows, columns, summary and pixel geometry of the heatmap, without drawing it (JSON); with
     `cell_columns` > 0 also its values, reduced to at most that many columns as the image reduces them."""
     run = get_ready_run(session, run_id)
@@ -190,7 +190,7 @@ def run_severities(session: Session, run: Run, params: HeatmapParams) -> dict[st
     return verdict_severities(analysis.get("layers") or [], params.tensor, params.stat, stats.get("stat_prefix"))
 
 
-def cell_values(matrix: HeatmapMatrix, columns: int) -> dict:
+def cell_values(matrix: HeatmapMatrix, columns: int) -> dict[str, Any]:
     """The matrix averaged (NaN-aware) into at most `columns` iteration columns, as `render.fit_columns` does for
     the image; each column names the first and last iteration it covers. NaN (not logged) is null."""
     values, _span = fit_columns(matrix.values, float(columns))

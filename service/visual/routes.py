@@ -6,6 +6,8 @@ an unknown run 404, a run that is not ready 409.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
@@ -35,7 +37,7 @@ _IMAGE_HEADERS = {
 }
 
 
-def _image_responses(media_type: str) -> dict[int | str, dict]:
+def _image_responses(media_type: str) -> dict[int | str, dict[str, Any]]:
     headers = {name: {"description": text, "schema": {"type": "string"}} for name, text in _IMAGE_HEADERS.items()}
     image = {
         "description": "The image.",
