@@ -140,6 +140,7 @@ def format_view(run: RunData) -> tuple[RunData, TrainingFormat]:
     converted = 0
     series: list[Series] = []
     weights_left = 0
+    linear: list[str] = []
     for s in run.series:
         m = s.metric
         if recipe == "nvfp4" and m.recipe == "nvfp4" and m.tensor == "weight":
@@ -150,7 +151,7 @@ def format_view(run: RunData) -> tuple[RunData, TrainingFormat]:
             continue
         e8m0 = m.recipe == "mxfp8" or (m.recipe is None and recipe == "mxfp8")
         if e8m0 and not _is_bytes(s.values):
-            notes.append(f"{_name(m)} is not E8M0 bytes (non-integer values): read as a linear scale.")
+            linear.append(_name(m))
             e8m0 = False
         screened, dropped = _screen(s, e8m0)
         excluded += dropped
@@ -162,6 +163,9 @@ def format_view(run: RunData) -> tuple[RunData, TrainingFormat]:
             f"{converted} MXFP8 scale_inv series are E8M0 exponent bytes: read as 2^(v-127) (127 = 1.0) before any "
             "scale analysis."
         )
+    if linear:
+        more = f" and {len(linear) - 1} more" if len(linear) > 1 else ""
+        notes.append(f"{linear[0]}{more}: MXFP8 scale_inv that is not E8M0 bytes (non-integer values), read as linear.")
     if excluded:
         shown = "; ".join(p.describe() for p in excluded[:MAX_NAMED])
         more = f" and {len(excluded) - MAX_NAMED} more" if len(excluded) > MAX_NAMED else ""

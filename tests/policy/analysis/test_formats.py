@@ -145,3 +145,12 @@ def test_te_default_is_not_assumed_when_its_own_whatifs_are_logged() -> None:
     text = "\n".join(rec.rationale)
     assert "not TE's default MXFP8 block scaling" in text and "DelayedScaling assumed" in text
     assert rec.decision.recipe.name == "mxfp8" and not rec.decision.gemm_overrides  # uniform -> the what-if recipe
+
+
+def test_mxfp8_scales_that_are_not_bytes_are_read_as_linear_in_one_note() -> None:
+    keys = ("underflows%", "mxfp8_scale_inv_min", "mxfp8_scale_inv_max")
+    run = frontier_run(lambda *a: 0.1 if a[4] == "underflows%" else 0.0039, keys, metadata={"recipe": "current"})
+    analysis = analyze(run)
+    notes = [n for n in analysis.notes if "not E8M0 bytes" in n]
+    assert len(notes) == 1 and "and 191 more" in notes[0]
+    assert analysis.training.e8m0_series == 0
