@@ -41,10 +41,14 @@ def kept_layers(decision: PolicyDecision) -> list[str]:
 
 
 def skipped_layers(decision: PolicyDecision) -> list[str]:
-    """Layers a renderer must put in BF16 whole: the skip list plus the ladder's BF16 rungs (not the layers that
-    only ran in high precision: the model's own code keeps those)."""
+    """Layers a renderer must put in BF16 whole: the skip list plus the ladder's BF16 rungs, except layers that
+    already ran in high precision (the model's own code keeps those, e.g. bionemo's LM head) and layers with GEMM
+    overrides (their exact GEMMs stay the request): the ladder gives both `bf16` too."""
     rungs = ladder(decision)
-    return list(dict.fromkeys([*decision.skip_layers, *(n for n in kept_layers(decision) if n in rungs)]))
+    high = {layer.name for layer in decision.layers if layer.precision is Precision.HIGH}
+    partial = set(merged_overrides(decision))  # their GEMM overrides stay exact where a format can say so
+    extra = [n for n in kept_layers(decision) if n in rungs and n not in high and n not in partial]
+    return list(dict.fromkeys([*decision.skip_layers, *extra]))
 
 
 def ladder(decision: PolicyDecision) -> dict[str, str]:

@@ -130,3 +130,24 @@ def test_stats_frequency_option_reaches_every_section(nvdlfw_config):
                 {feature["freq"]} if "freq" in feature else set()
             )
             assert freqs == {25}
+
+
+def test_a_bf16_rung_on_a_layer_that_already_ran_in_high_precision_is_not_disabled(nvdlfw_config):
+    """The ladder gives bionemo's BF16 LM head a `bf16` rung; the YAML watches it with LogTensorStats, as before the
+    ladder, and does not add a Disable section the recommendation never asked for."""
+    layers = f.family_layers("esm2", 2, head_precision=Precision.HIGH)
+    decision = f.with_ladder(f.decision(layers), {"model.lm_head.dense": "bf16"})
+    manager = nvdlfw_config(render(decision, "te-yaml").content)
+    assert set(te_features(manager, "model.lm_head.dense")) == {"LogTensorStats"}
+    megatron = render(decision, "megatron").content
+    assert "--te-precision-config-file" not in megatron and "output_layer" not in megatron
+
+
+def test_a_bf16_rung_on_a_layer_with_gemm_overrides_keeps_the_exact_gemms(nvdlfw_config):
+    """The ladder says `bf16` for a layer the plan overrides per GEMM (real ESM-2 run); te-yaml keeps the GEMMs."""
+    layers = f.family_layers("esm2", 2)
+    qkv = "model.esm.encoder.layers.2.self_attention.layernorm_qkv"
+    decision = f.with_ladder(f.decision(layers, (), [f.override(qkv, "dgrad", "wgrad")]), {qkv: "bf16"})
+    got = te_features(nvdlfw_config(render(decision, "te-yaml").content), qkv)
+    assert set(got) == {"DisableFP8GEMM", "LogTensorStats"} and got["DisableFP8GEMM"]["gemms"] == ["dgrad", "wgrad"]
+    assert set(te_features(nvdlfw_config(render(decision, "te-monitor").content), qkv)) == {"LogTensorStats"}
