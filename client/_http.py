@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from fp8_policy._version import __version__
-from fp8_policy.client.errors import ApiError, ConnectionFailed, Forbidden, NotFound, Unauthorized
+from fp8_policy.client.errors import ApiError, ConnectionFailed, Forbidden, NotFound, PolicyError, Unauthorized
 
 USER_AGENT = f"fp8-policy-client/{__version__}"
 DEFAULT_TIMEOUT = 60.0
@@ -145,13 +145,19 @@ class HttpSession:
         """Stream a GET response body to `dest` (written to a temporary name, then renamed); returns bytes."""
         dest = Path(dest)
         partial = dest.with_name(f".{dest.name}.part")
+        if not dest.parent.is_dir():  # said before the download, and about the file asked for (not `partial`)
+            raise PolicyError(f"cannot write {dest}: no directory {dest.parent}", error="OutputNotWritable")
         written = 0
         try:
             with self._client.stream("GET", path, params=_clean(params)) as response:
                 if response.is_error:
                     response.read()
                     raise error_from_response(response)
-                with open(partial, "wb") as handle:
+                try:
+                    handle = open(partial, "wb")  # noqa: SIM115 - closed by the with-block below
+                except OSError as exc:
+                    raise PolicyError(f"cannot write {dest}: {exc.strerror}", error="OutputNotWritable") from exc
+                with handle:
                     for chunk in response.iter_bytes():
                         handle.write(chunk)
                         written += len(chunk)

@@ -158,7 +158,7 @@ def change_section(rec: dict[str, Any]) -> list[str]:
     if cost:
         lines.append(
             f"- Expected cost: {_fmt(_number(cost.get('bf16_gemm_share')) * 100)}% of GEMMs in BF16, GEMM "
-            f"time +{_fmt(cost.get('gemm_slowdown_vs_all_fp8_pct'))}% vs all-FP8 "
+            f"time {_signed_pct(cost.get('gemm_slowdown_vs_all_fp8_pct'))} vs all-FP8 "
             f"({_fmt(cost.get('gemm_speedup_vs_all_bf16'))}x faster than all-BF16)"
         )
     if rec.get("confidence") is not None:
@@ -187,6 +187,18 @@ def _number(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return 0.0
+
+
+def _signed_pct(value: Any) -> str:
+    """A change in percent with its sign: +1.41%, -0.3%, ±0% (never `+-0%`: a change that is -0.0 or rounds to
+    zero); n/a when not given."""
+    if value is None:
+        return "n/a"
+    number = _number(value)
+    text = _fmt(abs(number))
+    if float(text) == 0:
+        return "±0%"
+    return f"{'+' if number > 0 else '-'}{text}%"
 
 
 def _fmt(value: Any) -> str:

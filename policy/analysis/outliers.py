@@ -25,7 +25,6 @@ import warnings
 from collections.abc import Iterable
 
 import numpy as np
-from sklearn.neighbors import LocalOutlierFactor
 
 from fp8_policy.policy.analysis.findings import Evidence, Finding, Pattern
 from fp8_policy.policy.analysis.signals import SeriesSummary, Signals
@@ -47,6 +46,10 @@ def lof_outliers(values: np.ndarray, thresholds: Thresholds) -> list[tuple[int, 
     n = values.size
     if n < thresholds.rank_outlier_min_ranks:
         return []
+    # Imported here, on the first multi-rank run: scikit-learn brings SciPy and pandas, 1-4 s of import that a
+    # service's start-up (and a single-rank upload) need not pay.
+    from sklearn.neighbors import LocalOutlierFactor
+
     model = LocalOutlierFactor(n_neighbors=min(n - 1, max(2, n // 2)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # duplicate values (4-decimal logs) warn but still score correctly

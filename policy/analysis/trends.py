@@ -22,8 +22,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import HuberRegressor
 
 from fp8_policy.policy.analysis.findings import Evidence, Finding, Pattern
 from fp8_policy.policy.analysis.layout import Layout
@@ -67,6 +65,11 @@ def huber_line(iterations: np.ndarray, values: np.ndarray) -> tuple[float, float
     if iterations.size > MAX_FIT_POINTS:
         pick = np.linspace(0, iterations.size - 1, MAX_FIT_POINTS).round().astype(np.int64)
         iterations, values = iterations[pick], values[pick]
+    # Imported on first use: scikit-learn brings SciPy and pandas (1-4 s) that a service's start-up need not pay;
+    # a serving process imports it in the background once it answers (service/ingest/worker.py warm_up_process).
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import HuberRegressor
+
     x = ((iterations - iterations[-1]) / 1000.0).reshape(-1, 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)

@@ -46,6 +46,9 @@ def warm_up_process() -> None:
     from fp8_policy.policy.stats_log import prefault_buffers
 
     prepare()  # meanwhile ingest parses small uploads with the interpreted kernels (policy/kernels.py)
+    import sklearn.linear_model  # noqa: F401 - the analysis imports it on first use (policy/analysis/trends.py)
+    import sklearn.neighbors  # noqa: F401
+
     gc.collect()
     gc.freeze()
     prefault_buffers()

@@ -163,6 +163,11 @@ class RenderLane:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"render-{self.name}")
         return self._executor
 
+    def warm(self) -> None:
+        """Start the worker process (under the lock: a first image submitted meanwhile waits for this one)."""
+        with self._lock:
+            self._pool().submit(_ready)
+
     def submit(self, job: RenderJob) -> Future:
         with self._lock:
             if self.admitted >= self.capacity:
@@ -241,9 +246,11 @@ class Renderer:
             return key, hit if hit is not None else build(session, self.max_pixels)
 
     def warm(self) -> None:
-        """Start the light worker now (in the background), so the first image does not wait for it."""
+        """Start the light worker now, in a background thread, so the first image does not wait for it. In a
+        thread: the first submit starts the forkserver, which preloads matplotlib before it forks (2-10 s), and
+        the app's start-up (and so /healthz) must not wait for that."""
         if self.light.processes:
-            self.light._pool().submit(_ready)
+            threading.Thread(target=self.light.warm, name="render-warm", daemon=True).start()
 
     def close(self) -> None:
         self.light.close()

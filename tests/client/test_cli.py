@@ -224,6 +224,16 @@ def test_heatmap_saves_the_png(invoke, service: FakeService, tmp_path: Path) -> 
     assert (tmp_path / "h.png").read_bytes() == b"\x89PNG fake"
 
 
+def test_heatmap_into_a_missing_directory_names_the_file_asked_for(invoke, tmp_path: Path) -> None:
+    target = tmp_path / "no" / "such" / "dir" / "h.png"
+
+    result = invoke("heatmap", "7", "-o", str(target))
+
+    assert result.exit_code == 2
+    assert result.stderr == f"error: OutputNotWritable: cannot write {target}: no directory {target.parent}\n"
+    assert ".part" not in result.stderr
+
+
 def test_the_console_script_has_the_client_commands() -> None:
     from fp8_policy.service.cli import cli as console
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+import click
 import yaml
 from click.testing import CliRunner
 
@@ -27,6 +29,20 @@ def _fp8_commands(workflow: dict) -> list[list[str]]:
             if line.strip().startswith("fp8-policy "):
                 commands.append(shlex.split(line.split(">")[0])[1:])
     return commands
+
+
+def test_the_workflow_says_how_to_get_its_token_with_a_command_that_exists() -> None:
+    """It once said the token was "ignored by the service today"; the service checks tokens."""
+    from fp8_policy.service.auth.cli import token
+
+    text = WORKFLOW.read_text()
+    match = re.search(r"`fp8-policy token (create [^`]*)`", text)
+
+    assert "ignored by the service" not in text and match is not None
+    name, *args = match[1].split()
+    create = token.get_command(click.Context(token), name)
+    assert create is not None
+    assert create.make_context(name, args).params["scope"] == "upload"
 
 
 def test_the_github_actions_example_is_a_valid_workflow() -> None:

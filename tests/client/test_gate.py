@@ -39,6 +39,19 @@ def test_worst_layers_are_the_flagged_ones_worst_first() -> None:
     assert [row["name"] for row in worst_layers(ANALYSIS["layers"])] == [HEAD, "model.x.3.fc1"]
 
 
+@pytest.mark.parametrize(
+    ("slowdown", "shown"), [(-0.0, "±0%"), (0.0, "±0%"), (-0.25, "-0.25%"), (1.41, "+1.41%"), (None, "n/a")]
+)
+def test_the_gemm_time_change_has_one_sign(slowdown: float | None, shown: str) -> None:
+    recommendation = {**RECOMMENDATION, "expected_cost": {**RECOMMENDATION["expected_cost"]}}
+    recommendation["expected_cost"]["gemm_slowdown_vs_all_fp8_pct"] = slowdown
+
+    markdown = render_markdown(evaluate(RUN, ANALYSIS, recommendation, "critical"))
+
+    assert f"GEMM time {shown} vs all-FP8" in markdown
+    assert "+-" not in markdown
+
+
 def test_markdown_shows_verdict_findings_worst_layers_and_the_change() -> None:
     markdown = render_markdown(evaluate(RUN, ANALYSIS, RECOMMENDATION, "critical"))
 
