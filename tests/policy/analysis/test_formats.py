@@ -3,6 +3,8 @@ impossible scale values, the training recipe read from metadata or from the stat
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -154,3 +156,17 @@ def test_mxfp8_scales_that_are_not_bytes_are_read_as_linear_in_one_note() -> Non
     notes = [n for n in analysis.notes if "not E8M0 bytes" in n]
     assert len(notes) == 1 and "and 191 more" in notes[0]
     assert analysis.training.e8m0_series == 0
+
+
+PARITY = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "te_h100_parity" / "whatif"
+
+
+@pytest.mark.skipif(not PARITY.is_dir(), reason="TE H100 parity fixture not present")
+def test_te_h100_block_whatif_garbage_is_left_out_and_named() -> None:
+    from bench.eval_ingest import parse_tree
+
+    analysis = analyze(parse_tree(PARITY))
+    assert analysis.training.to_dict()["excluded_scale_points"] == 1
+    note = next(n for n in analysis.notes if "impossible scale_inv" in n)
+    assert "model.fc1_weight_fp8_block_scaling_scale_inv_min rank 0 iteration 0 = -9.56022e+10 (negative)" in note
+    assert "scale_instability" not in analysis.patterns()
