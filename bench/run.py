@@ -10,6 +10,10 @@
 Issue 10 (bench/scale.py): the single-rank upload -> ready of (b) against the baseline (d) as a ratio; (e) an
 8-rank run with 1 and 2 `fp8-policy worker` processes on PostgreSQL and on the embedded service, with peak RSS;
 (f) 2 API processes + 2 workers on PostgreSQL under 8 uploads and 50 readers (`python -m bench.scale`).
+(k) bench/hot_paths.py (issue 20): 20 concurrent GET /recommendation on a 2.4M-point run (p99), and the service's
+RSS growth under 12 concurrent 60 MiB live pieces (`python -m bench.hot_paths` alone).
+(j) bench/first_touch.py: `fp8-policy serve` from an empty numba cache and restarted with a warm one, side by side:
+/healthz, the ESM-2 fixture's upload -> ready, SIGTERM -> exit (`python -m bench.first_touch [--make-run]` alone).
 Each measurement runs in its own process, so peak RSS figures are per process (os.wait4 / VmHWM).
 Results are printed as a table and written to bench/out/results.json.
 """
@@ -28,7 +32,8 @@ from pathlib import Path
 
 import httpx
 
-from bench import live, load, scale
+import bench.hot_paths as hot_paths
+from bench import first_touch, live, load, scale
 from bench.service import start_service, stop_service, vm_hwm_mb
 from bench.trees import OUT, ROOT, ensure_log_tree
 
@@ -230,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
         results["scale"] = scale.measure_all(tree, OUT, Path(tmp))
     print("(i) live runs: append throughput, detector latency, planted crossing to webhook ...", flush=True)
     results["live"] = live.measure(tree)
+    print("(k) recommendations under 20 concurrent readers, 12 concurrent 60 MiB live pieces ...", flush=True)
+    results["hot_paths"] = hot_paths.measure()
+    print("(j) first touch: cold start (empty numba cache) and warm restart ...", flush=True)
+    results["first_touch"] = first_touch.measure_cold_and_warm()
     report(results)
     load.report(results["mixed_load"])
     for label, ok in load.targets_met(results["mixed_load"]).items():
@@ -244,6 +253,14 @@ def main(argv: list[str] | None = None) -> int:
     for label, ok in live.report(results["live"], results["baseline"]["seconds"]).items():
         results["targets_met"][label] = ok
         print(f"  [{'ok' if ok else 'MISSED'}] {label}")
+    for label, ok in hot_paths.report(results["hot_paths"]).items():
+        results["targets_met"][label] = ok
+        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
+    print()
+    first_touch.print_table(results["first_touch"])
+    for label, ok in results["first_touch"]["met"].items():
+        results["targets_met"][f"(j) first touch {label} <= {first_touch.TARGETS[label]:g}"] = ok
+        print(f"  [{'ok' if ok else 'MISSED'}] (j) first touch {label} <= {first_touch.TARGETS[label]:g}")
     (OUT / "results.json").write_text(json.dumps(results, indent=2))
     return 0 if all(results["targets_met"].values()) else 1
 
