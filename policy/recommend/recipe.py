@@ -287,7 +287,7 @@ def _decision(
             f"keep {current}: no logged stat or what-if favours another recipe (no overflow, no scale "
             "instability, no what-if recipe clearly better)"
         )
-        if "megatron" in paths:
+        if "megatron" in paths and current == "delayed":  # other recipes take Megatron's first/last BF16 flags
             reasons.append(
                 "the BF16 layers and GEMM overrides apply with it through the TE debug YAML (DisableFP8Layer / "
                 "DisableFP8GEMM); only Megatron's --first-last-layers-bf16 path needs tensorwise (current) scaling"

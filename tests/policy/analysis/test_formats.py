@@ -45,6 +45,7 @@ def test_nvfp4_late_blocks_losing_gradient_nonzeros_are_flagged_and_nvfp4_is_kep
     assert data["recipe"]["name"] == "nvfp4" and data["recipe"]["class"].endswith("NVFP4BlockScaling")
     assert "--fp4-format" in data["megatron"]["extra_args"] and "--fp8-format" not in data["megatron"]["extra_args"]
     assert "TE's default DelayedScaling" not in "\n".join(data["rationale"])
+    assert "needs tensorwise" not in data["recipe"]["reason"]  # Megatron's first/last BF16 flags work with FP4
 
 
 def test_a_healthy_nvfp4_run_is_healthy_with_nvfp4_bands_even_without_metadata() -> None:
