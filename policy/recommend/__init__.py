@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fp8_policy.policy.analysis import analyze
-from fp8_policy.policy.analysis.findings import Finding, Pattern
+from fp8_policy.policy.analysis.findings import Finding, LayerAssessment, Pattern
 from fp8_policy.policy.analysis.recipes import RECIPE_LABELS, normalize_recipe
 from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.recommend.confidence import confidence
@@ -34,6 +34,7 @@ from fp8_policy.policy.recommend.recipe import (
 from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
 from fp8_policy.policy.records import PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format
+from fp8_policy.policy.thresholds import Thresholds
 
 POLICY_VERSION = "2026.11.6"
 
@@ -57,6 +58,11 @@ class Recommendation:
     ladder: Ladder | None = None  # the per-layer precision ladder
     ladder_cost: dict[str, Any] | None = None  # its FP4 / FP8 / BF16 GEMM shares and speedup
     recipe_basis: dict[str, Any] = field(default_factory=dict)  # evidence, changed_from, apply_paths
+    # the per-layer verdicts of the analysis it was built on, with its thresholds and stat prefix, so views (the
+    # heatmap's boxes) reuse them instead of analysing again; small records, no series arrays (it is cached)
+    layer_rows: tuple[LayerAssessment, ...] = field(default=(), repr=False)
+    thresholds: Thresholds | None = None
+    stat_prefix: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         recipe = self.decision.recipe
@@ -162,6 +168,9 @@ def recommend(
         ladder,
         lcost,
         basis,
+        tuple(analysis.layers),
+        analysis.requested_thresholds,
+        analysis.signals.stat_prefix,
     )
 
 

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from fp8_policy.db.codec import decode_iterations, decode_values
 from fp8_policy.db.models import Run
 from fp8_policy.db.repositories import RunRepository
+from fp8_policy.db.summaries import SummaryRepository
 from fp8_policy.policy.heatmap import (
     HeatmapGeometry,
     HeatmapMatrix,
@@ -35,7 +36,7 @@ from fp8_policy.policy.heatmap import (
 )
 from fp8_policy.policy.recommend import POLICY_VERSION
 from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, Series
-from fp8_policy.policy.thresholds import Severity
+from fp8_policy.policy.thresholds import Severity, Thresholds
 from fp8_policy.service.analysis.actions import recommendation_for
 from fp8_policy.service.analysis.summary import view_analysis
 from fp8_policy.service.errors import ImageTooLarge, InvalidParameter, NoData, UnknownFormat
@@ -180,12 +181,22 @@ def summary_for(
     )
 
 
-def run_severities(session: Session, run: Run, params: HeatmapParams) -> dict[str, Severity] | None:
+def run_severities(
+    session: Session, run: Run, params: HeatmapParams, marks: Recommended | None = None
+) -> dict[str, Severity] | None:
     """layer -> the verdict of the drawn (tensor, stat) from the run's analysis (same thresholds); None when
-    the analysis gives none for that stat. A single rank is drawn: verdicts are over ranks, so none then."""
+    the analysis gives none for that stat. A single rank is drawn: verdicts are over ranks, so none then.
+    The analysis is the stored one (default thresholds), else the one the recommended marks were computed from
+    (same thresholds), else computed: a first render analyses the run once, not twice."""
     if params.rank is not None:
         return None
-    analysis = view_analysis(session, run.id, dict(params.threshold_overrides) or None)
+    if marks is not None and marks.verdict_rows is not None and marks.thresholds == params.thresholds:
+        if not params.threshold_overrides and (stored := SummaryRepository(session).analysis(run.id, POLICY_VERSION)):
+            analysis = stored
+        else:
+            analysis = {"layers": list(marks.verdict_rows), "stats": {"stat_prefix": marks.stat_prefix}}
+    else:
+        analysis = view_analysis(session, run.id, dict(params.threshold_overrides) or None)
     stats = analysis.get("stats") or {}
     return verdict_severities(analysis.get("layers") or [], params.tensor, params.stat, stats.get("stat_prefix"))
 
@@ -211,8 +222,8 @@ def colormap_stops(count: int = 33) -> list[str]:
 def build_panel(session: Session, run: Run, params: HeatmapParams, *, title: str | None = None) -> Panel:
     matrix = load_matrix(session, run, params)
     _check_mark(matrix, params)
-    summary = summary_for(matrix, params, run_severities(session, run, params))
     marks = recommended(session, run, params.threshold_overrides) if params.show_skip else None
+    summary = summary_for(matrix, params, run_severities(session, run, params, marks))
     return Panel(
         matrix,
         summary,
@@ -256,6 +267,9 @@ class Recommended:
 
     skip_layers: frozenset[str]
     gemm_overrides: dict[str, tuple[str, ...]]  # layer -> GEMMs kept in high precision
+    verdict_rows: tuple[dict[str, Any], ...] | None = None  # its analysis's layer rows (series verdicts)
+    thresholds: Thresholds | None = None  # ... and the thresholds that analysis used
+    stat_prefix: str | None = None
 
 
 def recommended(session: Session, run: Run, overrides: tuple[tuple[str, float], ...]) -> Recommended:
@@ -266,8 +280,15 @@ def recommended(session: Session, run: Run, overrides: tuple[tuple[str, float], 
             _SKIP_CACHE.move_to_end(key)
             return _SKIP_CACHE[key]
     request = {"thresholds": dict(overrides)} if overrides else None
-    decision = recommendation_for(session, run.id, request).decision
-    result = Recommended(frozenset(decision.skip_layers), {o.layer: o.gemms for o in decision.gemm_overrides})
+    rec = recommendation_for(session, run.id, request)
+    decision = rec.decision
+    result = Recommended(
+        frozenset(decision.skip_layers),
+        {o.layer: o.gemms for o in decision.gemm_overrides},
+        tuple(row.to_dict() for row in rec.layer_rows) if rec.layer_rows else None,
+        rec.thresholds,
+        rec.stat_prefix,
+    )
     with _SKIP_LOCK:
         _SKIP_CACHE[key] = result
         while len(_SKIP_CACHE) > _SKIP_CACHE_SIZE:

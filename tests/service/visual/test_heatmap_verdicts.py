@@ -57,3 +57,24 @@ def test_a_single_rank_heatmap_keeps_the_row_levels(visual_client, boundary_run)
     heatmap = visual_client.get(f"/api/v1/runs/{boundary_run}/heatmap.json", params={"rank": 0}).json()
     assert heatmap["summary"]["boxed_by"] == "row level"
     assert {row["severity"] for row in heatmap["rows"]} == {None}
+
+
+def test_a_first_render_with_the_skip_marks_analyses_the_run_once(visual_client, boundary_run, monkeypatch):
+    # The boxes reuse the verdicts of the analysis the recommended skip set was computed from (same thresholds).
+    from fp8_policy.service.analysis import actions as analysis_actions
+    from fp8_policy.service.analysis import summary as analysis_summary
+
+    calls = []
+    real = analysis_actions.analyze
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(analysis_actions, "analyze", counting)
+    monkeypatch.setattr(analysis_summary, "analyze", counting)
+    params = {"tensor": "activation", "critical": "2.5", "show_skip": "true"}  # not the stored default analysis
+    body = visual_client.get(f"/api/v1/runs/{boundary_run}/heatmap.json", params=params).json()
+
+    assert body["summary"]["boxed_by"] == "analysis verdict" and body["summary"]["boxed"]
+    assert len(calls) == 1
