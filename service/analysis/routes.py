@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 
+from fp8_policy.policy.recommend import Recommendation
 from fp8_policy.policy.render import OUTPUT_FORMATS, hydra, megatron, te_monitor, te_yaml, torchao
 from fp8_policy.service.analysis import actions, summary
 from fp8_policy.service.analysis.recommendation_cache import recommendation_key
@@ -168,14 +169,26 @@ def recompute_recommendation(
 def _respond(
     request: Request, session, run_id: int, overrides: dict[str, Any], fmt: str
 ) -> RecommendationRead | Response:
-    # computed once per (run as stored, options, policy version); identical concurrent requests wait for it
+    # computed once per (run as stored, options, policy version), and each answer serialized once per format;
+    # identical concurrent requests wait for the one computing it (service/analysis/recommendation_cache.py)
     key = recommendation_key(session, run_id, overrides)
-    rec = request.app.state.recommendations.get(key, lambda: actions.recommendation_for(session, run_id, overrides))
+    cache = request.app.state.recommendations
+
+    def recommendation() -> Recommendation:
+        return cache.get(key, lambda: actions.recommendation_for(session, run_id, overrides))
+
     if fmt == "json":
-        return RecommendationRead.model_validate({"run_id": run_id, **rec.to_dict()})
-    rendered = actions.render_recommendation(rec, fmt)
+        body = cache.get((*key, "json"), lambda: _json_body(run_id, recommendation()))
+        return Response(body, media_type="application/json")
+    rendered = cache.get((*key, fmt), lambda: actions.render_recommendation(recommendation(), fmt))
     return Response(
         rendered.content,
         media_type=rendered.media_type,
         headers={"Content-Disposition": f'attachment; filename="{rendered.filename}"'},
     )
+
+
+def _json_body(run_id: int, rec: Recommendation) -> bytes:
+    """The JSON answer as FastAPI would serialize the response model (unset fields left out)."""
+    model = RecommendationRead.model_validate({"run_id": run_id, **rec.to_dict()})
+    return JSONResponse(model.model_dump(mode="json", by_alias=True, exclude_unset=True)).body

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from fp8_policy.service.analysis import actions
+from fp8_policy.service.analysis import actions, routes
 from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
 from tests.service.test_analysis_api import upload_scenario
 
@@ -42,6 +42,27 @@ def test_concurrent_identical_requests_compute_once(
     # a cached answer is the same as a fresh computation, and rendered formats use it too
     assert client.get(f"/api/v1/runs/{run_id}/recommendation", params={"format": "te-yaml"}).status_code == 200
     assert counted == [run_id]
+
+
+def test_each_answer_is_serialized_once_per_format(
+    client: TestClient, tmp_path: Path, project: str, counted: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = upload_scenario(client, tmp_path, project, "head_only")
+    serialized: list[int] = []
+    real = routes._json_body
+
+    def counting(run: int, rec):
+        serialized.append(run)
+        return real(run, rec)
+
+    monkeypatch.setattr(routes, "_json_body", counting)
+    first = client.get(f"/api/v1/runs/{run_id}/recommendation")
+    second = client.get(f"/api/v1/runs/{run_id}/recommendation")
+    yaml_text = client.get(f"/api/v1/runs/{run_id}/recommendation", params={"format": "te-yaml"})
+    assert first.status_code == second.status_code == yaml_text.status_code == 200
+    assert first.headers["content-type"] == "application/json" and first.content == second.content
+    assert first.json()["run_id"] == run_id and "model.lm_head" in first.json()["fp8_skip_layers"]
+    assert serialized == [run_id] and counted == [run_id]
 
 
 def test_other_options_are_computed_separately(
