@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any, NamedTuple, cast
 
-from sqlalchemy import Select, and_, delete, func, insert, or_, select, update
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import CursorResult, Select, and_, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.codec import decode_iterations, decode_values, encode_iterations, encode_values
 from fp8_policy.db.models import Layer, Run, RunStatus, RunTag, Series
-from fp8_policy.policy.assemble import AssembledRun
+from fp8_policy.policy.assemble import AssembledRun, SeriesRecord
 from fp8_policy.policy.safe_text import displayable
 
 
@@ -24,7 +28,7 @@ class NewRun:
     name: str | None
     project: str
     tags: tuple[str, ...]
-    metadata: dict
+    metadata: dict[str, Any]
     sha256: str
     upload_filename: str | None
     upload_bytes: int
@@ -38,12 +42,13 @@ class IngestCounts:
     lines_skipped: int
     lines_blank: int
     lines_duplicated: int
-    report: dict
+    report: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
 class LayerStatSummary:
-    """One (layer, tensor, stat) summed over the ranks asked for (RunRepository.layer_summaries)."""
+    """One (layer, tensor, stat) summed over the ranks asked for (RunRepository.layer_summaries); the query
+    labels its columns with these field names."""
 
     layer_id: int
     tensor: str
@@ -62,7 +67,26 @@ class LayerStatSummary:
     ranks: int
 
 
+class SeriesPoints(NamedTuple):
+    """One series' decoded points with what names it (RunRepository.iter_points)."""
+
+    rank: int
+    layer: str
+    tensor: str
+    recipe: str | None
+    stat_key: str
+    iterations: npt.NDArray[np.int64]
+    values: npt.NDArray[np.float64]
+
+
+def _rowcount(result: object) -> int:
+    """Rows an UPDATE/DELETE matched. Session.execute is typed as returning Result, but a DML statement's
+    result is always a CursorResult (the only kind with rowcount)."""
+    return cast(CursorResult[Any], result).rowcount
+
+
 class RunRepository:
+    # `list` below is a method name, so annotations inside the class spell the type `builtins.list`.
     def __init__(self, session: Session) -> None:
         self.session = session
 
@@ -115,10 +139,10 @@ class RunRepository:
         after_id: int | None,
         limit: int,
         unlisted_errors: tuple[str, ...] = (),
-    ) -> list[Run]:
+    ) -> builtins.list[Run]:
         """Newest first; `after_id` is the cursor (ids below it). Failed runs whose error ('<Code>: <detail>')
         has one of the codes in `unlisted_errors` are left out."""
-        query: Select = select(Run).order_by(Run.id.desc()).limit(limit)
+        query: Select[Run] = select(Run).order_by(Run.id.desc()).limit(limit)
         if unlisted_errors:
             query = query.where(
                 or_(
@@ -183,7 +207,7 @@ class RunRepository:
             .where(Run.id == run_id, Run.status == RunStatus.queued)
             .values(status=RunStatus.processing, started_at=utcnow(), error=None)
         )
-        return self.get(run_id) if result.rowcount == 1 else None
+        return self.get(run_id) if _rowcount(result) == 1 else None
 
     def mark_failed(self, run_id: int, error: str) -> None:
         """Failing a run must never fail: the message (which may quote member names that are not UTF-8, or
@@ -204,9 +228,9 @@ class RunRepository:
             .where(Run.id == run_id, Run.status.in_((RunStatus.failed, RunStatus.queued)))
             .values(status=RunStatus.queued, error=None, started_at=None, finished_at=None, upload_path=upload_path)
         )
-        return result.rowcount == 1
+        return _rowcount(result) == 1
 
-    def requeue_interrupted(self) -> list[int]:
+    def requeue_interrupted(self) -> builtins.list[int]:
         """Runs left in `processing` by a stopped service go back to `queued`; returns all queued ids."""
         self.session.execute(update(Run).where(Run.status == RunStatus.processing).values(status=RunStatus.queued))
         return list(self.session.scalars(select(Run.id).where(Run.status == RunStatus.queued).order_by(Run.id)))
@@ -218,8 +242,8 @@ class RunRepository:
         rows = [_series_row(run.id, layer_ids[s.metric.layer], s) for s in assembled.series]
         for start in range(0, len(rows), 500):
             self.session.execute(insert(Series), rows[start : start + 500])
-        firsts = [s.summary.first_iteration for s in assembled.series if s.summary.count]
-        lasts = [s.summary.last_iteration for s in assembled.series if s.summary.count]
+        firsts = [s.summary.first_iteration for s in assembled.series if s.summary.first_iteration is not None]
+        lasts = [s.summary.last_iteration for s in assembled.series if s.summary.last_iteration is not None]
         run.status, run.error, run.finished_at = RunStatus.ready, None, utcnow()
         run.rank_count = len(assembled.ranks)
         run.layer_count = len(assembled.layers)
@@ -252,10 +276,10 @@ class RunRepository:
         return dict(self.session.execute(select(Layer.name, Layer.id).where(Layer.run_id == run_id)).tuples().all())
 
     # --- reads ------------------------------------------------------------------------------
-    def layers(self, run_id: int) -> list[Layer]:
+    def layers(self, run_id: int) -> builtins.list[Layer]:
         return list(self.session.scalars(select(Layer).where(Layer.run_id == run_id).order_by(Layer.position)))
 
-    def layer_summaries(self, run_id: int, rank: int | None) -> list[LayerStatSummary]:
+    def layer_summaries(self, run_id: int, rank: int | None) -> builtins.list[LayerStatSummary]:
         """Per (layer, tensor, stat_key) summary over ranks, computed in SQL.
 
         Across ranks: min of minima, max of maxima, count-weighted mean, max of p95 and of last
@@ -270,15 +294,15 @@ class RunRepository:
                 Series.stat,
                 Series.recipe,
                 Series.columnwise,
-                func.min(Series.min),
-                func.max(Series.max),
-                weighted,
-                func.max(Series.last),
-                func.max(Series.p95),
-                func.sum(Series.count),
-                func.sum(Series.nan_count),
-                func.sum(Series.posinf_count + Series.neginf_count),
-                func.count(),
+                func.min(Series.min).label("min"),
+                func.max(Series.max).label("max"),
+                weighted.label("mean"),
+                func.max(Series.last).label("last"),
+                func.max(Series.p95).label("p95"),
+                func.sum(Series.count).label("count"),
+                func.sum(Series.nan_count).label("nan_count"),
+                func.sum(Series.posinf_count + Series.neginf_count).label("inf_count"),
+                func.count().label("ranks"),
             )
             .where(Series.run_id == run_id)
             .group_by(Series.layer_id, Series.tensor, Series.stat_key, Series.stat, Series.recipe, Series.columnwise)
@@ -286,14 +310,14 @@ class RunRepository:
         )
         if rank is not None:
             query = query.where(Series.rank == rank)
-        return [LayerStatSummary(*row) for row in self.session.execute(query)]
+        return [LayerStatSummary(**row._asdict()) for row in self.session.execute(query)]
 
-    def ranks(self, run_id: int) -> list[int]:
+    def ranks(self, run_id: int) -> builtins.list[int]:
         return list(self.session.scalars(select(Series.rank).where(Series.run_id == run_id).distinct()))
 
     def series(
         self, run_id: int, *, layer: str, tensor: str, stat_key: str, rank: int | None
-    ) -> list[tuple[Series, Layer]]:
+    ) -> builtins.list[tuple[Series, Layer]]:
         query = (
             select(Series, Layer)
             .join(Layer, Layer.id == Series.layer_id)
@@ -302,9 +326,9 @@ class RunRepository:
         )
         if rank is not None:
             query = query.where(Series.rank == rank)
-        return [tuple(row) for row in self.session.execute(query)]
+        return builtins.list(self.session.execute(query).tuples())
 
-    def iter_points(self, run_id: int, rank: int | None, batch: int = 64) -> Iterator[tuple]:
+    def iter_points(self, run_id: int, rank: int | None, batch: int = 64) -> Iterator[SeriesPoints]:
         """(rank, layer name, tensor, recipe, stat_key, iterations, values) per series, model order."""
         query = (
             select(
@@ -317,8 +341,8 @@ class RunRepository:
         )
         if rank is not None:
             query = query.where(Series.rank == rank)
-        for row in self.session.execute(query):
-            yield (*row[:5], decode_iterations(row[5]), decode_values(row[6]))
+        for r, layer, tensor, recipe, stat_key, iterations, values in self.session.execute(query).tuples():
+            yield SeriesPoints(r, layer, tensor, recipe, stat_key, decode_iterations(iterations), decode_values(values))
 
     def point_arrays(self, run_id: int) -> Iterator[tuple[Series, str]]:
         """Every series of a run with its layer name (for analysis); arrays still encoded."""
@@ -328,7 +352,7 @@ class RunRepository:
 
     def metric_arrays(
         self, run_id: int, *, tensor: str, stat_key: str, rank: int | None
-    ) -> list[tuple[str, int, bytes, bytes]]:
+    ) -> builtins.list[tuple[str, int, bytes, bytes]]:
         """(layer name, rank, iterations, values) of one (tensor, stat_key) — e.g. only the gradient
         underflows% of a run — in model order; arrays still encoded."""
         query = (
@@ -339,9 +363,9 @@ class RunRepository:
         )
         if rank is not None:
             query = query.where(Series.rank == rank)
-        return [tuple(row) for row in self.session.execute(query)]
+        return builtins.list(self.session.execute(query).tuples())
 
-    def metric_keys(self, run_id: int) -> list[tuple[str, str]]:
+    def metric_keys(self, run_id: int) -> builtins.list[tuple[str, str]]:
         """Distinct (tensor, stat_key) pairs a run logged, sorted."""
         query = (
             select(Series.tensor, Series.stat_key)
@@ -349,10 +373,10 @@ class RunRepository:
             .distinct()
             .order_by(Series.tensor, Series.stat_key)
         )
-        return [tuple(row) for row in self.session.execute(query)]
+        return builtins.list(self.session.execute(query).tuples())
 
 
-def _series_row(run_id: int, layer_id: int, record) -> dict:
+def _series_row(run_id: int, layer_id: int, record: SeriesRecord) -> dict[str, Any]:
     s, m = record.summary, record.metric
     return {
         "run_id": run_id,
