@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from fp8_policy.policy.analysis import Analysis, Finding, LayerAssessment
+from fp8_policy.policy.analysis.findings import NOT_ASSESSED
 from fp8_policy.policy.compare import moved_problems
 from fp8_policy.policy.compare.changes import change as noise_floor_change
 from fp8_policy.policy.compare.recommendations import compare_recommendations
@@ -157,9 +158,14 @@ def _layer(name: str, a: LayerAssessment | None, b: LayerAssessment | None) -> d
         "precision": {"base": a.precision if a else None, "head": b.precision if b else None},
         "status": status,
         "status_changed": bool(a and b and status["base"] != status["head"]),
-        "severity": {"base": a.severity.value if a else None, "head": b.severity.value if b else None},
+        "severity": {"base": _verdict(a), "head": _verdict(b)},
         "stats": stats,
     }
+
+
+def _verdict(row: LayerAssessment | None) -> str | None:
+    """The layer's verdict in one run; None when it is not in the run or nothing of it was assessed (n/a)."""
+    return row.severity.value if row is not None and row.verdict != NOT_ASSESSED else None
 
 
 def _group(group: str, layers: list[dict[str, Any]]) -> dict[str, Any]:

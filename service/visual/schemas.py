@@ -145,6 +145,9 @@ class StatusPair(ApiModel):
 
 
 class SeverityPair(ApiModel):
+    """The layer's verdict in each run; null when it is not in that run or was not assessed there (n/a: BF16,
+    no FP8 stats)."""
+
     base: Severity | None
     head: Severity | None
 
