@@ -198,3 +198,28 @@ class TestTeConfig:
         clash["s"]["transformer_engine"] = te
         with pytest.raises(ValueError, match="different schedules"):
             options_from_te_config(clash)
+
+
+def test_nvfp4_what_ifs_of_an_fp8_run_feed_the_precision_ladder(tmp_path: Path) -> None:
+    """The collector's what-if lines, parsed and analysed as an upload would be: a layer whose input has an
+    outlier in every 16-element block is kept off NVFP4, its healthy neighbour may go NVFP4."""
+    from bench.eval_ingest import parse_tree
+    from fp8_policy.policy.recommend import recommend
+
+    torch.manual_seed(0)
+    model = Pair()
+    gain = torch.where(torch.arange(32) % 16 == 3, 200.0, 1.0)
+    stats = ["underflows%", "nvfp4_underflows%", "nvfp4_mse", "mxfp8_underflows%"]
+    generator = torch.Generator().manual_seed(1)
+    with FP8StatsCollector(model, tmp_path, stats=stats) as collector:
+        for _ in range(8):
+            x = torch.randn(64, 32, generator=generator) * gain
+            model(x).square().mean().backward()
+            model.zero_grad()
+            collector.step()
+    run = parse_tree(tmp_path)
+    run.metadata.update({"recipe": "Float8CurrentScaling", "gpu": "B200"})
+    ladder = recommend(run).to_dict()["precision_ladder"]["layers"]
+    assert ladder["model.fc1"]["precision"] != "nvfp4", ladder["model.fc1"]
+    assert any(line.startswith("NVFP4 fails (nvfp4_ what-if)") for line in ladder["model.fc1"]["evidence"])
+    assert ladder["model.fc2"]["precision"] == "nvfp4", ladder["model.fc2"]
