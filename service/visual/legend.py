@@ -90,7 +90,7 @@ def _marker_legend(
             (
                 Patch(fill=False, edgecolor=BOX, linewidth=1.6),
                 f"worst {style.boxes} rows the analysis rates critical\nor worse (the findings' verdict: p95 of the"
-                "\ntrailing window after warm-up, worst rank)",
+                "\ntrailing window after warm-up, worst rank,\noutlier ranks apart)",
             )
         )
     elif style.percent:
