@@ -194,7 +194,8 @@ def test_a_delivery_that_raises_fails_alone_and_never_blocks_another_project(db_
         sender.stop()
 
     assert [(d.status, d.attempts) for d in good] == [("sent", 1)]
-    assert posted == [("93.184.215.14", f"{project}-good.example")]  # only the checked address was reached
+    mine = [(address, host) for address, host in posted if project in host]  # the database is shared by tests
+    assert mine == [("93.184.215.14", f"{project}-good.example")]  # only the checked address was reached
     assert [(d.status, d.attempts) for d in bad] == [("failed", 1)] * 3  # refused at once, not retried
     assert [(d.status, d.attempts) for d in rebound] == [("failed", 1)]
     assert "link-local" in rebound[0].last_error
