@@ -134,3 +134,23 @@ def test_the_metrics_csv_link_downloads_with_the_token(locked_page, locked_serve
         page.get_by_role("link", name="Metrics CSV").click()
     path = download_info.value.path()
     assert Path(path).read_text().splitlines()[0].startswith("rank,")
+
+
+def test_behind_the_sign_in_dialog_the_page_asks_for_a_token_and_says_nothing_broke(
+    locked_page, locked_server: Locked, shot
+) -> None:
+    page = locked_page
+    page.goto(f"{locked_server.url}/#/runs/{locked_server.run_id}")
+    expect(page.locator("#signin-dialog")).to_be_visible()
+
+    expect(page.locator("#view h1")).to_have_text("Sign in to see this page")
+    expect(page.locator("#view")).not_to_contain_text("Something went wrong")
+    shot(page, "auth-05-sign-in-needed-behind-the-dialog")
+
+    page.keyboard.press("Escape")  # closed without a token: the page still says what to do
+    expect(page.locator("#signin-dialog")).to_be_hidden()
+    page.click("#signin-needed button")
+    expect(page.locator("#signin-dialog")).to_be_visible()
+    page.fill("#signin-token", locked_server.read_token)
+    page.click("#signin-submit")
+    expect(page.locator("#view h1")).to_contain_text("signed-upload")

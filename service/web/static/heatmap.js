@@ -78,6 +78,12 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
   const frame = h("div", { class: "heatmap-frame heatmap-live", "aria-busy": "true" }, canvas, tip, status);
   const aggregation = h("p", { class: "muted small heatmap-aggregation", id: "heatmap-aggregation" });
   const boxesNote = h("p", { class: "muted small heatmap-boxes", id: "heatmap-boxes" });
+  // The green marks right of the rows (drawn in draw()) are explained here, next to the boxes.
+  const marksNote = h("p", { class: "muted small heatmap-marks", id: "heatmap-marks", hidden: true },
+    h("span", { class: "mark-swatch mark-skip", style: { background: SKIP, borderColor: SKIP }, "aria-hidden": "true" }),
+    " right of a row: the recommendation keeps that layer in BF16 (its label is green too); ",
+    h("span", { class: "mark-swatch", style: { borderColor: SKIP }, "aria-hidden": "true" }),
+    " outlined: single GEMMs of that layer in BF16 (a GEMM override).");
   const openPng = h("a", { class: "btn btn-small btn-ghost", id: "heatmap-png", target: "_blank", rel: "noopener" }, "PNG");
   const openSvg = h("a", { class: "btn btn-small btn-ghost", id: "heatmap-svg", target: "_blank", rel: "noopener" }, "SVG");
 
@@ -137,6 +143,7 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
     const merged = cells && cells.first.length < data.iterations.count
       ? ` Each column averages ${fmtInt(Math.round(data.iterations.count / cells.first.length))} logged iterations.` : "";
     aggregation.textContent = `Colour: ${data.tensor} ${data.stat} of each layer${sub} at each iteration, ${ranks}.${merged}`;
+    marksNote.hidden = !(data.skip_layers && data.rows.some((r) => r.skip || r.gemm_override));
     const s = data.summary;
     const verdicts = s.boxed_by ? s.boxed_by === "analysis verdict" : data.rows.some((r) => r.severity !== null && r.severity !== undefined);
     if (verdicts) {
@@ -391,5 +398,5 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
   return card("Heatmap", {
     id: "heatmap",
     subtitle: "Layers (rows, model order) × iterations (columns). Hover a cell for its value, click a row to plot the layer.",
-  }, controls, aggregation, frame, boxesNote);
+  }, controls, aggregation, frame, boxesNote, marksNote);
 }

@@ -84,7 +84,7 @@ export async function recommendationCard(ctx, run, state, settings) {
   const summary = h("div", { class: "rec-summary" },
     h("div", { class: "rec-figures" },
       figure("Layers to BF16", fmtInt(skip.length), overrides.length ? `+${plural(overrides.length, "GEMM override")}` : null),
-      figure("Recipe", h("span", { class: "recipe-label" }, rec.recipe ? rec.recipe.label || rec.recipe.name : "—"), rec.recipe && rec.recipe.class ? h("span", { class: "mono" }, rec.recipe.class) : null),
+      figure("Recipe", h("span", { class: "recipe-label" }, rec.recipe ? rec.recipe.label || rec.recipe.name : "—"), rec.recipe && rec.recipe.class ? h("span", { class: "mono recipe-class", title: rec.recipe.class }, rec.recipe.class.split(".").pop()) : null),
       figure("GEMM time vs all-FP8", isNum(cost.gemm_slowdown_vs_all_fp8_pct) ? fmtSigned(cost.gemm_slowdown_vs_all_fp8_pct, 1, "%") : "—",
         isNum(cost.gemm_speedup_vs_all_bf16) ? `${fmtRatio(cost.gemm_speedup_vs_all_bf16)} faster than BF16` : null),
       figure("Confidence", conf === null ? "—" : fmtShare(conf),

@@ -2,6 +2,7 @@
 
 import { h, replace, $ } from "./dom.js";
 import { ApiError, qs, errorBox } from "./api.js";
+import { askForToken } from "./auth.js";
 
 let routes = []; // [pattern, nav key, view(ctx, match, query)], set by start()
 let current = null;
@@ -67,6 +68,14 @@ export async function route() {
   } catch (err) {
     if (err.name === "AbortError" || !ctx.alive()) return;
     console.warn(err);
+    if (err instanceof ApiError && err.status === 401) {
+      // The sign-in dialog is open (api.js asked for a token): behind it, say what is needed, not that it broke.
+      replace(view, h("div", { class: "page-head" }, h("h1", null, "Sign in to see this page")),
+        h("div", { class: "empty", id: "signin-needed" },
+          h("p", null, "This service needs an access token. Enter one to continue; it is kept for this tab only."),
+          h("button", { type: "button", class: "btn btn-primary", onclick: () => askForToken() }, "Enter a token")));
+      return;
+    }
     const missing = err instanceof ApiError && err.status === 404;
     replace(view, h("div", { class: "page-head" }, h("h1", null, missing ? "Not found" : "Something went wrong")),
       errorBox(err, { retry: missing ? null : route }),

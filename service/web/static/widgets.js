@@ -18,12 +18,14 @@ export function statusBadge(status) {
     busy ? h("span", { class: "spinner", "aria-hidden": "true" }) : null, status);
 }
 
-/* A layer name that keeps its informative tail (block index and sublayer) when it has to be shortened. */
+/* A layer name shown whole: where it must wrap, it wraps after a dot (never cut, never an ellipsis); the block
+   index and sublayer (the tail) stay in the normal colour, the module path before them muted. */
 export function layerName(name) {
   const m = /^(.*?\.)(\d+\..*)$/.exec(name) || /^(.*\.)([^.]+)$/.exec(name);
   const [prefix, tail] = m ? [m[1], m[2]] : ["", name];
+  const breakable = (text) => text.split(/(?<=\.)/).flatMap((part, i) => (i ? [h("wbr"), part] : [part]));
   return h("span", { class: "mono layer-name", title: name },
-    prefix ? h("span", { class: "ln-prefix" }, prefix) : null, h("span", { class: "ln-tail" }, tail));
+    prefix ? h("span", { class: "ln-prefix" }, ...breakable(prefix)) : null, h("span", { class: "ln-tail" }, ...breakable(tail)));
 }
 
 export function chip(text, href, title) {
