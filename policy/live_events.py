@@ -213,6 +213,8 @@ _BY_RANK = {severity.rank: severity for severity in Severity}
 def _new_points(last: int | None, its: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The points newer than every point before them (the state's last iteration included): a re-sent or
     out-of-order point was already seen."""
+    if (last is None or its[0] > last) and bool((its[1:] > its[:-1]).all()):
+        return its, vals  # the usual increment: every point new, in order
     floor = np.iinfo(np.int64).min if last is None else last
     seen = np.maximum(np.concatenate(([floor], np.maximum.accumulate(its)[:-1])), floor)
     keep = its > seen
@@ -303,9 +305,17 @@ def _band_floor(band: Severity, thresholds: Thresholds) -> float:
     }.get(band, 0.0)
 
 
+_PAIRS: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # n -> the index pairs i < j (a window has at most 32 points)
+
+
 def theil_sen_slope(x: np.ndarray, y: np.ndarray) -> float:
     """Median of the pairwise slopes (Theil–Sen): a single spike cannot tilt it."""
-    i, j = np.triu_indices(len(x), k=1)
+    pairs = _PAIRS.get(len(x))
+    if pairs is None:
+        pairs = np.triu_indices(len(x), k=1)
+        if len(x) <= WINDOW:
+            _PAIRS[len(x)] = pairs
+    i, j = pairs
     dx = x[j] - x[i]
     keep = dx != 0
     if not keep.any():
