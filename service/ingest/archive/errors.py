@@ -5,6 +5,7 @@ from __future__ import annotations
 import tarfile
 import zipfile
 import zlib
+from typing import cast
 
 from isal import igzip, isal_zlib
 
@@ -32,7 +33,8 @@ _CORRUPT: tuple[type[BaseException], ...] = (
     tarfile.TarError,
     zipfile.BadZipFile,
     igzip.BadGzipFile,
-    isal_zlib.error,
+    # isal_zlib.pyi declares `error: Exception` (an instance); at run time it is the exception class.
+    cast("type[BaseException]", isal_zlib.error),
     zlib.error,
     UnicodeDecodeError,
 )

@@ -103,6 +103,6 @@ class _Meter:
             data = self.read(len(view))
             view[: len(data)] = data
             return len(data)
-        n = readinto(view)
+        n: int = readinto(view)
         self.on_bytes(n)
         return n

@@ -11,6 +11,7 @@ temporary file until their turn (nothing is spilled in the common one-file-per-r
 
 from __future__ import annotations
 
+import io
 import shutil
 import tarfile
 import tempfile
@@ -190,7 +191,7 @@ def _read_tar_members(src: IO[bytes], fmt: str, wanted: set[str], on_member: Mem
     with open_source(src) as handle:
         stream = igzip.open(handle, "rb") if fmt == "tar.gz" else handle
         try:
-            with tarfile.open(fileobj=stream, mode="r:") as tar:  # type: ignore[call-overload]
+            with tarfile.open(fileobj=stream, mode="r:") as tar:
                 for member in tar:
                     if not member.isfile():
                         continue
@@ -199,7 +200,7 @@ def _read_tar_members(src: IO[bytes], fmt: str, wanted: set[str], on_member: Mem
                     if relpath not in wanted:
                         continue
                     raw = tar.extractfile(member)
-                    assert raw is not None
+                    assert isinstance(raw, io.BufferedReader)  # tarfile.ExFileObject, for a regular file
                     gzipped = raw.peek(2)[:2] == _GZIP_MAGIC
                     on_member(relpath, igzip.open(raw, "rb") if gzipped else raw)
         finally:
@@ -207,7 +208,7 @@ def _read_tar_members(src: IO[bytes], fmt: str, wanted: set[str], on_member: Mem
                 stream.close()
 
 
-def session_key(log: LogFile) -> tuple:
+def session_key(log: LogFile) -> tuple[int, str, bool, str, str]:
     """Rank, kind, then timestamped sessions in order and the untimestamped (overwritten each run) file last."""
     return (log.rank, log.kind, log.stamp is None, log.stamp or "", log.relpath)
 

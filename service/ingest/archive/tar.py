@@ -53,10 +53,17 @@ def _extract_tar_stream(
                     info.isdir(),
                     info.size,
                     partial(_check_tar_member, info),
-                    lambda _relpath, info=info: nullcontext(tar.extractfile(info)),
+                    partial(_open_tar_member, tar, info),
                 )
 
         return extract_members(members(), out, budget, skipped, count_total=False)
+
+
+def _open_tar_member(tar: tarfile.TarFile, member: tarfile.TarInfo, _relpath: str) -> nullcontext[IO[bytes]]:
+    """A regular file's data; extract_members opens only members _check_tar_member let through as files."""
+    data = tar.extractfile(member)
+    assert data is not None, f"{member.name!r} is not a regular file"
+    return nullcontext(data)
 
 
 def _check_tar_member(member: tarfile.TarInfo, relpath: str) -> None:
