@@ -12,17 +12,23 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.slow
-def test_quick_closed_loop_writes_both_log_trees_and_a_complete_report(tmp_path: Path) -> None:
-    out = tmp_path / "loop"
+def run_quick(script: str, out: Path) -> subprocess.CompletedProcess[str]:
+    """`python examples/<script> --out OUT --quick` from the checkout; fails the test on a non-zero exit."""
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "closed_loop.py"), "--out", str(out), "--quick"],
+        [sys.executable, str(ROOT / "examples" / script), "--out", str(out), "--quick"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+@pytest.mark.slow
+def test_quick_closed_loop_writes_both_log_trees_and_a_complete_report(tmp_path: Path) -> None:
+    out = tmp_path / "loop"
+    result = run_quick("closed_loop.py", out)
 
     report = json.loads((out / "report.json").read_text())
     for tree in ("before", "after"):

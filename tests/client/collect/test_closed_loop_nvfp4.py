@@ -4,27 +4,19 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.client.collect.test_closed_loop import run_quick
+
 PLANTED = {"model.decoder.layers.2.self_attention.linear_qkv", "model.decoder.layers.2.mlp.linear_fc1"}
 
 
 @pytest.mark.slow
 def test_quick_frontier_loop_lifts_the_planted_layers_and_closes_the_gap(tmp_path: Path) -> None:
     out = tmp_path / "frontier"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "closed_loop_nvfp4.py"), "--out", str(out), "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    result = run_quick("closed_loop_nvfp4.py", out)
     report = json.loads((out / "report.json").read_text())
 
     log = out / "before" / "rank_0" / "nvdlfw_inspect_statistics_logs" / "nvdlfw_inspect_globalrank-0.log"
