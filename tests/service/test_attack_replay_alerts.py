@@ -16,11 +16,15 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import update
+from sqlalchemy.orm import Session, sessionmaker
 
+from fp8_policy.db.alert_models import AlertDelivery
 from fp8_policy.db.alerts import AlertRepository
 from fp8_policy.db.repositories import NewRun, RunRepository
 from fp8_policy.db.session import create_session_factory, session_scope
@@ -167,8 +171,21 @@ def attempted(log: list) -> bool:
     return all(d.attempts for d in log)
 
 
-def test_a_delivery_that_raises_fails_alone_and_never_blocks_another_project(db_engine, project: str) -> None:
+@pytest.fixture
+def factory(db_engine, project: str) -> Iterator[sessionmaker[Session]]:
+    """Sessions on the shared test database; this test's deliveries still pending at the end are given up, so no
+    other test's app sends them."""
     factory = create_session_factory(db_engine)
+    yield factory
+    with session_scope(factory) as session:
+        session.execute(
+            update(AlertDelivery)
+            .where(AlertDelivery.project.startswith(project), AlertDelivery.status.in_(("pending", "sending")))
+            .values(status="failed")
+        )
+
+
+def test_a_delivery_that_raises_fails_alone_and_never_blocks_another_project(factory, project: str) -> None:
     bad_run = queue(factory, f"{project}-bad", "http://127.0.0.1:abc/", count=3)
     rebinding_run = queue(factory, f"{project}-rebind", f"http://{project}.example/hook")
     crashing_run = queue(factory, f"{project}-crash", f"http://{project}-crash.example/hook")
@@ -203,8 +220,7 @@ def test_a_delivery_that_raises_fails_alone_and_never_blocks_another_project(db_
     assert crashed[0].last_error == "RuntimeError: unexpected error; see the service log"
 
 
-def test_the_alert_log_shows_a_status_line_never_the_response(db_engine, project: str) -> None:
-    factory = create_session_factory(db_engine)
+def test_the_alert_log_shows_a_status_line_never_the_response(factory, project: str) -> None:
     run_id = queue(factory, project, f"http://{project}.example/hook")
 
     def receive(_request: httpx.Request) -> httpx.Response:
