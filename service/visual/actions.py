@@ -19,7 +19,7 @@ from matplotlib.colors import to_hex
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.codec import decode_iterations, decode_values
-from fp8_policy.db.models import Run
+from fp8_policy.db.models import Layer, Run
 from fp8_policy.db.repositories import RunRepository
 from fp8_policy.db.summaries import SummaryRepository
 from fp8_policy.policy.heatmap import (
@@ -45,7 +45,7 @@ from fp8_policy.service.visual.job import Rendered, RenderJob, render_job
 from fp8_policy.service.visual.params import HeatmapParams, parse_heatmap_params
 from fp8_policy.service.visual.render import MEDIA_TYPES, Panel, Style, colormap, fit_columns
 
-_SKIP_CACHE: OrderedDict[tuple, Recommended] = OrderedDict()
+_SKIP_CACHE: OrderedDict[tuple[object, ...], Recommended] = OrderedDict()
 _SKIP_CACHE_SIZE = 128
 _SKIP_LOCK = threading.Lock()
 
@@ -73,15 +73,15 @@ def heatmap_job(
     return plan_render([panel], style, params, fmt, max_pixels)
 
 
-def heatmap_cache_key(session: Session, run_id: int, params: HeatmapParams, fmt: str) -> tuple:
+def heatmap_cache_key(session: Session, run_id: int, params: HeatmapParams, fmt: str) -> tuple[object, ...]:
     """What a rendered heatmap depends on: the stored run (404 / 409 raised here), the parameters, the format
     and the policy version (the skip set drawn comes from the recommendation)."""
     return ("heatmap", run_identity(session, get_ready_run(session, run_id)), params, fmt, POLICY_VERSION)
 
 
-def run_identity(session: Session, run: Run) -> tuple:
+def run_identity(session: Session, run: Run) -> tuple[str, int, str, str]:
     """A stored run as it is now: database, id, uploaded bytes and when its ingest finished."""
-    return str(session.get_bind().url), run.id, run.sha256, str(run.finished_at)
+    return str(session.get_bind().engine.url), run.id, run.sha256, str(run.finished_at)
 
 
 def heatmap_layout(session: Session, run_id: int, params: HeatmapParams, *, cell_columns: int = 0) -> dict[str, Any]:
@@ -251,7 +251,7 @@ def load_matrix(session: Session, run: Run, params: HeatmapParams) -> HeatmapMat
     return matrix_for(f"run {run.id}", infos, series, params)
 
 
-def layer_info(layer) -> LayerInfo:
+def layer_info(layer: Layer) -> LayerInfo:
     """A stored `Layer` row as the policy code's `LayerInfo`."""
     return LayerInfo(
         name=layer.name,

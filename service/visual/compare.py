@@ -27,15 +27,8 @@ from fp8_policy.policy.records import RunData
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service.analysis.actions import load_and_analyze
 from fp8_policy.service.runs.actions import get_ready_run
-from fp8_policy.service.visual.actions import (
-    Rendered,
-    RenderJob,
-    build_panel,
-    plan_render,
-    render_job,
-    run_identity,
-    style_for,
-)
+from fp8_policy.service.visual.actions import build_panel, plan_render, run_identity, style_for
+from fp8_policy.service.visual.job import Rendered, RenderJob, render_job
 from fp8_policy.service.visual.params import HeatmapParams
 from fp8_policy.service.visual.sentences import summary_sentences
 
@@ -132,7 +125,9 @@ def compare_job(
     return plan_render(panels, style, params, fmt, max_pixels)
 
 
-def compare_cache_key(session: Session, base_id: int, head_id: int, params: HeatmapParams, fmt: str) -> tuple:
+def compare_cache_key(
+    session: Session, base_id: int, head_id: int, params: HeatmapParams, fmt: str
+) -> tuple[object, ...]:
     runs = tuple(run_identity(session, get_ready_run(session, run_id)) for run_id in (base_id, head_id))
     return ("compare", runs, params, fmt, POLICY_VERSION)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Colormap, Normalize
 from matplotlib.figure import Figure
@@ -58,7 +60,7 @@ def _ticks(style: Style) -> list[float]:
     return [0.0, *[v for v in (t.warning, t.critical, t.severe) if v < style.vmax], style.vmax]
 
 
-def _band_labels(fig: Figure, cax, style: Style, x_in: float, w: float) -> None:
+def _band_labels(fig: Figure, cax: Axes, style: Style, x_in: float, w: float) -> None:
     for band in severity_bands(style.thresholds, style.vmax):
         if band.low > 0:
             cax.axhline(band.low, color="white", linewidth=1.0)
@@ -81,7 +83,7 @@ def _marker_legend(
     fig: Figure, panels: list[Panel], style: Style, x_in: float, top_in: float, w: float, h: float
 ) -> int:
     t = style.thresholds
-    handles = [
+    handles: list[tuple[Artist, str]] = [
         (Patch(facecolor=BF16_FACE, edgecolor=BF16_EDGE, hatch="////", linewidth=0.6), "not in FP8 (ran in BF16)"),
         (Patch(facecolor=NO_DATA, edgecolor="#bbbbbb", linewidth=0.6), "not logged at that iteration"),
     ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import overload
 
 from fp8_policy.policy.heatmap import DEFAULT_BOXES
 from fp8_policy.policy.thresholds import Thresholds
@@ -106,6 +107,10 @@ def run_id_param(query: Mapping[str, str], name: str) -> int:
     return value
 
 
+@overload
+def _text(query: Mapping[str, str], name: str, default: str) -> str: ...
+@overload
+def _text(query: Mapping[str, str], name: str, default: None) -> str | None: ...
 def _text(query: Mapping[str, str], name: str, default: str | None) -> str | None:
     value = query.get(name)
     if value is None:
@@ -117,6 +122,10 @@ def _text(query: Mapping[str, str], name: str, default: str | None) -> str | Non
     return value
 
 
+@overload
+def _int(query: Mapping[str, str], name: str, default: int, *, low: int) -> int: ...
+@overload
+def _int(query: Mapping[str, str], name: str, default: None, *, low: int) -> int | None: ...
 def _int(query: Mapping[str, str], name: str, default: int | None, *, low: int) -> int | None:
     raw = query.get(name)
     if raw is None:
@@ -130,6 +139,10 @@ def _int(query: Mapping[str, str], name: str, default: int | None, *, low: int) 
     return value
 
 
+@overload
+def _float(query: Mapping[str, str], name: str, default: float, *, positive: bool = False) -> float: ...
+@overload
+def _float(query: Mapping[str, str], name: str, default: None, *, positive: bool = False) -> float | None: ...
 def _float(query: Mapping[str, str], name: str, default: float | None, *, positive: bool = False) -> float | None:
     raw = query.get(name)
     if raw is None:

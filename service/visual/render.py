@@ -142,7 +142,7 @@ def _draw_row_labels(ax: Axes, panel: Panel, geometry: HeatmapGeometry) -> None:
     rows = panel.matrix.rows
     ax.set_yticks([])
     blend = transforms.blended_transform_factory(ax.transAxes, ax.transData)
-    offset = transforms.offset_copy(blend, fig=ax.figure, x=-3.0, units="points")
+    offset = transforms.offset_copy(blend, fig=ax.get_figure(root=True), x=-3.0, units="points")
     skip = panel.skip_layers or frozenset()
     for k in range(0, len(rows), geometry.label_stride):
         row = rows[k]

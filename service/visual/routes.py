@@ -16,8 +16,10 @@ from fp8_policy.service.deps import SessionDep
 from fp8_policy.service.errors import UnknownParameter
 from fp8_policy.service.openapi import error_responses, threshold_params
 from fp8_policy.service.visual import actions, compare
+from fp8_policy.service.visual.job import Rendered
 from fp8_policy.service.visual.params import (
     HEATMAP_KEYS,
+    HeatmapParams,
     parse_cell_columns,
     parse_heatmap_params,
     parse_threshold_overrides,
@@ -59,11 +61,11 @@ HEATMAP_HELP = (
 )
 
 
-def _heatmap_params(request: Request, *, show_skip: bool = True, extra: frozenset[str] = frozenset()):
+def _heatmap_params(request: Request, *, show_skip: bool = True, extra: frozenset[str] = frozenset()) -> HeatmapParams:
     return parse_heatmap_params(request.query_params, show_skip=show_skip, allowed=HEATMAP_KEYS | extra)
 
 
-def _image(rendered: actions.Rendered) -> Response:
+def _image(rendered: Rendered) -> Response:
     return Response(rendered.content, media_type=rendered.media_type, headers=rendered.headers)
 
 
