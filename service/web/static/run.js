@@ -19,6 +19,7 @@ import { recommendationCard } from "./recommendation.js";
 import { layersCard, rankSpread } from "./layers.js";
 import { liveView } from "./live.js";
 import { storyCard } from "./story.js";
+import { paramsCard } from "./params.js";
 
 const THRESHOLD_KEYS = ["warning", "critical", "severe"];
 // Lines skipped or duplicated above this share of the lines read are shown as a warning above the figures.
@@ -85,7 +86,7 @@ export async function runView(ctx, runId, query) {
   const layersSlot = card("Layers", { id: "layers" }, loading("Loading layers…"));
   const ingest = ingestCard(run);
   const storySlot = h("div", { id: "live-story-slot" }); // a run streamed live: its scalars and events (story.js)
-  replace(view, head, ingestWarning(run, ingest), figures, settingsForm(run, state, thresholds, options), heatmapSlot,
+  replace(view, head, ingestWarning(run, ingest), figures, paramsCard(run), settingsForm(run, state, thresholds, options), heatmapSlot,
     findingsSlot, recSlot, layersSlot, storySlot, ingest);
   storyCard(ctx, run).then((el) => {
     if (el && ctx.alive()) replace(storySlot, el);
