@@ -9,6 +9,7 @@ import hashlib
 import logging
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -49,7 +50,7 @@ def load_demo_runs(app: FastAPI) -> list[int]:
     return run_ids
 
 
-def _demo_trees(tmp: Path):
+def _demo_trees(tmp: Path) -> Iterator[tuple[str, Path, tuple[str, ...]]]:
     for name in DEMO_SCENARIOS:
         case = SCENARIOS[name]
         tree = tmp / name

@@ -18,7 +18,8 @@ def get_session(request: Request) -> Iterator[Session]:
 
 
 def get_app_settings(request: Request) -> Settings:
-    return request.app.state.settings
+    settings: Settings = request.app.state.settings
+    return settings
 
 
 # scope="function": the commit runs before the response is sent, so a failed commit becomes a 500

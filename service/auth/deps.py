@@ -89,7 +89,7 @@ class ScopeCheck:
 
 def require_scope(scope: str) -> DependsParam:
     """`dependencies=[require_scope("upload")]` on a route or router: `read` < `upload` < `admin`."""
-    return Depends(ScopeCheck(scope))
+    return DependsParam(ScopeCheck(scope))  # what fastapi.Depends builds (it is typed as returning Any)
 
 
 READ = require_scope("read")

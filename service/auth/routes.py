@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
@@ -16,7 +16,7 @@ from fp8_policy.service.deps import SessionDep
 from fp8_policy.service.errors import ErrorBody
 
 router = APIRouter(prefix="/api/v1", tags=["access tokens"])
-AUTH_ERRORS = {
+AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {
         "model": ErrorBody,
         "description": "No token while tokens exist, or an unknown, revoked or "

@@ -19,11 +19,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from fp8_policy.db.jobs import ClaimedJob, JobRepository, LeaseLost
+from fp8_policy.db.models import Run
 from fp8_policy.db.rank_store import RankStore
 from fp8_policy.db.repositories import IngestCounts, RunRepository
 from fp8_policy.db.session import session_scope
@@ -158,7 +160,9 @@ class _FirstRank:
             return
         self.parse = parse
 
-    def result(self, stats: dict[int, list[tuple[str, str]]], metadata: MetadataLog):
+    def result(
+        self, stats: dict[int, list[tuple[str, str]]], metadata: MetadataLog
+    ) -> tuple[int, AssembledRun, dict[str, Any]] | None:
         parse = self.parse
         if parse is None or [streamed for _m, streamed in stats.get(parse.rank, [])] != [self.streamed]:
             return None
@@ -361,14 +365,14 @@ def _lock_run(session: Session, job: ClaimedJob, mode: str) -> None:
         raise LeaseLost(f"run {job.run_id} was deleted")
 
 
-def _require_processing(session: Session, job: ClaimedJob):
+def _require_processing(session: Session, job: ClaimedJob) -> Run:
     run = RunRepository(session).get(job.run_id)
     if run is None or run.status != "processing":
         raise LeaseLost(f"run {job.run_id} is no longer being ingested")
     return run
 
 
-def _spill_dir(ctx: JobContext):
+def _spill_dir(ctx: JobContext) -> Path:
     path = ctx.settings.data_dir / "work"
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, SessionTransaction, sessionmaker
 
 from fp8_policy.db.codec import decode_iterations, decode_values
 from fp8_policy.db.models import Run, RunStatus
@@ -189,7 +189,7 @@ def _remove_on_rollback(session: Session, store: ArchiveStore, prefix: str) -> N
         nonlocal committed
         committed = True
 
-    def on_end(_session: Session, transaction) -> None:
+    def on_end(_session: Session, transaction: SessionTransaction) -> None:
         # The end of the outermost transaction without a commit: rolled back, or closed after a failed commit
         # (session_scope closes the session without an explicit rollback when commit() itself raises).
         if transaction.parent is None and not committed:
@@ -258,7 +258,15 @@ def get_ready_run(session: Session, run_id: int) -> Run:
     return run
 
 
-def list_runs(session: Session, *, project, status, tag, cursor: str | None, limit: int) -> tuple[RunList, list[int]]:
+def list_runs(
+    session: Session,
+    *,
+    project: str | None,
+    status: RunStatus | None,
+    tag: str | None,
+    cursor: str | None,
+    limit: int,
+) -> tuple[RunList, list[int]]:
     """A page of runs with their stored summaries, and the ready runs on it whose summary is still to compute."""
     limits.check_filters(project=project, tag=tag)
     after = limits.parse_cursor(cursor)
@@ -396,8 +404,8 @@ def series_of(session: Session, run_id: int, *, layer: str, tensor: str, stat: s
     return SeriesRead(layer=layer, tensor=tensor, stat=stat, series=points)
 
 
-def json_values(values: np.ndarray) -> list:
-    out = values.tolist()
+def json_values(values: np.ndarray) -> list[Any]:
+    out: list[Any] = values.tolist()
     if not np.isfinite(values).all():
         for k in np.flatnonzero(~np.isfinite(values)).tolist():
             out[k] = nonfinite_text(float(values[k]))

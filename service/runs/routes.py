@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 import anyio
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.datastructures import State
 
 from fp8_policy.db.models import RunStatus
 from fp8_policy.service.auth.deps import ADMIN, READ, UPLOAD, PrincipalDep
@@ -73,7 +74,7 @@ async def create_run(request: Request, settings: SettingsDep, principal: Princip
 
 
 def _store_upload(
-    state, settings: Settings, upload: ReceivedUpload, fields: dict[str, str], uploaded_by: str | None
+    state: State, settings: Settings, upload: ReceivedUpload, fields: dict[str, str], uploaded_by: str | None
 ) -> tuple[dict[str, Any], bool]:
     """The blocking part of an upload (in a worker thread): store the run, queue its ingest."""
     try:

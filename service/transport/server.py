@@ -13,6 +13,7 @@ import logging
 import resource
 
 import uvicorn
+from fastapi import FastAPI
 
 from fp8_policy.service.settings import Settings
 from fp8_policy.service.transport.protocol import guarded_h11
@@ -59,7 +60,7 @@ def connection_limit(settings: Settings, descriptors: int) -> int:
 
 
 def uvicorn_config(
-    app,
+    app: FastAPI,
     settings: Settings,
     *,
     host: str = "127.0.0.1",
