@@ -318,6 +318,11 @@ class _Context:
             out.append(f"{len(unobserved)} layer(s) without stats are not in the ladder and keep the outer recipe.")
         if self.plan.overrides:
             out.append("Layers with GEMM overrides keep those GEMMs in BF16 at their rung (gemm_overrides).")
+        if self.outer == "delayed" and supported("nvfp4", self.cap):
+            out.append(
+                "The outer recipe is delayed scaling: layers at another rung run under their own te.autocast, where "
+                "delayed scaling's amax reduction does not reach them; current scaling as the outer recipe avoids it."
+            )
         return out
 
 

@@ -143,3 +143,10 @@ def test_a_layer_with_a_gemm_override_stays_at_the_recipe_with_those_gemms_in_bf
     assert [o.layer for o in rec.decision.gemm_overrides] == [one]
     rung = data["precision_ladder"]["layers"][one]
     assert rung["precision"] == "current" and "dgrad+wgrad kept in BF16" in rung["evidence"][-1]
+
+
+def test_a_delayed_outer_recipe_on_blackwell_says_what_per_layer_rungs_cost_it() -> None:
+    _, data = ladder(fp8_run_with_nvfp4_whatifs(recipe="delayed"))
+    assert any("delayed scaling's amax reduction" in a for a in data["precision_ladder"]["assumptions"])
+    _, current = ladder(fp8_run_with_nvfp4_whatifs())
+    assert not any("amax reduction" in a for a in current["precision_ladder"]["assumptions"])
