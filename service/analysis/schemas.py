@@ -161,7 +161,7 @@ class AnalysisRead(ApiModel):
     focus: FocusRead | None = Field(description="The series of the worst finding (open the heatmap on it).")
     findings: list[FindingRead] = Field(description="Worst first; `healthy` alone when nothing was found.")
     layers: list[LayerAssessmentRead] = Field(description="The per-layer table, in model order.")
-    thresholds: ThresholdsRead  # type: ignore[valid-type]
+    thresholds: ThresholdsRead
     stats: AnalysisStats
     notes: list[str] = Field(description="Caveats: rounding, non-finite values, missing stats.")
     training_recipe: TrainingRecipeRead
@@ -173,7 +173,7 @@ class GemmOverrideRead(ApiModel):
     reason: str
 
 
-class RecipeRead(ApiModel):
+class RecipeRead(ApiModel):  # type: ignore[no-redef]  # pydantic.mypy adds `**kwargs` to __init__ (populate_by_name), clashing with the `kwargs` field
     """The Transformer Engine recipe to train with."""
 
     model_config = {**ApiModel.model_config, "populate_by_name": True}
@@ -287,7 +287,7 @@ class HistoryRead(ApiModel):
 class LadderRungRead(ApiModel):
     """One layer of the precision ladder."""
 
-    precision: PrecisionName  # type: ignore[valid-type]
+    precision: PrecisionName
     evidence: list[str] = Field(description="The stats / what-ifs / assumptions that decided it.")
     confidence: float = Field(description="0-1: lower where evidence was missing or inferred.")
 
@@ -305,7 +305,7 @@ class LadderCostRead(ApiModel):
     gemm_speedup_vs_all_bf16: float | None = None
     gemm_time_vs_as_logged: float | None = None
     as_logged_recipe: str | None = None
-    speedups: dict[PrecisionName, LadderSpeedupRead] | None = None  # type: ignore[valid-type]
+    speedups: dict[PrecisionName, LadderSpeedupRead] | None = None
     source: str | None = None
     assumptions: str | None = None
     missing_dims_for: list[str] | None = None
@@ -316,7 +316,7 @@ class PrecisionLadderRead(ApiModel):
     """Per layer the cheapest precision it tolerates (nvfp4, mxfp8, block, current, delayed, bf16)."""
 
     layers: dict[str, LadderRungRead] = Field(description="Exact layer name -> its rung.")
-    counts: dict[PrecisionName, int]  # type: ignore[valid-type]
+    counts: dict[PrecisionName, int]
     assumptions: list[str]
     expected_cost: LadderCostRead | None = None
 

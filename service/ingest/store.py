@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import fsspec
+
+if TYPE_CHECKING:
+    from fp8_policy.service.settings import Settings
 
 READ_BLOCK_BYTES = 8 * 1024 * 1024  # S3 range requests of this size, read ahead sequentially
 
@@ -30,7 +33,8 @@ class ArchiveStore:
         self.local = "://" not in url or url.startswith("file://")
         if self.local:
             self.root = Path(url.removeprefix("file://")).resolve()
-            self.fs = None
+            # an fsspec AbstractFileSystem for a remote store (fsspec publishes no type information)
+            self.fs: Any = None
         else:
             options: dict[str, Any] = {}
             if url.startswith(("s3://", "s3a://")):
@@ -57,7 +61,8 @@ class ArchiveStore:
         try:
             if self.local:
                 return open(self.root / key, "rb")  # noqa: SIM115 - the caller closes it
-            return self.fs.open(self._path(key), "rb")
+            remote: BinaryIO = self.fs.open(self._path(key), "rb")
+            return remote
         except FileNotFoundError as exc:
             raise ArchiveMissing(key) from exc
 
@@ -85,7 +90,7 @@ class ArchiveStore:
         return f"{self.root_path.rstrip('/')}/{key.lstrip('/')}"
 
 
-def store_for(settings) -> ArchiveStore:
+def store_for(settings: Settings) -> ArchiveStore:
     """The store `settings` name: FP8_POLICY_ARCHIVE_URL, else the data directory."""
     url = settings.archive_url or str(settings.data_dir)
     return ArchiveStore(url, s3_endpoint_url=settings.s3_endpoint_url)
