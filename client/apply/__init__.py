@@ -62,8 +62,8 @@ def apply_policy(
 
     backend="te": each skipped module's forward runs under `te.autocast(enabled=False)`
     (`te.fp8_autocast(enabled=False)` on TE < 2.9); idempotent. Layers of the policy's `precision_ladder` whose rung
-    differs from the outer recipe run under their own `te.autocast(recipe=...)` (BF16 rungs like skips); the
-    report's `precision_wrapped` says which. Before any change an active nvdlfw_inspect debug session is checked:
+    differs from the outer recipe run under their own `te.autocast(recipe=...)` (the policy's BF16 set wins; a
+    `bf16` rung outside it is named in a warning, not applied); the report's `precision_wrapped` says which. Before any change an active nvdlfw_inspect debug session is checked:
     one watching a kept layer with LogFp8TensorStats raises `DebugConfigConflict` naming the layers (use the
     `te-monitor` config). Options: `recipe` (the outer autocast's recipe, needed under torch.compile),
     `context_factory`, `quantizable`, `layer_recipes`, `check_debug_session` (see `client.apply.te.apply_te`). Undo with `client.apply.te.restore_forwards(model)`. Apply it

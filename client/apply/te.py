@@ -148,7 +148,6 @@ def apply_te(
     outer = te_ladder.outer_recipe_name(recipe, plan.view.recipe_name)
     ladder = te_ladder.plan_ladder(model, plan, outer, allow_unmatched=allow_unmatched, quantizable=is_quantized)
     bf16 = {id(t.module): (t.fqn, t.module) for t in plan.targets}
-    bf16.update({id(m): (fqn, m) for fqn, m in ladder.bf16.items()})
     contexts = {
         rung: te_ladder.recipe_context(te_ladder.rung_recipe(rung, policy, outer, layer_recipes or {}))
         for rung in dict.fromkeys(r for _, r in ladder.recipes.values())

@@ -5,14 +5,18 @@ nesting rules, the per-rung TE recipe objects and the debug-session check before
 here: the wrapping itself (`te.wrap_forward`), name resolution (`names`).
 
 Rules:
-* A rung equal to the outer recipe changes nothing. `bf16` runs the module under `autocast(enabled=False)`, like a
-  skip. `delayed` under another outer recipe is kept in BF16 too (the safe side: delayed scaling's amax history
-  cannot be one layer's recipe; Megatron's TEQuantizationRecipe rejects it,
+* The policy's BF16 set (`fp8_skip_layers`, GEMM overrides) decides what runs in BF16 and wins over a rung for the
+  same module. A `bf16` rung outside it is not applied (a warning names it): the plan decided otherwise, e.g. it
+  switches the recipe and asks for a re-run before skipping (the service's renderers do the same).
+* A rung equal to the outer recipe changes nothing. `delayed` under another outer recipe runs at an FP8 outer
+  recipe (per-tensor current scaling and block scales are at least as fine) or at `current` under NVFP4:
+  delayed scaling's amax history cannot be one layer's recipe (Megatron's TEQuantizationRecipe rejects it,
   megatron/core/extensions/transformer_engine.py). Any other rung runs the module's forward under a fresh
   `te.autocast(enabled=True, recipe=<rung recipe>)` nested in the outer one, as Megatron does for its
   `--te-precision-config-file` (`_get_fp8_autocast_for_quant_recipe`).
 * A module inside a module kept in BF16 keeps BF16 (its rung is dropped, with a warning): the skip list wins.
-* A fused module named by several rungs (LayerNormMLP's fc1 / fc2) takes the safest of them (the one nearest BF16).
+* A fused module named by several rungs (LayerNormMLP's fc1 / fc2) takes the safest of them (the one nearest BF16,
+  a rung equal to the outer recipe included).
 * Rung recipes are TE's class defaults, with the policy recipe's `fp8_format` for FP8 rungs when the policy recipe
   is FP8 (NVFP4BlockScaling takes only its defaults); `layer_recipes={"mxfp8": MXFP8BlockScaling(...)}` overrides.
 """
@@ -27,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from fp8_policy.client.apply.debug_session import DebugConfigConflict, debug_names, find_conflicts, session_lookup
 from fp8_policy.client.apply.names import NameIndex, UnmatchedLayers, resolve_names
 from fp8_policy.client.apply.plan import PRECISIONS, RECIPE_CLASSES, Plan
-from fp8_policy.client.apply.report import AlreadyBF16, MatchedLayer
+from fp8_policy.client.apply.report import MatchedLayer
 from fp8_policy.client.apply.te_import import import_te
 
 if TYPE_CHECKING:
@@ -39,9 +43,8 @@ FP8_RUNGS = ("mxfp8", "block", "current", "delayed")
 
 @dataclass(slots=True)
 class LadderTargets:
-    """Modules the ladder changes: `bf16` (fqn -> module) beside the plan's targets, `recipes` (fqn -> rung)."""
+    """Modules the ladder runs under their own recipe: `recipes` (fqn -> (module, rung))."""
 
-    bf16: dict[str, nn.Module] = field(default_factory=dict)
     recipes: dict[str, tuple[nn.Module, str]] = field(default_factory=dict)
 
 
@@ -63,6 +66,16 @@ def _under(fqn: str, prefixes: Mapping[str, Any]) -> str | None:
     return None
 
 
+def effective_rung(rung: str, outer: str) -> str:
+    """The rung a layer runs at under `outer`: a BF16 rung adds nothing to the policy's BF16 set (it runs at
+    `outer`), `delayed` under another recipe runs at an FP8 `outer` or at `current` under NVFP4 (module rules)."""
+    if rung == "bf16":
+        return outer
+    if rung == "delayed" and outer != "delayed":
+        return "current" if outer == "nvfp4" else outer
+    return rung
+
+
 def plan_ladder(
     model: nn.Module | Sequence[nn.Module],
     plan: Plan,
@@ -72,9 +85,12 @@ def plan_ladder(
     quantizable: Callable[[nn.Module], bool],
 ) -> LadderTargets:
     """Resolve the ladder against `model` (unmatched names raise like skips), filling the plan's report."""
-    rungs = {name: rung for name, rung in plan.view.layer_precisions.items() if rung != outer}
     out = LadderTargets()
-    if not rungs:
+    rungs = plan.view.layer_precisions
+    if not rungs or all(rung == outer for rung in rungs.values()):
+        return out
+    if outer not in PRECISIONS:
+        plan.report.warnings.append("the outer recipe is unknown (pass recipe=): the precision ladder is not applied")
         return out
     resolved, unmatched = resolve_names(NameIndex(model), rungs)
     if unmatched and not allow_unmatched:
@@ -82,24 +98,32 @@ def plan_ladder(
     plan.report.unmatched += unmatched
     kept = {t.fqn: t.module for t in plan.targets}
     chosen: dict[str, tuple[nn.Module, str, list[str]]] = {}
+    unapplied: list[str] = []
     for name, (found, how) in resolved.items():
-        rung = "bf16" if rungs[name] == "delayed" and outer != "delayed" else rungs[name]
+        rung = effective_rung(rungs[name], outer)
         for entry in found:
-            module, previous = entry.module, chosen.get(entry.fqn)
-            if previous is not None and PRECISIONS.index(previous[1]) >= PRECISIONS.index(rung):
-                previous[2].append(name)
-                continue
-            chosen[entry.fqn] = (module, rung, [*(previous[2] if previous else []), name])
-            reason = f"ladder {rungs[name]}" + (" (kept BF16)" if rung != rungs[name] else "")
-            plan.report.matched.append(MatchedLayer(name, entry.fqn, type(module).__name__, how, reason))
+            under = _under(entry.fqn, kept)
+            if rungs[name] == "bf16" and under is None and any(quantizable(m) for m in entry.module.modules()):
+                unapplied.append(name)
+            previous = chosen.get(entry.fqn)
+            names = [*(previous[2] if previous else []), name]
+            if previous is None or PRECISIONS.index(rung) > PRECISIONS.index(previous[1]):  # fused: the safest
+                chosen[entry.fqn] = (entry.module, rung, names)
+            else:
+                chosen[entry.fqn] = (previous[0], previous[1], names)
+            if rung != outer:
+                reason = f"ladder {rungs[name]}" + (f" (runs {rung})" if rung != rungs[name] else "")
+                plan.report.matched.append(MatchedLayer(name, entry.fqn, type(entry.module).__name__, how, reason))
+    if unapplied:
+        plan.report.warnings.append(
+            f"the precision ladder finds no low-precision rung for {len(unapplied)} layer(s) the policy keeps in "
+            f"{outer} ({', '.join(dict.fromkeys(unapplied))}): not applied, the policy's BF16 set decides (follow its "
+            "rationale, e.g. re-run with the new recipe first)"
+        )
     for fqn, (module, rung, names) in chosen.items():
-        if not any(quantizable(m) for m in module.modules()):
-            if rung == "bf16":
-                plan.report.already_bf16 += [AlreadyBF16(n, "no TE module: already high precision") for n in names]
+        if rung == outer or not any(quantizable(m) for m in module.modules()):
             continue
-        if rung == "bf16":
-            out.bf16[fqn] = module
-        elif (owner := _under(fqn, kept)) is not None:
+        if (owner := _under(fqn, kept)) is not None:
             plan.report.warnings.append(
                 f"`{', '.join(names)}` ({rung} in the precision ladder) lies in `{owner or '<root>'}`, which the "
                 "policy keeps in BF16: it stays in BF16"

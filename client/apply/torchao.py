@@ -10,8 +10,8 @@ torchao filters on `named_modules()` FQNs of the model it converts (`swap_linear
 (a whole block) keeps every nn.Linear under it. Dims that are not multiples of 16 are left alone, as
 torchao's own `_auto_filter_for_*` do ("hardware requirement for float8").
 
-The precision ladder (`precision_ladder`, torchao 0.18 read): BF16 rungs (and `delayed` under another recipe) stay
-nn.Linear like skips; `mxfp8` rungs use torchao's MXFP8 training (`torchao.prototype.moe_training.config.
+The precision ladder (`precision_ladder`, torchao 0.18 read), with the TE backend's rules (`te_ladder`: the policy's
+BF16 set wins, `bf16` rungs outside it are named and not applied, `delayed` runs at the outer recipe); `mxfp8` rungs use torchao's MXFP8 training (`torchao.prototype.moe_training.config.
 MXFP8TrainingOpConfig` through `quantize_`, kernel preference EMULATED without CUDA) when that prototype exists,
 else float8; `nvfp4` rungs become float8 (the safe side: torchao has no dense-Linear NVFP4 training, only NVFP4
 inference configs and MoE kernels); `block` / `current` rungs use the float8 recipe of the model. The report's
@@ -64,34 +64,40 @@ def default_config(config_cls: Any, recipe_name: str | None, report: ApplyReport
     return config_cls.from_recipe_name(torchao_recipe)
 
 
-def _ladder(model: nn.Module, plan: Any, report: ApplyReport, allow_unmatched: bool) -> tuple[list[str], list[str]]:
-    """(FQNs kept in high precision by the ladder, FQNs of its mxfp8 rungs); warnings for the other rungs."""
+def _ladder(model: nn.Module, plan: Any, report: ApplyReport, allow_unmatched: bool) -> list[str]:
+    """FQNs of the ladder's mxfp8 rungs; warnings for the rungs torchao cannot express and unapplied bf16 rungs."""
     from fp8_policy.client.apply.names import NameIndex, UnmatchedLayers, resolve_names
+    from fp8_policy.client.apply.te_ladder import effective_rung
 
-    outer = plan.view.recipe_name
+    outer = plan.view.recipe_name or "current"
     rungs = {name: rung for name, rung in plan.view.layer_precisions.items() if rung != outer}
     if not rungs:
-        return [], []
+        return []
     resolved, unmatched = resolve_names(NameIndex(model), rungs)
     if unmatched and not allow_unmatched:
         raise UnmatchedLayers(unmatched)
     report.unmatched += unmatched
-    bf16, mx, fp8 = [], [], []
+    unapplied, mx, fp8 = [], [], []
     for name, (found, _how) in resolved.items():
-        rung = rungs[name]
+        rung = effective_rung(rungs[name], outer)
         for entry in found:
-            if rung == "bf16" or (rung == "delayed" and outer != "delayed"):
-                bf16.append(entry.fqn)
+            if rungs[name] == "bf16":
+                unapplied.append(entry.fqn)
             elif rung == "mxfp8":
                 mx.append(entry.fqn)
-            else:
+            elif rung != outer:
                 fp8.append(f"{entry.fqn} ({rung})")
+    if unapplied:
+        report.warnings.append(
+            "the precision ladder finds no low-precision rung for layer(s) the policy keeps in low precision (not "
+            f"applied, the policy's BF16 set decides): {', '.join(unapplied)}"
+        )
     if fp8:
         report.warnings.append(
             "precision ladder rungs torchao cannot express run as float8 with the model's recipe (NVFP4: the safe "
             "side, torchao has no dense-Linear NVFP4 training): " + ", ".join(fp8)
         )
-    return bf16, mx
+    return mx
 
 
 def _convert_mxfp8(model: nn.Module, fqns: list[str], report: ApplyReport) -> None:
@@ -144,8 +150,7 @@ def apply_torchao(
         quantizable=lambda m: isinstance(m, nn.Linear),
     )
     report, skip = plan.report, [t.fqn for t in plan.targets]
-    ladder_bf16, mx = _ladder(model, plan, report, allow_unmatched)
-    skip += ladder_bf16
+    mx = _ladder(model, plan, report, allow_unmatched)
     mx = [fqn for fqn in mx if not _under(fqn, skip)]
     if mx:
         _convert_mxfp8(model, mx, report)

@@ -40,9 +40,18 @@ def _runs(blocks: list[int], skipped: set[int]) -> tuple[int, int]:
     return start, end
 
 
-def _ladder_mix(layer_precisions: Sequence[LayerPrecision], recipe: RecipeChoice) -> list[str]:
-    """Ladder layers at a low-precision rung other than the outer recipe (BF16 rungs are in the plan's BF16 set)."""
-    return [lp.layer for lp in layer_precisions if lp.precision not in ("bf16", recipe.name)]
+def _ladder_mix(layer_precisions: Sequence[LayerPrecision], recipe: RecipeChoice, kept: set[str]) -> list[str]:
+    """Ladder layers outside the plan's BF16 set at a low-precision rung other than the outer recipe (the rules of
+    policy/render/precision.py: the plan's BF16 wins, bf16 rungs outside it are not applied, a delayed rung runs at
+    the outer FP8 recipe or, under NVFP4, at current scaling)."""
+    out = []
+    for lp in layer_precisions:
+        rung = lp.precision
+        if rung == "delayed" and recipe.name != "delayed":
+            rung = "current" if recipe.name == "nvfp4" else recipe.name
+        if lp.layer not in kept and rung not in ("bf16", recipe.name):
+            out.append(lp.layer)
+    return out
 
 
 def megatron_section(
@@ -56,7 +65,7 @@ def megatron_section(
             members.setdefault(lv.block, []).append(lv.name)
     bf16_blocks = {block for block, names in members.items() if any(name in bf16 for name in names)}
     full_blocks = {block for block, names in members.items() if all(name in bf16 for name in names)}
-    mix = _ladder_mix(layer_precisions, recipe)
+    mix = _ladder_mix(layer_precisions, recipe, bf16)
     start, end = (0, 0) if mix else _runs(layout.blocks, full_blocks)
     edge_blocks = set(layout.blocks[:start]) | (set(layout.blocks[len(layout.blocks) - end :]) if end else set())
     first_last = bool(edge_blocks)

@@ -46,6 +46,7 @@ from fp8_policy.policy.render.layout import (
     strip_root,
 )
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
+from fp8_policy.policy.render.te_yaml import unapplied_note
 
 MEDIA_TYPE = "text/x-shellscript"
 FILENAME = "megatron_fp8_policy.sh"
@@ -301,7 +302,7 @@ def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
     mixed = bool(precision.layer_recipes(decision))
     edges = None if mixed else edge_block_counts(decision)
     flags, comments = recipe_flags(decision)
-    lines = _header(decision, edges) + comments
+    lines = _header(decision, edges) + comments + unapplied_note(decision)
     if decision.fp8_param and (mixed or not edges):
         lines.append(
             "# NOTE: the run keeps FP8/FP4 parameters; check --fp8-param-gather / --fp4-param-gather against the"

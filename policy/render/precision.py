@@ -4,13 +4,16 @@ Belongs here: the one reading of `PolicyDecision.layer_precisions` / `skip_layer
 dialects share (who is kept in high precision, who runs under another recipe than the outer one), and the stat
 names TE's debug features accept for a recipe. Must not be here: emission of any dialect.
 
-Rules:
-* BF16 ("kept") layers: `skip_layers`, layers with GEMM overrides (the apply paths keep the whole module), layers
-  the ladder puts at `bf16`, and layers that already ran in high precision in the analysed run.
+Rules (the JSON's BF16 set is the contract: every format applies at least it, and the ladder never widens it):
+* BF16 ("kept") layers: `skip_layers`, layers with GEMM overrides (the apply paths keep the whole module) and
+  layers that already ran in high precision in the analysed run. The skip list wins over a ladder rung for the
+  same layer. A ladder `bf16` rung outside that set is not applied (`unapplied_bf16`): the plan decided otherwise
+  (e.g. it changes the recipe first and asks for a re-run before skipping), and the outputs say so.
 * A ladder rung equal to the outer recipe changes nothing; another FP8/FP4 rung is a per-layer recipe, except
-  `delayed` under another outer recipe: delayed scaling's amax history cannot run as one layer's recipe (Megatron's
-  TEQuantizationRecipe rejects it, megatron/core/extensions/transformer_engine.py), so that layer is kept in BF16
-  (the safe side; `apply_policy(backend="te")` does the same).
+  `delayed` under another outer recipe (delayed scaling's amax history cannot be one layer's recipe: Megatron's
+  TEQuantizationRecipe rejects it, megatron/core/extensions/transformer_engine.py): under an FP8 outer recipe the
+  layer keeps it (per-tensor current scaling and block scales are at least as fine), under NVFP4 it gets
+  `current` (tensorwise), the nearest recipe a layer can run on its own. `apply_policy` applies the same rules.
 * Stats TE accepts (transformer_engine/debug/features/log_fp8_tensor_stats.py `check_if_stat_is_supported`,
   log_nvfp4_tensor_stats.py): LogFp8TensorStats' bare stats use the layer's own recipe, so they are refused for
   an NVFP4 layer (use LogNvfp4TensorStats: `underflows%`, `mse`, logged as `nvfp4_underflows%` / `nvfp4_mse`);
@@ -34,21 +37,20 @@ def kept_layers(decision: PolicyDecision) -> list[str]:
     """Layers that run wholly outside FP8/FP4 once the policy is applied, in decision order (see module rules)."""
     out: dict[str, None] = dict.fromkeys(decision.skip_layers)
     out.update(dict.fromkeys(merged_overrides(decision)))
-    outer = decision.recipe.name
-    out.update(dict.fromkeys(n for n, p in ladder(decision).items() if p == BF16 or (p == "delayed" != outer)))
     out.update(dict.fromkeys(layer.name for layer in decision.layers if layer.precision is Precision.HIGH))
     return list(out)
 
 
 def skipped_layers(decision: PolicyDecision) -> list[str]:
-    """Layers a renderer must put in BF16 whole: the skip list plus the ladder's BF16 rungs, except layers that
-    already ran in high precision (the model's own code keeps those, e.g. bionemo's LM head) and layers with GEMM
-    overrides (their exact GEMMs stay the request): the ladder gives both `bf16` too."""
-    rungs = ladder(decision)
-    high = {layer.name for layer in decision.layers if layer.precision is Precision.HIGH}
-    partial = set(merged_overrides(decision))  # their GEMM overrides stay exact where a format can say so
-    extra = [n for n in kept_layers(decision) if n in rungs and n not in high and n not in partial]
-    return list(dict.fromkeys([*decision.skip_layers, *extra]))
+    """Layers a renderer puts in BF16 whole: the skip list (layers that ran in high precision stay the model's own
+    business, layers with GEMM overrides keep their exact GEMMs where a format can say so)."""
+    return list(dict.fromkeys(decision.skip_layers))
+
+
+def unapplied_bf16(decision: PolicyDecision) -> list[str]:
+    """Ladder `bf16` rungs on layers the JSON's BF16 set leaves in low precision (not applied; see module rules)."""
+    kept = set(kept_layers(decision))
+    return [name for name, rung in ladder(decision).items() if rung == BF16 and name not in kept]
 
 
 def ladder(decision: PolicyDecision) -> dict[str, str]:
@@ -61,11 +63,19 @@ def ladder(decision: PolicyDecision) -> dict[str, str]:
     return out
 
 
+def effective_rung(rung: str, outer: str) -> str:
+    """The rung a layer runs at under `outer` (`delayed` under another recipe, see module rules)."""
+    if rung == "delayed" and outer != "delayed":
+        return "current" if outer == NVFP4 else outer
+    return rung
+
+
 def layer_recipes(decision: PolicyDecision) -> dict[str, str]:
     """Layer -> precision for the layers NOT kept that run under another recipe than the outer one."""
     kept = set(kept_layers(decision))
     outer = decision.recipe.name
-    return {name: p for name, p in ladder(decision).items() if name not in kept and p not in (outer, BF16)}
+    rungs = {name: effective_rung(p, outer) for name, p in ladder(decision).items() if name not in kept}
+    return {name: p for name, p in rungs.items() if p not in (outer, BF16)}
 
 
 def precision_of(decision: PolicyDecision) -> dict[str, str]:

@@ -30,6 +30,7 @@ from fp8_policy.policy.render.te_yaml import (
     rest_section,
     section,
     stats_note,
+    unapplied_note,
 )
 
 MEDIA_TYPE = "application/yaml"
@@ -67,6 +68,7 @@ def _header(decision: PolicyDecision, options: RenderOptions) -> list[str]:
         f"# Outer recipe: {decision.recipe.name} ({decision.recipe.class_path})",
         f"# {len(kept)} layer(s) kept in high precision are watched by LogTensorStats only: TE asserts when",
         "# LogFp8TensorStats watches a layer that runs outside FP8.",
+        *unapplied_note(decision),
         stats_note(decision, options.stats_freq),
         "# Sections are disjoint (nvdlfw allows one enabled section per layer); names match exactly.",
         "# Use: debug_api.initialize(config_file=<this file>,"

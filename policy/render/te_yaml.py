@@ -185,6 +185,18 @@ def stats_note(decision: PolicyDecision, freq: int) -> str:
     return line + "."
 
 
+def unapplied_note(decision: PolicyDecision) -> list[str]:
+    """Header lines for ladder `bf16` rungs the JSON's BF16 set does not contain (not applied)."""
+    names = precision.unapplied_bf16(decision)
+    if not names:
+        return []
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return [
+        f"# NOT applied: the precision ladder finds no low-precision rung for {len(names)} layer(s) the"
+        f" recommendation keeps in FP8 ({shown}); follow its rationale (e.g. re-run with the new recipe first).",
+    ]
+
+
 def _header(decision: PolicyDecision, options: RenderOptions, high: int) -> list[str]:
     layer_feature, gemm_feature = disable_feature_names(decision, options)
     version = decision.te_version or "unknown"
@@ -216,6 +228,7 @@ def _header(decision: PolicyDecision, options: RenderOptions, high: int) -> list
             f" ({', '.join(rungs)}); the debug API can only turn quantization off. Apply them with"
             " apply_policy(backend='te') or the Megatron --te-precision-config-file."
         )
+    lines += unapplied_note(decision)
     lines += [
         stats_note(decision, options.stats_freq),
         "# Sections are disjoint (nvdlfw allows one enabled section per layer); names match exactly.",

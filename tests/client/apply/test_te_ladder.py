@@ -41,7 +41,7 @@ def te_model() -> nn.Module:
 def test_ladder_layers_run_under_their_own_recipe_and_the_report_says_which(fake_te_29) -> None:
     model = te_model()
     rungs = {QKV1: "nvfp4", PROJ1: "mxfp8", FC1_2: "bf16", FC2_2: "current"}
-    report = apply_policy(model, policy(rungs), backend="te")
+    report = apply_policy(model, policy(rungs, skips=(HEAD, FC1_2)), backend="te")
     outer = recipe_from_policy(policy(rungs))
     with fake_te_29.autocast(enabled=True, recipe=outer):
         model(tokens())
@@ -49,13 +49,22 @@ def test_ladder_layers_run_under_their_own_recipe_and_the_report_says_which(fake
     fc1, fc2 = model.layers[1].mlp.fc1, model.layers[1].mlp.fc2
     assert type(qkv.recipe_seen).__name__ == "NVFP4BlockScaling"
     assert proj.recipe_seen is outer  # same rung as the outer recipe: untouched
-    assert fc1.fp8_seen is False and model.lm_head.fp8_seen is False  # BF16 rung and the skip
+    assert fc1.fp8_seen is False and model.lm_head.fp8_seen is False  # the skips (fc1's bf16 rung agrees)
     assert type(fc2.recipe_seen).__name__ == "Float8CurrentScaling"
     assert model.layers[1].self_attention.qkv.recipe_seen is outer
     assert report.precision_wrapped == {"layers.0.self_attention.qkv": "nvfp4", "layers.1.mlp.fc2": "current"}
     assert set(report.wrapped) == {"lm_head", "layers.1.mlp.fc1"}
     assert "own recipe nvfp4" in report.summary() and report.to_dict()["precision_wrapped"]
-    assert {(m.name, m.reason) for m in report.matched} >= {(QKV1, "ladder nvfp4"), (FC1_2, "ladder bf16")}
+    assert {(m.name, m.reason) for m in report.matched} >= {(QKV1, "ladder nvfp4"), (FC2_2, "ladder current")}
+    assert not any("not applied" in w for w in report.warnings)
+
+
+def test_a_bf16_rung_the_policy_does_not_skip_is_named_not_applied(fake_te_29) -> None:
+    """The policy's BF16 set decides (it may switch the recipe and ask for a re-run before skipping)."""
+    model = te_model()
+    report = apply_policy(model, policy({FC1_2: "bf16"}), backend="te")
+    assert report.wrapped == ["lm_head"] and report.precision_wrapped == {}
+    assert any("no low-precision rung" in w and FC1_2 in w and "not applied" in w for w in report.warnings)
 
 
 def test_the_policy_fp8_format_reaches_fp8_rungs_and_layer_recipes_override(fake_te_29) -> None:
@@ -70,10 +79,14 @@ def test_the_policy_fp8_format_reaches_fp8_rungs_and_layer_recipes_override(fake
     assert model.layers[1].mlp.fc2.recipe_seen is custom
 
 
-def test_a_delayed_rung_under_another_outer_recipe_is_kept_in_bf16(fake_te_29) -> None:
+def test_a_delayed_rung_runs_at_an_fp8_outer_recipe_and_at_current_under_nvfp4(fake_te_29) -> None:
+    report = apply_policy(te_model(), policy({PROJ1: "delayed"}, recipe="current"), backend="te")
+    assert report.wrapped == ["lm_head"] and report.precision_wrapped == {}
     model = te_model()
-    report = apply_policy(model, policy({PROJ1: "delayed"}, recipe="current"), backend="te")
-    assert "layers.0.self_attention.proj" in report.wrapped and report.precision_wrapped == {}
+    report = apply_policy(model, policy({PROJ1: "delayed"}, recipe="nvfp4"), backend="te")
+    assert report.precision_wrapped == {"layers.0.self_attention.proj": "current"}
+    model(tokens())
+    assert type(model.layers[0].self_attention.proj.recipe_seen).__name__ == "Float8CurrentScaling"
 
 
 def test_a_rung_inside_a_skipped_block_stays_bf16_with_a_warning(fake_te_29) -> None:
@@ -128,7 +141,7 @@ def test_a_session_watching_kept_layers_with_fp8_stats_raises_one_error_naming_t
     session(monkeypatch, nvdlfw_config, tmp_path, FP8_EVERYWHERE)
     model = te_model()
     with pytest.raises(DebugConfigConflict) as info:
-        apply_policy(model, policy({FC1_2: "bf16", QKV1: "nvfp4"}), backend="te")
+        apply_policy(model, policy({FC1_2: "bf16", QKV1: "nvfp4"}, skips=(HEAD, FC1_2)), backend="te")
     message = str(info.value)
     assert set(info.value.conflicts) == {HEAD, FC1_2, QKV1}
     assert "te-monitor" in message and "LogTensorStats" in message and "bare stats" in message
@@ -172,7 +185,7 @@ remaining_layers_stats:
       stats: [underflows%]
 """
     session(monkeypatch, nvdlfw_config, tmp_path, text)
-    report = apply_policy(te_model(), policy({FC1_2: "bf16", QKV1: "nvfp4"}), backend="te")
+    report = apply_policy(te_model(), policy({FC1_2: "bf16", QKV1: "nvfp4"}, skips=(HEAD, FC1_2)), backend="te")
     assert set(report.wrapped) == {"lm_head", "layers.1.mlp.fc1"}
 
 

@@ -170,7 +170,7 @@ def test_precision_ladder_bf16_rungs_stay_linear_mxfp8_rungs_use_torchao_mx_and_
         "model.layers.4.mlp.fc1": "current",
     }
     policy = {
-        "fp8_skip_layers": ["model.lm_head"],
+        "fp8_skip_layers": ["model.lm_head", "model.layers.1.mlp.fc1"],
         "recipe": {"name": "current"},
         "precision_ladder": {"layers": {name: {"precision": rung} for name, rung in rungs.items()}},
     }
@@ -183,3 +183,15 @@ def test_precision_ladder_bf16_rungs_stay_linear_mxfp8_rungs_use_torchao_mx_and_
     assert any("layers.2.mlp.fc2 (nvfp4)" in w and "safe side" in w for w in report.warnings)
     assert "own recipe mxfp8" in report.summary()
     model(tokens()).float().sum().backward()
+
+
+def test_a_bf16_rung_outside_the_skip_list_is_named_not_applied() -> None:
+    model = ToyTransformer()
+    policy = {
+        "fp8_skip_layers": [],
+        "recipe": {"name": "current"},
+        "precision_ladder": {"layers": {"model.lm_head": "bf16"}},
+    }
+    report = apply_policy(model, policy, backend="torchao", config=EMULATE)
+    assert isinstance(model.lm_head, Float8Linear) and report.kept == []
+    assert any("not applied" in w and "lm_head" in w for w in report.warnings)

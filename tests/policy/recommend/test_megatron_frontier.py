@@ -67,3 +67,16 @@ def test_recommend_passes_the_ladder_so_the_json_and_the_rendered_script_agree(t
     args = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
     assert "--te-precision-config-file" in args.splitlines()
     assert "fp4_quantization_recipe: nvfp4" in (tmp_path / "fp8_precision_config.yaml").read_text()
+
+
+def test_the_plans_bf16_wins_over_a_rung_and_a_delayed_rung_is_no_mix_under_fp8() -> None:
+    skipped_rung = LayerPrecision(name("megatron", 0, "qkv"), "mxfp8", ("test",), 0.9)  # the plan skips block 0
+    section = megatron_section(layout_of(Spec(n_blocks=6)), edge_skip(), recipe("nvfp4"), (skipped_rung,))
+    assert section["first_last_layers_bf16"] is True and "--te-precision-config-file" not in section["extra_args"]
+    delayed = LayerPrecision(name("megatron", 3, "fc1"), "delayed", ("test",), 0.9)
+    assert (
+        "--te-precision-config-file"
+        not in megatron_section(layout_of(Spec(n_blocks=6)), edge_skip(), recipe("current"), (delayed,))["extra_args"]
+    )
+    under_nvfp4 = megatron_section(layout_of(Spec(n_blocks=6)), edge_skip(), recipe("nvfp4"), (delayed,))
+    assert "--te-precision-config-file" in under_nvfp4["extra_args"]

@@ -79,14 +79,14 @@ def test_ladder_mix_is_a_precision_config_megatron_accepts(family, outer, tmp_pa
     names = [layer.name for layer in layers if layer.structure.index is not None]
     rungs = {names[0]: "bf16", names[1]: "mxfp8", names[2]: "nvfp4", names[5]: "block", names[6]: "current"}
     rungs[names[-1]] = "mxfp8"
-    skip = f.block_names(family, first + 2)  # a whole block skipped besides the ladder
+    skip = (*f.block_names(family, first + 2), names[0])  # a whole block and the bf16 rung (the plan's skips)
     decision = f.with_ladder(f.decision(layers, skip, recipe_choice=f.recipe(outer)), rungs)
     text, args, config = run(decision, tmp_path)
     assert config is not None and "--first-last-layers-bf16" not in args
     if outer == "nvfp4":
         assert args[:4] == ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"] and "--fp8-format" not in args
     got = loader.precisions(config, N_BLOCKS, outer)
-    assert got == expected(decision, rungs, {names[0], *skip})
+    assert got == expected(decision, rungs, set(skip))
     # every matcher reaches a real TE module, and none reaches another module of the model
     recipe = loader.RecipeConfig.from_yaml_file(config)
     te_paths = set(loader.gpt_te_module_paths(N_BLOCKS))
@@ -108,14 +108,27 @@ def test_ladder_rung_equal_to_the_outer_recipe_needs_no_matcher(tmp_path):
     assert set(recipe.configs) == {"nvfp4"}
 
 
-def test_delayed_rung_under_another_recipe_goes_bf16(tmp_path):
+@pytest.mark.parametrize(("outer", "runs_at"), [("current", "current"), ("mxfp8", "mxfp8"), ("nvfp4", "current")])
+def test_a_delayed_rung_under_another_recipe_never_becomes_a_delayed_config(tmp_path, outer, runs_at):
     layers = f.family_layers("megatron", N_BLOCKS)
     names = [layer.name for layer in layers]
-    decision = f.with_ladder(f.decision(layers, recipe_choice=f.recipe("current")), {names[3]: "delayed"})
+    decision = f.with_ladder(f.decision(layers, recipe_choice=f.recipe(outer)), {names[3]: "delayed"})
     _, _, config = run(decision, tmp_path)
-    got = loader.precisions(config, N_BLOCKS, "current")
-    assert got["decoder.layers.0.mlp.linear_fc2"] == "bf16"
+    if config is None:  # nothing to change: the outer FP8 recipe is at least as fine as delayed scaling
+        assert runs_at == outer
+        return
+    assert loader.precisions(config, N_BLOCKS, outer)["decoder.layers.0.mlp.linear_fc2"] == runs_at
     assert "delayed" not in config.read_text().split("matchers:")[0]
+
+
+def test_a_bf16_rung_the_plan_does_not_skip_is_stated_not_applied(tmp_path):
+    """The plan wins: e.g. it switches the recipe and asks for a re-run before skipping (make eval's uniform/llama)."""
+    layers = f.family_layers("llama", N_BLOCKS)
+    names = [layer.name for layer in layers]
+    decision = f.with_ladder(f.decision(layers, recipe_choice=f.recipe("block")), dict.fromkeys(names, "bf16"))
+    text, args, config = run(decision, tmp_path)
+    assert config is None and args == ["--fp8-format", "e4m3", "--fp8-recipe", "blockwise"]
+    assert f"NOT applied: the precision ladder finds no low-precision rung for {len(names)} layer(s)" in text
 
 
 @pytest.mark.parametrize(

@@ -26,15 +26,19 @@ def frontier_decision(recipe: str, fp8_param: bool, ladder: bool):
     """A Llama-like model: block 1 skipped, a GEMM override, a head that ran in BF16, and optionally a ladder."""
     layers = f.family_layers("llama", 4, head_precision=Precision.HIGH)
     fc2_3 = "model.model.layers.3.layernorm_mlp.fc2"
-    decision = f.decision(layers, f.block_names("llama", 1), [f.override(fc2_3, "wgrad")], f.recipe(recipe), "2.20.2")
+    skip = (
+        (*f.block_names("llama", 1), "model.model.layers.2.layernorm_mlp.fc1") if ladder else f.block_names("llama", 1)
+    )
+    decision = f.decision(layers, skip, [f.override(fc2_3, "wgrad")], f.recipe(recipe), "2.20.2")
     rungs = {}
     if ladder:
         rungs = {
             "model.model.layers.2.self_attention.layernorm_qkv": "nvfp4",
             "model.model.layers.2.self_attention.proj": "mxfp8",
-            "model.model.layers.2.layernorm_mlp.fc1": "bf16",
+            "model.model.layers.2.layernorm_mlp.fc1": "bf16",  # skipped by the plan too (as the analysis does)
             "model.model.layers.4.layernorm_mlp.fc1": "current",
             "model.model.layers.4.layernorm_mlp.fc2": "delayed",
+            "model.model.layers.4.self_attention.proj": "bf16",  # not in the plan: stated, not applied
         }
     return f.with_ladder(decision, rungs, fp8_param=fp8_param)
 
@@ -74,13 +78,10 @@ def test_te_yaml_watches_only_with_stats_te_accepts(nvdlfw_config, recipe, fp8_p
             runs_at = recipe  # the debug API applies no ladder rung other than BF16
         assert config_errors(got, runs_at, fp8_param) == [], (layer.name, got)
     if ladder:
-        # the ladder's BF16 rung (and a delayed rung under another recipe) is disabled whole; other rungs are stated
-        bf16_rung = te_features(manager, "model.model.layers.2.layernorm_mlp.fc1")
-        assert "DisableQuantizationLayer" in bf16_rung
-        assert ("DisableQuantizationLayer" in te_features(manager, "model.model.layers.4.layernorm_mlp.fc2")) == (
-            recipe != "delayed"
-        )
-        assert "NOT applied here" in text
+        # the plan's BF16 is disabled whole; a bf16 rung outside the plan and the other rungs are stated
+        assert "DisableQuantizationLayer" in te_features(manager, "model.model.layers.2.layernorm_mlp.fc1")
+        assert not {"DisableQuantizationLayer"} & set(te_features(manager, "model.model.layers.4.self_attention.proj"))
+        assert "NOT applied here" in text and "NOT applied: the precision ladder finds no low-precision rung" in text
 
 
 def test_nvfp4_runs_log_nvfp4_stats_with_the_config_names_te_takes():
