@@ -154,3 +154,17 @@ def test_behind_the_sign_in_dialog_the_page_asks_for_a_token_and_says_nothing_br
     page.fill("#signin-token", locked_server.read_token)
     page.click("#signin-submit")
     expect(page.locator("#view h1")).to_contain_text("signed-upload")
+
+
+def test_a_read_only_token_sees_no_retry_or_delete_button(locked_page, locked_server: Locked) -> None:
+    page = locked_page
+    page.goto(f"{locked_server.url}/#/runs")
+    page.evaluate(f"sessionStorage.setItem('{STORAGE_KEY}', {locked_server.read_token!r})")
+    page.goto(f"{locked_server.url}/#/runs/{locked_server.run_id}")
+    page.reload()
+
+    expect(page.locator("#signed-in-as")).to_contain_text("read")
+    expect(page.locator("#view h1")).to_contain_text("signed-upload")
+    expect(page.locator("#run-actions")).to_be_attached()
+    page.wait_for_load_state("networkidle")
+    assert page.locator("#run-delete, #run-retry").count() == 0

@@ -20,6 +20,7 @@ import { layersCard, rankSpread } from "./layers.js";
 import { liveView } from "./live.js";
 import { storyCard } from "./story.js";
 import { paramsCard } from "./params.js";
+import { runActions } from "./run_actions.js";
 
 const THRESHOLD_KEYS = ["warning", "critical", "severe"];
 // Lines skipped or duplicated above this share of the lines read are shown as a warning above the figures.
@@ -35,6 +36,7 @@ export async function runView(ctx, runId, query) {
   if (run.status === "live") return liveView(ctx, run, state); // a training job streaming its logs (live.js)
 
   const sevSlot = h("span", { class: "head-sev" });
+  const actions = runActions(ctx, run); // Retry / Delete for a token that may
   const head = h("div", { class: "page-head" },
     h("div", null,
       h("nav", { class: "crumbs", "aria-label": "Breadcrumb" }, h("a", { href: "#/runs" }, "Runs"), " / ",
@@ -47,7 +49,9 @@ export async function runView(ctx, runId, query) {
     h("div", { class: "page-actions" },
       run.status === "ready" ? h("a", { class: "btn", href: `#/compare${qs({ base: run.id })}` }, "Compare…") : null,
       run.status === "ready" ? h("a", { class: "btn", href: `${API}/runs/${run.id}/metrics.csv`, download: "" }, "Metrics CSV") : null,
-      h("a", { class: "btn btn-ghost", href: `${API}/runs/${run.id}`, target: "_blank", rel: "noopener" }, "API")));
+      h("a", { class: "btn btn-ghost", href: `${API}/runs/${run.id}`, target: "_blank", rel: "noopener" }, "API"),
+      actions.slot),
+    actions.problem);
 
   if (run.status !== "ready") {
     const busy = !TERMINAL.has(run.status);
