@@ -90,7 +90,9 @@ def summaries(offsets: np.ndarray, iterations: np.ndarray, values: np.ndarray) -
     """Summaries of the series [offsets[k]:offsets[k+1]]: counts, and min/max/mean/p95 over the finite points
     (equal to NumPy's per series, computed in one compiled pass: policy/_summary_kernel.py)."""
     parts = map_series_ranges(
-        offsets, SUMMARY_THREADS, lambda first, stop: kernels.summary.summarize_series(offsets[first : stop + 1], values)
+        offsets,
+        SUMMARY_THREADS,
+        lambda first, stop: kernels.summary.summarize_series(offsets[first : stop + 1], values),
     )
     counts, stats = np.concatenate([c for c, _ in parts]), np.concatenate([s for _, s in parts])
     out = []
