@@ -4,79 +4,23 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
-import numpy as np
-import numpy.typing as npt
 from sqlalchemy import CursorResult, Select, and_, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.codec import decode_iterations, decode_values, encode_iterations, encode_values
 from fp8_policy.db.models import Layer, Run, RunStatus, RunTag, Series
+from fp8_policy.db.run_rows import IngestCounts as IngestCounts  # re-exported: callers import it from here
+from fp8_policy.db.run_rows import LayerStatSummary, SeriesPoints
+from fp8_policy.db.run_rows import NewRun as NewRun  # re-exported: callers import it from here
 from fp8_policy.policy.assemble import AssembledRun, SeriesRecord
 from fp8_policy.policy.safe_text import displayable
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass(frozen=True, slots=True)
-class NewRun:
-    name: str | None
-    project: str
-    tags: tuple[str, ...]
-    metadata: dict[str, Any]
-    sha256: str
-    upload_filename: str | None
-    upload_bytes: int
-    upload_path: str
-    uploaded_by: str | None = None  # the access token's name
-
-
-@dataclass(frozen=True, slots=True)
-class IngestCounts:
-    lines_read: int
-    lines_skipped: int
-    lines_blank: int
-    lines_duplicated: int
-    report: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class LayerStatSummary:
-    """One (layer, tensor, stat) summed over the ranks asked for (RunRepository.layer_summaries); the query
-    labels its columns with these field names."""
-
-    layer_id: int
-    tensor: str
-    stat_key: str
-    stat: str
-    recipe: str | None
-    columnwise: bool
-    min: float | None
-    max: float | None
-    mean: float | None
-    last: float | None
-    p95: float | None
-    count: int
-    nan_count: int
-    inf_count: int
-    ranks: int
-
-
-class SeriesPoints(NamedTuple):
-    """One series' decoded points with what names it (RunRepository.iter_points)."""
-
-    rank: int
-    layer: str
-    tensor: str
-    recipe: str | None
-    stat_key: str
-    iterations: npt.NDArray[np.int64]
-    values: npt.NDArray[np.float64]
 
 
 def _rowcount(result: object) -> int:
