@@ -201,6 +201,18 @@ def test_a_server_command_on_the_base_install_names_the_extra_in_one_line(base: 
     assert listed.returncode == 0 and "upload" in listed.stdout and "serve" in listed.stdout
 
 
+def test_the_installed_wheel_has_one_version(base: Path, tmp_path: Path) -> None:
+    """The wheel's metadata, `fp8-policy --version` and `fp8_policy.__version__` agree with the source's version."""
+    from fp8_policy._version import __version__
+
+    script = "import importlib.metadata as m, fp8_policy; print(m.version('fp8-policy'), fp8_policy.__version__)"
+    metadata = _run([str(base), "-c", script], tmp_path)
+    printed = _run([str(base.parent / "fp8-policy"), "--version"], tmp_path)
+
+    assert metadata.stdout.split() == [__version__, __version__], metadata.stderr
+    assert printed.returncode == 0 and printed.stdout == f"fp8-policy {__version__}\n"
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
