@@ -18,7 +18,6 @@ MAX_LINES = 400
 OVER_LIMIT: dict[str, str] = {
     "policy/stats_log.py": "parser state vs block scanning",
     "policy/_stats_kernel.py": "per-format numba scanners vs shared helpers",
-    "bench/scenarios.py": "scenario tables vs the builders",
     "service/runs/actions.py": "run reads vs upload, delete and retry",
     "service/ingest/pipeline.py": "archive jobs vs rank jobs",
     "service/web/static/heatmap.js": "drawing vs controls",
