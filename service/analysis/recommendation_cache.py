@@ -20,7 +20,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy.orm import Session
 
@@ -32,14 +32,14 @@ T = TypeVar("T")
 DEFAULT_ENTRIES = 256
 
 
-class SingleFlightCache:
+class SingleFlightCache(Generic[T]):
     """`get(key, compute)`: a cached value, the value another thread is computing for `key`, or `compute()`."""
 
     def __init__(self, max_entries: int = DEFAULT_ENTRIES) -> None:
         self.max_entries = max_entries
         self.computed = 0  # how many times compute() ran (tests, bench)
-        self._done: OrderedDict[Hashable, Any] = OrderedDict()
-        self._running: dict[Hashable, Future] = {}
+        self._done: OrderedDict[Hashable, T] = OrderedDict()
+        self._running: dict[Hashable, Future[T]] = {}
         self._lock = threading.Lock()
 
     def get(self, key: Hashable, compute: Callable[[], T]) -> T:
@@ -49,7 +49,7 @@ class SingleFlightCache:
                 return self._done[key]
             running = self._running.get(key)
             if running is None:
-                running = self._running[key] = Future()
+                running = self._running[key] = Future[T]()
                 owner = True
             else:
                 owner = False
@@ -73,11 +73,11 @@ class SingleFlightCache:
         return value
 
 
-def recommendation_key(session: Session, run_id: int, overrides: dict[str, Any]) -> tuple:
+def recommendation_key(session: Session, run_id: int, overrides: dict[str, Any]) -> tuple[object, ...]:
     """What a recommendation of `run_id` with `overrides` depends on (raises 404 / 409 like computing it would)."""
     run = get_ready_run(session, run_id)
     options = json.dumps(overrides, sort_keys=True, default=str)
-    previous: tuple = ()
+    previous: tuple[object, ...] = ()
     if "previous_run" in overrides:
         previous_id = str(overrides["previous_run"]).strip()
         other = (
@@ -87,7 +87,7 @@ def recommendation_key(session: Session, run_id: int, overrides: dict[str, Any])
         previous = (other.id, other.sha256, str(other.finished_at), str(other.status)) if other is not None else ("?",)
     metadata = json.dumps(run.run_metadata or {}, sort_keys=True, default=str)
     return (
-        str(session.get_bind().url),
+        str(session.get_bind().engine.url),
         run.id,
         run.sha256,
         str(run.finished_at),
