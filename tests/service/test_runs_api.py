@@ -256,6 +256,7 @@ class TestCreateRun:
                 "blank_lines": 0,
                 "skipped_lines": 0,
                 "skipped_samples": [],
+                "iteration_offset": 0,  # one session: read as logged
             }
         ]
         assert run["ingest_report"]["archive"]["format"] == "log"
@@ -444,6 +445,7 @@ class TestReadRun:
                     "blank_lines": 0,
                     "skipped_lines": 0,
                     "skipped_samples": [],
+                    "iteration_offset": 0,  # one session: read as logged
                 },
             ],
             "unsplit_metric_names": [],
