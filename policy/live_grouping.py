@@ -4,9 +4,10 @@ Belongs here: how the per-series events of policy/live_events.py and policy/scal
 they are stored, shown and alerted on. One change of the loss scale moves every scaling factor of a layer at
 once: `scale_inv_min` and `scale_inv_max` of its activation, weight and gradient (and per rank) all jump in the
 same step, and one event per series would print the same problem six or twelve times. A group keeps its worst
-member's tensor, stat, rank and numbers (the worst severity, then the earliest iteration), the worst severity
-and the earliest iteration of all; `detail.members` lists every grouped series and `detail.series` their count.
-A group of one is the event unchanged.
+member's tensor, stat, rank, numbers and iteration (the worst severity, then the earliest iteration), so a
+critical crossing is reported where it became critical, not where an earlier warning of the same layer began;
+`detail.first_iteration` is the earliest iteration of the group, `detail.members` lists every grouped series and
+`detail.series` their count. A group of one is the event unchanged.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ def _merged(members: list[LiveEvent]) -> LiveEvent:
         worst.tensor,
         worst.stat,
         worst.rank,
-        first,
+        worst.iteration,
         worst.value,
         message,
-        {**worst.detail, "series": len(members), "members": listed},
+        {**worst.detail, "series": len(members), "first_iteration": first, "members": listed},
     )

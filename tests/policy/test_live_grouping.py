@@ -50,5 +50,7 @@ def test_groups_keep_layers_and_kinds_apart_and_take_the_worst_member() -> None:
     assert [(e.layer, e.kind) for e in grouped] == [(a, "scale_inv_drop"), (a, "band_crossing"), (b, "scale_inv_drop")]
     assert grouped[0] == events[0] and grouped[2] == events[2]  # a group of one is the event itself
     merged = grouped[1]
-    assert (merged.severity, merged.tensor, merged.iteration, merged.value) == ("severe", "activation", 300, 4.5)
+    # the iteration the worst member reached its severity; where the group began is in the detail
+    assert (merged.severity, merged.tensor, merged.iteration, merged.value) == ("severe", "activation", 350, 4.5)
+    assert merged.detail["first_iteration"] == 300 and "iterations 300–350" in merged.message
     assert [m["tensor"] for m in merged.detail["members"]] == ["activation", "gradient"]  # worst first
