@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import BinaryIO, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -109,17 +109,38 @@ class ParsedStats:
         return int(self.offsets[-1])
 
 
-def _read_into(stream: BinaryIO, view: memoryview) -> int:
+class ReadsBytes(Protocol):
+    def read(self, n: int = -1, /) -> bytes: ...
+
+
+@runtime_checkable
+class ReadsInto(Protocol):
+    def readinto(self, buffer: memoryview, /) -> int | None: ...
+
+
+# What the parser reads from: a binary stream's read(n), or its readinto (one copy less) when it has one.
+ByteStream = ReadsInto | ReadsBytes
+
+
+def _readinto_of(stream: ByteStream) -> Callable[[memoryview], int | None]:
+    """The stream's readinto, or one made from its read(n) (a copy more)."""
+    if isinstance(stream, ReadsInto):
+        return stream.readinto
+
+    def readinto(view: memoryview) -> int:
+        chunk = stream.read(len(view))
+        view[: len(chunk)] = chunk
+        return len(chunk)
+
+    return readinto
+
+
+def _read_into(stream: ByteStream, view: memoryview) -> int:
     """Fill `view` as far as the stream allows (readinto may return short reads)."""
     filled = 0
-    readinto = getattr(stream, "readinto", None)
+    readinto = _readinto_of(stream)
     while filled < len(view):
-        if readinto is not None:
-            got = readinto(view[filled:])
-        else:
-            chunk = stream.read(len(view) - filled)
-            got = len(chunk)
-            view[filled : filled + got] = chunk
+        got = readinto(view[filled:])
         if not got:
             break
         filled += got
@@ -295,7 +316,7 @@ class StatsLogParser:
         self._sessions_first: int | None = None  # first iteration of the files fed so far (as logged)
         self._sessions_last: int | None = None  # last iteration of those files (offsets applied)
 
-    def feed(self, stream: BinaryIO, source: str) -> FileReport:
+    def feed(self, stream: ByteStream, source: str) -> FileReport:
         """Parse one file; raises NoStatsLines when it holds no statistics line at all."""
         report = FileReport(source=source)
         pending: deque[_Pending] = deque()
@@ -345,7 +366,7 @@ class StatsLogParser:
         top = int(its.max())
         report.last_iteration = top if report.last_iteration is None else max(report.last_iteration, top)
 
-    def _blocks(self, stream: BinaryIO) -> Iterator[np.ndarray | None]:
+    def _blocks(self, stream: ByteStream) -> Iterator[np.ndarray | None]:
         """Blocks of whole lines, read with readinto into uninitialised buffers (no zero-fill, no copies).
 
         A buffer is reused only after its block was absorbed (`_recycle`), since a worker thread may

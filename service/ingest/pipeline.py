@@ -182,7 +182,7 @@ class _RankParse:
 
     def feed(self, stream: IO[bytes], source: str) -> None:
         """One member's stream, read 1 MiB at a time into the parser's blocks (see ChunkedReader)."""
-        report = self.parser.feed(ChunkedReader(stream), source)  # type: ignore[arg-type]
+        report = self.parser.feed(ChunkedReader(stream), source)
         self.reports.append(
             {
                 "path": report.source,
