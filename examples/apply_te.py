@@ -3,6 +3,7 @@
     pip install 'fp8-policy[te]'
     python examples/apply_te.py --url http://fp8-policy:8000 --run-id 42
     python examples/apply_te.py --policy policy.json --debug-api     # the TE debug-API route
+    python examples/apply_te.py --url ... --run-id 42 --monitor te_monitor.yaml   # route 1, watched by the debug API
 
 Two routes, same policy:
 1. Per-module autocast (default): `apply_policy(model, policy, backend="te")` makes each skipped TE module's
@@ -10,6 +11,12 @@ Two routes, same policy:
    the recipe comes from `recipe_from_policy(policy)`. Per-GEMM overrides become whole-module skips (the
    report says which). Not with DelayedScaling (its amax reduction conflicts with per-layer toggling: the
    report warns; the service recommends current or block scaling when it skips layers).
+   With `--monitor FILE` the run is watched through the debug API with the service's `te-monitor` config
+   (`fp8-policy recommend RUN --format te-monitor -o FILE`): the layers the policy keeps in BF16 get
+   LogTensorStats only (TE asserts when LogFp8TensorStats watches a layer outside FP8), and `apply_policy`
+   checks the active session first (`DebugConfigConflict` names any layer a config would stop TE on).
+   Layers of the policy's precision ladder run under their own `te.autocast(recipe=...)` (report:
+   `precision_wrapped`).
 2. TE debug API (`--debug-api`): `write_te_debug_config(policy, path)` writes DisableFP8Layer /
    DisableFP8GEMM sections (exact per-GEMM control); nvdlfw_inspect must be initialised BEFORE the first TE
    module is built, and `infer_and_assign_layer_names` gives the same names the analysed logs used.
@@ -93,15 +100,27 @@ def train(model: torch.nn.Module, recipe: object, steps: int, on_step=None) -> N
         print(f"loss {loss.item():.4f}")
 
 
-def autocast_route(policy: dict, steps: int) -> None:
+def autocast_route(policy: dict, steps: int, monitor: str | None = None, log_dir: str = ".") -> None:
+    on_step = None
+    if monitor:  # the debug API must be initialised before the first TE module is built
+        import nvdlfw_inspect.api as debug_api
+        import transformer_engine
+
+        features = str(Path(transformer_engine.__file__).parent / "debug" / "features")
+        debug_api.initialize(config_file=monitor, feature_dirs=[features], log_dir=log_dir)
+        on_step = debug_api.step
     model = build_model()
+    if monitor:
+        debug_api.infer_and_assign_layer_names(model)
     recipe = recipe_from_policy(policy)
     try:  # before or after DDP/FSDP (both resolve), before torch.compile
         report = apply_policy(model, policy, backend="te", recipe=recipe)
     except UnmatchedLayers as exc:  # e.g. the policy says `model.output`, the model has `lm_head`
         raise SystemExit(str(exc)) from exc
     print(report.summary())
-    train(model, recipe, steps)
+    train(model, recipe, steps, on_step=on_step)
+    if monitor:
+        debug_api.end_debug()
 
 
 def debug_api_route(policy: dict, steps: int, log_dir: str) -> None:
@@ -125,6 +144,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--debug-api", action="store_true", help="apply through the TE debug API instead")
     parser.add_argument("--log-dir", default="./fp8_policy_logs")
+    parser.add_argument("--monitor", help="a te-monitor YAML: watch the autocast route with the TE debug API")
     args = parser.parse_args(argv)
     if not args.policy and args.run_id is None:
         parser.error("give --policy or --run-id")
@@ -132,7 +152,7 @@ def main(argv: list[str]) -> int:
     if args.debug_api:
         debug_api_route(policy, args.steps, args.log_dir)
     else:
-        autocast_route(policy, args.steps)
+        autocast_route(policy, args.steps, args.monitor, args.log_dir)
     return 0
 
 
