@@ -88,13 +88,13 @@ def single_file_log(filename: str | None) -> LogFile:
     return LogFile(kind="stats", rank=int(match["rank"]), stamp=match["stamp"], relpath=basename)
 
 
-def _session_key(log: LogFile) -> tuple[int, str, str]:
-    # Timestamped sessions first, by stamp (YYYYmmdd_HHMMSS sorts as text); the untimestamped file last:
-    # with the default NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE=1 it is rewritten by every untimestamped run,
-    # so it holds the most recent session that did not opt into timestamps. relpath breaks ties.
-    if log.stamp is None:
-        return (1, "", log.relpath)
-    return (0, log.stamp, log.relpath)
+def session_key(log: LogFile) -> tuple[int, str, bool, str, str]:
+    """Sort key of log files: rank, kind, then sessions oldest first.
+
+    Timestamped sessions first, by stamp (YYYYmmdd_HHMMSS sorts as text); the untimestamped file last: with the
+    default NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE=1 it is rewritten by every untimestamped run, so it holds the
+    most recent session that did not opt into timestamps. relpath breaks ties."""
+    return (log.rank, log.kind, log.stamp is None, log.stamp or "", log.relpath)
 
 
 def order_log_files(files: Iterable[LogFile], kind: Kind = "stats") -> dict[int, list[LogFile]]:
@@ -107,4 +107,4 @@ def order_log_files(files: Iterable[LogFile], kind: Kind = "stats") -> dict[int,
     for log in files:
         if log.kind == kind:
             by_rank[log.rank].append(log)
-    return {rank: sorted(by_rank[rank], key=_session_key) for rank in sorted(by_rank)}
+    return {rank: sorted(by_rank[rank], key=session_key) for rank in sorted(by_rank)}

@@ -8,7 +8,7 @@ from typing import Any
 
 from fp8_policy.db.repositories import IngestCounts
 from fp8_policy.policy.assemble import AssembledRun, assemble_run
-from fp8_policy.policy.log_files import LogFile
+from fp8_policy.policy.log_files import LogFile, session_key
 from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
 from fp8_policy.policy.stats_log import ParsedStats, StatsLogParser
 
@@ -31,7 +31,7 @@ def parse_files(
     stats: dict[int, list[tuple[LogFile, Path]]] = defaultdict(list)
     metadata: list[MetadataLog] = []
     report_files: list[dict[str, Any]] = []
-    for log, path in sorted(files, key=lambda item: _session_key(item[0])):
+    for log, path in sorted(files, key=lambda item: session_key(item[0])):
         if log.kind == "stats":
             stats[log.rank].append((log, path))
         else:
@@ -68,11 +68,6 @@ def parse_files(
         parsed[rank] = parser.finish()
     assembled = assemble_run(parsed, merge_metadata(metadata))
     return assembled, _counts(parsed, assembled, report_files)
-
-
-def _session_key(log: LogFile) -> tuple:
-    # Timestamped sessions in order, the untimestamped (overwritten each run) file last.
-    return (log.rank, log.kind, log.stamp is None, log.stamp or "", log.relpath)
 
 
 def _read_metadata(path: Path) -> MetadataLog:

@@ -15,7 +15,6 @@ process that owns that directory, or by API processes sharing it).
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import secrets
 import shutil
@@ -308,7 +307,7 @@ def finalize(
                     info.size = f.size  # exactly the acknowledged bytes
                     info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
                     with open(source / f.path, "rb") as handle:
-                        tar.addfile(info, _Limited(handle, f.size))
+                        tar.addfile(info, Region(handle, f.size))
             digest, size = _sha256(tar_path)
             upload = ReceivedUpload(tar_path, digest, size, f"live-run-{run_id}.tar")
             run.upload_path = store_upload_file(session, data_dir, store, run_id, upload)
@@ -333,17 +332,6 @@ def remove_received_logs(data_dir: Path, run_id: int) -> None:
     for child in children:
         if child.name != SCALARS_NAME:
             shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
-
-
-class _Limited(io.RawIOBase):
-    def __init__(self, handle: Any, limit: int) -> None:
-        self.handle, self.left = handle, limit
-
-    def read(self, n: int = -1) -> bytes:
-        n = self.left if n < 0 else min(n, self.left)
-        data = self.handle.read(n)
-        self.left -= len(data)
-        return data
 
 
 def _sha256(path: Path) -> tuple[str, int]:

@@ -49,7 +49,8 @@ class _RunPoints:
     points: dict[tuple[int, str], list[tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)  # (rank, name)
     metadata_sizes: dict[str, int] = field(default_factory=dict)
     metadata: MetadataLog = field(default_factory=MetadataLog)
-    layouts: OrderedDict[tuple, dict[str, Any]] = field(default_factory=OrderedDict)
+    # (file sizes, params, cell columns) -> layout
+    layouts: OrderedDict[tuple[object, ...], dict[str, Any]] = field(default_factory=OrderedDict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 

@@ -187,7 +187,7 @@ def last_newline(handle: IO[bytes], start: int, end: int) -> int:
 class Region(io.RawIOBase):
     """A read-only stream of `length` bytes of `handle` from its current position."""
 
-    def __init__(self, handle: IO[bytes], length: int) -> None:
+    def __init__(self, handle: io.BufferedIOBase, length: int) -> None:
         self.handle, self.left = handle, length
 
     def readable(self) -> bool:

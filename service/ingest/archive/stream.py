@@ -22,7 +22,7 @@ from typing import IO
 
 from isal import igzip
 
-from fp8_policy.policy.log_files import LogFile, classify_log_path
+from fp8_policy.policy.log_files import LogFile, classify_log_path, session_key
 from fp8_policy.service.ingest.archive import _EXTRACTORS
 from fp8_policy.service.ingest.archive.detect import _GZIP_MAGIC, _detect_format, open_source
 from fp8_policy.service.ingest.archive.errors import _CORRUPT, ArchiveError
@@ -206,11 +206,6 @@ def _read_tar_members(src: IO[bytes], fmt: str, wanted: set[str], on_member: Mem
         finally:
             if stream is not handle:
                 stream.close()
-
-
-def session_key(log: LogFile) -> tuple[int, str, bool, str, str]:
-    """Rank, kind, then timestamped sessions in order and the untimestamped (overwritten each run) file last."""
-    return (log.rank, log.kind, log.stamp is None, log.stamp or "", log.relpath)
 
 
 def _streamed_name(log: LogFile, fmt: str) -> str:
