@@ -212,3 +212,8 @@ def test_no_session_no_check(fake_te_29) -> None:
 
     assert debug_api.DEBUG_MANAGER is None
     assert apply_policy(te_model(), policy({}), backend="te").wrapped == ["lm_head"]
+
+
+def test_recipe_from_policy_builds_nvfp4(fake_te_29) -> None:
+    recipe = recipe_from_policy(policy({}, recipe="nvfp4"))
+    assert type(recipe).__name__ == "NVFP4BlockScaling" and recipe.fp4_format is fake_te.Format.E2M1

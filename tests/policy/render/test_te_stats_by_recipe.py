@@ -152,3 +152,15 @@ def test_a_bf16_rung_on_a_layer_with_gemm_overrides_keeps_the_exact_gemms(nvdlfw
     got = te_features(nvdlfw_config(render(decision, "te-yaml").content), qkv)
     assert set(got) == {"DisableFP8GEMM", "LogTensorStats"} and got["DisableFP8GEMM"]["gemms"] == ["dgrad", "wgrad"]
     assert set(te_features(nvdlfw_config(render(decision, "te-monitor").content), qkv)) == {"LogTensorStats"}
+
+
+@pytest.mark.parametrize("family", sorted(f.FAMILIES))
+def test_te_monitor_for_every_family_keeps_skips_and_bf16_heads_on_log_tensor_stats(nvdlfw_config, family):
+    layers = f.family_layers(family, 3, head_precision=Precision.HIGH)
+    first = 0 if family == "hf" else 1
+    skip = f.block_names(family, first)
+    manager = nvdlfw_config(render(f.decision(layers, skip, recipe_choice=f.recipe("current")), "te-monitor").content)
+    for layer in layers:
+        got = set(te_features(manager, layer.name))
+        kept = layer.name in skip or layer.precision is Precision.HIGH
+        assert got == ({"LogTensorStats"} if kept else {"LogFp8TensorStats"}), layer.name
