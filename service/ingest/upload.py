@@ -13,10 +13,13 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import anyio
 from python_multipart.multipart import MultipartParser, parse_options_header
+
+if TYPE_CHECKING:
+    from python_multipart.multipart import MultipartCallbacks  # defined for type checkers only
 from starlette.requests import Request
 
 from fp8_policy.service.errors import AppError, EmptyUpload, InvalidUpload, UnsupportedMediaType, UploadTooLarge
@@ -152,7 +155,7 @@ class _FormSink:
         self._current: str | None = None
         self._buffer = bytearray()
 
-    def callbacks(self) -> dict[str, Any]:
+    def callbacks(self) -> MultipartCallbacks:
         return {
             "on_part_begin": self._begin,
             "on_header_field": lambda d, s, e: self._append("_field_name", d[s:e]),

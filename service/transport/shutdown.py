@@ -30,7 +30,8 @@ class BoundedShutdownServer(uvicorn.Server):
 
     def __init__(self, config: uvicorn.Config, stop_seconds: float = STOP_SECONDS) -> None:
         if config.timeout_graceful_shutdown is None:
-            config.timeout_graceful_shutdown = min(GRACEFUL_SECONDS, stop_seconds / 2)
+            # uvicorn annotates it `int | None` but passes it to asyncio.wait_for, which takes seconds as a float
+            config.timeout_graceful_shutdown = min(GRACEFUL_SECONDS, stop_seconds / 2)  # type: ignore[assignment]
         super().__init__(config)
         self.stop_seconds = stop_seconds
         self._deadline: threading.Timer | None = None
