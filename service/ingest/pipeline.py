@@ -16,6 +16,7 @@ other jobs cancelled, every stored series and layer removed (all-or-nothing). A 
 
 from __future__ import annotations
 
+import io
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -146,7 +147,7 @@ class _FirstRank:
         self.streamed: str | None = None
         self.parse: _RankParse | None = None
 
-    def feed(self, streamed: str, stream: IO[bytes]) -> None:
+    def feed(self, streamed: str, stream: io.BufferedIOBase) -> None:
         if self.streamed is not None:
             return
         self.streamed = streamed
@@ -180,7 +181,7 @@ class _RankParse:
         self.parser = StatsLogParser(max_line_bytes=settings.max_line_bytes, workers=settings.parse_threads)
         self.reports: list[dict[str, Any]] = []
 
-    def feed(self, stream: IO[bytes], source: str) -> None:
+    def feed(self, stream: io.BufferedIOBase, source: str) -> None:
         """One member's stream, read 1 MiB at a time into the parser's blocks (see ChunkedReader)."""
         report = self.parser.feed(ChunkedReader(stream), source)
         self.reports.append(
@@ -298,7 +299,7 @@ class _MetadataReader:
     def __init__(self) -> None:
         self.logs: dict[str, MetadataLog] = {}
 
-    def read(self, streamed: str, stream: IO[bytes]) -> None:
+    def read(self, streamed: str, stream: io.BufferedIOBase) -> None:
         data = stream.read(MAX_METADATA_BYTES + 1)
         if len(data) > MAX_METADATA_BYTES:
             raise IngestError(

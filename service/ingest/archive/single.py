@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import cast
 
 from fp8_policy.policy.log_files import LogFile, single_file_log
 from fp8_policy.service.ingest.archive.detect import open_source
@@ -20,5 +21,6 @@ def _extract_single(
     stamp = f"_{log.stamp}" if log.stamp else ""
     relpath = f"rank_{log.rank}/nvdlfw_inspect_statistics_logs/nvdlfw_inspect{stamp}_globalrank-{log.rank}.log"
     with open_source(src, CHUNK_BYTES) as opened:
-        raw = opened if hasattr(opened, "peek") else io.BufferedReader(opened, CHUNK_BYTES)  # _write peeks
+        # _write peeks. typeshed wants a RawIOBase under a BufferedReader; any binary stream with readinto works.
+        raw = opened if hasattr(opened, "peek") else io.BufferedReader(cast("io.RawIOBase", opened), CHUNK_BYTES)
         return [(log, _write(out, budget, relpath, raw, count_total=True))]
