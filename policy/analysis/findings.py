@@ -56,7 +56,7 @@ PATTERN_LABELS: dict[Pattern, str] = {
     Pattern.OVERFLOW: "Overflow",
     Pattern.SCALE_INSTABILITY: "Scale instability",
     Pattern.NON_FINITE: "NaN/inf burst",
-    Pattern.UNASSESSED: "Unassessed but high",
+    Pattern.UNASSESSED: "Unassessed",
     Pattern.WARNING_BAND: "Warning band",
 }
 

@@ -62,7 +62,16 @@ def healthy_finding(layout: Layout, thresholds: Thresholds) -> Finding:
     fp8 = layout.fp8()
     worst_layer = max(fp8, key=lambda lv: _worst(lv)[1].level if lv.tensors else -1.0, default=None)
     if worst_layer is None or not worst_layer.tensors:
-        return Finding(Pattern.HEALTHY, Severity.OK, (), (), "No FP8 underflow statistics to assess.")
+        # nothing assessed is not a healthy verdict: say so (a BF16-only run, or one that logged only what-ifs)
+        return Finding(
+            Pattern.UNASSESSED,
+            Severity.OK,
+            (),
+            (),
+            "Nothing was assessed: no layer logged underflow statistics of the recipe it trained with, so this run "
+            "has no verdict (it is not called healthy). Log LogFp8TensorStats' underflows% (LogNvfp4TensorStats' "
+            "nvfp4_underflows% under NVFP4) on the low-precision layers to get one.",
+        )
     tensor, summary = _worst(worst_layer)
     warned = sum(1 for lv in fp8 if lv.severity is Severity.WARNING)
     band = (

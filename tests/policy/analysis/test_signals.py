@@ -70,7 +70,10 @@ def test_scale_stuck_at_one_is_warmup_however_long() -> None:
 
 def test_a_run_of_warmup_points_only_is_not_assessed() -> None:
     analysis = analyze(build_run(Spec(n_blocks=4, n_points=1)))  # iteration 0 only: 21.47 %, scale_inv 1.0
-    assert analysis.patterns() == {"healthy"} and analysis.findings[0].severity is Severity.OK
+    assert (
+        analysis.patterns() == {"unassessed"} and analysis.findings[0].severity is Severity.OK
+    )  # no verdict, not healthy
+    assert "not called healthy" in analysis.findings[0].summary
     assert analysis.stats["warmup_only_series"] > 0
     assert any("no point after warm-up" in note for note in analysis.notes)
 
