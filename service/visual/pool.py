@@ -39,6 +39,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import AbstractContextManager
 from dataclasses import replace
 
 from sqlalchemy.orm import Session
@@ -47,6 +48,9 @@ from starlette.concurrency import run_in_threadpool
 from fp8_policy.service.errors import AppError
 from fp8_policy.service.settings import Settings
 from fp8_policy.service.visual.job import Rendered, RenderJob, render_job
+
+CacheKey = tuple[object, ...]  # what an image depends on (visual/actions.py heatmap_cache_key, compare_cache_key)
+UnitOfWork = Callable[[], AbstractContextManager[Session]]
 
 log = logging.getLogger("fp8_policy.render")
 RETRY_AFTER_SECONDS = 2
@@ -111,17 +115,17 @@ class RenderCache:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._items: OrderedDict[tuple, Rendered] = OrderedDict()
+        self._items: OrderedDict[CacheKey, Rendered] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple) -> Rendered | None:
+    def get(self, key: CacheKey) -> Rendered | None:
         with self._lock:
             hit = self._items.get(key)
             if hit is not None:
                 self._items.move_to_end(key)
             return hit
 
-    def put(self, key: tuple, rendered: Rendered) -> None:
+    def put(self, key: CacheKey, rendered: Rendered) -> None:
         size = len(rendered.content)
         if size > self.max_bytes // 4:  # one image never pushes out most of the others
             return
@@ -168,7 +172,7 @@ class RenderLane:
         with self._lock:
             self._pool().submit(_ready)
 
-    def submit(self, job: RenderJob) -> Future:
+    def submit(self, job: RenderJob) -> Future[Rendered]:
         with self._lock:
             if self.admitted >= self.capacity:
                 raise RenderQueueFull(
@@ -193,7 +197,7 @@ class RenderLane:
             log.error("the %s render worker died twice in a row; drawing in-process from now on", self.name)
             self.processes = False
 
-    def _release(self, _future: Future) -> None:
+    def _release(self, _future: Future[Rendered]) -> None:
         with self._lock:
             self.admitted -= 1
 
@@ -222,7 +226,10 @@ class Renderer:
         self.cache = RenderCache(settings.render_cache_bytes)
 
     async def image(
-        self, unit_of_work: Callable, cache_key: Callable[[Session], tuple], build: Callable[[Session, int], RenderJob]
+        self,
+        unit_of_work: UnitOfWork,
+        cache_key: Callable[[Session], CacheKey],
+        build: Callable[[Session, int], RenderJob],
     ) -> Rendered:
         """`cache_key(session)` (raises 404/409), then the cached image or `build(session, max_pixels)` drawn in
         its lane. The database work runs in the threadpool, the drawing in the lane's worker."""
@@ -239,7 +246,12 @@ class Renderer:
         self.cache.put(key, rendered)
         return replace(rendered, headers={**rendered.headers, "X-Render-Cache": "miss"})
 
-    def _prepare(self, unit_of_work: Callable, cache_key: Callable, build: Callable) -> tuple[tuple, object]:
+    def _prepare(
+        self,
+        unit_of_work: UnitOfWork,
+        cache_key: Callable[[Session], CacheKey],
+        build: Callable[[Session, int], RenderJob],
+    ) -> tuple[CacheKey, Rendered | RenderJob]:
         with unit_of_work() as session:
             key = cache_key(session)
             hit = self.cache.get(key)
