@@ -6,11 +6,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse, Response
+from sqlalchemy.orm import Session
 
 from fp8_policy.policy.recommend import Recommendation
 from fp8_policy.policy.render import OUTPUT_FORMATS, hydra, megatron, te_monitor, te_yaml, torchao
 from fp8_policy.service.analysis import actions, summary
-from fp8_policy.service.analysis.recommendation_cache import recommendation_key
+from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache, recommendation_key
 from fp8_policy.service.analysis.schemas import AnalysisRead, RecommendationRead
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep
@@ -167,15 +168,17 @@ def recompute_recommendation(
 
 
 def _respond(
-    request: Request, session, run_id: int, overrides: dict[str, Any], fmt: str
+    request: Request, session: Session, run_id: int, overrides: dict[str, Any], fmt: str
 ) -> RecommendationRead | Response:
     # computed once per (run as stored, options, policy version), and each answer serialized once per format;
     # identical concurrent requests wait for the one computing it (service/analysis/recommendation_cache.py)
     key = recommendation_key(session, run_id, overrides)
-    cache = request.app.state.recommendations
+    # one cache for recommendations, their JSON bodies and their rendered files: the key's tail says which
+    cache: SingleFlightCache[Any] = request.app.state.recommendations
 
     def recommendation() -> Recommendation:
-        return cache.get(key, lambda: actions.recommendation_for(session, run_id, overrides))
+        rec: Recommendation = cache.get(key, lambda: actions.recommendation_for(session, run_id, overrides))
+        return rec
 
     if fmt == "json":
         body = cache.get((*key, "json"), lambda: _json_body(run_id, recommendation()))
@@ -191,4 +194,4 @@ def _respond(
 def _json_body(run_id: int, rec: Recommendation) -> bytes:
     """The JSON answer as FastAPI would serialize the response model (unset fields left out)."""
     model = RecommendationRead.model_validate({"run_id": run_id, **rec.to_dict()})
-    return JSONResponse(model.model_dump(mode="json", by_alias=True, exclude_unset=True)).body
+    return bytes(JSONResponse(model.model_dump(mode="json", by_alias=True, exclude_unset=True)).body)

@@ -19,7 +19,7 @@ import uuid
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from fp8_policy.db.jobs import JobRepository
+from fp8_policy.db.jobs import ClaimedJob, JobRepository
 from fp8_policy.db.session import session_scope
 from fp8_policy.service.ingest.kernel_warmup import prepare
 from fp8_policy.service.ingest.kernel_warmup import warm_parser as warm_parser  # re-exported: app, tests, bench
@@ -184,7 +184,7 @@ class IngestWorker:
                 if time.monotonic() >= self._next_maintenance:
                     self._maintain()
 
-    def _claim(self):
+    def _claim(self) -> ClaimedJob | None:
         with session_scope(self.factory) as session:
             job = JobRepository(session).claim(self.owner, self.settings.job_lease_seconds)
         with self._lock:
