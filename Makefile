@@ -1,5 +1,5 @@
 # fp8-policy: `make run` serves the API with demo data on embedded SQLite; `make test` runs the suite;
-# `make lint` runs ruff (lint + format check) and mypy (strict on fp8_policy.policy and fp8_policy.client).
+# `make lint` runs ruff (lint + format check) and mypy (strict on fp8_policy.policy, .client, .db and .service).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -59,7 +59,7 @@ system-deps:
 lint: setup typecheck-tree
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy -p fp8_policy.policy -p fp8_policy.client
+	$(BIN)/mypy -p fp8_policy.policy -p fp8_policy.client -p fp8_policy.db -p fp8_policy.service
 
 # The editable install maps client/ db/ policy/ service/ alembic/ into `fp8_policy` with an import hook that
 # mypy does not run, so mypy reads the same mapping (setup.py) from a tree of symlinks.
