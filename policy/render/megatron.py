@@ -16,7 +16,10 @@ Conventions (Megatron-LM `--first-last-layers-bf16` / `--te-precision-config-fil
   `layout`); Megatron's index is 0-based and local to a pipeline stage (no PP assumed).
 * Per-GEMM overrides cannot be expressed: the module is promoted to full BF16 (conservative). When every
   override is wgrad-only, `--no-fp8-wgrad` is offered as a commented, model-wide alternative.
-* Delayed scaling rejects per-layer BF16: a WARNING comment is emitted whenever something is kept in BF16.
+* Delayed scaling rejects transformer layers in BF16 (megatron/core/transformer/transformer_config.py): when a
+  body-block layer is kept in BF16 the script uses `--fp8-recipe tensorwise` (current scaling) for the Megatron path
+  and says why, exactly as the JSON `megatron` section does (policy/recommend/megatron.py); the recommended recipe
+  stays delayed for the TE debug YAML, which keeps those layers in BF16 under it.
 * NVFP4 (`NVFP4BlockScaling`): `--fp4-format e2m1 --fp4-recipe nvfp4` and never `--fp8-format` / `--fp8-recipe`
   (megatron/training/arguments.py: "--fp4-format and --fp8-format cannot be used simultaneously").
 * A per-layer precision ladder (`decision.layer_precisions` with rungs other than the outer recipe, see
@@ -224,6 +227,19 @@ def precision_config_yaml(decision: PolicyDecision) -> str:
     return "\n".join(lines) + "\n"
 
 
+def keeps_block_layers_bf16(decision: PolicyDecision) -> bool:
+    """Does the Megatron path run a transformer-block layer outside the outer FP8 recipe (BF16 or a ladder rung)?"""
+    groups = {layer.name: layer.structure.group for layer in decision.layers}
+    moved = [*precision.skipped_layers(decision), *merged_overrides(decision), *precision.layer_recipes(decision)]
+    return any(groups.get(name) is LayerGroup.BODY for name in moved)
+
+
+def megatron_recipe_name(decision: PolicyDecision) -> str:
+    """Our recipe name for Megatron's --fp8-recipe: delayed becomes current scaling when block layers leave it."""
+    recipe = decision.recipe.name
+    return "current" if recipe == "delayed" and keeps_block_layers_bf16(decision) else recipe
+
+
 def recipe_flags(decision: PolicyDecision) -> tuple[list[str], list[str]]:
     """(flags, comments) for the FP8 format, recipe and the recipe kwargs Megatron exposes (FP4 flags for NVFP4)."""
     recipe = decision.recipe
@@ -234,16 +250,25 @@ def recipe_flags(decision: PolicyDecision) -> tuple[list[str], list[str]]:
             if key not in ("fp4_format", "fp8_format")
         ]
         return list(FP4_FLAGS), comments
-    flags = ["--fp8-format", fp8_format(recipe).lower(), "--fp8-recipe", MEGATRON_RECIPES[recipe.name]]
+    name = megatron_recipe_name(decision)
+    flags = ["--fp8-format", fp8_format(recipe).lower(), "--fp8-recipe", MEGATRON_RECIPES[name]]
     comments = []
+    if name != recipe.name:
+        comments.append(
+            f"# Megatron path only: --fp8-recipe {MEGATRON_RECIPES[name]} (current scaling), because Megatron rejects"
+            " delayed scaling with transformer layers in BF16 (transformer_config.py); the recommended recipe stays"
+            " delayed for the TE debug YAML, which keeps these layers in BF16 under it."
+        )
     for key, value in recipe.kwargs.items():
         if key == "fp8_format":
             continue
-        flag = _DELAYED_KWARG_FLAGS.get(key) if recipe.name == "delayed" else None
+        flag = _DELAYED_KWARG_FLAGS.get(key) if name == "delayed" else None
         if flag == "--fp8-amax-compute-algo" and value not in ("max", "most_recent"):
             flag = None  # Megatron only accepts these two
         if flag:
             flags += [flag, str(value)]
+        elif name != recipe.name:
+            comments.append(f"# recipe kwarg {key}={value!r} is delayed scaling's; tensorwise scaling does not use it.")
         else:
             comments.append(f"# recipe kwarg {key}={value!r} has no Megatron flag; Megatron uses its own default.")
     return flags, comments
@@ -258,7 +283,8 @@ def _header(decision: PolicyDecision, edges: tuple[int, int] | None) -> list[str
         )
     else:
         recipe_line = (
-            f"# FP8 recipe: {recipe.name} ({recipe.class_path}) -> --fp8-recipe {MEGATRON_RECIPES[recipe.name]}"
+            f"# FP8 recipe: {recipe.name} ({recipe.class_path}) -> --fp8-recipe"
+            f" {MEGATRON_RECIPES[megatron_recipe_name(decision)]}"
         )
     lines = [
         "#!/usr/bin/env bash",
@@ -277,13 +303,6 @@ def _header(decision: PolicyDecision, edges: tuple[int, int] | None) -> list[str
                 "# Per-GEMM overrides are approximated by whole modules in BF16 (Megatron cannot keep single"
                 " GEMMs in BF16); the TE debug YAML keeps only the requested GEMMs in BF16."
             )
-    keeps_bf16 = bool(skipped or merged_overrides(decision) or precision.layer_recipes(decision))
-    if recipe.name == "delayed" and keeps_bf16:
-        lines.append(
-            "# WARNING: Megatron does not support per-layer BF16 with delayed scaling (--first-last-layers-bf16"
-            " raises 'Delayed scaling does not support first / last layer in BF16.'; precision-config overrides"
-            " run inside one outer fp8_autocast). Switch to --fp8-recipe tensorwise, blockwise or mxfp8."
-        )
     return lines
 
 

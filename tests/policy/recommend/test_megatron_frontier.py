@@ -80,3 +80,21 @@ def test_the_plans_bf16_wins_over_a_rung_and_a_delayed_rung_is_no_mix_under_fp8(
     )
     under_nvfp4 = megatron_section(layout_of(Spec(n_blocks=6)), edge_skip(), recipe("nvfp4"), (delayed,))
     assert "--te-precision-config-file" in under_nvfp4["extra_args"]
+
+
+def test_delayed_with_block_layers_in_bf16_json_and_script_say_tensorwise(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+
+    from fp8_policy.policy.records import PolicyDecision
+    from fp8_policy.policy.render import render
+
+    layout = layout_of(Spec(n_blocks=6))
+    section = megatron_section(layout, edge_skip(), recipe("delayed"))
+    assert section["fp8_recipe"] == "tensorwise"
+    layers = tuple(lv.info for lv in layout.levels.values())
+    decision = PolicyDecision(edge_skip().bf16_layers, (), recipe("delayed"), layers)
+    script = tmp_path / "policy.sh"
+    script.write_text(render(decision, "megatron").content + 'printf "%s\\n" "${FP8_POLICY_ARGS[@]}"\n')
+    args = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    flags = args.splitlines()
+    assert flags[flags.index("--fp8-recipe") + 1] == section["fp8_recipe"]

@@ -140,12 +140,26 @@ def test_mixed_gemm_overrides_offer_no_wgrad_alternative(tmp_path):
     assert bf16_paths(config, 6) == block(0) | {"decoder.layers.2.mlp.linear_fc2"}
 
 
-def test_delayed_recipe_with_skips_warns(tmp_path):
+def test_delayed_recipe_with_block_skips_runs_tensorwise_on_the_megatron_path(tmp_path):
+    # Megatron rejects delayed scaling with transformer layers in BF16: the script says tensorwise, as the JSON
+    # `megatron` section does (tests/policy/recommend/test_megatron_frontier.py checks the two agree)
     layers = f.family_layers("megatron", 8)
     choice = f.recipe("delayed", amax_history_len=16, amax_compute_algo="max", reduce_amax=True)
     text, args, _ = run(f.decision(layers, f.block_names("megatron", 1), recipe_choice=choice), tmp_path)
-    warnings = [line for line in text.splitlines() if line.startswith("# WARNING")]
-    assert len(warnings) == 1 and "delayed scaling" in warnings[0]
+    assert not any(line.startswith("# WARNING") for line in text.splitlines())
+    assert args[:4] == ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]
+    assert "--fp8-amax-history-len" not in args and "--fp8-amax-compute-algo" not in args
+    assert "# Megatron path only: --fp8-recipe tensorwise (current scaling)" in text
+    assert "# recipe kwarg amax_history_len=16 is delayed scaling's" in text
+    assert "-> --fp8-recipe tensorwise" in text
+
+
+def test_delayed_recipe_keeps_its_flags_when_only_the_head_leaves_fp8(tmp_path):
+    layers = f.family_layers("megatron", 8)
+    head = [layer.name for layer in layers if layer.structure.group.value == "head"]
+    assert head
+    choice = f.recipe("delayed", amax_history_len=16, amax_compute_algo="max")
+    _, args, _ = run(f.decision(layers, head, recipe_choice=choice), tmp_path)
     assert args[:8] == [
         "--fp8-format",
         "hybrid",
@@ -156,7 +170,6 @@ def test_delayed_recipe_with_skips_warns(tmp_path):
         "--fp8-amax-compute-algo",
         "max",
     ]
-    assert "# recipe kwarg reduce_amax=True has no Megatron flag" in text
 
 
 def test_delayed_recipe_without_skips_does_not_warn(tmp_path):
