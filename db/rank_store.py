@@ -16,7 +16,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.models import Layer, Run, RunStatus, Series
-from fp8_policy.db.repositories import IngestCounts, _series_row, utcnow
+from fp8_policy.db.repositories import IngestCounts, _series_row, layer_row, utcnow
 from fp8_policy.policy.assemble import AssembledLayer, SeriesRecord
 from fp8_policy.policy.names import layer_structure
 from fp8_policy.policy.records import Precision
@@ -68,7 +68,7 @@ class RankStore:
         existing: dict[str, int] = dict(self.session.execute(query).tuples().all())
         new_rows, changes = [], []
         for layer in layers:
-            values = _layer_values(run_id, layer)
+            values = layer_row(run_id, layer)
             if layer.info.name in existing:
                 changes.append({"id": existing[layer.info.name], **values})
             else:
@@ -110,18 +110,4 @@ def _placeholder_layer(run_id: int, name: str) -> dict[str, Any]:
         "precision": Precision.UNKNOWN.value,
         "has_fp8_stats": False,
         "plans": {},
-    }
-
-
-def _layer_values(run_id: int, layer: AssembledLayer) -> dict[str, Any]:
-    return {
-        "run_id": run_id,
-        "name": layer.info.name,
-        "position": layer.position,
-        "group": layer.info.structure.group.value,
-        "layer_index": layer.info.structure.index,
-        "sublayer": layer.info.structure.sublayer,
-        "precision": layer.info.precision.value,
-        "has_fp8_stats": layer.info.has_fp8_stats,
-        "plans": layer.plans,
     }

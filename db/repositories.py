@@ -15,7 +15,7 @@ from fp8_policy.db.models import Layer, Run, RunStatus, RunTag, Series
 from fp8_policy.db.run_rows import IngestCounts as IngestCounts  # re-exported: callers import it from here
 from fp8_policy.db.run_rows import LayerStatSummary, SeriesPoints
 from fp8_policy.db.run_rows import NewRun as NewRun  # re-exported: callers import it from here
-from fp8_policy.policy.assemble import AssembledRun, SeriesRecord
+from fp8_policy.policy.assemble import AssembledLayer, AssembledRun, SeriesRecord
 from fp8_policy.policy.safe_text import displayable
 
 
@@ -201,20 +201,7 @@ class RunRepository:
         self.session.flush()
 
     def _insert_layers(self, run_id: int, assembled: AssembledRun) -> dict[str, int]:
-        rows = [
-            {
-                "run_id": run_id,
-                "name": layer.info.name,
-                "position": layer.position,
-                "group": layer.info.structure.group.value,
-                "layer_index": layer.info.structure.index,
-                "sublayer": layer.info.structure.sublayer,
-                "precision": layer.info.precision.value,
-                "has_fp8_stats": layer.info.has_fp8_stats,
-                "plans": layer.plans,
-            }
-            for layer in assembled.layers
-        ]
+        rows = [layer_row(run_id, layer) for layer in assembled.layers]
         if rows:
             self.session.execute(insert(Layer), rows)
         return dict(self.session.execute(select(Layer.name, Layer.id).where(Layer.run_id == run_id)).tuples().all())
@@ -318,6 +305,21 @@ class RunRepository:
             .order_by(Series.tensor, Series.stat_key)
         )
         return builtins.list(self.session.execute(query).tuples())
+
+
+def layer_row(run_id: int, layer: AssembledLayer) -> dict[str, Any]:
+    """The `layers` row of one assembled layer (RunRepository and the rank store insert the same)."""
+    return {
+        "run_id": run_id,
+        "name": layer.info.name,
+        "position": layer.position,
+        "group": layer.info.structure.group.value,
+        "layer_index": layer.info.structure.index,
+        "sublayer": layer.info.structure.sublayer,
+        "precision": layer.info.precision.value,
+        "has_fp8_stats": layer.info.has_fp8_stats,
+        "plans": layer.plans,
+    }
 
 
 def _series_row(run_id: int, layer_id: int, record: SeriesRecord) -> dict[str, Any]:
