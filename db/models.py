@@ -79,6 +79,7 @@ class Run(Base):
     lines_duplicated: Mapped[int] = mapped_column(BigInteger, default=0)
     ingest_report: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # per-file counts, skipped samples
     uploaded_by: Mapped[str | None] = mapped_column(String(100))  # the access token's name; NULL when anonymous
+    notes: Mapped[str | None] = mapped_column(Text)  # the run's editable description (PATCH .../runs/{id})
 
     tags: Mapped[list[RunTag]] = relationship(
         back_populates="run", cascade="all, delete-orphan", passive_deletes=True, lazy="selectin"

@@ -6,7 +6,7 @@ so nothing that one database would store and the other refuse gets through, and 
 back (a lone surrogate, a 5,000-digit integer, JSON nested 1,000 deep) is ever stored.
 
 Belongs here: the limits and the checks that raise a 4xx `{"error", "detail"}` for them (run ids, ranks,
-cursors, names / projects / tags, upload file names, run metadata). Must not be here: the routes themselves,
+cursors, names / projects / tags, run notes, upload file names, run metadata). Must not be here: the routes themselves,
 display of values already stored (policy/safe_text.py).
 """
 
@@ -28,6 +28,7 @@ MAX_NAME_CHARS = 200  # runs.name, runs.project: String(200)
 MAX_TAGS = 50
 MAX_TAG_CHARS = 100  # run_tags.tag: String(100)
 MAX_FILENAME_CHARS = 500  # runs.upload_filename: String(500)
+MAX_NOTES_CHARS = 20_000  # runs.notes: Text; a description, not a log
 MAX_METADATA_DEPTH = 32  # objects and arrays nested in the metadata object, itself included
 MAX_METADATA_INT = 2**63  # |int| < 2^63: what every JSON reader in the pipeline keeps exactly (not JS, see docs)
 MAX_CURSOR_DIGITS = len(str(MAX_ROW_ID))
@@ -95,6 +96,34 @@ def check_text(field: str, value: str, max_chars: int, *, error: type[BadRequest
     if displayable(value) != value:
         raise error(f"{field} is not valid UTF-8 text")
     return value
+
+
+def check_tags(tags: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Run tags (an upload's `tags` field split at commas, or an edit's list): each stripped and checked as text,
+    empty ones dropped, duplicates once, at most MAX_TAGS."""
+    cleaned = tuple(dict.fromkeys(t.strip() for t in tags if t.strip()))
+    if len(cleaned) > MAX_TAGS or any(len(t) > MAX_TAG_CHARS for t in cleaned):
+        raise BadRequest(f"at most {MAX_TAGS} tags of at most {MAX_TAG_CHARS} characters each")
+    for tag in cleaned:
+        check_text("a tag", tag, MAX_TAG_CHARS)
+    return cleaned
+
+
+_NOTES_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # control characters but tab and line breaks
+
+
+def check_notes(notes: str | None) -> str | None:
+    """A run's notes: multi-line text (tabs and line breaks kept) of at most MAX_NOTES_CHARS, no other control
+    character (NUL included), valid UTF-8; blank notes are none (None)."""
+    if notes is None or not notes.strip():
+        return None
+    if len(notes) > MAX_NOTES_CHARS:
+        raise BadRequest(f"notes are longer than {MAX_NOTES_CHARS} characters")
+    if _NOTES_CONTROL.search(notes):
+        raise BadRequest("notes contain a control character other than tab and line breaks (NUL, ...)")
+    if displayable(notes) != notes:
+        raise BadRequest("notes are not valid UTF-8 text (a lone surrogate)")
+    return notes
 
 
 def clean_filename(filename: str | None) -> str | None:

@@ -15,6 +15,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, SessionTransaction, sessionmaker
 
+from fp8_policy.db import run_edits
 from fp8_policy.db.codec import decode_iterations, decode_values
 from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.db.repositories import NewRun, RunRepository, tags_of
@@ -26,11 +27,12 @@ from fp8_policy.policy.recommend import POLICY_VERSION
 from fp8_policy.policy.records import nonfinite_text
 from fp8_policy.policy.safe_text import displayable, displayable_json
 from fp8_policy.service import limits
-from fp8_policy.service.errors import BadRequest, NotFound, NotReady
+from fp8_policy.service.errors import NotFound, NotReady
 from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
 from fp8_policy.service.runs.schemas import (
     LayerRead,
+    RunEdit,
     RunList,
     RunRead,
     RunSummaryRead,
@@ -63,14 +65,10 @@ def parse_upload_fields(
     upload's file name names the run (`default_run_name`)."""
     name = (fields.get("name") or "").strip() or default_run_name(filename)
     project = (fields.get("project") or "").strip() or "default"
-    tags = tuple(t.strip() for t in (fields.get("tags") or "").split(",") if t.strip())
     if name:
         limits.check_text("name", name, limits.MAX_NAME_CHARS)
     limits.check_text("project", project, limits.MAX_NAME_CHARS)
-    if len(tags) > limits.MAX_TAGS or any(len(t) > limits.MAX_TAG_CHARS for t in tags):
-        raise BadRequest(f"at most {limits.MAX_TAGS} tags of at most {limits.MAX_TAG_CHARS} characters each")
-    for tag in tags:
-        limits.check_text("a tag", tag, limits.MAX_TAG_CHARS)
+    tags = limits.check_tags((fields.get("tags") or "").split(","))
     return name, project, tags, limits.parse_metadata(fields.get("metadata"))
 
 
@@ -230,6 +228,7 @@ def run_read(run: Run, *, with_report: bool = False) -> RunRead:
         lines_duplicated=run.lines_duplicated,
         ingest_report=report,
         uploaded_by=run.uploaded_by,
+        notes=shown(run.notes),
     )
 
 
@@ -290,6 +289,22 @@ def list_runs(
             )
     missing = [item.id for item in items if item.status == RunStatus.ready and item.summary is None]
     return RunList(items=items, next_cursor=str(page[-1].id) if more and page else None), missing
+
+
+def edit_run(session: Session, run_id: int, edit: RunEdit) -> RunRead:
+    """Replace a run's notes and/or tags (those `edit` sets): both checked before anything is written, one
+    transaction, the run's row locked first as every writer does (a run deleted meanwhile is 404)."""
+    limits.check_run_id(run_id)
+    notes = limits.check_notes(edit.notes) if "notes" in edit.model_fields_set else None
+    tags = limits.check_tags(edit.tags) if edit.tags is not None else None
+    run = RunRepository(session).lock(run_id, "write")
+    if run is None:
+        raise NotFound(f"run {run_id} does not exist")
+    if "notes" in edit.model_fields_set:
+        run_edits.set_notes(session, run, notes)
+    if tags is not None:
+        run_edits.replace_tags(session, run, tags)
+    return run_read(run, with_report=True)
 
 
 def pattern_label(pattern: str | None) -> str | None:

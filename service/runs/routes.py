@@ -1,4 +1,4 @@
-"""HTTP routes for runs: upload, status, listing, deletion, layers, series and CSV export."""
+"""HTTP routes for runs: upload, status, listing, editing (notes, tags), deletion, layers, series and CSV export."""
 
 from __future__ import annotations
 
@@ -17,7 +17,15 @@ from fp8_policy.service.ingest.upload import ReceivedUpload, new_upload_path, re
 from fp8_policy.service.limits import check_rank
 from fp8_policy.service.openapi import error_responses
 from fp8_policy.service.runs import actions
-from fp8_policy.service.runs.schemas import DuplicateOf, LayerRead, RunList, RunRead, RunUploaded, SeriesRead
+from fp8_policy.service.runs.schemas import (
+    DuplicateOf,
+    LayerRead,
+    RunEdit,
+    RunList,
+    RunRead,
+    RunUploaded,
+    SeriesRead,
+)
 from fp8_policy.service.runs.upload_docs import UPLOAD_OPENAPI
 from fp8_policy.service.settings import Settings
 from fp8_policy.service.transport.uploads import upload_client
@@ -118,6 +126,13 @@ def list_runs(
 def read_run(run_id: int, session: SessionDep) -> RunRead:
     """A run's status and ingest figures (with a per-file report)."""
     return actions.run_read(actions.get_run(session, run_id), with_report=True)
+
+
+@router.patch("/{run_id}", response_model=RunRead, dependencies=[UPLOAD], responses=ERRORS)
+def edit_run(run_id: int, body: RunEdit, session: SessionDep) -> RunRead:
+    """Edit a run's notes and tags (an upload or admin token): `{"notes": "...", "tags": ["a", "b"]}`, either field
+    optional; `tags` replaces the run's tags. Both are checked before anything is stored (400 otherwise)."""
+    return actions.edit_run(session, run_id, body)
 
 
 @router.delete("/{run_id}", status_code=204, dependencies=[ADMIN], responses=ERRORS)

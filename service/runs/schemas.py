@@ -48,10 +48,26 @@ class RunRead(Schema):
     uploaded_by: str | None = Field(
         None, description="Name of the access token that uploaded the run; null when the service was open (no token)."
     )
+    notes: str | None = Field(None, description="The run's notes (a description, multi-line text); null when none.")
     summary: RunSummaryRead | None = Field(
         None,
         description="Stored summary of a ready run (runs list only); null "
         "while it is being computed for the current policy version.",
+    )
+
+
+class RunEdit(BaseModel):
+    """A PATCH of a run: each field left out is kept as it is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    notes: str | None = Field(
+        None,
+        description="The run's notes (multi-line text, tabs and line breaks kept); null or blank clears them.",
+    )
+    tags: list[str] | None = Field(
+        None,
+        description="The run's tags, replacing the present ones (blank ones dropped, duplicates once); [] clears them.",
     )
 
 
