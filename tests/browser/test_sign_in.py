@@ -168,3 +168,17 @@ def test_a_read_only_token_sees_no_retry_or_delete_button(locked_page, locked_se
     expect(page.locator("#run-actions")).to_be_attached()
     page.wait_for_load_state("networkidle")
     assert page.locator("#run-delete, #run-retry").count() == 0
+
+
+def test_a_read_only_token_sees_the_notes_card_without_an_edit_button(locked_page, locked_server: Locked) -> None:
+    page = locked_page
+    page.goto(f"{locked_server.url}/#/runs")
+    page.evaluate(f"sessionStorage.setItem('{STORAGE_KEY}', {locked_server.read_token!r})")
+    page.goto(f"{locked_server.url}/#/runs/{locked_server.run_id}")
+    page.reload()
+
+    expect(page.locator("#signed-in-as")).to_contain_text("read")
+    expect(page.locator("#run-notes")).to_be_visible()
+    expect(page.locator("#run-notes-text")).to_have_text("No notes yet.")
+    page.wait_for_load_state("networkidle")
+    assert page.locator("#run-notes-edit").count() == 0

@@ -52,7 +52,7 @@ def test_notes_and_tags_are_stored_and_read_back(client: TestClient, project: st
 
     assert response.status_code == 200, response.text
     assert response.json()["notes"] == notes
-    assert response.json()["tags"] == ["h100", "sweep"]  # stripped, blank dropped, duplicates once
+    assert sorted(response.json()["tags"]) == ["h100", "sweep"]  # stripped, blank dropped, duplicates once
     stored = run_of(client, run_id)
     assert stored["notes"] == notes
     assert sorted(stored["tags"]) == ["h100", "sweep"]

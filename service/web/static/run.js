@@ -21,6 +21,7 @@ import { liveView } from "./live.js";
 import { storyCard } from "./story.js";
 import { paramsCard } from "./params.js";
 import { runActions } from "./run_actions.js";
+import { notesCard } from "./notes.js";
 
 const THRESHOLD_KEYS = ["warning", "critical", "severe"];
 // Lines skipped or duplicated above this share of the lines read are shown as a warning above the figures.
@@ -44,7 +45,7 @@ export async function runView(ctx, runId, query) {
       h("h1", null, runLabel(run), " ", h("span", { class: "muted run-id" }, `#${run.id}`)),
       h("div", { class: "run-meta" },
         statusBadge(run.status), sevSlot,
-        run.tags.map((t) => chip(t, `#/runs${qs({ tag: t })}`)),
+        h("span", { class: "run-tags", id: "run-head-tags" }, run.tags.map((t) => chip(t, `#/runs${qs({ tag: t })}`))),
         h("span", { class: "muted small", title: run.created_at }, `created ${fmtDate(run.created_at)} (${fmtAgo(run.created_at)})`))),
     h("div", { class: "page-actions" },
       run.status === "ready" ? h("a", { class: "btn", href: `#/compare${qs({ base: run.id })}` }, "Compare…") : null,
@@ -61,7 +62,7 @@ export async function runView(ctx, runId, query) {
           h("strong", { class: "alert-title" }, "Ingest failed"), h("div", { class: "error-detail" }, run.error || "no reason recorded")))
         : h("div", { class: "alert alert-info", role: "status" }, h("span", { class: "spinner", "aria-hidden": "true" }),
           ` This run is ${run.status}; the page updates when it is ready.`),
-      ingestCard(run));
+      notesCard(ctx, run), ingestCard(run));
     if (busy) ctx.later(() => route(), 1000);
     return;
   }
@@ -90,7 +91,7 @@ export async function runView(ctx, runId, query) {
   const layersSlot = card("Layers", { id: "layers" }, loading("Loading layers…"));
   const ingest = ingestCard(run);
   const storySlot = h("div", { id: "live-story-slot" }); // a run streamed live: its scalars and events (story.js)
-  replace(view, head, ingestWarning(run, ingest), figures, paramsCard(run), settingsForm(run, state, thresholds, options), heatmapSlot,
+  replace(view, head, ingestWarning(run, ingest), figures, paramsCard(run), notesCard(ctx, run), settingsForm(run, state, thresholds, options), heatmapSlot,
     findingsSlot, recSlot, layersSlot, storySlot, ingest);
   storyCard(ctx, run).then((el) => {
     if (el && ctx.alive()) replace(storySlot, el);

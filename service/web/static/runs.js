@@ -1,7 +1,7 @@
 // Runs list view (#/runs): server filters (project/tag/status), text search, sortable columns, the stored summary
 // (severity, leading pattern, layers to BF16) per row, pick two to compare, delete for admins, poll busy runs.
 //
-// Hash parameters: project, tag, status (sent to the API); q (search over name, project and tags), sort, dir.
+// Hash parameters: project, tag, status (sent to the API); q (search over name, project, tags and notes), sort, dir.
 
 import { TERMINAL, SEVERITIES } from "./constants.js";
 import { h, replace, $ } from "./dom.js";
@@ -27,7 +27,7 @@ const COLUMNS = [ // key, label, value for sorting (higher = "more"), numeric
 
 export function matchesSearch(run, text) {
   if (!text) return true;
-  const hay = [runLabel(run), run.project, ...run.tags, `#${run.id}`].join(" ").toLowerCase();
+  const hay = [runLabel(run), run.project, ...run.tags, run.notes || "", `#${run.id}`].join(" ").toLowerCase();
   return text.toLowerCase().split(/\s+/).filter(Boolean).every((word) => hay.includes(word));
 }
 
@@ -59,7 +59,7 @@ export async function runsView(ctx, query) {
   };
   const setFilter = (key, value) => go("/runs", { ...filters, [key]: value, q: state.q });
   const search = h("input", {
-    type: "search", id: "runs-search", placeholder: "name, project or tag", autocomplete: "off", value: state.q,
+    type: "search", id: "runs-search", placeholder: "name, project, tag or notes", autocomplete: "off", value: state.q,
     "aria-label": "Search runs by name, project or tag",
     oninput: () => {
       state.q = search.value.trim();
