@@ -2,7 +2,7 @@
 heatmap, delete, watch, alert.
 
 Belongs here: only the composition of the client command modules and the `--version` option. The commands live
-in client/cli_runs.py (upload, status, runs, delete), client/cli_analysis.py (analysis, recommend, gate,
+in client/cli_runs.py (upload, status, runs, edit, delete), client/cli_analysis.py (analysis, recommend, gate,
 compare, heatmap) and client/cli_live.py (watch, alert); the shared options, run references, tables and error
 handling in client/cli_common.py. Exit codes: 0 ok, 1 when `gate` fails the bar, 2 for usage errors and every
 `PolicyError` (printed as `error: <Code>: <detail>` on stderr, no traceback). `register_client_commands(group)`
@@ -21,11 +21,11 @@ from fp8_policy._version import __version__
 from fp8_policy.client.cli_analysis import analysis, compare, gate, heatmap, recommend
 from fp8_policy.client.cli_common import ClosedPipeGroup
 from fp8_policy.client.cli_live import alert, watch
-from fp8_policy.client.cli_runs import delete, runs, status, upload
+from fp8_policy.client.cli_runs import delete, edit, runs, status, upload
 
 __all__ = ["COMMANDS", "ClosedPipeGroup", "cli", "main", "register_client_commands", "version_option"]
 
-COMMANDS = (upload, status, runs, analysis, recommend, gate, compare, heatmap, delete, watch, alert)
+COMMANDS = (upload, status, runs, edit, analysis, recommend, gate, compare, heatmap, delete, watch, alert)
 
 
 def version_option() -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -1,6 +1,6 @@
-"""The run commands of the `fp8-policy` console script: upload, status, runs, delete.
+"""The run commands of the `fp8-policy` console script: upload, status, runs, edit, delete.
 
-Belongs here: the commands that create, list, show and remove runs, and the run summary they print.
+Belongs here: the commands that create, list, show, edit and remove runs, and the run summary they print.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ def run_summary(run: dict[str, Any]) -> str:
         ["status", run.get("status")],
         ["tags", run.get("tags") or "-"],
     ]
+    if run.get("notes"):
+        rows.append(["notes", run["notes"]])
     if run.get("error"):
         rows.append(["error", run["error"]])
     if run.get("status") == "ready":
@@ -123,6 +125,38 @@ def runs(
         for r in page["items"]
     ]
     click.echo(table(["id", "name", "project", "status", "layers", "created"], rows))
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN", type=RUN_REF)
+@click.option("--notes", help='The run\'s notes (a description); "" clears them.')
+@click.option("--tag", "tags", multiple=True, help="A tag; repeat it. The tags given replace the run's tags.")
+@click.option("--no-tags", is_flag=True, help="Remove every tag of the run.")
+@client_options
+def edit(
+    run_ref: int | tuple[str, str],
+    notes: str | None,
+    tags: tuple[str, ...],
+    no_tags: bool,
+    url: str,
+    token: str | None,
+    as_json: bool,
+) -> None:
+    """Edit a run's notes and tags (RUN: an id or project/name; needs an upload or admin token)."""
+    if tags and no_tags:
+        raise click.UsageError("--tag and --no-tags contradict each other")
+    if notes is None and not tags and not no_tags:
+        raise click.UsageError("nothing to change: give --notes, --tag or --no-tags")
+    with connect(url, token) as client:
+        run_id = resolve_run(client, run_ref)
+        new_tags = [] if no_tags else (list(tags) or None)  # None: the tags are kept
+        if notes is None:
+            run = client.update_run(run_id, tags=new_tags)
+        else:
+            run = client.update_run(run_id, notes=notes, tags=new_tags)
+    if as_json:
+        return echo_json(run)
+    click.echo(run_summary(run))
 
 
 @click.command()

@@ -31,6 +31,16 @@ _clock = time.monotonic
 _sleep = time.sleep
 
 
+class _Unset:
+    """The type of UNSET: an argument left out (where None has a meaning of its own)."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = _Unset()
+
+
 def backoff_delays(initial: float = 0.2, maximum: float = 2.0, factor: float = 2.0) -> Iterator[float]:
     """0.2, 0.4, 0.8, 1.6, 2.0, 2.0, ... seconds: the pauses between two polls of `wait`."""
     delay = initial
@@ -152,6 +162,21 @@ class PolicyClient:
             if run.get("name") == name:
                 return run
         raise NotFound(404, "NotFound", f"no run named {name!r} in project {project!r}")
+
+    def update_run(
+        self, run_id: int, *, notes: str | None | _Unset = UNSET, tags: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        """Edit a run's notes and/or tags (an upload or admin token) and return the run as stored. `notes`: the
+        new text, None (or blank) to clear, left out to keep; `tags`: the run's new tags (replacing the present
+        ones; [] clears them), None to keep. The service checks both before storing either (ApiError 400)."""
+        body: dict[str, Any] = {}
+        if not isinstance(notes, _Unset):
+            body["notes"] = notes
+        if tags is not None:
+            if isinstance(tags, str):
+                raise TypeError("tags is a sequence of tags, not one string")
+            body["tags"] = list(tags)
+        return self._http.json_object("PATCH", f"{RUNS}/{int(run_id)}", json=body)
 
     def delete(self, run_id: int) -> None:
         """Delete a run, its metrics and its stored archive."""
