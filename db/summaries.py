@@ -50,7 +50,17 @@ class SummaryRepository:
             select(RunSummary.analysis).where(RunSummary.run_id == run_id, RunSummary.policy_version == policy_version)
         )
 
-    def put(self, record: SummaryRecord, analysis: dict[str, Any]) -> None:
+    def recommendation(self, run_id: int, policy_version: str) -> dict[str, Any] | None:
+        """The stored default-options recommendation of this policy version (None when missing or stale)."""
+        return self.session.scalar(
+            select(RunSummary.recommendation).where(
+                RunSummary.run_id == run_id, RunSummary.policy_version == policy_version
+            )
+        )
+
+    def put(
+        self, record: SummaryRecord, analysis: dict[str, Any], recommendation: dict[str, Any] | None = None
+    ) -> None:
         """Insert or replace the run's summary (a run deleted meanwhile is left alone). The run's row is locked
         first (RunRepository.lock's order): a delete racing this waits for it or is waited for, where replacing
         the summary row before the insert's foreign-key check on the run once deadlocked with it on PostgreSQL."""
@@ -67,6 +77,7 @@ class SummaryRepository:
                 to_bf16=record.to_bf16,
                 gemm_overrides=record.gemm_overrides,
                 analysis=analysis,
+                recommendation=recommendation,
                 computed_at=utcnow(),
             )
         )

@@ -3,7 +3,8 @@
 One row per ready run, written after ingest (or on first read) and keyed by the policy version that computed
 it: when the rules change (a new `POLICY_VERSION`), a stale row is recomputed, never served. The runs list reads
 `severity`, `pattern`, `headline` and `to_bf16` from here instead of analysing every run it lists; GET /analysis
-with default thresholds returns `analysis` as stored.
+with default thresholds returns `analysis` as stored, and GET /recommendation without options its stored
+`recommendation` (NULL when the run's metadata could not be read or the row predates the column).
 """
 
 from __future__ import annotations
@@ -28,4 +29,7 @@ class RunSummary(Base):
     to_bf16: Mapped[int] = mapped_column(Integer)  # layers the recommendation keeps in BF16
     gemm_overrides: Mapped[int] = mapped_column(Integer)  # layers with per-GEMM overrides
     analysis: Mapped[dict[str, Any]] = mapped_column(JSON)  # the default-threshold analysis as GET /analysis returns it
+    # the default-options recommendation: {"run": what it was computed from, "json": the JSON answer,
+    # "rendered": {format: {content, media_type, filename}}} (service/analysis/summary.py)
+    recommendation: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     computed_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -14,6 +14,7 @@ from fp8_policy.policy.recommend import History, Recommendation, RecommendOption
 from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, RunData, Series
 from fp8_policy.policy.render import OUTPUT_FORMATS, RenderedPolicy, render
 from fp8_policy.policy.thresholds import Thresholds
+from fp8_policy.service.analysis.schemas import RecommendationRead
 from fp8_policy.service.errors import InvalidOverrides, InvalidThresholds, UnknownFormat
 from fp8_policy.service.runs.actions import get_ready_run
 
@@ -95,6 +96,14 @@ def _run_id(value: Any) -> int:
     if isinstance(value, bool) or not text.isdigit() or int(text) < 1 or len(text) > 18:
         raise InvalidOverrides(f"previous_run must be a run id (a positive integer), got {value!r}")
     return int(text)
+
+
+def recommendation_answer(run_id: int, rec: Recommendation) -> dict[str, Any]:
+    """The JSON answer of GET /recommendation as FastAPI would serialize its response model (unset fields left
+    out); the route sends it, the run's summary stores it (service/analysis/summary.py)."""
+    model = RecommendationRead.model_validate({"run_id": run_id, **rec.to_dict()})
+    answer: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    return answer
 
 
 def render_recommendation(rec: Recommendation, fmt: str) -> RenderedPolicy:

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy.orm import Session
 
 from fp8_policy.policy.recommend import Recommendation
-from fp8_policy.policy.render import OUTPUT_FORMATS, hydra, megatron, te_monitor, te_yaml, torchao
+from fp8_policy.policy.render import OUTPUT_FORMATS, RenderedPolicy, hydra, megatron, te_monitor, te_yaml, torchao
 from fp8_policy.service.analysis import actions, summary
 from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache, recommendation_key
 from fp8_policy.service.analysis.schemas import AnalysisRead, RecommendationRead
@@ -180,10 +180,29 @@ def _respond(
         rec: Recommendation = cache.get(key, lambda: actions.recommendation_for(session, run_id, overrides))
         return rec
 
+    # without options, the answers stored with the run's summary when it was ingested (service/analysis/summary.py),
+    # read at most once per request and only when this process has not cached the answer yet
+    stored: list[dict[str, Any] | None] = []
+
+    def from_summary() -> dict[str, Any] | None:
+        if overrides:
+            return None
+        if not stored:
+            stored.append(summary.stored_recommendation(session, run_id))
+        return stored[0]
+
+    def json_body() -> bytes:
+        answers = from_summary()
+        return _json_bytes(answers["json"]) if answers is not None else _json_body(run_id, recommendation())
+
+    def rendering() -> RenderedPolicy:
+        kept = summary.stored_rendering(from_summary(), fmt)
+        return kept if kept is not None else actions.render_recommendation(recommendation(), fmt)
+
     if fmt == "json":
-        body = cache.get((*key, "json"), lambda: _json_body(run_id, recommendation()))
+        body = cache.get((*key, "json"), json_body)
         return Response(body, media_type="application/json")
-    rendered = cache.get((*key, fmt), lambda: actions.render_recommendation(recommendation(), fmt))
+    rendered = cache.get((*key, fmt), rendering)
     return Response(
         rendered.content,
         media_type=rendered.media_type,
@@ -193,5 +212,8 @@ def _respond(
 
 def _json_body(run_id: int, rec: Recommendation) -> bytes:
     """The JSON answer as FastAPI would serialize the response model (unset fields left out)."""
-    model = RecommendationRead.model_validate({"run_id": run_id, **rec.to_dict()})
-    return bytes(JSONResponse(model.model_dump(mode="json", by_alias=True, exclude_unset=True)).body)
+    return _json_bytes(actions.recommendation_answer(run_id, rec))
+
+
+def _json_bytes(answer: dict[str, Any]) -> bytes:
+    return bytes(JSONResponse(answer).body)

@@ -3,12 +3,14 @@
 Belongs here: what the summary holds (worst severity, the leading finding, how many layers the recommendation
 keeps in BF16) and when it is computed — after ingest, or by `SummaryRefresher` in the background for runs whose
 summary is missing or was computed by an older `POLICY_VERSION`. The runs list only reads stored summaries
-(a list request never analyses a run); GET /analysis with default thresholds serves the stored analysis.
+(a list request never analyses a run); GET /analysis with default thresholds serves the stored analysis, and
+GET /recommendation without options the stored answers (JSON and rendered) while they are fresh.
 SQL is in db/summaries.py.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -18,27 +20,36 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from fp8_policy.db.models import Run
 from fp8_policy.db.session import session_scope
 from fp8_policy.db.summaries import SummaryRecord, SummaryRepository
 from fp8_policy.policy.analysis import analyze
-from fp8_policy.policy.recommend import POLICY_VERSION, RecommendOptions, recommend
+from fp8_policy.policy.recommend import POLICY_VERSION, Recommendation, RecommendOptions, recommend
+from fp8_policy.policy.render import OUTPUT_FORMATS, RenderedPolicy
 from fp8_policy.policy.thresholds import Severity, Thresholds
-from fp8_policy.service.analysis.actions import load_run_data
+from fp8_policy.service.analysis.actions import load_run_data, recommendation_answer, render_recommendation
+from fp8_policy.service.runs.actions import get_ready_run
 
 log = logging.getLogger("fp8_policy.summary")
 
 
-def compute(session: Session, run_id: int) -> tuple[SummaryRecord, dict[str, Any]]:
-    """Analyse the stored run with default thresholds and recommend as GET /recommendation would."""
+def compute(session: Session, run_id: int) -> tuple[SummaryRecord, dict[str, Any], dict[str, Any] | None]:
+    """Analyse the stored run with default thresholds and recommend as GET /recommendation would: the summary,
+    the analysis, and the recommendation's stored answers (None when the run's metadata is refused)."""
+    run = get_ready_run(session, run_id)
     data = load_run_data(session, run_id)
     analysis = analyze(data, Thresholds())
+    readable = True
     try:
         options = RecommendOptions.from_metadata(data.metadata, {})
     except ValueError:  # metadata the recommender cannot read: the summary uses defaults, the API says why
         options = RecommendOptions.from_metadata({}, {})
+        readable = False
     same = options.thresholds == analysis.requested_thresholds  # NVFP4 runs are judged with their own bands
     rec_analysis = analysis if same else analyze(data, options.thresholds)
-    recommendation = recommend(data, rec_analysis, options).to_dict()
+    rec = recommend(data, rec_analysis, options)
+    recommendation = rec.to_dict()
+    answers = _answers(run, rec) if readable else None
     findings = analysis.findings
     worst = max((f.severity for f in findings), default=Severity.OK)
     lead = findings[0] if findings else None
@@ -51,7 +62,47 @@ def compute(session: Session, run_id: int) -> tuple[SummaryRecord, dict[str, Any
         to_bf16=len(recommendation.get("fp8_skip_layers") or []),
         gemm_overrides=len(recommendation.get("gemm_overrides") or {}),
     )
-    return record, {"run_id": run_id, **analysis.to_dict()}
+    return record, {"run_id": run_id, **analysis.to_dict()}, answers
+
+
+def run_identity(run: Run) -> dict[str, str]:
+    """What a stored recommendation was computed from besides the policy version (as in recommendation_cache's
+    key): a recommendation stored for other metadata (or other bytes) is not served."""
+    return {
+        "sha256": str(run.sha256),
+        "finished_at": str(run.finished_at),
+        "metadata": json.dumps(run.run_metadata or {}, sort_keys=True, default=str),
+    }
+
+
+def _answers(run: Run, rec: Recommendation) -> dict[str, Any]:
+    """GET /recommendation's answers without options: the JSON body and each rendered format (a format whose
+    rendering fails is left out: the request then renders it and answers as it always did)."""
+    rendered: dict[str, dict[str, str]] = {}
+    for fmt in OUTPUT_FORMATS:
+        try:
+            policy = render_recommendation(rec, fmt)
+        except Exception:  # noqa: BLE001 - the live path raises it again to the client
+            log.info("recommendation of run %s is not stored as %s", run.id, fmt, exc_info=True)
+            continue
+        rendered[fmt] = {"content": policy.content, "media_type": policy.media_type, "filename": policy.filename}
+    return {"run": run_identity(run), "json": recommendation_answer(run.id, rec), "rendered": rendered}
+
+
+def stored_recommendation(session: Session, run_id: int) -> dict[str, Any] | None:
+    """The default-options answers stored with the ready run's summary: None unless this policy version computed
+    them from the run as it is now (same bytes, ingest and metadata). Raises 404 / 409 like computing would."""
+    run = get_ready_run(session, run_id)
+    stored = SummaryRepository(session).recommendation(run_id, POLICY_VERSION)
+    if stored is None or stored.get("run") != run_identity(run):
+        return None
+    return stored
+
+
+def stored_rendering(stored: dict[str, Any] | None, fmt: str) -> RenderedPolicy | None:
+    """A rendered format of `stored_recommendation`'s answers, when it holds that format."""
+    rendered = (stored or {}).get("rendered", {}).get(fmt)
+    return RenderedPolicy(rendered["content"], rendered["media_type"], rendered["filename"]) if rendered else None
 
 
 def view_analysis(session: Session, run_id: int, overrides: dict[str, float] | None = None) -> dict[str, Any]:
@@ -68,17 +119,19 @@ def view_analysis(session: Session, run_id: int, overrides: dict[str, float] | N
 def refresh(factory: sessionmaker[Session], run_id: int) -> SummaryRecord:
     """Compute and store the run's summary (its own transaction)."""
     with session_scope(factory) as session:
-        record, analysis = compute(session, run_id)
-    _store(factory, record, analysis)
+        record, analysis, answers = compute(session, run_id)
+    _store(factory, record, analysis, answers)
     return record
 
 
-def _store(factory: sessionmaker[Session], record: SummaryRecord, analysis: dict[str, Any]) -> None:
+def _store(
+    factory: sessionmaker[Session], record: SummaryRecord, analysis: dict[str, Any], answers: dict[str, Any] | None
+) -> None:
     """Write the summary; when another request or process stored the same run's summary first (both computed it
     at once), theirs stands: it was computed from the same stored data by the same policy version."""
     try:
         with session_scope(factory) as session:
-            SummaryRepository(session).put(record, analysis)
+            SummaryRepository(session).put(record, analysis, answers)
     except IntegrityError:
         log.info("summary of run %s was stored concurrently", record.run_id)
 
@@ -90,8 +143,8 @@ def stored_analysis(factory: sessionmaker[Session], run_id: int) -> dict[str, An
     if cached is not None:
         return cached
     with session_scope(factory) as session:
-        record, analysis = compute(session, run_id)
-    _store(factory, record, analysis)
+        record, analysis, answers = compute(session, run_id)
+    _store(factory, record, analysis, answers)
     return analysis
 
 

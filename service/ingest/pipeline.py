@@ -35,6 +35,7 @@ from fp8_policy.policy.log_files import classify_log_path
 from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
 from fp8_policy.policy.safe_text import displayable
 from fp8_policy.policy.stats_log import StatsLogError, StatsLogParser
+from fp8_policy.service.analysis.summary import refresh as refresh_summary
 from fp8_policy.service.ingest.archive import ArchiveError, ExtractLimits
 from fp8_policy.service.ingest.archive.stream import ChunkedReader, read_members, scan_archive
 from fp8_policy.service.ingest.kernel_warmup import kernels_for
@@ -135,6 +136,7 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
     )
     if finalize_now:
         log.info("run %s ready", job.run_id)
+        _store_summary(ctx, job.run_id)
 
 
 class _FirstRank:
@@ -255,6 +257,16 @@ def finalize_run(ctx: JobContext, job: ClaimedJob) -> None:
         JobRepository(session).complete(job, ctx.owner)
         _finalize(session, job, plan)
     log.info("run %s ready", job.run_id)
+    _store_summary(ctx, job.run_id)
+
+
+def _store_summary(ctx: JobContext, run_id: int) -> None:
+    """After the run is ready (its own transactions): its summary, default analysis and default-options
+    recommendation, computed once here so that no reader computes them (service/analysis/summary.py)."""
+    try:
+        refresh_summary(ctx.factory, run_id)
+    except Exception:  # deleted meanwhile, or a bug: the run stays ready; readers compute what is missing
+        log.warning("summary of run %s not stored at ingest", run_id, exc_info=True)
 
 
 def _finalize(session: Session, job: ClaimedJob, plan: dict[str, Any]) -> None:

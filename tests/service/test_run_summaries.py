@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, delete, select, update
 
 from fp8_policy.db.summary_models import RunSummary
 from fp8_policy.policy.recommend import POLICY_VERSION
@@ -57,8 +57,10 @@ class TestRunsListSummary:
         assert stored["policy_version"] == POLICY_VERSION
 
     def test_the_list_request_never_analyses(
-        self, client: TestClient, project: str, head_only: int, monkeypatch: pytest.MonkeyPatch
+        self, client: TestClient, project: str, head_only: int, monkeypatch: pytest.MonkeyPatch, db_engine: Engine
     ) -> None:
+        with db_engine.begin() as connection:  # the ingest stored it: a run whose summary is missing
+            connection.execute(delete(RunSummary).where(RunSummary.run_id == head_only))
         monkeypatch.setattr(summary_module, "analyze", _no_analysis)
         monkeypatch.setattr(client.app.state.summaries, "request", lambda ids: None)  # nothing in the background
 
@@ -81,6 +83,13 @@ class TestRunsListSummary:
         fresh = _summary_after_refresh(client, project, head_only)
 
         assert fresh["policy_version"] == POLICY_VERSION and fresh["pattern"] == "head_only"
+
+    def test_the_ingest_stores_the_summary(self, client: TestClient, project: str, head_only: int) -> None:
+        stored = _listed(client, project)[head_only][
+            "summary"
+        ]  # the first list: nothing computed in the background yet
+
+        assert stored is not None and stored["pattern"] == "head_only"
 
     def test_deleting_the_run_removes_its_summary(
         self, client: TestClient, project: str, head_only: int, db_engine: Engine
