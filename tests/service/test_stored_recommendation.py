@@ -142,3 +142,20 @@ def test_deleting_the_run_removes_its_stored_recommendation(
     assert response.status_code == 404 and response.json()["error"] == "NotFound"
     with db_engine.connect() as connection:
         assert connection.execute(select(RunSummary).where(RunSummary.run_id == run_id)).first() is None
+
+
+def test_a_summary_that_fails_at_ingest_leaves_the_run_ready_and_is_computed_on_request(
+    client: TestClient, tmp_path: Path, project: str, recommend_calls: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing(session, run_id):
+        raise RuntimeError("an analysis bug")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(summary_module, "compute", failing)
+        run_id = upload_scenario(client, tmp_path, project, "head_only")  # asserts it is ready
+    recommend_calls.clear()
+
+    answer = client.get(f"{RUNS}/{run_id}/recommendation")
+
+    assert answer.status_code == 200 and "model.lm_head" in answer.json()["fp8_skip_layers"]
+    assert len(recommend_calls) == 1
