@@ -124,21 +124,6 @@ def refresh(factory: sessionmaker[Session], run_id: int) -> SummaryRecord:
     return record
 
 
-def store_at_ingest(session: Session, run_id: int) -> None:
-    """Compute and store the summary in the caller's transaction, the one that marks the run ready (which locked
-    the run first, RunRepository.lock): the run becomes ready with its summary, so no reader computes it. In a
-    savepoint: a failure leaves the ingest as it was (logged; readers then compute what is missing)."""
-    run = session.get(Run, run_id)
-    if run is not None:
-        session.expire(run, ["finished_at"])  # the stored identity as it reads back (precision, time zone)
-    try:
-        with session.begin_nested():
-            record, analysis, answers = compute(session, run_id)
-            SummaryRepository(session).put(record, analysis, answers)
-    except Exception:  # a bug in the analysis must not fail an ingest that stored everything
-        log.warning("summary of run %s not stored at ingest", run_id, exc_info=True)
-
-
 def _store(
     factory: sessionmaker[Session], record: SummaryRecord, analysis: dict[str, Any], answers: dict[str, Any] | None
 ) -> None:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
+from fp8_policy.db.session import session_scope
+from fp8_policy.db.summary_models import RunSummary
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
 from tests.archives import esm2_tar_gz, tree_tar_gz
 from tests.conftest import wait_for_run
@@ -25,7 +29,21 @@ RECOMMENDATION_KEYS = {
 }
 
 
-def upload_scenario(client: TestClient, tmp_path: Path, project: str, scenario: str, **changes: object) -> int:
+def wait_for_summary(client: TestClient, run_id: int, timeout: float = 60.0) -> None:
+    """The ingest stores a ready run's summary right after `ready` (service/ingest/pipeline.py): wait for it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with session_scope(client.app.state.session_factory) as session:
+            if session.scalar(select(RunSummary.run_id).where(RunSummary.run_id == run_id)) is not None:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"run {run_id}'s summary was not stored within {timeout:g} s")
+
+
+def upload_scenario(
+    client: TestClient, tmp_path: Path, project: str, scenario: str, *, summary: bool = True, **changes: object
+) -> int:
+    """Upload a planted scenario and wait until it is ready and (with `summary`) its summary is stored."""
     run = dataclasses.replace(SCENARIOS[scenario].run, **changes) if changes else SCENARIOS[scenario].run
     write_run(run, tmp_path / scenario)
     response = client.post(
@@ -36,6 +54,8 @@ def upload_scenario(client: TestClient, tmp_path: Path, project: str, scenario: 
     assert response.status_code == 202, response.text
     body = wait_for_run(client, response.json()["id"])
     assert body["status"] == "ready", body["error"]
+    if summary:
+        wait_for_summary(client, body["id"])
     return body["id"]
 
 

@@ -4,6 +4,8 @@ another policy version or changed metadata is computed as before (both backends)
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from fp8_policy.service.analysis import actions, routes
 from fp8_policy.service.analysis import summary as summary_module
 from tests.archives import tree_tar_gz
 from tests.conftest import wait_for_run
-from tests.service.test_analysis_api import upload_scenario
+from tests.service.test_analysis_api import upload_scenario, wait_for_summary
 
 RUNS = "/api/v1/runs"
 ESM2_LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "bionemo" / "dummy_logs_esm2"
@@ -107,6 +109,7 @@ def test_the_stored_answer_is_the_computed_one_on_the_esm2_logs(
     assert response.status_code == 202, response.text
     body = wait_for_run(client, response.json()["id"], timeout=120)
     assert body["status"] == "ready", body["error"]
+    wait_for_summary(client, body["id"])
     _assert_served_equals_fresh(client, body["id"], recommend_calls)
 
 
@@ -145,14 +148,23 @@ def test_deleting_the_run_removes_its_stored_recommendation(
 
 
 def test_a_summary_that_fails_at_ingest_leaves_the_run_ready_and_is_computed_on_request(
-    client: TestClient, tmp_path: Path, project: str, recommend_calls: list[int], monkeypatch: pytest.MonkeyPatch
+    client: TestClient,
+    tmp_path: Path,
+    project: str,
+    recommend_calls: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     def failing(session, run_id):
         raise RuntimeError("an analysis bug")
 
-    with monkeypatch.context() as patch:
+    with monkeypatch.context() as patch, caplog.at_level(logging.WARNING, logger="fp8_policy.ingest"):
         patch.setattr(summary_module, "compute", failing)
-        run_id = upload_scenario(client, tmp_path, project, "head_only")  # asserts it is ready
+        run_id = upload_scenario(client, tmp_path, project, "head_only", summary=False)  # asserts it is ready
+        deadline = time.monotonic() + 60
+        while f"summary of run {run_id} not stored at ingest" not in caplog.text:  # the job tried, after ready
+            assert time.monotonic() < deadline, "the ingest never tried to store the summary"
+            time.sleep(0.05)
     recommend_calls.clear()
 
     answer = client.get(f"{RUNS}/{run_id}/recommendation")
