@@ -52,9 +52,10 @@ _ARCHIVE_SUFFIX = re.compile(r"\.(tar\.gz|tgz|tar|zip|log\.gz|log|gz)$", re.IGNO
 def default_run_name(filename: str | None) -> str | None:
     """The name of a run uploaded without one: its file name without the archive suffix (`esm2.tar.gz` ->
     `esm2`; the CLI sends `<folder>.tar.gz` for a folder), None for a raw body without a file name."""
-    if not filename:
+    cleaned = limits.clean_filename(filename)  # control characters shown as U+FFFD, as the stored file name
+    if not cleaned:
         return None
-    stem = _ARCHIVE_SUFFIX.sub("", filename.rsplit("/", 1)[-1]).strip()
+    stem = _ARCHIVE_SUFFIX.sub("", cleaned.rsplit("/", 1)[-1]).strip()
     return stem[: limits.MAX_NAME_CHARS] or None
 
 

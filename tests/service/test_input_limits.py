@@ -186,6 +186,7 @@ class TestNamesProjectsAndTags:
 
         assert response.status_code == 202, response.text
         assert response.json()["upload_filename"] == "a\ufffdb.log"
+        assert response.json()["name"] == "a\ufffdb"  # an unnamed upload is named after its (cleaned) file name
         assert wait_for_run(client, response.json()["id"])["status"] == "ready"
 
 
