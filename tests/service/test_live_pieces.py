@@ -11,7 +11,6 @@ import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import httpx
 import pytest
 from fastapi.testclient import TestClient
@@ -20,6 +19,7 @@ from fp8_policy.policy import kernels
 from fp8_policy.service.live.pieces import COPY_BYTES, Piece, PieceGate, Region, TooManyPieces, last_newline
 from fp8_policy.service.settings import Settings
 from tests.archives import meta_relpath, stats_relpath
+from tests.asyncrun import run_async
 from tests.service.live import live_service
 from tests.service.test_live_runs import LIVE, create, put, training_log
 
@@ -92,7 +92,7 @@ def test_the_gate_counts_its_slots() -> None:
                     pass
         assert gate.active == 0
 
-    anyio.run(scenario)
+    run_async(scenario)
 
 
 def test_file_pieces_compare_and_copy_in_bounded_chunks(tmp_path: Path) -> None:

@@ -17,12 +17,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import httpx
 import pytest
 
 from fp8_policy.service.transport.uploads import TooManyUploads, UploadGate, default_share
 from tests.archives import multi_rank_tree, tree_tar_gz
+from tests.asyncrun import run_async
 from tests.service.test_transport_limits import BOUNDARY, ROOT, Served, _parts, _status_and_body
 
 MIN_RATE, GRACE = 2000, 1.0
@@ -161,6 +161,6 @@ def test_one_client_holds_at_most_its_share_of_the_slots() -> None:
         async with gate.slot("token a"):
             pass
 
-    anyio.run(scenario)
+    run_async(scenario)
     assert default_share(8) == 6 and default_share(2) == 1 and default_share(1) == 1
     assert UploadGate(8).max_per_client == 6 and UploadGate(2, 5).max_per_client == 2
