@@ -108,6 +108,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
     import uvicorn
 
     from fp8_policy.service import app as app_module
+    from fp8_policy.service.transport import shutdown
 
     started: list[Settings] = []
     real_create_app = app_module.create_app
@@ -125,6 +126,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
 
     monkeypatch.setattr(app_module, "create_app", recording_create_app)
     monkeypatch.setattr(uvicorn, "Server", NotServing)
+    monkeypatch.setattr(shutdown, "BoundedShutdownServer", NotServing)  # what `serve` runs (a uvicorn.Server)
     return started
 
 
