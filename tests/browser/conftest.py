@@ -88,8 +88,11 @@ def chromium_executable() -> str:
 
 @pytest.fixture(scope="session")
 def browser_context(chromium_executable: str, tmp_path_factory: pytest.TempPathFactory, live_server: LiveServer):
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    # `expect` assertions keep their own 5 s default, which set_default_timeout below does not change: on the
+    # 2-core CI machine under the whole suite a compare request took longer ("Comparing…" still shown)
+    expect.set_options(timeout=15_000)
     profile = tmp_path_factory.mktemp("chromium-profile")  # a fresh user-data dir per session
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
