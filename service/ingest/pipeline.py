@@ -65,6 +65,9 @@ class JobContext:
     settings: Settings
     store: ArchiveStore
     owner: str
+    # Called with a job's id once the job is recorded done but its worker still has work after it (the run
+    # summary): the worker stops renewing that lease, which would otherwise be reported as lost.
+    release: Callable[[int], None] | None = None
 
 
 def run_job(ctx: JobContext, job: ClaimedJob) -> None:
@@ -136,7 +139,7 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
     )
     if finalize_now:
         log.info("run %s ready", job.run_id)
-        _store_summary(ctx, job.run_id)
+        _store_summary(ctx, job)
 
 
 class _FirstRank:
@@ -257,19 +260,22 @@ def finalize_run(ctx: JobContext, job: ClaimedJob) -> None:
         JobRepository(session).complete(job, ctx.owner)
         _finalize(session, job, plan)
     log.info("run %s ready", job.run_id)
-    _store_summary(ctx, job.run_id)
+    _store_summary(ctx, job)
 
 
-def _store_summary(ctx: JobContext, run_id: int) -> None:
+def _store_summary(ctx: JobContext, job: ClaimedJob) -> None:
     """Right after the run is ready (its own transactions): its summary, default analysis and default-options
     recommendation, computed once here so that readers find them stored (service/analysis/summary.py). Not in
     the transaction that marks the run ready: on a 6M-point run that would delay `ready` by the analysis and
     recommendation (1-2 s), the upload-to-ready figure of `make bench`. A reader in the moments between computes
-    it itself (once per process: the recommendation cache's single flight)."""
+    it itself (once per process: the recommendation cache's single flight). The job is done by now: its lease
+    is released first, so the heartbeat does not count it as lost while the summary is computed."""
+    if ctx.release is not None:
+        ctx.release(job.id)
     try:
-        refresh_summary(ctx.factory, run_id)
+        refresh_summary(ctx.factory, job.run_id)
     except Exception:  # deleted meanwhile, or a bug: the run stays ready; readers compute what is missing
-        log.warning("summary of run %s not stored at ingest", run_id, exc_info=True)
+        log.warning("summary of run %s not stored at ingest", job.run_id, exc_info=True)
 
 
 def _finalize(session: Session, job: ClaimedJob, plan: dict[str, Any]) -> None:

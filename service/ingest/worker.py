@@ -92,7 +92,7 @@ class IngestWorker:
         self.run_jobs = settings.ingest_in_process if run_jobs is None else run_jobs
         self.threads = max(1, threads or settings.ingest_workers)
         self.owner = new_owner_name()
-        self.context = JobContext(factory, settings, self.store, self.owner)
+        self.context = JobContext(factory, settings, self.store, self.owner, release=self._release)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._lock = threading.Condition()
@@ -194,6 +194,11 @@ class IngestWorker:
                 self._held.add(job.id)
                 self._last_claim = time.monotonic()
         return job
+
+    def _release(self, job_id: int) -> None:
+        """A job recorded done whose thread still works after it (pipeline's run summary): no more renewals."""
+        with self._lock:
+            self._held.discard(job_id)
 
     def _heartbeat(self) -> None:
         interval = self.settings.job_lease_seconds / 3

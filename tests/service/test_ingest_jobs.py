@@ -5,13 +5,16 @@ process never takes a live process's jobs, issue 9 item 10; a dead local process
 
 from __future__ import annotations
 
+import logging
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
@@ -376,3 +379,33 @@ def test_readers_holding_every_request_connection_do_not_starve_the_ingest(make_
             time.sleep(0.05)
     assert status == "ready"
     assert wait_for_run(client, run_id)["status"] == "ready"
+
+
+class TestSummaryAfterReady:
+    def test_a_slow_summary_after_ready_is_no_lost_lease(
+        self,
+        make_client,
+        project: str,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture,
+    ) -> None:
+        # the summary runs in the job's thread after the job is recorded done: the heartbeat (every lease / 3 =
+        # 0.67 s here) must not renew that finished job and report its lease as lost meanwhile
+        from fp8_policy.service.ingest import pipeline
+
+        started = threading.Event()
+
+        def slow_summary(factory, run_id):
+            started.set()
+            time.sleep(2.0)  # three heartbeats
+
+        monkeypatch.setattr(pipeline, "refresh_summary", slow_summary)
+        client = make_client(**FAST)
+        tree = multi_rank_tree(tmp_path / "logs", 1, layers=2)
+        with caplog.at_level(logging.WARNING, logger="fp8_policy.ingest"):
+            run = wait_for_run(client, upload(client, tree_tar_gz(tree), project))
+            assert run["status"] == "ready" and started.wait(30)
+            time.sleep(2.2)
+
+        assert "were lost" not in caplog.text
