@@ -34,7 +34,7 @@ import httpx
 
 import bench.hot_paths as hot_paths
 from bench import first_touch, live, load, scale
-from bench.service import start_service, stop_service, vm_hwm_mb
+from bench.service import start_service, stop_service, vm_hwm_mb, wait_idle
 from bench.trees import OUT, ROOT, ensure_log_tree
 
 TARGETS = {"parse_store_speedup": 15.0, "upload_seconds": 10.0, "service_rss_mb": 1024.0, "csv_rows_per_second": 2e6}
@@ -79,7 +79,9 @@ def measure_upload(archive: Path, workdir: Path) -> dict:
     server, base = start_service(workdir / "service")
     try:
         with httpx.Client(base_url=base, timeout=120) as client:
-            time.sleep(1.0)  # let the start-up kernel warm-up finish, as in a running service
+            wait_idle(
+                server.pid
+            )  # the start-up work after /healthz (kernels, buffers) is over, as in a running service
             rss_before = vm_hwm_mb(server.pid)
             start = time.perf_counter()
             with open(archive, "rb") as handle:

@@ -37,6 +37,25 @@ def vm_hwm_mb(pid: int) -> float:
     return float("nan")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` and its threads so far (/proc/<pid>/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_idle(pid: int, quiet: float = 1.0, timeout: float = 60.0) -> float:
+    """Wait until process `pid` used under 5 % of a core for `quiet` seconds: the start-up work that serving
+    processes do after /healthz already answers (kernel loading, parser buffers, imports in the background) is
+    over, as in a service that has been running. Returns the seconds waited."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        before = cpu_seconds(pid)
+        time.sleep(quiet)
+        if cpu_seconds(pid) - before < 0.05 * quiet:
+            break
+    return time.monotonic() - start
+
+
 def wait_healthy(url: str, server: subprocess.Popen, timeout: float = 90.0) -> None:
     """Poll `url`/healthz until it answers 200; SystemExit when the process exits first or `timeout` passes."""
     deadline = time.monotonic() + timeout
