@@ -44,9 +44,16 @@ function retryButton(ctx, run, problem) {
 
 function deleteButton(ctx, run, problem) {
   const button = h("button", { type: "button", class: "btn btn-danger", id: "run-delete" }, "Delete");
+  return armDelete(ctx, button, run, () => go("/runs"), (err) => replace(problem, errorBox(err, { title: "Delete failed" })));
+}
+
+/** A Delete button that arms on the first click ("Confirm delete" for 4 s) and deletes the run on the second;
+ * `onDeleted()` after the toast, `onError(err)` when the request failed (the button is enabled again). Shared by
+ * the run page and the runs list. */
+export function armDelete(ctx, button, run, onDeleted, onError) {
   let armed = false;
   button.addEventListener("click", async () => {
-    if (!armed) {
+    if (!armed) { // first click arms, the second deletes
       armed = true;
       button.textContent = "Confirm delete";
       button.classList.add("armed");
@@ -61,11 +68,11 @@ function deleteButton(ctx, run, problem) {
     try {
       await apiFetch(`${API}/runs/${run.id}`, { method: "DELETE", as: "response", signal: ctx.signal });
       toast(`Deleted ${runLabel(run)} (#${run.id})`);
-      go("/runs");
+      onDeleted();
     } catch (err) {
       if (err.name === "AbortError") return;
       button.disabled = false;
-      replace(problem, errorBox(err, { title: "Delete failed" }));
+      onError(err);
     }
   });
   return button;

@@ -6,10 +6,11 @@
 import { TERMINAL, SEVERITIES } from "./constants.js";
 import { h, replace, $ } from "./dom.js";
 import { fmtInt, fmtDate, fmtAgo, plural, runLabel, patternLabel } from "./format.js";
-import { api, apiFetch, API, qs, errorBox } from "./api.js";
-import { sevBadge, statusBadge, chip, loading, selectField, toast } from "./widgets.js";
+import { api, API, qs, errorBox } from "./api.js";
+import { sevBadge, statusBadge, chip, loading, selectField } from "./widgets.js";
 import { go, setTitle } from "./router.js";
 import { whoAmI } from "./session.js";
+import { armDelete } from "./run_actions.js";
 
 const PAGE = 200;
 const COLUMNS = [ // key, label, value for sorting (higher = "more"), numeric
@@ -138,33 +139,12 @@ export async function runsView(ctx, query) {
 
   function deleteCell(run) {
     const button = h("button", { type: "button", class: "btn btn-small btn-ghost btn-danger delete-run", "aria-label": `Delete ${runLabel(run)}` }, "Delete");
-    let armed = false;
-    button.addEventListener("click", async () => {
-      if (!armed) { // first click arms, the second deletes
-        armed = true;
-        button.textContent = "Confirm delete";
-        button.classList.add("armed");
-        ctx.later(() => {
-          armed = false;
-          button.textContent = "Delete";
-          button.classList.remove("armed");
-        }, 4000);
-        return;
-      }
-      button.disabled = true;
-      try {
-        await apiFetch(`${API}/runs/${run.id}`, { method: "DELETE", as: "response", signal: ctx.signal });
-        items = items.filter((r) => r.id !== run.id);
-        selected.delete(run.id);
-        updateCompare();
-        toast(`Deleted ${runLabel(run)} (#${run.id})`);
-        render();
-      } catch (err) {
-        if (err.name === "AbortError") return;
-        button.disabled = false;
-        button.after(errorBox(err, { title: "Delete failed" }));
-      }
-    });
+    armDelete(ctx, button, run, () => {
+      items = items.filter((r) => r.id !== run.id);
+      selected.delete(run.id);
+      updateCompare();
+      render();
+    }, (err) => button.after(errorBox(err, { title: "Delete failed" })));
     return h("td", { class: "col-actions" }, button);
   }
 
