@@ -1,8 +1,7 @@
+## branch_labels and depends_on are left out: alembic reads them with getattr(module, ..., None) (Script in
+## alembic/script/base.py); the file name carries the date (file_template in alembic.ini). Shared table shapes (a
+## table owned by a run, the id column, timestamps) are in fp8_policy.db.migration_ops.
 """${message}
-
-Revision ID: ${up_revision}
-Revises: ${down_revision | comma,n}
-Create Date: ${create_date}
 """
 
 from __future__ import annotations
@@ -13,8 +12,6 @@ ${imports if imports else ""}
 
 revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}
-branch_labels = ${repr(branch_labels)}
-depends_on = ${repr(depends_on)}
 
 
 def upgrade() -> None:

@@ -1,25 +1,20 @@
-"""initial schema: runs, tags, layers, series
-
-Revision ID: 0001
-Revises:
-Create Date: 2026-11-21 23:45:29.183357
-"""
+"""initial schema: runs, tags, layers, series"""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
 
+from fp8_policy.db import migration_ops
+
 revision = "0001"
 down_revision = None
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
     op.create_table(
         "runs",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
+        migration_ops.id_column(),
         sa.Column("name", sa.String(length=200), nullable=True),
         sa.Column("project", sa.String(length=200), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
@@ -29,9 +24,9 @@ def upgrade() -> None:
         sa.Column("upload_bytes", sa.BigInteger(), nullable=False),
         sa.Column("upload_path", sa.String(length=1000), nullable=False),
         sa.Column("metadata", sa.JSON(), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+        migration_ops.timestamp("created_at"),
+        migration_ops.timestamp("started_at", nullable=True),
+        migration_ops.timestamp("finished_at", nullable=True),
         sa.Column("rank_count", sa.Integer(), nullable=False),
         sa.Column("layer_count", sa.Integer(), nullable=False),
         sa.Column("series_count", sa.Integer(), nullable=False),
@@ -51,10 +46,8 @@ def upgrade() -> None:
         batch_op.create_index("ix_runs_project_id", ["project", "id"], unique=False)
         batch_op.create_index(batch_op.f("ix_runs_status"), ["status"], unique=False)
 
-    op.create_table(
+    migration_ops.create_run_table(
         "layers",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
-        sa.Column("run_id", sa.Integer(), nullable=False),
         sa.Column("name", sa.String(length=500), nullable=False),
         sa.Column("position", sa.Integer(), nullable=False),
         sa.Column("group", sa.String(length=16), nullable=False),
@@ -63,24 +56,18 @@ def upgrade() -> None:
         sa.Column("precision", sa.String(length=16), nullable=False),
         sa.Column("has_fp8_stats", sa.Boolean(), nullable=False),
         sa.Column("plans", sa.JSON(), nullable=False),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_layers_run_id_runs"), ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_layers")),
-        sa.UniqueConstraint("run_id", "name", name=op.f("uq_layers_run_id_name")),
+        unique=("run_id", "name"),
     )
-    op.create_table(
+    migration_ops.create_run_table(
         "run_tags",
-        sa.Column("run_id", sa.Integer(), nullable=False),
         sa.Column("tag", sa.String(length=100), nullable=False),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_run_tags_run_id_runs"), ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("run_id", "tag", name=op.f("pk_run_tags")),
+        key=("run_id", "tag"),
     )
     with op.batch_alter_table("run_tags", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_run_tags_tag"), ["tag"], unique=False)
 
-    op.create_table(
+    migration_ops.create_run_table(
         "series",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
-        sa.Column("run_id", sa.Integer(), nullable=False),
         sa.Column("layer_id", sa.Integer(), nullable=False),
         sa.Column("rank", sa.Integer(), nullable=False),
         sa.Column("tensor", sa.String(length=100), nullable=False),
@@ -105,16 +92,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["layer_id"], ["layers.id"], name=op.f("fk_series_layer_id_layers"), ondelete="CASCADE"
         ),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_series_run_id_runs"), ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_series")),
-        sa.UniqueConstraint(
-            "run_id",
-            "layer_id",
-            "rank",
-            "tensor",
-            "stat_key",
-            name=op.f("uq_series_run_id_layer_id_rank_tensor_stat_key"),
-        ),
+        unique=("run_id", "layer_id", "rank", "tensor", "stat_key"),
     )
     with op.batch_alter_table("series", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_series_layer_id"), ["layer_id"], unique=False)

@@ -1,39 +1,34 @@
-"""alerts: per-project webhook rules and the delivery log
-
-Revision ID: alerts
-Revises: live_runs
-Create Date: 2026-11-23 07:00:00
-"""
+"""alerts: per-project webhook rules and the delivery log"""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
 
+from fp8_policy.db import migration_ops
+
 revision = "alerts"
 down_revision = "live_runs"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
     op.create_table(
         "alert_rules",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
+        migration_ops.id_column(),
         sa.Column("project", sa.String(length=200), nullable=False),
         sa.Column("webhook_url", sa.String(length=2000), nullable=False),
         sa.Column("format", sa.String(length=16), nullable=False),
         sa.Column("events", sa.JSON(), nullable=False),
         sa.Column("min_severity", sa.String(length=16), nullable=False),
         sa.Column("cooldown_seconds", sa.Integer(), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        migration_ops.timestamp("created_at"),
         sa.Column("created_by", sa.String(length=100), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_alert_rules")),
     )
     op.create_index(op.f("ix_alert_rules_project"), "alert_rules", ["project"], unique=False)
     op.create_table(
         "alert_deliveries",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
+        migration_ops.id_column(),
         sa.Column("rule_id", sa.Integer(), nullable=True),
         sa.Column("run_id", sa.Integer(), nullable=True),
         sa.Column("project", sa.String(length=200), nullable=False),
@@ -43,10 +38,10 @@ def upgrade() -> None:
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("last_error", sa.Text(), nullable=True),
-        sa.Column("next_attempt_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("sent_at", sa.DateTime(timezone=True), nullable=True),
+        migration_ops.timestamp("next_attempt_at"),
+        migration_ops.timestamp("lease_until", nullable=True),
+        migration_ops.timestamp("created_at"),
+        migration_ops.timestamp("sent_at", nullable=True),
         sa.ForeignKeyConstraint(
             ["rule_id"], ["alert_rules.id"], name=op.f("fk_alert_deliveries_rule_id_alert_rules"), ondelete="SET NULL"
         ),

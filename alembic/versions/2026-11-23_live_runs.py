@@ -1,45 +1,34 @@
-"""live runs: received log files with offsets, detector state, early-warning events
-
-Revision ID: live_runs
-Revises: run_summaries
-Create Date: 2026-11-23 06:30:00
-"""
+"""live runs: received log files with offsets, detector state, early-warning events"""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
 
+from fp8_policy.db import migration_ops
+
 revision = "live_runs"
 down_revision = "run_summaries"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    migration_ops.create_run_table(
         "live_files",
-        sa.Column("run_id", sa.Integer(), nullable=False),
         sa.Column("path", sa.String(length=500), nullable=False),
         sa.Column("kind", sa.String(length=16), nullable=False),
         sa.Column("size", sa.BigInteger(), nullable=False),
         sa.Column("parsed_offset", sa.BigInteger(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_live_files_run_id_runs"), ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("run_id", "path", name=op.f("pk_live_files")),
+        migration_ops.timestamp("updated_at"),
+        key=("run_id", "path"),
     )
-    op.create_table(
+    migration_ops.create_run_table(
         "live_state",
-        sa.Column("run_id", sa.Integer(), nullable=False),
         sa.Column("state", sa.JSON(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_live_state_run_id_runs"), ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("run_id", name=op.f("pk_live_state")),
+        migration_ops.timestamp("updated_at"),
+        key=("run_id",),
     )
-    op.create_table(
+    migration_ops.create_run_table(
         "live_events",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
-        sa.Column("run_id", sa.Integer(), nullable=False),
         sa.Column("kind", sa.String(length=32), nullable=False),
         sa.Column("severity", sa.String(length=16), nullable=False),
         sa.Column("layer", sa.String(length=500), nullable=False),
@@ -50,9 +39,7 @@ def upgrade() -> None:
         sa.Column("value", sa.Float(precision=53), nullable=True),
         sa.Column("message", sa.Text(), nullable=False),
         sa.Column("detail", sa.JSON(), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_live_events_run_id_runs"), ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_live_events")),
+        migration_ops.timestamp("created_at"),
     )
     op.create_index("ix_live_events_run_id_id", "live_events", ["run_id", "id"], unique=False)
 

@@ -1,10 +1,6 @@
 """runs.notes
 
 A run's editable description (PATCH /api/v1/runs/{id}), plain text; NULL when none was written.
-
-Revision ID: run_notes
-Revises: alerts
-Create Date: 2026-11-26 19:05:00
 """
 
 from __future__ import annotations
@@ -14,8 +10,6 @@ from alembic import op
 
 revision = "run_notes"
 down_revision = "alerts"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -2,10 +2,6 @@
 
 The default-options recommendation stored with the run's summary (GET /recommendation without options serves it);
 NULL for summaries computed before this column or for runs whose metadata the recommender cannot read.
-
-Revision ID: summary_recommendation
-Revises: run_notes
-Create Date: 2026-11-26 19:10:00
 """
 
 from __future__ import annotations
@@ -15,8 +11,6 @@ from alembic import op
 
 revision = "summary_recommendation"
 down_revision = "run_notes"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
