@@ -18,6 +18,10 @@ Line rules (the statistics lines nvdlfw_inspect writes, https://github.com/NVIDI
   checkpoint with the same counter) replays those iterations: there the last value wins, as above.
 
 No I/O besides reading the given streams; no web or database imports.
+
+Where the rest lives: reading the streams into blocks of whole lines in policy/stats_blocks.py, scanning a
+block with the compiled kernels (and the buffers that takes) in policy/stats_scan.py; this module keeps the
+parser's state: the names, the files' reports, sessions, the slow path, and the join in file order.
 """
 
 from __future__ import annotations
@@ -25,18 +29,20 @@ from __future__ import annotations
 import re
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import TypeVar
 
 import numpy as np
 
 from fp8_policy.policy import kernels
 from fp8_policy.policy._name_kernel import MAX_NAMES, NameTable
-from fp8_policy.policy.buffer_pool import FreeList
+from fp8_policy.policy.stats_blocks import DEFAULT_BLOCK_BYTES, DEFAULT_MAX_LINE_BYTES, ByteStream, read_blocks, recycle
+from fp8_policy.policy.stats_scan import Grouped, Scratch, Staging, give_back, scan
 
 kernel = kernels.stats  # compiled once loaded in this process, interpreted before (policy/kernels.py)
+
 
 # The reference regex of a statistics line (as nvdlfw_inspect writes it, `<layer>_<tensor>_<stat>  iteration=N  value=V`); the compiled fast path accepts a subset of it.
 # Same matches and groups as the spec's `(?P<name>.+?)\s+iteration=`, but the name may only end where a
@@ -47,19 +53,11 @@ STATS_LINE = re.compile(
     r"(?P<name>\s|.+?(?<=\S))\s+iteration=(?P<iteration>\d+)\s+value=(?P<value>[-+]?(?:\d+(?:\.\d+)?|nan|inf))\s*$"
 )
 
-DEFAULT_BLOCK_BYTES = 16 * 1024 * 1024
-DEFAULT_MAX_LINE_BYTES = 1024 * 1024
 MAX_SAMPLES = 5
 _MAX_ITERATION = int(np.iinfo(np.int64).max)
 _STATUS_LONG = 3  # set in Python after the kernel: over max_line_bytes, dropped
-_LIT_ITER = np.frombuffer(b"iteration=", dtype=np.uint8)
-_LIT_VALUE = np.frombuffer(b"value=", dtype=np.uint8)
-# A block's points grouped by series id: offsets, iterations, values (see kernel.group_block)
-_Grouped = tuple[np.ndarray, np.ndarray, np.ndarray]
-_Pending = tuple[np.ndarray | None, "Future[_Scratch] | None"]  # (None, None): an over-long line, dropped
+_Pending = tuple[np.ndarray | None, "Future[Scratch] | None"]  # (None, None): an over-long line, dropped
 T = TypeVar("T")
-_STAGING_POINTS = 1024 * 1024  # points per staging chunk (8 MiB of iterations, 8 MiB of values)
-_EXPECTED_LINE_BYTES = 80  # scratch sets are sized for blocks of lines this long on average (real ones: ~140)
 
 
 class StatsLogError(ValueError):
@@ -109,44 +107,6 @@ class ParsedStats:
         return int(self.offsets[-1])
 
 
-class ReadsBytes(Protocol):
-    def read(self, n: int = -1, /) -> bytes: ...
-
-
-@runtime_checkable
-class ReadsInto(Protocol):
-    def readinto(self, buffer: memoryview, /) -> int | None: ...
-
-
-# What the parser reads from: a binary stream's read(n), or its readinto (one copy less) when it has one.
-ByteStream = ReadsInto | ReadsBytes
-
-
-def _readinto_of(stream: ByteStream) -> Callable[[memoryview], int | None]:
-    """The stream's readinto, or one made from its read(n) (a copy more)."""
-    if isinstance(stream, ReadsInto):
-        return stream.readinto
-
-    def readinto(view: memoryview) -> int:
-        chunk = stream.read(len(view))
-        view[: len(chunk)] = chunk
-        return len(chunk)
-
-    return readinto
-
-
-def _read_into(stream: ByteStream, view: memoryview) -> int:
-    """Fill `view` as far as the stream allows (readinto may return short reads)."""
-    filled = 0
-    readinto = _readinto_of(stream)
-    while filled < len(view):
-        got = readinto(view[filled:])
-        if not got:
-            break
-        filled += got
-    return filled
-
-
 class _NameTable(NameTable):
     """The compiled name table plus the decoded names, in id order."""
 
@@ -162,132 +122,6 @@ class _NameTable(NameTable):
         if sid == before:
             self.names.append(name.decode("utf-8", errors="replace"))
         return sid
-
-
-class _Staging:
-    """Where grouped points wait for `finish`: large chunks filled in order (huge pages, no per-block
-    allocation); a block's points are grouped straight into the space `reserve` hands out. The chunks come
-    from, and go back to, the process's free list (`release`, once nothing reads them)."""
-
-    def __init__(self) -> None:
-        self.chunks: list[tuple[np.ndarray, np.ndarray]] = []
-        self.its, self.vals = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)  # the chunk being filled
-        self.used = 0
-
-    def reserve(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Room for up to n points (views); `commit` then says how many were written."""
-        if self.used + n > self.its.shape[0]:
-            size = max(_STAGING_POINTS, n)
-            chunk = _STAGING_CHUNKS.take(size) or (np.empty(size, np.int64), np.empty(size, np.float64))
-            self.chunks.append(chunk)
-            (self.its, self.vals), self.used = chunk, 0
-        return self.its[self.used : self.used + n], self.vals[self.used : self.used + n]
-
-    def commit(self, n: int) -> None:
-        self.used += n
-
-    def release(self) -> None:
-        """Give every chunk back; nothing may read the views handed out any more."""
-        for chunk in self.chunks:
-            _STAGING_CHUNKS.give(chunk)
-        self.chunks = []
-        self.its, self.vals, self.used = self.its[:0], self.vals[:0], 0
-
-
-class _Scratch:
-    """The kernels' outputs for one block, reused from block to block (a block's results stay here until it
-    is absorbed). One backing buffer per set: fresh memory page-faults on its first touch, and a buffer of a
-    few MiB gets transparent huge pages (NumPy asks for them from 4 MiB), so a reused or huge-paged set
-    costs a few faults where per-block arrays cost tens of thousands on the 6M-line benchmark.
-
-    A parse groups each set's blocks into staging of its own for that set (StatsLogParser._staging_for), in
-    whichever thread holds the set: the grouped points are written once, where `finish` reads them, and never
-    copied by the feeding thread."""
-
-    def __init__(self, lines: int) -> None:
-        self.lines = lines
-        m = lines + 1
-        wide = np.empty(3 * m + 3 * MAX_NAMES, dtype=np.int64)
-        small = np.empty(5 * m, dtype=np.uint8)
-        self._backing = (wide, small)
-        self.starts, self.iters = wide[:m], wide[m : 2 * m]
-        self.vals = wide[2 * m : 3 * m].view(np.float64)
-        names = wide[3 * m :]
-        self.new_start, self.new_stop = names[:MAX_NAMES], names[MAX_NAMES : 2 * MAX_NAMES]
-        self.successor = names[2 * MAX_NAMES :]
-        self.sids, self.status = small[: 4 * m].view(np.int32)[:lines], small[4 * m : 5 * m - 1].view(np.int8)
-        self.counts = np.zeros(3, dtype=np.int64)  # blank lines, slow-path lines, longest line (kernel.scan_block)
-        self.n = 0  # lines of the block last scanned here
-        self.first_new = 0
-        self.grouped: _Grouped = (np.zeros(1, dtype=np.int64), np.empty(0, np.int64), np.empty(0, np.float64))
-
-    def touch(self) -> None:
-        """Write every page once (prefault_buffers)."""
-        for backing in self._backing:
-            backing.fill(0)
-
-    def start(self, successor: np.ndarray | None) -> None:
-        """Before a block: no name registered yet, nothing counted; name predictions from `successor`."""
-        self.new_stop[:] = 0
-        self.counts[:] = 0
-        if successor is None:
-            self.successor[:] = -1
-        else:
-            self.successor[:] = successor
-
-    def take_over(self, smaller: _Scratch, lines: int) -> None:
-        """Continue a block `smaller` ran out of room for: its first `lines` lines, counts and name arrays."""
-        for mine, theirs in (
-            (self.status, smaller.status),
-            (self.sids, smaller.sids),
-            (self.iters, smaller.iters),
-            (self.vals, smaller.vals),
-            (self.starts, smaller.starts),
-        ):
-            mine[:lines] = theirs[:lines]
-        self.counts[:] = smaller.counts
-        self.new_start[:], self.new_stop[:], self.successor[:] = smaller.new_start, smaller.new_stop, smaller.successor
-
-    def group(self, staging: _Staging) -> None:
-        """Group the OK lines of the block last scanned here by series (kernel.group_block) into `staging`."""
-        its, vals = staging.reserve(self.n)
-        offsets, points = kernel.group_block(self.status, self.sids, self.iters, self.vals, self.n, its, vals)
-        staging.commit(points)
-        self.grouped = (offsets, its[:points], vals[:points])
-
-
-def _expected_lines(block_bytes: int) -> int:
-    """Lines a scratch set is taken for, for a block of `block_bytes` (more fit: kernel.scan_block resumes)."""
-    return block_bytes // _EXPECTED_LINE_BYTES + 64
-
-
-def _scratch_lines(lines: int) -> int:
-    return max(lines, 1024) * 5 // 4  # room for the next blocks' usual spread
-
-
-# Buffers kept between parses in this process (policy/buffer_pool.py); a parse with `workers` scan threads has
-# about `workers + 2` block buffers and scratch sets in flight, and staging for all its points until `finish`.
-_READ_BUFFERS: FreeList[np.ndarray] = FreeList(6, lambda buf: int(buf.shape[0]))
-_SCRATCH_SETS: FreeList[_Scratch] = FreeList(6, lambda scratch: scratch.lines)
-_STAGING_CHUNKS: FreeList[tuple[np.ndarray, np.ndarray]] = FreeList(12, lambda chunk: int(chunk[0].shape[0]))
-
-
-def prefault_buffers(workers: int = 2, staging_points: int = 8 * _STAGING_POINTS) -> None:
-    """Put one parse's buffers (`workers` scan threads, `staging_points` points staged) in the free lists, every
-    page touched: for a serving process's start-up, so its first ingest does not page-fault them in (see
-    policy/buffer_pool.py). About 250 MB resident with the defaults."""
-    for _ in range(workers + 2):
-        buf = np.empty(DEFAULT_BLOCK_BYTES + DEFAULT_MAX_LINE_BYTES, dtype=np.uint8)
-        buf.fill(0)
-        _READ_BUFFERS.give(buf)
-        scratch = _Scratch(_scratch_lines(_expected_lines(DEFAULT_BLOCK_BYTES)))
-        scratch.touch()
-        _SCRATCH_SETS.give(scratch)
-    for _ in range(max(1, staging_points // _STAGING_POINTS)):
-        its, vals = np.empty(_STAGING_POINTS, np.int64), np.empty(_STAGING_POINTS, np.float64)
-        its.fill(0)  # np.zeros would leave the pages untouched (calloc)
-        vals.fill(0)
-        _STAGING_CHUNKS.give((its, vals))
 
 
 class StatsLogParser:
@@ -308,9 +142,9 @@ class StatsLogParser:
         self.max_line_bytes = max_line_bytes
         self.workers = max(1, workers)
         self._table = _NameTable()
-        self._grouped: list[_Grouped] = []  # per absorbed block, in file order (views into staging chunks)
+        self._grouped: list[Grouped] = []  # per absorbed block, in file order (views into staging chunks)
         self._files: list[FileReport] = []
-        self._stagings: dict[int, _Staging] = {}  # by id() of the scratch set that groups into it
+        self._stagings: dict[int, Staging] = {}  # by id() of the scratch set that groups into it
         self._stagings_lock = threading.Lock()
         self._successor: np.ndarray | None = None  # name predictions learnt from the first block (scan_block)
         self._sessions_first: int | None = None  # first iteration of the files fed so far (as logged)
@@ -321,12 +155,12 @@ class StatsLogParser:
         report = FileReport(source=source)
         pending: deque[_Pending] = deque()
         with ThreadPoolExecutor(self.workers) as pool:
-            for index, block in enumerate(self._blocks(stream)):
+            for index, block in enumerate(read_blocks(stream, self.block_bytes, self.max_line_bytes)):
                 if block is None:  # an over-long line was dropped here
                     pending.append((None, None))
                 elif index == 0:  # first block registers the names; later ones only look them up
                     self._absorb(block, self._kernel(block, True), report)
-                    self._recycle(block)
+                    recycle(block)
                 else:
                     pending.append((block, pool.submit(self._kernel, block, False)))
                 while len(pending) > self.workers:
@@ -342,7 +176,7 @@ class StatsLogParser:
             self._sessions_last = report.last_iteration if last is None else max(last, report.last_iteration)
         return report
 
-    def _place_session(self, out: _Scratch, report: FileReport) -> None:
+    def _place_session(self, out: Scratch, report: FileReport) -> None:
         """Offset this file's iterations when it restarted the counter (module docstring); decided on the file's
         first statistics line, applied to every block of it."""
         its = out.grouped[1]
@@ -366,91 +200,18 @@ class StatsLogParser:
         top = int(its.max())
         report.last_iteration = top if report.last_iteration is None else max(report.last_iteration, top)
 
-    def _blocks(self, stream: ByteStream) -> Iterator[np.ndarray | None]:
-        """Blocks of whole lines, read with readinto into uninitialised buffers (no zero-fill, no copies).
-
-        A buffer is reused only after its block was absorbed (`_recycle`), since a worker thread may
-        still be scanning it before that. None stands for one line longer than max_line_bytes (dropped).
-        """
-        carry = b""
-        discarding = False
-        while True:
-            buf = self._buffer(len(carry) + self.block_bytes)
-            buf[: len(carry)] = np.frombuffer(carry, dtype=np.uint8)
-            got = _read_into(stream, buf.data[len(carry) :])
-            if got == 0:
-                break
-            total = len(carry) + got
-            start = 0
-            if discarding:
-                cut = kernel.find_newline(buf, 0, total)
-                if cut < 0:
-                    carry = b""
-                    continue
-                start, discarding = cut + 1, False
-            last_nl = kernel.rfind_newline(buf, start, total)
-            if last_nl >= 0:
-                yield buf[start : last_nl + 1]
-                start = last_nl + 1
-            carry = buf[start:total].tobytes()
-            if len(carry) > self.max_line_bytes:
-                yield None
-                carry, discarding = b"", True
-        if carry:
-            yield np.frombuffer(carry, dtype=np.uint8)
-
-    def _buffer(self, size: int) -> np.ndarray:
-        """A read buffer: a recycled one (its block was absorbed; kept in the process's free list) or a new one.
-
-        Recycling matters: a fresh buffer page-faults on every 4 KiB it is read into, which cost
-        about as much as the read itself on the 6M-line benchmark.
-        """
-        buf = _READ_BUFFERS.take(size)
-        return np.empty(size, dtype=np.uint8) if buf is None else buf[:size]
-
-    def _recycle(self, block: np.ndarray) -> None:
-        base = block.base
-        if isinstance(base, np.ndarray) and base.base is None:
-            _READ_BUFFERS.give(base)
-
-    def _kernel(self, buf: np.ndarray, insert: bool) -> _Scratch:
-        """Scan and group one block (in a pool thread except for the first block) into a scratch set.
-
-        The set is sized for the block's usual number of lines; a block of shorter lines continues in a larger
-        set (the kernel stops when its arrays are full)."""
-        t = self._table
-        out = self._take_scratch(_expected_lines(buf.shape[0]))
-        out.start(self._successor)
-        first_new = int(t.counter[0])
-        line, pos = 0, 0
-        while True:
-            line, pos = kernel.scan_block(
-                buf, _LIT_ITER, _LIT_VALUE, *t.arrays, insert, first_new, line, pos, out.status, out.sids,
-                out.iters, out.vals, out.starts, out.new_start, out.new_stop, out.successor, out.counts,
-            )  # fmt: skip
-            if pos >= buf.shape[0]:
-                break
-            larger = self._take_scratch(out.lines * 2)
-            larger.take_over(out, line)
-            self._give_back(out)
-            out = larger
-        out.n, out.first_new = line, first_new
+    def _kernel(self, buf: np.ndarray, insert: bool) -> Scratch:
+        """Scan and group one block (in a pool thread except for the first block) into a scratch set
+        (policy/stats_scan.py)."""
+        out = scan(buf, self._table, insert, self._successor)
         if insert:  # the first block of a file: later blocks start with its name order as their predictions
             self._successor = out.successor.copy()
         out.group(self._staging_for(out))
         return out
 
-    @staticmethod
-    def _take_scratch(lines: int) -> _Scratch:
-        return _SCRATCH_SETS.take(lines) or _Scratch(_scratch_lines(lines))
-
-    @staticmethod
-    def _give_back(scratch: _Scratch) -> None:
-        _SCRATCH_SETS.give(scratch)
-
-    def _staging_for(self, scratch: _Scratch) -> _Staging:
+    def _staging_for(self, scratch: Scratch) -> Staging:
         with self._stagings_lock:
-            return self._stagings.setdefault(id(scratch), _Staging())
+            return self._stagings.setdefault(id(scratch), Staging())
 
     def _absorb_pending(self, item: _Pending, report: FileReport) -> None:
         block, future = item
@@ -459,9 +220,9 @@ class StatsLogParser:
             self._skip_long_line(report, report.lines_read)
         else:
             self._absorb(block, future.result(), report)
-            self._recycle(block)
+            recycle(block)
 
-    def _absorb(self, data: np.ndarray, out: _Scratch, report: FileReport) -> None:
+    def _absorb(self, data: np.ndarray, out: Scratch, report: FileReport) -> None:
         n, t = out.n, self._table
         status = out.status[:n]
         for k in range(out.first_new, int(t.counter[0])):
@@ -481,7 +242,7 @@ class StatsLogParser:
         report.stats_lines += out.grouped[1].shape[0]
         self._place_session(out, report)
         self._grouped.append(out.grouped)
-        self._give_back(out)
+        give_back(out)
 
     def _drop_long_lines(self, report: FileReport, status: np.ndarray, starts: np.ndarray) -> bool:
         """Lines longer than max_line_bytes (newline excluded) are dropped and counted, parsed or not.

@@ -43,7 +43,7 @@ def warm_up_process() -> None:
     otherwise paid by the first upload (policy/buffer_pool.py)."""
     import gc
 
-    from fp8_policy.policy.stats_log import prefault_buffers
+    from fp8_policy.policy.stats_scan import prefault_buffers
 
     prepare()  # meanwhile ingest parses small uploads with the interpreted kernels (policy/kernels.py)
     import sklearn.linear_model  # noqa: F401 - the analysis imports it on first use (policy/analysis/trends.py)

@@ -1,4 +1,5 @@
-"""policy/buffer_pool.py's FreeList, and the parser's buffers kept between parses in one process."""
+"""policy/buffer_pool.py's FreeList, and the parser's buffers kept between parses in one process (the read
+buffers of policy/stats_blocks.py, the scratch sets and staging chunks of policy/stats_scan.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import io
 
 import numpy as np
 
-from fp8_policy.policy import stats_log
+from fp8_policy.policy import stats_blocks, stats_log, stats_scan
 from fp8_policy.policy.buffer_pool import FreeList
 from tests.archives import stats_line
 
@@ -37,9 +38,9 @@ def _log(iterations: int) -> bytes:
 
 
 def test_a_second_parse_reuses_the_first_ones_buffers_and_reads_the_same(monkeypatch) -> None:
-    for free in (stats_log._READ_BUFFERS, stats_log._SCRATCH_SETS, stats_log._STAGING_CHUNKS):
+    for free in (stats_blocks._READ_BUFFERS, stats_scan._SCRATCH_SETS, stats_scan._STAGING_CHUNKS):
         monkeypatch.setattr(free, "_items", [])
-    monkeypatch.setattr(stats_log, "_STAGING_POINTS", 1000)  # several staging chunks per parse
+    monkeypatch.setattr(stats_scan, "_STAGING_POINTS", 1000)  # several staging chunks per parse
     data = _log(3000)
 
     def parse():
@@ -48,12 +49,12 @@ def test_a_second_parse_reuses_the_first_ones_buffers_and_reads_the_same(monkeyp
         return parser.finish()
 
     first = parse()
-    kept = {id(c[0]) for c in stats_log._STAGING_CHUNKS._items}
-    assert kept and len(stats_log._READ_BUFFERS) > 0 and len(stats_log._SCRATCH_SETS) > 0
+    kept = {id(c[0]) for c in stats_scan._STAGING_CHUNKS._items}
+    assert kept and len(stats_blocks._READ_BUFFERS) > 0 and len(stats_scan._SCRATCH_SETS) > 0
 
     second = parse()
 
-    assert kept & {id(c[0]) for c in stats_log._STAGING_CHUNKS._items}  # the same chunks went round again
+    assert kept & {id(c[0]) for c in stats_scan._STAGING_CHUNKS._items}  # the same chunks went round again
     assert first.names == second.names
     assert np.array_equal(first.offsets, second.offsets)
     assert np.array_equal(first.iterations, second.iterations) and np.array_equal(first.values, second.values)
@@ -61,11 +62,11 @@ def test_a_second_parse_reuses_the_first_ones_buffers_and_reads_the_same(monkeyp
 
 
 def test_prefault_fills_the_free_lists_for_one_parse(monkeypatch) -> None:
-    for free in (stats_log._READ_BUFFERS, stats_log._SCRATCH_SETS, stats_log._STAGING_CHUNKS):
+    for free in (stats_blocks._READ_BUFFERS, stats_scan._SCRATCH_SETS, stats_scan._STAGING_CHUNKS):
         monkeypatch.setattr(free, "_items", [])
 
-    stats_log.prefault_buffers(workers=1, staging_points=2 * stats_log._STAGING_POINTS)
+    stats_scan.prefault_buffers(workers=1, staging_points=2 * stats_scan._STAGING_POINTS)
 
-    assert len(stats_log._READ_BUFFERS) == 3 and len(stats_log._SCRATCH_SETS) == 3
-    assert len(stats_log._STAGING_CHUNKS) == 2
-    assert stats_log._READ_BUFFERS.take(stats_log.DEFAULT_BLOCK_BYTES + 1000) is not None  # a block plus a carry
+    assert len(stats_blocks._READ_BUFFERS) == 3 and len(stats_scan._SCRATCH_SETS) == 3
+    assert len(stats_scan._STAGING_CHUNKS) == 2
+    assert stats_blocks._READ_BUFFERS.take(stats_blocks.DEFAULT_BLOCK_BYTES + 1000) is not None  # a block plus a carry
