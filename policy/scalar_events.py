@@ -22,7 +22,6 @@ event shape with: `layer` is "training", `tensor` the scalar's name, `stat` "val
 
 from __future__ import annotations
 
-import json
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from statistics import median
 from typing import Any
 
 from fp8_policy.policy.live_events import LiveEvent
+from fp8_policy.policy.scalars_file import record_of
 from fp8_policy.policy.thresholds import Severity
 
 WINDOW = 64
@@ -91,13 +91,8 @@ def parse_lines(text: bytes) -> tuple[list[dict[str, Any]], int]:
     for raw in text.splitlines():
         if not raw.strip():
             continue
-        try:
-            record = json.loads(raw)
-        except (ValueError, RecursionError):
-            bad += 1
-            continue
-        step = record.get("step") if isinstance(record, dict) else None
-        if not isinstance(step, int) or isinstance(step, bool):
+        record = record_of(raw)
+        if record is None:
             bad += 1
             continue
         records.append(record)

@@ -41,6 +41,7 @@ from fp8_policy.service.ingest.archive.stream import ChunkedReader, read_members
 from fp8_policy.service.ingest.kernel_warmup import kernels_for
 from fp8_policy.service.ingest.metadata_codec import metadata_from_json, metadata_to_json
 from fp8_policy.service.ingest.parse import MAX_METADATA_BYTES, IngestError
+from fp8_policy.service.ingest.scalars import ScalarsReader, forget_scalars
 from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
 from fp8_policy.service.settings import Settings
 from fp8_policy.service.storage import is_out_of_space
@@ -103,11 +104,16 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
         key, hint = run.upload_path, run.upload_filename
     metadata = _MetadataReader()
     first = _FirstRank(ctx.settings)
-    with _open_upload(ctx, job.run_id, key) as (src, size):
-        kernels_for(size)  # a large upload waits for the compiled kernels; a small one is parsed at once
-        scan = scan_archive(
-            src, size, extract_limits(ctx.settings), hint, on_metadata=metadata.read, on_stats=first.feed
-        )
+    scalars = ScalarsReader(_spill_dir(ctx))  # the training scalars member, if any (service/ingest/scalars.py)
+    try:
+        with _open_upload(ctx, job.run_id, key) as (src, size):
+            kernels_for(size)  # a large upload waits for the compiled kernels; a small one is parsed at once
+            scan = scan_archive(
+                src, size, extract_limits(ctx.settings), hint, metadata.read, first.feed, on_scalars=scalars.read
+            )
+        scalars.keep(ctx.store, job.run_id)  # the whole archive scanned without error: stored with the run
+    finally:
+        scalars.discard()
     merged = metadata.merged(scan.metadata)
     result = {
         "format": scan.format,
@@ -116,6 +122,7 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
         "stats": {str(rank): files for rank, files in scan.stats.items()},
         "metadata_log": metadata_to_json(merged),
         "metadata_reports": metadata.reports(scan.metadata),
+        "scalars": scalars.report(),
     }
     stored = first.result(scan.stats, merged)  # (rank, assembled, rank result) or None
     finalize_now = stored is not None and list(scan.stats) == [stored[0]]
@@ -303,6 +310,7 @@ def _counts(plan: dict[str, Any], ranks: dict[int, dict[str, Any]]) -> IngestCou
             "skipped_members": plan["skipped_members"],
             "skipped_samples": plan["skipped_samples"],
         },
+        "scalars": plan.get("scalars"),  # the training scalars member: kept, records, warning (None: none)
     }
     return IngestCounts(
         lines_read=sum(r["lines_read"] for r in per_rank),
@@ -416,6 +424,7 @@ def _fail(ctx: JobContext, job: ClaimedJob, error: str) -> None:
             jobs.fail(job, ctx.owner, error)
             RankStore(session).clear_metrics(job.run_id)
             RunRepository(session).mark_failed(job.run_id, error)
+            plan = jobs.result_of(job.run_id, "plan")
     except LeaseLost as exc:
         log.info("not failing run %s: %s", job.run_id, exc)
         return
@@ -430,6 +439,7 @@ def _fail(ctx: JobContext, job: ClaimedJob, error: str) -> None:
         except Exception:
             log.exception("run %s could not be marked failed; its job will be retried", job.run_id)
         return
+    forget_scalars(ctx.store, job.run_id, plan)  # the scalars the plan job kept go with the rest
     log.warning("run %s failed: %s", job.run_id, error)
 
 

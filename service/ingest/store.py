@@ -77,6 +77,15 @@ class ArchiveStore:
     def exists(self, key: str) -> bool:
         return (self.root / key).exists() if self.local else bool(self.fs.exists(self._path(key)))
 
+    def delete(self, key: str) -> None:
+        """One stored file; nothing happens when it is absent."""
+        if self.local:
+            (self.root / key).unlink(missing_ok=True)
+            return
+        path = self._path(key)
+        if self.fs.exists(path):
+            self.fs.rm_file(path)
+
     def delete_prefix(self, prefix: str) -> None:
         """Everything under `prefix` (a run's folder); nothing happens when it is absent."""
         if self.local:

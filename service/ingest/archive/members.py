@@ -40,7 +40,13 @@ def extract_members(
             continue
         log = classify_log_path(relpath)
         if log is None:
-            skipped.add(relpath)
+            takes = getattr(out, "takes", None)  # streaming ingest: a member it also reads (the training scalars)
+            if takes is not None and takes(relpath):
+                budget.check_member_size(relpath, member.size)
+                with member.open(relpath) as raw:
+                    _write(out, budget, relpath, raw, count_total=count_total)
+            else:
+                skipped.add(relpath)
             continue
         _check_rank(log)
         budget.check_member_size(relpath, member.size)

@@ -23,6 +23,7 @@ from typing import IO
 from isal import igzip
 
 from fp8_policy.policy.log_files import LogFile, classify_log_path, session_key
+from fp8_policy.policy.scalars_file import is_scalars_member
 from fp8_policy.service.ingest.archive import _EXTRACTORS
 from fp8_policy.service.ingest.archive.detect import _GZIP_MAGIC, _detect_format, open_source
 from fp8_policy.service.ingest.archive.errors import _CORRUPT, ArchiveError
@@ -49,9 +50,11 @@ class _Handover:
 
     root = Path("/")
 
-    def __init__(self, on_member: MemberCallback) -> None:
+    def __init__(self, on_member: MemberCallback, takes: Callable[[str], bool] | None = None) -> None:
         self.on_member = on_member
         self.seen: set[str] = set()
+        # members other than logs that are handed over too (the training scalars); None: logs only
+        self.takes = takes
 
     def consume(self, relpath: str, stream: io.BufferedIOBase) -> None:
         if relpath in self.seen:
@@ -64,14 +67,19 @@ class _Handover:
 
 
 def _walk(
-    src: IO[bytes], size: int, limits: ExtractLimits, hint: str | None, on_member: MemberCallback
+    src: IO[bytes],
+    size: int,
+    limits: ExtractLimits,
+    hint: str | None,
+    on_member: MemberCallback,
+    takes: Callable[[str], bool] | None = None,
 ) -> tuple[str, list[LogFile], _Skipped]:
     if size == 0:
         raise ArchiveError("EmptyUpload", "the upload is empty")
     budget, skipped = _Budget(limits, size), _Skipped()
     try:
         fmt = _detect_format(src)
-        files = _EXTRACTORS[fmt](src, _Handover(on_member), budget, skipped, hint)  # type: ignore[arg-type]
+        files = _EXTRACTORS[fmt](src, _Handover(on_member, takes), budget, skipped, hint)  # type: ignore[arg-type]
     except _CORRUPT as exc:
         raise ArchiveError("CorruptArchive", f"{type(exc).__name__}: {exc}") from exc
     return fmt, [log for log, _path in files], skipped
@@ -101,19 +109,22 @@ def scan_archive(
     hint: str | None = None,
     on_metadata: MemberCallback | None = None,
     on_stats: MemberCallback | None = None,
+    on_scalars: MemberCallback | None = None,
 ) -> ArchiveScan:
     """Read the whole upload once, checking every limit (ArchiveError as `extract_upload` raises it); members
-    go to `on_metadata` / `on_stats` when given (under the name `ArchiveScan` lists them with), and whatever
-    a callback leaves unread is read to the end."""
+    go to `on_metadata` / `on_stats` when given (under the name `ArchiveScan` lists them with), a training
+    scalars member (policy/scalars_file.py) to `on_scalars` under its own name (then not counted as skipped),
+    and whatever a callback leaves unread is read to the end."""
 
     def on_member(relpath: str, stream: io.BufferedIOBase) -> None:
         log = classify_log_path(relpath)
-        callback = None if log is None else on_metadata if log.kind == "metadata" else on_stats
+        callback = on_scalars if log is None else on_metadata if log.kind == "metadata" else on_stats
         if callback is not None:
             callback(relpath, stream)
         _drain(relpath, stream)
 
-    fmt, logs, skipped = _walk(src, size, limits, hint, on_member)
+    takes = is_scalars_member if on_scalars is not None else None
+    fmt, logs, skipped = _walk(src, size, limits, hint, on_member, takes)
     if not any(log.kind == "stats" for log in logs):
         detail = "no nvdlfw_inspect_statistics_logs/nvdlfw_inspect[_stamp]_globalrank-N.log in the upload"
         if logs:

@@ -1,0 +1,135 @@
+"""The training-scalars member of an uploaded archive: which member it is, and whether its lines can be drawn.
+
+Belongs here: the member-name rule and the line-by-line check of `scalars.jsonl`, the same JSON-lines file a
+live run streams (`{"step": 120, "loss": 2.31, "grad_norm": 0.84, "lr": 3e-4, ...}` per line, policy/
+scalar_events.py reads it), and the verdict the ingest reports. Pure: the caller reads the bytes and stores the
+file; nothing here touches a file, the database or HTTP.
+
+The member: `scalars.jsonl` (its bytes may be gzip, or the name end in `.gz`: the archive readers undo gzip) at
+the archive's root or in its one top-level folder (`my_run/scalars.jsonl`, next to `my_run/rank_0/`), where
+`fp8-policy upload DIR` packs `DIR/scalars.jsonl`. A training log's own loss lines (Megatron, bionemo) are not
+read: each writes its own format, and nvdlfw_inspect's `log_scalar` lines keep 4 decimals (a learning rate of
+3e-4 reads `value=0.0003`), too coarse to draw.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+SCALARS_NAME = "scalars.jsonl"
+MEMBER = re.compile(r"^(?:[^/]+/)?scalars\.jsonl(?:\.gz)?$")
+MAX_SCALARS_BYTES = 32 * 1024**2  # decompressed; ~250k steps of six scalars
+MAX_LINE_BYTES = 64 * 1024  # one record; a longer line is not a record
+MAX_SAMPLES = 3
+
+
+def is_scalars_member(relpath: str) -> bool:
+    """True for `scalars.jsonl[.gz]` at the root or one folder down (a safe, normalised member path)."""
+    return MEMBER.match(relpath) is not None
+
+
+def record_of(raw: bytes) -> dict[str, Any] | None:
+    """The record of one line: a JSON object with an integer `step`; None for anything else."""
+    try:
+        record = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    step = record.get("step") if isinstance(record, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool):
+        return None
+    return record
+
+
+@dataclass(slots=True)
+class ScalarsCheck:
+    """Fed the member's lines one at a time (`line`), then `verdict()`: whether to keep the file, and why not."""
+
+    member: str
+    records: int = 0
+    unreadable: int = 0
+    lines: int = 0
+    size: int = 0
+    too_large: bool = False
+    first_step: int | None = None
+    last_step: int | None = None
+    samples: list[str] = field(default_factory=list)  # the first unreadable lines, as "line N: ..."
+
+    def line(self, raw: bytes) -> bool:
+        """Count one line (with its newline); True when it is a record (the caller keeps it)."""
+        self.lines += 1
+        self.size += len(raw)
+        if self.size > MAX_SCALARS_BYTES:
+            self.too_large = True
+        if not raw.strip():
+            return False
+        record = record_of(raw) if len(raw) <= MAX_LINE_BYTES else None
+        if record is None:
+            self._unreadable(raw)
+            return False
+        self.records += 1
+        step = int(record["step"])
+        self.first_step = step if self.first_step is None else min(self.first_step, step)
+        self.last_step = step if self.last_step is None else max(self.last_step, step)
+        return True
+
+    def overlong(self, head: bytes, size: int) -> None:
+        """A line of `size` bytes, over MAX_LINE_BYTES, of which the caller read `head` only."""
+        self.lines += 1
+        self.size += size
+        if self.size > MAX_SCALARS_BYTES:
+            self.too_large = True
+        self._unreadable(head)
+
+    def _unreadable(self, raw: bytes) -> None:
+        self.unreadable += 1
+        if len(self.samples) < MAX_SAMPLES:
+            text = raw[:80].decode("utf-8", "replace").rstrip()
+            self.samples.append(f"line {self.lines}: {text!r}")
+
+    def verdict(self) -> dict[str, Any]:
+        """The ingest report's `scalars` entry: {member, kept, records, unreadable_lines, steps, warning}.
+        Kept when it holds at least one record and is within MAX_SCALARS_BYTES; `warning` names what is wrong
+        (ScalarsTooLarge, ScalarsUnreadable: nothing kept; ScalarsPartlyUnreadable: kept, those lines left out)."""
+        warning = None
+        if self.too_large:
+            warning = (
+                f"ScalarsTooLarge: {self.member} holds more than {MAX_SCALARS_BYTES // 1024**2} MiB; "
+                "not kept (thin it to every Nth step)"
+            )
+        elif not self.records:
+            warning = (
+                f'ScalarsUnreadable: no line of {self.member} is a JSON object with an integer "step"'
+                + (f" ({'; '.join(self.samples)})" if self.samples else " (the file is empty)")
+                + "; not kept"
+            )
+        elif self.unreadable:
+            warning = (
+                f"ScalarsPartlyUnreadable: {self.unreadable} of {self.records + self.unreadable} lines of "
+                f'{self.member} are not a JSON object with an integer "step" and are left out '
+                f"({'; '.join(self.samples)})"
+            )
+        kept = not self.too_large and self.records > 0
+        return {
+            "member": self.member,
+            "kept": kept,
+            "records": self.records if kept else 0,
+            "unreadable_lines": self.unreadable,
+            "steps": [self.first_step, self.last_step] if kept else None,
+            "warning": warning,
+        }
+
+
+def ambiguous(members: list[str]) -> dict[str, Any]:
+    """The report entry when an archive holds more than one scalars member: none is kept."""
+    return {
+        "member": members[0],
+        "kept": False,
+        "records": 0,
+        "unreadable_lines": 0,
+        "steps": None,
+        "warning": f"ScalarsAmbiguous: {len(members)} scalars files ({', '.join(members[:4])}); "
+        "none kept: pack one scalars.jsonl at the archive's root",
+    }
