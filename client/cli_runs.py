@@ -58,6 +58,12 @@ def run_summary(run: dict[str, Any]) -> str:
 @click.option("--wait", "wait_", is_flag=True, help="Wait until the run is ready (exit 2 if ingest fails).")
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds --wait waits.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
+@click.option(
+    "--scalars",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Training scalars as JSON lines ({step, loss, grad_norm, lr, ...}) to pack with a log directory "
+    "(default: DIR/scalars.jsonl when present); the run page draws them as curves.",
+)
 @client_options
 def upload(
     path: Path,
@@ -68,13 +74,19 @@ def upload(
     wait_: bool,
     timeout: float,
     progress: bool | None,
+    scalars: Path | None,
     url: str,
     token: str | None,
     as_json: bool,
 ) -> None:
-    """Upload an fp8_log_dir (only its nvdlfw_inspect logs, packed to tar.gz) or one archive/log file."""
+    """Upload an fp8_log_dir (only its nvdlfw_inspect logs and scalars.jsonl, packed to tar.gz) or one
+    archive/log file."""
+    if scalars is not None and not path.is_dir():
+        raise click.UsageError("--scalars goes with a log directory; put scalars.jsonl into your archive instead")
     with connect(url, token) as client:
-        run = client.upload(path, name=name, project=project, tags=tags, metadata=metadata, progress=progress)
+        run = client.upload(
+            path, name=name, project=project, tags=tags, metadata=metadata, progress=progress, scalars=scalars
+        )
         duplicate_of = run.get("duplicate_of")
         if duplicate_of:
             click.echo(duplicate_note(duplicate_of, name), err=True)

@@ -84,18 +84,26 @@ class PolicyClient:
         tags: Sequence[str] | str | None = None,
         metadata: Mapping[str, Any] | None = None,
         progress: bool | None = None,
+        scalars: str | Path | None = None,
     ) -> dict[str, Any]:
         """Upload a log directory (packed to tar.gz on the fly, logs only) or one file as is; returns the run.
 
+        A directory's training scalars go with it as `scalars.jsonl` (JSON lines {"step", "loss", "grad_norm",
+        "lr", ...}): the file `scalars` names, else `path/scalars.jsonl` when present; the run page draws them.
         `progress=None` draws a bar on stderr only when stderr is a terminal. The run comes back `queued`
         (new) or in whatever state the existing run with the same bytes in the same project is.
         """
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"{path} does not exist")
+        if scalars is not None and not path.is_dir():
+            raise ValueError("scalars go with a log directory (packed together); pack them into your archive")
+        if scalars is not None and not Path(scalars).is_file():
+            raise FileNotFoundError(f"{scalars} does not exist")
         fields = _upload_fields(name, project, tags, metadata)
         if path.is_dir():
-            body, filename = pack_directory(path), f"{path.resolve().name or 'logs'}.tar.gz"
+            body = pack_directory(path, Path(scalars) if scalars is not None else None)
+            filename = f"{path.resolve().name or 'logs'}.tar.gz"
         else:
             body, filename = open(path, "rb"), path.name  # noqa: SIM115 - closed below
         show = sys.stderr.isatty() if progress is None else progress

@@ -1,7 +1,8 @@
 """What an upload body is made of: a log directory packed into a tar.gz on disk, and a byte-counting reader.
 
 Belongs here: recognising nvdlfw_inspect log paths (the same grammar as the service's `policy/log_files.py`,
-repeated because the client never imports `policy/`), packing only those files with their relative paths into
+repeated because the client never imports `policy/`), packing only those files (and the training scalars,
+`scalars.jsonl`, when there are some) with their relative paths into
 a temporary file (never the whole archive in memory), and the tiny stderr progress bar. Must not be here: HTTP.
 Packing is deterministic (sorted members, normalised owners, gzip mtime 0), so uploading the same directory
 twice sends the same bytes and the service answers with the existing run.
@@ -26,6 +27,9 @@ LOG_PATH = re.compile(
     r"(?:^|/)(?:rank_\d+/)?(?:nvdlfw_inspect_logs|nvdlfw_inspect_statistics_logs)/"
     r"nvdlfw_inspect(?:_\d{8}_\d{6})?_globalrank-\d+\.log(?:\.gz)?$"
 )
+# The training scalars (JSON lines {"step", "loss", "grad_norm", "lr", ...}) the service keeps with the run: the file
+# `fp8-policy watch --scalars` streams, packed at the archive's root (`upload --scalars FILE`, or DIR/scalars.jsonl).
+SCALARS_NAME = "scalars.jsonl"
 # Logs are text and compress well even at level 1; speed matters more than size for multi-GB logs.
 COMPRESS_LEVEL = 1
 
@@ -60,13 +64,18 @@ def _normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def pack_directory(root: Path) -> IO[bytes]:
-    """The log files under `root` as a tar.gz in an anonymous temporary file, positioned at 0.
+def pack_directory(root: Path, scalars: Path | None = None) -> IO[bytes]:
+    """The log files under `root` as a tar.gz in an anonymous temporary file, positioned at 0, with the training
+    scalars as `scalars.jsonl` at the root: the file `scalars` names, else `root/scalars.jsonl` when present.
 
     Raises NoLogFiles (before anything is sent) when the directory holds no nvdlfw_inspect logs.
     The caller closes the returned file, which deletes it.
     """
     files = find_log_files(root)
+    if scalars is None and (Path(root) / SCALARS_NAME).is_file():
+        scalars = Path(root) / SCALARS_NAME
+    if files and scalars is not None:
+        files = sorted([*files, (Path(scalars), SCALARS_NAME)], key=lambda pair: pair[1])
     if not files:
         raise NoLogFiles(
             f"{root} holds no nvdlfw_inspect log files (expected [rank_N/]nvdlfw_inspect_statistics_logs/"
