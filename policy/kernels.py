@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-_KERNEL_MODULES = ("_name_kernel", "_stats_kernel", "_summary_kernel", "_csv_kernel")
+_KERNEL_MODULES = ("_name_kernel", "_line_kernel", "_stats_kernel", "_summary_kernel", "_csv_kernel")
 _PACKAGE = "fp8_policy.policy"
 SMALL_UPLOAD_BYTES = 4 * 1024 * 1024  # uploads the interpreted kernels take while the compiled ones are not loaded
 

@@ -30,7 +30,7 @@ from fp8_policy.policy import kernels
 
 log = logging.getLogger("fp8_policy.kernels")
 
-_KERNEL_MODULES = ("_name_kernel", "_stats_kernel", "_summary_kernel", "_csv_kernel")
+_KERNEL_MODULES = ("_name_kernel", "_line_kernel", "_stats_kernel", "_summary_kernel", "_csv_kernel")
 _preparing = threading.Event()  # a background preparation has started: jobs wait for it instead of compiling
 _prepared = threading.Event()  # ... and has ended (the kernels loaded, or it failed)
 

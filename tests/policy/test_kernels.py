@@ -93,6 +93,7 @@ def test_a_twin_is_plain_python_and_its_kernels_call_each_other_as_plain_functio
     assert isinstance(twin.scan_block, types.FunctionType)
     assert isinstance(twin._parse_exact, types.FunctionType)
     assert twin.hash_name is kernels.twin("_name_kernel").hash_name  # the other twin, not numba's dispatcher
+    assert twin._parse_exact is kernels.twin("_line_kernel")._parse_exact  # inlined from there when compiled
     assert "numba" not in {type(v).__module__.split(".")[0] for v in vars(twin).values()}
 
 
@@ -110,7 +111,7 @@ def test_a_fresh_process_parses_the_esm2_log_without_compiling_a_kernel(tmp_path
     dispatcher has a compiled signature afterwards."""
     script = f"""
 import io, json
-from fp8_policy.policy import _name_kernel, _stats_kernel, _summary_kernel, kernels
+from fp8_policy.policy import _line_kernel, _name_kernel, _stats_kernel, _summary_kernel, kernels
 from fp8_policy.policy.assemble import assemble_run
 from fp8_policy.policy.metadata_log import MetadataLog
 from fp8_policy.policy.stats_log import StatsLogParser
@@ -119,7 +120,7 @@ parser.feed(io.BytesIO(open({str(ESM2_STATS)!r}, "rb").read()), "esm2")
 run = assemble_run({{0: parser.finish()}}, MetadataLog())
 compiled = [
     f"{{m.__name__}}.{{k}}"
-    for m in (_name_kernel, _stats_kernel, _summary_kernel)
+    for m in (_line_kernel, _name_kernel, _stats_kernel, _summary_kernel)
     for k, v in vars(m).items()
     if type(v).__name__ == "CPUDispatcher" and v.signatures
 ]
