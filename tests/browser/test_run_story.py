@@ -4,7 +4,7 @@
   on `activation underflows%` with the severe row boxed, and lists that layer first in the layer table (severe
   first, n/a last), instead of a pale gradient map with nothing boxed and the severe layer at the bottom.
 - A live run's timeline pages through every event (not the last screenful), and after finalize the run page
-  still shows its training scalars and the timeline.
+  still shows its training scalars (the Training curves card) and the timeline.
 
 Screenshots: test-artifacts/browser/run-boundary-demo-focus.png, live-run-timeline-paged.png,
 live-run-finished-story.png.
@@ -150,7 +150,7 @@ def test_a_live_run_pages_through_every_event_and_keeps_its_story(page, live_ser
     expect(page.locator("#view .run-meta [data-status]")).to_have_attribute("data-status", "ready", timeout=60_000)
     story = page.locator("#live-story")
     expect(story).to_be_visible(timeout=30_000)
-    expect(story.locator("#story-scalars [data-scalar=loss] svg")).to_be_visible()
+    expect(page.locator("#run-curves-charts [data-scalar=loss] svg")).to_be_visible()  # the curves card draws them
     expect(page.locator("#story-timeline-range")).to_contain_text(f"of {every['total']}")
     expect(page.locator("#story-timeline li[data-kind=scalar_spike]")).to_contain_text("step 300")
     page.wait_for_timeout(200)

@@ -53,8 +53,11 @@ function logTicks(lo, hi) {
 
 /* series: [{label, color, points: [[x, y], ...], dash}]; guides: [{value, label, color}].
  * log: logarithmic y axis (values <= 0 sit on the axis floor, said in the title); smoothing: EMA weight 0..0.99
- * (the raw series stay drawn faintly underneath). */
-export function lineChart({ series, guides = [], width, height = 300, xLabel, yLabel, unit = "", title, log = false, smoothing = 0 }) {
+ * (the raw series stay drawn faintly underneath). xDomain: [lo, hi] the x axis covers at least (charts that share
+ * an axis); marks: x values ticked under the plot (e.g. where other data was logged); onHover(x | null): the
+ * nearest x under the pointer. The returned element's cursorAt(x | null) shows the cursor there from outside. */
+export function lineChart({ series, guides = [], width, height = 300, xLabel, yLabel, unit = "", title, log = false, smoothing = 0,
+  xDomain = null, marks = [], onHover = null }) {
   const m = { top: 16, right: 96, bottom: 44, left: 64 };
   const W = Math.max(420, Math.floor(width));
   const H = height;
@@ -63,8 +66,8 @@ export function lineChart({ series, guides = [], width, height = 300, xLabel, yL
   const all = series.flatMap((sr) => sr.points.filter((p) => Number.isFinite(p[1])));
   const xs = all.map((p) => p[0]);
   const ys = all.map((p) => p[1]);
-  let x0 = Math.min(...xs);
-  let x1 = Math.max(...xs);
+  let x0 = Math.min(...xs, ...(xDomain ? [xDomain[0]] : []));
+  let x1 = Math.max(...xs, ...(xDomain ? [xDomain[1]] : []));
   if (!(x1 > x0)) x1 = x0 + 1;
   let y0;
   let y1 = Math.max(...ys);
@@ -136,6 +139,11 @@ export function lineChart({ series, guides = [], width, height = 300, xLabel, yL
     }
     return d;
   };
+  if (marks.length) {
+    const ticked = s("g", { class: "chart-marks" });
+    for (const v of marks) if (v >= x0 && v <= x1) ticked.append(s("line", { x1: X(v), x2: X(v), y1: m.top + ph - 6, y2: m.top + ph }));
+    root.append(ticked);
+  }
   const lines = s("g", { class: "chart-lines" });
   for (const sr of series) {
     if (smoothing > 0) lines.append(s("path", { d: pathOf(sr.points), class: "series-raw", stroke: sr.color }));
@@ -155,12 +163,18 @@ export function lineChart({ series, guides = [], width, height = 300, xLabel, yL
   root.append(overlay);
   const tip = h("div", { class: "chart-tip", hidden: true });
   const allX = [...new Set(xs)].sort((a, b) => a - b);
-  overlay.addEventListener("mousemove", (e) => {
-    const rect = root.getBoundingClientRect();
-    const px = ((e.clientX - rect.left) / rect.width) * W;
-    const xv = x0 + ((px - m.left) / pw) * (x1 - x0);
+  const nearest = (xv) => {
     let best = allX[0];
     for (const v of allX) if (Math.abs(v - xv) < Math.abs(best - xv)) best = v;
+    return best;
+  };
+  const hide = () => {
+    cursor.setAttribute("visibility", "hidden");
+    dots.setAttribute("visibility", "hidden");
+    tip.hidden = true;
+  };
+  const show = (best, withTip = true) => {
+    const rect = root.getBoundingClientRect();
     cursor.setAttribute("x1", X(best));
     cursor.setAttribute("x2", X(best));
     cursor.setAttribute("visibility", "visible");
@@ -175,15 +189,23 @@ export function lineChart({ series, guides = [], width, height = 300, xLabel, yL
     }
     dots.setAttribute("visibility", "visible");
     replace(tip, h("div", { class: "tip-head" }, `iteration ${fmtInt(best)}`), rows);
-    tip.hidden = false;
+    tip.hidden = !withTip;
     const left = (X(best) / W) * rect.width;
     tip.style.left = `${Math.min(left + 12, rect.width - 200)}px`;
     tip.style.top = `${m.top}px`;
+  };
+  overlay.addEventListener("mousemove", (e) => {
+    const rect = root.getBoundingClientRect();
+    const px = ((e.clientX - rect.left) / rect.width) * W;
+    const best = nearest(x0 + ((px - m.left) / pw) * (x1 - x0));
+    show(best);
+    if (onHover) onHover(best);
   });
   overlay.addEventListener("mouseleave", () => {
-    cursor.setAttribute("visibility", "hidden");
-    dots.setAttribute("visibility", "hidden");
-    tip.hidden = true;
+    hide();
+    if (onHover) onHover(null);
   });
-  return h("div", { class: "chart-wrap" }, root, tip);
+  const wrap = h("div", { class: "chart-wrap" }, root, tip);
+  wrap.cursorAt = (x) => (x === null || !allX.length ? hide() : show(nearest(x), false));
+  return wrap;
 }

@@ -1,6 +1,7 @@
 // Live run page (#/runs/<id> while the run's status is `live`): the heatmap growing as the training job's
 // statistics arrive, scale factors (scale_inv_min / _max) per layer over the iterations, the training scalars
-// (loss, grad_norm, ...) and a timeline of early-warning events and the alerts sent for them.
+// (loss, grad_norm, ...), a timeline of early-warning events and the alerts sent for them, and the run's notes and
+// tags (notes.js: editable while it trains, as on the finished run's page).
 //
 // Polling (every POLL_MS): GET /live/runs/<id>?after=<last event id> gives the status, the received file sizes and
 // the new events; the heatmap, scale and scalar charts are fetched again only when a file they read has grown
@@ -12,14 +13,15 @@
 // run page's keys, so the finalized run's heatmap opens on the same selection), scale_tensor, scale_stat.
 
 import { h, replace, $ } from "./dom.js";
-import { api, errorBox, ApiError } from "./api.js";
+import { api, qs, errorBox, ApiError } from "./api.js";
 import { fmtInt, fmtBytes, fmtDate, fmtNum, plural, runLabel } from "./format.js";
-import { statusBadge, figure, card, selectField } from "./widgets.js";
+import { statusBadge, figure, card, selectField, chip } from "./widgets.js";
 import { route, setTitle } from "./router.js";
 import { colorAt } from "./heatmap.js";
 import { lineChart } from "./chart.js";
 import { TENSORS } from "./constants.js";
 import { LINE_COLORS, eventTimeline, scalarCharts } from "./story.js";
+import { notesCard } from "./notes.js";
 
 const POLL_MS = 2000;
 const CELLS = 400; // heatmap columns asked for (the server averages more iterations into them)
@@ -56,10 +58,11 @@ export async function liveView(ctx, run, state) {
           h("a", { href: `#/runs?project=${encodeURIComponent(run.project)}` }, run.project)),
         h("h1", null, runLabel(run), " ", h("span", { class: "muted run-id" }, `#${run.id}`)),
         h("div", { class: "run-meta" }, statusBadge(run.status),
+          h("span", { class: "run-tags", id: "run-head-tags" }, run.tags.map((t) => chip(t, `#/runs${qs({ tag: t })}`))),
           h("span", { class: "muted small", title: run.created_at }, `started ${fmtDate(run.created_at)}`), " · ", updated))),
     h("div", { class: "alert alert-info", role: "status" }, h("span", { class: "live-dot", "aria-hidden": "true" }),
       " Training in progress: this page follows the statistics as they arrive. The analysis and the recommendation come once the run is finalized."),
-    figures, heat.card, scale.card, scalars.card, timeline.card);
+    figures, notesCard(ctx, run), heat.card, scale.card, scalars.card, timeline.card);
 
   let after = 0;
   let timelineLoaded = false;

@@ -22,6 +22,7 @@ import { storyCard } from "./story.js";
 import { paramsCard } from "./params.js";
 import { runActions } from "./run_actions.js";
 import { notesCard } from "./notes.js";
+import { curvesCard } from "./run_curves.js";
 
 const THRESHOLD_KEYS = ["warning", "critical", "severe"];
 // Lines skipped or duplicated above this share of the lines read are shown as a warning above the figures.
@@ -90,9 +91,10 @@ export async function runView(ctx, runId, query) {
   const recSlot = card("Recommendation", { id: "recommendation" }, loading("Computing the recommendation…"));
   const layersSlot = card("Layers", { id: "layers" }, loading("Loading layers…"));
   const ingest = ingestCard(run);
-  const storySlot = h("div", { id: "live-story-slot" }); // a run streamed live: its scalars and events (story.js)
+  const storySlot = h("div", { id: "live-story-slot" }); // a run streamed live: its events (story.js)
+  const analysisPromise = analysisOf(run.id, ctx.signal, Object.keys(thresholds).length ? thresholds : null);
   replace(view, head, ingestWarning(run, ingest), figures, paramsCard(run), notesCard(ctx, run), settingsForm(run, state, thresholds, options), heatmapSlot,
-    findingsSlot, recSlot, layersSlot, storySlot, ingest);
+    curvesCard(ctx, run, analysisPromise, state), findingsSlot, recSlot, layersSlot, storySlot, ingest);
   storyCard(ctx, run).then((el) => {
     if (el && ctx.alive()) replace(storySlot, el);
   }).catch((err) => {
@@ -103,7 +105,6 @@ export async function runView(ctx, runId, query) {
   let layersApi = null;
   const layersPromise = api(`/runs/${run.id}/layers`, { signal: ctx.signal }).catch(() => null);
   const spreadPromise = rankSpread(run, ctx.signal).catch(() => null);
-  const analysisPromise = analysisOf(run.id, ctx.signal, Object.keys(thresholds).length ? thresholds : null);
   const openLayer = (layer) => layersApi && layersApi.select(layer);
 
   analysisPromise.then(async (analysis) => {

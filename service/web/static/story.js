@@ -1,5 +1,6 @@
-// A live run's story, while it trains (live.js) and after it is finalized (the run page, run.js): the training
-// scalars it streamed (loss, grad_norm, ...) and its timeline of early-warning events with the alerts sent for them.
+// A live run's story, while it trains (live.js) and after it is finalized (the run page, run.js): the charts of the
+// training scalars it streams (loss, grad_norm, ...; live.js) and its timeline of early-warning events with the
+// alerts sent for them. A finished run's scalars are drawn by run_curves.js.
 //
 // The timeline pages through every event (GET /live/runs/<id>/events?before=<id>&limit=N, newest first): Newer /
 // Older move a page, the range says which events of how many are shown. Each event stands for one (layer, kind)
@@ -111,22 +112,14 @@ export function eventTimeline(ctx, run, { id, empty = "No early warning so far."
   return { el, refresh: load, loadAlerts, total: () => page.total };
 }
 
-/* The finished run page's card (#live-story): what the run showed while it trained live. Resolves to null for a
- * run that was uploaded whole (no scalars, no events). */
+/* The finished run page's card (#live-story): the early warnings the run raised while it trained live (its training
+ * scalars are drawn by the Training curves card, run_curves.js). Resolves to null for a run without events. */
 export async function storyCard(ctx, run) {
-  const [scalars, timeline] = [api(`/live/runs/${run.id}/scalars`, { signal: ctx.signal }),
-    eventTimeline(ctx, run, { id: "story-timeline", empty: "No early warning was raised while the run was live." })];
-  const [data] = await Promise.all([scalars, timeline.refresh()]);
-  if (!data.records && !timeline.total()) return null;
+  const timeline = eventTimeline(ctx, run, { id: "story-timeline", empty: "No early warning was raised while the run was live." });
+  await timeline.refresh();
+  if (!timeline.total()) return null;
   await timeline.loadAlerts();
-  const charts = h("div", { class: "live-scalars", id: "story-scalars" });
-  const el = card("While it trained", { id: "live-story",
-    subtitle: "This run was streamed live: the training scalars it sent and the early warnings raised on the way (kept after finalize)." },
-  h("h3", { class: "story-heading" }, "Training scalars"), charts,
+  return card("While it trained", { id: "live-story",
+    subtitle: "This run was streamed live: the early warnings raised on the way and the alerts sent for them (kept after finalize; its scalars are in Training curves)." },
   h("h3", { class: "story-heading" }, `Events and alerts (${fmtInt(timeline.total())})`), timeline.el);
-  ctx.later(() => { // once in the page: the charts take the card's width
-    const drawn = scalarCharts(data, Math.max(420, Math.floor(((charts.clientWidth || 900) - 16) / 2)));
-    replace(charts, drawn || h("p", { class: "muted" }, "No training scalars were sent (fp8-policy watch --scalars FILE)."));
-  }, 0);
-  return el;
 }
