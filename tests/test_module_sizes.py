@@ -18,7 +18,6 @@ MAX_LINES = 400
 OVER_LIMIT: dict[str, str] = {
     "service/runs/actions.py": "run reads vs upload, delete and retry",
     "service/ingest/pipeline.py": "archive jobs vs rank jobs",
-    "service/web/static/heatmap.js": "drawing vs controls",
 }
 
 
