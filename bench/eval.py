@@ -39,10 +39,11 @@ from bench.eval_cases import (
     evaluate_fixture,
     run_pipeline,
 )
-from bench.eval_configs import GEMM_DISABLE, LAYER_DISABLE, TE_FEATURES, ConfigChecker
+from bench.eval_configs import GEMM_DISABLE, LAYER_DISABLE, ConfigChecker
 from bench.eval_ingest import MAX_LINE_BYTES, log_files, parse_tree, run_data
 from bench.eval_printing import print_report
 from bench.eval_scoring import CaseScore, Totals, score, totals
+from bench.te_config_manager import TE_FEATURES
 
 __all__ = [
     "BIG_ANALYSIS_TARGET_S",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 import shlex
 import subprocess
@@ -12,67 +11,25 @@ from typing import Any
 import yaml
 
 from bench import eval_bf16
+from bench.te_config_manager import TeConfigManager
 from fp8_policy.policy.records import PolicyDecision
 from fp8_policy.policy.render import FORMATS, render
 
-TE_FEATURES: tuple[str, ...] = (
-    "LogTensorStats",
-    "LogFp8TensorStats",
-    "LogNvfp4TensorStats",
-    "DisableFP8GEMM",
-    "DisableFP8Layer",
-    "DisableQuantizationGEMM",
-    "DisableQuantizationLayer",
-    "PerTensorScaling",
-    "FakeQuant",
-    "DumpTensors",
-)
 LAYER_DISABLE = frozenset({"DisableFP8Layer", "DisableQuantizationLayer"})
 GEMM_DISABLE = frozenset({"DisableFP8GEMM", "DisableQuantizationGEMM"})
 
 
-class ConfigChecker:
+class ConfigChecker(TeConfigManager):
     """Checks rendered artifacts; te-yaml through nvdlfw_inspect's real ConfigManager (use as a context manager)."""
 
     def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
+        super().__init__(workdir)
         self._torch_linear: Any = None
-
-    def __enter__(self) -> ConfigChecker:
-        from nvdlfw_inspect import logging as nv_logging
-        from nvdlfw_inspect.config_manager import ConfigManager
-        from nvdlfw_inspect.registry import NamespaceData
-
-        self._nv_logging, self._manager = nv_logging, ConfigManager
-        self._previous_logger = nv_logging.LOGGER
-        self._nv_logger = logging.getLogger("nvdlfw_inspect")
-        self._previous_handlers = list(self._nv_logger.handlers)
-        nv_logging.initialize_logger(str(self.workdir / "nvdlfw_logs"))
-        self.registry = {
-            "base": NamespaceData("base", None, features={"LogTensorStats": object()}),
-            "transformer_engine": NamespaceData(
-                "transformer_engine", None, features={name: object() for name in TE_FEATURES}
-            ),
-        }
-        ConfigManager.reset()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._manager.reset()
-        for handler in list(self._nv_logger.handlers):
-            if handler not in self._previous_handlers:
-                self._nv_logger.removeHandler(handler)
-                handler.close()
-        self._nv_logging.LOGGER = self._previous_logger
 
     # -- te-yaml
     def check_te_yaml(self, text: str, decision: PolicyDecision) -> list[str]:
-        manager = self._manager
-        path = self.workdir / "te_debug.yaml"
-        path.write_text(text)
-        manager.reset()
         try:
-            manager._load_config(str(path), registry_data=self.registry)
+            manager = self.load(text)
         except Exception as exc:  # AssertionError for unknown features / missing fields, yaml errors, ...
             return [f"ConfigManager rejected the file: {type(exc).__name__}: {exc}"]
         errors: list[str] = []

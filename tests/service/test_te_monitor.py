@@ -4,7 +4,6 @@ asserts when LogFp8TensorStats watches a layer that runs outside FP8) and no Dis
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,51 +11,19 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
+from bench.te_config_manager import TE_FEATURES, TeConfigManager
 from tests.archives import ESM2, esm2_tar_gz
 from tests.conftest import wait_for_run
 
-TE_FEATURES = (
-    "LogTensorStats",
-    "LogFp8TensorStats",
-    "LogNvfp4TensorStats",
-    "DisableFP8GEMM",
-    "DisableFP8Layer",
-    "DisableQuantizationGEMM",
-    "DisableQuantizationLayer",
-)
 QUANT_FEATURES = {"LogFp8TensorStats", "LogNvfp4TensorStats"}
+LOG_AND_DISABLE = tuple(name for name in TE_FEATURES if name.startswith(("Log", "Disable")))
 
 
 @pytest.fixture
 def config_manager(tmp_path: Path) -> Iterator[object]:
-    """`load(text)` -> nvdlfw_inspect's real ConfigManager with the TE feature names registered."""
-    from nvdlfw_inspect import logging as nv_logging
-    from nvdlfw_inspect.config_manager import ConfigManager
-    from nvdlfw_inspect.registry import NamespaceData
-
-    previous_logger = nv_logging.LOGGER
-    nv_logger = logging.getLogger("nvdlfw_inspect")
-    previous_handlers = list(nv_logger.handlers)
-    nv_logging.initialize_logger(str(tmp_path / "nvdlfw_logs"))
-    registry = {
-        "base": NamespaceData("base", None, features={"LogTensorStats": object()}),
-        "transformer_engine": NamespaceData("transformer_engine", None, features=dict.fromkeys(TE_FEATURES, object())),
-    }
-
-    def load(text: str):
-        path = tmp_path / "te_monitor.yaml"
-        path.write_text(text)
-        ConfigManager.reset()
-        ConfigManager._load_config(str(path), registry_data=registry)
-        return ConfigManager
-
-    yield load
-    ConfigManager.reset()
-    for handler in list(nv_logger.handlers):
-        if handler not in previous_handlers:
-            nv_logger.removeHandler(handler)
-            handler.close()
-    nv_logging.LOGGER = previous_logger
+    """`load(text)` -> nvdlfw_inspect's real ConfigManager with TE's Log* and Disable* feature names registered."""
+    with TeConfigManager(tmp_path, LOG_AND_DISABLE) as manager:
+        yield lambda text: manager.load(text, "te_monitor.yaml")
 
 
 @pytest.mark.skipif(not ESM2.is_dir(), reason="bionemo fixtures not available")

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from bench.te_config_manager import TeConfigManager
 from tests.client.apply import fake_te
 
 
@@ -36,35 +37,6 @@ def no_te(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def nvdlfw_config(tmp_path) -> Iterator[object]:
-    """nvdlfw_inspect's real ConfigManager (logger initialised, registry of base + TE feature names)."""
-    from nvdlfw_inspect.config_manager import ConfigManager
-    from nvdlfw_inspect.logging import initialize_logger
-    from nvdlfw_inspect.registry import NamespaceData
-
-    initialize_logger(str(tmp_path / "nvdlfw"))
-    te_features = [
-        "LogTensorStats",
-        "LogFp8TensorStats",
-        "LogNvfp4TensorStats",
-        "DisableFP8GEMM",
-        "DisableFP8Layer",
-        "DisableQuantizationGEMM",
-        "DisableQuantizationLayer",
-        "PerTensorScaling",
-        "FakeQuant",
-        "DumpTensors",
-    ]
-    registry = {
-        "base": NamespaceData("base", None, features={"LogTensorStats": object()}),
-        "transformer_engine": NamespaceData(
-            "transformer_engine", None, features={name: object() for name in te_features}
-        ),
-    }
-    ConfigManager.reset()
-
-    def load(path):
-        ConfigManager._load_config(path, registry_data=registry)
-        return ConfigManager
-
-    yield load
-    ConfigManager.reset()
+    """`load(path)` -> nvdlfw_inspect's real ConfigManager (logger initialised, registry of base + TE feature names)."""
+    with TeConfigManager(tmp_path) as manager:
+        yield manager.load_file
