@@ -114,8 +114,9 @@ def read_scalars(
     settings: SettingsDep,
     limit: Annotated[int, Query(ge=1, le=100_000, description="The last this many scalar records.")] = 20_000,
 ) -> ScalarsRead:
-    """The training scalars the run streamed (`scalars.jsonl`: loss, grad_norm, ...) as series per name, while it
-    is live and after it is finalized (they are stored with the run)."""
+    """The training scalars of the run (`scalars.jsonl`: loss, grad_norm, ...) as series per name: those a live
+    run streamed, while it is live and after it is finalized, and those an uploaded archive carried (its
+    `scalars.jsonl` member, kept at ingest; `ingest_report.scalars` says what was kept). None: `records` 0."""
     run = get_run(session, run_id)
     store = request.app.state.ingest.store
     return ScalarsRead(run_id=run_id, **story.scalar_series(store, settings.data_dir, run, limit))

@@ -4,7 +4,9 @@ Belongs here: keeping the scalars a job streamed (`scalars.jsonl`) with the run 
 them back for a live or a finished run, and paging through a run's events. While the run is live the scalars
 are read from the received file (`<data_dir>/live/<run_id>/`); finalize copies that file into the archive store
 next to the run's upload (`runs/<run_id>/scalars.jsonl`), so any API process serves it afterwards and deleting
-the run deletes it. The events stay in `live_events` (db/live.py) for the run's lifetime.
+the run deletes it. An uploaded archive's `scalars.jsonl` member is kept under the same key by its ingest
+(service/ingest/scalars.py), so `scalar_series` serves an uploaded run's scalars the same way. The events stay in
+`live_events` (db/live.py) for the run's lifetime.
 """
 
 from __future__ import annotations
