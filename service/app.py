@@ -37,6 +37,7 @@ from fp8_policy.service.storage import install_storage_handlers, sweep_stale_par
 from fp8_policy.service.transport.body import BodyTimeoutMiddleware
 from fp8_policy.service.transport.overload import install_overload_handlers
 from fp8_policy.service.transport.uploads import UploadGate
+from fp8_policy.service.visual.compare_runs_routes import router as compare_runs_router
 from fp8_policy.service.visual.pool import Renderer
 from fp8_policy.service.visual.routes import router as visual_router
 from fp8_policy.service.web.routes import router as web_router
@@ -75,10 +76,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         background, poll_seconds=settings.alert_poll_seconds, allow_private=settings.webhook_allow_private
     )
     app.state.alerts = alerts
-    if settings.load_demo:
-        from fp8_policy.service.demo import load_demo_runs
+    if settings.load_demo:  # generating and queueing the demo runs takes seconds: the service answers meanwhile
+        from fp8_policy.service.demo import load_demo_runs_in_background
 
-        load_demo_runs(app)
+        load_demo_runs_in_background(app)
     try:
         yield
     finally:
@@ -120,6 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(retry_router, responses=AUTH_RESPONSES)
     app.include_router(analysis_router, responses=AUTH_RESPONSES)
     app.include_router(visual_router, responses=AUTH_RESPONSES)
+    app.include_router(compare_runs_router, responses=AUTH_RESPONSES)
     app.include_router(live_router, responses=AUTH_RESPONSES)
     app.include_router(alerts_router, responses=AUTH_RESPONSES)
     app.include_router(live_heatmap_router, responses=AUTH_RESPONSES)

@@ -92,6 +92,10 @@ class InvalidThresholds(BadRequest):
     """Analysis thresholds that are unknown, not numbers, or inconsistent."""
 
 
+class InvalidRunSelection(BadRequest):
+    """A compare of fewer than 2 or more than 8 runs, a run named twice, or ids that are not run ids."""
+
+
 class InvalidOverrides(BadRequest):
     """Recommendation overrides (BF16 layers, GPU, TE version) that do not apply to the run."""
 

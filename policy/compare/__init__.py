@@ -1,8 +1,10 @@
-"""Comparing two runs on the policy side: problems that followed a moved BF16 boundary (`boundary`), the two
-recommendations side by side (`recommendations`) and changes with a noise floor (`changes`).
+"""Comparing runs on the policy side: problems that followed a moved BF16 boundary (`boundary`), two runs'
+recommendations side by side (`recommendations`), changes with a noise floor (`changes`), 2-8 runs' verdicts,
+recommendations and per-layer precisions side by side (`runs`), and one metric of several runs on one iteration
+axis (`overlay`).
 
 Belongs here: pure functions over `Analysis` / `Recommendation`. Must not be here: loading runs, HTTP, images
-(the service's `visual/compare.py` does those and calls these).
+(the service's `visual/compare.py` and `visual/compare_runs.py` do those and call these).
 """
 
 from __future__ import annotations

@@ -1,16 +1,17 @@
 """Serve the dashboard: `/` is the single-page app, `/static/<file>` its assets (no CDN, no build step).
 
-The app routes by URL hash (`#/runs`, `#/runs/<id>`, `#/compare?base=&head=`, `#/upload`), so the server only
-ever hands out index.html and the files in `static/`. The asset list is fixed at import time: a request can
-only name one of those files, never a path.
+The app routes by URL hash (`#/runs`, `#/runs/<id>`, `#/compare?runs=`, `#/upload`), so the server only ever
+hands out index.html and the files in `static/`, and sends `/compare?runs=` on to `/#/compare?runs=`. The asset
+list is fixed at import time: a request can only name one of those files, never a path.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote, urlencode
 
-from fastapi import APIRouter
-from fastapi.responses import FileResponse
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, RedirectResponse
 
 from fp8_policy.service.errors import NotFound
 
@@ -42,6 +43,15 @@ def _file(name: str) -> FileResponse:
 def index() -> FileResponse:
     """The dashboard (runs list, run page, compare, upload)."""
     return _file("index.html")
+
+
+@router.get("/compare")
+def compare_page(request: Request) -> RedirectResponse:
+    """`/compare?runs=3,5,9` (or the two-run `?base=&head=`): a link to the dashboard's compare view that needs no
+    `#`; it answers with the view's address, `/#/compare?runs=3,5,9`. Other parameters are dropped."""
+    kept = [(key, value) for key, value in request.query_params.multi_items() if key in ("runs", "base", "head")]
+    query = urlencode(kept, safe=",", quote_via=quote)
+    return RedirectResponse("/#/compare" + (f"?{query}" if query else ""), status_code=307)
 
 
 @router.get("/static/{name}")
