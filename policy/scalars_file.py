@@ -34,10 +34,12 @@ def is_scalars_member(relpath: str) -> bool:
 def record_of(raw: bytes) -> dict[str, Any] | None:
     """The record of one line: a JSON object with an integer `step`; None for anything else."""
     try:
-        record = json.loads(raw)
+        record: object = json.loads(raw)
     except (ValueError, RecursionError):
         return None
-    step = record.get("step") if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        return None
+    step = record.get("step")
     if not isinstance(step, int) or isinstance(step, bool):
         return None
     return record
