@@ -9,8 +9,12 @@ hint (tests/test_console_script.py checks this module imports with the server's 
 
 from __future__ import annotations
 
+import logging
+import socket
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,7 +23,10 @@ from fp8_policy.service.auth.cli import token
 from fp8_policy.service.ingest.cli import worker
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from fp8_policy.service.settings import Settings
+    from fp8_policy.service.transport.starting import StartingResponder
 
 
 @click.group(cls=ClosedPipeGroup)
@@ -84,22 +91,53 @@ def serve(
     limit_concurrency: int | None,
 ) -> None:
     """Start the API with uvicorn (on a non-loopback --host only once an access token exists)."""
-    from fp8_policy.service.app import create_app
-    from fp8_policy.service.settings import get_settings
-    from fp8_policy.service.transport.server import raise_descriptor_limit, uvicorn_config
-    from fp8_policy.service.transport.shutdown import BoundedShutdownServer
+    from fp8_policy.service.transport import starting
 
-    settings = get_settings()
-    if demo is not None:
-        settings = settings.model_copy(update={"load_demo": demo})
-    if ingest is not None:
-        settings = settings.model_copy(update={"ingest_in_process": ingest})
+    try:  # first of all: the port answers /healthz with 503 "starting" while the rest loads (transport/starting.py)
+        sockets = starting.listen(host, port)
+    except OSError as exc:
+        click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        sys.exit(3)  # uvicorn's exit status when it cannot bind (STARTUP_FAILURE)
+    responder = starting.StartingResponder(sockets).start()
     limits = {
         "header_timeout": header_timeout,
         "body_timeout": body_timeout,
         "max_concurrent_uploads": max_uploads,
         "limit_concurrency": limit_concurrency,
     }
+    try:
+        _serve(sockets, responder, host, port, demo, migrate, log_level, ingest, allow_anonymous, limits)
+    finally:
+        responder.stop()
+        for sock in sockets:
+            sock.close()
+
+
+def _serve(
+    sockets: list[socket.socket],
+    responder: StartingResponder,
+    host: str,
+    port: int,
+    demo: bool | None,
+    migrate: bool,
+    log_level: str,
+    ingest: bool | None,
+    allow_anonymous: bool,
+    limits: dict[str, float | int | None],
+) -> None:
+    """`serve` once its sockets are bound: settings, migrations, the access check, the app; uvicorn then takes
+    the sockets over from `responder` as soon as the app's lifespan has started."""
+    from fp8_policy.service.app import create_app
+    from fp8_policy.service.settings import get_settings
+    from fp8_policy.service.transport.server import raise_descriptor_limit, uvicorn_config
+    from fp8_policy.service.transport.shutdown import BoundedShutdownServer
+    from fp8_policy.service.transport.starting import url
+
+    settings = get_settings()
+    if demo is not None:
+        settings = settings.model_copy(update={"load_demo": demo})
+    if ingest is not None:
+        settings = settings.model_copy(update={"ingest_in_process": ingest})
     settings = settings.model_copy(update={k: v for k, v in limits.items() if v is not None})
     if migrate:
         _upgrade(settings)
@@ -107,8 +145,24 @@ def serve(
     descriptors = raise_descriptor_limit()
     app = create_app(settings)
     app.state.long_running = True
+    _hand_over_when_started(app, responder, url(sockets))
     config = uvicorn_config(app, settings, host=host, port=port, log_level=log_level, descriptors=descriptors)
-    BoundedShutdownServer(config).run()  # SIGTERM: stopped within 4 s, in-flight ingest resumes at the next start
+    # SIGTERM: stopped within 4 s, in-flight ingest resumes at the next start
+    BoundedShutdownServer(config).run(sockets=sockets)
+
+
+def _hand_over_when_started(app: FastAPI, responder: StartingResponder, url: str) -> None:
+    """Stop the start-up responder once the app's lifespan has started: uvicorn accepts on the sockets next."""
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[Any]:
+        async with inner(app) as state:
+            responder.stop()
+            logging.getLogger("uvicorn.error").info("fp8-policy serving on %s", url)
+            yield state
+
+    app.router.lifespan_context = lifespan
 
 
 @cli.group()

@@ -1,6 +1,7 @@
 """Demo data for `make run`: planted-pattern runs from policy/synthetic/, plus the real bionemo
 fixture logs when ../shared is next to the checkout. Loaded through the normal upload path
-(archive on disk -> queued run -> background ingest) only when the database has no runs yet.
+(archive on disk -> queued run -> background ingest) only when the database has no runs yet, in a thread of
+its own that the service's start-up does not wait for (generating and packing them takes ~1.5 s of CPU).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import hashlib
 import logging
 import tarfile
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from fastapi import FastAPI
 from fp8_policy.db.repositories import RunRepository
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
 from fp8_policy.service.ingest.upload import ReceivedUpload, new_upload_path
-from fp8_policy.service.runs import actions
+from fp8_policy.service.runs import writes
 
 log = logging.getLogger("fp8_policy.demo")
 DEMO_PROJECT = "demo"
@@ -34,6 +36,21 @@ DEMO_SCENARIOS = (
     "scale_instability",
 )
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "bionemo"
+
+
+def load_demo_runs_in_background(app: FastAPI) -> threading.Thread:
+    """`load_demo_runs` in a daemon thread, kept as `app.state.demo_loader` (join it to wait for the queueing)."""
+
+    def load() -> None:
+        try:
+            load_demo_runs(app)
+        except Exception:  # a stopped service's engine, a full disk: the demo is optional
+            log.exception("loading the demo runs failed")
+
+    thread = threading.Thread(target=load, name="demo-runs", daemon=True)
+    app.state.demo_loader = thread
+    thread.start()
+    return thread
 
 
 def load_demo_runs(app: FastAPI) -> list[int]:
@@ -71,7 +88,7 @@ def _queue(app: FastAPI, tree: Path, name: str, tags: tuple[str, ...]) -> int:
     upload = ReceivedUpload(archive, digest, archive.stat().st_size, f"{name}.tar.gz")
     fields = {"name": name, "project": DEMO_PROJECT, "tags": ",".join(tags)}
     with app.state.unit_of_work() as session:
-        run, created = actions.create_run(session, settings.data_dir, upload, fields, store=app.state.ingest.store)
+        run, created = writes.create_run(session, settings.data_dir, upload, fields, store=app.state.ingest.store)
         run_id = run.id
     if created:
         app.state.ingest.submit(run_id)

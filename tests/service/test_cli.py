@@ -63,15 +63,20 @@ def test_serve_starts_uvicorn_on_the_given_port_with_a_migrated_database(tmp_pat
     )
     try:
         deadline = time.monotonic() + 60
-        health = None
+        health, starting = None, []
         while time.monotonic() < deadline and server.poll() is None:
             try:
                 health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
-                break
             except httpx.TransportError:
                 time.sleep(0.2)
+                continue
+            if health.status_code == 200:
+                break
+            starting.append((health.status_code, health.json()["status"]))  # answered while the app loads
+            time.sleep(0.05)
         assert health is not None and health.status_code == 200, "service did not answer /healthz"
         assert health.json() == {"status": "ok", "database": "ok"}
+        assert set(starting) <= {(503, "starting")}, "before it is ready, /healthz says so"
         listing = httpx.get(f"http://127.0.0.1:{port}/api/v1/runs", timeout=5)
         assert listing.status_code == 200
         assert listing.json() == {"items": [], "next_cursor": None}
@@ -90,7 +95,7 @@ def test_serve_marks_its_app_long_running_and_a_plain_app_is_not(tmp_path: Path,
     from fp8_policy.service.app import create_app
 
     served = []
-    monkeypatch.setattr(uvicorn.Server, "run", lambda self: served.append(self.config.app))
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: served.append(self.config.app))
     monkeypatch.setenv("FP8_POLICY_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("FP8_POLICY_DATABASE_URL", raising=False)
     get_settings.cache_clear()

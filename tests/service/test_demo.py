@@ -17,6 +17,7 @@ def test_demo_runs_are_queued_once_and_become_ready_with_their_planted_patterns(
     upgrade(url)
     settings = Settings(_env_file=None, data_dir=tmp_path / "data", database_url=url, load_demo=True)
     with TestClient(create_app(settings)) as client:
+        client.app.state.demo_loader.join(timeout=180)  # queued in the background: start-up does not wait for it
         client.app.state.ingest.wait_idle(timeout=180)
         runs = client.get("/api/v1/runs", params={"project": "demo", "limit": 100}).json()["items"]
         fixtures = sum((FIXTURES / name).is_dir() for name in ("dummy_logs_esm2", "dummy_logs_llama3"))

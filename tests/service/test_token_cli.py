@@ -108,7 +108,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
     import uvicorn
 
     from fp8_policy.service import app as app_module
-    from fp8_policy.service.transport import shutdown
+    from fp8_policy.service.transport import shutdown, starting
 
     started: list[Settings] = []
     real_create_app = app_module.create_app
@@ -121,10 +121,11 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
         def __init__(self, _config: object) -> None:
             pass
 
-        def run(self) -> None:
+        def run(self, sockets: object = None) -> None:
             pass
 
     monkeypatch.setattr(app_module, "create_app", recording_create_app)
+    monkeypatch.setattr(starting, "listen", lambda host, port: [])  # `serve` binds first: not port 8000 for real
     monkeypatch.setattr(uvicorn, "Server", NotServing)
     monkeypatch.setattr(shutdown, "BoundedShutdownServer", NotServing)  # what `serve` runs (a uvicorn.Server)
     return started

@@ -1,0 +1,72 @@
+"""What answers while `fp8-policy serve` starts (service/transport/starting.py): 503 "starting" on the bound port,
+never a claim of health, and the sockets left listening for uvicorn when it stops."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+import pytest
+
+from fp8_policy.service.transport.starting import StartingResponder, listen, url
+
+
+@pytest.fixture
+def responder():
+    sockets = listen("127.0.0.1", 0)
+    responder = StartingResponder(sockets).start()
+    try:
+        yield responder, url(sockets)
+    finally:
+        responder.stop()
+        for sock in sockets:
+            sock.close()
+
+
+def test_healthz_says_starting_with_503(responder) -> None:
+    _, base = responder
+    answer = httpx.get(f"{base}/healthz?verbose=1")
+    assert answer.status_code == 503
+    assert answer.json()["status"] == "starting"
+    assert answer.headers["retry-after"] == "1"
+
+
+def test_other_requests_are_refused_with_retry_after_and_a_page_for_browsers(responder) -> None:
+    _, base = responder
+    api = httpx.get(f"{base}/api/v1/runs")
+    assert (api.status_code, api.json()["error"], api.headers["retry-after"]) == (503, "Starting", "1")
+    page = httpx.get(f"{base}/", headers={"Accept": "text/html,application/xhtml+xml"})
+    assert page.status_code == 503 and page.headers["content-type"].startswith("text/html")
+    assert 'http-equiv="refresh"' in page.text
+    head = httpx.head(f"{base}/healthz")
+    assert head.status_code == 503 and head.content == b""
+
+
+def test_an_upload_during_start_up_gets_the_503_not_a_reset(responder) -> None:
+    _, base = responder
+    answer = httpx.post(f"{base}/api/v1/runs", files={"file": ("run.log", b"x" * 300_000)})
+    assert (answer.status_code, answer.json()["error"]) == (503, "Starting")
+
+
+def test_stopped_it_leaves_the_port_listening_for_the_next_server(responder) -> None:
+    started, base = responder
+    started.stop()
+    started.stop()  # idempotent
+    port = int(base.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as connection:  # queued in the backlog
+        connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        connection.settimeout(0.5)
+        with pytest.raises(TimeoutError):  # nobody answers any more: the next server will
+            connection.recv(1)
+
+
+def test_listen_binds_every_address_of_a_name_and_refuses_a_taken_port() -> None:
+    sockets = listen("localhost", 0)
+    try:
+        assert {sock.family for sock in sockets} <= {socket.AF_INET, socket.AF_INET6} and sockets
+        port = sockets[0].getsockname()[1]
+        with pytest.raises(OSError):
+            listen("127.0.0.1", port) if sockets[0].family == socket.AF_INET else listen("::1", port)
+    finally:
+        for sock in sockets:
+            sock.close()
