@@ -97,12 +97,20 @@ def test_every_operation_answers_within_its_documented_schema(case, server: str)
     if case.path.endswith("/series") and case.query and len(str(case.query.get("layer", ""))) % 2 == 0:
         # half of the series requests ask for a series that exists (with NaN and ±inf points)
         layer = NONFINITE_LAYERS[len(str(case.query.get("tensor", ""))) % len(NONFINITE_LAYERS)]
-        case.path_parameters["run_id"] = NONFINITE[0]
+        if case.path_parameters and "run_id" in case.path_parameters:
+            case.path_parameters["run_id"] = NONFINITE[0]
+        else:  # /compare/series: the run with that layer and another one
+            case.query["runs"] = f"{NONFINITE[0]},{RUN_IDS[0]}"
         case.query.update(layer=layer, tensor="gradient", stat="underflows%")
     if case.query:
         for name in ("base", "head"):
             if name in case.query:
                 case.query[name] = _known_run(case.query[name])
+        runs = case.query.get("runs")
+        if isinstance(runs, str) and len(runs) % 2 == 0 and not case.path.endswith("/series"):
+            # half of the compare requests name 2-8 of the stored runs (the others stay as drawn)
+            count = 2 + len(runs) % 7
+            case.query["runs"] = ",".join(str(run_id) for run_id in RUN_IDS[:count])
     token = os.environ.get("FP8_POLICY_FUZZ_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else None
     with requests.Session() as session:
