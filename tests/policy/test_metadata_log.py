@@ -9,6 +9,7 @@ import pytest
 from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
 from fp8_policy.policy.names import split_metric_name
 from fp8_policy.policy.records import LayerPlan, Precision
+from fp8_policy.policy.synthetic import PLAN_ORDER
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared/fixtures/bionemo"
 METADATA_LOGS = {
@@ -19,17 +20,10 @@ needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"real bionemo
 
 TS = "2026-11-21 23:19:16,265 - INFO - "
 QKV = "model.module.decoder.layers.3.self_attention.linear_qkv"
-GEMMS = [
-    ("activation", "fprop"),
-    ("activation", "wgrad"),
-    ("weight", "fprop"),
-    ("weight", "dgrad"),
-    ("gradient", "dgrad"),
-    ("gradient", "wgrad"),
-]
+GEMMS = PLAN_ORDER
 
 
-def _plan_lines(layer: str, plan: str, gemms: list[tuple[str, str]] = GEMMS) -> list[str]:
+def _plan_lines(layer: str, plan: str, gemms: tuple[tuple[str, str], ...] = GEMMS) -> list[str]:
     return [f"{TS}LAYER={layer}: Tensor: {tensor}, gemm {gemm} - {plan}" for tensor, gemm in gemms]
 
 

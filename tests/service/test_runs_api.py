@@ -21,6 +21,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
+from fp8_policy.policy.synthetic import PLAN_ORDER
 from tests.archives import (
     ESM2_STATS,
     LLAMA3_STATS,
@@ -552,17 +553,7 @@ class TestListLayers:
             ("head", None, "lm_head.dense", "high", False, False, []),
         ]
         assert set(layers[25]["plans"].values()) == {"High Precision"}
-        assert layers[0]["plans"] == {
-            f"{t}/{g}": "FP8 Quantize"
-            for t, g in (
-                ("activation", "fprop"),
-                ("activation", "wgrad"),
-                ("weight", "fprop"),
-                ("weight", "dgrad"),
-                ("gradient", "dgrad"),
-                ("gradient", "wgrad"),
-            )
-        }
+        assert layers[0]["plans"] == {f"{tensor}/{gemm}": "FP8 Quantize" for tensor, gemm in PLAN_ORDER}
 
     def test_layernorm_qkv_summaries_match_a_direct_computation_from_the_log(
         self, client: TestClient, project: str

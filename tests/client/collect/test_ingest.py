@@ -11,20 +11,11 @@ from torch import nn
 
 from fp8_policy.client.packing import pack_directory
 from fp8_policy.collect import FP8StatsCollector
+from fp8_policy.policy.synthetic import PLAN_ORDER
 from tests.conftest import wait_for_run
 
 RUNS = "/api/v1/runs"
-PLAN_KEYS = {
-    f"{t}/{g}"
-    for t, g in (
-        ("activation", "fprop"),
-        ("activation", "wgrad"),
-        ("weight", "fprop"),
-        ("weight", "dgrad"),
-        ("gradient", "dgrad"),
-        ("gradient", "wgrad"),
-    )
-}
+PLAN_KEYS = {f"{tensor}/{gemm}" for tensor, gemm in PLAN_ORDER}  # the six plan lines TE writes per GEMM layer
 
 
 class Block(nn.Module):
