@@ -40,6 +40,17 @@ class TestArchiveStore:
         assert not store.exists("runs/7/upload.bin")
         store.delete_prefix("runs/7")  # absent: nothing happens
 
+    def test_delete_removes_one_file_and_leaves_its_neighbours(self, store: ArchiveStore, tmp_path: Path) -> None:
+        for key in ("runs/8/upload.bin", "runs/8/scalars.jsonl"):
+            source = tmp_path / "part"
+            source.write_bytes(key.encode())
+            store.put_file(source, key)
+
+        store.delete("runs/8/scalars.jsonl")
+
+        assert not store.exists("runs/8/scalars.jsonl") and store.exists("runs/8/upload.bin")
+        store.delete("runs/8/scalars.jsonl")  # absent: nothing happens
+
     def test_a_missing_key_is_archive_missing(self, store: ArchiveStore) -> None:
         with pytest.raises(ArchiveMissing):
             store.open("runs/404/upload.bin")
