@@ -46,8 +46,8 @@ from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
 from fp8_policy.service.live import story
 from fp8_policy.service.live.pieces import Piece, Region, as_piece, last_newline
-from fp8_policy.service.runs.actions import _store_upload_file as store_upload_file  # the one way uploads are stored
-from fp8_policy.service.runs.actions import parse_upload_fields
+from fp8_policy.service.runs.writes import _store_upload_file as store_upload_file  # the one way uploads are stored
+from fp8_policy.service.runs.writes import parse_upload_fields
 
 LIVE = RunStatus.live
 SCALARS_STATE_KEY = "__scalars__"  # the scalar detectors' state, next to the per-series states

@@ -1,7 +1,7 @@
 """`POST /api/v1/runs/{id}/retry`: queue the ingest of a failed run again, from its stored upload.
 
 A run that failed for a server-side reason (a full disk, a crash) can be retried without deleting it; uploading
-the same bytes again does the same for those reasons (service/runs/actions.py: RETRY_ERRORS). Here the user
+the same bytes again does the same for those reasons (service/runs/writes.py: RETRY_ERRORS). Here the user
 asks explicitly, so any failed run is retried as long as its upload is still stored.
 """
 

@@ -16,7 +16,7 @@ from fp8_policy.service.errors import ErrorBody
 from fp8_policy.service.ingest.upload import ReceivedUpload, new_upload_path, receive_upload
 from fp8_policy.service.limits import check_rank
 from fp8_policy.service.openapi import error_responses
-from fp8_policy.service.runs import actions
+from fp8_policy.service.runs import actions, writes
 from fp8_policy.service.runs.schemas import (
     DuplicateOf,
     LayerRead,
@@ -87,7 +87,7 @@ def _store_upload(
     """The blocking part of an upload (in a worker thread): store the run, queue its ingest."""
     try:
         with state.unit_of_work() as session:
-            stored = actions.store_upload(
+            stored = writes.store_upload(
                 session, settings.data_dir, upload, fields, uploaded_by, store=state.ingest.store
             )
             read = actions.run_read(stored.run)
@@ -138,7 +138,7 @@ def edit_run(run_id: int, body: RunEdit, session: SessionDep) -> RunRead:
 @router.delete("/{run_id}", status_code=204, dependencies=[ADMIN], responses=ERRORS)
 def delete_run(run_id: int, request: Request, session: SessionDep, settings: SettingsDep) -> Response:
     """Delete a run, its metrics and its uploaded archive."""
-    actions.delete_run(session, settings.data_dir, run_id, store=request.app.state.ingest.store)
+    writes.delete_run(session, settings.data_dir, run_id, store=request.app.state.ingest.store)
     return Response(status_code=204)
 
 
