@@ -124,10 +124,13 @@ def test_runs_without_a_common_layer_are_incomparable_up_front(page, live_server
     banner = page.locator("#compare-incomparable")
     expect(banner).to_contain_text("cannot be compared layer by layer")
     expect(banner).to_contain_text("no layer in common")
-    # It comes before everything else that compares, and nothing layer-wise is drawn.
-    order = page.evaluate("""() => [...document.querySelectorAll('#compare-result > *')].map(
+    # It comes before everything else that compares, and nothing layer-wise is drawn; the view of the runs side by
+    # side says it first too.
+    order = page.evaluate("""() => [...document.querySelectorAll('#compare-pair > *')].map(
         (el) => el.id || el.className)""")
     assert order[:2] == ["sides", "compare-incomparable"], order
+    first = page.locator("#compare-result > *").first
+    expect(first.locator("#compare-multi-incomparable")).to_contain_text("share no layer")
     expect(page.locator("#compare-layers")).to_have_count(0)
     expect(page.locator("#compare-img")).to_have_count(0)
     expect(page.locator("#compare-recs")).to_have_count(0)

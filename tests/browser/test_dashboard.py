@@ -239,17 +239,17 @@ def test_compare_page_shows_image_deltas_and_summary(page, live_server, seeded_r
     expect(page.locator("#compare-selected")).to_be_enabled()
     shot(page, "compare-01-picked-in-list")
     page.click("#compare-selected")
-    expect(page).to_have_url(re.compile(rf"#/compare\?base={base}&head={head}$"))
+    expect(page).to_have_url(re.compile(rf"#/compare\?runs={base},{head}(&|$)"))
 
-    # The compare page's own selectors, swapped.
+    # The compare page's own picker: add the runs the other way round, then swap them.
     page.goto(f"{live_server.url}/#/compare")
-    expect(page.locator(".empty-state")).to_contain_text("Pick two runs")
-    page.select_option("#compare-base", str(head))
-    page.select_option("#compare-head", str(base))
-    page.click("button.swap")
-    expect(page.locator("#compare-base")).to_have_value(str(base))
-    page.click("#compare-go")
-    expect(page).to_have_url(re.compile(rf"base={base}&head={head}"))
+    expect(page.locator(".empty-state")).to_contain_text("Pick runs to compare")
+    page.select_option("#compare-add", str(head))
+    expect(page.locator(".empty-state")).to_contain_text("Pick one more run")
+    page.select_option("#compare-add", str(base))
+    expect(page).to_have_url(re.compile(rf"runs={head},{base}(&|$)"))
+    page.click(f"#compare-chosen li[data-run='{base}'] .make-ref")
+    expect(page).to_have_url(re.compile(rf"runs={base},{head}"))
 
     wait_image(page, "#compare-img")
     expect(page.locator(".side[data-side='base']")).to_contain_text("seed-healthy")

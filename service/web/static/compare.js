@@ -1,358 +1,143 @@
-// Compare view (#/compare?base=&head=): run pickers, summary, side-by-side image, findings/groups/layer deltas.
+// Compare view (#/compare?runs=3,5,9; the two-run #/compare?base=&head= still works): 2-8 runs side by side.
+//
+// The runs are picked here (add, remove, make one the reference) or ticked in the runs list; the first run is the
+// reference. The view shows (GET /compare/runs) the summary sentences, the verdict and recommendation table, an
+// overlay of one layer's stat and of the loss (compare_charts.js), each layer's precision per run
+// (compare_table.js), and with exactly two runs the base → head detail (compare_pair.js).
+//
+// Hash parameters: runs (or base + head), layer, tensor, stat, log, scalar (the overlays' choice).
 
-import { TENSORS } from "./constants.js";
 import { h, replace, $ } from "./dom.js";
-import { isNum, fmtNum, fmtPct, fmtSigned, fmtInt, fmtShare, plural, runLabel, patternLabel } from "./format.js";
-import { API, ApiError, api, qs, errorBox, analysisOf, overallSeverity, sevRank } from "./api.js";
-import { sevBadge, layerName, card, loading, selectField, sortableTable, imageLoader } from "./widgets.js";
+import { runLabel } from "./format.js";
+import { api, qs, errorBox } from "./api.js";
+import { sevBadge, card, loading } from "./widgets.js";
 import { go, setTitle } from "./router.js";
+import { runSwatch } from "./compare_colors.js";
+import { overlayCard, scalarCard } from "./compare_charts.js";
+import { verdictTable, precisionTable } from "./compare_table.js";
+import { pairDetail } from "./compare_pair.js";
+
+export const MIN_RUNS = 2;
+export const MAX_RUNS = 8;
+
+/* "/compare?runs=3,5,9&..." (commas kept readable; each id encoded). */
+export function compareHash(ids, extra = {}) {
+  const more = qs(extra);
+  return `/compare?runs=${ids.map(encodeURIComponent).join(",")}${more ? `&${more.slice(1)}` : ""}`;
+}
+
+/* Run ids of the hash: `runs=1,2,3`, else the two-run `base` + `head`; tokens as given (the API judges them). */
+export function idsOf(query) {
+  const runs = query.get("runs");
+  const tokens = runs !== null ? runs.split(",") : [query.get("base"), query.get("head")].filter((x) => x !== null);
+  return tokens.map((t) => t.trim()).filter(Boolean);
+}
 
 export async function compareView(ctx, query) {
   setTitle("Compare");
   const view = $("#view");
-  const base = query.get("base") || "";
-  const headId = query.get("head") || "";
+  const ids = idsOf(query);
+  const state = {
+    layer: query.get("layer") || "", tensor: query.get("tensor") || "", stat: query.get("stat") || "",
+    log: query.get("log") === "1", scalar: query.get("scalar") || "loss",
+  };
+  const sync = () => history.replaceState(null, "", `#${compareHash(ids, {
+    layer: state.layer, tensor: state.tensor, stat: state.stat, log: state.log ? "1" : "", scalar: state.scalar === "loss" ? "" : state.scalar,
+  })}`);
   replace(view, h("div", { class: "page-head" }, h("h1", null, "Compare runs")), loading("Loading runs…"));
-  const list = await api(`/runs?status=ready&limit=200`, { signal: ctx.signal });
-  const runs = list.items;
-  const byId = new Map(runs.map((r) => [String(r.id), r]));
-  const option = (r) => [String(r.id), `#${r.id} · ${runLabel(r)} · ${r.project}`];
-  const opts = [["", "Choose a run…"], ...runs.map(option)];
-  const baseSel = selectField("Base run", "compare-base", opts, base, () => {});
-  const headSel = selectField("Head run", "compare-head", opts, headId, () => {});
-  const form = h("form", {
-    class: "filters compare-form", "aria-label": "Choose runs to compare",
-    onsubmit: (e) => {
-      e.preventDefault();
-      const b = $("#compare-base").value;
-      const hd = $("#compare-head").value;
-      go("/compare", { base: b, head: hd });
-    },
-  }, baseSel,
-  h("button", {
-    type: "button", class: "btn btn-ghost swap", "aria-label": "Swap base and head", title: "Swap base and head",
-    onclick: () => {
-      const a = $("#compare-base");
-      const b = $("#compare-head");
-      [a.value, b.value] = [b.value, a.value];
-    },
-  }, "⇄"),
-  headSel,
-  h("button", { type: "submit", class: "btn btn-primary", id: "compare-go" }, "Compare"));
 
+  const enough = ids.length >= MIN_RUNS;
+  const [list, cmp] = await Promise.all([
+    api(`/runs?status=ready&limit=200`, { signal: ctx.signal }),
+    enough ? api(`/compare/runs${qs({ runs: ids.join(",") })}`, { signal: ctx.signal }).catch((err) => {
+      if (err.name === "AbortError") throw err;
+      return { __error: err };
+    }) : null,
+  ]);
+  const known = new Map(list.items.map((r) => [String(r.id), r]));
+  for (const r of (cmp && cmp.runs) || []) known.set(String(r.id), r);
   const content = h("div", { id: "compare-result" });
   replace(view, h("div", { class: "page-head" }, h("div", null, h("h1", null, "Compare runs"),
-    h("p", { class: "page-sub" }, "Base is the reference; deltas are head − base."))), form, content);
+    h("p", { class: "page-sub" }, `Two to ${MAX_RUNS} runs side by side; the first is the reference.`))),
+  picker(ids, known, list.items), content);
 
-  if (!base || !headId) {
+  if (!enough) {
     replace(content, h("div", { class: "empty-state" },
-      h("h2", null, "Pick two runs"),
-      h("p", { class: "muted" }, runs.length >= 2
-        ? "Choose a base run and a head run, then press Compare. You can also tick two runs in the runs list."
+      h("h2", null, ids.length ? "Pick one more run" : "Pick runs to compare"),
+      h("p", { class: "muted" }, list.items.length >= MIN_RUNS
+        ? `Add runs above, or tick ${MIN_RUNS}–${MAX_RUNS} runs in the runs list and press “Compare selected”.`
         : "Comparison needs at least two ready runs.")));
     return;
   }
-  if (base === headId) {
-    replace(content, errorBox(new ApiError(400, "SameRun", "base and head are the same run; choose two different runs")));
-    return;
-  }
-  setTitle(`Compare #${base} → #${headId}`);
-  replace(content, loading("Comparing…"));
-  const [cmp, baseRun, headRun] = await Promise.all([
-    api(`/compare${qs({ base, head: headId })}`, { signal: ctx.signal }).catch((err) => {
-      if (err.name === "AbortError") throw err;
-      return { __error: err };
-    }),
-    byId.get(base) || api(`/runs/${base}`, { signal: ctx.signal }).catch(() => null),
-    byId.get(headId) || api(`/runs/${headId}`, { signal: ctx.signal }).catch(() => null),
-  ]);
-
-  const side = (label, run, id) => {
-    const sev = h("span", { class: "muted small" }, "…");
-    if (run && run.status === "ready") {
-      analysisOf(run.id).then((a) => replace(sev, sevBadge(overallSeverity(a)),
-        h("span", { class: "muted small" }, ` ${(a.findings || []).filter((f) => f.pattern !== "healthy").map((f) => patternLabel(f.pattern, f.label)).join(", ") || "Healthy"}`)))
-        .catch(() => replace(sev, "—"));
-    }
-    return h("div", { class: "side card", "data-side": label.toLowerCase() },
-      h("div", { class: "side-label" }, label),
-      run ? h("div", null,
-        h("a", { class: "side-name", href: `#/runs/${run.id}` }, runLabel(run)), " ", h("span", { class: "muted" }, `#${run.id}`),
-        h("div", { class: "muted small" }, `${run.project} · ${fmtInt(run.layer_count)} layers · ${fmtInt(run.ranks)} rank(s) · iterations ${fmtInt(run.iteration_min)}–${fmtInt(run.iteration_max)}`),
-        h("div", { class: "side-sev" }, sev))
-        : h("div", { class: "muted" }, `run ${id} not found`));
-  };
-
   if (cmp.__error) {
-    replace(content,
-      h("div", { class: "sides" }, side("Base", baseRun, base), h("div", { class: "sides-arrow", "aria-hidden": "true" }, "→"), side("Head", headRun, headId)),
-      errorBox(cmp.__error, { title: "Comparison failed" }));
+    replace(content, errorBox(cmp.__error, { title: "Comparison failed" }));
     return;
   }
-  const sides = h("div", { class: "sides" }, side("Base", baseRun, base), h("div", { class: "sides-arrow", "aria-hidden": "true" }, "→"), side("Head", headRun, headId));
-  if (cmp.comparable === false) {
-    // No layer in common: say so first; per-layer deltas and the side-by-side image would compare nothing.
-    replace(content, sides, incomparableBanner(cmp), compareSummary(cmp),
-      h("div", { class: "grid-2" }, compareFindings(cmp), compareGroups(cmp)));
-    return;
-  }
-  replace(content, sides,
-    compareSummary(cmp),
-    movedProblems(cmp),
-    compareRecommendations(cmp),
-    compareImageCard(ctx, base, headId),
-    h("div", { class: "grid-2" }, compareFindings(cmp), compareGroups(cmp)),
-    compareLayers(cmp));
+  setTitle(`Compare ${cmp.runs.map((r) => `#${r.id}`).join(", ")}`);
+  const pair = h("div", { id: "compare-pair" });
+  replace(content,
+    summaryCard(cmp),
+    verdictTable(cmp),
+    overlayCard(ctx, cmp, ids, state, sync),
+    scalarCard(ctx, ids, state, sync),
+    precisionTable(cmp),
+    cmp.runs.length === 2 ? h("section", { class: "pair-section", "aria-labelledby": "compare-pair-title" },
+      h("h2", { id: "compare-pair-title", class: "section-title" }, `Base #${cmp.runs[0].id} → head #${cmp.runs[1].id} in detail`), pair)
+      : detailLinks(cmp));
+  if (cmp.runs.length === 2) await pairDetail(ctx, pair, cmp.runs[0], cmp.runs[1]);
 }
 
-function incomparableBanner(cmp) {
-  const note = [...(cmp.notes || []), ...(cmp.summary || [])].find((n) => n.startsWith("incomparable")) || "the runs have no layer in common";
-  return h("div", { class: "alert alert-warning", role: "alert", id: "compare-incomparable" },
-    h("div", { class: "alert-body" },
-      h("strong", { class: "alert-title" }, "These runs cannot be compared layer by layer"),
-      h("div", null, note.replace(/^incomparable:\s*/, "")),
-      h("div", { class: "muted small" }, "Group means below are over each run's own layers; no recommendation comparison is made.")));
-}
-
-/* Findings that disappeared in base and reappeared at the same place relative to a moved BF16 edge (issue: moving
-   the edge moved the problem instead of fixing it). One entry per moved problem, with the API's sentence. */
-function movedProblems(cmp) {
-  const moved = cmp.moved_problems || [];
-  if (!moved.length) return null;
-  const blocks = (list) => (list || []).join(", ") || "—";
-  return h("div", { class: "alert alert-warning", role: "note", id: "compare-moved" },
-    h("div", { class: "alert-body" },
-      h("strong", { class: "alert-title" }, moved.length === 1 ? "The problem followed the boundary" : `${moved.length} problems followed the boundary`),
-      h("ul", { class: "sentences" }, moved.map((m) => h("li", { "data-pattern": m.pattern, "data-side": m.side },
-        h("div", { class: "finding-head" },
-          h("strong", { class: "finding-pattern" }, patternLabel(m.pattern, m.label)),
-          h("span", { class: "pair" }, h("span", null, `block ${blocks(m.base_blocks)}`), h("span", { class: "arrow", "aria-label": "to" }, " → "),
-            h("span", null, `block ${blocks(m.head_blocks)}`)),
-          h("span", { class: "muted small" },
-            `${m.side === "end" ? "last" : "first"} FP8 block${m.distance_from_edge ? ` + ${m.distance_from_edge}` : ""}; BF16 ${m.side} blocks ${m.base_bf16_edge_blocks} → ${m.head_bf16_edge_blocks}`),
-          m.tensor && (isNum(m.base_level) || isNum(m.head_level))
-            ? h("span", { class: "muted small" }, `${m.tensor} underflows% ${fmtPct(m.base_level)} → ${fmtPct(m.head_level)}`) : null),
-        h("div", { class: "small" }, m.summary))))));
-}
-
-const COST_ROWS = [
-  ["bf16_gemm_share", "BF16 share of GEMM FLOPs", (v) => (isNum(v) ? `${(v * 100).toFixed(1)}%` : "—")],
-  ["gemm_slowdown_vs_all_fp8_pct", "GEMM time above all-FP8", (v) => (isNum(v) ? `${v.toFixed(1)}%` : "—")],
-  ["gemm_speedup_vs_all_bf16", "GEMM speed-up over all-BF16", (v) => (isNum(v) ? `${v.toFixed(2)}×` : "—")],
-];
-
-/* Both runs' recommendations side by side (the head's takes the base run as history): BF16 layers, GEMM
-   overrides, recipe, predicted cost; items only in one side are marked added / removed. */
-function compareRecommendations(cmp) {
-  const recs = cmp.recommendations;
-  if (!recs) return null;
-  const skips = recs.skip_layers || {};
-  const overrides = recs.gemm_overrides || {};
-  const recipe = recs.recipe || {};
-  const cost = recs.expected_cost || {};
-  const mark = (which, inOther) => (inOther ? null : h("span", { class: "chip chip-small", "data-change": which }, which));
-  const skipList = (side) => {
-    const mine = skips[side] || [];
-    const other = new Set(skips[side === "base" ? "head" : "base"] || []);
-    return mine.length ? h("ul", { class: "plain-list", "data-list": "bf16" }, mine.map((n) => h("li", null, layerName(n), " ",
-      mark(side === "base" ? "removed" : "added", other.has(n))))) : h("p", { class: "muted small" }, "none");
-  };
-  const overrideList = (side) => {
-    const mine = overrides[side] || [];
-    const other = new Map((overrides[side === "base" ? "head" : "base"] || []).map((o) => [o.layer, (o.gemms || []).join(",")]));
-    return mine.length ? h("ul", { class: "plain-list", "data-list": "overrides" }, mine.map((o) => h("li", null, layerName(o.layer),
-      h("span", { class: "mono small" }, ` ${(o.gemms || []).join(", ")} in BF16`), " ",
-      other.has(o.layer) ? (other.get(o.layer) !== (o.gemms || []).join(",") ? h("span", { class: "chip chip-small", "data-change": "changed" }, "changed") : null)
-        : mark(side === "base" ? "removed" : "added", false)))) : h("p", { class: "muted small" }, "none");
-  };
-  const column = (side, title) => h("div", { class: "rec-side", "data-side": side },
-    h("h3", null, title),
-    h("dl", { class: "kv" },
-      h("dt", null, "Recipe"), h("dd", { "data-field": "recipe" }, recipe[`${side}_label`] || recipe[side] || "—"),
-      h("dt", null, `Layers to BF16 (${(skips[side] || []).length})`), h("dd", null, skipList(side)),
-      h("dt", null, `GEMM overrides (${(overrides[side] || []).length})`), h("dd", null, overrideList(side)),
-      ...COST_ROWS.flatMap(([key, label, fmt]) => [h("dt", null, label), h("dd", { "data-cost": key }, fmt((cost[key] || {})[side]))]),
-      h("dt", null, "Confidence"), h("dd", null, fmtShare((recs.confidence || {})[side]))));
-  const history = recs.head_history;
-  return card("Recommendations", {
-    id: "compare-recs",
-    subtitle: recs.same ? "Both runs get the same recommendation." : "What each run's recommendation says; the head's takes the base run as its history.",
-  },
-  (recs.summary || []).length ? h("ul", { class: "sentences", id: "compare-recs-summary" }, recs.summary.map((x) => h("li", null, x))) : null,
-  h("div", { class: "grid-2" }, column("base", "Base"), column("head", "Head")),
-  history && (history.advice || []).length ? h("div", { class: "rationale", id: "compare-recs-history" },
-    h("strong", null, "With the base run as history"),
-    h("ul", { class: "sentences small" }, history.advice.map((x) => h("li", null, x)))) : null);
-}
-
-function compareImageCard(ctx, base, headId) {
-  const img = h("img", { id: "compare-img", class: "compare-img", alt: "" });
-  const status = h("div", { class: "heatmap-status" });
-  const frame = h("div", { class: "heatmap-frame" }, img, status);
-  const open = h("a", { class: "btn btn-small btn-ghost", target: "_blank", rel: "noopener" }, "PNG");
-  const openSvg = h("a", { class: "btn btn-small btn-ghost", target: "_blank", rel: "noopener" }, "SVG");
-  let tensor = "gradient";
-  const show = imageLoader(ctx, { img, frame, status, busyText: "Rendering comparison…",
-    errorTitle: "Comparison image unavailable", undecodable: "the comparison image could not be decoded" });
-  function load() {
-    const src = `${API}/compare.png${qs({ base, head: headId, tensor })}`;
-    open.href = src;
-    openSvg.href = `${API}/compare.svg${qs({ base, head: headId, tensor })}`;
-    img.alt = `${tensor} underflows% heatmaps of run ${base} (base) and run ${headId} (head) side by side, one colour scale`;
-    show(src, load);
-  }
-  load();
-  return card("Side by side", {
-    id: "compare-image",
-    subtitle: "Both heatmaps on one colour scale: base on the left, head on the right.",
-  },
-  h("div", { class: "controls" },
-    selectField("Tensor", "compare-tensor", TENSORS.map((t) => [t, t]), tensor, (v) => {
-      tensor = v;
-      load();
-    }),
-    h("span", { class: "control-links" }, open, openSvg)),
-  frame);
-}
-
-function compareSummary(cmp) {
-  const sentences = Array.isArray(cmp.summary) ? cmp.summary : cmp.summary ? [String(cmp.summary)] : [];
-  const notes = (cmp.notes || []).filter((n) => !sentences.includes(n));
-  const unmatched = cmp.unmatched || {};
-  const onlyBase = (unmatched.only_in_base || []).length;
-  const onlyHead = (unmatched.only_in_head || []).length;
-  return card("Summary", { id: "compare-summary" },
-    sentences.length
-      ? h("ul", { class: "sentences", id: "compare-sentences" }, sentences.map((x) => h("li", null, x)))
-      : h("p", { class: "muted", id: "compare-sentences" }, "No difference worth a sentence."),
-    notes.length ? h("ul", { class: "sentences muted small" }, notes.map((n) => h("li", null, n))) : null,
-    onlyBase || onlyHead ? h("p", { class: "muted small" },
-      `Layers match by exact name: ${plural(onlyBase, "layer")} only in base, ${plural(onlyHead, "layer")} only in head.`) : null);
-}
-
-function findingItem(f) {
-  return h("li", { "data-pattern": f.pattern },
-    h("div", { class: "finding-head" }, sevBadge(f.severity), h("strong", { class: "finding-pattern" }, patternLabel(f.pattern, f.label)),
-      (f.layers || []).length ? h("span", { class: "muted small" }, plural(f.layers.length, "layer")) : null),
-    f.summary ? h("div", { class: "small muted" }, f.summary) : null);
-}
-
-function compareFindings(cmp) {
-  const block = (title, list, cls) => h("div", { class: ["delta-findings", cls] },
-    h("h3", null, title, h("span", { class: "count" }, String(list.length))),
-    list.length ? h("ul", null, list.map(findingItem)) : h("p", { class: "muted small" }, "none"));
-  const changes = cmp.precision_changes || [];
-  return card("Findings and precision", { id: "compare-findings" },
-    block("Appeared in head", cmp.findings_appeared || [], "appeared"),
-    block("Gone in head", cmp.findings_disappeared || [], "disappeared"),
-    h("div", { class: "delta-findings" },
-      h("h3", null, "Precision changes", h("span", { class: "count" }, String(changes.length))),
-      changes.length ? h("ul", null, changes.map((c) => h("li", null, h("span", { class: "mono" }, c.layer), " ",
-        h("span", { class: "muted" }, `${c.base ?? "—"} → ${c.head ?? "—"}`))))
-        : h("p", { class: "muted small" }, "none")));
-}
-
-/* A change in percentage points. Below the noise floor (a base under 0.05 points) a relative change would be noise
-   ("+25512 %"), so the API gives none and the cell says the change is in points only. */
-function deltaCell(d, { pp = true } = {}) {
-  if (!d || !isNum(d.change)) return h("span", { class: "muted" }, "—");
-  const cls = d.change >= 0.005 ? "delta-up" : d.change <= -0.005 ? "delta-down" : "delta-zero";
-  const rel = isNum(d.relative) ? ` (${fmtSigned(d.relative * 100, 0, "%")})` : "";
-  const floor = d.below_noise_floor ? "; base below the noise floor: change in points, no percentage" : "";
-  return h("span", { class: ["delta", cls], title: `${fmtNum(d.base)}% → ${fmtNum(d.head)}%${rel}${floor}`,
-    "data-noise-floor": d.below_noise_floor ? "true" : null },
-  fmtSigned(d.change, 2, pp || d.below_noise_floor ? " pp" : ""));
-}
-
-function pair(a, b, fmt = (v) => fmtPct(v)) {
-  return h("span", { class: "pair" }, h("span", null, fmt(a)), h("span", { class: "arrow", "aria-label": "to" }, " → "), h("span", null, fmt(b)));
-}
-
-function compareGroups(cmp) {
-  const groups = cmp.groups || [];
-  const rows = groups.map((g) => h("tr", { "data-group": g.group },
-    h("th", { scope: "row" }, g.group, h("div", { class: "muted small" }, plural(g.layers, "layer"))),
-    TENSORS.map((t) => {
-      const st = (g.stats || {})[t] || {};
-      return h("td", { class: "num" }, pair(st.base, st.head), h("div", null, deltaCell(st)));
-    }),
-    h("td", { class: "num" }, pair((g.bf16 || {}).base, (g.bf16 || {}).head, (v) => fmtInt(v)),
-      (g.moved_to_bf16 || []).length ? h("div", { class: "small muted" }, `+${g.moved_to_bf16.length} to BF16`) : null,
-      (g.moved_to_fp8 || []).length ? h("div", { class: "small muted" }, `+${g.moved_to_fp8.length} to FP8`) : null)));
-  return card("Per group", {
-    id: "compare-groups-card",
-    subtitle: "Mean underflow level (%) of the group's layers, base → head; change in percentage points.",
-  }, groups.length ? h("div", { class: "table-scroll" }, h("table", { class: "table table-compact", id: "compare-groups" },
-    h("thead", null, h("tr", null, h("th", { scope: "col" }, "Group"), TENSORS.map((t) => h("th", { scope: "col", class: "num" }, t)),
-      h("th", { scope: "col", class: "num" }, "BF16 layers"))),
-    h("tbody", null, rows))) : h("p", { class: "muted" }, "No groups."));
-}
-
-function compareLayers(cmp) {
-  const state = { stat: "level", onlyChanged: false, query: "" };
-  const stat = (row, tensor) => ((row.stats || {})[tensor] || {})[state.stat] || {};
-  const rows = (cmp.layers || []).map((l, i) => ({ ...l, order: i }));
-  const sevCell = (r) => {
-    const sv = r.severity || {};
-    return h("span", { class: "pair" }, sv.base ? sevBadge(sv.base) : h("span", { class: "muted" }, "—"),
-      h("span", { class: "arrow", "aria-label": "to" }, " → "), sv.head ? sevBadge(sv.head) : h("span", { class: "muted" }, "—"));
-  };
-  const columns = [
-    { key: "order", label: "#", num: true, render: (r) => h("span", { class: "muted" }, r.order + 1) },
-    { key: "name", label: "Layer", cls: "col-layer", render: (r) => layerName(r.name) },
-    { key: "group", label: "Group" },
-    { key: "index", label: "Block", num: true, render: (r) => fmtNum(r.index) },
-    { key: "sublayer", label: "Sublayer", render: (r) => r.sublayer || "—" },
-    rows.some((r) => r.in !== "both") ? {
-      key: "in", label: "In", render: (r) => (r.in === "both" ? h("span", { class: "muted" }, "both")
-        : h("span", { class: "chip chip-small" }, `only ${r.in}`)),
-    } : null,
-    {
-      key: "severity", label: "Severity", num: true,
-      get: (r) => sevRank((r.severity || {}).head || "ok") - sevRank((r.severity || {}).base || "ok"),
-      render: sevCell, title: "Base → head; sorts by the change",
-    },
-    ...TENSORS.flatMap((t) => [
-      {
-        key: `${t}-pair`, label: `${t[0].toUpperCase()}${t.slice(1)}`, num: true, sortable: true,
-        get: (r) => stat(r, t).head, render: (r) => pair(stat(r, t).base, stat(r, t).head, (v) => fmtPct(v)),
-        title: `${t} underflows% (${state.stat}), base → head`,
-      },
-      { key: `${t}-delta`, label: "Δ pp", num: true, get: (r) => stat(r, t).change, render: (r) => deltaCell(stat(r, t), { pp: false }), title: `${t} change, percentage points` },
-    ]),
-    {
-      key: "status_changed", label: "Precision", get: (r) => (r.status_changed ? 1 : 0),
-      render: (r) => (r.status_changed ? h("span", { class: "chip chip-small" }, `${(r.status || {}).base} → ${(r.status || {}).head}`) : h("span", { class: "muted" }, (r.status || {}).head || (r.status || {}).base || "—")),
-    },
-  ].filter(Boolean);
-  const tableApi = sortableTable({
-    id: "compare-layers", caption: "Per-layer changes, head − base", columns, rows: [],
-    initial: { key: "gradient-delta", dir: -1 }, empty: "No layer matches.",
-    rowAttrs: (r) => ({ "data-layer": r.name }),
+/* The chosen runs as chips (colour key, name, severity; remove, make reference) and the select adding one. */
+function picker(ids, known, ready) {
+  const goTo = (next) => go(next.length ? compareHash(next) : "/compare");
+  const full = ids.length >= MAX_RUNS;
+  const chips = ids.map((id, i) => {
+    const run = known.get(id);
+    return h("li", { class: "run-chip", "data-run": id },
+      runSwatch(i),
+      h("a", { href: `#/runs/${id}`, class: "run-chip-name" }, run ? `#${id} ${runLabel(run)}` : `#${id}`),
+      run && run.project ? h("span", { class: "muted small" }, run.project) : null,
+      run && run.severity ? sevBadge(run.severity) : null,
+      i === 0 ? h("span", { class: "chip chip-small" }, "reference")
+        : h("button", { type: "button", class: "btn btn-small btn-ghost make-ref", title: "Make this run the reference (first)",
+          onclick: () => goTo([id, ...ids.filter((x) => x !== id)]) }, ids.length === 2 ? "⇄ Swap" : "Make reference"),
+      h("button", { type: "button", class: "btn btn-small btn-ghost remove-run", "aria-label": `Remove #${id} from the comparison`,
+        title: "Remove from the comparison", onclick: () => goTo(ids.filter((x) => x !== id)) }, "×"));
   });
-  const shown = h("span", { class: "muted small" });
-  const changed = (r) => r.status_changed || (r.severity || {}).base !== (r.severity || {}).head || r.in !== "both";
-  function apply() {
-    const q = state.query.toLowerCase();
-    const list = rows.filter((r) => (!state.onlyChanged || changed(r)) && (!q || r.name.toLowerCase().includes(q)));
-    shown.textContent = `${list.length} of ${rows.length} layers`;
-    tableApi.setRows(list);
-  }
-  apply();
-  return card("Per layer", {
-    id: "compare-layers-card",
-    subtitle: "Underflows% per tensor, base → head, and the change in percentage points (red: more underflow, green: less). Click a header to sort.",
-  },
-  h("div", { class: "controls" },
-    selectField("Statistic", "compare-stat", [["level", "level (p95, trailing window)"], ["max", "max"], ["mean", "mean"], ["last", "last"]], state.stat, (v) => {
-      state.stat = v;
-      apply();
-    }),
-    h("div", { class: "field field-inline" }, h("label", { for: "compare-filter" }, "Filter"),
-      h("input", { type: "search", id: "compare-filter", placeholder: "layer name", oninput: (e) => { state.query = e.target.value.trim(); apply(); } })),
-    h("div", { class: "field field-check" },
-      h("input", { type: "checkbox", id: "compare-changed", onchange: (e) => { state.onlyChanged = e.target.checked; apply(); } }),
-      h("label", { for: "compare-changed" }, "Only layers whose severity, precision or presence changed")),
-    shown),
-  h("div", { class: "table-scroll table-tall" }, tableApi.table));
+  const options = ready.filter((r) => !ids.includes(String(r.id)));
+  const add = h("select", {
+    id: "compare-add", disabled: full || !options.length, "aria-label": "Add a run to the comparison",
+    onchange: (e) => { if (e.target.value) goTo([...ids, e.target.value]); },
+  }, h("option", { value: "" }, full ? `${MAX_RUNS} runs chosen` : "Add a run…"),
+  options.map((r) => h("option", { value: String(r.id) }, `#${r.id} · ${runLabel(r)} · ${r.project}`)));
+  const over = ids.length - MAX_RUNS;
+  const message = over > 0 ? `${ids.length} runs chosen: a comparison shows at most ${MAX_RUNS}; remove ${over}.`
+    : full ? `A comparison shows at most ${MAX_RUNS} runs: remove one to add another.`
+      : ids.length < MIN_RUNS ? `Choose at least ${MIN_RUNS} runs.` : "";
+  return h("form", { class: "filters compare-picker", id: "compare-picker", "aria-label": "Runs to compare", onsubmit: (e) => e.preventDefault() },
+    h("ol", { class: "run-chips", id: "compare-chosen" }, chips),
+    h("div", { class: "field field-inline" }, add),
+    h("p", { class: ["small", over > 0 ? "error-text" : "muted"], id: "compare-limit", role: "status" }, message));
 }
+
+function summaryCard(cmp) {
+  const incomparable = cmp.summary.find((x) => x.startsWith("incomparable"));
+  return card("Summary", { id: "compare-multi-summary" },
+    incomparable ? h("div", { class: "alert alert-warning", role: "alert", id: "compare-multi-incomparable" },
+      h("div", { class: "alert-body" }, h("strong", { class: "alert-title" }, "These runs share no layer"),
+        h("div", null, incomparable.replace(/^incomparable:\s*/, "")))) : null,
+    h("ul", { class: "sentences", id: "compare-multi-sentences" }, cmp.summary.filter((x) => x !== incomparable).map((x) => h("li", null, x))),
+    cmp.runs.some((r) => r.recommendation_note) ? h("ul", { class: "sentences muted small" },
+      cmp.runs.filter((r) => r.recommendation_note).map((r) => h("li", null, `#${r.id}: ${r.recommendation_note}`))) : null);
+}
+
+/* More than two runs: the reference against each other run, in detail, one link each. */
+function detailLinks(cmp) {
+  const [ref, ...rest] = cmp.runs;
+  return card("Two runs in detail", {
+    id: "compare-detail-links",
+    subtitle: "Per-layer deltas, moved problems and both heatmaps on one scale, for the reference and one other run.",
+  }, h("ul", { class: "plain-list" }, rest.map((r) => h("li", null,
+    h("a", { href: `#${compareHash([ref.id, r.id])}` }, `#${ref.id} ${runLabel(ref)} → #${r.id} ${runLabel(r)}`)))));
+}
+

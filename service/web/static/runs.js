@@ -1,5 +1,5 @@
 // Runs list view (#/runs): server filters (project/tag/status), text search, sortable columns, the stored summary
-// (severity, leading pattern, layers to BF16) per row, pick two to compare, delete for admins, poll busy runs.
+// (severity, leading pattern, layers to BF16) per row, tick 2-8 runs to compare, delete for admins, poll busy runs.
 //
 // Hash parameters: project, tag, status (sent to the API); q (search over name, project, tags and notes), sort, dir.
 
@@ -13,6 +13,7 @@ import { whoAmI } from "./session.js";
 import { armDelete } from "./run_actions.js";
 
 const PAGE = 200;
+const COMPARE_MAX = 8; // the compare page shows 2-8 runs
 const COLUMNS = [ // key, label, value for sorting (higher = "more"), numeric
   ["name", "Run", (r) => runLabel(r).toLowerCase(), false],
   ["project", "Project", (r) => r.project.toLowerCase(), false],
@@ -77,17 +78,18 @@ export async function runsView(ctx, query) {
       filters.status, (v) => setFilter("status", v)),
     filtered || state.q ? h("button", { type: "button", class: "btn btn-ghost", onclick: () => go("/runs") }, "Clear filters") : null);
 
-  const selected = new Set();
+  const selected = new Set(); // compare 2..COMPARE_MAX of them: #/compare?runs=a,b,... oldest first (the reference)
+  const compareNote = h("span", { class: "small muted", id: "compare-note", role: "status" });
   const compareBtn = h("button", {
     type: "button", class: "btn", disabled: true, id: "compare-selected",
-    onclick: () => {
-      const [a, b] = [...selected].sort((x, y) => x - y);
-      go("/compare", { base: a, head: b });
-    },
+    onclick: () => go(`/compare?runs=${[...selected].sort((x, y) => x - y).join(",")}`),
   }, "Compare selected");
-  const updateCompare = () => {
-    compareBtn.disabled = selected.size !== 2;
-    compareBtn.textContent = selected.size === 2 ? "Compare selected (2)" : `Compare selected (${selected.size}/2)`;
+  const updateCompare = (refused) => {
+    compareBtn.disabled = selected.size < 2 || selected.size > COMPARE_MAX;
+    compareBtn.textContent = `Compare selected (${selected.size})`;
+    compareNote.classList.toggle("error-text", Boolean(refused));
+    compareNote.textContent = refused ? `At most ${COMPARE_MAX} runs can be compared: untick one first.`
+      : selected.size === 1 ? "Tick at least one more run to compare." : "";
   };
   updateCompare();
 
@@ -153,16 +155,11 @@ export async function runsView(ctx, query) {
       type: "checkbox", class: "pick", "aria-label": `Select ${runLabel(run)} for comparison`, disabled: run.status !== "ready",
       checked: selected.has(run.id),
       onchange: (e) => {
-        if (e.target.checked) {
-          if (selected.size >= 2) {
-            const oldest = [...selected][0];
-            selected.delete(oldest);
-            const other = tbody.querySelector(`tr[data-run-id="${oldest}"] input.pick`);
-            if (other) other.checked = false;
-          }
-          selected.add(run.id);
-        } else selected.delete(run.id);
-        updateCompare();
+        const refused = e.target.checked && selected.size >= COMPARE_MAX;
+        if (refused) e.target.checked = false;
+        else if (e.target.checked) selected.add(run.id);
+        else selected.delete(run.id);
+        updateCompare(refused);
       },
     });
     const iters = run.iteration_min === null ? "—" : `${fmtInt(run.iteration_min)}–${fmtInt(run.iteration_max)}`;
@@ -277,7 +274,7 @@ export async function runsView(ctx, query) {
   replace(view,
     h("div", { class: "page-head" },
       h("div", null, h("h1", null, "Runs"), count),
-      h("div", { class: "page-actions" }, compareBtn, h("a", { class: "btn btn-primary", href: "#/upload" }, "Upload run"))),
+      h("div", { class: "page-actions" }, compareNote, compareBtn, h("a", { class: "btn btn-primary", href: "#/upload" }, "Upload run"))),
     filterBar, body, h("div", { class: "center" }, more));
   render();
   poll();
