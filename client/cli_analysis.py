@@ -1,12 +1,14 @@
 """The analysis commands of the `fp8-policy` console script: analysis, recommend, gate, compare, heatmap.
 
-Belongs here: the commands that read a ready run's findings and policy, the CI gate and the run comparison.
+Belongs here: the commands that read a ready run's findings and policy, the CI gate and the run comparison (2 runs
+in detail, 3-8 side by side).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -174,18 +176,21 @@ def gate(
 
 
 @click.command()
-@click.argument("base", type=RUN_REF)
-@click.argument("head", type=RUN_REF)
+@click.argument("run_refs", metavar="RUN RUN [RUN...]", nargs=-1, required=True, type=RUN_REF)
 @client_options
-def compare(
-    base: int | tuple[str, str], head: int | tuple[str, str], url: str, token: str | None, as_json: bool
-) -> None:
-    """How run HEAD differs from run BASE (ids or project/name): summary, findings that appeared or
-    disappeared, precision changes."""
+def compare(run_refs: tuple[int | tuple[str, str], ...], url: str, token: str | None, as_json: bool) -> None:
+    """Compare 2-8 runs (ids or project/name). Two: how the second (head) differs from the first (base): summary,
+    findings that appeared or disappeared, precision changes. Three to eight: each run's verdict and recommendation
+    side by side, rows where the runs differ marked with *."""
+    if not 2 <= len(run_refs) <= 8:
+        raise click.UsageError(f"compare takes 2-8 runs, got {len(run_refs)}")
     with connect(url, token) as client:
-        result = client.compare(resolve_run(client, base), resolve_run(client, head))
+        ids = [resolve_run(client, ref) for ref in run_refs]
+        result = client.compare(*ids) if len(ids) == 2 else client.compare_runs(ids)
     if as_json:
         return echo_json(result)
+    if len(ids) > 2:
+        return click.echo(runs_table(result))
     for side in ("base", "head"):
         run = result.get(side) or {}
         click.echo(f"{side}  run {run.get('id')} {run.get('name') or ''}".rstrip())
@@ -197,6 +202,38 @@ def compare(
             click.echo(f"\n{key.replace('_', ' ')}:\n" + table(headers, [[r.get(h) for h in headers] for r in rows]))
     for note in result.get("notes", []):
         click.echo(f"note: {note}")
+
+
+_SHOWN: dict[str, Any] = {  # GET /compare/runs table row -> how one run's value is printed
+    "severity": lambda v: v,
+    "findings": lambda v: ", ".join(f["label"] for f in v) or "healthy",
+    "trained_recipe": lambda v: v or "-",
+    "ran_bf16": lambda v: "-" if v is None else len(v),
+    "recipe": lambda v: v["name"] if v else "-",
+    "to_bf16": lambda v: "-" if v is None else len(v),
+    "gemm_overrides": lambda v: "-" if v is None else len(v),
+    "ladder": lambda v: ", ".join(f"{n} {p}" for p, n in sorted(v.items(), key=lambda x: -x[1])) if v else "-",
+    "bf16_gemm_share": lambda v: "-" if v is None else f"{v:.1%}",
+    "gemm_slowdown_vs_all_fp8_pct": lambda v: "-" if v is None else f"{v:.1f}%",
+    "gemm_speedup_vs_all_bf16": lambda v: "-" if v is None else f"{v:.2f}x",
+    "confidence": lambda v: "-" if v is None else f"{v:.0%}",
+}
+
+
+def runs_table(result: dict[str, Any]) -> str:
+    """GET /compare/runs as text: the runs (the first is the reference), the summary, one column per run."""
+    runs = result.get("runs") or []
+    names = ", ".join(f"run {r['id']} {r.get('name') or ''}".rstrip() for r in runs)
+    lines = [f"compare  {names} (first: the reference)", *(f"- {s}" for s in result.get("summary") or [])]
+    rows = [
+        [row["label"], *(_SHOWN.get(row["key"], str)(v) for v in row["values"]), "*" if row["differs"] else ""]
+        for row in result.get("table") or []
+    ]
+    lines += ["", table(["", *(f"run {r['id']}" for r in runs), "differs"], rows)]
+    layers = result.get("layers") or []
+    differing = sum(1 for row in layers if row["differs"])
+    lines.append(f"\nlayers: {result.get('common_layers')} in every run, {differing} of {len(layers)} differ")
+    return "\n".join(lines)
 
 
 @click.command()

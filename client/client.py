@@ -262,6 +262,12 @@ class PolicyClient:
         """How run `head` differs from run `base` (findings, layers, recommendation)."""
         return self._http.json_object("GET", "/api/v1/compare", params={"base": int(base), "head": int(head)})
 
+    def compare_runs(self, run_ids: Sequence[int]) -> dict[str, Any]:
+        """2-8 runs side by side (the first is the reference): each run's verdict and recommendation, the table
+        rows where they differ, and every layer's precision per run (GET /api/v1/compare/runs)."""
+        runs = ",".join(str(int(run_id)) for run_id in run_ids)
+        return self._http.json_object("GET", "/api/v1/compare/runs", params={"runs": runs})
+
     def heatmap(self, run_id: int, path: str | Path, **params: Any) -> Path:
         """Save the run's per-layer heatmap PNG to `path`; returns the path."""
         self._http.download(f"{RUNS}/{int(run_id)}/heatmap.png", Path(path), params=params)
