@@ -12,11 +12,13 @@
 Any job failure fails the whole run in one transaction: the error (with the rank on multi-rank runs), the
 other jobs cancelled, every stored series and layer removed (all-or-nothing). A job whose lease was lost
 (retried elsewhere, run deleted) stores nothing.
+
+What a job makes of the archive's members (a rank's parse, the first rank during the plan, the metadata members)
+is service/ingest/rank_parse.py; this module claims, locks and stores.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,17 +32,16 @@ from fp8_policy.db.models import Run
 from fp8_policy.db.rank_store import RankStore
 from fp8_policy.db.repositories import IngestCounts, RunRepository
 from fp8_policy.db.session import session_scope
-from fp8_policy.policy.assemble import MAX_NAME_SAMPLES, AssembledRun, assemble_run, layer_table
-from fp8_policy.policy.log_files import classify_log_path
-from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
+from fp8_policy.policy.assemble import MAX_NAME_SAMPLES, AssembledRun, layer_table
 from fp8_policy.policy.safe_text import displayable
-from fp8_policy.policy.stats_log import StatsLogError, StatsLogParser
+from fp8_policy.policy.stats_log import StatsLogError
 from fp8_policy.service.analysis.summary import refresh as refresh_summary
 from fp8_policy.service.ingest.archive import ArchiveError, ExtractLimits
-from fp8_policy.service.ingest.archive.stream import ChunkedReader, read_members, scan_archive
+from fp8_policy.service.ingest.archive.stream import read_members, scan_archive
 from fp8_policy.service.ingest.kernel_warmup import kernels_for
 from fp8_policy.service.ingest.metadata_codec import metadata_from_json, metadata_to_json
-from fp8_policy.service.ingest.parse import MAX_METADATA_BYTES, IngestError
+from fp8_policy.service.ingest.parse import IngestError
+from fp8_policy.service.ingest.rank_parse import FirstRank, MetadataReader, RankParse
 from fp8_policy.service.ingest.scalars import ScalarsReader, forget_scalars
 from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
 from fp8_policy.service.settings import Settings
@@ -85,7 +86,7 @@ def run_job(ctx: JobContext, job: ClaimedJob) -> None:
     except StatsLogError as exc:
         _fail(ctx, job, f"{type(exc).__name__}: {exc}")
     except Exception as exc:
-        if is_out_of_space(exc):  # the server's problem: the same bytes re-queue the run (service/runs/actions.py)
+        if is_out_of_space(exc):  # the server's problem: the same bytes re-queue the run (service/runs/writes.py)
             log.error("%s job of run %s: out of disk space: %s", job.kind, job.run_id, exc)
             _fail(ctx, job, f"InsufficientStorage: {exc}")
             return
@@ -102,8 +103,8 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
         if run is None:
             raise LeaseLost(f"run {job.run_id} was deleted")
         key, hint = run.upload_path, run.upload_filename
-    metadata = _MetadataReader()
-    first = _FirstRank(ctx.settings)
+    metadata = MetadataReader()
+    first = FirstRank(ctx.settings)
     scalars = ScalarsReader(_spill_dir(ctx))  # the training scalars member, if any (service/ingest/scalars.py)
     try:
         with _open_upload(ctx, job.run_id, key) as (src, size):
@@ -149,89 +150,12 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
         _store_summary(ctx, job)
 
 
-class _FirstRank:
-    """The plan job's scan reads every byte anyway: it parses the first statistics file it meets, and when that
-    file is its rank's only one, stores that rank itself (a single-rank upload is then decompressed once).
-    Any parse error is left to the rank job, which reports it with the rank."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.streamed: str | None = None
-        self.parse: _RankParse | None = None
-
-    def feed(self, streamed: str, stream: io.BufferedIOBase) -> None:
-        if self.streamed is not None:
-            return
-        self.streamed = streamed
-        logfile = classify_log_path(streamed)
-        if logfile is None:
-            return
-        parse = _RankParse(self.settings, logfile.rank)
-        try:
-            parse.feed(stream, streamed)
-        except StatsLogError:
-            return
-        self.parse = parse
-
-    def result(
-        self, stats: dict[int, list[tuple[str, str]]], metadata: MetadataLog
-    ) -> tuple[int, AssembledRun, dict[str, Any]] | None:
-        parse = self.parse
-        if parse is None or [streamed for _m, streamed in stats.get(parse.rank, [])] != [self.streamed]:
-            return None
-        parse.reports[0]["path"] = stats[parse.rank][0][0]  # the member's name, as rank jobs report it
-        assembled, result = parse.finish(metadata)
-        return parse.rank, assembled, result
-
-
 # --- rank --------------------------------------------------------------------------------------
-class _RankParse:
-    """One rank's statistics files, fed in session order, summarised into its series and its report."""
-
-    def __init__(self, settings: Settings, rank: int) -> None:
-        self.rank = rank
-        self.parser = StatsLogParser(max_line_bytes=settings.max_line_bytes, workers=settings.parse_threads)
-        self.reports: list[dict[str, Any]] = []
-
-    def feed(self, stream: io.BufferedIOBase, source: str) -> None:
-        """One member's stream, read 1 MiB at a time into the parser's blocks (see ChunkedReader)."""
-        report = self.parser.feed(ChunkedReader(stream), source)
-        self.reports.append(
-            {
-                "path": report.source,
-                "rank": self.rank,
-                "kind": "stats",
-                "lines_read": report.lines_read,
-                "stats_lines": report.stats_lines,
-                "blank_lines": report.blank_lines,
-                "skipped_lines": report.skipped_lines,
-                "skipped_samples": report.skipped_samples,
-                "iteration_offset": report.iteration_offset,  # a restarted session placed after the earlier ones
-            }
-        )
-
-    def finish(self, metadata: MetadataLog) -> tuple[AssembledRun, dict[str, Any]]:
-        parsed = self.parser.finish()
-        self.parser = None  # type: ignore[assignment]  # its buffers go before the series are stored
-        assembled = assemble_run({self.rank: parsed}, metadata)
-        reports = self.reports
-        result = {
-            "files": reports,
-            "lines_read": sum(r["lines_read"] for r in reports),
-            "lines_skipped": sum(r["skipped_lines"] for r in reports),
-            "lines_blank": sum(r["blank_lines"] for r in reports),
-            "lines_duplicated": parsed.duplicated_points,
-            "unsplit_names": assembled.unsplit_names,
-            "unsplit_points": assembled.unsplit_points,
-        }
-        return assembled, result
-
-
 def ingest_rank(ctx: JobContext, job: ClaimedJob) -> None:
     key, hint, plan = _run_and_plan(ctx, job.run_id)
     files = plan["stats"][str(job.rank)]
     member_of = {streamed: member for member, streamed in files}
-    parse = _RankParse(ctx.settings, job.rank)
+    parse = RankParse(ctx.settings, job.rank)
     with _open_upload(ctx, job.run_id, key) as (src, size):
         kernels_for(size)
         read_members(
@@ -322,40 +246,6 @@ def _counts(plan: dict[str, Any], ranks: dict[int, dict[str, Any]]) -> IngestCou
 
 
 # --- shared ------------------------------------------------------------------------------------
-class _MetadataReader:
-    """Parses the metadata members of the scan (each bounded); merged and reported in session order."""
-
-    def __init__(self) -> None:
-        self.logs: dict[str, MetadataLog] = {}
-
-    def read(self, streamed: str, stream: io.BufferedIOBase) -> None:
-        data = stream.read(MAX_METADATA_BYTES + 1)
-        if len(data) > MAX_METADATA_BYTES:
-            raise IngestError(
-                "MetadataTooLarge",
-                f"{streamed.rsplit('/', 1)[-1]}: more than {MAX_METADATA_BYTES} bytes is not a metadata log",
-            )
-        self.logs[streamed] = parse_metadata_lines(data.decode("utf-8", "replace").splitlines())
-
-    def merged(self, members: list[tuple[str, str]]) -> MetadataLog:
-        return merge_metadata(self.logs[streamed] for _member, streamed in members)
-
-    def reports(self, members: list[tuple[str, str]]) -> list[dict[str, Any]]:
-        out = []
-        for member, streamed in members:
-            meta, logfile = self.logs[streamed], classify_log_path(streamed)
-            out.append(
-                {
-                    "path": member,
-                    "rank": logfile.rank if logfile else 0,
-                    "kind": "metadata",
-                    "lines_read": meta.lines_read,
-                    "lines_unrecognised": meta.lines_unrecognised,
-                }
-            )
-        return out
-
-
 class _open_upload:  # noqa: N801 - used as a context manager
     """The run's archive from the store, with its size; UploadMissing when it is gone."""
 
