@@ -274,17 +274,17 @@ def _layer_rows(runs: Sequence[RunVerdict]) -> list[dict[str, Any]]:
     for name, some in names.items():
         cells: list[dict[str, Any] | None] = []
         for run in runs:
-            layer = run.by_name.get(name)
-            if layer is None:
+            found = run.by_name.get(name)
+            if found is None:
                 cells.append(None)
                 continue
-            precision, gemms = run.precision(layer)
+            precision, gemms = run.precision(found)
             cells.append(
                 {
-                    "logged": layer.status,
+                    "logged": found.status,
                     "recommended": precision,
                     "gemms": list(gemms) if gemms else None,
-                    "severity": layer.severity,
+                    "severity": found.severity,
                 }
             )
         present = [(run, cell) for run, cell in zip(runs, cells, strict=True) if cell is not None]

@@ -33,8 +33,10 @@ from fp8_policy.service.errors import InvalidOverrides, InvalidParameter, Invali
 from fp8_policy.service.live import story
 from fp8_policy.service.runs.actions import run_read
 
-RUN_FIELDS = ("id", "name", "project", "tags", "status", "created_at", "ranks", "layer_count", "points")
-RUN_FIELDS += ("iteration_min", "iteration_max")
+RUN_FIELDS = frozenset(
+    {"id", "name", "project", "tags", "status", "created_at", "ranks", "layer_count", "points"}
+    | {"iteration_min", "iteration_max"}
+)  # of RunRead: what the compare page shows of each run
 MAX_IDS_TEXT = 200  # characters of the `runs` parameter: 8 ids of up to 18 digits and their commas fit
 
 
