@@ -6,6 +6,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # `make run` needs only the server extra (FastAPI, SQLAlchemy, numba, ...; the demo runs are generated with
 # numpy): no torch, Playwright or linters. The dev install (STAMP) includes it, so it also satisfies RUN_STAMP.
+# It installs with uv (https://docs.astral.sh/uv/, from PyPI: `pip install uv`), which downloads, installs and
+# byte-compiles the extra in parallel: 58 s (21 s of CPU) instead of pip's ~200 s on the loaded 2-core dev
+# machine. --compile-bytecode as pip does: where PYTHONDONTWRITEBYTECODE is set nothing else writes the .pyc
+# files, and every start would compile FastAPI, SQLAlchemy, numba ... again (import 6.0 s of CPU instead of 1.8 s).
+# uv reads no pip.conf: where the index is only reachable through pip's configuration, or uv fails for any other
+# reason, pip installs as before.
 RUN_STAMP := $(VENV)/.installed-server
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
@@ -25,8 +31,8 @@ $(STAMP): pyproject.toml
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[server]"
+	( $(BIN)/python -m pip install --quiet uv && $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e ".[server]" ) \
+		|| ( $(BIN)/python -m pip install --quiet --upgrade pip && $(BIN)/python -m pip install --quiet -e ".[server]" )
 	touch $(RUN_STAMP)
 
 # `exec`: the server is make's child itself, so a SIGTERM to `make run`'s process group stops it directly.
