@@ -186,3 +186,40 @@ def test_compare_links_open_the_dashboards_compare_view(visual_client) -> None:
     assert response.status_code == 307 and response.headers["location"] == "/#/compare?runs=3,5,9"
     old = visual_client.get("/compare?base=3&head=5", follow_redirects=False)
     assert old.headers["location"] == "/#/compare?base=3&head=5"
+
+
+def key_paths(value, path: str = "$") -> set[str]:
+    """Every key path of a JSON value (lists: the union over their items)."""
+    if isinstance(value, dict):
+        return {f"{path}.{k}" for k in value} | {p for k, v in value.items() for p in key_paths(v, f"{path}.{k}")}
+    if isinstance(value, list):
+        return {p for item in value for p in key_paths(item, f"{path}[]")}
+    return set()
+
+
+def test_the_response_carries_every_key_the_comparison_builds(visual_client, planted, hot) -> None:
+    """FastAPI drops keys the response models do not declare: extend service/visual/compare_runs_schemas.py."""
+    from fp8_policy.service.visual import compare_runs as actions
+
+    state, ids = visual_client.app.state, [planted.after, planted.before, hot]
+    with state.unit_of_work() as session:
+        built = actions.compare_runs(session, state.session_factory, state.recommendations, ids)
+        series = actions.compare_series(session, ids, HEAD, "gradient", "underflows%")
+        scalars = actions.compare_scalars(
+            session, actions.scalar_reader(state.ingest.store, state.settings.data_dir), ids, "loss"
+        )
+    runs = ",".join(map(str, ids))
+    answers = [
+        (built, visual_client.get("/api/v1/compare/runs", params={"runs": runs})),
+        (
+            series,
+            visual_client.get(
+                "/api/v1/compare/series",
+                params={"runs": runs, "layer": HEAD, "tensor": "gradient", "stat": "underflows%"},
+            ),
+        ),
+        (scalars, visual_client.get("/api/v1/compare/scalars", params={"runs": runs})),
+    ]
+    for expected, response in answers:
+        assert response.status_code == 200, response.text
+        assert key_paths(json.loads(json.dumps(expected, default=str))) == key_paths(response.json())
