@@ -3,7 +3,7 @@
  *
  * Routes (URL hash): #/runs?project=&tag=&status=&q=&sort=&dir=   runs list: filters, search, sort, stored summaries
  *                    #/runs/<id>?layer=&tensor=&rank=&rec=...    run page (its state is in the hash: run.js)
- *                    #/compare?base=<id>&head=<id>   two runs side by side with their deltas
+ *                    #/compare?runs=<id>,<id>,...    2-8 runs side by side (?base=&head= still works)
  *                    #/upload                        drag & drop upload with progress and live status
  * Every view renders into #view; leaving a view aborts its requests and timers (router.js). API errors
  * ({"error", "detail"}) are shown inline where the data would have been (api.js).
