@@ -102,9 +102,10 @@ class StartingResponder:
         os.close(self._wake_write)
 
     def _accept_loop(self) -> None:
+        watched: list[socket.socket | int] = [*self.sockets, self._wake_read]
         while not self._stopped.is_set():
             try:
-                readable, _, _ = select.select([*self.sockets, self._wake_read], [], [])
+                readable, _, _ = select.select(watched, [], [])
             except (OSError, ValueError):  # a socket was closed under us: nothing left to answer on
                 return
             for sock in readable:
