@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import Text, cast, delete, or_, select
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.models import Run, RunStatus
@@ -90,6 +90,24 @@ class SummaryRepository:
                 select(Run.id)
                 .where(Run.status == RunStatus.ready, Run.id.not_in(current))
                 .order_by(Run.id.desc())
+                .limit(limit)
+            )
+        )
+
+    def without_recommendation(self, policy_version: str, limit: int = 1000) -> list[int]:
+        """Ready runs whose summary of this policy version has no stored recommendation (stored before the column
+        existed: SQL NULL, or a JSON null), newest first."""
+        column = RunSummary.recommendation
+        return list(
+            self.session.scalars(
+                select(RunSummary.run_id)
+                .join(Run, Run.id == RunSummary.run_id)
+                .where(
+                    Run.status == RunStatus.ready,
+                    RunSummary.policy_version == policy_version,
+                    or_(column.is_(None), cast(column, Text) == "null"),
+                )
+                .order_by(RunSummary.run_id.desc())
                 .limit(limit)
             )
         )

@@ -69,7 +69,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.ingest = worker
     worker.resume_interrupted()
     sweep_orphan_uploads(worker.store, background)  # stored by a process killed before its run row was committed
-    summaries = SummaryRefresher(background)
+    # its backfill of missing stored recommendations waits while uploads are received or ingested here
+    summaries = SummaryRefresher(background, busy=lambda: app.state.upload_gate.active > 0 or worker.running())
     app.state.summaries = summaries
     summaries.catch_up()  # runs stored before a policy-version change get their summary recomputed
     alerts = AlertSender(

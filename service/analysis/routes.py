@@ -181,14 +181,16 @@ def _respond(
         return rec
 
     # without options, the answers stored with the run's summary when it was ingested (service/analysis/summary.py),
-    # read at most once per request and only when this process has not cached the answer yet
+    # read at most once per request and only when this process has not cached the answer yet; when none is stored
+    # (the ingest is still computing it, or the summary predates stored recommendations), the run's summary is
+    # computed and stored once, a computation already running in this process waited for
     stored: list[dict[str, Any] | None] = []
 
     def from_summary() -> dict[str, Any] | None:
         if overrides:
             return None
         if not stored:
-            stored.append(summary.stored_recommendation(session, run_id))
+            stored.append(summary.recommendation_answers(request.app.state.session_factory, session, run_id))
         return stored[0]
 
     def json_body() -> bytes:

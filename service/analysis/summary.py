@@ -5,51 +5,67 @@ keeps in BF16) and when it is computed — after ingest, or by `SummaryRefresher
 summary is missing or was computed by an older `POLICY_VERSION`. The runs list only reads stored summaries
 (a list request never analyses a run); GET /analysis with default thresholds serves the stored analysis, and
 GET /recommendation without options the stored answers (JSON and rendered) while they are fresh.
+A run's summary is computed at most once at a time per process (`ensure`): the ingest computes it right after
+`ready`, and a reader that arrives meanwhile (or the background refresher) waits for that computation instead of
+starting its own: on 2 cores a second computation of a 2.4M-point run doubled the time of both. A run whose
+stored summary has no recommendation (stored before the column existed) gets it on its first read, or from the
+start-up pass (`SummaryRefresher.catch_up`), which waits while the service is ingesting or receiving uploads.
 SQL is in db/summaries.py.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from fp8_policy.db.models import Run
-from fp8_policy.db.session import session_scope
+from fp8_policy.db.session import is_in_memory, session_scope
 from fp8_policy.db.summaries import SummaryRecord, SummaryRepository
 from fp8_policy.policy.analysis import analyze
 from fp8_policy.policy.recommend import POLICY_VERSION, Recommendation, RecommendOptions, recommend
 from fp8_policy.policy.render import OUTPUT_FORMATS, RenderedPolicy
 from fp8_policy.policy.thresholds import Severity, Thresholds
 from fp8_policy.service.analysis.actions import load_run_data, recommendation_answer, render_recommendation
+from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
+from fp8_policy.service.errors import AppError, InvalidOverrides
 from fp8_policy.service.runs.actions import get_ready_run
 
 log = logging.getLogger("fp8_policy.summary")
+STOP, REQUESTED, BACKFILL = -1, 0, 1  # SummaryRefresher's priorities
+BACKFILL_PAUSE_SECONDS = 1.0  # how often a waiting backfill looks whether the service is still busy
+Computed = tuple[SummaryRecord, dict[str, Any], dict[str, Any]]
+# The summary computations running in this process, one per (database, run, policy version); nothing finished is
+# kept here (the database is where summaries are kept).
+_RUNNING: SingleFlightCache[Computed] = SingleFlightCache(max_entries=0)
 
 
-def compute(session: Session, run_id: int) -> tuple[SummaryRecord, dict[str, Any], dict[str, Any] | None]:
+def compute(session: Session, run_id: int) -> Computed:
     """Analyse the stored run with default thresholds and recommend as GET /recommendation would: the summary,
-    the analysis, and the recommendation's stored answers (None when the run's metadata is refused)."""
+    the analysis, and the recommendation's stored answers (when the run's metadata is refused, the refusal:
+    {"run": ..., "refused": the 400's detail})."""
     run = get_ready_run(session, run_id)
     data = load_run_data(session, run_id)
     analysis = analyze(data, Thresholds())
-    readable = True
+    refused: str | None = None
     try:
         options = RecommendOptions.from_metadata(data.metadata, {})
-    except ValueError:  # metadata the recommender cannot read: the summary uses defaults, the API says why
+    except ValueError as exc:  # metadata the recommender cannot read: the summary uses defaults, the API says why
         options = RecommendOptions.from_metadata({}, {})
-        readable = False
+        refused = str(exc)
     same = options.thresholds == analysis.requested_thresholds  # NVFP4 runs are judged with their own bands
     rec_analysis = analysis if same else analyze(data, options.thresholds)
     rec = recommend(data, rec_analysis, options)
     recommendation = rec.to_dict()
-    answers = _answers(run, rec) if readable else None
+    answers = _answers(run, rec) if refused is None else {"run": run_identity(run), "refused": refused}
     findings = analysis.findings
     worst = max((f.severity for f in findings), default=Severity.OK)
     lead = findings[0] if findings else None
@@ -91,12 +107,37 @@ def _answers(run: Run, rec: Recommendation) -> dict[str, Any]:
 
 def stored_recommendation(session: Session, run_id: int) -> dict[str, Any] | None:
     """The default-options answers stored with the ready run's summary: None unless this policy version computed
-    them from the run as it is now (same bytes, ingest and metadata). Raises 404 / 409 like computing would."""
+    them from the run as it is now (same bytes, ingest and metadata), and None when the stored summary says the
+    run's metadata is refused (computing raises the 400 again). Raises 404 / 409 like computing would."""
     run = get_ready_run(session, run_id)
-    stored = SummaryRepository(session).recommendation(run_id, POLICY_VERSION)
-    if stored is None or stored.get("run") != run_identity(run):
-        return None
-    return stored
+    stored = _fresh(run, SummaryRepository(session).recommendation(run_id, POLICY_VERSION))
+    return stored if stored is not None and "json" in stored else None
+
+
+def _fresh(run: Run, stored: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Stored (or just computed) answers when computed from the run as it is now, else None."""
+    return stored if isinstance(stored, dict) and stored.get("run") == run_identity(run) else None
+
+
+def recommendation_answers(factory: sessionmaker[Session], session: Session, run_id: int) -> dict[str, Any] | None:
+    """GET /recommendation's answers without options: the stored ones, or when none are stored, those of the run's
+    summary computed now (and stored) by `ensure` — or by the computation of it already running in this process
+    (the ingest's, right after `ready`). Raises 404 / 409 like computing would, 400 InvalidOverrides when the
+    summary says the run's metadata is refused; None when the summary cannot be computed (the caller then
+    computes the recommendation itself, and raises what it raises)."""
+    run = get_ready_run(session, run_id)
+    answers = _fresh(run, SummaryRepository(session).recommendation(run_id, POLICY_VERSION))
+    if answers is None:
+        try:
+            answers = _fresh(run, ensure(factory, run_id)[2])
+        except AppError:  # deleted or re-ingested meanwhile: 404 / 409 as computing would
+            raise
+        except Exception:  # a bug in the summary: logged; the request computes the recommendation as it always did
+            log.warning("summary of run %s could not be computed for a read", run_id, exc_info=True)
+            return None
+    if answers is not None and "refused" in answers:
+        raise InvalidOverrides(str(answers["refused"]))
+    return answers if answers is not None and "json" in answers else None
 
 
 def stored_rendering(stored: dict[str, Any] | None, fmt: str) -> RenderedPolicy | None:
@@ -117,15 +158,28 @@ def view_analysis(session: Session, run_id: int, overrides: dict[str, float] | N
 
 
 def refresh(factory: sessionmaker[Session], run_id: int) -> SummaryRecord:
-    """Compute and store the run's summary (its own transaction)."""
-    with session_scope(factory) as session:
-        record, analysis, answers = compute(session, run_id)
-    _store(factory, record, analysis, answers)
-    return record
+    """Compute and store the run's summary (its own transactions); see `ensure`."""
+    return ensure(factory, run_id)[0]
+
+
+def ensure(factory: sessionmaker[Session], run_id: int) -> Computed:
+    """Compute and store the run's summary and return it; when this process is computing it already (the ingest
+    right after `ready`, the background refresher, another reader), wait for that computation and return its
+    result (or raise its error) instead."""
+    engine = factory.kw["bind"]
+    database = id(engine) if is_in_memory(engine) else str(engine.url)  # in-memory: one database per engine
+
+    def compute_and_store() -> Computed:
+        with session_scope(factory) as session:
+            computed = compute(session, run_id)
+        _store(factory, *computed)
+        return computed
+
+    return _RUNNING.get((database, run_id, POLICY_VERSION), compute_and_store)
 
 
 def _store(
-    factory: sessionmaker[Session], record: SummaryRecord, analysis: dict[str, Any], answers: dict[str, Any] | None
+    factory: sessionmaker[Session], record: SummaryRecord, analysis: dict[str, Any], answers: dict[str, Any]
 ) -> None:
     """Write the summary; when another request or process stored the same run's summary first (both computed it
     at once), theirs stands: it was computed from the same stored data by the same policy version."""
@@ -142,43 +196,52 @@ def stored_analysis(factory: sessionmaker[Session], run_id: int) -> dict[str, An
         cached = SummaryRepository(session).analysis(run_id, POLICY_VERSION)
     if cached is not None:
         return cached
-    with session_scope(factory) as session:
-        record, analysis, answers = compute(session, run_id)
-    _store(factory, record, analysis, answers)
-    return analysis
+    return ensure(factory, run_id)[1]
 
 
 class SummaryRefresher:
     """One background thread that (re)computes summaries of ready runs, each run at most once at a time.
 
     `request(ids)` is what the runs list calls for rows without a fresh summary: it returns at once.
-    `catch_up()` queues every stale ready run (at start-up, after a policy-version change).
+    `catch_up()` queues every stale ready run (at start-up, after a policy-version change), and every run whose
+    summary has no stored recommendation yet (stored before the column existed) as a backfill: a backfill waits
+    while `busy()` says the service is busy (an ingest job running here, an upload being received), and lets
+    requested runs go first. A run is computed once per process at a time (`ensure`).
     """
 
-    def __init__(self, factory: sessionmaker[Session], max_pending: int = 10_000) -> None:
+    def __init__(
+        self, factory: sessionmaker[Session], max_pending: int = 10_000, busy: Callable[[], bool] | None = None
+    ) -> None:
         self.factory = factory
-        self._queue: queue.Queue[int | None] = queue.Queue(max_pending)
-        self._pending: set[int] = set()
+        self.busy = busy or (lambda: False)
+        self._queue: queue.PriorityQueue[tuple[int, int, int]] = queue.PriorityQueue(max_pending)
+        self._order = itertools.count()
+        self._pending: dict[int, int] = {}  # run id -> the priority it is queued with (0 requested, 1 backfill)
         self._lock = threading.Lock()
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="summaries", daemon=True)
         self._thread.start()
 
-    def request(self, run_ids: list[int]) -> None:
+    def request(self, run_ids: list[int], *, backfill: bool = False) -> None:
+        priority = BACKFILL if backfill else REQUESTED
         for run_id in run_ids:
             with self._lock:
-                if run_id in self._pending:
-                    continue
-                self._pending.add(run_id)
+                if self._pending.get(run_id, priority + 1) <= priority:
+                    continue  # queued already, as early or earlier
+                self._pending[run_id] = priority
             try:
-                self._queue.put_nowait(run_id)
+                self._queue.put_nowait((priority, next(self._order), run_id))
             except queue.Full:  # the backlog is already long: this run is picked up on a later request
                 with self._lock:
-                    self._pending.discard(run_id)
+                    self._pending.pop(run_id, None)
 
     def catch_up(self) -> None:
         with session_scope(self.factory) as session:
-            stale = SummaryRepository(session).stale_ready_runs(POLICY_VERSION)
+            repo = SummaryRepository(session)
+            stale = repo.stale_ready_runs(POLICY_VERSION)
+            backfill = repo.without_recommendation(POLICY_VERSION)
         self.request(stale)
+        self.request(backfill, backfill=True)
 
     def wait_idle(self, timeout: float = 60.0) -> bool:
         """True once nothing is pending (tests and the demo loader)."""
@@ -191,18 +254,27 @@ class SummaryRefresher:
         return False
 
     def stop(self) -> None:
-        self._queue.put(None)
+        self._stop.set()
+        self._queue.put((STOP, 0, 0))
         self._thread.join(timeout=10)
 
     def _loop(self) -> None:
         while True:
-            run_id = self._queue.get()
-            if run_id is None:
+            priority, order, run_id = self._queue.get()
+            if priority == STOP:
                 return
+            with self._lock:
+                if self._pending.get(run_id) != priority:
+                    continue  # requested again since, with a higher priority: that entry computed it
             try:
+                if priority == BACKFILL and self.busy():
+                    self._queue.put_nowait((priority, order, run_id))  # later; requested runs may go first
+                    if self._stop.wait(BACKFILL_PAUSE_SECONDS):
+                        return
+                    continue
                 refresh(self.factory, run_id)
             except Exception:  # a run deleted or not ready meanwhile, or a bug: logged, the list shows no summary
                 log.exception("summary of run %s could not be computed", run_id)
-            finally:
-                with self._lock:
-                    self._pending.discard(run_id)
+            with self._lock:
+                if self._pending.get(run_id) == priority:
+                    del self._pending[run_id]

@@ -139,6 +139,11 @@ class IngestWorker:
                     raise TimeoutError(f"ingest still busy after {timeout} s")
                 self._lock.wait(0.05 if remaining is None else min(0.05, remaining))
 
+    def running(self) -> bool:
+        """Whether a job is being run here now (background passes wait for it: service/analysis/summary.py)."""
+        with self._lock:
+            return bool(self._held)
+
     def shutdown(self) -> None:
         """Finish the jobs in hand, then stop (a killed process's jobs are retried after their lease)."""
         self._stop.set()
