@@ -42,6 +42,8 @@ from fp8_policy.service.visual.pool import Renderer
 from fp8_policy.service.visual.routes import router as visual_router
 from fp8_policy.service.web.routes import router as web_router
 
+SERVING_WAIT_SECONDS = 10.0
+
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -62,8 +64,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         else create_db_engine(settings.resolved_database_url, settings.background_pool_options())
     )
     background = create_session_factory(background_engine)
-    warm_up = warm_up_process if app.state.long_running else warm_parser
-    threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
+    threading.Thread(target=_warm_up, args=(app,), name="warm-up", daemon=True).start()
     app.state.renderer.warm()
     worker = IngestWorker(background, settings)
     app.state.ingest = worker
@@ -92,6 +93,19 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         background_engine.dispose()
 
 
+def _warm_up(app: FastAPI) -> None:
+    """The kernels (and, in a serving process, scikit-learn, gc.freeze and the parser's buffers: warm_up_process).
+    A serving process waits until it serves (`app.state.serving`, set by `fp8-policy serve` when uvicorn takes
+    the port over) at most SERVING_WAIT_SECONDS: loading cached kernels is 0.5-0.6 s of CPU, much of it holding the
+    GIL, and on a restart it ran beside the end of start-up (a warm numba cache made /healthz slower than an empty
+    one, whose compile runs in a child process); ingest uses the interpreted kernels until they are loaded."""
+    if not app.state.long_running:
+        warm_parser()
+        return
+    app.state.serving.wait(SERVING_WAIT_SECONDS)
+    warm_up_process()
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(
         title="fp8-policy",
@@ -104,6 +118,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings = settings or get_settings()
     app.state.long_running = False  # `fp8-policy serve` sets it: start-up objects are then frozen (warm_up_process)
+    app.state.serving = threading.Event()  # `fp8-policy serve` sets it once uvicorn serves: the warm-up starts
     app.state.upload_gate = UploadGate(settings.max_concurrent_uploads, settings.max_uploads_per_client)
     app.state.live_pieces = PieceGate(settings.max_concurrent_pieces, settings.piece_workers)
     app.state.renderer = Renderer(settings)  # worker processes start at the first image

@@ -159,6 +159,7 @@ def _hand_over_when_started(app: FastAPI, responder: StartingResponder, url: str
     async def lifespan(app: FastAPI) -> AsyncIterator[Any]:
         async with inner(app) as state:
             responder.stop()
+            app.state.serving.set()  # the warm-up (kernels, scikit-learn, buffers) may start: service/app.py
             logging.getLogger("uvicorn.error").info("fp8-policy serving on %s", url)
             yield state
 

@@ -70,3 +70,26 @@ def test_listen_binds_every_address_of_a_name_and_refuses_a_taken_port() -> None
     finally:
         for sock in sockets:
             sock.close()
+
+
+def test_a_serving_process_warms_up_once_it_serves(tmp_path, monkeypatch) -> None:
+    """Loading cached kernels (0.5-0.6 s of CPU, much of it holding the GIL) no longer runs beside the end of a
+    restart's start-up: `serve` sets app.state.serving when uvicorn takes the port over (service/app.py)."""
+    import threading
+
+    from fastapi.testclient import TestClient
+
+    from fp8_policy.db.migrate import upgrade
+    from fp8_policy.service import app as app_module
+    from fp8_policy.service.settings import Settings
+
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    upgrade(url)
+    warmed = threading.Event()
+    monkeypatch.setattr(app_module, "warm_up_process", warmed.set)
+    app = app_module.create_app(Settings(_env_file=None, data_dir=tmp_path / "data", database_url=url))
+    app.state.long_running = True
+    with TestClient(app):
+        assert not warmed.wait(0.5), "warmed up before the process served"
+        app.state.serving.set()
+        assert warmed.wait(30)
