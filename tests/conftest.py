@@ -167,6 +167,21 @@ def project() -> str:
     return f"test-{uuid.uuid4().hex}"
 
 
+# A run's ingest figures (GET /api/v1/runs/{id}): a live run's equal those of the same files uploaded whole.
+RUN_FIGURES = (
+    "ranks",
+    "layer_count",
+    "series_count",
+    "points",
+    "iteration_min",
+    "iteration_max",
+    "lines_read",
+    "lines_skipped",
+    "lines_blank",
+    "lines_duplicated",
+)
+
+
 def wait_for_run(client: TestClient, run_id: int, timeout: float = 30.0) -> dict:
     """Poll GET /api/v1/runs/{id} until ready or failed; return the body once the worker is idle again.
 
