@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+from bench.service import wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -103,17 +103,10 @@ class Cluster:
     def wait_healthy(self, timeout: float = 180.0) -> None:
         deadline = time.monotonic() + timeout
         for member in self.apis:
-            while True:
-                if member.process.poll() is not None:
-                    raise RuntimeError(f"{member.name} exited:\n{member.log_tail()}")
-                try:
-                    if httpx.get(f"{member.url}/healthz", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{member.name} not healthy after {timeout} s:\n{member.log_tail()}")
-                time.sleep(0.1)
+            try:
+                wait_healthy(member.url, member.process, max(0.1, deadline - time.monotonic()))
+            except SystemExit as exc:  # bench.service's way of saying "exited" / "not healthy in time"
+                raise RuntimeError(f"{member.name}: {exc}:\n{member.log_tail()}") from None
 
     def close(self) -> None:
         members = self.apis + self.workers

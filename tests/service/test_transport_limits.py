@@ -11,19 +11,18 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
+from bench.service import SERVE, running_service
 from tests.archives import multi_rank_tree, tree_tar_gz
 
-ROOT = Path(__file__).resolve().parents[2]
 HEADER_TIMEOUT, BODY_TIMEOUT, MAX_UPLOADS, CONNECTIONS = 1.0, 1.5, 2, 30
 BOUNDARY = "fp8boundary"
 
@@ -39,54 +38,21 @@ class Served:
         return f"http://127.0.0.1:{self.port}"
 
 
+@contextmanager
+def serve_process(data: Path, *options: str, **env: str) -> Iterator[Served]:
+    """`fp8-policy serve` with `options` as a child process on a free loopback port, data in `data`, none of this
+    environment's FP8_POLICY_* settings but `env`; stopped when the block ends."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("FP8_POLICY_")}
+    with running_service(data, command=[*SERVE, *options], env={**clean, **env}, timeout=60) as (server, url):
+        yield Served(int(url.rsplit(":", 1)[1]), server.pid, data / "uploads")
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    data = tmp_path_factory.mktemp("transport") / "data"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FP8_POLICY_")}
-    env["FP8_POLICY_DATA_DIR"] = str(data)
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "fp8_policy.service.cli",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--no-demo",
-            "--log-level",
-            "error",
-            "--header-timeout",
-            str(HEADER_TIMEOUT),
-            "--body-timeout",
-            str(BODY_TIMEOUT),
-            "--max-uploads",
-            str(MAX_UPLOADS),
-            "--limit-concurrency",
-            str(CONNECTIONS),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None, "the service exited during start-up"
-            assert time.monotonic() < deadline, "the service did not start in 60 s"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        yield Served(port, server.pid, data / "uploads")
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    options = ["--header-timeout", str(HEADER_TIMEOUT), "--body-timeout", str(BODY_TIMEOUT)]
+    options += ["--max-uploads", str(MAX_UPLOADS), "--limit-concurrency", str(CONNECTIONS)]
+    with serve_process(tmp_path_factory.mktemp("transport") / "data", *options) as served:
+        yield served
 
 
 def _connect(served: Served) -> socket.socket:
@@ -95,16 +61,23 @@ def _connect(served: Served) -> socket.socket:
     return sock
 
 
-def _stalled_upload(served: Served, declared: int = 1_000_000, sent: int = 1024) -> socket.socket:
-    """A multipart upload that announces `declared` bytes, sends `sent` of them and goes quiet."""
-    preamble = (
-        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="run.log"\r\n'
-        "Content-Type: text/plain\r\n\r\n"
-    ).encode()
+def upload_head(declared: int) -> tuple[bytes, bytes]:
+    """The request head of a multipart POST /api/v1/runs announcing `declared` body bytes, and the body's first
+    part header (a file field named run.log)."""
     head = (
         f"POST /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; "
         f"boundary={BOUNDARY}\r\nContent-Length: {declared}\r\n\r\n"
     ).encode()
+    preamble = (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="run.log"\r\n'
+        "Content-Type: text/plain\r\n\r\n"
+    ).encode()
+    return head, preamble
+
+
+def _stalled_upload(served: Served, declared: int = 1_000_000, sent: int = 1024) -> socket.socket:
+    """A multipart upload that announces `declared` bytes, sends `sent` of them and goes quiet."""
+    head, preamble = upload_head(declared)
     sock = _connect(served)
     sock.sendall(head + preamble + b"x" * (sent - len(preamble)))
     return sock

@@ -8,10 +8,7 @@ floor cuts them off (408 `BodyTooSlow`, their `.part` files removed) and the nex
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,41 +20,22 @@ import pytest
 from fp8_policy.service.transport.uploads import TooManyUploads, UploadGate, default_share
 from tests.archives import multi_rank_tree, tree_tar_gz
 from tests.asyncrun import run_async
-from tests.service.test_transport_limits import BOUNDARY, ROOT, Served, _parts, _status_and_body
+from tests.service.test_transport_limits import Served, _parts, _status_and_body, serve_process, upload_head
 
 MIN_RATE, GRACE = 2000, 1.0
 
 
 @pytest.fixture(scope="module")
 def paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    data = tmp_path_factory.mktemp("pace") / "data"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FP8_POLICY_")}
-    env.update(
-        FP8_POLICY_DATA_DIR=str(data),
+    options = ("--body-timeout", "30", "--max-uploads", "2")
+    with serve_process(
+        tmp_path_factory.mktemp("pace") / "data",
+        *options,
         FP8_POLICY_BODY_MIN_RATE=str(MIN_RATE),
         FP8_POLICY_BODY_RATE_GRACE=str(GRACE),
         FP8_POLICY_MAX_UPLOADS_PER_CLIENT="2",  # both tricklers come from 127.0.0.1: let them take every slot
-    )
-    command = [sys.executable, "-m", "fp8_policy.service.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    command += ["--no-demo", "--log-level", "error", "--body-timeout", "30", "--max-uploads", "2"]
-    server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None, "the service exited during start-up"
-            assert time.monotonic() < deadline, "the service did not start in 60 s"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        yield Served(port, server.pid, data / "uploads")
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    ) as served:
+        yield served
 
 
 class Trickler(threading.Thread):
@@ -66,15 +44,7 @@ class Trickler(threading.Thread):
     def __init__(self, served: Served) -> None:
         super().__init__(daemon=True)
         self.sock = socket.create_connection(("127.0.0.1", served.port), timeout=10)
-        preamble = (
-            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="run.log"\r\n'
-            "Content-Type: text/plain\r\n\r\n"
-        ).encode()
-        head = (
-            f"POST /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; "
-            f"boundary={BOUNDARY}\r\nContent-Length: 1000000\r\n\r\n"
-        ).encode()
-        self.sock.sendall(head + preamble)
+        self.sock.sendall(b"".join(upload_head(1_000_000)))
         self.answer = b""
         self.stop = threading.Event()
 
