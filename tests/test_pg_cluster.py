@@ -19,6 +19,7 @@ from tests.pg_cluster import (
     PostgresStartupError,
     PostgresUnavailable,
     ThrowawayPostgres,
+    _pid_alive,
     port_is_open,
 )
 
@@ -130,7 +131,7 @@ def test_context_manager_cleans_up(postgres_server):
     assert not port_is_open(port)
     assert not base_dir.exists()
     assert not pg.running
-    assert _wait_until(lambda: not _alive(pid), timeout=5)
+    assert _wait_until(lambda: not _pid_alive(pid), timeout=5)
     pg.close()  # idempotent
 
 
@@ -156,19 +157,6 @@ def test_startup_error_has_log_tail_and_cleans_up(postgres_server):
 def test_missing_binaries_raise_clear_error(tmp_path):
     with pytest.raises(PostgresUnavailable, match="FP8_POLICY_SKIP_POSTGRES"):
         ThrowawayPostgres(bindir=tmp_path).start()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 _CHILD = """
@@ -212,7 +200,7 @@ def test_cleanup_when_session_dies(postgres_server, how):
             child.wait()
     assert _wait_until(lambda: not port_is_open(info["port"]))
     assert _wait_until(lambda: not Path(info["dir"]).exists())
-    assert _wait_until(lambda: not _alive(info["pid"]))
+    assert _wait_until(lambda: not _pid_alive(info["pid"]))
 
 
 # --------------------------------------------------------------------------

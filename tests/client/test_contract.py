@@ -28,6 +28,7 @@ from fp8_policy.policy.synthetic import SCENARIOS, write_run
 from fp8_policy.service.app import create_app
 from fp8_policy.service.cli import cli
 from fp8_policy.service.settings import Settings
+from tests.policy.recommend.test_recommend import KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "contract"
@@ -147,17 +148,7 @@ def test_recommendation_in_every_format(client: PolicyClient, run_ids: dict[str,
     policy = client.recommendation(run_id)
     rendered = {fmt: client.recommendation(run_id, format=fmt) for fmt in ("te-yaml", "megatron", "hydra", "torchao")}
 
-    assert set(policy) >= {
-        "fp8_skip_layers",
-        "gemm_overrides",
-        "recipe",
-        "megatron",
-        "expected_cost",
-        "rationale",
-        "confidence",
-        "policy_version",
-        "findings",
-    }
+    assert set(policy) >= KEYS
     assert policy["fp8_skip_layers"]
     assert isinstance(yaml.safe_load(rendered["te-yaml"]), dict)
     compile(rendered["torchao"], "torchao_fp8_filter.py", "exec")

@@ -16,17 +16,7 @@ from fp8_policy.db.summary_models import RunSummary
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
 from tests.archives import esm2_tar_gz, tree_tar_gz
 from tests.conftest import wait_for_run
-
-RECOMMENDATION_KEYS = {
-    "fp8_skip_layers",
-    "gemm_overrides",
-    "recipe",
-    "megatron",
-    "expected_cost",
-    "rationale",
-    "confidence",
-    "policy_version",
-}
+from tests.policy.recommend.test_recommend import KEYS
 
 
 def wait_for_summary(client: TestClient, run_id: int, timeout: float = 60.0) -> None:
@@ -111,7 +101,7 @@ class TestAnalysis:
 class TestRecommendation:
     def test_json_has_every_documented_key_and_skips_the_head(self, client: TestClient, head_only: int) -> None:
         body = client.get(f"/api/v1/runs/{head_only}/recommendation").json()
-        assert set(body) >= RECOMMENDATION_KEYS
+        assert set(body) >= KEYS
         assert body["fp8_skip_layers"] == ["model.lm_head"]
         assert body["recipe"]["class"].startswith("transformer_engine.common.recipe.")
         assert 0.0 < body["confidence"] <= 1.0 and body["rationale"]
