@@ -24,13 +24,12 @@ from fp8_policy.policy.records import PRECISIONS, PolicyDecision
 from fp8_policy.policy.render import precision
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 from fp8_policy.policy.render.te_yaml import (
+    closing_notes,
     dump_sections,
     log_tensor_stats,
     quant_stats_feature,
     rest_section,
     section,
-    stats_note,
-    unapplied_note,
 )
 
 MEDIA_TYPE = "application/yaml"
@@ -68,11 +67,7 @@ def _header(decision: PolicyDecision, options: RenderOptions) -> list[str]:
         f"# Outer recipe: {decision.recipe.name} ({decision.recipe.class_path})",
         f"# {len(kept)} layer(s) kept in high precision are watched by LogTensorStats only: TE asserts when",
         "# LogFp8TensorStats watches a layer that runs outside FP8.",
-        *unapplied_note(decision),
-        stats_note(decision, options.stats_freq),
-        "# Sections are disjoint (nvdlfw allows one enabled section per layer); names match exactly.",
-        "# Use: debug_api.initialize(config_file=<this file>,"
-        " feature_dirs=[<transformer_engine>/debug/features], log_dir=...)",
+        *closing_notes(decision, options),
     ]
     return lines
 

@@ -197,6 +197,18 @@ def unapplied_note(decision: PolicyDecision) -> list[str]:
     ]
 
 
+def closing_notes(decision: PolicyDecision, options: RenderOptions) -> list[str]:
+    """The header's last lines, the same in the te-yaml and te-monitor files: the unapplied ladder rungs, what
+    the quantized layers log, and how TE's debug API loads the file."""
+    return [
+        *unapplied_note(decision),
+        stats_note(decision, options.stats_freq),
+        "# Sections are disjoint (nvdlfw allows one enabled section per layer); names match exactly.",
+        "# Use: debug_api.initialize(config_file=<this file>,"
+        " feature_dirs=[<transformer_engine>/debug/features], log_dir=...)",
+    ]
+
+
 def _header(decision: PolicyDecision, options: RenderOptions, high: int) -> list[str]:
     layer_feature, gemm_feature = disable_feature_names(decision, options)
     version = decision.te_version or "unknown"
@@ -228,14 +240,7 @@ def _header(decision: PolicyDecision, options: RenderOptions, high: int) -> list
             f" ({', '.join(rungs)}); the debug API can only turn quantization off. Apply them with"
             " apply_policy(backend='te') or the Megatron --te-precision-config-file."
         )
-    lines += unapplied_note(decision)
-    lines += [
-        stats_note(decision, options.stats_freq),
-        "# Sections are disjoint (nvdlfw allows one enabled section per layer); names match exactly.",
-        "# Use: debug_api.initialize(config_file=<this file>,"
-        " feature_dirs=[<transformer_engine>/debug/features], log_dir=...)",
-    ]
-    return lines
+    return lines + closing_notes(decision, options)
 
 
 def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
