@@ -16,9 +16,9 @@ there (`[tool.setuptools.dynamic]`), so the wheel's metadata, `fp8-policy --vers
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from fp8_policy._lazy import lazy_attributes
 from fp8_policy._version import __version__ as __version__  # re-exported
 
 _EXPORTS = {
@@ -59,14 +59,4 @@ if TYPE_CHECKING:  # `X as X`: explicit re-exports (PEP 484), so type checkers s
     from fp8_policy.client.live import LiveUploader as LiveUploader
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fp8_policy' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), _EXPORTS)

@@ -8,8 +8,9 @@ The implementation lives in `fp8_policy.client.collect`; the names are resolved 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fp8_policy._lazy import lazy_attributes
 
 _IMPL = "fp8_policy.client.collect"
 __all__ = [
@@ -44,13 +45,4 @@ if TYPE_CHECKING:
     )
 
 
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module 'fp8_policy.collect' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_IMPL), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), dict.fromkeys(__all__, _IMPL))
