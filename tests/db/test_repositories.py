@@ -331,8 +331,7 @@ class TestAllOrNothing:
             assert row_counts_in(session, run_id) == (26, 72)  # flushed, visible inside the transaction
             raise RuntimeError("crash after the flush")
 
-        assert row_counts(db_engine, run_id) == {"runs": 1, "run_tags": 2, "layers": 0, "series": 0}
-        assert status_of(factory, run_id) == ("queued", 0, 0)
+        assert_as_new(factory, db_engine, run_id)
 
     def test_failing_insert_inside_store_leaves_no_layers_or_series(
         self, factory, db_engine: Engine, project: str, assembled: AssembledRun
@@ -343,8 +342,7 @@ class TestAllOrNothing:
         with pytest.raises(IntegrityError):
             store(factory, run_id, broken)
 
-        assert row_counts(db_engine, run_id) == {"runs": 1, "run_tags": 2, "layers": 0, "series": 0}
-        assert status_of(factory, run_id) == ("queued", 0, 0)
+        assert_as_new(factory, db_engine, run_id)
 
     def test_store_after_a_rolled_back_one_succeeds(
         self, factory, db_engine: Engine, project: str, assembled: AssembledRun
@@ -360,6 +358,12 @@ class TestAllOrNothing:
         store(factory, run_id, assembled)
 
         assert row_counts(db_engine, run_id) == {"runs": 1, "run_tags": 2, "layers": 26, "series": 72}
+
+
+def assert_as_new(factory: sessionmaker[Session], db_engine: Engine, run_id: int) -> None:
+    """The run is as `new_run` left it: its row and two tags, no layers or series, queued with no counts."""
+    assert row_counts(db_engine, run_id) == {"runs": 1, "run_tags": 2, "layers": 0, "series": 0}
+    assert status_of(factory, run_id) == ("queued", 0, 0)
 
 
 def duplicate(record: SeriesRecord) -> SeriesRecord:

@@ -80,30 +80,15 @@ def _plan_lines(layer: str, plan: str, gemms: tuple[tuple[str, str], ...] = GEMM
             QKV,
             LayerPlan(QKV, {("output", "fprop"): "High Precision"}),
         ),
-        (
-            f"{TS}LAYER={QKV}: Feature=LogFp8TensorStats, API=inspect_tensor: gradient",
-            QKV,
-            LayerPlan(QKV, features={"LogFp8TensorStats"}),
-        ),
-        (
-            f"{TS}LAYER={QKV}: Feature=LogTensorStats, API=look_at_tensor_before_process: activation",
-            QKV,
-            LayerPlan(QKV, features={"LogTensorStats"}),
-        ),
-        (
-            f"{TS}LAYER={QKV}: Feature=LogNvfp4TensorStats, API=inspect_tensor: weight",
-            QKV,
-            LayerPlan(QKV, features={"LogNvfp4TensorStats"}),
-        ),
-        (
-            f"{TS}LAYER={QKV}: Feature=PerTensorScaling, API=process_tensor: fprop, activation",
-            QKV,
-            LayerPlan(QKV, features={"PerTensorScaling"}),
-        ),
-        (
-            f"{TS}LAYER={QKV}: Feature=FakeQuant, API=process_tensor: dgrad, gradient",
-            QKV,
-            LayerPlan(QKV, features={"FakeQuant"}),
+        *(
+            (f"{TS}LAYER={QKV}: Feature={feature}, API={api}", QKV, LayerPlan(QKV, features={feature}))
+            for feature, api in (
+                ("LogFp8TensorStats", "inspect_tensor: gradient"),
+                ("LogTensorStats", "look_at_tensor_before_process: activation"),
+                ("LogNvfp4TensorStats", "inspect_tensor: weight"),
+                ("PerTensorScaling", "process_tensor: fprop, activation"),
+                ("FakeQuant", "process_tensor: dgrad, gradient"),
+            )
         ),
         (
             f"{TS}LAYER=model.module.decoder.layers.1.mlp.linear_fc2: Quantization Disabled",

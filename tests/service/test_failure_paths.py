@@ -267,6 +267,18 @@ def full_disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+def failed_for_lack_of_space(db_engine: Engine, run_id: int, **columns: int) -> None:
+    """Leave the run as an ingest that ran out of disk leaves it: failed (ENOSPC), its layers and series gone."""
+    with db_engine.begin() as connection:
+        connection.execute(
+            update(Run)
+            .where(Run.id == run_id)
+            .values(status="failed", error="InternalError: OSError: [Errno 28] No space left on device", **columns)
+        )
+        connection.exec_driver_sql(f"DELETE FROM series WHERE run_id = {run_id}")
+        connection.exec_driver_sql(f"DELETE FROM layers WHERE run_id = {run_id}")
+
+
 class TestFullDisk:
     @pytest.mark.parametrize("shape", ["multipart", "raw"])
     def test_enospc_while_receiving_is_507_and_leaves_no_part_file(
@@ -318,21 +330,7 @@ class TestFullDisk:
     ) -> None:
         first = upload(client, project, GOOD, "run.log").json()["id"]
         wait_for_run(client, first)
-        with db_engine.begin() as connection:
-            connection.execute(
-                update(Run)
-                .where(Run.id == first)
-                .values(
-                    status="failed",
-                    error="InternalError: OSError: [Errno 28] No space left on device",
-                    point_count=0,
-                    layer_count=0,
-                    series_count=0,
-                    rank_count=0,
-                )
-            )
-            connection.exec_driver_sql(f"DELETE FROM series WHERE run_id = {first}")
-            connection.exec_driver_sql(f"DELETE FROM layers WHERE run_id = {first}")
+        failed_for_lack_of_space(db_engine, first, point_count=0, layer_count=0, series_count=0, rank_count=0)
 
         again = upload(client, project, GOOD, "run.log")
 
@@ -373,14 +371,7 @@ class TestRetryEndpoint:
     def test_failed_run_with_its_upload_is_retried(self, client: TestClient, db_engine: Engine, project: str) -> None:
         run_id = upload(client, project, GOOD, "run.log").json()["id"]
         wait_for_run(client, run_id)
-        with db_engine.begin() as connection:
-            connection.execute(
-                update(Run)
-                .where(Run.id == run_id)
-                .values(status="failed", error="InternalError: OSError: [Errno 28] No space left on device")
-            )
-            connection.exec_driver_sql(f"DELETE FROM series WHERE run_id = {run_id}")
-            connection.exec_driver_sql(f"DELETE FROM layers WHERE run_id = {run_id}")
+        failed_for_lack_of_space(db_engine, run_id)
 
         response = client.post(f"{RUNS}/{run_id}/retry")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -19,17 +20,21 @@ from tests.policy.render import factory as f
 SUBLAYERS = ("self_attention.linear_qkv", "self_attention.linear_proj", "mlp.linear_fc1", "mlp.linear_fc2")
 
 
-def run(decision, tmp_path, **options) -> tuple[str, list[str], dict | None]:
-    """(text, FP8_POLICY_ARGS as bash sees them, parsed precision-config YAML or None)."""
+def run_script(decision, tmp_path: Path, **options) -> tuple[str, list[str], Path | None]:
+    """(text, FP8_POLICY_ARGS as bash sees them, path of the precision config it wrote or None)."""
     text = render(decision, "megatron", RenderOptions(**options)).content
     script = tmp_path / "policy.sh"
     script.write_text(text + 'printf "%s\\n" "${FP8_POLICY_ARGS[@]}"\n')
     done = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, check=True)
     args = done.stdout.splitlines()
-    config = None
-    if "--te-precision-config-file" in args:
-        config = yaml.safe_load((tmp_path / args[args.index("--te-precision-config-file") + 1]).read_text())
-    return text, args, config
+    flag = "--te-precision-config-file"
+    return text, args, tmp_path / args[args.index(flag) + 1] if flag in args else None
+
+
+def run(decision, tmp_path: Path, **options) -> tuple[str, list[str], dict | None]:
+    """(text, FP8_POLICY_ARGS as bash sees them, parsed precision-config YAML or None)."""
+    text, args, path = run_script(decision, tmp_path, **options)
+    return text, args, yaml.safe_load(path.read_text()) if path else None
 
 
 def bf16_paths(config: dict, n_blocks: int) -> set[str]:

@@ -3,31 +3,15 @@ loaded the way Megatron-LM loads it (tests/policy/render/megatron_loader.py re-i
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
 import pytest
 
-from fp8_policy.policy.render import RenderOptions, render
 from fp8_policy.policy.render.layout import is_one_based
 from fp8_policy.policy.render.megatron import megatron_path
 from tests.policy.render import factory as f
 from tests.policy.render import megatron_loader as loader
+from tests.policy.render.test_megatron import run_script
 
 N_BLOCKS = 4
-
-
-def run(decision, tmp_path: Path) -> tuple[str, list[str], Path | None]:
-    """(text, FP8_POLICY_ARGS as bash sees them, path of the precision config it wrote or None)."""
-    text = render(decision, "megatron", RenderOptions()).content
-    script = tmp_path / "policy.sh"
-    script.write_text(text + 'printf "%s\\n" "${FP8_POLICY_ARGS[@]}"\n')
-    done = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, check=True)
-    args = done.stdout.splitlines()
-    path = None
-    if "--te-precision-config-file" in args:
-        path = tmp_path / args[args.index("--te-precision-config-file") + 1]
-    return text, args, path
 
 
 def expected(decision, rungs: dict[str, str], bf16: set[str]) -> dict[str, str]:
@@ -44,7 +28,7 @@ def expected(decision, rungs: dict[str, str], bf16: set[str]) -> dict[str, str]:
 @pytest.mark.parametrize("family", ["megatron", "esm2", "llama"])
 def test_nvfp4_emits_fp4_flags_and_never_fp8_flags(family, tmp_path):
     decision = f.decision(f.family_layers(family, N_BLOCKS), recipe_choice=f.recipe("nvfp4"))
-    text, args, config = run(decision, tmp_path)
+    text, args, config = run_script(decision, tmp_path)
     assert args == ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"] and config is None
     assert "--fp8-format" not in args and "--fp8-recipe" not in args
     assert "FP4 recipe: nvfp4" in text
@@ -53,7 +37,7 @@ def test_nvfp4_emits_fp4_flags_and_never_fp8_flags(family, tmp_path):
 def test_nvfp4_with_edge_blocks_uses_first_last_flags(tmp_path):
     layers = f.family_layers("megatron", N_BLOCKS)
     decision = f.decision(layers, f.block_names("megatron", 1), recipe_choice=f.recipe("nvfp4"))
-    _, args, config = run(decision, tmp_path)
+    _, args, config = run_script(decision, tmp_path)
     assert config is None
     assert args[:4] == ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
     assert args[4:] == [
@@ -67,7 +51,7 @@ def test_nvfp4_with_edge_blocks_uses_first_last_flags(tmp_path):
 
 def test_mxfp8_recipe_flag(tmp_path):
     decision = f.decision(f.family_layers("megatron", 2), recipe_choice=f.recipe("mxfp8"))
-    _, args, _ = run(decision, tmp_path)
+    _, args, _ = run_script(decision, tmp_path)
     assert args == ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"]
 
 
@@ -81,7 +65,7 @@ def test_ladder_mix_is_a_precision_config_megatron_accepts(family, outer, tmp_pa
     rungs[names[-1]] = "mxfp8"
     skip = (*f.block_names(family, first + 2), names[0])  # a whole block and the bf16 rung (the plan's skips)
     decision = f.with_ladder(f.decision(layers, skip, recipe_choice=f.recipe(outer)), rungs)
-    text, args, config = run(decision, tmp_path)
+    text, args, config = run_script(decision, tmp_path)
     assert config is not None and "--first-last-layers-bf16" not in args
     if outer == "nvfp4":
         assert args[:4] == ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"] and "--fp8-format" not in args
@@ -102,7 +86,7 @@ def test_ladder_rung_equal_to_the_outer_recipe_needs_no_matcher(tmp_path):
     decision = f.with_ladder(
         f.decision(layers, recipe_choice=f.recipe("mxfp8")), {names[0]: "mxfp8", names[1]: "nvfp4"}
     )
-    _, _, config = run(decision, tmp_path)
+    _, _, config = run_script(decision, tmp_path)
     recipe = loader.RecipeConfig.from_yaml_file(config)
     assert [key for _, key in recipe.matchers] == ["nvfp4"]
     assert set(recipe.configs) == {"nvfp4"}
@@ -113,7 +97,7 @@ def test_a_delayed_rung_under_another_recipe_never_becomes_a_delayed_config(tmp_
     layers = f.family_layers("megatron", N_BLOCKS)
     names = [layer.name for layer in layers]
     decision = f.with_ladder(f.decision(layers, recipe_choice=f.recipe(outer)), {names[3]: "delayed"})
-    _, _, config = run(decision, tmp_path)
+    _, _, config = run_script(decision, tmp_path)
     if config is None:  # nothing to change: the outer FP8 recipe is at least as fine as delayed scaling
         assert runs_at == outer
         return
@@ -126,7 +110,7 @@ def test_a_bf16_rung_the_plan_does_not_skip_is_stated_not_applied(tmp_path):
     layers = f.family_layers("llama", N_BLOCKS)
     names = [layer.name for layer in layers]
     decision = f.with_ladder(f.decision(layers, recipe_choice=f.recipe("block")), dict.fromkeys(names, "bf16"))
-    text, args, config = run(decision, tmp_path)
+    text, args, config = run_script(decision, tmp_path)
     assert config is None and args == ["--fp8-format", "e4m3", "--fp8-recipe", "blockwise"]
     assert f"NOT applied: the precision ladder finds no low-precision rung for {len(names)} layer(s)" in text
 
