@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
@@ -12,6 +12,11 @@ from sqlalchemy.orm import Session
 from fp8_policy.db.alert_models import AlertDelivery, AlertRule
 from fp8_policy.db.repositories import utcnow
 from fp8_policy.db.session import rows_affected
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+Record = TypeVar("Record", bound="DataclassInstance")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,33 +55,18 @@ class ClaimedDelivery:
     format: str | None
 
 
+def _record(kind: type[Record], row: object, **converted: object) -> Record:
+    """`kind` (a record dataclass) filled from the ORM row's attributes of the same names, `converted` replacing
+    those that need a plain copy (JSON columns)."""
+    return kind(**{field.name: getattr(row, field.name) for field in fields(kind)} | converted)
+
+
 def _rule(row: AlertRule) -> RuleRecord:
-    return RuleRecord(
-        row.id,
-        row.project,
-        row.webhook_url,
-        row.format,
-        list(row.events or []),
-        row.min_severity,
-        row.cooldown_seconds,
-        row.created_at,
-        row.created_by,
-    )
+    return _record(RuleRecord, row, events=list(row.events or []))
 
 
 def _delivery(row: AlertDelivery) -> DeliveryRecord:
-    return DeliveryRecord(
-        row.id,
-        row.rule_id,
-        row.run_id,
-        row.project,
-        dict(row.event),
-        row.status,
-        row.attempts,
-        row.last_error,
-        row.created_at,
-        row.sent_at,
-    )
+    return _record(DeliveryRecord, row, event=dict(row.event))
 
 
 class AlertRepository:

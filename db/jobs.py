@@ -154,26 +154,23 @@ class JobRepository:
     def complete(self, job: ClaimedJob, owner: str, result: dict[str, Any] | None = None) -> None:
         """Mark the job done in the caller's transaction (first statement: it locks the job row, so the
         store that follows is exclusive); raises LeaseLost when `owner` no longer holds it."""
-        done = self.session.execute(
-            update(IngestJob)
-            .where(IngestJob.id == job.id, IngestJob.owner == owner, IngestJob.status == "doing")
-            .values(status="done", owner=None, lease_until=None, result=result)
-            .execution_options(synchronize_session=False)
-        )
-        if rows_affected(done) != 1:
-            raise LeaseLost(f"job {job.id} ({job.kind} of run {job.run_id}) is no longer held by {owner}")
+        self._settle(job, owner, status="done", result=result)
 
     def fail(self, job: ClaimedJob, owner: str, error: str) -> None:
         """This job failed: it and every other unfinished job of its run stop (LeaseLost if not held)."""
+        self._settle(job, owner, status="failed", error=error)
+        self.cancel_run(job.run_id, f"cancelled: job {job.id} failed")
+
+    def _settle(self, job: ClaimedJob, owner: str, **values: Any) -> None:
+        """Store `values` on the job and release its lease, if `owner` still holds it; LeaseLost if not."""
         held = self.session.execute(
             update(IngestJob)
             .where(IngestJob.id == job.id, IngestJob.owner == owner, IngestJob.status == "doing")
-            .values(status="failed", error=error, owner=None, lease_until=None)
+            .values(owner=None, lease_until=None, **values)
             .execution_options(synchronize_session=False)
         )
         if rows_affected(held) != 1:
             raise LeaseLost(f"job {job.id} ({job.kind} of run {job.run_id}) is no longer held by {owner}")
-        self.cancel_run(job.run_id, f"cancelled: job {job.id} failed")
 
     def cancel_run(self, run_id: int, error: str) -> None:
         self.session.execute(

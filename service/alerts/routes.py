@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
@@ -17,32 +18,11 @@ router = APIRouter(prefix="/api/v1/alerts", tags=["alerts"])
 
 
 def _rule_read(rule: RuleRecord) -> AlertRuleRead:
-    return AlertRuleRead(
-        id=rule.id,
-        project=rule.project,
-        webhook=rule.webhook_url,
-        format=rule.format,
-        events=rule.events,
-        min_severity=rule.min_severity,
-        cooldown_seconds=rule.cooldown_seconds,
-        created_at=rule.created_at,
-        created_by=rule.created_by,
-    )
+    return AlertRuleRead.model_validate({**asdict(rule), "webhook": rule.webhook_url})
 
 
-def _delivery_read(d: DeliveryRecord) -> AlertDeliveryRead:
-    return AlertDeliveryRead(
-        id=d.id,
-        rule_id=d.rule_id,
-        run_id=d.run_id,
-        project=d.project,
-        status=d.status,
-        attempts=d.attempts,
-        last_error=d.last_error,
-        created_at=d.created_at,
-        sent_at=d.sent_at,
-        event=d.event,
-    )
+def _delivery_read(delivery: DeliveryRecord) -> AlertDeliveryRead:
+    return AlertDeliveryRead.model_validate(delivery, from_attributes=True)
 
 
 @router.post(
