@@ -33,6 +33,7 @@ class StoredEvent:
 class LiveRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
+        self._state_rows: dict[int, LiveState] = {}  # locked by state_for_update, written back by save_state
 
     # --- files --------------------------------------------------------------------------------
     def file_for_update(self, run_id: int, path: str, kind: str) -> LiveFile:
@@ -55,11 +56,16 @@ class LiveRepository:
 
     # --- detector state -----------------------------------------------------------------------
     def state_for_update(self, run_id: int) -> dict[str, Any]:
+        """The run's detector state document (one row per run: every series' state in one query), locked."""
         row = self.session.scalar(select(LiveState).where(LiveState.run_id == run_id).with_for_update())
-        return dict(row.state) if row is not None else {}
+        if row is None:
+            return {}
+        self._state_rows[run_id] = row
+        return dict(row.state)
 
     def save_state(self, run_id: int, state: dict[str, Any]) -> None:
-        row = self.session.get(LiveState, run_id)
+        """Replace the run's state document (the row state_for_update locked: no second read of the document)."""
+        row = self._state_rows.get(run_id) or self.session.get(LiveState, run_id)
         if row is None:
             self.session.add(LiveState(run_id=run_id, state=state, updated_at=utcnow()))
         else:

@@ -16,11 +16,13 @@ Events (kinds):
 - `rank_divergence`: with at least three ranks, one rank's recent underflows% level differs from the others'
   median by `rank_outlier_gap` points and `rank_outlier_ratio` times.
 Each event is raised once per episode: a series has to leave the condition before the same event fires again.
+The service runs them for every series of a piece at once (policy/live_batch.py: the same events and state); the
+per-series functions here define them and are its reference.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -57,7 +59,16 @@ class LiveEvent:
     detail: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """dataclasses.asdict without its deepcopy of every leaf (each stored event becomes a dict for the alerts)."""
+        return {name: _plain(getattr(self, name)) for name in self.__slots__}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_plain(v) for v in value)
+    return value
 
 
 @dataclass(slots=True)
@@ -162,22 +173,9 @@ def advance(
         bad = ~np.isfinite(vals)
         for k in np.flatnonzero(bad & ~np.concatenate(([state.nonfinite], bad[:-1]))).tolist():
             it, value = int(its[k]), float(vals[k])
-            found.append(
-                (
-                    k,
-                    0,
-                    _event(
-                        "nonfinite",
-                        Severity.SEVERE,
-                        metric,
-                        rank,
-                        it,
-                        None,
-                        f"{name}: {value} at iteration {it}",
-                        value_text=str(value),
-                    ),
-                )
-            )
+            message = f"{name}: {value} at iteration {it}"
+            event = _event("nonfinite", Severity.SEVERE, metric, rank, it, None, message, value_text=str(value))
+            found.append((k, 0, event))
         at = np.flatnonzero(~bad)  # the finite points
         good = vals[at]
         if good.size:

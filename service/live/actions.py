@@ -31,17 +31,18 @@ from fp8_policy.db.live import LiveRepository, StoredEvent
 from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.db.repositories import NewRun, RunRepository
 from fp8_policy.policy import scalar_events
-from fp8_policy.policy.live_events import LiveEvent, SeriesState, advance, rank_divergence
+from fp8_policy.policy.live_batch import advance_piece
+from fp8_policy.policy.live_events import LiveEvent
 from fp8_policy.policy.live_grouping import group_events
+from fp8_policy.policy.live_table import SeriesTable
 from fp8_policy.policy.log_files import classify_log_path
-from fp8_policy.policy.names import split_metric_name
-from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.stats_log import NoStatsLines, StatsLogParser
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service import limits
 from fp8_policy.service.alerts.actions import queue_for_events
 from fp8_policy.service.auth.actions import Principal
 from fp8_policy.service.errors import AppError, InvalidLivePath, NoStatsLogs, NotFound
+from fp8_policy.service.ingest.kernel_warmup import kernels_for
 from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
 from fp8_policy.service.live import story
@@ -50,7 +51,8 @@ from fp8_policy.service.runs.writes import _store_upload_file as store_upload_fi
 from fp8_policy.service.runs.writes import parse_upload_fields
 
 LIVE = RunStatus.live
-SCALARS_STATE_KEY = "__scalars__"  # the scalar detectors' state, next to the per-series states
+SCALARS_STATE_KEY = "__scalars__"  # the scalar detectors' state, next to the series' table
+SERIES_STATE_KEY = "__series__"  # every series' detector state (policy/live_table.SeriesTable's document)
 SCALARS_NAME = story.SCALARS_NAME  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
 MAX_PATH_CHARS = 500
 _locks: dict[int, threading.Lock] = {}
@@ -217,7 +219,8 @@ def append(
 def _detect(
     repo: LiveRepository, run_id: int, disk: Path, path: str, row: Any, thresholds: Thresholds
 ) -> list[LiveEvent]:
-    """Parse the file's new whole lines and advance the per-series detector state."""
+    """Parse the file's new whole lines and advance the detector state of all their series at once (one load and
+    one save of the run's state document, policy/live_batch.py)."""
     log = classify_log_path(path)
     rank = log.rank if log is not None else 0
     parser = StatsLogParser(workers=1)
@@ -226,6 +229,7 @@ def _detect(
         if cut < 0:
             return []  # no whole line yet
         start, row.parsed_offset = row.parsed_offset, cut + 1
+        kernels_for(cut + 1 - start)  # a large piece waits for the compiled parser (interpreted: ~2 s per MB)
         handle.seek(start)
         try:
             parser.feed(Region(handle, cut + 1 - start), path)
@@ -233,30 +237,10 @@ def _detect(
             return []
     parsed = parser.finish()
     stored = repo.state_for_update(run_id)
-    states: dict[tuple[int, MetricName], SeriesState] = {}
-    keys: dict[tuple[int, MetricName], str] = {}
-    for key, data in stored.items():
-        r_text, tab, name = key.partition("\t")
-        if not tab:  # not a series (the scalar detectors' state)
-            continue
-        metric = split_metric_name(name)
-        if metric is not None:
-            states[(int(r_text), metric)] = SeriesState.from_dict(data)
-            keys[(int(r_text), metric)] = key
-    events: list[LiveEvent] = []
-    touched: set[MetricName] = set()
-    for k, name in enumerate(parsed.names):
-        metric = split_metric_name(name)
-        if metric is None:
-            continue
-        its, vals = parsed.series(k)
-        state = states.setdefault((rank, metric), SeriesState())
-        keys[(rank, metric)] = f"{rank}\t{name}"
-        events += advance(state, metric, rank, its, vals, thresholds)
-        touched.add(metric)
-    events += rank_divergence(states, thresholds, touched)
-    others = {key: data for key, data in stored.items() if "\t" not in key}
-    repo.save_state(run_id, {**others, **{keys[key]: state.to_dict() for key, state in states.items()}})
+    table = SeriesTable.from_stored(stored, SERIES_STATE_KEY)  # every series of the run, as arrays
+    events = advance_piece(table, rank, parsed.names, parsed.offsets, parsed.iterations, parsed.values, thresholds)
+    others = {key: data for key, data in stored.items() if "\t" not in key and key != SERIES_STATE_KEY}
+    repo.save_state(run_id, {**others, SERIES_STATE_KEY: table.to_document()})
     return events
 
 
