@@ -16,21 +16,21 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import socket
 import tarfile
-import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from fp8_policy.db.migrate import upgrade
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
-from fp8_policy.service.app import create_app
 from fp8_policy.service.settings import Settings
+from tests.service.live import plain_config, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
@@ -113,26 +113,31 @@ def browser_context(chromium_executable: str, tmp_path_factory: pytest.TempPathF
             context.close()
 
 
-@pytest.fixture
-def page(browser_context, live_server: LiveServer) -> Iterator:
-    """A fresh page; uncaught JavaScript errors and any request that leaves the app (CDN, fonts) fail the test."""
+@contextmanager
+def checked_page(browser_context, on_request: Callable[[Any], None]) -> Iterator:
+    """A new page that `on_request(request)` sees every request of; its uncaught JavaScript errors fail the test."""
     page = browser_context.new_page()
     errors: list[str] = []
-    external: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on(
-        "request",
-        lambda request: (
-            external.append(request.url)
-            if not request.url.startswith((live_server.url, "data:", "blob:", "about:"))
-            else None
-        ),
-    )
+    page.on("request", on_request)
     try:
         yield page
     finally:
         page.close()
     assert not errors, f"uncaught JavaScript errors: {errors}"
+
+
+@pytest.fixture
+def page(browser_context, live_server: LiveServer) -> Iterator:
+    """A fresh page; uncaught JavaScript errors and any request that leaves the app (CDN, fonts) fail the test."""
+    external: list[str] = []
+
+    def note_external(request) -> None:
+        if not request.url.startswith((live_server.url, "data:", "blob:", "about:")):
+            external.append(request.url)
+
+    with checked_page(browser_context, note_external) as page:
+        yield page
     assert not external, f"the dashboard requested resources outside the app: {external}"
 
 
@@ -171,32 +176,13 @@ class LiveServer:
 
 @pytest.fixture(scope="session")
 def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    import uvicorn
-
     root = tmp_path_factory.mktemp("browser-app")
     database_url = f"sqlite+pysqlite:///{root / 'app.db'}"
     upgrade(database_url)
     # webhook_allow_private: the live-run test's webhook receiver listens on 127.0.0.1 (tests/webhook.py)
     settings = Settings(_env_file=None, data_dir=root / "data", database_url=database_url, webhook_allow_private=True)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="browser-uvicorn", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            sock.close()
-            pytest.fail("uvicorn did not start the app within 30 s", pytrace=False)
-        time.sleep(0.05)
-    try:
+    with serving(plain_config(settings), name="browser-uvicorn") as port:
         yield LiveServer(f"http://127.0.0.1:{port}", settings)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
 
 
 @pytest.fixture(scope="session")

@@ -18,20 +18,9 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.test_api_docs import _csp_refusals
+
 pytestmark = pytest.mark.browser
-
-
-def _csp_refusals(page) -> list[str]:
-    refusals: list[str] = []
-    page.on(
-        "console",
-        lambda message: (
-            refusals.append(message.text)
-            if "Content Security Policy" in message.text or "Refused to" in message.text
-            else None
-        ),
-    )
-    return refusals
 
 
 def test_every_dashboard_view_works_under_the_csp(page, live_server, seeded_runs, shot) -> None:

@@ -13,6 +13,7 @@ import re
 import pytest
 
 from tests.archives import meta_relpath, metadata_log, stats_log, stats_relpath
+from tests.service.test_live_runs import LIVE, appender
 from tests.webhook import webhook_receiver
 
 try:
@@ -21,7 +22,6 @@ except ImportError:  # the chromium_executable fixture reports it
     expect = None
 
 pytestmark = pytest.mark.browser
-LIVE = "/api/v1/live/runs"
 LAYERS = [f"model.layers.{k}.mlp.fc2" for k in range(1, 7)]
 LATE_LAYER = "model.layers.7.mlp.fc2"  # its statistics start with the second half of the log
 
@@ -67,17 +67,7 @@ def test_the_live_page_follows_the_logs_without_reload(page, live_server, shot) 
         )
         assert rule.status_code == 201, rule.text
         run = api.post(LIVE, json={"name": "live-browser", "project": "bt-live"}).json()
-        sizes: dict[str, int] = {}
-
-        def send(path: str, data: bytes) -> None:
-            response = api.put(
-                f"{LIVE}/{run['id']}/files/{path}",
-                params={"offset": sizes.get(path, 0)},
-                content=data,
-                headers={"Content-Type": "application/octet-stream"},
-            )
-            assert response.status_code == 200, response.text
-            sizes[path] = response.json()["size"]
+        send = appender(api, run["id"])
 
         send(meta_relpath(0), metadata_log(dict.fromkeys([*LAYERS, LATE_LAYER], "fp8")))
         send(stats_relpath(0), training_log(range(0, 30), LAYERS))

@@ -21,6 +21,7 @@ import pytest
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
 from tests.archives import meta_relpath, metadata_log, stats_log, stats_relpath
 from tests.browser.conftest import wait_ready
+from tests.service.test_live_runs import LIVE, appender
 
 try:
     from playwright.sync_api import expect
@@ -28,7 +29,6 @@ except ImportError:  # the chromium_executable fixture reports it
     expect = None
 
 pytestmark = pytest.mark.browser
-LIVE = "/api/v1/live/runs"
 LAYERS = [f"model.layers.{k}.mlp.fc2" for k in range(1, 13)]
 
 
@@ -119,17 +119,7 @@ def timeline_ids(page, list_id: str) -> list[int]:
 def test_a_live_run_pages_through_every_event_and_keeps_its_story(page, live_server, shot) -> None:
     with live_server.api() as api:
         run = api.post(LIVE, json={"name": "live-story", "project": "bt-live-story"}).json()
-        sizes: dict[str, int] = {}
-
-        def send(path: str, data: bytes) -> None:
-            response = api.put(
-                f"{LIVE}/{run['id']}/files/{path}",
-                params={"offset": sizes.get(path, 0)},
-                content=data,
-                headers={"Content-Type": "application/octet-stream"},
-            )
-            assert response.status_code == 200, response.text
-            sizes[path] = response.json()["size"]
+        send = appender(api, run["id"])
 
         send(meta_relpath(0), metadata_log(dict.fromkeys(LAYERS, "fp8")))
         for start in range(0, 240, 20):

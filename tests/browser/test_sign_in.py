@@ -16,7 +16,7 @@ import pytest
 from fp8_policy.db.migrate import upgrade
 from fp8_policy.service.settings import Settings
 from tests.authutil import bearer, make_token
-from tests.browser.conftest import wait_ready
+from tests.browser.conftest import checked_page, wait_ready
 from tests.service.live import live_service
 
 try:
@@ -63,23 +63,15 @@ def locked_server(tmp_path_factory: pytest.TempPathFactory, make_archive: Callab
 @pytest.fixture
 def locked_page(browser_context, locked_server: Locked) -> Iterator:
     """A page on the locked service; uncaught JavaScript errors fail the test; records API request headers."""
-    page = browser_context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.api_headers = []
-    page.on(
-        "request",
-        lambda request: (
-            page.api_headers.append((request.url, request.headers.get("authorization")))
-            if "/api/v1/" in request.url
-            else None
-        ),
-    )
-    try:
+    headers: list[tuple[str, str | None]] = []
+
+    def record(request) -> None:
+        if "/api/v1/" in request.url:
+            headers.append((request.url, request.headers.get("authorization")))
+
+    with checked_page(browser_context, record) as page:
+        page.api_headers = headers
         yield page
-    finally:
-        page.close()
-    assert not errors, f"uncaught JavaScript errors: {errors}"
 
 
 def test_sign_in_with_a_token_then_sign_out(locked_page, locked_server: Locked, shot) -> None:
@@ -156,14 +148,18 @@ def test_behind_the_sign_in_dialog_the_page_asks_for_a_token_and_says_nothing_br
     expect(page.locator("#view h1")).to_contain_text("signed-upload")
 
 
-def test_a_read_only_token_sees_no_retry_or_delete_button(locked_page, locked_server: Locked) -> None:
-    page = locked_page
+def open_the_run_with_the_read_token(page, locked_server: Locked):
+    """The locked service's run page, signed in with the read-only token (kept in sessionStorage)."""
     page.goto(f"{locked_server.url}/#/runs")
     page.evaluate(f"sessionStorage.setItem('{STORAGE_KEY}', {locked_server.read_token!r})")
     page.goto(f"{locked_server.url}/#/runs/{locked_server.run_id}")
     page.reload()
-
     expect(page.locator("#signed-in-as")).to_contain_text("read")
+    return page
+
+
+def test_a_read_only_token_sees_no_retry_or_delete_button(locked_page, locked_server: Locked) -> None:
+    page = open_the_run_with_the_read_token(locked_page, locked_server)
     expect(page.locator("#view h1")).to_contain_text("signed-upload")
     expect(page.locator("#run-actions")).to_be_attached()
     page.wait_for_load_state("networkidle")
@@ -171,13 +167,7 @@ def test_a_read_only_token_sees_no_retry_or_delete_button(locked_page, locked_se
 
 
 def test_a_read_only_token_sees_the_notes_card_without_an_edit_button(locked_page, locked_server: Locked) -> None:
-    page = locked_page
-    page.goto(f"{locked_server.url}/#/runs")
-    page.evaluate(f"sessionStorage.setItem('{STORAGE_KEY}', {locked_server.read_token!r})")
-    page.goto(f"{locked_server.url}/#/runs/{locked_server.run_id}")
-    page.reload()
-
-    expect(page.locator("#signed-in-as")).to_contain_text("read")
+    page = open_the_run_with_the_read_token(locked_page, locked_server)
     expect(page.locator("#run-notes")).to_be_visible()
     expect(page.locator("#run-notes-text")).to_have_text("No notes yet.")
     page.wait_for_load_state("networkidle")

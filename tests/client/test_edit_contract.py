@@ -11,21 +11,16 @@ import pytest
 from click.testing import CliRunner
 
 from fp8_policy.client import ApiError, PolicyClient
-from fp8_policy.db.migrate import upgrade
 from fp8_policy.service.cli import cli
-from fp8_policy.service.settings import Settings
 from tests.archives import stats_log
-from tests.service.live import live_service
+from tests.service.live import sqlite_service
 
 PROJECT = "edits"
 
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("edit-contract")
-    database = f"sqlite+pysqlite:///{root / 'app.db'}"
-    upgrade(database)
-    with live_service(Settings(_env_file=None, data_dir=root / "data", database_url=database)) as live:
+    with sqlite_service(tmp_path_factory.mktemp("edit-contract")) as live:
         yield live.url
 
 

@@ -5,8 +5,6 @@ alerts within seconds of the lines being written, and the finalized run equals t
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,7 +12,15 @@ import pytest
 
 from fp8_policy.client.client import PolicyClient
 from fp8_policy.service.settings import Settings
-from tests.client.test_live_upload import Writer, free_port, same_as_whole_upload, serve, settings, wait_ready
+from tests.client.test_live_upload import (
+    Writer,
+    free_port,
+    same_as_whole_upload,
+    serve,
+    settings,
+    wait_ready,
+    watch_cli,
+)
 from tests.service.test_live_runs import LAYERS
 from tests.webhook import webhook_receiver
 
@@ -48,29 +54,7 @@ def test_watch_alerts_on_a_planted_rise_and_scale_drop_and_finalizes_equal(
                 events=["band_crossing", "scale_inv_drop"],
                 cooldown_seconds=600,
             )
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "fp8_policy.service.cli",
-                "watch",
-                str(root),
-                "--name",
-                "e2e",
-                "--project",
-                "e2e",
-                "--interval",
-                str(INTERVAL),
-                "--idle-finish",
-                "3",
-                "--url",
-                url,
-                "--json",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = watch_cli(root, url, name="e2e", project="e2e", interval=INTERVAL, idle_finish=3)
         while not writer.done:
             before = writer.at
             writer.write(24)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,9 +17,10 @@ import pytest
 from fp8_policy.client.client import PolicyClient
 from fp8_policy.client.live import LiveUploader
 from fp8_policy.db.migrate import upgrade
-from fp8_policy.service.app import create_app
 from fp8_policy.service.settings import Settings
 from tests.archives import meta_relpath, metadata_log, stats_relpath
+from tests.conftest import RUN_FIGURES
+from tests.service.live import plain_config, serving
 from tests.service.test_live_runs import LAYERS, training_log
 
 pytestmark = pytest.mark.slow
@@ -29,24 +29,18 @@ pytestmark = pytest.mark.slow
 @contextmanager
 def serve(settings: Settings, port: int) -> Iterator[str]:
     """The app under uvicorn on 127.0.0.1:`port` in a thread (a fixed port, so it can come back after a stop)."""
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "service did not start"
-        time.sleep(0.02)
-    try:
+    with serving(plain_config(settings), port=port):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
+
+
+def watch_cli(
+    root: Path, url: str, *, name: str, project: str, interval: float, idle_finish: float
+) -> subprocess.Popen[str]:
+    """`fp8-policy watch` (the live uploader) on `root` as a subprocess, its --json output piped."""
+    args = ["watch", str(root), "--name", name, "--project", project, "--interval", str(interval)]
+    args += ["--idle-finish", str(idle_finish), "--url", url, "--json"]
+    command = [sys.executable, "-m", "fp8_policy.service.cli", *args]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def free_port() -> int:
@@ -94,17 +88,7 @@ def wait_ready(client: PolicyClient, run_id: int) -> dict:
 
 def same_as_whole_upload(client: PolicyClient, run: dict, root: Path, project: str) -> None:
     whole = wait_ready(client, client.upload(root, project=f"{project}-whole", progress=False)["id"])
-    for key in (
-        "ranks",
-        "layer_count",
-        "series_count",
-        "points",
-        "iteration_min",
-        "iteration_max",
-        "lines_read",
-        "lines_skipped",
-        "lines_duplicated",
-    ):
+    for key in RUN_FIGURES:
         assert run[key] == whole[key], key
     live_csv, whole_csv = root.parent / "live.csv", root.parent / "whole.csv"
     client.metrics_csv(run["id"], live_csv)
@@ -187,29 +171,7 @@ def test_watch_cli_finalizes_after_the_idle_time(settings: Settings, tmp_path: P
     root = tmp_path / "logs"
     writer = Writer(root, 0)
     with serve(settings, free_port()) as url:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "fp8_policy.service.cli",
-                "watch",
-                str(root),
-                "--name",
-                "cli",
-                "--project",
-                "live-cli",
-                "--interval",
-                "0.1",
-                "--idle-finish",
-                "1.5",
-                "--url",
-                url,
-                "--json",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = watch_cli(root, url, name="cli", project="live-cli", interval=0.1, idle_finish=1.5)
         while not writer.done:
             writer.write(120)
             time.sleep(0.1)

@@ -14,18 +14,13 @@ import pytest
 from click.testing import CliRunner, Result
 
 from fp8_policy.client.cli import cli
-from fp8_policy.db.migrate import upgrade
-from fp8_policy.service.settings import Settings
 from tests.archives import ESM2, LLAMA3, TS, meta_relpath, metadata_log, tar_bytes
-from tests.service.live import Live, live_service
+from tests.service.live import Live, sqlite_service
 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    tmp = tmp_path_factory.mktemp("identity")
-    url = f"sqlite:///{tmp / 'fp8_policy.db'}"
-    upgrade(url)
-    with live_service(Settings(_env_file=None, data_dir=tmp / "data", database_url=url)) as served:
+    with sqlite_service(tmp_path_factory.mktemp("identity")) as served:
         yield served
 
 

@@ -11,27 +11,17 @@ from pathlib import Path
 
 import httpx
 import pytest
-from click.testing import CliRunner, Result
 
-from fp8_policy.client.cli import cli
 from fp8_policy.client.packing import pack_directory
-from fp8_policy.db.migrate import upgrade
-from fp8_policy.service.settings import Settings
 from tests.archives import ESM2
-from tests.service.live import Live, live_service
+from tests.client.test_upload_identity import fp8
+from tests.service.live import Live, sqlite_service
 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    tmp = tmp_path_factory.mktemp("scalars")
-    url = f"sqlite:///{tmp / 'fp8_policy.db'}"
-    upgrade(url)
-    with live_service(Settings(_env_file=None, data_dir=tmp / "data", database_url=url)) as served:
+    with sqlite_service(tmp_path_factory.mktemp("scalars")) as served:
         yield served
-
-
-def fp8(live: Live, *args: str) -> Result:
-    return CliRunner().invoke(cli, [*args, "--url", live.url])
 
 
 def records(steps: range, scale: float = 1.0) -> str:

@@ -7,9 +7,6 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import math
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +19,7 @@ from fp8_policy.service.app import create_app
 from fp8_policy.service.settings import Settings
 from tests.archives import stats_log, tree_tar_gz
 from tests.conftest import wait_for_run
+from tests.service.live import plain_config, serving
 
 SCENARIO_RUNS = ("u_shape", "rank_outlier", "overflow", "rising_trend")
 NONFINITE_LAYERS = ("model.layers.1.self_attention.proj", "model.layers.2.mlp.fc1", "model.lm_head")
@@ -91,23 +89,5 @@ def sqlite_client(root: Path, **settings: object) -> Iterator[TestClient]:
 @contextmanager
 def live_server(settings: Settings) -> Iterator[str]:
     """The app under uvicorn on a free 127.0.0.1 port (in a thread); yields its base URL."""
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="api-uvicorn", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            sock.close()
-            raise RuntimeError("uvicorn did not start the app within 30 s")
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
+    with serving(plain_config(settings), name="api-uvicorn") as port:
+        yield f"http://127.0.0.1:{port}"

@@ -3,14 +3,16 @@ piece's new lines, and a finalized run equal to the same logs uploaded whole (bo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from fp8_policy.service.live import routes as live_routes
 from tests.archives import meta_relpath, metadata_log, stats_log, stats_relpath, tree_tar_gz, write_tree
-from tests.conftest import wait_for_run
+from tests.conftest import RUN_FIGURES, wait_for_run
 
 LIVE = "/api/v1/live/runs"
 RUNS = "/api/v1/runs"
@@ -53,6 +55,20 @@ def put(client: TestClient, run_id: int, path: str, offset: int, data: bytes):
         content=data,
         headers={"Content-Type": "application/octet-stream"},
     )
+
+
+def appender(client: TestClient | httpx.Client, run_id: int) -> Callable[[str, bytes], dict]:
+    """`send(path, data)`: appends `data` to the live run's file `path` where the last send ended; returns the
+    response body."""
+    sizes: dict[str, int] = {}
+
+    def send(path: str, data: bytes) -> dict:
+        response = put(client, run_id, path, sizes.get(path, 0), data)
+        assert response.status_code == 200, response.text
+        sizes[path] = response.json()["size"]
+        return response.json()
+
+    return send
 
 
 def send_in_pieces(client: TestClient, run_id: int, path: str, data: bytes, pieces: int) -> list[dict]:
@@ -198,18 +214,7 @@ def test_the_finalized_run_equals_the_same_logs_uploaded_whole(
     live_run = wait_for_run(client, run["id"])
 
     assert live_run["status"] == whole_run["status"] == "ready", live_run["error"]
-    for key in (
-        "ranks",
-        "layer_count",
-        "series_count",
-        "points",
-        "iteration_min",
-        "iteration_max",
-        "lines_read",
-        "lines_skipped",
-        "lines_blank",
-        "lines_duplicated",
-    ):
+    for key in RUN_FIGURES:
         assert live_run[key] == whole_run[key], key
     csv_live = client.get(f"{RUNS}/{run['id']}/metrics.csv").content
     csv_whole = client.get(f"{RUNS}/{whole_run['id']}/metrics.csv").content
