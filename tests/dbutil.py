@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
@@ -59,3 +60,26 @@ def files_under(root: Path) -> set[str]:
     if not root.exists():
         return set()
     return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() or p.is_symlink()}
+
+
+def layer_fields(layer: Any) -> tuple:
+    """A stored layer (ORM row or repository record): name, position, group, index, sublayer, precision,
+    has_fp8_stats, plans."""
+    fields = ("name", "position", "group", "layer_index", "sublayer", "precision", "has_fp8_stats", "plans")
+    return tuple(getattr(layer, name) for name in fields)
+
+
+def assembled_layer_fields(layer: Any) -> tuple:
+    """What `layer_fields` reads back once an ingest's assembled layer is stored."""
+    info, structure = layer.info, layer.info.structure
+    group, precision = structure.group.value, info.precision.value
+    return (
+        info.name,
+        layer.position,
+        group,
+        structure.index,
+        structure.sublayer,
+        precision,
+        info.has_fp8_stats,
+        layer.plans,
+    )

@@ -25,7 +25,7 @@ from fp8_policy.policy.assemble import AssembledRun, SeriesRecord, assemble_run
 from fp8_policy.policy.metadata_log import merge_metadata, parse_metadata_lines
 from fp8_policy.policy.stats_log import StatsLogParser
 from tests.archives import ESM2, ESM2_STATS, META_DIR, stats_log
-from tests.dbutil import row_counts
+from tests.dbutil import assembled_layer_fields, layer_fields, row_counts
 
 QKV1 = "model.esm.encoder.layers.1.self_attention.layernorm_qkv"
 NONFINITE_NAME = f"{QKV1}_activation_underflows%"
@@ -137,24 +137,9 @@ class TestStoreAndReadBack:
         store(factory, run_id, assembled)
 
         with session_scope(factory) as session:
-            layers = [
-                (x.name, x.position, x.group, x.layer_index, x.sublayer, x.precision, x.has_fp8_stats, x.plans)
-                for x in RunRepository(session).layers(run_id)
-            ]
+            layers = [layer_fields(x) for x in RunRepository(session).layers(run_id)]
 
-        assert layers == [
-            (
-                x.info.name,
-                x.position,
-                x.info.structure.group.value,
-                x.info.structure.index,
-                x.info.structure.sublayer,
-                x.info.precision.value,
-                x.info.has_fp8_stats,
-                x.plans,
-            )
-            for x in assembled.layers
-        ]
+        assert layers == [assembled_layer_fields(x) for x in assembled.layers]
         assert layers[0][0] == QKV1 and layers[-1][5] == "high"
 
     def test_decoded_arrays_equal_the_parsed_ones(self, factory, project: str, assembled: AssembledRun) -> None:

@@ -31,7 +31,7 @@ from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.settings import Settings
 from tests.archives import meta_relpath, multi_rank_tree, stats_relpath, tree_tar_gz, write_tree
 from tests.conftest import wait_for_run
-from tests.dbutil import insert_run, row_counts
+from tests.dbutil import assembled_layer_fields, insert_run, layer_fields, row_counts
 
 FAST = {"job_poll_seconds": 0.05, "job_lease_seconds": 2.0}
 
@@ -49,6 +49,16 @@ def upload(client: TestClient, data: bytes, project: str) -> int:
     return response.json()["id"]
 
 
+def ingested(client: TestClient, project: str, tmp_path: Path, ranks: int) -> dict:
+    """A `ranks`-rank tree of 3 layers (5 points per series) uploaded and ingested: the run, checked ready with
+    every layer, series and point."""
+    tree = multi_rank_tree(tmp_path / "logs", ranks, layers=3)
+    run = wait_for_run(client, upload(client, tree_tar_gz(tree), project))
+    figures = (run["status"], run["ranks"], run["layer_count"], run["series_count"], run["points"])
+    assert figures == ("ready", ranks, 3, 3 * ranks, 15 * ranks)
+    return run
+
+
 def plant(settings: Settings, engine: Engine, project: str, data: bytes, status: str = "queued") -> int:
     """A run whose archive is in the store, as an API process leaves it (no job queued)."""
     key = f"runs/planted-{project}/upload.bin"
@@ -62,17 +72,7 @@ class TestPerRankJobs:
     def test_a_4_rank_archive_is_a_plan_4_rank_jobs_and_a_finalize(
         self, make_client, db_engine: Engine, project: str, tmp_path: Path
     ) -> None:
-        tree = multi_rank_tree(tmp_path / "logs", 4, layers=3)
-        client = make_client(**FAST)
-        run = wait_for_run(client, upload(client, tree_tar_gz(tree), project))
-
-        assert (run["status"], run["ranks"], run["layer_count"], run["series_count"], run["points"]) == (
-            "ready",
-            4,
-            3,
-            12,
-            60,
-        )
+        run = ingested(make_client(**FAST), project, tmp_path, ranks=4)
         assert jobs_of(db_engine, run["id"]) == [
             ("plan", -1, "done"),
             *[("rank", r, "done") for r in range(4)],
@@ -89,17 +89,7 @@ class TestPerRankJobs:
             monkeypatch.setitem(
                 pipeline._HANDLERS, kind, lambda ctx, job, h=handler: (claimed.append(job.kind), h(ctx, job))
             )
-        tree = multi_rank_tree(tmp_path / "logs", 1, layers=3)
-        client = make_client(**FAST)
-        run = wait_for_run(client, upload(client, tree_tar_gz(tree), project))
-
-        assert (run["status"], run["ranks"], run["layer_count"], run["series_count"], run["points"]) == (
-            "ready",
-            1,
-            3,
-            3,
-            15,
-        )
+        run = ingested(make_client(**FAST), project, tmp_path, ranks=1)
         assert jobs_of(db_engine, run["id"]) == [("plan", -1, "done"), ("rank", 0, "done"), ("finalize", -1, "done")]
         assert claimed == ["plan"]  # the rank and finalize jobs were recorded done by the plan job's transaction
 
@@ -127,25 +117,14 @@ class TestPerRankJobs:
 
         with Session(db_engine) as session:
             layers = [
-                (la.name, la.position, la.group, la.layer_index, la.precision, la.has_fp8_stats, la.plans)
+                layer_fields(la)
                 for la in session.scalars(select(Layer).where(Layer.run_id == run["id"]).order_by(Layer.position))
             ]
             series = {
                 (s.rank, s.stat_key, s.count, s.min, s.max, s.last)
                 for s in session.scalars(select(Series).where(Series.run_id == run["id"]))
             }
-        assert layers == [
-            (
-                la.info.name,
-                la.position,
-                la.info.structure.group.value,
-                la.info.structure.index,
-                la.info.precision.value,
-                la.info.has_fp8_stats,
-                la.plans,
-            )
-            for la in assembled.layers
-        ]
+        assert layers == [assembled_layer_fields(la) for la in assembled.layers]
         assert series == {
             (s.rank, s.metric.stat_key, s.summary.count, s.summary.min, s.summary.max, s.summary.last)
             for s in assembled.series

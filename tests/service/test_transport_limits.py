@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.service import SERVE, running_service
+from bench.service import SERVE, running_service, wait_healthy
 from tests.archives import multi_rank_tree, tree_tar_gz
 
 HEADER_TIMEOUT, BODY_TIMEOUT, MAX_UPLOADS, CONNECTIONS = 1.0, 1.5, 2, 30
@@ -30,8 +31,12 @@ BOUNDARY = "fp8boundary"
 @dataclass(frozen=True)
 class Served:
     port: int
-    pid: int
+    process: subprocess.Popen
     uploads: Path  # where `.part` files live
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
 
     @property
     def url(self) -> str:
@@ -44,7 +49,7 @@ def serve_process(data: Path, *options: str, **env: str) -> Iterator[Served]:
     environment's FP8_POLICY_* settings but `env`; stopped when the block ends."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("FP8_POLICY_")}
     with running_service(data, command=[*SERVE, *options], env={**clean, **env}, timeout=60) as (server, url):
-        yield Served(int(url.rsplit(":", 1)[1]), server.pid, data / "uploads")
+        yield Served(int(url.rsplit(":", 1)[1]), server, data / "uploads")
 
 
 @pytest.fixture(scope="module")
@@ -198,16 +203,10 @@ def test_idle_connections_never_exhaust_descriptors(served: Served) -> None:
     finally:
         for sock in sockets:
             sock.close()
-    deadline = time.monotonic() + HEADER_TIMEOUT + 5
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{served.url}/healthz", timeout=5).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    else:
-        pytest.fail("the service did not answer /healthz once the idle connections were gone")
+    try:
+        wait_healthy(served.url, served.process, HEADER_TIMEOUT + 5)
+    except SystemExit as exc:  # bench.service's "exited" / "not healthy in time"
+        pytest.fail(f"once the idle connections were gone: {exc}")
 
 
 def test_the_connection_limit_leaves_room_for_the_pool_uploads_and_the_process(tmp_path: Path) -> None:
