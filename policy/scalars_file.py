@@ -24,6 +24,7 @@ MEMBER = re.compile(r"^(?:[^/]+/)?scalars\.jsonl(?:\.gz)?$")
 MAX_SCALARS_BYTES = 32 * 1024**2  # decompressed; ~250k steps of six scalars
 MAX_LINE_BYTES = 64 * 1024  # one record; a longer line is not a record
 MAX_SAMPLES = 3
+MAX_INT_DIGITS = 18  # a JSON integer of up to 18 digits is an int (within int64); longer ones are floats
 
 
 def is_scalars_member(relpath: str) -> bool:
@@ -31,10 +32,17 @@ def is_scalars_member(relpath: str) -> bool:
     return MEMBER.match(relpath) is not None
 
 
+def _number(text: str) -> int | float:
+    """A JSON integer as an int when it fits in 64 bits, else as the float it is nearest (inf past 1e308): a step
+    of 10**20 is then no integer step (numpy's int64 axes could not hold it), and a value of 400 digits no int
+    that `float()` or `math.isfinite` would refuse with OverflowError (a 500 on every read of the scalars)."""
+    return int(text) if len(text.lstrip("-")) <= MAX_INT_DIGITS else float(text)
+
+
 def record_of(raw: bytes) -> dict[str, Any] | None:
     """The record of one line: a JSON object with an integer `step`; None for anything else."""
     try:
-        record: object = json.loads(raw)
+        record: object = json.loads(raw, parse_int=_number)
     except (ValueError, RecursionError):
         return None
     if not isinstance(record, dict):

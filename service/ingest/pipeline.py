@@ -128,7 +128,11 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
     stored = first.result(scan.stats, merged)  # (rank, assembled, rank result) or None
     finalize_now = stored is not None and list(scan.stats) == [stored[0]]
     with session_scope(ctx.factory) as session:
-        _lock_run(session, job, "write")
+        try:
+            _lock_run(session, job, "write")
+        except LeaseLost:  # deleted while the scan read it: the delete came before keep() stored the scalars
+            forget_scalars(ctx.store, job.run_id, result)
+            raise
         jobs = JobRepository(session)
         jobs.complete(job, ctx.owner, result)
         store = RankStore(session)

@@ -1,0 +1,93 @@
+"""Attack replay, training scalars (SQLite and PostgreSQL): what once went wrong when the `scalars.jsonl` of an
+uploaded archive or a live run, and the routes that serve it, were attacked on loopback, replayed against the app.
+
+* A JSON integer too large for a float (`"loss": 999...9`, 400 digits) was a record: every read of the run's
+  scalars (`GET /live/runs/{id}/scalars`, `/compare/scalars`) answered 500 (OverflowError in `math.isfinite`),
+  and so did the live PUT that carried it (the spike detector). A step of 10**20 was an integer step: the
+  compare overlay's int64 axis answered 500. Now an integer past 18 digits reads as the float it is nearest
+  (inf past 1e308): such a value is left out like any non-finite one, such a step is no integer step (the line
+  is named in ScalarsPartlyUnreadable).
+* A run deleted while its plan job read the scalars member kept them: the job stored `runs/<id>/scalars.jsonl`
+  after the delete had removed the run's files, and nothing removed it again. On SQLite, where a deleted
+  highest id is given out again, the next upload's run served the deleted run's scalars. Now the plan job that
+  finds its run deleted deletes what it kept.
+
+The race is forced, not hoped for: the plan job is held by a hook right after it read the scalars member, the
+run is deleted, and the hold is released; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fp8_policy.service.ingest import scalars as ingest_scalars
+from fp8_policy.service.ingest.store import store_for
+from fp8_policy.service.live.story import scalars_key
+from fp8_policy.service.settings import Settings
+from tests.archives import tar_bytes
+from tests.service.test_attack_replay_live import HOLD_SECONDS, Hold, rows_left
+from tests.service.test_live_runs import create, put
+from tests.service.test_uploaded_scalars import SCALARS, logs, records, upload
+
+HUGE = b"9" * 400  # a JSON integer no float holds
+OUT_OF_RANGE = [
+    b'{"step": 5, "loss": ' + HUGE + b', "grad_norm": -' + HUGE + b', "lr": 1e999}\n',
+    b'{"step": 100000000000000000000, "loss": 1.0}\n',
+]
+
+
+def test_numbers_too_large_for_a_float_are_left_out_not_a_500(client: TestClient, project: str) -> None:
+    text = records(range(5)) + b"".join(OUT_OF_RANGE) + records(range(6, 10))
+    run = upload(client, project, tar_bytes({**logs(), "scalars.jsonl": text}))
+
+    report = run["ingest_report"]["scalars"]
+    assert run["status"] == "ready" and report["kept"] and report["steps"] == [0, 9]
+    assert report["records"] == 10 and report["unreadable_lines"] == 1  # the step of 10**20 is no integer step
+    assert report["warning"].startswith("ScalarsPartlyUnreadable: 1 of 11 lines")
+    served = client.get(SCALARS.format(run["id"]))
+    assert served.status_code == 200, served.text
+    loss = served.json()["series"]["loss"]
+    assert loss["steps"] == [0, 1, 2, 3, 4, 6, 7, 8, 9]  # step 5's loss is left out like a NaN would be
+
+    other = upload(client, project, tar_bytes({**logs(), "scalars.jsonl": records(range(10))}))
+    for name in ("loss", "grad_norm", "lr"):
+        compared = client.get("/api/v1/compare/scalars", params={"runs": f"{run['id']},{other['id']}", "name": name})
+        assert compared.status_code == 200, compared.text
+        assert compared.json()["iterations"] == list(range(10))
+
+
+def test_a_live_run_streaming_such_numbers_is_no_500(client: TestClient, project: str) -> None:
+    run = create(client, project)
+    text = records(range(20)) + b"".join(OUT_OF_RANGE) + records(range(21, 30))
+
+    sent = put(client, run["id"], "scalars.jsonl", 0, text)
+    assert sent.status_code == 200, sent.text
+    served = client.get(SCALARS.format(run["id"]))
+    assert served.status_code == 200, served.text
+    assert served.json()["unreadable_lines"] == 1 and len(served.json()["series"]["loss"]["steps"]) == 29
+
+
+def test_a_run_deleted_while_its_plan_job_reads_the_scalars_keeps_none_of_them(
+    client: TestClient, project: str, app_settings: Settings, db_engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hold = Hold()
+    monkeypatch.setattr(ingest_scalars.ScalarsReader, "read", hold.wrap(ingest_scalars.ScalarsReader.read))
+    body = tar_bytes({**logs(), "scalars.jsonl": records(range(50))})
+    accepted = client.post("/api/v1/runs", data={"project": project}, files={"file": ("logs.tar.gz", body)})
+    assert accepted.status_code == 202, accepted.text
+    run_id = accepted.json()["id"]
+    assert hold.entered.wait(HOLD_SECONDS), "the plan job never read the scalars member"
+
+    assert client.delete(f"/api/v1/runs/{run_id}").status_code == 204
+    hold.release()
+    client.app.state.ingest.wait_idle(timeout=HOLD_SECONDS)
+
+    assert client.get(f"/api/v1/runs/{run_id}").status_code == 404
+    assert rows_left(db_engine, run_id) == {}
+    assert not store_for(app_settings).exists(scalars_key(run_id))
+    assert not list((app_settings.data_dir / "work").glob("scalars-*"))
+    # the next run (on SQLite it may get the deleted run's id) shows no scalars it was not sent
+    monkeypatch.undo()
+    fresh = upload(client, project, tar_bytes(logs()))
+    assert client.get(SCALARS.format(fresh["id"])).json()["records"] == 0
