@@ -117,7 +117,7 @@ def evaluate_case(case: Any, workdir: Path, checker: ConfigChecker) -> CaseResul
         analysis.patterns(),
         truth.skip_layers,
         case.signal_layers,
-        decision.skip_layers,
+        (*decision.skip_layers, *(rec.ladder.lifted if rec.ladder is not None else ())),
         (o.layer for o in decision.gemm_overrides),
         recipe=decision.recipe.name,
         expected_recipe=case.expected_recipe,

@@ -81,7 +81,7 @@ def _analyze(run: RunData, thresholds: Thresholds) -> Analysis:
     verdicts = series_verdicts(layout, signals, thresholds)
     findings += cover_uncovered(findings, verdicts, thresholds)
     if not findings:
-        findings = [healthy_finding(layout, thresholds)]
+        findings = [healthy_finding(layout, thresholds, "NVFP4" if training.recipe == "nvfp4" else "FP8")]
     findings.sort(key=lambda finding: finding.sort_key())
     stats = run_stats(layout, signals, thresholds)
     stats["rank_outlier_series_excluded"] = len(excluded)

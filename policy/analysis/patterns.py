@@ -58,7 +58,8 @@ def _worst(lv: LayerLevels) -> tuple[str, SeriesSummary]:
     return pick
 
 
-def healthy_finding(layout: Layout, thresholds: Thresholds) -> Finding:
+def healthy_finding(layout: Layout, thresholds: Thresholds, fmt: str = "FP8") -> Finding:
+    """`fmt`: the training format's name for its layers (NVFP4 under NVFP4 training, whose bands apply)."""
     fp8 = layout.fp8()
     worst_layer = max(fp8, key=lambda lv: _worst(lv)[1].level if lv.tensors else -1.0, default=None)
     if worst_layer is None or not worst_layer.tensors:
@@ -80,7 +81,7 @@ def healthy_finding(layout: Layout, thresholds: Thresholds) -> Finding:
         else "healthy"
     )
     text = (
-        f"No pattern ({band}): all {len(fp8)} FP8 layers stay below {thresholds.critical:g}% underflow; worst "
+        f"No pattern ({band}): all {len(fp8)} {fmt} layers stay below {thresholds.critical:g}% underflow; worst "
         f"is {tensor} {summary.level:.2f}% at {worst_layer.name}."
     )
     # `healthy` is always severity ok: the warning band shows in the text and in the per-layer table (issue 12)

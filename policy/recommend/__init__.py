@@ -20,7 +20,7 @@ from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.recommend.confidence import confidence
 from fp8_policy.policy.recommend.cost import expected_cost, ladder_cost
 from fp8_policy.policy.recommend.history import History, HistoryEffect, history_effect
-from fp8_policy.policy.recommend.ladder import Ladder, build_ladder
+from fp8_policy.policy.recommend.ladder import Ladder, build_ladder, lifted_layers
 from fp8_policy.policy.recommend.megatron import megatron_section
 from fp8_policy.policy.recommend.options import ModelDims, RecommendOptions
 from fp8_policy.policy.recommend.rationale import build_rationale
@@ -36,7 +36,7 @@ from fp8_policy.policy.records import PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format
 from fp8_policy.policy.thresholds import Thresholds
 
-POLICY_VERSION = "2026.11.6"
+POLICY_VERSION = "2026.11.7"
 
 # Run-metadata keys saying the run keeps FP8/FP4 parameters (TE `quantized_model_init`; Megatron
 # `--fp8-param-gather` is `fp8_param_gather` in its arguments): no high-precision weight exists to take stats of.
@@ -128,11 +128,17 @@ def recommend(
             f"{effect.previous_run}: a finer-grained recipe instead of a wider BF16 edge",
         )
     plan = _final_plan(analysis, options, first, decision, no_promote)
+    ladder = build_ladder(run, analysis, plan, decision.choice.name, current, decision.capability)
+    lifted = lifted_layers(ladder, plan)
+    if lifted:  # one verdict: a layer the ladder lifts to an FP8 rung leaves the skip list (ladder.py, lift rule)
+        plan = _final_plan(analysis, options, first, decision, no_promote, lifted)
+        ladder = replace(
+            build_ladder(run, analysis, plan, decision.choice.name, current, decision.capability), lifted=plan.lifted
+        )
     layout = analysis.layout
     cost = expected_cost(layout, plan, decision.choice.name, options.dims)
     conf = confidence(analysis, plan, decision)
     te_version = options.te_version or _text(run.metadata.get("te_version"))
-    ladder = build_ladder(run, analysis, plan, decision.choice.name, current, decision.capability)
     rungs = {r.layer: r.precision for r in ladder.rungs}
     lcost = ladder_cost(layout, rungs, plan.overrides, current, options.dims, decision.capability)
     megatron = megatron_section(layout, plan, decision.choice, ladder.rungs)  # rungs of another recipe: config file
@@ -203,22 +209,24 @@ def _final_plan(
     first: SkipPlan,
     decision: RecipeDecision,
     no_promote: frozenset[str] = frozenset(),
+    lifted: frozenset[str] = frozenset(),
 ) -> SkipPlan:
-    if not decision.changed:
-        return first
     plan = functools.partial(
         plan_skips,
         analysis,
         keep_existing_bf16=options.keep_existing_bf16,
         skip_projected=options.skip_projected,
         no_promote=no_promote,
+        lifted=lifted,
     )
+    if not decision.changed:
+        return plan() if lifted else first
     levels = decision.level_fn()
     if levels is not None:
         return plan(levels=levels)
     if analysis.by_pattern(Pattern.UNIFORM):
         return plan(defer=True)
-    return first
+    return plan() if lifted else first
 
 
 def _analysis_view(run: RunData, options: RecommendOptions) -> RunData:

@@ -19,9 +19,16 @@ Rungs (records.PRECISIONS): nvfp4, then FP8 (mxfp8, block, current, delayed), th
    and it forbids BF16 layers). A rung fits when every logged tensor's `underflows%` level (training stats for the
    training recipe, the `<prefix>_` what-if otherwise) is below the FP8 critical band. Without its own stats a rung
    is inferred, said so, at lower confidence: MXFP8 from a fitting block or per-tensor rung (32-element E8M0 blocks
-   are finer; a power-of-two scale costs at most one binade) x0.7, or for a layer failing NVFP4 ("lift": E4M3 keeps
-   about 17.8 binades under each block's scale against E2M1's 3.6) x0.6; block from a per-tensor rung x0.7;
-   current from delayed x0.8. Layers the plan skips take only rungs with their own stats (and the NVFP4 lift).
+   are finer; a power-of-two scale costs at most one binade) x0.7; block from a per-tensor rung x0.7; current from
+   delayed x0.8. A layer the plan skips stays BF16 (the skip list is what every output applies), except:
+2b. The lift: a layer failing NVFP4 under an NVFP4 recipe (outer or training) goes to its FP8 rung instead of BF16
+   when MXFP8 runs on the GPU, no finding says its failure is more than underflow (NaN/inf, rising trend,
+   overflow, scale instability, unassessed stats: `lift_blockers`) and no FP8 rung's own stats fail: the first FP8
+   rung whose own stats fit, else MXFP8 inferred at x0.6 (block-scaled formats do not overflow, and E4M3 keeps
+   about 17.8 binades under each 32-block's E8M0 scale against E2M1's 3.6 under a 16-block's E4M3 scale; an
+   mxfp8_ what-if confirms it). A lifted layer the plan skipped leaves `fp8_skip_layers` (recommend() re-plans
+   with `lifted`), so the ladder and every rendered output tell one verdict. Not lifted: a skipped layer stays
+   BF16, one the plan left alone stays at the outer recipe (below critical), each saying why.
 3. Else BF16 (and every layer the run already ran in BF16, or skipped with no rung left).
 Confidence: 1, x0.8 per quantized tensor without stats, x the rule's factor, x0.6 with fewer post-warm-up points
 than `min_points`. Layers with no stats at all (fp8_unobserved) are not in the ladder: they keep the outer recipe.
@@ -39,10 +46,10 @@ from fp8_policy.policy.analysis.formats import NVFP4_PEER_RATIO, NVFP4_WEIGHT_BA
 from fp8_policy.policy.analysis.layout import LayerLevels, LayerStatus
 from fp8_policy.policy.analysis.recipes import STAT_PREFIX, supported
 from fp8_policy.policy.analysis.result import Analysis
-from fp8_policy.policy.analysis.signals import SeriesSummary, summarize
 from fp8_policy.policy.recommend.gpu import ASSUMED_CAPABILITY
+from fp8_policy.policy.recommend.ladder_evidence import dynamic_ranges, lift_blockers, training_nvfp4_weights
 from fp8_policy.policy.recommend.skiplist import SkipPlan
-from fp8_policy.policy.records import PRECISIONS, QUANTIZED_TENSORS, LayerPrecision, MetricName, RunData
+from fp8_policy.policy.records import PRECISIONS, QUANTIZED_TENSORS, LayerPrecision, RunData
 
 PROXY_MAX_BINADES = math.log2(6.0 / (1.0 + 2.0**-4) / 0.25)  # 4.497
 FP8_FINEST_FIRST: tuple[str, ...] = ("mxfp8", "block", "current")
@@ -51,7 +58,7 @@ _INFER: dict[str, tuple[tuple[str, ...], float]] = {  # rung -> (rungs it may be
     "block": (("current", "delayed"), 0.7),
     "current": (("delayed",), 0.8),
 }
-_DR = "max_blockwise_dynamic_range_block_size_16_dims_"
+LIFT_FACTOR = 0.6
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +75,7 @@ class Verdict:
 class Ladder:
     rungs: tuple[LayerPrecision, ...]
     assumptions: tuple[str, ...]
+    lifted: tuple[str, ...] = ()  # layers failing NVFP4 that leave the skip list for their FP8 rung (lift rule)
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(PRECISIONS, 0)
@@ -83,6 +91,7 @@ class Ladder:
             },
             "counts": self.counts(),
             "assumptions": list(self.assumptions),
+            "lifted": list(self.lifted),
         }
         if cost is not None:
             out["expected_cost"] = cost
@@ -122,10 +131,11 @@ class _Context:
         self.fp8 = analysis.requested_thresholds
         self.skipped = set(plan.skip_layers) | set(plan.kept_bf16)
         self.overridden = {o.layer for o in plan.overrides}
-        self.nvfp4_weights = _training_nvfp4_weights(run, analysis) if training == "nvfp4" else {}
-        self.dynamic_range = _dynamic_ranges(run, analysis)
+        self.nvfp4_weights = training_nvfp4_weights(run, analysis) if training == "nvfp4" else {}
+        self.dynamic_range = dynamic_ranges(run, analysis)
         self._nvfp4_levels: dict[str, dict[str, float]] = {}
         self.few_points = float(analysis.stats.get("median_points_per_series", 0.0)) < self.fp8.min_points
+        self.lift_blockers = lift_blockers(analysis)
 
     # --- levels ------------------------------------------------------------------------------------------------
 
@@ -233,14 +243,20 @@ class _Context:
             if verdict.fit and not blocked:
                 return self._make(lv, "nvfp4", evidence, verdict)
             if verdict.fit and blocked:
-                evidence.append("Not NVFP4: the FP8 plan keeps this layer (or some GEMMs) in BF16.")
+                evidence.append("Not NVFP4: the plan keeps this layer (or some GEMMs) in BF16.")
             nvfp4_failed, nvfp4_tensors = verdict.fit is False, verdict.tensors
         override = next((o for o in self.plan.overrides if o.layer == lv.name), None)
-        if override is not None and self.outer in self._fp8_order():
+        if override is not None and self.outer in self._fp8_order() + ["nvfp4"]:
             evidence.append(
                 f"{self.outer} with {'+'.join(override.gemms)} kept in BF16 (gemm_overrides: {override.reason})."
             )
             return self._make(lv, self.outer, evidence, Verdict(True, "", len(lv.tensors)))
+        if nvfp4_failed and "nvfp4" in (self.outer, self.training):
+            return self._lift(lv, evidence, nvfp4_tensors, skipped)
+        if skipped:
+            evidence += [v.sentence for p in self._fp8_order() if (v := self.fp8_rung(lv, p)).fit is not None]
+            evidence.append("BF16: skipped by the recommendation (fp8_skip_layers).")
+            return LayerPrecision(lv.name, "bf16", tuple(evidence), 1.0)
         verdicts: dict[str, Verdict] = {}
         for precision in self._fp8_order():
             verdicts[precision] = verdict = self.fp8_rung(lv, precision)
@@ -249,37 +265,58 @@ class _Context:
                 return self._make(lv, precision, evidence, verdict)
             if verdict.fit is False:
                 evidence.append(verdict.sentence)
-        lift = nvfp4_failed and not any(v.fit is False for v in verdicts.values())
         for precision in self._fp8_order():
-            inferred = self._infer(lv, precision, verdicts, nvfp4_tensors if lift else 0, skipped)
+            inferred = self._infer(lv, precision, verdicts)
             if inferred is not None:
                 evidence.append(inferred.sentence)
                 return self._make(lv, precision, evidence, inferred)
-        why = "skipped by the recommendation (fp8_skip_layers)" if skipped else "no low-precision rung fits"
-        evidence.append(f"BF16: {why}.")
-        return LayerPrecision(lv.name, "bf16", tuple(evidence), 1.0 if skipped else 0.8)
+        evidence.append("BF16: no low-precision rung fits.")
+        return LayerPrecision(lv.name, "bf16", tuple(evidence), 0.8)
+
+    def _lift(self, lv: LayerLevels, evidence: list[str], nvfp4_tensors: int, skipped: bool) -> LayerPrecision:
+        """A layer failing NVFP4 under an NVFP4 outer recipe (the lift rule, module docstring)."""
+        stay = (
+            "BF16: skipped by the recommendation (fp8_skip_layers), not lifted to FP8: {}."
+            if skipped
+            else f"{self.outer} kept: the plan leaves this layer at the outer recipe (below its critical band), and it "
+            "is not lifted to FP8: {}; watch it."
+        )
+        blocker = self.lift_blockers.get(lv.name)
+        order = self._fp8_order()
+        if blocker is not None or "mxfp8" not in order:
+            why = blocker or f"MXFP8 is not supported at compute capability {self.cap:g}"
+            return self._stay(lv, evidence, stay.format(why), skipped)
+        verdicts = {p: self.fp8_rung(lv, p) for p in order}
+        evidence += [v.sentence for v in verdicts.values() if v.fit is not None]
+        fitting = [p for p in order if verdicts[p].fit]
+        if fitting:
+            evidence.append(f"Lifted to {fitting[0]} instead of BF16: its own stats fit.")
+            return self._make(lv, fitting[0], evidence, verdicts[fitting[0]])
+        failing = [p for p in order if verdicts[p].fit is False]
+        if failing:
+            return self._stay(lv, evidence, stay.format(f"{', '.join(failing)} fails on its own stats"), skipped)
+        evidence.append(
+            "mxfp8 inferred (no mxfp8_ stats; lift confidence x0.6): its NVFP4 failure is underflow only, and MXFP8's "
+            "E4M3 elements keep about 17.8 binades under each 32-element block's E8M0 scale against E2M1's 3.6 under "
+            "a 16-element block's E4M3 scale, so it is lifted to MXFP8 instead of BF16. Confirm with an mxfp8_ "
+            "what-if (LogFp8TensorStats on this layer, or the CPU collector)."
+        )
+        return self._make(lv, "mxfp8", evidence, Verdict(True, "", nvfp4_tensors, LIFT_FACTOR))
+
+    def _stay(self, lv: LayerLevels, evidence: list[str], sentence: str, skipped: bool) -> LayerPrecision:
+        evidence.append(sentence)
+        if skipped:
+            return LayerPrecision(lv.name, "bf16", tuple(evidence), 1.0)
+        return self._make(lv, self.outer, evidence, Verdict(True, "", len(lv.tensors), 0.5))
 
     def _fp8_order(self) -> list[str]:
         order = [self.outer] if self.outer in FP8_FINEST_FIRST + ("delayed",) else []
         order += [p for p in FP8_FINEST_FIRST if p not in order]
         return [p for p in order if supported(p, self.cap)]
 
-    def _infer(
-        self, lv: LayerLevels, precision: str, verdicts: dict[str, Verdict], lift_tensors: int, skipped: bool
-    ) -> Verdict | None:
-        """A rung without its own stats, inferred (module docstring); `lift_tensors` > 0: the layer fails NVFP4
-        (on that many logged tensors) and no FP8 rung is known to fail."""
-        if verdicts.get(precision, Verdict(None, "")).fit is not None:
-            return None
-        if precision == "mxfp8" and lift_tensors:
-            return Verdict(
-                True,
-                "mxfp8 assumed (no mxfp8_ stats): a layer failing NVFP4 is lifted to MXFP8, whose E4M3 elements "
-                "keep about 17.8 binades under each 32-element block's scale against E2M1's 3.6.",
-                lift_tensors,
-                0.6,
-            )
-        if skipped or precision not in _INFER:
+    def _infer(self, lv: LayerLevels, precision: str, verdicts: dict[str, Verdict]) -> Verdict | None:
+        """A rung without its own stats, inferred from a coarser rung that fits (module docstring)."""
+        if verdicts.get(precision, Verdict(None, "")).fit is not None or precision not in _INFER:
             return None
         sources, factor = _INFER[precision]
         fits = [p for p in sources if p in verdicts and verdicts[p].fit]
@@ -310,7 +347,8 @@ class _Context:
             "critical bands and not twice its peers' median, or the block-16 dynamic-range proxy "
             f"(<= {PROXY_MAX_BINADES:.3f} binades on all three tensors).",
             f"FP8 rungs fit below {self.fp8.critical:g}% underflows%; a rung without its own stats is inferred "
-            "only from a coarser rung that fits (stated per layer, lower confidence).",
+            "only from a coarser rung that fits, or for a layer failing NVFP4 by underflow only (lifted to MXFP8 "
+            f"instead of BF16, x{LIFT_FACTOR:g}; an mxfp8_ what-if confirms it); stated per layer, lower confidence.",
             f"Rungs for {gpu}" + (f"; left out: {', '.join(left_out)}." if left_out else "."),
         ]
         unobserved = [lv.name for lv in self.analysis.layout.levels.values() if lv.status is LayerStatus.UNOBSERVED]
@@ -326,32 +364,7 @@ class _Context:
         return out
 
 
-def _training_nvfp4_weights(run: RunData, analysis: Analysis) -> dict[str, float]:
-    """Worst-rank level of each layer's weight nvfp4_underflows% under NVFP4 training (left out of the analysis
-    levels, formats.py), summarised with the analysis' warm-up cut and window rules."""
-    out: dict[str, float] = {}
-    th, start = analysis.requested_thresholds, analysis.signals.warmup_cut
-    for s in run.series:
-        m = s.metric
-        if m.recipe != "nvfp4" or m.tensor != "weight" or m.stat != "underflows%" or s.iterations.size == 0:
-            continue
-        summary = summarize(s, MetricName(m.layer, m.tensor, m.stat), start, th)
-        if summary is not None and summary.level == summary.level:
-            out[m.layer] = max(out.get(m.layer, -math.inf), summary.level)
-    return out
-
-
-def _dynamic_ranges(run: RunData, analysis: Analysis) -> dict[str, dict[str, float]]:
-    """layer -> tensor -> the largest logged max_blockwise_dynamic_range at block size 16 (binades)."""
-    out: dict[str, dict[str, float]] = {}
-    start, th = analysis.signals.warmup_cut, analysis.requested_thresholds
-    for s in run.series:
-        m = s.metric
-        if m.tensor not in QUANTIZED_TENSORS or not m.stat.startswith(_DR) or s.iterations.size == 0:
-            continue
-        summary: SeriesSummary | None = summarize(s, m, start, th)
-        if summary is None:
-            continue
-        layer = out.setdefault(m.layer, {})
-        layer[m.tensor] = max(layer.get(m.tensor, -math.inf), summary.max)
-    return out
+def lifted_layers(ladder: Ladder, plan: SkipPlan) -> frozenset[str]:
+    """Layers the plan skips whole that the ladder lifts to an FP8 rung (they leave `fp8_skip_layers`)."""
+    skipped = set(plan.failing_skips)
+    return frozenset(r.layer for r in ladder.rungs if r.layer in skipped and r.precision != "bf16")

@@ -32,8 +32,8 @@ def build_rationale(
     confidence: tuple[float, list[str]],
 ) -> list[str]:
     lines = [f"[{f.severity.value}] {f.summary}" for f in analysis.findings[:6]]
-    lines += _plan_lines(analysis, plan)
     choice = decision.choice
+    lines += _plan_lines(analysis, plan, "NVFP4" if choice.name == "nvfp4" else "FP8")
     kwargs = ", ".join(f"{key}={value}" for key, value in choice.kwargs.items()) or "defaults"
     lines.append(
         f"Recipe: {RECIPE_LABELS[choice.name]} with {kwargs}: {choice.reason} "
@@ -48,7 +48,8 @@ def build_rationale(
     return lines
 
 
-def _plan_lines(analysis: Analysis, plan: SkipPlan) -> list[str]:
+def _plan_lines(analysis: Analysis, plan: SkipPlan, fmt: str) -> list[str]:
+    """`fmt`: the low-precision format the plan judged (NVFP4 under an NVFP4 recipe, else FP8)."""
     th = analysis.thresholds
     lines = []
     if plan.failing_skips:
@@ -56,6 +57,13 @@ def _plan_lines(analysis: Analysis, plan: SkipPlan) -> list[str]:
         lines.append(
             f"Skip {len(plan.failing_skips)} layer(s) to BF16, each with two or more tensors at or above "
             f"{th.critical:g}% underflow: {_names(detail)}."
+        )
+    if plan.lifted:
+        detail = [f"{name} ({_failing(analysis, name)})" for name in plan.lifted]
+        lines.append(
+            f"Lift {len(plan.lifted)} layer(s) at or above {th.critical:g}% {fmt} underflow to an FP8 rung instead "
+            f"of BF16 (their failure is underflow only; the precision ladder gives each rung, its evidence and "
+            f"confidence): {_names(detail)}."
         )
     lines += [f"Keep {'+'.join(o.gemms)} of {o.layer} in BF16: {o.reason}." for o in plan.overrides[:MAX_NAMED]]
     if len(plan.overrides) > MAX_NAMED:
@@ -65,14 +73,14 @@ def _plan_lines(analysis: Analysis, plan: SkipPlan) -> list[str]:
         layer = finding.layers[0]
         action = (
             "its failing GEMMs go to BF16 here; do not answer it with more BF16 blocks, which moves the "
-            "effect to the new FP8 layer next to the BF16 edge"
+            f"effect to the new {fmt} layer next to the BF16 edge"
             if layer in changed
-            else f"it stays in FP8 below {th.critical:g}%: watch it"
+            else f"it stays in {fmt} below {th.critical:g}%: watch it"
         )
-        lines.append(f"Boundary effect at {layer}: the FP8 layer next to a BF16 block degrades; {action}.")
+        lines.append(f"Boundary effect at {layer}: the {fmt} layer next to a BF16 block degrades; {action}.")
     if plan.kept_bf16:
         lines.append(
-            f"{len(plan.kept_bf16)} layer(s) already ran in BF16 and have no FP8 evidence; they stay in "
+            f"{len(plan.kept_bf16)} layer(s) already ran in BF16 and have no {fmt} evidence; they stay in "
             f"BF16: {_names(list(plan.kept_bf16))}."
         )
     if plan.deferred:
@@ -83,10 +91,10 @@ def _plan_lines(analysis: Analysis, plan: SkipPlan) -> list[str]:
     if plan.watch:
         lines.append(
             f"Watch {len(plan.watch)} layer(s) with a rising trend, below {th.critical:g}% today and left "
-            f"in FP8: {_names(list(plan.watch))}."
+            f"in {fmt}: {_names(list(plan.watch))}."
         )
-    if not (plan.failing_skips or plan.overrides or plan.deferred):
-        lines.append(f"No FP8 layer reaches {th.critical:g}% underflow: nothing to skip or override.")
+    if not (plan.failing_skips or plan.overrides or plan.deferred or plan.lifted):
+        lines.append(f"No {fmt} layer reaches {th.critical:g}% underflow: nothing to skip or override.")
     return lines
 
 

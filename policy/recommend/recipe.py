@@ -150,7 +150,10 @@ def te_default_recipe(capability: float | None) -> tuple[str, str]:
 
 
 def whatif_summaries(analysis: Analysis) -> dict[str, WhatIf]:
+    """Per FP8 what-if recipe: how it compares with today (under NVFP4 training, today's levels are judged with
+    NVFP4's bands and the what-if's with FP8's: `requested_thresholds`)."""
     layout, signals, th = analysis.layout, analysis.signals, analysis.thresholds
+    fp8_critical = analysis.requested_thresholds.critical
     out: dict[str, WhatIf] = {}
     for prefix, recipe in PREFIX_RECIPE.items():
         levels = {
@@ -160,21 +163,29 @@ def whatif_summaries(analysis: Analysis) -> dict[str, WhatIf]:
             if (s := signals.worst(lv.name, t, recipe=prefix)) is not None
         }
         if levels:
-            out[recipe] = _compare(recipe, levels, layout.fp8(), th.warning, th.critical)
+            out[recipe] = _compare(recipe, levels, layout.fp8(), th.warning, th.critical, fp8_critical)
     return out
 
 
 def _compare(
-    recipe: str, levels: dict[tuple[str, str], float], fp8: list[LayerLevels], warning: float, critical: float
+    recipe: str,
+    levels: dict[tuple[str, str], float],
+    fp8: list[LayerLevels],
+    warning: float,
+    critical: float,
+    whatif_critical: float,
 ) -> WhatIf:
+    """Today's levels against the training format's bands, the what-if's against its own (FP8) critical band;
+    ratios in units of each one's critical band (the same as raw ratios when both are FP8)."""
     now = {(lv.name, t): s.level for lv in fp8 for t, s in lv.tensors.items() if (lv.name, t) in levels}
     relevant = [k for k, v in now.items() if v >= warning] or list(now)
-    ratios = [levels[k] / now[k] if now[k] > 0 else (0.0 if levels[k] == 0 else np.inf) for k in relevant]
+    scale = critical / whatif_critical
+    ratios = [levels[k] * scale / now[k] if now[k] > 0 else (0.0 if levels[k] == 0 else np.inf) for k in relevant]
     return WhatIf(
         recipe,
         len(now),
         sum(v >= critical for v in now.values()),
-        sum(levels[k] >= critical for k in now),
+        sum(levels[k] >= whatif_critical for k in now),
         float(np.median(ratios)) if ratios else np.inf,
         levels,
     )
@@ -199,7 +210,13 @@ def _choose(analysis: Analysis, plan: SkipPlan, current: str, gpu_arch: str | Gp
         w = whatifs[pick]
         reason = (
             f"what-if {STAT_PREFIX[pick]}_underflows% leaves {w.failing_after} of {w.tensors} tensors at or "
-            f"above {analysis.thresholds.critical:g}% (now {w.failing_now}), median ratio {w.median_ratio:.2f} "
+            f"above {analysis.requested_thresholds.critical:g}% (now {w.failing_now}"
+            + (
+                f" at or above NVFP4's {analysis.thresholds.critical:g}%"
+                if analysis.thresholds.critical != analysis.requested_thresholds.critical
+                else ""
+            )
+            + f"), median ratio {w.median_ratio:.2f} "
             f"of today's level"
         )
         return _decision(pick, current, cap, cap_source, reason, analysis, plan, w, notes, "what-if stats")

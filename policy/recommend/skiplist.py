@@ -15,6 +15,8 @@ Rules:
   `skip_layers` only with `keep_existing_bf16`. Megatron flags, cost and the delayed-scaling rule still count
   them: with no FP8 evidence for them, they are assumed to stay in BF16.
 * Rising-trend layers below critical are only watched, unless `skip_projected` asks to treat them as failing.
+* `lifted`: layers failing NVFP4 under an NVFP4 recipe that the precision ladder lifts to an FP8 rung
+  (recommend/ladder.py, the lift rule) are not skipped: they run at that rung, which every output renders.
 * A tensor the analysis could not assess (its `unassessed` verdict: scale_inv stuck at 1.0, no point after warm-up)
   whose raw underflows% is at or above critical fails too; with no level to re-measure under another recipe, its
   layer is skipped whole.
@@ -42,6 +44,7 @@ class SkipPlan:
     overrides: tuple[GemmOverride, ...]
     watch: tuple[str, ...]  # rising trends left in FP8
     deferred: tuple[str, ...] = ()  # failing layers left to a recipe change
+    lifted: tuple[str, ...] = ()  # failing NVFP4 layers the ladder lifts to an FP8 rung instead of BF16
 
     @property
     def bf16_layers(self) -> tuple[str, ...]:
@@ -61,9 +64,10 @@ def plan_skips(
     keep_existing_bf16: bool = False,
     skip_projected: bool = False,
     no_promote: frozenset[str] = frozenset(),
+    lifted: frozenset[str] = frozenset(),
 ) -> SkipPlan:
     """The plan (module docstring); blocks holding a `no_promote` layer never become whole BF16 blocks (a problem
-    that followed a moved BF16 boundary: see recommend/history.py)."""
+    that followed a moved BF16 boundary: see recommend/history.py); `lifted` layers are left to their FP8 rung."""
     layout = analysis.layout
     critical = analysis.thresholds.critical
     trending = _trending(analysis)
@@ -73,6 +77,8 @@ def plan_skips(
     deferred: list[str] = []
     unassessed = _unassessed_failing(analysis)
     for lv in layout.fp8():
+        if lv.name in lifted:
+            continue
         failing = [t for t in lv.tensors if levels(lv, t) >= critical or (skip_projected and (lv.name, t) in trending)]
         raw = [t for t in unassessed.get(lv.name, ()) if t not in failing]
         if not failing and not raw:
@@ -91,7 +97,15 @@ def plan_skips(
         {name for name, _ in trending} - set(skips) - {o.layer for o in overrides},
         key=lambda name: order.get(name, len(order)),
     )
-    return SkipPlan(tuple(skip_layers), tuple(skips), tuple(kept), tuple(overrides), tuple(watch), tuple(deferred))
+    return SkipPlan(
+        tuple(skip_layers),
+        tuple(skips),
+        tuple(kept),
+        tuple(overrides),
+        tuple(watch),
+        tuple(deferred),
+        tuple(name for name in layout.levels if name in lifted),
+    )
 
 
 def _unassessed_failing(analysis: Analysis) -> dict[str, list[str]]:

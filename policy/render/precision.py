@@ -7,7 +7,9 @@ names TE's debug features accept for a recipe. Must not be here: emission of any
 Rules (the JSON's BF16 set is the contract: every format applies at least it, and the ladder never widens it):
 * BF16 ("kept") layers: `skip_layers`, layers with GEMM overrides (the apply paths keep the whole module) and
   layers that already ran in high precision in the analysed run. The skip list wins over a ladder rung for the
-  same layer. A ladder `bf16` rung outside that set is not applied (`unapplied_bf16`): the plan decided otherwise
+  same layer; the recommender never emits such a pair (a layer failing NVFP4 that the ladder lifts to an FP8 rung
+  leaves `fp8_skip_layers`: recommend/ladder.py, the lift rule), so `disagreements` is empty for its decisions
+  and only a hand-edited decision meets this rule. A ladder `bf16` rung outside that set is not applied (`unapplied_bf16`): the plan decided otherwise
   (e.g. it changes the recipe first and asks for a re-run before skipping), and the outputs say so.
 * A ladder rung equal to the outer recipe changes nothing; another FP8/FP4 rung is a per-layer recipe, except
   `delayed` under another outer recipe (delayed scaling's amax history cannot be one layer's recipe: Megatron's
@@ -85,6 +87,16 @@ def precision_of(decision: PolicyDecision) -> dict[str, str]:
     names = [layer.name for layer in decision.layers] + [lp.layer for lp in decision.layer_precisions]
     names += list(kept)
     return {name: BF16 if name in kept else recipes.get(name, decision.recipe.name) for name in dict.fromkeys(names)}
+
+
+def disagreements(decision: PolicyDecision) -> dict[str, tuple[str, str]]:
+    """Ladder layers whose applied precision is not their rung (`effective_rung`): layer -> (rung, applied)."""
+    applied, outer = precision_of(decision), decision.recipe.name
+    return {
+        name: (rung, applied[name])
+        for name, rung in ladder(decision).items()
+        if applied[name] != effective_rung(rung, outer)
+    }
 
 
 def fp8_stats(decision: PolicyDecision, recipe_name: str, tensor: str) -> list[str]:

@@ -9,8 +9,9 @@ import pytest
 
 from fp8_policy.policy.recommend import RecommendOptions, fp8_param, recommend
 from fp8_policy.policy.recommend.cost import ladder_speedup
+from fp8_policy.policy.render.precision import disagreements, precision_of
 from fp8_policy.policy.records import PRECISIONS
-from tests.policy.frontier_runs import frontier_run, layer_name, noisy
+from tests.policy.frontier_runs import SUBS, frontier_run, layer_name, noisy
 
 WHATIF = ("underflows%", "nvfp4_underflows%")
 NVFP4_BAD = {layer_name(5, "mlp.linear_fc1"), layer_name(6, "mlp.linear_fc1")}  # NVFP4 what-if fails
@@ -93,6 +94,72 @@ def test_an_nvfp4_run_learns_which_layers_to_lift() -> None:
     assert any("lifted to MXFP8" in e for e in lifted["evidence"])
     assert data["recipe"]["name"] == "nvfp4"
     assert "Precision ladder (NVFP4 run): 28 layer(s) stay NVFP4; lift 4 to MXFP8." in "\n".join(rec.rationale)
+    # one verdict: the lifted layers leave the skip list, so every output runs them at MXFP8 too
+    block7 = [layer_name(7, sub) for sub in SUBS]
+    assert data["fp8_skip_layers"] == [] and data["precision_ladder"]["lifted"] == block7
+    assert lifted["confidence"] == 0.6 and any("Confirm with an mxfp8_ what-if" in e for e in lifted["evidence"])
+    assert disagreements(rec.decision) == {} and {precision_of(rec.decision)[n] for n in block7} == {"mxfp8"}
+    assert all(not applied["bf16_layers"] for applied in data["formats"].values())
+    text = "\n".join(rec.rationale)
+    assert "Lift 4 layer(s) at or above 13% NVFP4 underflow to an FP8 rung instead of BF16" in text
+    assert "nothing to skip or override" not in text
+
+
+def nvfp4_block7_failing(nan: bool = False, mxfp8: float | None = None):  # type: ignore[no-untyped-def]
+    """NVFP4 training, block 7's gradients at 25 % nvfp4_underflows% (optionally a NaN burst in one layer, and
+    mxfp8_ what-ifs on block 7 at `mxfp8` %)."""
+
+    def values(layer, block, sub, tensor, key, rng):  # type: ignore[no-untyped-def]
+        if key == "mxfp8_underflows%":
+            return noisy(mxfp8, rng) if mxfp8 is not None and block == 7 else None
+        if tensor == "gradient" and block == 7:
+            v = noisy(25.0, rng)
+            if nan and sub == "mlp.linear_fc2":
+                v[20:23] = np.nan
+            return v
+        return noisy(10.0 if tensor == "weight" else 7.0, rng)
+
+    keys = ("nvfp4_underflows%", "mxfp8_underflows%") if mxfp8 is not None else ("nvfp4_underflows%",)
+    return frontier_run(values, keys, metadata={"recipe": "nvfp4"})
+
+
+def test_a_layer_failing_nvfp4_with_nan_is_not_lifted_and_every_view_says_bf16() -> None:
+    rec, data = ladder(nvfp4_block7_failing(nan=True))
+    bad = layer_name(7, "mlp.linear_fc2")
+    rung = data["precision_ladder"]["layers"][bad]
+    assert rung["precision"] == "bf16" and "not lifted to FP8: it logged NaN/inf" in rung["evidence"][-1]
+    assert data["fp8_skip_layers"] == [bad] and bad not in data["precision_ladder"]["lifted"]
+    assert len(data["precision_ladder"]["lifted"]) == 3 and disagreements(rec.decision) == {}
+    assert all(bad in applied["bf16_layers"] for applied in data["formats"].values())
+
+
+def test_an_mxfp8_what_if_that_fits_lifts_on_its_own_stats() -> None:
+    rec, data = ladder(nvfp4_block7_failing(mxfp8=0.2))
+    rung = data["precision_ladder"]["layers"][layer_name(7, "mlp.linear_fc1")]
+    assert rung["precision"] == "mxfp8" and rung["confidence"] == 1.0
+    assert "mxfp8 fits (mxfp8_ what-if)" in rung["evidence"][1] and not data["fp8_skip_layers"]
+    assert disagreements(rec.decision) == {}
+
+
+def test_an_mxfp8_what_if_that_fails_keeps_the_layer_in_bf16() -> None:
+    rec, data = ladder(nvfp4_block7_failing(mxfp8=3.0))
+    block7 = {layer_name(7, sub) for sub in SUBS}
+    assert set(data["fp8_skip_layers"]) == block7 and not data["precision_ladder"]["lifted"]
+    for name in block7:
+        rung = data["precision_ladder"]["layers"][name]
+        assert rung["precision"] == "bf16" and any("mxfp8 fails (mxfp8_ what-if)" in e for e in rung["evidence"])
+    assert disagreements(rec.decision) == {}
+
+
+def test_a_healthy_nvfp4_run_names_its_layers_nvfp4() -> None:
+    run = frontier_run(
+        lambda layer, block, sub, tensor, key, rng: noisy(10.0 if tensor == "weight" else 7.0, rng),
+        ("nvfp4_underflows%",),
+        metadata={"recipe": "nvfp4"},
+    )
+    rec, data = ladder(run)
+    assert "all 32 NVFP4 layers stay below 13% underflow" in data["findings"][0]["summary"]
+    assert "No NVFP4 layer reaches 13% underflow: nothing to skip or override." in rec.rationale
 
 
 def test_a_weight_failing_its_16x16_band_under_nvfp4_training_is_lifted() -> None:
