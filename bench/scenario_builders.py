@@ -13,8 +13,9 @@ stated here once):
 * Skip list: a layer counts as *covered* when the recommendation puts it in `fp8_skip_layers` OR gives it a GEMM
   override (either keeps the failing tensor out of FP8) OR, failing NVFP4, lifts it to an FP8 rung instead
   (`precision_ladder.lifted`: the failing tensor leaves NVFP4; policy/recommend/ladder.py, the lift rule). Per
-  case, the truth `skip_layers` vs. the covered set; precision/recall micro-averaged over all cases. Layers that already ran in BF16 (a `bf16_layers` tail) are not
-  part of either set: the recommender keeps them out of `fp8_skip_layers` by default.
+  case, the truth `skip_layers` vs. the covered set; precision/recall micro-averaged over all cases. Layers that
+  already ran in BF16 (a `bf16_layers` tail) are not part of either set: the recommender keeps them out of
+  `fp8_skip_layers` by default.
 * Recipe decisions: the truth's `skip_layers` is emptied where the right fix is a recipe, not a skip list, and
   `expected_recipe` lists the acceptable recipes instead:
   - `uniform` (truth.recipe_change): a finer-grained recipe - the logged what-if recipe when it is better
