@@ -14,8 +14,10 @@ process that owns that directory, or by API processes sharing it).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import secrets
 import shutil
 import tarfile
@@ -23,7 +25,7 @@ import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from sqlalchemy.orm import Session
 
@@ -55,6 +57,7 @@ SCALARS_STATE_KEY = "__scalars__"  # the scalar detectors' state, next to the se
 SERIES_STATE_KEY = "__series__"  # every series' detector state (policy/live_table.SeriesTable's document)
 SCALARS_NAME = story.SCALARS_NAME  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
 MAX_PATH_CHARS = 500
+_NO_COPY_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF}  # copy through Python
 _locks: dict[int, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
@@ -192,7 +195,7 @@ def append(
         disk.parent.mkdir(parents=True, exist_ok=True)
         piece = as_piece(body)  # compared and copied 1 MiB at a time: a piece is never whole in memory
         overlap = min(row.size - offset, piece.size)
-        with open(disk, "a+b") as handle:
+        with open(os.open(disk, os.O_RDWR | os.O_CREAT, 0o644), "r+b") as handle:
             if overlap:
                 handle.seek(offset)
                 if not piece.matches(handle, overlap):
@@ -204,7 +207,7 @@ def append(
             if piece.size > overlap:
                 handle.truncate(row.size)  # bytes of an append whose commit failed are not kept
                 handle.seek(row.size)
-                row.size += piece.write_from(handle, overlap)
+                row.size += _copy_in(piece, overlap, handle)
         events: list[LiveEvent] = []
         if kind == "stats" and row.size > row.parsed_offset:
             events = _detect(repo, run_id, disk, path, row, thresholds or Thresholds())
@@ -214,6 +217,29 @@ def append(
         stored = repo.events(run_id, min(repo.add_events(run_id, events)) - 1) if events else []
         alerts = queue_for_events(session, run_id, run.project, stored) if stored else 0
         return AppendResult(path, row.size, stored, alerts)
+
+
+def _copy_in(piece: Piece, start: int, handle: BinaryIO) -> int:
+    """Append the piece's bytes from `start` on at the handle's position; returns how many. A received piece is
+    copied file to file by the kernel (copy_file_range: one copy, none through Python; reading 8 MiB into bytes and
+    writing them back was ~15 % of a bulk piece's service CPU); on a file system that cannot, through Python."""
+    if piece.path is None or not hasattr(os, "copy_file_range"):
+        return piece.write_from(handle, start)
+    begin = handle.tell()
+    at, offset, left = begin, start, piece.size - start
+    with open(piece.path, "rb") as source:
+        while left > 0:
+            try:
+                copied = os.copy_file_range(source.fileno(), handle.fileno(), left, offset, at)
+            except OSError as exc:
+                if exc.errno in _NO_COPY_RANGE and at == begin:
+                    return piece.write_from(handle, start)
+                raise
+            if copied <= 0:
+                raise OSError(f"{piece.path} is shorter than its {piece.size} received bytes")
+            offset, at, left = offset + copied, at + copied, left - copied
+    handle.seek(at)
+    return at - begin
 
 
 def _detect(
