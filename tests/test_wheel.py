@@ -26,13 +26,14 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+
+from bench.service import stop_service, wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -240,22 +241,13 @@ def served(server_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while server.poll() is None and time.monotonic() < deadline:
-            try:
-                httpx.get(f"{url}/healthz", timeout=2)
-                break
-            except httpx.TransportError:
-                time.sleep(0.3)
-        assert server.poll() is None, (home / "serve.log").read_text()[-3000:]
+        try:  # /healthz answers 503 while the service is still starting: wait for its 200
+            wait_healthy(url, server, timeout=120)
+        except SystemExit as exc:
+            pytest.fail(f"{exc}\n{(home / 'serve.log').read_text()[-3000:]}")
         yield url, home
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_service(server, timeout=20)
         log.close()
 
 
