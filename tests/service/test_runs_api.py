@@ -437,6 +437,7 @@ class TestReadRun:
             "unsplit_metric_names": [],
             "unsplit_points": 0,
             "archive": {"format": "tar.gz", "skipped_members": 0, "skipped_samples": []},
+            "scalars": None,  # the archive carries no scalars.jsonl (service/ingest/scalars.py)
         }
 
     def test_unknown_run_is_404(self, client: TestClient) -> None:
