@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.live_models import LiveEventRow, LiveFile, LiveState
 from fp8_policy.db.repositories import utcnow
+from fp8_policy.db.session import rows_affected
 from fp8_policy.policy.live_events import LiveEvent
 
 
@@ -63,13 +65,25 @@ class LiveRepository:
         self._state_rows[run_id] = row
         return dict(row.state)
 
-    def save_state(self, run_id: int, state: dict[str, Any]) -> None:
-        """Replace the run's state document (the row state_for_update locked: no second read of the document)."""
-        row = self._state_rows.get(run_id) or self.session.get(LiveState, run_id)
-        if row is None:
-            self.session.add(LiveState(run_id=run_id, state=state, updated_at=utcnow()))
-        else:
-            row.state, row.updated_at = state, utcnow()
+    def state_stamp_for_update(self, run_id: int) -> datetime | None:
+        """When the run's state document was last saved (None: never), its row locked, without reading the document
+        (a caller holding the document saved at that moment uses it)."""
+        return self.session.scalar(select(LiveState.updated_at).where(LiveState.run_id == run_id).with_for_update())
+
+    def save_state(self, run_id: int, state: dict[str, Any]) -> datetime:
+        """Replace the run's state document (the row state_for_update locked: no second read of the document).
+        Returns its new stamp (state_stamp_for_update)."""
+        stamp = utcnow()
+        row = self._state_rows.get(run_id)
+        if row is not None:
+            row.state, row.updated_at = state, stamp
+        elif not rows_affected(
+            self.session.execute(
+                update(LiveState).where(LiveState.run_id == run_id).values(state=state, updated_at=stamp)
+            )
+        ):
+            self.session.add(LiveState(run_id=run_id, state=state, updated_at=stamp))
+        return stamp
 
     # --- events -------------------------------------------------------------------------------
     def add_events(self, run_id: int, events: Iterable[LiveEvent]) -> list[int]:
