@@ -28,6 +28,7 @@ import os
 import select
 import socket
 import threading
+import time
 
 log = logging.getLogger("fp8_policy.starting")
 
@@ -118,24 +119,31 @@ class StartingResponder:
                 except OSError as exc:  # EMFILE and the like: the connection waits in the backlog
                     log.warning("accepting a connection during start-up failed: %s", exc)
                     continue
-                threading.Thread(
-                    target=answer_starting, args=(connection,), name="starting-answer", daemon=True
-                ).start()
+                try:
+                    threading.Thread(
+                        target=answer_starting, args=(connection,), name="starting-answer", daemon=True
+                    ).start()
+                except RuntimeError as exc:  # no thread to be had: this one is closed, the loop goes on
+                    log.warning("answering a connection during start-up failed: %s", exc)
+                    connection.close()
 
 
 def answer_starting(connection: socket.socket) -> None:
-    """Read one request head from `connection`, answer it 503 "starting" and close the connection."""
+    """Read one request head from `connection`, answer it 503 "starting" and close the connection. READ_TIMEOUT
+    bounds the whole head and the whole drain, not each read: a client sending a byte a second holds no thread."""
     try:
         connection.setblocking(True)
-        connection.settimeout(READ_TIMEOUT)
+        deadline = time.monotonic() + READ_TIMEOUT
         head = b""
         while b"\r\n\r\n" not in head and len(head) < HEAD_LIMIT:
+            connection.settimeout(_left(deadline))
             chunk = connection.recv(4096)
             if not chunk:
                 return
             head += chunk
+        connection.settimeout(READ_TIMEOUT)
         connection.sendall(_response(head))
-        _drain(connection)
+        _drain(connection, time.monotonic() + READ_TIMEOUT)
     except OSError:
         pass
     finally:
@@ -164,12 +172,21 @@ def _response(head: bytes) -> bytes:
     return status.encode() + (b"" if method == b"HEAD" else body)
 
 
-def _drain(connection: socket.socket, limit: int = 1 << 20) -> None:
-    """Half-close, then read what the client still sends (an upload's body) for a moment: closing a socket with
-    unread data sends a reset, which can reach the client before the 503 it was sent."""
+def _left(deadline: float) -> float:
+    """Seconds until `deadline`; TimeoutError (closing the connection) once it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the connection took too long")
+    return left
+
+
+def _drain(connection: socket.socket, deadline: float, limit: int = 1 << 20) -> None:
+    """Half-close, then read what the client still sends (an upload's body) until `deadline`: closing a socket
+    with unread data sends a reset, which can reach the client before the 503 it was sent."""
     connection.shutdown(socket.SHUT_WR)
     received = 0
     while received < limit:
+        connection.settimeout(_left(deadline))
         chunk = connection.recv(65536)
         if not chunk:
             return
