@@ -12,7 +12,7 @@ stated here once):
   recall are micro-averaged over all cases. `healthy` is a pattern like the others (planted only in healthy runs).
 * Skip list: a layer counts as *covered* when the recommendation puts it in `fp8_skip_layers` OR gives it a GEMM
   override (either keeps the failing tensor out of FP8) OR, failing NVFP4, lifts it to an FP8 rung instead
-  (`precision_ladder.lifted`: the failing tensor leaves NVFP4; policy/recommend/ladder.py, the lift rule). Per
+  (`Recommendation.ladder.lifted`: the failing tensor leaves NVFP4; policy/recommend/ladder.py, the lift rule). Per
   case, the truth `skip_layers` vs. the covered set; precision/recall micro-averaged over all cases. Layers that
   already ran in BF16 (a `bf16_layers` tail) are not part of either set: the recommender keeps them out of
   `fp8_skip_layers` by default.

@@ -96,7 +96,7 @@ def test_an_nvfp4_run_learns_which_layers_to_lift() -> None:
     assert "Precision ladder (NVFP4 run): 28 layer(s) stay NVFP4; lift 4 to MXFP8." in "\n".join(rec.rationale)
     # one verdict: the lifted layers leave the skip list, so every output runs them at MXFP8 too
     block7 = [layer_name(7, sub) for sub in SUBS]
-    assert data["fp8_skip_layers"] == [] and data["precision_ladder"]["lifted"] == block7
+    assert data["fp8_skip_layers"] == [] and rec.ladder is not None and list(rec.ladder.lifted) == block7
     assert lifted["confidence"] == 0.6 and any("Confirm with an mxfp8_ what-if" in e for e in lifted["evidence"])
     assert disagreements(rec.decision) == {} and {precision_of(rec.decision)[n] for n in block7} == {"mxfp8"}
     assert all(not applied["bf16_layers"] for applied in data["formats"].values())
@@ -128,8 +128,8 @@ def test_a_layer_failing_nvfp4_with_nan_is_not_lifted_and_every_view_says_bf16()
     bad = layer_name(7, "mlp.linear_fc2")
     rung = data["precision_ladder"]["layers"][bad]
     assert rung["precision"] == "bf16" and "not lifted to FP8: it logged NaN/inf" in rung["evidence"][-1]
-    assert data["fp8_skip_layers"] == [bad] and bad not in data["precision_ladder"]["lifted"]
-    assert len(data["precision_ladder"]["lifted"]) == 3 and disagreements(rec.decision) == {}
+    assert data["fp8_skip_layers"] == [bad] and rec.ladder is not None and bad not in rec.ladder.lifted
+    assert len(rec.ladder.lifted) == 3 and disagreements(rec.decision) == {}
     assert all(bad in applied["bf16_layers"] for applied in data["formats"].values())
 
 
@@ -144,7 +144,7 @@ def test_an_mxfp8_what_if_that_fits_lifts_on_its_own_stats() -> None:
 def test_an_mxfp8_what_if_that_fails_keeps_the_layer_in_bf16() -> None:
     rec, data = ladder(nvfp4_block7_failing(mxfp8=3.0))
     block7 = {layer_name(7, sub) for sub in SUBS}
-    assert set(data["fp8_skip_layers"]) == block7 and not data["precision_ladder"]["lifted"]
+    assert set(data["fp8_skip_layers"]) == block7 and rec.ladder is not None and not rec.ladder.lifted
     for name in block7:
         rung = data["precision_ladder"]["layers"][name]
         assert rung["precision"] == "bf16" and any("mxfp8 fails (mxfp8_ what-if)" in e for e in rung["evidence"])

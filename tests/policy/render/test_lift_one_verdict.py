@@ -68,7 +68,8 @@ def test_te_yaml_and_every_format_keep_exactly_the_ladder_bf16_layers(case, nvdl
 
 def test_disagreements_name_a_skipped_layer_whose_rung_is_not_bf16():
     rec, data = ladder(nvfp4_block7_failing())
-    lifted = data["precision_ladder"]["lifted"][0]
+    assert rec.ladder is not None
+    lifted = rec.ladder.lifted[0]
     assert disagreements(rec.decision) == {}
     edited = replace(rec.decision, skip_layers=(lifted,))
     assert disagreements(edited) == {lifted: ("mxfp8", "bf16")}
