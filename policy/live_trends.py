@@ -30,13 +30,16 @@ def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _row_medians(matrix: np.ndarray) -> np.ndarray:
     """np.median of each row (no NaN in the matrix): the middle of the row partitioned, or the mean of the two
-    (as np.median computes it)."""
+    middle ones as np.median computes it (the lower one is the largest left of the upper one: one partition point,
+    which numpy does in about a third of the time of two)."""
     n = matrix.shape[1]
     half = n // 2
+    part = np.partition(matrix, half, axis=1)
     if n % 2:
-        return np.partition(matrix, half, axis=1)[:, half]
-    part = np.partition(matrix, (half - 1, half), axis=1)
-    return (part[:, half - 1] + part[:, half]) / 2
+        middle: np.ndarray = part[:, half]
+        return middle
+    mean: np.ndarray = (part[:, :half].max(axis=1) + part[:, half]) / 2
+    return mean
 
 
 def projections(
