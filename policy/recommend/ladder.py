@@ -233,7 +233,7 @@ class _Context:
 
     def rung(self, lv: LayerLevels) -> LayerPrecision:
         if lv.status is LayerStatus.BF16:
-            return LayerPrecision(lv.name, "bf16", ("Ran in BF16 in this run: no low-precision evidence.",), 1.0)
+            return LayerPrecision(lv.name, "bf16", (self._ran_in_bf16(lv),), 1.0)
         evidence: list[str] = []
         skipped = lv.name in self.skipped
         nvfp4_failed, nvfp4_tensors = False, 0
@@ -309,6 +309,23 @@ class _Context:
         if skipped:
             return LayerPrecision(lv.name, "bf16", tuple(evidence), 1.0)
         return self._make(lv, self.outer, evidence, Verdict(True, "", len(lv.tensors), 0.5))
+
+    def _ran_in_bf16(self, lv: LayerLevels) -> str:
+        """A layer that ran in BF16 keeps BF16 in every output (the JSON's BF16 set), so its rung does too; its
+        nvfp4_ what-if (the CPU collector logs them for BF16 layers) is reported, not offered."""
+        recipe = None if self.training == "nvfp4" else STAT_PREFIX["nvfp4"]
+        signals = self.analysis.signals
+        levels = {t: s.level for t in QUANTIZED_TENSORS if (s := signals.worst(lv.name, t, recipe=recipe)) is not None}
+        if not levels:
+            return "Ran in BF16 in this run: no low-precision evidence."
+        failing = [t for t, v in levels.items() if v >= self._nvfp4_bands(t)[1]]
+        shown = ", ".join(f"{t} {v:.2f}%" for t, v in levels.items())
+        verdict = f"fails on {', '.join(failing)}" if failing else "fits below NVFP4's critical bands"
+        return (
+            f"Ran in BF16 in this run; its nvfp4_ what-if ({shown}) {verdict}. Not offered as a rung: every output "
+            "keeps layers that ran in BF16 in BF16; enable low precision on it in the model and log "
+            "nvfp4_underflows% to move it."
+        )
 
     def _fp8_order(self) -> list[str]:
         order = [self.outer] if self.outer in FP8_FINEST_FIRST + ("delayed",) else []

@@ -80,7 +80,8 @@ def _plan_lines(analysis: Analysis, plan: SkipPlan, fmt: str) -> list[str]:
         lines.append(f"Boundary effect at {layer}: the {fmt} layer next to a BF16 block degrades; {action}.")
     if plan.kept_bf16:
         lines.append(
-            f"{len(plan.kept_bf16)} layer(s) already ran in BF16 and have no {fmt} evidence; they stay in "
+            f"{len(plan.kept_bf16)} layer(s) already ran in BF16 (no {fmt} training stats; a what-if of theirs "
+            "is in the ladder's evidence); they stay in "
             f"BF16: {_names(list(plan.kept_bf16))}."
         )
     if plan.deferred:

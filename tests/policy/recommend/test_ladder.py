@@ -9,8 +9,8 @@ import pytest
 
 from fp8_policy.policy.recommend import RecommendOptions, fp8_param, recommend
 from fp8_policy.policy.recommend.cost import ladder_speedup
+from fp8_policy.policy.records import PRECISIONS, Precision
 from fp8_policy.policy.render.precision import disagreements, precision_of
-from fp8_policy.policy.records import PRECISIONS
 from tests.policy.frontier_runs import SUBS, frontier_run, layer_name, noisy
 
 WHATIF = ("underflows%", "nvfp4_underflows%")
@@ -217,3 +217,19 @@ def test_a_delayed_outer_recipe_on_blackwell_says_what_per_layer_rungs_cost_it()
     assert any("delayed scaling's amax reduction" in a for a in data["precision_ladder"]["assumptions"])
     _, current = ladder(fp8_run_with_nvfp4_whatifs())
     assert not any("amax reduction" in a for a in current["precision_ladder"]["assumptions"])
+
+
+def test_a_bf16_run_with_nvfp4_whatifs_reports_them_but_keeps_every_layer_bf16() -> None:
+    """Layers that ran in BF16 stay BF16 in every output, so the ladder does not offer a rung it cannot apply; the
+    CPU collector's nvfp4_ what-if verdict is in the evidence."""
+
+    def values(layer, block, sub, tensor, key, rng):  # type: ignore[no-untyped-def]
+        return noisy(25.0 if block == 3 and tensor == "gradient" else 7.0, rng)
+
+    run = frontier_run(values, ("nvfp4_underflows%",), metadata={"gpu": "B200"}, precision=Precision.HIGH)
+    rec, data = ladder(run)
+    layers = data["precision_ladder"]["layers"]
+    assert {r["precision"] for r in layers.values()} == {"bf16"} and disagreements(rec.decision) == {}
+    assert set(precision_of(rec.decision).values()) == {"bf16"}
+    assert "fits below NVFP4's critical bands. Not offered" in layers[layer_name(0, "mlp.linear_fc1")]["evidence"][0]
+    assert "fails on gradient" in layers[layer_name(3, "mlp.linear_fc1")]["evidence"][0]
