@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 
 from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
@@ -22,6 +23,7 @@ from fp8_policy.service.auth.routes import router as auth_router
 from fp8_policy.service.docs.routes import router as docs_router
 from fp8_policy.service.errors import install_error_handlers
 from fp8_policy.service.health import HEALTH_RESPONSES, HealthRead
+from fp8_policy.service.ingest.kernel_warmup import cache_complete
 from fp8_policy.service.ingest.worker import IngestWorker, warm_parser, warm_up_process
 from fp8_policy.service.limits import check_request
 from fp8_policy.service.live.heatmap_routes import router as live_heatmap_router
@@ -43,6 +45,7 @@ from fp8_policy.service.visual.routes import router as visual_router
 from fp8_policy.service.web.routes import router as web_router
 
 SERVING_WAIT_SECONDS = 10.0
+WARM_UP_GRACE_SECONDS = 1.0  # a client that polled /healthz and uploads next has its job queued first
 
 
 @asynccontextmanager
@@ -73,7 +76,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # its backfill of missing stored recommendations waits while uploads are received or ingested here
     summaries = SummaryRefresher(background, busy=lambda: app.state.upload_gate.active > 0 or worker.running())
     app.state.summaries = summaries
-    summaries.catch_up()  # runs stored before a policy-version change get their summary recomputed
+    # Runs stored before a policy-version change (or whose summary a stopped process left unfinished) get their
+    # summary recomputed; a serving process queues them once it serves: on a restart right after an upload, that
+    # recomputation (the analysis imports scikit-learn) ran beside start-up, 0.6 s of CPU before /healthz's 200.
+    if app.state.long_running:
+        threading.Thread(target=_catch_up_when_serving, args=(app, summaries), name="catch-up", daemon=True).start()
+    else:
+        summaries.catch_up()
     alerts = AlertSender(
         background, poll_seconds=settings.alert_poll_seconds, allow_private=settings.webhook_allow_private
     )
@@ -93,16 +102,30 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         background_engine.dispose()
 
 
+def _catch_up_when_serving(app: FastAPI, summaries: SummaryRefresher) -> None:
+    app.state.serving.wait(SERVING_WAIT_SECONDS)
+    summaries.catch_up()
+
+
 def _warm_up(app: FastAPI) -> None:
     """The kernels (and, in a serving process, scikit-learn, gc.freeze and the parser's buffers: warm_up_process).
-    A serving process waits until it serves (`app.state.serving`, set by `fp8-policy serve` when uvicorn takes
-    the port over) at most SERVING_WAIT_SECONDS: loading cached kernels is 0.5-0.6 s of CPU, much of it holding the
-    GIL, and on a restart it ran beside the end of start-up (a warm numba cache made /healthz slower than an empty
-    one, whose compile runs in a child process); ingest uses the interpreted kernels until they are loaded."""
+
+    With numba's cache complete, a serving process first waits until it serves (`app.state.serving`, set by
+    `fp8-policy serve` when uvicorn takes the port over), then WARM_UP_GRACE_SECONDS, then until ingest is idle,
+    SERVING_WAIT_SECONDS at most each: the warm-up is 2-3 s of CPU in this process (loading the cached kernels,
+    0.5-0.6 s, much of it holding the GIL; importing scikit-learn), and on a restart it ran beside the end of
+    start-up (a warm cache made /healthz slower than an empty one), or beside the upload of a client that waited
+    for /healthz. Ingest uses the interpreted kernels meanwhile; a large upload loads the compiled ones itself
+    (kernel_warmup.kernels_for). With the cache incomplete there is no wait: the compile runs in a child process
+    and large uploads wait for it."""
     if not app.state.long_running:
         warm_parser()
         return
-    app.state.serving.wait(SERVING_WAIT_SECONDS)
+    if cache_complete():
+        app.state.serving.wait(SERVING_WAIT_SECONDS)
+        time.sleep(WARM_UP_GRACE_SECONDS)
+        with suppress(TimeoutError):
+            app.state.ingest.wait_idle(timeout=SERVING_WAIT_SECONDS)
     warm_up_process()
 
 

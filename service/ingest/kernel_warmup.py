@@ -47,6 +47,8 @@ def exercise_kernels() -> None:
     line = b"2026-01-01 00:00:00,000 - INFO - model.l_gradient_mse \t\t\t\t iteration=000000 \t\t\t\t value=0.0000\n"
     parser = StatsLogParser(workers=1)
     parser.feed(io.BytesIO(line * 2), "warm-up")
+    # only reached past an over-long line: uncompiled, it left cache_complete() False and every start compiling
+    kernels.stats.find_newline(np.frombuffer(line, dtype=np.uint8).copy(), 0, len(line))
     assemble_run({0: parser.finish()}, MetadataLog())
     prefix = csv_export.row_prefix("long", 0, "model.l", "gradient", None, "mse")
     b"".join(csv_export.series_rows(prefix, np.arange(2, dtype=np.int64), np.zeros(2)))

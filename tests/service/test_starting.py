@@ -87,9 +87,45 @@ def test_a_serving_process_warms_up_once_it_serves(tmp_path, monkeypatch) -> Non
     upgrade(url)
     warmed = threading.Event()
     monkeypatch.setattr(app_module, "warm_up_process", warmed.set)
+    monkeypatch.setattr(app_module, "cache_complete", lambda: True)  # the wait is for loading a complete cache
+    monkeypatch.setattr(app_module, "WARM_UP_GRACE_SECONDS", 0.0)
     app = app_module.create_app(Settings(_env_file=None, data_dir=tmp_path / "data", database_url=url))
     app.state.long_running = True
     with TestClient(app):
         assert not warmed.wait(0.5), "warmed up before the process served"
         app.state.serving.set()
         assert warmed.wait(30)
+
+
+def test_with_the_kernel_cache_incomplete_the_warm_up_starts_at_once(tmp_path, monkeypatch) -> None:
+    """The compile then runs in a child process (GIL free) and large uploads wait for it: no reason to wait."""
+    import threading
+
+    from fastapi.testclient import TestClient
+
+    from fp8_policy.db.migrate import upgrade
+    from fp8_policy.service import app as app_module
+    from fp8_policy.service.settings import Settings
+
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    upgrade(url)
+    warmed = threading.Event()
+    monkeypatch.setattr(app_module, "warm_up_process", warmed.set)
+    monkeypatch.setattr(app_module, "cache_complete", lambda: False)
+    app = app_module.create_app(Settings(_env_file=None, data_dir=tmp_path / "data", database_url=url))
+    app.state.long_running = True
+    with TestClient(app):
+        assert warmed.wait(30)
+        assert not app.state.serving.is_set()
+
+
+def test_the_warm_up_leaves_numba_s_cache_complete() -> None:
+    """`cache_complete()` decides whether a start compiles the kernels in a child process first (and whether a
+    serving process defers loading them until it serves). A dispatcher the warm-up never called (find_newline,
+    used only to drop an over-long line) left it False for ever: every start with a warm cache ran the child,
+    which loaded every kernel from the cache again, and loaded them in-process too at once, beside start-up."""
+    from fp8_policy.service.ingest.kernel_warmup import cache_complete, warm_parser
+
+    warm_parser()
+
+    assert cache_complete()
