@@ -69,12 +69,15 @@ def _scalars_bytes(store: ArchiveStore, data_dir: Path, run: Run) -> bytes | Non
 
 
 def scalar_series(store: ArchiveStore, data_dir: Path, run: Run, limit: int) -> dict[str, Any]:
-    """The run's training scalars as {name: {steps, values}} (the last `limit` records), live or finished."""
+    """The run's training scalars as {name: {steps, values}} (the last `limit` steps), live or finished."""
     text = _scalars_bytes(store, data_dir, run)
     if text is None:
         return {"records": 0, "series": {}}
     records, unreadable = scalar_events.parse_lines(text)
-    records = records[-limit:]
+    # in step order, a step logged again (a job resumed from an earlier checkpoint) by its last record, as the
+    # compare overlay does: charts draw the steps as given, and out of order they drew lines back and forth
+    by_step = {int(record["step"]): record for record in records}
+    records = [by_step[step] for step in sorted(by_step)][-limit:]
     series: dict[str, dict[str, list[Any]]] = {}
     for record in records:
         for key in scalar_events.SCALAR_KEYS:

@@ -11,6 +11,10 @@ uploaded archive or a live run, and the routes that serve it, were attacked on l
   after the delete had removed the run's files, and nothing removed it again. On SQLite, where a deleted
   highest id is given out again, the next upload's run served the deleted run's scalars. Now the plan job that
   finds its run deleted deletes what it kept.
+* Steps out of order or logged again (a job resumed from an earlier checkpoint logs those steps a second time)
+  were served as written: the run page's curves took their x range from the first and last step and drew lines
+  back and forth. Now a run's scalars are served in step order, a step by its last record (as the compare
+  overlay already took it).
 
 The race is forced, not hoped for: the plan job is held by a hook right after it read the scalars member, the
 run is deleted, and the hold is released; every wait is bounded.
@@ -91,3 +95,20 @@ def test_a_run_deleted_while_its_plan_job_reads_the_scalars_keeps_none_of_them(
     monkeypatch.undo()
     fresh = upload(client, project, tar_bytes(logs()))
     assert client.get(SCALARS.format(fresh["id"])).json()["records"] == 0
+
+
+def test_steps_out_of_order_or_logged_again_are_served_in_step_order_the_last_record_winning(
+    client: TestClient, project: str
+) -> None:
+    # a job resumed from the checkpoint of step 6 logs steps 6..9 again; a careless writer appends steps 0..2 late
+    text = records(range(3, 10)) + records(range(0, 3)) + b'{"step": 6, "loss": 0.5}\n{"step": 7, "loss": 0.25}\n'
+    uploaded = upload(client, project, tar_bytes({**logs(), "scalars.jsonl": text}))
+    live = create(client, project)
+    assert put(client, live["id"], "scalars.jsonl", 0, text).status_code == 200
+
+    for run in (uploaded, live):
+        served = client.get(SCALARS.format(run["id"])).json()
+        loss = served["series"]["loss"]
+        assert served["records"] == 10 and loss["steps"] == list(range(10))
+        assert loss["values"][6:8] == [0.5, 0.25] and loss["values"][0] == 10.0
+        assert served["series"]["grad_norm"]["steps"] == [0, 1, 2, 3, 4, 5, 8, 9]  # 6, 7: their last records had none
