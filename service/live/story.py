@@ -12,16 +12,17 @@ the run deletes it. An uploaded archive's `scalars.jsonl` member is kept under t
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.live import LiveRepository, StoredEvent
 from fp8_policy.db.models import Run, RunStatus
-from fp8_policy.policy import scalar_events
+from fp8_policy.policy import scalar_events, scalars_file
 from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
 
 SCALARS_NAME = "scalars.jsonl"  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
@@ -56,16 +57,30 @@ def keep_scalars(store: ArchiveStore, data_dir: Path, run_id: int) -> bool:
     return True
 
 
+def _tail(handle: BinaryIO) -> bytes:
+    """The file's whole lines within its last MAX_SCALARS_BYTES (policy/scalars_file.py, the bound an upload's
+    scalars are kept under): a live run's streamed file has no bound, and a read must not hold it all."""
+    size = handle.seek(0, os.SEEK_END)
+    bound = scalars_file.MAX_SCALARS_BYTES
+    handle.seek(max(0, size - bound))
+    data = handle.read(bound)
+    if size > bound:
+        data = data[data.find(b"\n") + 1 :]  # the line cut by the bound is left out (none: nothing is)
+    return data
+
+
 def _scalars_bytes(store: ArchiveStore, data_dir: Path, run: Run) -> bytes | None:
     received = received_scalars(data_dir, run.id)
-    if run.status == RunStatus.live:
-        return received.read_bytes() if received.is_file() else None
-    try:
-        with store.open(scalars_key(run.id)) as handle:
-            return handle.read()
-    except ArchiveMissing:
-        # finalized before the scalars were kept with the run: the received file was left in place then
-        return received.read_bytes() if received.is_file() else None
+    if run.status != RunStatus.live:
+        try:
+            with store.open(scalars_key(run.id)) as handle:
+                return _tail(handle)
+        except ArchiveMissing:
+            pass  # finalized before the scalars were kept with the run: the received file was left in place then
+    if not received.is_file():
+        return None
+    with open(received, "rb") as handle:
+        return _tail(handle)
 
 
 def scalar_series(store: ArchiveStore, data_dir: Path, run: Run, limit: int) -> dict[str, Any]:

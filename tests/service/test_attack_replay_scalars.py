@@ -15,6 +15,10 @@ uploaded archive or a live run, and the routes that serve it, were attacked on l
   were served as written: the run page's curves took their x range from the first and last step and drew lines
   back and forth. Now a run's scalars are served in step order, a step by its last record (as the compare
   overlay already took it).
+* A live run's streamed `scalars.jsonl` has no size bound (an upload's is kept only within MAX_SCALARS_BYTES),
+  and every read of the run's scalars read the whole file and parsed every line: one upload token appending a
+  few GiB made each GET of the run page's curves (read scope) hold them all in memory. Now a read takes the
+  whole lines of the file's last MAX_SCALARS_BYTES.
 
 The race is forced, not hoped for: the plan job is held by a hook right after it read the scalars member, the
 run is deleted, and the hold is released; every wait is bounded.
@@ -25,6 +29,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from fp8_policy.policy import scalars_file
 from fp8_policy.service.ingest import scalars as ingest_scalars
 from fp8_policy.service.ingest.store import store_for
 from fp8_policy.service.live.story import scalars_key
@@ -63,7 +68,7 @@ def test_numbers_too_large_for_a_float_are_left_out_not_a_500(client: TestClient
 
 def test_a_live_run_streaming_such_numbers_is_no_500(client: TestClient, project: str) -> None:
     run = create(client, project)
-    text = records(range(20)) + b"".join(OUT_OF_RANGE) + records(range(21, 30))
+    text = records(range(5)) + b"".join(OUT_OF_RANGE) + records(range(6, 30))
 
     sent = put(client, run["id"], "scalars.jsonl", 0, text)
     assert sent.status_code == 200, sent.text
@@ -112,3 +117,20 @@ def test_steps_out_of_order_or_logged_again_are_served_in_step_order_the_last_re
         assert served["records"] == 10 and loss["steps"] == list(range(10))
         assert loss["values"][6:8] == [0.5, 0.25] and loss["values"][0] == 10.0
         assert served["series"]["grad_norm"]["steps"] == [0, 1, 2, 3, 4, 5, 8, 9]  # 6, 7: their last records had none
+
+
+def test_a_live_runs_scalars_past_the_bound_are_read_from_their_tail_only(
+    client: TestClient, project: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scalars_file, "MAX_SCALARS_BYTES", 4096)
+    run = create(client, project)
+    text = records(range(200))
+    assert len(text) > 3 * 4096
+    assert put(client, run["id"], "scalars.jsonl", 0, text).status_code == 200
+
+    served = client.get(SCALARS.format(run["id"]))
+    assert served.status_code == 200, served.text
+    body = served.json()
+    steps = body["series"]["loss"]["steps"]
+    assert body["unreadable_lines"] == 0  # the line the bound cuts is left out, not counted as unreadable
+    assert steps[-1] == 199 and steps == list(range(steps[0], 200)) and 0 < len(steps) < 200
