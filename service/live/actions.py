@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from fp8_policy.db.live import LiveRepository, StoredEvent
 from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.db.repositories import NewRun, RunRepository
-from fp8_policy.policy import scalar_events
+from fp8_policy.policy import scalar_events, scalars_file
 from fp8_policy.policy.live_batch import advance_piece
 from fp8_policy.policy.live_events import LiveEvent
 from fp8_policy.policy.live_grouping import group_events
@@ -306,6 +306,8 @@ def _new_whole_lines(disk: Path, row: Any) -> bytes:
         new = handle.read(row.size - row.parsed_offset)
     cut = new.rfind(b"\n")
     if cut < 0:
+        if len(new) > scalars_file.MAX_LINE_BYTES:  # no record is this long: skipped, not read again per piece
+            row.parsed_offset = row.size
         return b""
     row.parsed_offset += cut + 1
     return new[: cut + 1]

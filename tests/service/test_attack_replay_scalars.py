@@ -19,6 +19,9 @@ uploaded archive or a live run, and the routes that serve it, were attacked on l
   and every read of the run's scalars read the whole file and parsed every line: one upload token appending a
   few GiB made each GET of the run page's curves (read scope) hold them all in memory. Now a read takes the
   whole lines of the file's last MAX_SCALARS_BYTES.
+* A live `scalars.jsonl` line that never ends (no newline, piece after piece) was read again from its start with
+  every piece by the spike detector: memory and time grew with the line, quadratic over the pieces. Now a
+  pending line past MAX_LINE_BYTES (no record is that long) is skipped.
 
 The race is forced, not hoped for: the plan job is held by a hook right after it read the scalars member, the
 run is deleted, and the hold is released; every wait is bounded.
@@ -28,7 +31,10 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
+from fp8_policy.db.live_models import LiveFile
 from fp8_policy.policy import scalars_file
 from fp8_policy.service.ingest import scalars as ingest_scalars
 from fp8_policy.service.ingest.store import store_for
@@ -134,3 +140,25 @@ def test_a_live_runs_scalars_past_the_bound_are_read_from_their_tail_only(
     steps = body["series"]["loss"]["steps"]
     assert body["unreadable_lines"] == 0  # the line the bound cuts is left out, not counted as unreadable
     assert steps[-1] == 199 and steps == list(range(steps[0], 200)) and 0 < len(steps) < 200
+
+
+def test_a_live_scalars_line_that_never_ends_is_skipped_not_read_again_with_every_piece(
+    client: TestClient, project: str, db_engine
+) -> None:
+    run = create(client, project)
+    endless = b'{"step": 0, "pad": "' + b"x" * (scalars_file.MAX_LINE_BYTES + 1)
+    assert put(client, run["id"], "scalars.jsonl", 0, endless).status_code == 200
+    # no record is this long: the detectors move past it instead of reading it again with each next piece
+    assert parsed_offset(db_engine, run["id"]) == len(endless)
+
+    rest = b'xx\n' + records(range(20))
+    assert put(client, run["id"], "scalars.jsonl", len(endless), rest).status_code == 200
+    assert parsed_offset(db_engine, run["id"]) == len(endless) + len(rest)
+    served = client.get(SCALARS.format(run["id"])).json()
+    assert served["records"] == 20 and served["unreadable_lines"] == 1
+
+
+def parsed_offset(engine, run_id: int) -> int:
+    with Session(engine) as session:
+        row = session.scalars(select(LiveFile).where(LiveFile.run_id == run_id)).one()
+        return row.parsed_offset
