@@ -66,6 +66,7 @@ class ScalarsCheck:
     first_step: int | None = None
     last_step: int | None = None
     samples: list[str] = field(default_factory=list)  # the first unreadable lines, as "line N: ..."
+    broken: str | None = None  # why the member's bytes could not be read to their end (a damaged gzip)
 
     def line(self, raw: bytes) -> bool:
         """Count one line (with its newline); True when it is a record (the caller keeps it)."""
@@ -104,7 +105,9 @@ class ScalarsCheck:
         Kept when it holds at least one record and is within MAX_SCALARS_BYTES; `warning` names what is wrong
         (ScalarsTooLarge, ScalarsUnreadable: nothing kept; ScalarsPartlyUnreadable: kept, those lines left out)."""
         warning = None
-        if self.too_large:
+        if self.broken is not None:
+            warning = f"ScalarsUnreadable: {self.member} cannot be read to its end ({self.broken}); not kept"
+        elif self.too_large:
             warning = (
                 f"ScalarsTooLarge: {self.member} holds more than {MAX_SCALARS_BYTES // 1024**2} MiB; "
                 "not kept (thin it to every Nth step)"
@@ -121,7 +124,7 @@ class ScalarsCheck:
                 f'{self.member} are not a JSON object with an integer "step" and are left out '
                 f"({'; '.join(self.samples)})"
             )
-        kept = not self.too_large and self.records > 0
+        kept = self.broken is None and not self.too_large and self.records > 0
         return {
             "member": self.member,
             "kept": kept,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fp8_policy.policy import scalars_file
+from fp8_policy.service.ingest.archive.errors import _CORRUPT
 from fp8_policy.service.ingest.archive.limits import CHUNK_BYTES
 from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.live.story import scalars_key
@@ -76,13 +77,16 @@ class ScalarsReader:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=self.work_dir, prefix="scalars-", delete=False) as copy:
             self.path = Path(copy.name)
-            for line, size in _lines(stream):
-                if size > scalars_file.MAX_LINE_BYTES:
-                    check.overlong(line, size)
-                elif check.line(line):
-                    copy.write(line if line.endswith(b"\n") else line + b"\n")
-                if check.too_large:
-                    break
+            try:
+                for line, size in _lines(stream):
+                    if size > scalars_file.MAX_LINE_BYTES:
+                        check.overlong(line, size)
+                    elif check.line(line):
+                        copy.write(line if line.endswith(b"\n") else line + b"\n")
+                    if check.too_large:
+                        break
+            except _CORRUPT as exc:  # its own gzip is damaged: a warning, not a failed run (a damaged archive
+                check.broken = f"{type(exc).__name__}: {exc}"[:200]  # fails at the scan's next read of it)
         self.check = check
         if not check.verdict()["kept"]:
             self.discard()

@@ -22,12 +22,17 @@ uploaded archive or a live run, and the routes that serve it, were attacked on l
 * A live `scalars.jsonl` line that never ends (no newline, piece after piece) was read again from its start with
   every piece by the spike detector: memory and time grew with the line, quadratic over the pieces. Now a
   pending line past MAX_LINE_BYTES (no record is that long) is skipped.
+* A scalars member whose own gzip was damaged (cut short, a bad CRC) failed the whole run (CorruptArchive),
+  though the same archive was ready before scalars were read and "a bad scalars file never fails the run". Now
+  it is ScalarsUnreadable in the report, nothing kept; an archive cut short inside that member still fails.
 
 The race is forced, not hoped for: the plan job is held by a hook right after it read the scalars member, the
 run is deleted, and the hold is released; every wait is bounded.
 """
 
 from __future__ import annotations
+
+import gzip
 
 import pytest
 from fastapi.testclient import TestClient
@@ -40,7 +45,8 @@ from fp8_policy.service.ingest import scalars as ingest_scalars
 from fp8_policy.service.ingest.store import store_for
 from fp8_policy.service.live.story import scalars_key
 from fp8_policy.service.settings import Settings
-from tests.archives import tar_bytes
+from tests.archives import tar_bytes, zip_bytes
+from tests.conftest import wait_for_run
 from tests.service.test_attack_replay_live import HOLD_SECONDS, Hold, rows_left
 from tests.service.test_live_runs import create, put
 from tests.service.test_uploaded_scalars import SCALARS, logs, records, upload
@@ -151,7 +157,7 @@ def test_a_live_scalars_line_that_never_ends_is_skipped_not_read_again_with_ever
     # no record is this long: the detectors move past it instead of reading it again with each next piece
     assert parsed_offset(db_engine, run["id"]) == len(endless)
 
-    rest = b'xx\n' + records(range(20))
+    rest = b"xx\n" + records(range(20))
     assert put(client, run["id"], "scalars.jsonl", len(endless), rest).status_code == 200
     assert parsed_offset(db_engine, run["id"]) == len(endless) + len(rest)
     served = client.get(SCALARS.format(run["id"])).json()
@@ -162,3 +168,34 @@ def parsed_offset(engine, run_id: int) -> int:
     with Session(engine) as session:
         row = session.scalars(select(LiveFile).where(LiveFile.run_id == run_id)).one()
         return row.parsed_offset
+
+
+@pytest.mark.parametrize(
+    ("name", "damaged"),
+    [
+        ("scalars.jsonl", gzip.compress(records(range(500)))[:200]),  # cut short
+        ("scalars.jsonl.gz", gzip.compress(records(range(50)))[:-8] + bytes(8)),  # CRC and length zeroed
+    ],
+    ids=["truncated", "bad-crc"],
+)
+@pytest.mark.parametrize("container", ["tar.gz", "zip"])
+def test_a_damaged_gzip_scalars_member_is_a_warning_not_a_failed_run(
+    client: TestClient, project: str, app_settings: Settings, name: str, damaged: bytes, container: str
+) -> None:
+    files = {**logs(), name: damaged}
+    body = tar_bytes(files) if container == "tar.gz" else zip_bytes(files)
+    run = upload(client, project, body, f"logs.{container}")
+
+    assert run["status"] == "ready", run.get("error")
+    report = run["ingest_report"]["scalars"]
+    assert report["kept"] is False and report["warning"].startswith(f"ScalarsUnreadable: {name} cannot be read")
+    assert not store_for(app_settings).exists(scalars_key(run["id"]))
+    assert not list((app_settings.data_dir / "work").glob("scalars-*"))
+
+
+def test_an_archive_cut_short_inside_its_scalars_member_still_fails(client: TestClient, project: str) -> None:
+    body = tar_bytes({**logs(), "scalars.jsonl": records(range(20_000))})
+    response = client.post("/api/v1/runs", data={"project": project}, files={"file": ("logs.tar.gz", body[:-300])})
+    run = wait_for_run(client, response.json()["id"])
+
+    assert run["status"] == "failed" and run["error"].startswith("CorruptArchive")

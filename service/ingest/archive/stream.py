@@ -11,6 +11,7 @@ temporary file until their turn (nothing is spilled in the common one-file-per-r
 
 from __future__ import annotations
 
+import contextlib
 import io
 import shutil
 import tarfile
@@ -121,6 +122,10 @@ def scan_archive(
         callback = on_scalars if log is None else on_metadata if log.kind == "metadata" else on_stats
         if callback is not None:
             callback(relpath, stream)
+        if log is None:  # the training scalars: a damaged gzip of their own is their warning (service/ingest/
+            with contextlib.suppress(*_CORRUPT):  # scalars.py); a damaged archive stream fails at its next member
+                _drain(relpath, stream)
+            return
         _drain(relpath, stream)
 
     takes = is_scalars_member if on_scalars is not None else None
