@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.service import SERVE, running_service, wait_healthy
+from bench.service import SERVE, running_service, wait_healthy, wait_idle
 from tests.archives import multi_rank_tree, tree_tar_gz
 
 HEADER_TIMEOUT, BODY_TIMEOUT, MAX_UPLOADS, CONNECTIONS = 1.0, 1.5, 2, 30
@@ -57,6 +57,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     options = ["--header-timeout", str(HEADER_TIMEOUT), "--body-timeout", str(BODY_TIMEOUT)]
     options += ["--max-uploads", str(MAX_UPLOADS), "--limit-concurrency", str(CONNECTIONS)]
     with serve_process(tmp_path_factory.mktemp("transport") / "data", *options) as served:
+        # A serving process warms up once it serves (kernels, scikit-learn, gc.freeze: service/app.py), seconds of
+        # GIL-heavy work during which its event loop accepts late: the descriptor counts here would be off.
+        wait_idle(served.pid)
         yield served
 
 
