@@ -35,7 +35,7 @@ def print_report(report: Report) -> None:
         )
     print(
         "(miss = planted patterns not found, extra = found but not planted, skip = truth skip layers vs skipped +"
-        " overridden, hlth = healthy layers skipped, recipe '!' = not an expected recipe, cfg = formats accepted)"
+        " overridden + lifted off NVFP4, hlth = healthy layers skipped, recipe '!' = not an expected recipe, cfg = formats accepted)"
     )
 
     problems = []

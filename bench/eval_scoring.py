@@ -14,7 +14,7 @@ class CaseScore:
     planted: frozenset[str]
     found: frozenset[str]
     truth_skips: frozenset[str]
-    covered: frozenset[str]  # skipped + overridden layers
+    covered: frozenset[str]  # skipped + overridden (+ lifted off NVFP4) layers
     signal_layers: frozenset[str]
     recipe: str | None = None
     expected_recipe: frozenset[str] | None = None
