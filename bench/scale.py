@@ -294,30 +294,9 @@ def report(scale: dict, baseline_seconds: float, single_upload_seconds: float) -
     }
 
 
-def measure_single(tree: Path, work: Path, uploads: int = 1) -> dict:
-    """(a) of issue 10 alone: the baseline (d) and the single-rank HTTP upload -> ready (b) of bench/run.py, side by
-    side in one run (the upload `uploads` times, each to a fresh service), with the service's peak RSS (c)."""
-    from bench.run import ensure_archive, measure_baseline, measure_upload
-
-    archive = ensure_archive(tree)
-    print("(d) baseline ...", flush=True)
-    baseline = measure_baseline(tree)
-    runs = []
-    for k in range(uploads):
-        print(f"(b) HTTP upload -> ready, {k + 1} of {uploads} ...", flush=True)
-        runs.append(measure_upload(archive, work / f"single-{k}"))
-    for up in runs:
-        print(
-            f"(b) single rank upload -> ready: {up['seconds']:6.2f} s = {baseline['seconds'] / up['seconds']:5.1f}x"
-            f" the baseline's {baseline['seconds']:.2f} s (target >= 20x); (c) service peak RSS"
-            f" {up['service_peak_rss_mb']:.0f} MB (idle {up['idle_rss_mb']:.0f} MB)"
-        )
-    return {"baseline": baseline, "uploads": [{k: v for k, v in up.items() if k != "csv"} for up in runs]}
-
-
 def main(argv: list[str] | None = None) -> int:
-    """`python -m bench.scale [--target small] [--load-seconds N]`: (e) and (f) alone, e.g. to develop them small;
-    `--single [N]`: only the single-rank upload -> ready (b) against the baseline (d), the upload N times."""
+    """`python -m bench.scale [--target small] [--load-seconds N]`: (e) and (f) alone, e.g. to develop them small
+    (the single-rank upload -> ready against the baseline alone: `python -m bench.single`)."""
     import argparse
     import json
     import tempfile
@@ -325,15 +304,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=main.__doc__)
     parser.add_argument("--target", choices=("6m", "small"), default="6m")
     parser.add_argument("--load-seconds", type=float, default=60.0)
-    parser.add_argument("--single", type=int, nargs="?", const=1, default=0, metavar="N")
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     tree = ensure_log_tree(args.target)
     with tempfile.TemporaryDirectory(prefix="fp8-scale-") as tmp:
-        if args.single:
-            results = measure_single(tree, Path(tmp), args.single)
-        else:
-            results = measure_all(tree, OUT, Path(tmp), args.load_seconds)
+        results = measure_all(tree, OUT, Path(tmp), args.load_seconds)
     print(json.dumps(results, indent=2))
     return 0
 
