@@ -197,12 +197,14 @@ class SeriesTable:
         columns["win_rows"] = _b64(underflow.astype(np.int64))
         columns["win_it"] = _b64(self.win_it[underflow])
         columns["win_val"] = _b64(self.win_val[underflow])
-        return {"format": FORMAT, "names": list(self.names), "columns": columns}
+        # the names as one string (a log line holds no newline): one string to encode and decode, not 1,600
+        return {"format": FORMAT, "names": "\n".join(self.names), "columns": columns}
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> SeriesTable:
         table = cls()
-        table.names = [str(name) for name in doc["names"]]
+        names = doc["names"]
+        table.names = (names.split("\n") if names else []) if isinstance(names, str) else [str(n) for n in names]
         table._name_ids = {name: nid for nid, name in enumerate(table.names)}
         cached = _METRICS.get
         known = [cached(name) or metric_of(name) for name in table.names]

@@ -161,3 +161,19 @@ def test_the_batched_detectors_raise_exactly_the_per_series_events(seed: int) ->
         document = json.loads(json.dumps({KEY: table.to_document()}))
         assert_same_state(SeriesTable.from_stored(document, KEY), stored)
     assert fired > 0
+
+
+def test_a_document_reads_back_with_its_names_as_one_string_or_a_list() -> None:
+    table = SeriesTable()
+    names = [f"{layer}_gradient_underflows%" for layer in LAYERS]
+    parsed = parse(random_log(np.random.default_rng(7), 0, 1))
+    assert parsed is not None
+    advance_piece(table, 0, parsed.names, parsed.offsets, parsed.iterations, parsed.values, T)
+    doc = json.loads(json.dumps(table.to_document()))
+    listed = {**doc, "names": doc["names"].split("\n")}  # as the first documents of this form were written
+    for stored in (doc, listed):
+        again = SeriesTable.from_document(stored)
+        assert again.names == table.names and set(names) & set(again.names)
+        assert [again.state(r).to_dict() for r in range(len(again))] == [
+            table.state(r).to_dict() for r in range(len(table))
+        ]
