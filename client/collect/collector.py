@@ -223,8 +223,10 @@ class FP8StatsCollector:
         self._writer = LogWriter(self.log_dir)
         for name in self._names:
             self._writer.assigned(name)
+        # a plain model logging only what-ifs trains as it is (BF16): TE's "High Precision" plan lines say so
+        emulated = self.backend == "torchao" or any(self._key(stat) is None for stat in self._parsed.values())
         for name, quantized in self._quantized.items():
-            self._writer.plans(name, quantized)
+            self._writer.plans(name, quantized and emulated)
         for name in self.watched_layers:
             layer = _Layer(name, self._gemms[name])
             if self.recipe == "delayed":

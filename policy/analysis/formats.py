@@ -5,10 +5,11 @@ reading MXFP8's E8M0 scale_inv bytes, and excluding impossible scale values (wit
 here: findings, recommendations, I/O.
 
 Rules:
-* Training recipe: the metadata's `recipe` / `fp8_recipe` (normalised), else inferred from the stats:
-  `nvfp4_*` stats with no bare quantization stat → NVFP4BlockScaling (TE raises on bare LogFp8TensorStats stats
-  under NVFP4 training); an `fp8_delayed_scaling_` prefix or bare `overflows%` → delayed (TE logs them only under
-  delayed scaling); bare scale_inv values that are E8M0 bytes (below) → MXFP8; bare `_columnwise` stats (only MXFP8
+* Training recipe: the metadata's `recipe` / `fp8_recipe` (normalised); else none when the plan lines say every
+  layer with stats ran in high precision (a BF16 run, e.g. our collector logging only what-ifs: `high_precision`);
+  else inferred from the stats: `nvfp4_*` stats with no bare quantization stat → NVFP4BlockScaling, stated as an
+  assumption (TE raises on bare LogFp8TensorStats stats under NVFP4 training); an `fp8_delayed_scaling_` prefix
+  or bare `overflows%` → delayed (TE logs them only under delayed scaling); bare scale_inv values that are E8M0 bytes (below) → MXFP8; bare `_columnwise` stats (only MXFP8
   and block scaling have them) otherwise → block. Else unknown (the recommender then applies TE's
   `get_default_fp8_recipe` rule for the GPU, see recommend/recipe.py).
 * E8M0 scale_inv. MXFP8 logs the E8M0 exponent byte as a float (`127.0000` = 1.0; TE
@@ -43,7 +44,7 @@ import numpy as np
 
 from fp8_policy.policy.analysis.recipes import STAT_PREFIX, normalize_recipe
 from fp8_policy.policy.analysis.signals import Signals
-from fp8_policy.policy.records import QUANT_STATS, MetricName, RunData, Series
+from fp8_policy.policy.records import QUANT_STATS, MetricName, Precision, RunData, Series
 from fp8_policy.policy.thresholds import Thresholds
 
 SCALE_STATS = ("scale_inv_min", "scale_inv_max")
@@ -76,6 +77,7 @@ class TrainingFormat:
     e8m0_series: int = 0  # scale series read as E8M0 bytes and converted
     excluded: tuple[ExcludedPoint, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    high_precision: bool = False  # the plan lines say every layer with stats ran in BF16: all stats are what-ifs
 
     def bands(self, thresholds: Thresholds) -> Thresholds:
         """The thresholds the run's underflow levels are judged with: NVFP4's bands under NVFP4 training."""
@@ -116,10 +118,17 @@ def detect_training_recipe(run: RunData) -> tuple[str | None, str]:
     quant = [s for s in run.series if s.metric.stat in QUANT_STATS]
     bare = [s for s in quant if s.metric.recipe is None]
     prefixes = {s.metric.recipe for s in quant}
+    if trained_in_high_precision(run):
+        return None, (
+            "the plan lines say every layer with statistics ran in high precision (BF16): its "
+            + "/".join(f"{p}_*" for p in sorted(p for p in prefixes if p))
+            + " stats are what-ifs, not a training recipe"
+        )
     if "nvfp4" in prefixes and not bare:
         return "nvfp4", (
-            "inferred: nvfp4_* stats (LogNvfp4TensorStats) and no bare LogFp8TensorStats stat, which TE refuses "
-            "under NVFP4 training"
+            "assumed NVFP4 training: nvfp4_* stats (LogNvfp4TensorStats) and no bare LogFp8TensorStats stat, which "
+            "TE refuses under NVFP4 training; nothing in the metadata says so (a run that trained in BF16 with "
+            "nvfp4_ what-ifs has High Precision plan lines, or give the recipe)"
         )
     if "fp8_delayed_scaling" in prefixes or any(s.metric.stat == "overflows%" for s in bare):
         return "delayed", "inferred: overflows% / fp8_delayed_scaling_* are only logged under delayed scaling"
@@ -129,6 +138,15 @@ def detect_training_recipe(run: RunData) -> tuple[str | None, str]:
     if any(s.metric.columnwise for s in bare):
         return "block", "inferred: bare _columnwise stats (only MXFP8 and block scaling log them), not E8M0 bytes"
     return None, ""
+
+
+def trained_in_high_precision(run: RunData) -> bool:
+    """Every layer with quantization stats has plan lines, all "High Precision" (TE's plan for a GEMM it does not
+    quantize; our collector writes it for a model that logs only what-ifs), so no stat is of a training cast."""
+    logged = {s.metric.layer for s in run.series if s.metric.stat in QUANT_STATS}
+    return bool(logged) and all(
+        (info := run.layers.get(name)) is not None and info.precision is Precision.HIGH for name in logged
+    )
 
 
 def format_view(run: RunData) -> tuple[RunData, TrainingFormat]:
@@ -184,7 +202,8 @@ def format_view(run: RunData) -> tuple[RunData, TrainingFormat]:
     if recipe is not None and normalize_recipe(metadata.get("recipe") or metadata.get("fp8_recipe")) != recipe:
         metadata = {**metadata, "recipe": recipe}
     view = replace(run, series=series, metadata=metadata)
-    return view, TrainingFormat(recipe, source, converted, tuple(excluded), tuple(notes))
+    high = recipe is None and trained_in_high_precision(run)
+    return view, TrainingFormat(recipe, source, converted, tuple(excluded), tuple(notes), high)
 
 
 def band_note(training: TrainingFormat, thresholds: Thresholds) -> list[str]:

@@ -75,8 +75,7 @@ class Verdict:
 class Ladder:
     rungs: tuple[LayerPrecision, ...]
     assumptions: tuple[str, ...]
-    # layers failing NVFP4 that left the skip list for their FP8 rung (lift rule; their evidence says so; not in the
-    # JSON: the API's PrecisionLadderRead does not declare it)
+    # layers failing NVFP4 that left the skip list for their FP8 rung (lift rule; their evidence says so)
     lifted: tuple[str, ...] = ()
 
     def counts(self) -> dict[str, int]:
@@ -93,6 +92,7 @@ class Ladder:
             },
             "counts": self.counts(),
             "assumptions": list(self.assumptions),
+            "lifted": list(self.lifted),
         }
         if cost is not None:
             out["expected_cost"] = cost

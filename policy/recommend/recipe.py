@@ -30,7 +30,7 @@ FP8 recipe the GPU runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -120,6 +120,9 @@ def resolve_current(option: str | None, analysis: Analysis, capability: float | 
     the GPU (`capability`; None: unknown, Hopper assumed) — stated as an assumption."""
     if option:
         return option, "from the request/metadata"
+    if analysis.training.high_precision:  # a BF16 run: the what-ifs are judged against TE's default for the GPU
+        recipe, source = te_default_recipe(capability)
+        return recipe, f"none: the run trained in BF16 ({analysis.training.source}); compared with {source}"
     if analysis.training.recipe is not None:
         return analysis.training.recipe, analysis.training.source
     overflow = any(m.stat == "overflows%" and m.recipe is None for m in analysis.signals.summaries)
@@ -196,6 +199,12 @@ def choose_recipe(
 ) -> RecipeDecision:
     decision = _choose(analysis, plan, current, gpu_arch)
     decision.current_source = current_source
+    if analysis.training.high_precision and not decision.changed:  # no "keep": the run trained in BF16
+        reason = (
+            f"the run trained in BF16; {current} (TE's default for this GPU) is proposed: no what-if favours "
+            "another recipe (the what-if verdict per layer is in the precision ladder's evidence)."
+        )
+        decision.choice = replace(decision.choice, reason=reason)
     return decision
 
 

@@ -318,6 +318,11 @@ class PrecisionLadderRead(ApiModel):
     layers: dict[str, LadderRungRead] = Field(description="Exact layer name -> its rung.")
     counts: dict[PrecisionName, int]
     assumptions: list[str]
+    lifted: list[str] = Field(
+        default_factory=list,
+        description="Layers failing NVFP4 by underflow only that the ladder lifts to an FP8 rung (not to BF16); "
+        "they leave fp8_skip_layers, their evidence says so.",
+    )
     expected_cost: LadderCostRead | None = None
 
 
