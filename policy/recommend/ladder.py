@@ -369,6 +369,8 @@ class _Context:
             f"instead of BF16, x{LIFT_FACTOR:g}; an mxfp8_ what-if confirms it); stated per layer, lower confidence.",
             f"Rungs for {gpu}" + (f"; left out: {', '.join(left_out)}." if left_out else "."),
         ]
+        if self.analysis.training.source.startswith("assumed"):  # formats.py: a recipe no metadata gives
+            out.append(f"Training recipe {self.analysis.training.source}.")
         unobserved = [lv.name for lv in self.analysis.layout.levels.values() if lv.status is LayerStatus.UNOBSERVED]
         if unobserved:
             out.append(f"{len(unobserved)} layer(s) without stats are not in the ladder and keep the outer recipe.")

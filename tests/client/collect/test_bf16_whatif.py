@@ -65,6 +65,7 @@ def test_nvfp4_inference_without_plans_is_stated_as_an_assumption(tmp_path: Path
     rec = recommend(run).to_dict()
     assert rec["recipe"]["name"] == "nvfp4"
     assert "assumed NVFP4 training" in " ".join(rec["rationale"])
+    assert any("assumed NVFP4 training" in a for a in rec["precision_ladder"]["assumptions"])
 
 
 def test_recommendation_endpoint_calls_the_run_bf16(client: TestClient, project: str, tmp_path: Path) -> None:
