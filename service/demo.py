@@ -17,24 +17,14 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from fp8_policy.db.repositories import RunRepository
-from fp8_policy.policy.synthetic import SCENARIOS, write_run
+from fp8_policy.policy.synthetic import PATTERNS, SCENARIOS, write_run
 from fp8_policy.service.ingest.upload import ReceivedUpload, new_upload_path
 from fp8_policy.service.runs import writes
 
 log = logging.getLogger("fp8_policy.demo")
 DEMO_PROJECT = "demo"
-DEMO_SCENARIOS = (
-    "healthy",
-    "u_shape",
-    "head_only",
-    "boundary",
-    "single_tensor",
-    "rising_trend",
-    "uniform",
-    "rank_outlier",
-    "overflow",
-    "scale_instability",
-)
+# every planted pattern but early_layers and late_layers
+DEMO_SCENARIOS = tuple(name for name in PATTERNS if name not in ("early_layers", "late_layers"))
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "bionemo"
 
 
@@ -88,8 +78,8 @@ def _queue(app: FastAPI, tree: Path, name: str, tags: tuple[str, ...]) -> int:
     upload = ReceivedUpload(archive, digest, archive.stat().st_size, f"{name}.tar.gz")
     fields = {"name": name, "project": DEMO_PROJECT, "tags": ",".join(tags)}
     with app.state.unit_of_work() as session:
-        run, created = writes.create_run(session, settings.data_dir, upload, fields, store=app.state.ingest.store)
-        run_id = run.id
-    if created:
+        stored = writes.store_upload(session, settings.data_dir, upload, fields, store=app.state.ingest.store)
+        run_id = stored.run.id
+    if stored.queued:
         app.state.ingest.submit(run_id)
     return run_id

@@ -69,19 +69,6 @@ class StoredUpload:
     duplicate: bool
 
 
-def create_run(
-    session: Session,
-    data_dir: Path,
-    upload: ReceivedUpload,
-    fields: dict[str, str],
-    uploaded_by: str | None = None,
-    store: ArchiveStore | None = None,
-) -> tuple[Run, bool]:
-    """`store_upload` as (run, queued)."""
-    stored = store_upload(session, data_dir, upload, fields, uploaded_by, store)
-    return stored.run, stored.queued
-
-
 def store_upload(
     session: Session,
     data_dir: Path,

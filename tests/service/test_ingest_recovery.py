@@ -17,7 +17,7 @@ from tests.dbutil import files_under, insert_run, row_counts
 
 
 def plant_upload(settings: Settings, name: str, data: bytes) -> str:
-    """An upload file under data_dir as create_run leaves it; returns its path relative to data_dir."""
+    """An upload file under data_dir as store_upload leaves it; returns its path relative to data_dir."""
     relative = f"runs/{name}/upload.bin"
     path = settings.data_dir / relative
     path.parent.mkdir(parents=True)
