@@ -10,7 +10,7 @@ from fp8_policy.db.repositories import IngestCounts
 from fp8_policy.policy.assemble import AssembledRun, assemble_run
 from fp8_policy.policy.log_files import LogFile, session_key
 from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
-from fp8_policy.policy.stats_log import ParsedStats, StatsLogParser
+from fp8_policy.policy.stats_log import FileReport, ParsedStats, StatsLogParser
 
 MAX_METADATA_BYTES = 256 * 1024 * 1024
 
@@ -52,22 +52,25 @@ def parse_files(
         for log, path in rank_files:
             with open(path, "rb") as handle:
                 report = parser.feed(handle, log.relpath)
-            report_files.append(
-                {
-                    "path": log.relpath,
-                    "rank": rank,
-                    "kind": "stats",
-                    "lines_read": report.lines_read,
-                    "stats_lines": report.stats_lines,
-                    "blank_lines": report.blank_lines,
-                    "skipped_lines": report.skipped_lines,
-                    "skipped_samples": report.skipped_samples,
-                    "iteration_offset": report.iteration_offset,  # a restarted session placed after the earlier
-                }
-            )
+            report_files.append(stats_file_report(report, rank))
         parsed[rank] = parser.finish()
     assembled = assemble_run(parsed, merge_metadata(metadata))
     return assembled, _counts(parsed, assembled, report_files)
+
+
+def stats_file_report(report: FileReport, rank: int) -> dict[str, Any]:
+    """One statistics log's entry in the run's ingest report (both ingest paths write the same one)."""
+    return {
+        "path": report.source,
+        "rank": rank,
+        "kind": "stats",
+        "lines_read": report.lines_read,
+        "stats_lines": report.stats_lines,
+        "blank_lines": report.blank_lines,
+        "skipped_lines": report.skipped_lines,
+        "skipped_samples": report.skipped_samples,
+        "iteration_offset": report.iteration_offset,  # a restarted session placed after the earlier ones
+    }
 
 
 def _read_metadata(path: Path) -> MetadataLog:

@@ -17,7 +17,7 @@ from fp8_policy.policy.log_files import classify_log_path
 from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
 from fp8_policy.policy.stats_log import StatsLogError, StatsLogParser
 from fp8_policy.service.ingest.archive.stream import ChunkedReader
-from fp8_policy.service.ingest.parse import MAX_METADATA_BYTES, IngestError
+from fp8_policy.service.ingest.parse import MAX_METADATA_BYTES, IngestError, stats_file_report
 from fp8_policy.service.settings import Settings
 
 
@@ -67,19 +67,7 @@ class RankParse:
     def feed(self, stream: io.BufferedIOBase, source: str) -> None:
         """One member's stream, read 1 MiB at a time into the parser's blocks (see ChunkedReader)."""
         report = self.parser.feed(ChunkedReader(stream), source)
-        self.reports.append(
-            {
-                "path": report.source,
-                "rank": self.rank,
-                "kind": "stats",
-                "lines_read": report.lines_read,
-                "stats_lines": report.stats_lines,
-                "blank_lines": report.blank_lines,
-                "skipped_lines": report.skipped_lines,
-                "skipped_samples": report.skipped_samples,
-                "iteration_offset": report.iteration_offset,  # a restarted session placed after the earlier ones
-            }
-        )
+        self.reports.append(stats_file_report(report, self.rank))
 
     def finish(self, metadata: MetadataLog) -> tuple[AssembledRun, dict[str, Any]]:
         parsed = self.parser.finish()
