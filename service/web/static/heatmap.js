@@ -12,8 +12,6 @@ import { fmtInt, fmtNum, plural } from "./format.js";
 import { card, selectField, loading } from "./widgets.js";
 import { SKIP, drawHeatmap } from "./heatmap_draw.js";
 
-export { colorAt } from "./heatmap_draw.js"; // live.js draws the growing heatmap with the same colours
-
 /* The series the run page opens the heatmap on: the worst finding's tensor and stat (the analysis's `focus`, or
  * the first evidence of the worst finding that names a tensor; findings come worst first), so the map shows the
  * problem the badge announces. null: nothing found (the heatmap then opens on gradient underflows%). */

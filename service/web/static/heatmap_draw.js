@@ -28,13 +28,27 @@ export function colorAt(stops, vmax, v) {
   return `rgb(${a.map((x, k) => Math.round(x + (b[k] - x) * f)).join(",")})`;
 }
 
+/* Size `canvas` to width x height CSS pixels at the screen's pixel ratio, cleared to the page's surface colour;
+ * returns its 2D context, scaled so that it draws in CSS pixels (the heatmap here and the live page's). */
+export function sizedCanvas(canvas, width, height) {
+  const dpr = window.devicePixelRatio || 1;
+  canvas.width = Math.round(width * dpr);
+  canvas.height = Math.round(height * dpr);
+  canvas.style.width = `${width}px`;
+  canvas.style.height = `${height}px`;
+  const g = canvas.getContext("2d");
+  g.setTransform(dpr, 0, 0, dpr, 0, 0);
+  g.fillStyle = cssVar("--surface") || "#fff";
+  g.fillRect(0, 0, width, height);
+  return g;
+}
+
 /* Draw `data` (heatmap.json) on `canvas`, sized to `frame`; `kbRow` outlines the keyboard's row (-1: none).
  * Returns the geometry a pointer position is read with (heatmapCard's cellAt), or null when there is nothing to draw. */
 export function drawHeatmap(canvas, frame, data, thresholds, kbRow) {
   if (!data || !data.cells) return null;
   const rows = data.rows;
   const cells = data.cells;
-  const dpr = window.devicePixelRatio || 1;
   const width = Math.max(480, frame.clientWidth - 18);
   const rowH = rows.length > 120 ? 4 : rows.length > 60 ? 8 : 16;
   const labelStride = rowH >= 12 ? 1 : Math.ceil(12 / rowH);
@@ -48,17 +62,10 @@ export function drawHeatmap(canvas, frame, data, thresholds, kbRow) {
   const plotW = width - left - legendW - strip - 12;
   const plotH = rows.length * rowH;
   const height = Math.max(plotH + top + 34, 200);
-  canvas.width = Math.round(width * dpr);
-  canvas.height = Math.round(height * dpr);
-  canvas.style.width = `${width}px`;
-  canvas.style.height = `${height}px`;
-  const g = canvas.getContext("2d");
-  g.setTransform(dpr, 0, 0, dpr, 0, 0);
+  const g = sizedCanvas(canvas, width, height);
   const text = cssVar("--text") || "#1d232b";
   const muted = cssVar("--muted") || "#5d6773";
   const noData = cssVar("--no-data") || "#e8eaed";
-  g.fillStyle = cssVar("--surface") || "#fff";
-  g.fillRect(0, 0, width, height);
   const ncol = cells.first.length;
   const cw = plotW / Math.max(1, ncol);
   rows.forEach((row, r) => {
