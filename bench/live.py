@@ -140,9 +140,11 @@ def run_live_bench(
         # the bulk run's project has no alert rule: its thousands of early warnings (band crossings of noisy series
         # re-fire per episode) would share the sender with the planted ones (round-robin per rule and run) and blur the figure
         results["service_start_wait_s"] = _until_started(tree, base, server.pid, f"{project}-warm-up")
-        cpu_before = cpu_seconds(server.pid)
+        cpu_before, split_before = cpu_seconds(server.pid), _user_system(server.pid)
         results["bulk"] = _bulk(tree, workdir / "bulk", base, f"{project}-bulk", interval, max_seconds)
         results["bulk"]["service_cpu_s"] = cpu_seconds(server.pid) - cpu_before
+        user, system = (after - before for after, before in zip(_user_system(server.pid), split_before, strict=True))
+        results["bulk"]["service_user_s"], results["bulk"]["service_system_s"] = user, system
         results["bulk"]["lines_per_cpu_s"] = results["bulk"]["lines"] / max(results["bulk"]["service_cpu_s"], 1e-9)
         results.update(_increments(tree, workdir / "steady", base, project, interval, trials, receiver))
         results["service_peak_rss_mb"] = vm_hwm_mb(server.pid)
@@ -165,6 +167,13 @@ def _until_started(tree: Path, base: str, pid: int, project: str) -> float:
         client.append_live(int(run["id"]), str(STATS_REL), 0, piece)
     wait_idle(pid)
     return time.perf_counter() - started
+
+
+def _user_system(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of process `pid` (/proc/<pid>/stat fields 14, 15): the system share is the
+    kernel's copying, page allocation and reclaim, which the machine's memory pressure moves from run to run."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / os.sysconf("SC_CLK_TCK"), int(fields[12]) / os.sysconf("SC_CLK_TCK")
 
 
 def _watched_dir(tree: Path, watched: Path) -> Path:
@@ -316,7 +325,8 @@ def report(results: dict[str, Any], baseline_seconds: float | None = None) -> di
         + ("" if bulk["complete"] else "  [stopped at --max-seconds]")
     )
     print(
-        f"    service CPU: {bulk['service_cpu_s']:.1f} s for those lines: {bulk['lines_per_cpu_s']:,.0f} lines/s of "
+        f"    service CPU: {bulk['service_cpu_s']:.1f} s (user {bulk['service_user_s']:.1f} s, system "
+        f"{bulk['service_system_s']:.1f} s) for those lines: {bulk['lines_per_cpu_s']:,.0f} lines/s of "
         f"service CPU (target >= {CPU_LINES_TARGET:,})"
     )
     if baseline_seconds:
