@@ -205,6 +205,7 @@ def choose_recipe(
             "another recipe (the what-if verdict per layer is in the precision ladder's evidence)."
         )
         decision.choice = replace(decision.choice, reason=reason)
+        decision.evidence = "none: the run trained in BF16 (what-if stats only); TE's default for the GPU"
     return decision
 
 

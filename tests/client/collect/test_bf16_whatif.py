@@ -40,6 +40,7 @@ def test_whatif_only_run_is_bf16_not_nvfp4(tmp_path: Path) -> None:
     text = " ".join(rec["rationale"])
     assert "keep nvfp4" not in text and "NVFP4 run" not in text, text
     assert "the run trained in BF16" in rec["recipe"]["reason"], rec["recipe"]
+    assert "recipe kept" not in rec["recipe"]["evidence"], rec["recipe"]
     ladder = rec["precision_ladder"]
     assert {r["precision"] for r in ladder["layers"].values()} == {"bf16"}, ladder
     assert all(any("what-if" in e for e in r["evidence"]) for r in ladder["layers"].values()), ladder
