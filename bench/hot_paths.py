@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.service import running_service, vm_hwm_mb, wait_idle
+from bench.service import running_service, vm_hwm_mb, wait_idle, wait_run
 from bench.trees import OUT
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
 
@@ -55,15 +55,6 @@ def synthetic_run(tmp: Path, points: int) -> tuple[bytes, Path]:
     return buffer.getvalue(), written.root / STATS_PATH
 
 
-def _ready(http: httpx.Client, run_id: int, timeout: float = 900.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        run = http.get(f"/api/v1/runs/{run_id}").json()
-        if run["status"] in ("ready", "failed") or time.monotonic() > deadline:
-            return run
-        time.sleep(0.25)
-
-
 def measure_recommendations(base: str, archive: bytes, readers: int, rounds: int) -> dict[str, Any]:
     with httpx.Client(base_url=base, timeout=600) as http:
         posted = http.post(
@@ -72,7 +63,7 @@ def measure_recommendations(base: str, archive: bytes, readers: int, rounds: int
             data={"project": f"bench-hot-{time.time_ns()}", "name": "recommendation-readers"},
         )
         posted.raise_for_status()
-        run = _ready(http, posted.json()["id"])
+        run = wait_run(http, posted.json()["id"], 900.0, poll=0.25)
     if run["status"] != "ready":
         raise SystemExit(f"the benchmark run did not ingest: {run['status']} {run.get('error')}")
     url = f"{base}/api/v1/runs/{run['id']}/recommendation"

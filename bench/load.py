@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from bench.service import running_service, vm_hwm_mb
+from bench.service import running_service, vm_hwm_mb, wait_run
 from fp8_policy.policy.synthetic import SCENARIOS, SyntheticRun, write_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,15 +62,6 @@ def synthetic_upload(tmp: Path, k: int) -> Upload:
             tar.add(path, arcname=str(path.relative_to(written.root)))
     lines = sum(f.stats_lines for f in written.files)
     return Upload(f"load-{k}-{cases[k % len(cases)]}", buffer.getvalue(), lines, lines)
-
-
-def _wait_ready(client: httpx.Client, run_id: int, timeout: float) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        run = client.get(f"/api/v1/runs/{run_id}").json()
-        if run["status"] in ("ready", "failed") or time.monotonic() > deadline:
-            return run
-        time.sleep(0.2)
 
 
 def _post(client: httpx.Client, upload: Upload, project: str) -> httpx.Response:
@@ -138,7 +129,7 @@ def _measure(
     project = f"load-{time.time_ns()}"
     with httpx.Client(base_url=url, timeout=300) as client:
         seeded = [_post(client, upload, f"{project}-seed").json()["id"] for upload in seeds]
-        targets = [_wait_ready(client, run_id, 300)["id"] for run_id in seeded]
+        targets = [wait_run(client, run_id, 300)["id"] for run_id in seeded]
     idle_rss = vm_hwm_mb(server.pid)
     paths = {
         "list": lambda k: "/api/v1/runs?limit=50",
@@ -176,7 +167,7 @@ def _measure(
     with httpx.Client(base_url=url, timeout=120) as client:
         for upload in loads:
             seconds_answered, status, run_id = answered.get(upload.name, (float("nan"), 0, None))
-            run = _wait_ready(client, run_id, 300) if run_id is not None else {}
+            run = wait_run(client, run_id, 300) if run_id is not None else {}
             uploads.append({**upload_outcome(upload, status, run), "answered_s": seconds_answered})
     endpoints = recorder.summary()
     return {

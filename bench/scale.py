@@ -21,6 +21,7 @@ import httpx
 from isal import igzip
 
 from bench.load import print_endpoints, print_uploads
+from bench.service import wait_run
 from bench.trees import OUT, ensure_log_tree
 from fp8_policy.db.migrate import upgrade
 from tests.cluster import Cluster
@@ -57,14 +58,10 @@ def ensure_rank_archive(tree: Path, out: Path, ranks: int = RANKS) -> Path:
 
 
 def _poll(client: httpx.Client, run_id: int, timeout: float) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        run = client.get(f"/api/v1/runs/{run_id}").json()
-        if run["status"] in ("ready", "failed"):
-            return run
-        if time.monotonic() > deadline:
-            raise SystemExit(f"run {run_id} still {run['status']} after {timeout} s")
-        time.sleep(0.1)
+    run = wait_run(client, run_id, timeout, poll=0.1)
+    if run["status"] not in ("ready", "failed"):
+        raise SystemExit(f"run {run_id} still {run['status']} after {timeout} s")
+    return run
 
 
 def _upload_until_ready(url: str, archive: Path, project: str) -> tuple[float, dict]:
@@ -132,7 +129,7 @@ def measure_load(work: Path, pg: ThrowawayPostgres, seconds: float = 60.0, reade
     """(f) 2 API processes + 2 workers on PostgreSQL: `uploads` distinct synthetic runs uploaded at once while
     `readers` clients read (list, run, analysis, recommendation) round-robin over both API processes. Uses the
     mixed-load pieces of bench/load.py (runs, recorder)."""
-    from bench.load import READER_TARGETS, Recorder, _post, _wait_ready, run_window, synthetic_upload, upload_outcome
+    from bench.load import READER_TARGETS, Recorder, _post, run_window, synthetic_upload, upload_outcome
 
     database = pg.create_database()
     upgrade(database)
@@ -152,7 +149,7 @@ def measure_load(work: Path, pg: ThrowawayPostgres, seconds: float = 60.0, reade
         urls = [api.url for api in apis]
         with httpx.Client(base_url=urls[0], timeout=300) as client:
             seeded = [_post(client, upload, f"{project}-seed").json()["id"] for upload in seeds]
-            targets = [_wait_ready(client, run_id, 300)["id"] for run_id in seeded]
+            targets = [wait_run(client, run_id, 300)["id"] for run_id in seeded]
         paths = {
             "list": lambda k: "/api/v1/runs?limit=50",
             "run": lambda k: f"/api/v1/runs/{targets[k % len(targets)]}",
@@ -186,7 +183,7 @@ def measure_load(work: Path, pg: ThrowawayPostgres, seconds: float = 60.0, reade
         with httpx.Client(base_url=urls[1], timeout=120) as client:
             for upload in loads:
                 status, run_id = answered.get(upload.name, (0, None))
-                run = _wait_ready(client, run_id, 600) if run_id is not None else {}
+                run = wait_run(client, run_id, 600) if run_id is not None else {}
                 results.append(upload_outcome(upload, status, run))
             listed = _all_runs(client, project)
         alive = all(m.process.poll() is None for m in apis + workers)

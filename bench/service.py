@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -117,3 +118,13 @@ def running_service(data_dir: Path, **options) -> Iterator[tuple[subprocess.Pope
         yield server, url
     finally:
         stop_service(server)
+
+
+def wait_run(client: httpx.Client, run_id: int, timeout: float, poll: float = 0.2) -> dict[str, Any]:
+    """GET the run until it is ready or failed, or until `timeout` seconds have passed: its last answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        run: dict[str, Any] = client.get(f"/api/v1/runs/{run_id}").json()
+        if run["status"] in ("ready", "failed") or time.monotonic() > deadline:
+            return run
+        time.sleep(poll)

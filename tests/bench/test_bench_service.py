@@ -10,10 +10,11 @@ import sys
 import threading
 from pathlib import Path
 
+import httpx
 import pytest
 
 from bench.load import Upload, print_endpoints, print_uploads, run_window, upload_outcome
-from bench.service import start_service
+from bench.service import start_service, wait_run
 
 
 def test_a_service_that_exits_during_start_up_is_reported(tmp_path: Path) -> None:
@@ -63,3 +64,17 @@ def test_an_upload_is_exact_only_when_ready_with_every_line_and_point(capsys: py
     lines = capsys.readouterr().out.splitlines()
     assert "NOT EXACT" not in lines[0] and "NOT EXACT" in lines[1] and "HTTP 503 in  0.50 s" in lines[2]
     assert lines[4].split() == ["list", "4", "1", "2", "3", "0", "1", "0"]
+
+
+def test_wait_run_polls_until_ready_or_failed_and_gives_the_last_answer_at_the_deadline() -> None:
+    answers = {7: iter(["queued", "ingesting", "ready"]), 8: iter(["queued"] * 1000)}
+    asked: list[int] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        run_id = int(request.url.path.rsplit("/", 1)[1])
+        asked.append(run_id)
+        return httpx.Response(200, json={"id": run_id, "status": next(answers[run_id])})
+
+    with httpx.Client(base_url="http://bench", transport=httpx.MockTransport(answer)) as client:
+        assert wait_run(client, 7, 30, poll=0.01)["status"] == "ready" and asked == [7, 7, 7]
+        assert wait_run(client, 8, 0.05, poll=0.01)["status"] == "queued" and asked.count(8) >= 2
