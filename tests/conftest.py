@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
@@ -180,6 +181,20 @@ RUN_FIGURES = (
     "lines_blank",
     "lines_duplicated",
 )
+
+
+def upload(
+    client: TestClient,
+    data: bytes,
+    project: str,
+    filename: str = "logs.tar.gz",
+    content_type: str = "application/gzip",
+    **fields: str,
+) -> httpx.Response:
+    """POST /api/v1/runs as multipart: a `file` part and the given form fields."""
+    return client.post(
+        "/api/v1/runs", files={"file": (filename, data, content_type)}, data={"project": project, **fields}
+    )
 
 
 def wait_for_run(client: TestClient, run_id: int, timeout: float = 30.0) -> dict:

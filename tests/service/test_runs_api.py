@@ -41,7 +41,7 @@ from tests.archives import (
     tree_tar_gz,
     write_tree,
 )
-from tests.conftest import RUN_FIGURES, wait_for_run
+from tests.conftest import RUN_FIGURES, upload, wait_for_run
 from tests.dbutil import files_under, insert_run, row_counts
 
 RUNS = "/api/v1/runs"
@@ -72,17 +72,20 @@ UF = f"{FC1}_activation_underflows%"
 # --- helpers ---------------------------------------------------------------------------------------------
 
 
-def upload(
-    client: TestClient,
-    data: bytes,
-    *,
-    project: str,
-    filename: str = "logs.tar.gz",
-    content_type: str = "application/gzip",
-    **fields: str,
-) -> httpx.Response:
-    """Multipart upload with a `file` part and the given form fields."""
-    return client.post(RUNS, files={"file": (filename, data, content_type)}, data={"project": project, **fields})
+def clean_stats_file(path: str, lines: int) -> dict[str, object]:
+    """The ingest report's entry for a rank-0 statistics log read whole: every line a statistics line, one session
+    (read as logged, no iteration offset)."""
+    return {
+        "path": path,
+        "rank": 0,
+        "kind": "stats",
+        "lines_read": lines,
+        "stats_lines": lines,
+        "blank_lines": 0,
+        "skipped_lines": 0,
+        "skipped_samples": [],
+        "iteration_offset": 0,
+    }
 
 
 def upload_raw(client: TestClient, data: bytes, *, content_type: str, **params: str) -> httpx.Response:
@@ -247,19 +250,7 @@ class TestCreateRun:
 
         # no metadata log: only the layers with stats, FP8 because their unprefixed FP8 stats say so
         assert (run["ranks"], run["layer_count"], run["points"], run["lines_read"]) == (1, 6, 1800, 1800)
-        assert run["ingest_report"]["files"] == [
-            {
-                "path": "upload.log",
-                "rank": 0,
-                "kind": "stats",
-                "lines_read": 1800,
-                "stats_lines": 1800,
-                "blank_lines": 0,
-                "skipped_lines": 0,
-                "skipped_samples": [],
-                "iteration_offset": 0,  # one session: read as logged
-            }
-        ]
+        assert run["ingest_report"]["files"] == [clean_stats_file("upload.log", 1800)]
         assert run["ingest_report"]["archive"]["format"] == "log"
         layers = client.get(f"{RUNS}/{run['id']}/layers").json()
         assert [(layer["name"], layer["precision"]) for layer in layers] == [
@@ -422,17 +413,7 @@ class TestReadRun:
                     "lines_read": 253,
                     "lines_unrecognised": 0,
                 },
-                {
-                    "path": "rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log",
-                    "rank": 0,
-                    "kind": "stats",
-                    "lines_read": 1800,
-                    "stats_lines": 1800,
-                    "blank_lines": 0,
-                    "skipped_lines": 0,
-                    "skipped_samples": [],
-                    "iteration_offset": 0,  # one session: read as logged
-                },
+                clean_stats_file("rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log", 1800),
             ],
             "unsplit_metric_names": [],
             "unsplit_points": 0,

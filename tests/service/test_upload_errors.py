@@ -33,10 +33,11 @@ from tests.archives import (
     zeros_tar_gz,
     zip_bytes,
 )
-from tests.conftest import wait_for_run
+from tests.conftest import upload, wait_for_run
 from tests.dbutil import files_under, row_counts, runs_of_project
 
 RUNS = "/api/v1/runs"
+OCTET_STREAM = "application/octet-stream"  # the multipart content type the error cases below send
 UF = "model.layers.1.fc1_activation_underflows%"
 GOOD = stats_log([(UF, it, it / 100) for it in range(0, 50, 10)])
 STATS_1 = stats_relpath(1)
@@ -45,17 +46,6 @@ HELP_415 = (
     "is not accepted; send multipart/form-data with a 'file' part, or a raw body as application/gzip, "
     "application/x-tar, application/zip or text/plain"
 )
-
-
-def upload(
-    client: TestClient,
-    data: bytes,
-    project: str,
-    filename: str = "logs.tar.gz",
-    content_type: str = "application/octet-stream",
-    **fields: str,
-) -> httpx.Response:
-    return client.post(RUNS, files={"file": (filename, data, content_type)}, data={"project": project, **fields})
 
 
 def chunks(data: bytes, size: int = 64 * 1024) -> Iterator[bytes]:
@@ -272,7 +262,7 @@ class TestCreateRunIngestFailures:
             db_engine,
             tmp_path,
             snapshot,
-            upload(client, data, project),
+            upload(client, data, project, content_type=OCTET_STREAM),
             re.escape(f"UnsafePath: {member!r}: {reason}"),
         )
 
@@ -375,7 +365,7 @@ TAGS_LIMIT = "at most 50 tags of at most 100 characters each"
 REFUSED_AT_ONCE = [  # (send(client, project), status, error, detail): answered at once, nothing stored
     pytest.param(_raw(b"", "application/gzip"), 400, "EmptyUpload", "the upload is empty", id="empty-raw"),
     pytest.param(
-        lambda client, project: upload(client, b"", project),
+        lambda client, project: upload(client, b"", project, content_type=OCTET_STREAM),
         400,
         "EmptyUpload",
         "the upload is empty",
@@ -466,7 +456,7 @@ class TestCreateRunRejected:
             response = client.post(RUNS, content=data, headers={"Content-Type": "application/gzip"}, params=params)
             detail = f"upload of {len(data)} bytes exceeds the limit of 1048576 bytes"
         elif how == "multipart":
-            response = upload(client, data, project)
+            response = upload(client, data, project, content_type=OCTET_STREAM)
             detail = (
                 f"upload of {int(response.request.headers['content-length'])} bytes exceeds the limit of 1048576 bytes"
             )
