@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from sqlalchemy import Text, cast, delete, or_, select
@@ -69,17 +69,8 @@ class SummaryRepository:
         self.session.execute(delete(RunSummary).where(RunSummary.run_id == record.run_id))
         self.session.add(
             RunSummary(
-                run_id=record.run_id,
-                policy_version=record.policy_version,
-                severity=record.severity,
-                pattern=record.pattern,
-                headline=record.headline,
-                to_bf16=record.to_bf16,
-                gemm_overrides=record.gemm_overrides,
-                analysis=analysis,
-                recommendation=recommendation,
-                computed_at=utcnow(),
-            )
+                **asdict(record), analysis=analysis, recommendation=recommendation, computed_at=utcnow()
+            )  # the record's fields are the row's columns of the same names
         )
 
     def stale_ready_runs(self, policy_version: str, limit: int = 1000) -> list[int]:

@@ -122,15 +122,9 @@ def list_runs(
     summaries = SummaryRepository(session).fresh([r.id for r in page if r.status == RunStatus.ready], POLICY_VERSION)
     for item in items:
         stored = summaries.get(item.id)
-        if stored is not None:
-            item.summary = RunSummaryRead(
-                severity=stored.severity,
-                pattern=stored.pattern,
-                label=pattern_label(stored.pattern),
-                headline=stored.headline,
-                to_bf16=stored.to_bf16,
-                gemm_overrides=stored.gemm_overrides,
-                policy_version=stored.policy_version,
+        if stored is not None:  # the stored record's fields by name (Schema reads attributes), and the label
+            item.summary = RunSummaryRead.model_validate(stored).model_copy(
+                update={"label": pattern_label(stored.pattern)}
             )
     missing = [item.id for item in items if item.status == RunStatus.ready and item.summary is None]
     return RunList(items=items, next_cursor=str(page[-1].id) if more and page else None), missing
