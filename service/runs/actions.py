@@ -4,6 +4,7 @@ edit of a run's notes and tags. Storing an upload and deleting a run (bytes and 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -162,24 +163,9 @@ def layers_of(session: Session, run_id: int, rank: int | None) -> list[LayerRead
     repo = RunRepository(session)
     stats: dict[int, list[StatSummary]] = {}
     for row in repo.layer_summaries(run_id, rank):
-        stats.setdefault(row.layer_id, []).append(
-            StatSummary(
-                tensor=row.tensor,
-                stat=row.stat_key,
-                base_stat=row.stat,
-                recipe=row.recipe,
-                columnwise=row.columnwise,
-                min=row.min,
-                max=row.max,
-                mean=row.mean,
-                last=row.last,
-                p95=row.p95,
-                count=row.count,
-                nan_count=row.nan_count,
-                inf_count=row.inf_count,
-                ranks=row.ranks,
-            )
-        )
+        # the row's fields by name, but for the stat's two names: `stat` is the logged key, `base_stat` the stat
+        fields = {**asdict(row), "stat": row.stat_key, "base_stat": row.stat}
+        stats.setdefault(row.layer_id, []).append(StatSummary.model_validate(fields))
     return [
         LayerRead(
             name=layer.name,
