@@ -99,14 +99,16 @@ def serve(
         click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
         sys.exit(3)  # uvicorn's exit status when it cannot bind (STARTUP_FAILURE)
     responder = starting.StartingResponder(sockets).start()
-    limits = {
+    overrides: dict[str, object] = {  # the settings these options replace (None: not given)
+        "load_demo": demo,
+        "ingest_in_process": ingest,
         "header_timeout": header_timeout,
         "body_timeout": body_timeout,
         "max_concurrent_uploads": max_uploads,
         "limit_concurrency": limit_concurrency,
     }
     try:
-        _serve(sockets, responder, host, port, demo, migrate, log_level, ingest, allow_anonymous, limits)
+        _serve(sockets, responder, host, port, migrate, log_level, allow_anonymous, overrides)
     finally:
         responder.stop()
         for sock in sockets:
@@ -118,12 +120,10 @@ def _serve(
     responder: StartingResponder,
     host: str,
     port: int,
-    demo: bool | None,
     migrate: bool,
     log_level: str,
-    ingest: bool | None,
     allow_anonymous: bool,
-    limits: dict[str, float | int | None],
+    overrides: dict[str, object],
 ) -> None:
     """`serve` once its sockets are bound: settings, migrations, the access check, the app; uvicorn then takes
     the sockets over from `responder` as soon as the app's lifespan has started."""
@@ -133,12 +133,7 @@ def _serve(
     from fp8_policy.service.transport.shutdown import BoundedShutdownServer
     from fp8_policy.service.transport.starting import url
 
-    settings = get_settings()
-    if demo is not None:
-        settings = settings.model_copy(update={"load_demo": demo})
-    if ingest is not None:
-        settings = settings.model_copy(update={"ingest_in_process": ingest})
-    settings = settings.model_copy(update={k: v for k, v in limits.items() if v is not None})
+    settings = get_settings().model_copy(update={k: v for k, v in overrides.items() if v is not None})
     if migrate:
         _upgrade(settings)
     settings = _check_anonymous_access(settings, host, allow_anonymous)
