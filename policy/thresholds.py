@@ -141,26 +141,9 @@ class Thresholds:
                 "thresholds must satisfy 0 <= nvfp4_warning < nvfp4_critical < nvfp4_severe, got "
                 f"{self.nvfp4_warning}, {self.nvfp4_critical}, {self.nvfp4_severe}"
             )
-        for name in ("warmup_fraction", "rank_outlier_min_share"):
-            _check_range(name, getattr(self, name), 0.0, 1.0, low_open=False)
-        for name in (
-            "window_fraction",
-            "level_quantile",
-            "trend_fit_fraction",
-            "uniform_fraction",
-            "edge_fraction",
-            "whatif_gain",
-        ):
-            _check_range(name, getattr(self, name), 0.0, 1.0, low_open=True)
-        for name in (
-            "trend_horizon",
-            "trend_min_rise",
-            "trend_min_t",
-            "rank_outlier_gap",
-            "print_resolution",
-            "overflow_pct",
-        ):
-            _check_range(name, getattr(self, name), 0.0, math.inf, low_open=False)
+        for names, low, high, low_open in _RANGES:
+            for name in names.split():
+                _check_range(name, getattr(self, name), low, high, low_open=low_open)
         for name in ("scale_jump_factor", "boundary_ratio", "rank_outlier_score", "rank_outlier_ratio"):
             if getattr(self, name) <= 1.0:
                 raise ValueError(f"threshold {name!r} must be > 1, got {getattr(self, name)}")
@@ -191,6 +174,14 @@ def _coerce(key: str, value: Any, annotation: Any) -> float | int:
     if not math.isfinite(value):
         raise ValueError(f"threshold {key!r} must be finite, got {value!r}")
     return float(value)
+
+
+# (thresholds, low, high, whether low itself is out): each threshold named lies in [low, high], or (low, high]
+_RANGES: tuple[tuple[str, float, float, bool], ...] = (
+    ("warmup_fraction rank_outlier_min_share", 0.0, 1.0, False),
+    ("window_fraction level_quantile trend_fit_fraction uniform_fraction edge_fraction whatif_gain", 0.0, 1.0, True),
+    ("trend_horizon trend_min_rise trend_min_t rank_outlier_gap print_resolution overflow_pct", 0.0, math.inf, False),
+)
 
 
 def _check_range(name: str, value: float, low: float, high: float, *, low_open: bool) -> None:
