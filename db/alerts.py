@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -17,6 +17,19 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 Record = TypeVar("Record", bound="DataclassInstance")
+
+
+@dataclass(frozen=True, slots=True)
+class NewRule:
+    """What a rule is stored with (AlertRepository.add_rule); its id and creation time come with the insert."""
+
+    project: str
+    webhook_url: str
+    format: str
+    events: list[str]
+    min_severity: str
+    cooldown_seconds: int
+    created_by: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,27 +87,8 @@ class AlertRepository:
         self.session = session
 
     # --- rules --------------------------------------------------------------------------------
-    def add_rule(
-        self,
-        *,
-        project: str,
-        webhook_url: str,
-        format: str,
-        events: list[str],
-        min_severity: str,
-        cooldown_seconds: int,
-        created_by: str | None,
-    ) -> RuleRecord:
-        row = AlertRule(
-            project=project,
-            webhook_url=webhook_url,
-            format=format,
-            events=events,
-            min_severity=min_severity,
-            cooldown_seconds=cooldown_seconds,
-            created_at=utcnow(),
-            created_by=created_by,
-        )
+    def add_rule(self, rule: NewRule) -> RuleRecord:
+        row = AlertRule(**asdict(rule), created_at=utcnow())  # NewRule's fields are columns of the same names
         self.session.add(row)
         self.session.flush()
         return _rule(row)

@@ -7,12 +7,13 @@ that stored the events. Sending is service/alerts/sender.py's; SQL is db/alerts.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.alerts import AlertRepository, RuleRecord
+from fp8_policy.db.alerts import AlertRepository, NewRule, RuleRecord
 from fp8_policy.db.live import StoredEvent
 from fp8_policy.db.repositories import utcnow
 from fp8_policy.policy.live_events import EVENT_KINDS
@@ -27,45 +28,26 @@ FORMATS = ("slack", "json")
 MAX_COOLDOWN_SECONDS = 7 * 24 * 3600
 
 
-def add_rule(
-    session: Session,
-    *,
-    project: str,
-    webhook_url: str,
-    format: str,
-    events: list[str],
-    min_severity: str,
-    cooldown_seconds: int,
-    created_by: str | None,
-    allow_private: bool = False,
-) -> RuleRecord:
+def add_rule(session: Session, rule: NewRule, *, allow_private: bool = False) -> RuleRecord:
     """Every field is checked before anything is stored (400 `InvalidWebhook` / `InvalidAlertRule`): the webhook
     as the sender will parse it and where it points (service/alerts/targets.py), the project with the limits of
     a run's project (no NUL or control characters, valid UTF-8: both databases store it alike)."""
-    limits.check_text("project", project, limits.MAX_NAME_CHARS, error=InvalidAlertRule)
-    if not project:
+    limits.check_text("project", rule.project, limits.MAX_NAME_CHARS, error=InvalidAlertRule)
+    if not rule.project:
         raise InvalidAlertRule(f"project must be 1..{limits.MAX_NAME_CHARS} characters")
-    parse_webhook(webhook_url, allow_private=allow_private)
-    if format not in FORMATS:
+    parse_webhook(rule.webhook_url, allow_private=allow_private)
+    if rule.format not in FORMATS:
         raise InvalidAlertRule(f"format must be one of {', '.join(FORMATS)}")
-    unknown = sorted(set(events) - set(ALL_EVENT_KINDS))
+    unknown = sorted(set(rule.events) - set(ALL_EVENT_KINDS))
     if unknown:
         raise InvalidAlertRule(
             f"unknown event kinds {', '.join(unknown)}; expected some of {', '.join(ALL_EVENT_KINDS)}",
         )
-    if min_severity not in [s.value for s in Severity]:
+    if rule.min_severity not in [s.value for s in Severity]:
         raise InvalidAlertRule("min_severity must be ok, warning, critical or severe")
-    if not 0 <= cooldown_seconds <= MAX_COOLDOWN_SECONDS:
+    if not 0 <= rule.cooldown_seconds <= MAX_COOLDOWN_SECONDS:
         raise InvalidAlertRule(f"cooldown_seconds must be 0..{MAX_COOLDOWN_SECONDS}")
-    return AlertRepository(session).add_rule(
-        project=project,
-        webhook_url=webhook_url,
-        format=format,
-        events=sorted(set(events)),
-        min_severity=min_severity,
-        cooldown_seconds=cooldown_seconds,
-        created_by=created_by,
-    )
+    return AlertRepository(session).add_rule(replace(rule, events=sorted(set(rule.events))))
 
 
 def remove_rule(session: Session, rule_id: int) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
-from fp8_policy.db.alerts import AlertRepository, DeliveryRecord, RuleRecord
+from fp8_policy.db.alerts import AlertRepository, DeliveryRecord, NewRule, RuleRecord
 from fp8_policy.service.alerts import actions
 from fp8_policy.service.alerts.schemas import AlertDeliveryRead, AlertRuleCreate, AlertRuleRead
 from fp8_policy.service.auth.deps import ADMIN, READ, PrincipalDep
@@ -34,17 +34,9 @@ def add_rule(
     """Send the project's early-warning events (live runs) to a webhook. The webhook must be http(s) with a
     numeric port; link-local and cloud-metadata hosts are refused, loopback and private ones too unless the
     service runs with `FP8_POLICY_WEBHOOK_ALLOW_PRIVATE=1` (each delivery is checked again after DNS)."""
-    rule = actions.add_rule(
-        session,
-        project=body.project,
-        webhook_url=body.webhook,
-        format=body.format,
-        events=body.events,
-        min_severity=body.min_severity,
-        cooldown_seconds=body.cooldown_seconds,
-        created_by=principal.name,
-        allow_private=settings.webhook_allow_private,
-    )
+    fields = body.model_dump(exclude={"webhook"})  # the schema's fields but the webhook's, by their names
+    new = NewRule(**fields, webhook_url=body.webhook, created_by=principal.name)
+    rule = actions.add_rule(session, new, allow_private=settings.webhook_allow_private)
     return _rule_read(rule)
 
 

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from fp8_policy.db.alert_models import AlertDelivery
-from fp8_policy.db.alerts import AlertRepository
+from fp8_policy.db.alerts import AlertRepository, NewRule
 from fp8_policy.db.repositories import NewRun, RunRepository
 from fp8_policy.db.session import create_session_factory, session_scope
 from fp8_policy.service.alerts.sender import AlertSender
@@ -144,13 +144,15 @@ def test_a_noisy_run_does_not_hold_back_another_runs_alert(db_engine, project: s
         )
         alerts = AlertRepository(session)
         rule = alerts.add_rule(
-            project=project,
-            webhook_url=f"http://{project}.test/hook",
-            format="json",
-            events=[],
-            min_severity="info",
-            cooldown_seconds=0,
-            created_by=None,
+            NewRule(
+                project=project,
+                webhook_url=f"http://{project}.test/hook",
+                format="json",
+                events=[],
+                min_severity="info",
+                cooldown_seconds=0,
+                created_by=None,
+            )
         )
         for number, run_id in [*((n, noisy_run) for n in range(300)), (0, quiet_run)]:
             event = {"run_id": run_id, "kind": "band_crossing", "number": number}

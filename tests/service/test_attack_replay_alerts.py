@@ -25,7 +25,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from fp8_policy.db.alert_models import AlertDelivery
-from fp8_policy.db.alerts import AlertRepository
+from fp8_policy.db.alerts import AlertRepository, NewRule
 from fp8_policy.db.repositories import NewRun, RunRepository
 from fp8_policy.db.session import create_session_factory, session_scope
 from fp8_policy.service.alerts import targets
@@ -131,13 +131,15 @@ def queue(factory, project: str, webhook: str, count: int = 1) -> int:
         run = RunRepository(session).add(NewRun("r", project, (), {}, project[:64].ljust(64, "0"), None, 0, ""))
         alerts = AlertRepository(session)
         stored = alerts.add_rule(
-            project=project,
-            webhook_url=webhook,
-            format="json",
-            events=[],
-            min_severity="ok",
-            cooldown_seconds=0,
-            created_by=None,
+            NewRule(
+                project=project,
+                webhook_url=webhook,
+                format="json",
+                events=[],
+                min_severity="ok",
+                cooldown_seconds=0,
+                created_by=None,
+            )
         )
         for number in range(count):
             alerts.enqueue(
