@@ -33,16 +33,11 @@ class NewRule:
 
 
 @dataclass(frozen=True, slots=True)
-class RuleRecord:
+class RuleRecord(NewRule):
+    """A stored rule: what it was stored with, its id and its creation time."""
+
     id: int
-    project: str
-    webhook_url: str
-    format: str
-    events: list[str]
-    min_severity: str
-    cooldown_seconds: int
     created_at: datetime
-    created_by: str | None
 
 
 @dataclass(frozen=True, slots=True)
