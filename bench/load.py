@@ -169,14 +169,8 @@ def _measure(
             seconds_answered, status, run_id = answered.get(upload.name, (float("nan"), 0, None))
             run = wait_run(client, run_id, 300) if run_id is not None else {}
             uploads.append({**upload_outcome(upload, status, run), "answered_s": seconds_answered})
-    endpoints = recorder.summary()
     return {
-        "seconds": window,
-        "readers": readers,
-        "uploads": uploads,
-        "endpoints": endpoints,
-        "server_5xx": sum(e["5xx"] for e in endpoints.values()),
-        "transport_errors": sum(e["transport_errors"] for e in endpoints.values()),
+        **window_result(window, readers, uploads, recorder),
         "uploads_exact": sum(u["exact"] for u in uploads),
         "service_peak_rss_mb": vm_hwm_mb(server.pid),
         "idle_rss_mb": idle_rss,
@@ -203,6 +197,20 @@ def run_window(
     for thread in threads:
         thread.join(timeout=300)
     return time.monotonic() - began
+
+
+def window_result(window: float, readers: int, uploads: list[dict], recorder: Recorder) -> dict:
+    """What every mixed-load result starts with (here and bench/scale.py): the window's length, its readers and
+    uploads, the per-endpoint summary and its 5xx and transport-error totals."""
+    endpoints = recorder.summary()
+    return {
+        "seconds": window,
+        "readers": readers,
+        "uploads": uploads,
+        "endpoints": endpoints,
+        "server_5xx": sum(e["5xx"] for e in endpoints.values()),
+        "transport_errors": sum(e["transport_errors"] for e in endpoints.values()),
+    }
 
 
 def upload_outcome(upload: Upload, http_status: int, run: dict) -> dict:

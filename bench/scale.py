@@ -129,7 +129,7 @@ def measure_load(work: Path, pg: ThrowawayPostgres, seconds: float = 60.0, reade
     """(f) 2 API processes + 2 workers on PostgreSQL: `uploads` distinct synthetic runs uploaded at once while
     `readers` clients read (list, run, analysis, recommendation) round-robin over both API processes. Uses the
     mixed-load pieces of bench/load.py (runs, recorder)."""
-    from bench.load import READER_TARGETS, Recorder, _post, run_window, synthetic_upload, upload_outcome
+    from bench.load import READER_TARGETS, Recorder, _post, run_window, synthetic_upload, upload_outcome, window_result
 
     database = pg.create_database()
     upgrade(database)
@@ -188,15 +188,9 @@ def measure_load(work: Path, pg: ThrowawayPostgres, seconds: float = 60.0, reade
             listed = _all_runs(client, project)
         alive = all(m.process.poll() is None for m in apis + workers)
         worker_rss = [Cluster.peak_rss_mb(m) for m in workers] if alive else None
-    endpoints = recorder.summary()
     accepted = [r for r in results if r["http_status"] == 202]
     return {
-        "seconds": window,
-        "readers": readers,
-        "uploads": results,
-        "endpoints": endpoints,
-        "server_errors": sum(e["5xx"] for e in endpoints.values()),
-        "transport_errors": sum(e["transport_errors"] for e in endpoints.values()),
+        **window_result(window, readers, results, recorder),
         "accepted": len(accepted),
         "runs_lost": len(loads) - sum(r["exact"] for r in results),
         "runs_duplicated": max(0, len(listed) - len(accepted)),
@@ -267,7 +261,7 @@ def report(scale: dict, baseline_seconds: float, single_upload_seconds: float) -
     rss = ", ".join(f"{v:.0f}" for v in f["worker_peak_rss_mb"] or [])
     print(
         f"(f) PostgreSQL, 2 API + 2 workers, {len(f['uploads'])} concurrent uploads + {f['readers']} readers,"
-        f" {f['seconds']:.0f} s: 5xx {f['server_errors']}, transport errors {f['transport_errors']},"
+        f" {f['seconds']:.0f} s: 5xx {f['server_5xx']}, transport errors {f['transport_errors']},"
         f" runs lost {f['runs_lost']}, duplicated {f['runs_duplicated']}; worker peak RSS {rss} MB"
     )
     print_endpoints(f["endpoints"])
@@ -283,7 +277,7 @@ def report(scale: dict, baseline_seconds: float, single_upload_seconds: float) -
         ),
         f"(e) embedded service peak RSS <= {RSS_TARGET_MB:.0f} MB (8 ranks)": em["service_peak_rss_mb"]
         <= RSS_TARGET_MB,
-        "(f) no 5xx, no run lost or duplicated": f["server_errors"] == 0
+        "(f) no 5xx, no run lost or duplicated": f["server_5xx"] == 0
         and f["transport_errors"] == 0
         and f["runs_lost"] == 0
         and f["runs_duplicated"] == 0

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.load import Upload, print_endpoints, print_uploads, run_window, upload_outcome
+from bench.load import Recorder, Upload, print_endpoints, print_uploads, run_window, upload_outcome, window_result
 from bench.service import start_service, wait_run
 
 
@@ -78,3 +78,18 @@ def test_wait_run_polls_until_ready_or_failed_and_gives_the_last_answer_at_the_d
     with httpx.Client(base_url="http://bench", transport=httpx.MockTransport(answer)) as client:
         assert wait_run(client, 7, 30, poll=0.01)["status"] == "ready" and asked == [7, 7, 7]
         assert wait_run(client, 8, 0.05, poll=0.01)["status"] == "queued" and asked.count(8) >= 2
+
+
+def test_a_window_result_totals_the_5xx_and_transport_errors_of_every_endpoint() -> None:
+    recorder = Recorder()
+    for endpoint, status in [("list", 200), ("list", 503), ("get", 500), ("get", 200)]:
+        recorder.call(endpoint, lambda status=status: httpx.Response(status))
+
+    def refused() -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    recorder.call("get", refused)
+    result = window_result(2.5, 3, [], recorder)
+
+    assert (result["seconds"], result["readers"], result["server_5xx"], result["transport_errors"]) == (2.5, 3, 2, 1)
+    assert result["endpoints"]["get"]["requests"] == 2 and result["endpoints"]["list"]["5xx"] == 1
