@@ -172,20 +172,6 @@ class Signals:
     def get(self, metric: MetricName) -> list[SeriesSummary]:
         return self.summaries.get(metric, [])
 
-    def per_rank(
-        self,
-        layer: str,
-        tensor: str,
-        stat: str = "underflows%",
-        recipe: str | None = None,
-        skip_ranks: frozenset[int] = frozenset(),
-    ) -> list[SeriesSummary]:
-        """Row- and columnwise series of every rank (but `skip_ranks`) for one layer/tensor/stat."""
-        both = self.get(MetricName(layer, tensor, stat, recipe, False)) + self.get(
-            MetricName(layer, tensor, stat, recipe, True)
-        )
-        return [s for s in both if s.rank not in skip_ranks] if skip_ranks else both
-
     def worst(
         self,
         layer: str,
@@ -194,8 +180,12 @@ class Signals:
         recipe: str | None = None,
         skip_ranks: frozenset[int] = frozenset(),
     ) -> SeriesSummary | None:
-        """The series with the highest level across ranks (and row/columnwise): per-layer levels use this."""
-        candidates = self.per_rank(layer, tensor, stat, recipe, skip_ranks)
+        """The series with the highest level across ranks but `skip_ranks` (and row/columnwise) for one
+        layer/tensor/stat: per-layer levels use this."""
+        both = self.get(MetricName(layer, tensor, stat, recipe, False)) + self.get(
+            MetricName(layer, tensor, stat, recipe, True)
+        )
+        candidates = [s for s in both if s.rank not in skip_ranks] if skip_ranks else both
         return max(candidates, key=_level_key, default=None)
 
     def logged_stat_key(self, metric: MetricName) -> str:
