@@ -4,14 +4,16 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import overload
+from typing import TypeVar, overload
 
 from fp8_policy.policy.heatmap import DEFAULT_BOXES
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service.errors import InvalidParameter, InvalidThresholds, UnknownParameter
 from fp8_policy.service.limits import check_filters, check_rank
+
+N = TypeVar("N", int, float)
 
 MAX_DPI, MIN_DPI = 600, 20
 MAX_BOXES = 50
@@ -127,13 +129,9 @@ def _int(query: Mapping[str, str], name: str, default: int, *, low: int) -> int:
 @overload
 def _int(query: Mapping[str, str], name: str, default: None, *, low: int) -> int | None: ...
 def _int(query: Mapping[str, str], name: str, default: int | None, *, low: int) -> int | None:
-    raw = query.get(name)
-    if raw is None:
+    value = _number(query, name, int, "an integer")
+    if value is None:
         return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise InvalidParameter(f"{name} must be an integer, got {raw!r}") from None
     if value < low:
         raise InvalidParameter(f"{name} must be >= {low}, got {value}")
     return value
@@ -144,16 +142,23 @@ def _float(query: Mapping[str, str], name: str, default: float, *, positive: boo
 @overload
 def _float(query: Mapping[str, str], name: str, default: None, *, positive: bool = False) -> float | None: ...
 def _float(query: Mapping[str, str], name: str, default: float | None, *, positive: bool = False) -> float | None:
+    value = _number(query, name, float, "a number")
+    if value is None:
+        return default
+    if not math.isfinite(value) or (positive and value <= 0):
+        raise InvalidParameter(f"{name} must be a finite{' positive' if positive else ''} number, got {query[name]!r}")
+    return value
+
+
+def _number(query: Mapping[str, str], name: str, convert: Callable[[str], N], what: str) -> N | None:
+    """The parameter `name` read with `convert` (blanks around it ignored), None when absent; 400 when unreadable."""
     raw = query.get(name)
     if raw is None:
-        return default
+        return None
     try:
-        value = float(raw.strip())
+        return convert(raw.strip())
     except ValueError:
-        raise InvalidParameter(f"{name} must be a number, got {raw!r}") from None
-    if not math.isfinite(value) or (positive and value <= 0):
-        raise InvalidParameter(f"{name} must be a finite{' positive' if positive else ''} number, got {raw!r}")
-    return value
+        raise InvalidParameter(f"{name} must be {what}, got {raw!r}") from None
 
 
 def _bool(query: Mapping[str, str], name: str, default: bool) -> bool:
