@@ -35,7 +35,7 @@ import httpx
 import bench.hot_paths as hot_paths
 from bench import first_touch, live, load, scale
 from bench.service import start_service, stop_service, vm_hwm_mb, wait_idle
-from bench.trees import OUT, ROOT, ensure_log_tree
+from bench.trees import OUT, ROOT, parse_target
 
 TARGETS = {"parse_store_speedup": 15.0, "upload_seconds": 10.0, "service_rss_mb": 1024.0, "csv_rows_per_second": 2e6}
 
@@ -213,10 +213,7 @@ def _line_count(path: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    parser.add_argument("--target", choices=("6m", "small"), default="6m")
-    args = parser.parse_args(argv)
-    OUT.mkdir(parents=True, exist_ok=True)
-    tree = ensure_log_tree(args.target)
+    _, tree = parse_target(parser, argv)
     archive = ensure_archive(tree)
     stats_files = list(tree.rglob("nvdlfw_inspect_statistics_logs/*.log"))
     lines = sum(_line_count(path) for path in stats_files)

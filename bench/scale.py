@@ -22,7 +22,7 @@ from isal import igzip
 
 from bench.load import print_endpoints, print_uploads
 from bench.service import wait_run
-from bench.trees import OUT, ensure_log_tree
+from bench.trees import OUT, parse_target
 from fp8_policy.db.migrate import upgrade
 from tests.cluster import Cluster
 from tests.pg_cluster import ThrowawayPostgres
@@ -293,11 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=main.__doc__)
-    parser.add_argument("--target", choices=("6m", "small"), default="6m")
     parser.add_argument("--load-seconds", type=float, default=60.0)
-    args = parser.parse_args(argv)
-    OUT.mkdir(parents=True, exist_ok=True)
-    tree = ensure_log_tree(args.target)
+    args, tree = parse_target(parser, argv)
     with tempfile.TemporaryDirectory(prefix="fp8-scale-") as tmp:
         results = measure_all(tree, OUT, Path(tmp), args.load_seconds)
     print(json.dumps(results, indent=2))

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from bench.run import ensure_archive, measure_baseline, measure_upload
-from bench.trees import OUT, ensure_log_tree
+from bench.trees import OUT, parse_target
 
 
 def measure_single(tree: Path, work: Path, uploads: int = 1) -> dict:
@@ -37,11 +37,8 @@ def measure_single(tree: Path, work: Path, uploads: int = 1) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.single", description=__doc__.splitlines()[0])
-    parser.add_argument("--target", choices=("6m", "small"), default="6m")
     parser.add_argument("--uploads", type=int, default=1)
-    args = parser.parse_args(argv)
-    OUT.mkdir(parents=True, exist_ok=True)
-    tree = ensure_log_tree(args.target)
+    args, tree = parse_target(parser, argv)
     with tempfile.TemporaryDirectory(prefix="fp8-single-") as tmp:
         results = measure_single(tree, Path(tmp), args.uploads)
     (OUT / "single.json").write_text(json.dumps(results, indent=2))

@@ -6,6 +6,7 @@ those imports this module, never each other, so the benchmark modules form no im
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -28,3 +29,12 @@ def ensure_log_tree(target: str) -> Path:
         )
         marker.touch()
     return tree
+
+
+def parse_target(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argparse.Namespace, Path]:
+    """`parser` (the caller's own options added) with `--target` (the log tree to measure: 6m or small) parsing
+    `argv`; bench/out made and the target's log tree generated or reused: (the arguments, the tree)."""
+    parser.add_argument("--target", choices=("6m", "small"), default="6m")
+    args = parser.parse_args(argv)
+    OUT.mkdir(parents=True, exist_ok=True)
+    return args, ensure_log_tree(args.target)
