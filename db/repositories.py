@@ -23,6 +23,13 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def storable_id(row_id: int) -> bool:
+    """Whether `row_id` fits a 64-bit signed integer, the widest key any of our tables has: one outside names no
+    row, and sqlite3 raises OverflowError for it as a parameter instead of finding nothing (a request for run
+    -628928413900093652992 answered 500)."""
+    return -(2**63) <= row_id < 2**63
+
+
 def _rowcount(result: object) -> int:
     """Rows an UPDATE/DELETE matched. Session.execute is typed as returning Result, but a DML statement's
     result is always a CursorResult (the only kind with rowcount)."""
@@ -62,11 +69,14 @@ class RunRepository:
         return run
 
     def get(self, run_id: int) -> Run | None:
+        if not storable_id(run_id):
+            return None
         return self.session.get(Run, run_id)
 
     def existing_ids(self, run_ids: Sequence[int]) -> set[int]:
         """Which of `run_ids` have a row (committed, or added by this session)."""
         found: set[int] = set()
+        run_ids = [run_id for run_id in run_ids if storable_id(run_id)]
         for start in range(0, len(run_ids), 500):  # bound the IN list (SQLite's variable limit)
             found.update(self.session.scalars(select(Run.id).where(Run.id.in_(run_ids[start : start + 500]))))
         return found
@@ -121,6 +131,8 @@ class RunRepository:
         at the first write)."""
         if mode not in ("delete", "write", "share"):
             raise ValueError(f"unknown lock mode {mode!r}")
+        if not storable_id(run_id):
+            return None
         if self.session.get_bind().dialect.name == "sqlite":
             self.session.execute(
                 update(Run)

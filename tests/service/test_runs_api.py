@@ -427,6 +427,18 @@ class TestReadRun:
         assert response.status_code == 404
         assert response.json() == {"error": "NotFound", "detail": "run 987654321 does not exist"}
 
+    @pytest.mark.parametrize("run_id", [2**63, -(2**63) - 1, -628928413900093652992])
+    @pytest.mark.parametrize(
+        ("method", "path"),
+        [("GET", "{runs}/{id}"), ("DELETE", "{runs}/{id}"), ("POST", "/api/v1/live/runs/{id}/finalize")],
+    )
+    def test_a_run_id_beyond_64_bits_is_404(self, client: TestClient, method: str, path: str, run_id: int) -> None:
+        # sqlite3 raised OverflowError for such a parameter: 500 (the schema fuzz found it on finalize)
+        response = client.request(method, path.format(runs=RUNS, id=run_id))
+
+        assert response.status_code == 404
+        assert response.json()["error"] == "NotFound"
+
 
 # --- GET /api/v1/runs -------------------------------------------------------------------------------------------
 
