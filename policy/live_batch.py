@@ -163,26 +163,9 @@ def _scale_jumps(
         k = int(at[j])
         r = int(row[k])
         it, value, previous = int(its[k]), float(good[j]), float(before[j])
-        ratio = value / previous
         # the state's last iteration (None before any point) or the series' previous new point
         previous_it = None if first[k] and table.last_it[r] == NO_ITERATION else int(previous_its[k])
-        kind = "scale_inv_rise" if ratio > 1 else "scale_inv_drop"
-        message = (
-            f"{table.label(r)}: {ref._fmt(previous)} → {ref._fmt(value)} at iteration {it} "
-            f"({ref._fmt(ratio)}× in one step)"
-        )
-        event = ref._event(
-            kind,
-            Severity.CRITICAL,
-            table.metric(r),
-            rank,
-            it,
-            value,
-            message,
-            previous=previous,
-            ratio=ratio,
-            previous_iteration=previous_it,
-        )
+        event = ref.scale_jump_event(table.label(r), table.metric(r), rank, it, value, previous, previous_it)
         found.append((int(seg[k]), k, event))
     return found
 

@@ -248,24 +248,20 @@ def _scale_jumps(
     for j in np.flatnonzero(jumps).tolist():
         k = int(at[j])
         it, value, previous = int(its[k]), float(good[j]), float(before[j])
-        ratio = value / previous
         previous_it = None if k == 0 and state.last_iteration is None else int(previous_its[k])
-        kind = "scale_inv_rise" if ratio > 1 else "scale_inv_drop"
-        message = f"{name}: {_fmt(previous)} → {_fmt(value)} at iteration {it} ({_fmt(ratio)}× in one step)"
-        event = _event(
-            kind,
-            Severity.CRITICAL,
-            metric,
-            rank,
-            it,
-            value,
-            message,
-            previous=previous,
-            ratio=ratio,
-            previous_iteration=previous_it,
-        )
-        found.append((k, 1, event))
+        found.append((k, 1, scale_jump_event(name, metric, rank, it, value, previous, previous_it)))
     return found
+
+
+def scale_jump_event(
+    name: str, metric: MetricName, rank: int, it: int, value: float, previous: float, previous_it: int | None
+) -> LiveEvent:
+    """`scale_inv_rise` / `scale_inv_drop` for a jump from `previous` to `value` (also raised by policy/live_batch.py)."""
+    ratio = value / previous
+    kind = "scale_inv_rise" if ratio > 1 else "scale_inv_drop"
+    message = f"{name}: {_fmt(previous)} → {_fmt(value)} at iteration {it} ({_fmt(ratio)}× in one step)"
+    detail = {"previous": previous, "ratio": ratio, "previous_iteration": previous_it}
+    return _event(kind, Severity.CRITICAL, metric, rank, it, value, message, **detail)
 
 
 def _band_crossings(
