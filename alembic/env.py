@@ -31,16 +31,29 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
+    """On SQLite the migrations run with foreign keys off and are checked before the commit: a batch operation
+    rebuilds a table (new table, copy, DROP, rename), and with foreign keys on, dropping `runs` deletes every row
+    of the tables that cascade from it (https://www.sqlite.org/lang_altertable.html#otheralter, steps 1 and 10;
+    https://www.sqlite.org/foreignkeys.html#fk_schemacommands). The pragma is a no-op inside a transaction, so
+    it is set before the migrations' transaction begins."""
     engine = create_db_engine(_url())
     with engine.connect() as connection:
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            connection.commit()
         context.configure(
             connection=connection,
             target_metadata=Base.metadata,
-            render_as_batch=connection.dialect.name == "sqlite",
+            render_as_batch=sqlite,
             compare_type=True,
         )
         with context.begin_transaction():
             context.run_migrations()
+            if sqlite:
+                broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise RuntimeError(f"the migrations left rows whose foreign keys name no row: {broken[:5]}")
     engine.dispose()
 
 

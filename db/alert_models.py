@@ -20,6 +20,7 @@ DELIVERY_STATUSES = ("pending", "sending", "sent", "failed", "suppressed")
 
 class AlertRule(Base):
     __tablename__ = "alert_rules"
+    __table_args__ = {"sqlite_autoincrement": True}  # ids are never reused (migration ids_never_reused)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     project: Mapped[str] = mapped_column(String(200), index=True)

@@ -27,6 +27,7 @@ class IngestJob(Base):
     __table_args__ = (
         UniqueConstraint("run_id", "kind", "rank"),
         Index("ix_ingest_jobs_status_id", "status", "id"),
+        {"sqlite_autoincrement": True},  # ids are never reused (migration ids_never_reused)
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

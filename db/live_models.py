@@ -41,7 +41,8 @@ class LiveState(Base):
 
 class LiveEventRow(Base):
     __tablename__ = "live_events"
-    __table_args__ = (Index("ix_live_events_run_id_id", "run_id", "id"),)
+    # ids are never reused (alembic/versions/2026-11-26_ids_never_reused.py): deliveries keep an event's id
+    __table_args__ = (Index("ix_live_events_run_id_id", "run_id", "id"), {"sqlite_autoincrement": True})
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
