@@ -169,6 +169,10 @@ class UploadMissing(Conflict):
     """A retry of a failed run whose upload is no longer stored."""
 
 
+class ScalarsTooLarge(UploadTooLarge):
+    """A piece that would make a live run's training scalars larger than their bound (service/limits.py)."""
+
+
 _HTTP_NAMES = {
     400: "BadRequest",
     404: "NotFound",

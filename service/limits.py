@@ -6,8 +6,8 @@ so nothing that one database would store and the other refuse gets through, and 
 back (a lone surrogate, a 5,000-digit integer, JSON nested 1,000 deep) is ever stored.
 
 Belongs here: the limits and the checks that raise a 4xx `{"error", "detail"}` for them (run ids, ranks,
-cursors, names / projects / tags, run notes, upload file names, run metadata). Must not be here: the routes themselves,
-display of values already stored (policy/safe_text.py).
+cursors, names / projects / tags, run notes, upload file names, run metadata, the size of a live run's scalars).
+Must not be here: the routes themselves, display of values already stored (policy/safe_text.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Any
 from starlette.requests import Request
 
 from fp8_policy.policy.safe_text import displayable
-from fp8_policy.service.errors import BadRequest, InvalidParameter, NotFound
+from fp8_policy.policy.scalars_file import MAX_SCALARS_BYTES
+from fp8_policy.service.errors import BadRequest, InvalidParameter, NotFound, ScalarsTooLarge
 
 MAX_ROW_ID = 2**31 - 1  # runs.id is INTEGER: int4 on PostgreSQL
 MAX_RANK = 2**31 - 1  # series.rank is INTEGER
@@ -32,6 +33,9 @@ MAX_NOTES_CHARS = 20_000  # runs.notes: Text; a description, not a log
 MAX_METADATA_DEPTH = 32  # objects and arrays nested in the metadata object, itself included
 MAX_METADATA_INT = 2**63  # |int| < 2^63: what every JSON reader in the pipeline keeps exactly (not JS, see docs)
 MAX_CURSOR_DIGITS = len(str(MAX_ROW_ID))
+# A live run's streamed scalars.jsonl: reads keep its last MAX_SCALARS_BYTES and an upload's is kept within them,
+# so bytes past that bound would be stored (and copied into the store at finalize) without ever being shown.
+MAX_LIVE_SCALARS_BYTES = MAX_SCALARS_BYTES
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _ASCII_DIGITS = re.compile(r"[0-9]+")
@@ -84,6 +88,16 @@ def parse_cursor(cursor: str | None) -> int | None:
 
 
 # --- text fields -----------------------------------------------------------------------------------------------
+
+
+def check_live_scalars_size(path: str, size: int) -> None:
+    """413 `ScalarsTooLarge` when a piece would make a live run's scalars file `size` bytes, over the bound; the
+    caller checks before writing, so a refused piece leaves nothing behind."""
+    if size > MAX_LIVE_SCALARS_BYTES:
+        raise ScalarsTooLarge(
+            f"{path} would grow to {size} bytes; a live run keeps at most {MAX_LIVE_SCALARS_BYTES} bytes "
+            f"({MAX_LIVE_SCALARS_BYTES // 1024**2} MiB) of training scalars: log them every Nth step"
+        )
 
 
 def check_text(field: str, value: str, max_chars: int, *, error: type[BadRequest] = BadRequest) -> str:

@@ -200,9 +200,11 @@ def append(
                 f"a gap: send from offset {row.size}",
                 expected=row.size,
             )
+        piece = as_piece(body)  # compared and copied 1 MiB at a time: a piece is never whole in memory
+        if kind == "scalars":
+            limits.check_live_scalars_size(path, max(row.size, offset + piece.size))
         disk = live_dir(data_dir, run_id) / path
         disk.parent.mkdir(parents=True, exist_ok=True)
-        piece = as_piece(body)  # compared and copied 1 MiB at a time: a piece is never whole in memory
         overlap = min(row.size - offset, piece.size)
         with open(os.open(disk, os.O_RDWR | os.O_CREAT, 0o644), "r+b") as handle:
             if overlap:

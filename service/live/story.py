@@ -61,7 +61,8 @@ def keep_scalars(store: ArchiveStore, data_dir: Path, run_id: int) -> bool:
 
 def _tail(handle: BinaryIO) -> bytes:
     """The file's whole lines within its last MAX_SCALARS_BYTES (policy/scalars_file.py, the bound an upload's
-    scalars are kept under): a live run's streamed file has no bound, and a read must not hold it all."""
+    scalars are kept under): a live run's streamed file is refused past that bound (service/limits.py), but one
+    received before the bound existed may be larger, and a read must not hold it all."""
     size = handle.seek(0, os.SEEK_END)
     bound = scalars_file.MAX_SCALARS_BYTES
     handle.seek(max(0, size - bound))
@@ -91,7 +92,7 @@ class _FinishedScalars:
     A ready run's scalars no longer change (kept by its ingest or its finalize), and parsing a file at the 32 MiB
     bound costs ~2 s of CPU: the run page and /compare/scalars (up to 8 runs a request) read them again and again.
     Keyed by the run's id, creation time and upload hash, so a deleted run's entry never answers for a later run
-    that gets its id (SQLite gives a deleted highest id out again)."""
+    that gets its id (SQLite gave a deleted highest id out again before the migration ids_never_reused)."""
 
     MAX_POINTS = 2_000_000
 
