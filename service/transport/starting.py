@@ -12,6 +12,8 @@ tenths of a second of the process starting, and says the truth:
   and its database answered (service/app.py).
 * any other request -> 503 `{"error": "Starting", "detail": ...}` with `Retry-After: 1`; a browser asking for a
   page gets a small HTML page that reloads itself every second, so `make run`'s dashboard shows once ready.
+  Every answer says `Connection: close`; an upload's body is then read and thrown away (a lingering close,
+  `_drain`), so a client sending it whole before reading (urllib, requests) reads the 503, not a reset.
 
 Nothing is read or written before the full application serves: no data leaves and no upload is taken, so the
 checks that `serve` makes before serving (migrations, the anonymous-access refusal on a public address) still
@@ -35,7 +37,13 @@ log = logging.getLogger("fp8_policy.starting")
 BACKLOG = 2048  # uvicorn's default `backlog`
 RETRY_AFTER_SECONDS = 1
 HEAD_LIMIT = 16 * 1024  # bytes of a request head read at most
-READ_TIMEOUT = 2.0  # seconds a connection may take to send its head, and to send the rest before it is closed
+READ_TIMEOUT = 2.0  # seconds a connection may take to send its head, and that a drain waits for each next read
+# The lingering close after the 503 (see `_drain`): how long, how much and how many.
+LINGER_TIME = 30.0  # seconds a drain lasts at most in all (Apache's MAX_SECS_TO_LINGER, nginx's lingering_time)
+LINGER_BYTES = 64 << 20  # bytes of a request body read and discarded at most
+LINGER_MIN_RATE = 1 << 20  # bytes per second a drained body must average past READ_TIMEOUT to be drained further
+LINGERERS = 16  # connections drained past READ_TIMEOUT at once; the others keep the READ_TIMEOUT bound
+_lingering = threading.BoundedSemaphore(LINGERERS)
 
 HEALTH_STARTING = {"status": "starting", "database": "not checked yet: the service is starting"}
 ERROR_STARTING = {"error": "Starting", "detail": "the service is starting; retry in a second"}
@@ -130,7 +138,8 @@ class StartingResponder:
 
 def answer_starting(connection: socket.socket) -> None:
     """Read one request head from `connection`, answer it 503 "starting" and close the connection. READ_TIMEOUT
-    bounds the whole head and the whole drain, not each read: a client sending a byte a second holds no thread."""
+    bounds the whole head, not each read, and the drain after the answer unless the body keeps coming at
+    LINGER_MIN_RATE: a client sending a byte a second holds no thread."""
     try:
         connection.setblocking(True)
         deadline = time.monotonic() + READ_TIMEOUT
@@ -143,7 +152,7 @@ def answer_starting(connection: socket.socket) -> None:
             head += chunk
         connection.settimeout(READ_TIMEOUT)
         connection.sendall(_response(head))
-        _drain(connection, time.monotonic() + READ_TIMEOUT)
+        _drain(connection)
     except OSError:
         pass
     finally:
@@ -180,14 +189,32 @@ def _left(deadline: float) -> float:
     return left
 
 
-def _drain(connection: socket.socket, deadline: float, limit: int = 1 << 20) -> None:
-    """Half-close, then read what the client still sends (an upload's body) until `deadline`: closing a socket
-    with unread data sends a reset, which can reach the client before the 503 it was sent."""
+def _drain(connection: socket.socket) -> None:
+    """Close politely (a lingering close): half-close, then read and discard what the client still sends (an
+    upload's body) until it closes its side or a bound is reached, and only then close. Closing a socket with
+    unread data sends a reset, and a client still sending its body (http.client, urllib, requests) then fails
+    with "connection reset" or "broken pipe" instead of reading the 503 it was sent. This is what Apache httpd
+    does (ap_lingering_close in server/connection.c, https://github.com/apache/httpd: SECONDS_TO_LINGER per read,
+    MAX_SECS_TO_LINGER in all) and nginx (https://nginx.org/en/docs/http/ngx_http_core_module.html#lingering_close, lingering_time and
+    lingering_timeout).
+
+    Bounds: READ_TIMEOUT of silence ends it, and so does LINGER_BYTES read. Past READ_TIMEOUT the drain goes on
+    only for one of LINGERERS connections at once whose body averages LINGER_MIN_RATE (as mod_reqtimeout's
+    MinRate, https://httpd.apache.org/docs/2.4/mod/mod_reqtimeout.html), up to LINGER_TIME: a trickling client is
+    cut off after READ_TIMEOUT, as before, and a flood of uploads holds no more threads than before for longer."""
     connection.shutdown(socket.SHUT_WR)
+    start = time.monotonic()
+    lingering = _lingering.acquire(blocking=False)
+    end = start + (LINGER_TIME if lingering else READ_TIMEOUT)
     received = 0
-    while received < limit:
-        connection.settimeout(_left(deadline))
-        chunk = connection.recv(65536)
-        if not chunk:
-            return
-        received += len(chunk)
+    try:
+        while received < LINGER_BYTES:
+            rate_floor = start + max(READ_TIMEOUT, received / LINGER_MIN_RATE)
+            connection.settimeout(_left(min(end, rate_floor, time.monotonic() + READ_TIMEOUT)))
+            chunk = connection.recv(65536)
+            if not chunk:
+                return
+            received += len(chunk)
+    finally:
+        if lingering:
+            _lingering.release()

@@ -3,7 +3,9 @@ responder was attacked on loopback, replayed against it.
 
 * A client trickling its request head a byte at a time held its connection and a thread for as long as it kept
   trickling (READ_TIMEOUT bounded each read, not the head: 16 KiB at one byte a second is four and a half hours),
-  long after uvicorn had taken the sockets over. Now READ_TIMEOUT bounds the whole head and the whole drain.
+  long after uvicorn had taken the sockets over. Now READ_TIMEOUT bounds the whole head, and the drain after the
+  503 unless the body keeps a rate floor (for at most LINGERERS connections at once, up to LINGER_TIME and
+  LINGER_BYTES): a body trickled after the 503 is cut off as a trickled head is.
 * A connection for which no thread could be started (RuntimeError "can't start new thread", a flood of
   connections) ended the accept loop: every later connection of the start-up window waited unanswered. Now that
   connection is closed and the loop goes on.
@@ -79,6 +81,53 @@ def test_a_head_trickled_byte_by_byte_is_cut_off_after_the_read_timeout(responde
             break
     connection.close()
     assert closed and sent < len(head), f"the responder still read after {sent} bytes"
+
+
+def trickle_body(port: int) -> tuple[bytes, int]:
+    """Send an upload's head, read the 503 (the responder then half-closes), then send the body 100 bytes every
+    0.05 s until the responder closes the connection (or WAIT passes); the answer and the body bytes sent."""
+    connection = connect(port)
+    connection.sendall(b"POST /api/v1/runs HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n")
+    answer = read_all(connection)
+    sent, give_up = 0, time.monotonic() + WAIT
+    while time.monotonic() < give_up:
+        try:
+            connection.sendall(b"x" * 100)
+        except OSError:  # the responder closed for good: our next bytes were answered with a reset
+            break
+        sent += 100
+        time.sleep(0.05)
+    connection.close()
+    return answer, sent
+
+
+def test_a_body_trickled_after_the_503_is_cut_off_by_the_rate_floor_not_the_linger_time(responder, monkeypatch) -> None:
+    _, port = responder
+    monkeypatch.setattr(starting, "LINGER_TIME", 3600.0)  # only READ_TIMEOUT (0.5 s) with the rate floor can end it
+    answer, sent = trickle_body(port)
+    assert answer.startswith(b"HTTP/1.1 503 ")
+    # 2000 bytes a second: cut off after READ_TIMEOUT (0.5 s) it sends about 1000; uncut, 2000 * WAIT
+    assert sent < 10_000, f"the responder still drained after {sent} bytes"
+
+
+def test_past_the_lingerer_slots_a_steady_body_keeps_the_read_timeout_bound(responder, monkeypatch) -> None:
+    _, port = responder
+    monkeypatch.setattr(starting, "LINGER_TIME", 3600.0)
+    monkeypatch.setattr(starting, "LINGER_MIN_RATE", 1)  # the trickle keeps the rate: only a slot decides
+    monkeypatch.setattr(starting, "_lingering", threading.BoundedSemaphore(0))  # every slot taken
+    answer, sent = trickle_body(port)
+    assert answer.startswith(b"HTTP/1.1 503 ")
+    assert sent < 10_000, f"the responder still drained after {sent} bytes"
+
+
+def test_the_drain_stops_at_its_byte_bound(responder, monkeypatch) -> None:
+    _, port = responder
+    monkeypatch.setattr(starting, "LINGER_BYTES", 1 << 20)
+    connection = connect(port)
+    connection.sendall(b"POST /api/v1/runs HTTP/1.1\r\nHost: x\r\nContent-Length: 67108864\r\n\r\n")
+    with pytest.raises(OSError):  # reset once 1 MiB was drained: the rest is not read
+        connection.sendall(b"x" * (64 << 20))
+    connection.close()
 
 
 def test_a_connection_without_a_thread_does_not_end_the_accept_loop(responder, monkeypatch) -> None:
