@@ -36,7 +36,7 @@ from fp8_policy.policy.records import PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format
 from fp8_policy.policy.thresholds import Thresholds
 
-POLICY_VERSION = "2026.11.8"
+POLICY_VERSION = "2026.11.9"
 
 # Run-metadata keys saying the run keeps FP8/FP4 parameters (TE `quantized_model_init`; Megatron
 # `--fp8-param-gather` is `fp8_param_gather` in its arguments): no high-precision weight exists to take stats of.
@@ -57,7 +57,7 @@ class Recommendation:
     history: HistoryEffect | None = None  # set when the previous run was given
     ladder: Ladder | None = None  # the per-layer precision ladder
     ladder_cost: dict[str, Any] | None = None  # its FP4 / FP8 / BF16 GEMM shares and speedup
-    recipe_basis: dict[str, Any] = field(default_factory=dict)  # evidence, changed_from, apply_paths
+    recipe_basis: dict[str, Any] = field(default_factory=dict)  # evidence, current, changed_from, apply_paths
     # the per-layer verdicts of the analysis it was built on, with its thresholds and stat prefix, so views (the
     # heatmap's boxes) reuse them instead of analysing again; small records, no series arrays (it is cached)
     layer_rows: tuple[LayerAssessment, ...] = field(default=(), repr=False)
@@ -159,7 +159,8 @@ def recommend(
         ]
     basis = {
         "evidence": decision.evidence,
-        "changed_from": decision.current if decision.changed else None,
+        "current": decision.trained_in,  # "bf16": the run trained in high precision
+        "changed_from": decision.trained_in if decision.switches else None,
         "apply_paths": dict(decision.apply_paths),
     }
     return Recommendation(

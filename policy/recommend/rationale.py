@@ -35,10 +35,19 @@ def build_rationale(
     choice = decision.choice
     lines += _plan_lines(analysis, plan, "NVFP4" if choice.name == "nvfp4" else "FP8")
     kwargs = ", ".join(f"{key}={value}" for key, value in choice.kwargs.items()) or "defaults"
+    if decision.trained_in == "bf16":  # no recipe to call current: say what the run trained in and that it changes
+        current = (
+            f"Trained in: BF16 (high precision, no FP8/FP4 recipe: {decision.current_source}); the recommendation "
+            f"changes the run from BF16 to {RECIPE_LABELS[choice.name]}"
+        )
+    else:
+        current = (
+            f"Current recipe: {RECIPE_LABELS.get(decision.current, decision.current)} "
+            f"({decision.current_source or 'given'})"
+        )
     lines.append(
-        f"Recipe: {RECIPE_LABELS[choice.name]} with {kwargs}: {choice.reason} "
-        f"Current recipe: {RECIPE_LABELS.get(decision.current, decision.current)} "
-        f"({decision.current_source or 'given'}); GPU: {decision.capability_source}."
+        f"Recipe: {RECIPE_LABELS[choice.name]} with {kwargs}: {choice.reason} {current}; "
+        f"GPU: {decision.capability_source}."
     )
     lines += decision.notes
     lines.append(_cost_line(cost))

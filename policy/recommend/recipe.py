@@ -76,8 +76,19 @@ class RecipeDecision:
     whatif: WhatIf | None = None  # evidence for the chosen recipe, when logged
     notes: list[str] = field(default_factory=list)
     current_source: str = ""  # how the current recipe was known
+    trained: str = ""  # what the run trained in: its recipe, or "bf16" (`current` is then TE's default for the GPU)
     evidence: str = ""  # what drove the choice: "what-if stats", "logged stats: ...", "previous run", or none
     apply_paths: dict[str, str] = field(default_factory=dict)  # apply path -> whether it works with the choice
+
+    @property
+    def trained_in(self) -> str:
+        """The run's own training precision: its recipe, or "bf16" for a run that trained in high precision."""
+        return self.trained or self.current
+
+    @property
+    def switches(self) -> bool:
+        """Does the recommended recipe change what the run trained in (always, for a BF16 run)?"""
+        return self.choice.name != self.trained_in
 
     def level_fn(self) -> LevelFn | None:
         """Levels under the chosen recipe (what-if where logged, today's level elsewhere), or None."""
@@ -121,8 +132,11 @@ def resolve_current(option: str | None, analysis: Analysis, capability: float | 
     if option:
         return option, "from the request/metadata"
     if analysis.training.high_precision:  # a BF16 run: the what-ifs are judged against TE's default for the GPU
-        recipe, source = te_default_recipe(capability)
-        return recipe, f"none: the run trained in BF16 ({analysis.training.source}); compared with {source}"
+        recipe, _ = te_default_recipe(capability)
+        return recipe, (
+            f"{analysis.training.source}; its what-ifs are compared with TE's default "
+            f"for {_gpu_text(capability)}, {RECIPE_LABELS[recipe]} (get_default_fp8_recipe)"
+        )
     if analysis.training.recipe is not None:
         return analysis.training.recipe, analysis.training.source
     overflow = any(m.stat == "overflows%" and m.recipe is None for m in analysis.signals.summaries)
@@ -142,7 +156,7 @@ def te_default_recipe(capability: float | None) -> tuple[str, str]:
     """TE's `get_default_fp8_recipe` (transformer_engine/pytorch/quantization.py) for a GPU: MXFP8BlockScaling where
     MXFP8 is supported (10.0 <= cc < 12.0), Float8CurrentScaling on cc >= 12.0, else DelayedScaling."""
     cap = capability if capability is not None else ASSUMED_CAPABILITY
-    gpu = f"compute capability {cap:g}" + ("" if capability is not None else " (GPU unknown, Hopper assumed)")
+    gpu = _gpu_text(capability)
     if supported("mxfp8", cap):
         recipe = "mxfp8"
     elif cap >= 12.0:
@@ -150,6 +164,11 @@ def te_default_recipe(capability: float | None) -> tuple[str, str]:
     else:
         recipe = "delayed"
     return recipe, f"unknown: assumed TE's default for {gpu}, {RECIPE_LABELS[recipe]} (get_default_fp8_recipe)"
+
+
+def _gpu_text(capability: float | None) -> str:
+    cap = capability if capability is not None else ASSUMED_CAPABILITY
+    return f"compute capability {cap:g}" + ("" if capability is not None else " (GPU unknown, Hopper assumed)")
 
 
 def whatif_summaries(analysis: Analysis) -> dict[str, WhatIf]:
@@ -199,6 +218,7 @@ def choose_recipe(
 ) -> RecipeDecision:
     decision = _choose(analysis, plan, current, gpu_arch)
     decision.current_source = current_source
+    decision.trained = "bf16" if analysis.training.high_precision else current
     if analysis.training.high_precision and not decision.changed:  # no "keep": the run trained in BF16
         reason = (
             f"the run trained in BF16; {current} (TE's default for this GPU) is proposed: no what-if favours "
@@ -267,7 +287,7 @@ def prefer_finer(decision: RecipeDecision, analysis: Analysis, plan: SkipPlan, r
         list(decision.notes),
         "previous run: the problem followed a moved BF16 boundary",
     )
-    new.current_source = decision.current_source
+    new.current_source, new.trained = decision.current_source, decision.trained
     return new
 
 

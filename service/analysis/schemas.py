@@ -188,7 +188,14 @@ class RecipeRead(ApiModel):  # type: ignore[no-redef]  # pydantic.mypy adds `**k
         description="What drove the choice: 'what-if stats', 'logged stats: ...', 'previous run: ...', or "
         "'none: recipe kept'. A switch is recommended only on evidence.",
     )
-    changed_from: str | None = Field(None, description="The run's recipe when the recommendation switches it.")
+    current: str | None = Field(
+        None,
+        description="What the run trained in: its recipe, or 'bf16' for a run that trained in high precision "
+        "(what-if stats only; the recommended recipe is then a change of precision).",
+    )
+    changed_from: str | None = Field(
+        None, description="What the run trained in ('bf16' for a high-precision run) when the recipe changes it."
+    )
     apply_paths: dict[str, str] | None = Field(
         None,
         description="Apply path (te-yaml, megatron) -> whether it keeps the BF16 layers with this recipe; empty "

@@ -84,6 +84,8 @@ def test_recommendation_endpoint_calls_the_run_bf16(client: TestClient, project:
     assert run["status"] == "ready", run["error"]
     body = client.post(f"/api/v1/runs/{run['id']}/recommendation", json={"gpu": "B200"}).json()
     assert "the run trained in BF16" in body["recipe"]["reason"], body["recipe"]
+    # what the run trained in, and that the recommended low-precision recipe changes it (not "unchanged")
+    assert body["recipe"]["current"] == body["recipe"]["changed_from"] == "bf16", body["recipe"]
     assert "keep nvfp4" not in " ".join(body["rationale"])
     ladder = body["precision_ladder"]
     assert ladder["lifted"] == [] and set(ladder["counts"].items()) >= {("bf16", 2), ("nvfp4", 0)}, ladder

@@ -47,6 +47,7 @@ def test_to_dict_has_exactly_the_api_keys_and_is_json() -> None:
         "kwargs",
         "reason",
         "evidence",
+        "current",
         "changed_from",
         "apply_paths",
     }
