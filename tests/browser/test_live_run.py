@@ -1,5 +1,5 @@
 """Issue 13 §6 in Chromium: a live run's page follows the logs while they arrive (no reload): the heatmap gains
-columns and rows, the scale-factor and scalar charts fill in, an early warning and the webhook alert sent for it
+columns and rows, the scale-factor chart and the training curves card fill in, an early warning and the webhook alert sent for it
 appear in the timeline; the runs list marks the run `live`; once finalized the page turns into the run page.
 
 Screenshot: test-artifacts/browser/live-run.png.
@@ -81,7 +81,8 @@ def test_the_live_page_follows_the_logs_without_reload(page, live_server, shot) 
         heatmap = page.locator("#live-heatmap")
         expect(heatmap).to_have_attribute("data-iterations", "30", timeout=30_000)
         expect(heatmap).to_have_attribute("data-rows", str(len(LAYERS)))
-        expect(page.locator("#live-scalars [data-scalar=loss] svg")).to_be_visible()
+        expect(page.locator("#run-curves [data-scalar=loss] svg")).to_be_visible()
+        expect(page.locator("#run-curves")).to_have_attribute("data-records", "30")
         expect(page.locator("#live-scale svg path.series")).to_have_count(len(LAYERS))
         expect(page.locator("#live-timeline [data-kind=scale_inv_drop]")).to_have_count(0)
         page.evaluate("window.__sameDocument = true")  # gone if the page reloads
@@ -98,6 +99,7 @@ def test_the_live_page_follows_the_logs_without_reload(page, live_server, shot) 
         expect(sent).to_contain_text("scale_inv_min")
         assert len(hook.calls) == 1
         expect(page.locator("#live-figures")).to_contain_text("0–590")
+        expect(page.locator("#run-curves")).to_have_attribute("data-records", "60")
         assert page.evaluate("window.__sameDocument === true"), "the page reloaded"
         page.wait_for_timeout(300)  # the charts of the same poll
         shot(page, "live-run")

@@ -6,8 +6,11 @@
 - A run without scalars says so in a sentence, with no chart; one whose scalars file was refused says why.
 - A live run's page has the notes card: notes and a tag are edited and saved while it trains.
 
-Screenshots: test-artifacts/browser/run-curves.png, run-curves-hover.png, run-curves-none.png,
-run-curves-refused.png, live-run-notes.png.
+- The read-out follows the heatmap's series (and a layer picked there), on the run page and on a live run's page.
+- A live run's page has the same card, growing as the scalars and the statistics arrive.
+
+Screenshots: test-artifacts/browser/run-curves.png, run-curves-hover.png, run-curves-follow.png,
+run-curves-none.png, run-curves-refused.png, live-run-curves.png, live-run-notes.png.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import pytest
 
 from tests.archives import meta_relpath, metadata_log, stats_log, stats_relpath
 from tests.browser.conftest import LiveServer, wait_ready
+from tests.service.test_live_runs import LIVE, appender
 
 try:
     from playwright.sync_api import expect
@@ -42,13 +46,21 @@ def scalars(steps: range) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def stats() -> bytes:
-    """Every 20 iterations; layer 3's gradient underflows jump to 6 % at iterations 400-420."""
-    return stats_log(
+def stats(iterations: range = range(0, 1000, 20), activation: bool = False) -> bytes:
+    """Every 20 iterations; layer 3's gradient underflows jump to 6 % at iterations 400-420. With `activation`,
+    activation underflows% too, whose jump there (3 %) is layer 1's."""
+    points = [
         (f"{layer}_gradient_underflows%", it, 6.0 if (k == 2 and 400 <= it <= 420) else 0.05 + 0.01 * k)
-        for it in range(0, 1000, 20)
+        for it in iterations
         for k, layer in enumerate(LAYERS)
-    )
+    ]
+    if activation:
+        points += [
+            (f"{layer}_activation_underflows%", it, 3.0 if (k == 0 and 400 <= it <= 420) else 0.02 + 0.01 * k)
+            for it in iterations
+            for k, layer in enumerate(LAYERS)
+        ]
+    return stats_log(points)
 
 
 def upload(live_server: LiveServer, name: str, members: dict[str, bytes]) -> dict:
@@ -68,8 +80,18 @@ def upload(live_server: LiveServer, name: str, members: dict[str, bytes]) -> dic
         return wait_ready(client, response.json()["id"])
 
 
-def logs() -> dict[str, bytes]:
-    return {stats_relpath(0): stats(), meta_relpath(0): metadata_log(dict.fromkeys(LAYERS, "fp8"))}
+def logs(activation: bool = False) -> dict[str, bytes]:
+    return {
+        stats_relpath(0): stats(activation=activation),
+        meta_relpath(0): metadata_log(dict.fromkeys(LAYERS, "fp8")),
+    }
+
+
+def hover_loss_at(page, card, iteration: int, last: int = 995) -> None:
+    """The pointer over the loss chart at `iteration` of an axis 0..`last`."""
+    box = card.locator("[data-scalar=loss] rect.overlay").bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] * iteration / last, box["y"] + box["height"] / 2)
 
 
 def test_a_finished_run_draws_its_curves_on_the_statistics_axis(page, live_server: LiveServer, shot) -> None:
@@ -88,10 +110,7 @@ def test_a_finished_run_draws_its_curves_on_the_statistics_axis(page, live_serve
     page.wait_for_timeout(200)
     shot(card, "run-curves")
 
-    overlay = card.locator("[data-scalar=loss] rect.overlay")
-    box = overlay.bounding_box()
-    assert box is not None
-    page.mouse.move(box["x"] + box["width"] * 410 / 995, box["y"] + box["height"] / 2)  # iteration ~410
+    hover_loss_at(page, card, 410)
 
     readout = page.locator("#run-curves-readout")
     expect(readout).to_have_attribute("data-iteration", re.compile(r"^4[01]\d$"))
@@ -108,6 +127,39 @@ def test_a_finished_run_draws_its_curves_on_the_statistics_axis(page, live_serve
     page.select_option("#run-curves-smooth", "0.9")  # smoothing is kept in the URL
     expect(page).to_have_url(re.compile(r"smooth=0\.9"))
     expect(card.locator("[data-scalar=loss] .series-raw")).to_have_count(1)
+
+
+def test_the_read_out_follows_the_heatmaps_selection(page, live_server: LiveServer, shot) -> None:
+    """Another tensor in the heatmap: the ticks and the read-out (without another hover) are of that series; a
+    layer picked in the heatmap (a click on its row) is read out too."""
+    run = upload(live_server, "curves-follow", {**logs(activation=True), "scalars.jsonl": scalars(range(0, 1000, 5))})
+    page.goto(f"{live_server.url}/#/runs/{run['id']}?tensor=gradient&stat=underflows%25")
+    card = page.locator("#run-curves")
+    expect(card.locator("#run-curves-charts")).to_have_attribute("data-scalars", "loss grad_norm lr", timeout=60_000)
+    canvas = page.locator("#heatmap-canvas")
+    expect(canvas).to_have_attribute("data-tensor", "gradient", timeout=30_000)
+    card.scroll_into_view_if_needed()
+    hover_loss_at(page, card, 410)
+    readout = page.locator("#run-curves-readout")
+    expect(readout).to_have_attribute("data-worst-layer", LAYERS[2])
+    expect(readout).to_contain_text("FP8 gradient underflows%")
+
+    page.select_option("#heatmap-tensor", "activation")
+    expect(canvas).to_have_attribute("data-tensor", "activation")
+    expect(readout).to_contain_text("FP8 activation underflows%")  # the pointer has not moved
+    expect(readout).to_have_attribute("data-worst-layer", LAYERS[0])  # activation's jump is layer 1's
+    expect(card.locator("#run-curves-note")).to_contain_text("heatmap columns of activation underflows%")
+    iteration = int(readout.get_attribute("data-iteration") or "-1")
+    assert 400 <= iteration <= 420
+
+    top, row_h = (float(canvas.get_attribute(k) or "nan") for k in ("data-top", "data-row-height"))
+    width = float(canvas.evaluate("(c) => c.clientWidth"))
+    canvas.click(position={"x": width / 2, "y": top + 1.5 * row_h})  # the second row: LAYERS[1]
+    expect(readout).to_have_attribute("data-layer", LAYERS[1])
+    expect(readout.locator(".run-curves-layer")).to_contain_text(LAYERS[1])
+    expect(readout.locator(".run-curves-layer")).to_contain_text("0.03")
+    card.scroll_into_view_if_needed()
+    shot(card, "run-curves-follow")
 
 
 def test_a_run_without_scalars_says_so_and_draws_no_chart(page, live_server: LiveServer, shot) -> None:
@@ -132,6 +184,45 @@ def test_a_refused_scalars_file_says_why(page, live_server: LiveServer, shot) ->
     expect(empty).to_contain_text("ScalarsUnreadable")
     expect(page.locator("#run-curves svg")).to_have_count(0)
     shot(page.locator("#run-curves"), "run-curves-refused")
+
+
+def test_the_live_page_draws_the_curves_card_as_pieces_arrive(page, live_server: LiveServer, shot) -> None:
+    """The live page has the finished run's Training curves card (no other scalar charts): it grows with the
+    scalars and the statistics received, and its read-out follows the live heatmap's series."""
+    with live_server.api() as client:
+        run = client.post(LIVE, json={"name": "live-curves", "project": "bt-curves"}).json()
+        send = appender(client, run["id"])
+        send(meta_relpath(0), metadata_log(dict.fromkeys(LAYERS, "fp8")))
+        send(stats_relpath(0), stats(range(0, 500, 20), activation=True))
+        send("scalars.jsonl", scalars(range(0, 500, 5)))
+
+        page.goto(f"{live_server.url}/#/runs/{run['id']}")
+        card = page.locator("#run-curves")
+        expect(card.locator("#run-curves-charts")).to_have_attribute(
+            "data-scalars", "loss grad_norm lr", timeout=30_000
+        )
+        expect(card).to_have_attribute("data-records", "100")
+        expect(card.locator("[data-scalar=loss] .chart-marks line")).to_have_count(25)  # iterations 0-480
+        expect(page.locator("#live-scalars-card")).to_have_count(0)  # the card replaces the simple charts
+        card.scroll_into_view_if_needed()
+        hover_loss_at(page, card, 410, last=495)
+        readout = page.locator("#run-curves-readout")
+        expect(readout).to_have_attribute("data-worst-layer", LAYERS[2])
+        page.evaluate("window.__sameDocument = true")  # gone if the page reloads
+
+        send(stats_relpath(0), stats(range(500, 1000, 20), activation=True))
+        send("scalars.jsonl", scalars(range(500, 1000, 5)))
+        expect(card).to_have_attribute("data-records", "200", timeout=30_000)
+        expect(card.locator("[data-scalar=loss] .chart-marks line")).to_have_count(50, timeout=30_000)
+        expect(card.locator("#run-curves-note")).to_contain_text("200 records")
+        expect(readout).to_have_attribute("data-worst-layer", LAYERS[2])  # the read-out stays where it was
+
+        page.select_option("#live-heatmap-tensor", "activation")
+        expect(readout).to_contain_text("FP8 activation underflows%")
+        expect(readout).to_have_attribute("data-worst-layer", LAYERS[0])
+        assert page.evaluate("window.__sameDocument === true"), "the page reloaded"
+        card.scroll_into_view_if_needed()
+        shot(card, "live-run-curves")
 
 
 def test_the_live_page_has_the_notes_card(page, live_server: LiveServer, shot) -> None:

@@ -209,3 +209,25 @@ export function lineChart({ series, guides = [], width, height = 300, xLabel, yL
   wrap.cursorAt = (x) => (x === null || !allX.length ? hide() : show(nearest(x), false));
   return wrap;
 }
+
+/* Calls redraw() when the width of `el` has changed by more than `min` px and then held still for `ms` (a window
+ * dragged wider redraws once, not on every frame); stops when the view is left. */
+export function redrawOnResize(ctx, el, redraw, { ms = 150, min = 8 } = {}) {
+  let width = el.clientWidth;
+  let timer = null;
+  const observer = new ResizeObserver(() => {
+    if (Math.abs(el.clientWidth - width) <= min) return;
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      timer = null;
+      if (!ctx.alive()) return;
+      width = el.clientWidth;
+      redraw();
+    }, ms);
+  });
+  observer.observe(el);
+  ctx.onLeave(() => {
+    observer.disconnect();
+    clearTimeout(timer);
+  });
+}

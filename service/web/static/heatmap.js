@@ -26,7 +26,9 @@ export function focusOf(analysis) {
   return null;
 }
 
-export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
+/* onLayer(layer): a row was picked; onSeries({tensor, stat, rank, sublayer}): the series each load shows (the
+ * training curves' read-out follows it). */
+export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer, onSeries = null) {
   const statsByTensor = new Map();
   for (const layer of layersInfo || []) {
     for (const st of layer.stats || []) {
@@ -90,6 +92,7 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer) {
   async function load() {
     // the URL keeps what differs from what this run opens on (its worst finding's series)
     state.set({ tensor: view.tensor === defaultTensor ? "" : view.tensor, stat: view.stat === defaultStat ? "" : view.stat, rank: view.rank, sublayer: view.sublayer });
+    if (onSeries) onSeries({ tensor: view.tensor, stat: view.stat, rank: view.rank, sublayer: view.sublayer });
     openPng.href = `${API}/runs/${run.id}/heatmap.png${qs(params())}`;
     openSvg.href = `${API}/runs/${run.id}/heatmap.svg${qs(params())}`;
     const mine = ++token;

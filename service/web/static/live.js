@@ -1,10 +1,11 @@
 // Live run page (#/runs/<id> while the run's status is `live`): the heatmap growing as the training job's
-// statistics arrive, scale factors (scale_inv_min / _max) per layer over the iterations, the training scalars
-// (loss, grad_norm, ...), a timeline of early-warning events and the alerts sent for them, and the run's notes and
-// tags (notes.js: editable while it trains, as on the finished run's page).
+// statistics arrive, scale factors (scale_inv_min / _max) per layer over the iterations, the training curves
+// (run_curves.js, the finished run's card: loss, grad_norm, ... on the statistics' iterations, its read-out following
+// the heatmap's tensor and stat), a timeline of early-warning events and the alerts sent for them, and the run's
+// notes and tags (notes.js: editable while it trains, as on the finished run's page).
 //
 // Polling (every POLL_MS): GET /live/runs/<id>?after=<last event id> gives the status, the received file sizes and
-// the new events; the heatmap, scale and scalar charts are fetched again only when a file they read has grown
+// the new events; the heatmap, scale and curves cards are fetched again only when a file they read has grown
 // (the server answers an unchanged live heatmap from memory anyway), the timeline's page when new events came.
 // The timeline pages through every event (story.js). When the run leaves `live` (finalized) the page re-routes
 // to the normal run page, which keeps the scalars and the timeline (story.js's card).
@@ -20,8 +21,9 @@ import { route, setTitle } from "./router.js";
 import { colorAt, sizedCanvas } from "./heatmap_draw.js";
 import { lineChart } from "./chart.js";
 import { TENSORS } from "./constants.js";
-import { LINE_COLORS, eventTimeline, scalarCharts } from "./story.js";
+import { LINE_COLORS, eventTimeline } from "./story.js";
 import { notesCard } from "./notes.js";
+import { curvesCard } from "./run_curves.js";
 
 const POLL_MS = 2000;
 const CELLS = 400; // heatmap columns asked for (the server averages more iterations into them)
@@ -47,9 +49,9 @@ export async function liveView(ctx, run, state) {
   setTitle(`${runLabel(run)} (live)`);
   const updated = h("span", { class: "muted small live-updated", id: "live-updated", "aria-live": "polite" }, "connecting…");
   const figures = h("div", { class: "figures", id: "live-figures" });
-  const heat = heatmapPanel(ctx, run, state);
+  const curves = curvesCard(ctx, run, state, { live: true });
+  const heat = heatmapPanel(ctx, run, state, curves.follow);
   const scale = scalePanel(ctx, run, state);
-  const scalars = scalarsPanel(ctx, run);
   const timeline = timelinePanel(ctx, run);
   replace(view,
     h("div", { class: "page-head" },
@@ -62,7 +64,7 @@ export async function liveView(ctx, run, state) {
           h("span", { class: "muted small", title: run.created_at }, `started ${fmtDate(run.created_at)}`), " · ", updated))),
     h("div", { class: "alert alert-info", role: "status" }, h("span", { class: "live-dot", "aria-hidden": "true" }),
       " Training in progress: this page follows the statistics as they arrive. The analysis and the recommendation come once the run is finalized."),
-    figures, notesCard(ctx, run), heat.card, scale.card, scalars.card, timeline.card);
+    figures, notesCard(ctx, run), heat.card, curves.el, scale.card, timeline.card);
 
   let after = 0;
   let timelineLoaded = false;
@@ -82,15 +84,11 @@ export async function liveView(ctx, run, state) {
       }
       const signature = statsSignature(live.files);
       const grown = signature !== lastStats;
-      if (grown) {
-        lastStats = signature;
-        await Promise.all([heat.load(), scale.load()]);
-      }
       const size = scalarsSize(live.files);
-      if (size !== lastScalars) {
-        lastScalars = size;
-        await scalars.load();
-      }
+      const more = size !== lastScalars;
+      [lastStats, lastScalars] = [signature, size];
+      await Promise.all([grown ? heat.load() : null, grown ? scale.load() : null,
+        grown || more ? curves.refresh({ scalars: more, stats: grown }) : null]);
       await timeline.loadAlerts();
       showFigures(live);
       updated.textContent = `updated ${new Date().toLocaleTimeString()}`;
@@ -115,8 +113,9 @@ export async function liveView(ctx, run, state) {
   await poll();
 }
 
-/* The growing heatmap: heatmap.json of the live run, drawn on a canvas (rows × iteration columns). */
-function heatmapPanel(ctx, run, state) {
+/* The growing heatmap: heatmap.json of the live run, drawn on a canvas (rows × iteration columns).
+ * onSeries({tensor, stat}): another series picked (the curves' read-out follows it). */
+function heatmapPanel(ctx, run, state, onSeries) {
   const canvas = h("canvas", { id: "live-heatmap", class: "heatmap-canvas", role: "img", "aria-label": "Live heatmap" });
   const status = h("div", { class: "heatmap-status" });
   const note = h("p", { class: "muted small", id: "live-heatmap-note" });
@@ -126,11 +125,13 @@ function heatmapPanel(ctx, run, state) {
   const tensorSelect = selectField("Tensor", "live-heatmap-tensor", TENSORS.map((t) => [t, t]), view.tensor, (v) => {
     view.tensor = v;
     toHash(state, "tensor", v, "gradient");
+    onSeries({ ...view });
     load();
   });
   const statSelect = selectField("Stat", "live-heatmap-stat", HEATMAP_STATS.map((x) => [x, x]), view.stat, (v) => {
     view.stat = v;
     toHash(state, "stat", v, "underflows%");
+    onSeries({ ...view });
     load();
   });
   const el = card("Heatmap so far", { id: "live-heatmap-card", actions: [tensorSelect, statSelect],
@@ -258,24 +259,6 @@ function scalePanel(ctx, run, state) {
       replace(body, err instanceof ApiError && err.error === "NoData"
         ? h("p", { class: "muted" }, `No ${view.tensor} ${view.stat} statistics yet.`)
         : errorBox(err, { title: "Scale factors unavailable" }));
-    }
-  }
-  return { card: el, load };
-}
-
-/* Training scalars (scalars.jsonl): one small chart per series. */
-function scalarsPanel(ctx, run) {
-  const body = h("div", { class: "live-scalars", id: "live-scalars" });
-  const el = card("Training scalars", { id: "live-scalars-card",
-    subtitle: "loss, grad_norm, param_norm, lr, tokens/s and memory as the job writes them (watch --scalars)." }, body);
-  async function load() {
-    try {
-      const data = await api(`/live/runs/${run.id}/scalars`, { signal: ctx.signal });
-      const charts = scalarCharts(data, Math.max(420, Math.floor(((body.clientWidth || 900) - 16) / 2)));
-      replace(body, charts || h("p", { class: "muted" }, "No training scalars received (optional: fp8-policy watch --scalars FILE)."));
-    } catch (err) {
-      if (err.name === "AbortError") throw err;
-      replace(body, errorBox(err, { title: "Training scalars unavailable" }));
     }
   }
   return { card: el, load };

@@ -93,8 +93,10 @@ export async function runView(ctx, runId, query) {
   const ingest = ingestCard(run);
   const storySlot = h("div", { id: "live-story-slot" }); // a run streamed live: its events (story.js)
   const analysisPromise = analysisOf(run.id, ctx.signal, Object.keys(thresholds).length ? thresholds : null);
+  const curves = curvesCard(ctx, run, state, { analysisPromise }); // its read-out follows the heatmap (curves.follow)
   replace(view, head, ingestWarning(run, ingest), figures, paramsCard(run), notesCard(ctx, run), settingsForm(run, state, thresholds, options), heatmapSlot,
-    curvesCard(ctx, run, analysisPromise, state), findingsSlot, recSlot, layersSlot, storySlot, ingest);
+    curves.el, findingsSlot, recSlot, layersSlot, storySlot, ingest);
+  curves.refresh();
   storyCard(ctx, run).then((el) => {
     if (el && ctx.alive()) replace(storySlot, el);
   }).catch((err) => {
@@ -105,7 +107,10 @@ export async function runView(ctx, runId, query) {
   let layersApi = null;
   const layersPromise = api(`/runs/${run.id}/layers`, { signal: ctx.signal }).catch(() => null);
   const spreadPromise = rankSpread(run, ctx.signal).catch(() => null);
-  const openLayer = (layer) => layersApi && layersApi.select(layer);
+  const openLayer = (layer) => {
+    if (layersApi) layersApi.select(layer); // puts it in the URL's `layer`, which the curves' read-out names
+    curves.reread();
+  };
 
   analysisPromise.then(async (analysis) => {
     if (!ctx.alive()) return;
@@ -116,14 +121,14 @@ export async function runView(ctx, runId, query) {
     findingsSlot.replaceWith(findingsCard(analysis, openLayer));
     const [layersInfo, spread] = await Promise.all([layersPromise, spreadPromise]);
     if (!ctx.alive()) return;
-    replace(heatmapSlot, heatmapCard(ctx, run, analysis, layersInfo, state, openLayer));
+    replace(heatmapSlot, heatmapCard(ctx, run, analysis, layersInfo, state, openLayer, curves.follow));
     layersApi = layersCard(ctx, run, analysis, layersInfo, state, spread);
     layersSlot.replaceWith(layersApi.el);
   }).catch((err) => {
     if (err.name === "AbortError" || !ctx.alive()) return;
     replace(findingsSlot.querySelector(".card-body"), errorBox(err, { title: "Analysis failed" }));
     replace(layersSlot.querySelector(".card-body"), errorBox(err));
-    layersPromise.then((layersInfo) => replace(heatmapSlot, heatmapCard(ctx, run, null, layersInfo, state, null)));
+    layersPromise.then((layersInfo) => replace(heatmapSlot, heatmapCard(ctx, run, null, layersInfo, state, null, curves.follow)));
   });
 
   recommendationCard(ctx, run, state, overrides).then((el) => {

@@ -1,6 +1,6 @@
-// A live run's story, while it trains (live.js) and after it is finalized (the run page, run.js): the charts of the
-// training scalars it streams (loss, grad_norm, ...; live.js) and its timeline of early-warning events with the
-// alerts sent for them. A finished run's scalars are drawn by run_curves.js.
+// A live run's story, while it trains (live.js) and after it is finalized (the run page, run.js): its timeline of
+// early-warning events with the alerts sent for them. Its training scalars are drawn by run_curves.js on both pages;
+// the scalar names and line colours shared by the charts are here.
 //
 // The timeline pages through every event (GET /live/runs/<id>/events?before=<id>&limit=N, newest first): Newer /
 // Older move a page, the range says which events of how many are shown. Each event stands for one (layer, kind)
@@ -10,21 +10,10 @@ import { h, replace } from "./dom.js";
 import { api, errorBox, ApiError } from "./api.js";
 import { fmtInt, fmtDate, plural } from "./format.js";
 import { card, sevBadge } from "./widgets.js";
-import { lineChart } from "./chart.js";
 
 export const SCALARS = ["loss", "grad_norm", "param_norm", "lr", "tokens_per_s", "mem_gb"];
 export const LINE_COLORS = ["#2563eb", "#9333ea", "#0d9488", "#e16f24", "#cf222e", "#6e7781", "#1a7f37", "#b08800"];
 export const EVENTS_PAGE = 25;
-
-/* One small chart per scalar series of GET /live/runs/<id>/scalars; null when there is none. */
-export function scalarCharts(data, width) {
-  const names = SCALARS.filter((k) => data.series[k]);
-  if (!names.length) return null;
-  return names.map((k, i) => h("div", { class: "live-scalar", dataset: { scalar: k } },
-    lineChart({ series: [{ label: k, color: LINE_COLORS[i % LINE_COLORS.length],
-      points: data.series[k].steps.map((st, j) => [st, data.series[k].values[j]]) }],
-    width, height: 200, xLabel: "step", yLabel: k, title: k })));
-}
 
 function eventItem(e) {
   const members = (e.detail && e.detail.members) || [];
