@@ -8,8 +8,10 @@ knowledge of runs; those live in `client.py`.
 
 from __future__ import annotations
 
+import email.utils
 import os
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +54,24 @@ def error_from_response(response: httpx.Response) -> ApiError:
         error = f"HTTP{status}"
         detail = (response.text or response.reason_phrase or "").strip()[:300] or f"HTTP {status}"
     cls = _ERRORS_BY_STATUS.get(status, ApiError)
-    return cls(status, error, detail)
+    return cls(status, error, detail, retry_after=retry_after(response.headers.get("retry-after")))
+
+
+def retry_after(value: str | None) -> float | None:
+    """The seconds a Retry-After header asks to wait: delay-seconds or an HTTP-date (RFC 9110, section 10.2.3);
+    None without a header or with one that is neither."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC, as every HTTP-date is
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def json_object(response: httpx.Response) -> dict[str, Any]:

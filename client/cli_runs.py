@@ -56,7 +56,13 @@ def run_summary(run: dict[str, Any]) -> str:
 @click.option("--tags", help="Comma-separated tags, e.g. nightly,h100.")
 @click.option("--metadata", callback=parse_metadata, help='JSON object or @file: {"hidden_size": 1280, "gpu": "h100"}.')
 @click.option("--wait", "wait_", is_flag=True, help="Wait until the run is ready (exit 2 if ingest fails).")
-@click.option("--timeout", default=600.0, show_default=True, help="Seconds --wait waits.")
+@click.option(
+    "--timeout",
+    default=600.0,
+    show_default=True,
+    help="Seconds --wait waits: for the run, and before that for a service answering 503 with Retry-After "
+    "(starting, or busy), whose upload it sends again after the pause asked for.",
+)
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
 @click.option(
     "--scalars",
@@ -85,7 +91,14 @@ def upload(
         raise click.UsageError("--scalars goes with a log directory; put scalars.jsonl into your archive instead")
     with connect(url, token) as client:
         run = client.upload(
-            path, name=name, project=project, tags=tags, metadata=metadata, progress=progress, scalars=scalars
+            path,
+            name=name,
+            project=project,
+            tags=tags,
+            metadata=metadata,
+            progress=progress,
+            scalars=scalars,
+            retry_for=timeout if wait_ else 0.0,
         )
         duplicate_of = run.get("duplicate_of")
         if duplicate_of:

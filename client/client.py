@@ -12,12 +12,12 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeVar, overload
 
 from fp8_policy.client._http import DEFAULT_TIMEOUT, HttpSession, json_object
-from fp8_policy.client.errors import IngestFailed, NotFound, WaitTimeout
+from fp8_policy.client.errors import ApiError, IngestFailed, NotFound, WaitTimeout
 from fp8_policy.client.packing import ProgressReader, StderrBar, pack_directory
 
 RUNS = "/api/v1/runs"
@@ -29,6 +29,8 @@ FORMATS = ("json", "te-yaml", "megatron", "hydra", "torchao", "te-monitor")
 # Seams for tests (monkeypatch these, not the time module).
 _clock = time.monotonic
 _sleep = time.sleep
+MIN_RETRY_PAUSE = 0.2  # seconds between two tries at least, whatever Retry-After says
+T = TypeVar("T")
 
 
 class _Unset:
@@ -39,6 +41,19 @@ class _Unset:
 
 
 UNSET = _Unset()
+
+
+def _retrying(call: Callable[[], T], deadline: float) -> T:
+    """`call()`, made again after the pause a retryable ApiError (503 with Retry-After) asks for, until the
+    `_clock()` reaches `deadline`; then that error is raised."""
+    while True:
+        try:
+            return call()
+        except ApiError as exc:
+            remaining = deadline - _clock()
+            if not exc.retryable or remaining <= 0:
+                raise
+            _sleep(min(max(exc.retry_after or 0.0, MIN_RETRY_PAUSE), remaining))
 
 
 def backoff_delays(initial: float = 0.2, maximum: float = 2.0, factor: float = 2.0) -> Iterator[float]:
@@ -85,6 +100,7 @@ class PolicyClient:
         metadata: Mapping[str, Any] | None = None,
         progress: bool | None = None,
         scalars: str | Path | None = None,
+        retry_for: float = 0.0,
     ) -> dict[str, Any]:
         """Upload a log directory (packed to tar.gz on the fly, logs only) or one file as is; returns the run.
 
@@ -92,6 +108,8 @@ class PolicyClient:
         "lr", ...}): the file `scalars` names, else `path/scalars.jsonl` when present; the run page draws them.
         `progress=None` draws a bar on stderr only when stderr is a terminal. The run comes back `queued`
         (new) or in whatever state the existing run with the same bytes in the same project is.
+        For `retry_for` seconds, a 503 with Retry-After (the service starting, or busy) is sent again after the
+        pause it asks for (the directory packed again); 0 raises it at once.
         """
         path = Path(path)
         if not path.exists():
@@ -101,6 +119,11 @@ class PolicyClient:
         if scalars is not None and not Path(scalars).is_file():
             raise FileNotFoundError(f"{scalars} does not exist")
         fields = _upload_fields(name, project, tags, metadata)
+        return _retrying(lambda: self._upload_once(path, fields, progress, scalars), _clock() + retry_for)
+
+    def _upload_once(
+        self, path: Path, fields: dict[str, str], progress: bool | None, scalars: str | Path | None
+    ) -> dict[str, Any]:
         if path.is_dir():
             body = pack_directory(path, Path(scalars) if scalars is not None else None)
             filename = f"{path.resolve().name or 'logs'}.tar.gz"
@@ -122,11 +145,12 @@ class PolicyClient:
     ) -> dict[str, Any]:
         """Poll the run with exponential backoff until `ready` (returned) or `failed` (IngestFailed).
 
-        Raises WaitTimeout when it is still queued/processing after `timeout` seconds.
+        Raises WaitTimeout when it is still queued/processing after `timeout` seconds; a poll answered 503 with
+        Retry-After (the service restarting, or busy) is made again after that pause, until the same timeout.
         """
         deadline = _clock() + timeout
         for delay in backoff_delays(initial, maximum):
-            run = self.run(run_id)
+            run = _retrying(lambda: self.run(run_id), deadline)
             if run["status"] == "ready":
                 return run
             if run["status"] == "failed":

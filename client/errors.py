@@ -23,11 +23,19 @@ class PolicyError(Exception):
 
 
 class ApiError(PolicyError):
-    """The service answered with an error status; `error` and `detail` are the server's own."""
+    """The service answered with an error status; `error` and `detail` are the server's own, `retry_after` the
+    seconds its Retry-After header asked to wait (None without one)."""
 
-    def __init__(self, status: int, error: str, detail: str) -> None:
+    def __init__(self, status: int, error: str, detail: str, *, retry_after: float | None = None) -> None:
         super().__init__(detail, error=error)
         self.status = status
+        self.retry_after = retry_after
+
+    @property
+    def retryable(self) -> bool:
+        """A 503 with Retry-After: the service says it is unavailable for that long (starting, or busy), not
+        that the request is wrong (RFC 9110, sections 15.6.4 and 10.2.3)."""
+        return self.status == 503 and self.retry_after is not None
 
 
 class NotFound(ApiError):
