@@ -20,8 +20,6 @@ _SCALE = 10_000.0
 _MAX_EXACT = float(1 << 52)  # |v| * 10**4 below this: the product's integer part is exact
 _TIE_MARGIN = 1e-6  # fractional parts within this of 0.5 go to Python
 
-ROW_SLACK = 64  # bytes a row needs besides its prefix: 20-digit iteration, value, separators
-
 
 @numba.njit(nogil=True, cache=True, inline="always")
 def _write_uint(out: np.ndarray, pos: int, value: int) -> int:
@@ -44,7 +42,7 @@ def _write_uint(out: np.ndarray, pos: int, value: int) -> int:
 def write_rows(
     prefix: np.ndarray, iterations: np.ndarray, values: np.ndarray, start: int, stop: int, out: np.ndarray
 ) -> tuple[int, int]:
-    """Rows start..stop-1 into `out` (sized ≥ (stop-start)·(len(prefix)+ROW_SLACK)).
+    """Rows start..stop-1 into `out` (sized ≥ (stop-start)·(len(prefix)+ROW_SLACK), csv_export.py).
 
     Returns (bytes written, -1), or (0, row) for the first row the kernel cannot format exactly.
     """

@@ -16,35 +16,16 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-TABLE_BITS = 16
-TABLE_SIZE = 1 << TABLE_BITS  # open-addressing slots; at most half may be used
-MAX_NAMES = TABLE_SIZE // 2
-ARENA_BYTES = 8 * 1024 * 1024  # name bytes kept for predictions; a name that does not fit is never predicted
+from fp8_policy.policy.name_table import MAX_NAMES, TABLE_SIZE, NameTable
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 
 
-class NameTable:
-    """The arrays of one rank's table (counter[0]: ids handed out, counter[1]: arena bytes used)."""
-
-    def __init__(self) -> None:
-        self.keys = np.zeros(TABLE_SIZE, dtype=np.uint64)
-        self.lengths = np.zeros(TABLE_SIZE, dtype=np.int64)
-        self.ids = np.full(TABLE_SIZE, -1, dtype=np.int64)
-        self.counter = np.zeros(2, dtype=np.int64)
-        self.arena = np.empty(ARENA_BYTES, dtype=np.uint8)
-        self.arena_off = np.full(MAX_NAMES, -1, dtype=np.int64)
-        self.sid_len = np.zeros(MAX_NAMES, dtype=np.int64)
-
-    @property
-    def arrays(self) -> tuple[np.ndarray, ...]:
-        return self.keys, self.lengths, self.ids, self.counter, self.arena, self.arena_off, self.sid_len
-
-    def id_for(self, name: np.ndarray) -> int:
-        """Series id of `name` (uint8 bytes), inserting it when new; -1 when the table is full."""
-        h = np.uint64(hash_name(name, 0, name.shape[0]))
-        return int(lookup_or_insert(*self.arrays, h, name, 0, name.shape[0]))
+def id_for(table: NameTable, name: np.ndarray) -> int:
+    """Series id of `name` (uint8 bytes) in `table`, inserting it when new; -1 when the table is full."""
+    h = np.uint64(hash_name(name, 0, name.shape[0]))
+    return int(lookup_or_insert(*table.arrays, h, name, 0, name.shape[0]))
 
 
 @numba.njit(nogil=True, cache=True, inline="always")

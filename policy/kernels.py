@@ -136,11 +136,11 @@ def twin(name: str) -> types.ModuleType:
 
 
 def name_id(table: Any, name: np.ndarray) -> int:
-    """`NameTable.id_for(table, name)` (policy/_name_kernel.py) with the kernels in use."""
+    """`id_for(table, name)` (policy/_name_kernel.py) with the kernels in use."""
     if _use_compiled():
-        return int(table.id_for(name))
+        return int(importlib.import_module(f"{_PACKAGE}._name_kernel").id_for(table, name))
     with np.errstate(over="ignore"):
-        return int(twin("_name_kernel").NameTable.id_for(table, name))
+        return int(twin("_name_kernel").id_for(table, name))
 
 
 class _NoJit(types.ModuleType):

@@ -37,7 +37,7 @@ from typing import TypeVar
 import numpy as np
 
 from fp8_policy.policy import kernels
-from fp8_policy.policy._name_kernel import MAX_NAMES, NameTable
+from fp8_policy.policy.name_table import MAX_NAMES, NameTable
 from fp8_policy.policy.stats_blocks import DEFAULT_BLOCK_BYTES, DEFAULT_MAX_LINE_BYTES, ByteStream, read_blocks, recycle
 from fp8_policy.policy.stats_scan import Grouped, Scratch, Staging, give_back, scan
 

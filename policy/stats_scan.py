@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from fp8_policy.policy import kernels
-from fp8_policy.policy._name_kernel import MAX_NAMES, NameTable
 from fp8_policy.policy.buffer_pool import FreeList
+from fp8_policy.policy.name_table import MAX_NAMES, NameTable
 from fp8_policy.policy.stats_blocks import _READ_BUFFERS, DEFAULT_BLOCK_BYTES, DEFAULT_MAX_LINE_BYTES
 
 kernel = kernels.stats  # compiled once loaded in this process, interpreted before (policy/kernels.py)

@@ -42,6 +42,7 @@ def exercise_kernels() -> None:
     from fp8_policy.policy import csv_export
     from fp8_policy.policy.assemble import assemble_run
     from fp8_policy.policy.metadata_log import MetadataLog
+    from fp8_policy.policy.name_table import NameTable
     from fp8_policy.policy.stats_log import StatsLogParser
 
     line = b"2026-01-01 00:00:00,000 - INFO - model.l_gradient_mse \t\t\t\t iteration=000000 \t\t\t\t value=0.0000\n"
@@ -49,6 +50,9 @@ def exercise_kernels() -> None:
     parser.feed(io.BytesIO(line * 2), "warm-up")
     # only reached past an over-long line: uncompiled, it left cache_complete() False and every start compiling
     kernels.stats.find_newline(np.frombuffer(line, dtype=np.uint8).copy(), 0, len(line))
+    # the same for the name table's own entry point (names.id_for): scan_block loaded from the cache does not
+    # compile the dispatchers it calls, so after an edit of _name_kernel.py its index was never written again
+    kernels.name_id(NameTable(), np.frombuffer(b"model.l_gradient_mse", dtype=np.uint8).copy())
     assemble_run({0: parser.finish()}, MetadataLog())
     prefix = csv_export.row_prefix("long", 0, "model.l", "gradient", None, "mse")
     b"".join(csv_export.series_rows(prefix, np.arange(2, dtype=np.int64), np.zeros(2)))
