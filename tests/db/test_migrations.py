@@ -4,6 +4,8 @@ and upgrade -> downgrade base -> upgrade works on a fresh database.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Column, Engine, Integer, MetaData, String, inspect, text
 
 from fp8_policy.db.base import Base
-from fp8_policy.db.migrate import alembic_config, downgrade, upgrade
+from fp8_policy.db.migrate import alembic_config, at_head, downgrade, script_head, upgrade
 from fp8_policy.db.session import create_db_engine
 
 TABLES = {
@@ -129,3 +131,47 @@ def test_upgrade_twice_is_a_no_op(fresh_url: str, fresh_engine: Engine) -> None:
     with fresh_engine.connect() as connection:
         assert connection.execute(text("SELECT count(*) FROM runs")).scalar_one() == 1
     assert current_revision(fresh_engine) == head_revision()
+
+
+# --- the upgrade's at-head check (db/migrate.py: no Alembic import when there is nothing to do) ---------------
+def test_script_head_reads_the_head_alembic_finds() -> None:
+    assert script_head() == head_revision()
+
+
+def test_at_head_only_at_the_head(fresh_url: str, fresh_engine: Engine) -> None:
+    assert not at_head(fresh_url)  # empty: no version table
+    upgrade(fresh_url)
+    assert at_head(fresh_url)
+    downgrade(fresh_url, "-1")
+    assert not at_head(fresh_url)
+    upgrade(fresh_url)  # the check must not take "one behind" for "at head"
+    assert current_revision(fresh_engine) == head_revision()
+    assert drift(fresh_engine, Base.metadata) == []
+
+
+def _versions(tmp_path: Path, files: dict[str, str]) -> Path:
+    (tmp_path / "versions").mkdir(parents=True)
+    for name, source in files.items():
+        (tmp_path / "versions" / name).write_text(source)
+    return tmp_path
+
+
+def test_script_head_gives_no_answer_where_alembic_must_decide(tmp_path: Path) -> None:
+    chain = {"a.py": 'revision = "a"\ndown_revision = None\n', "b.py": 'revision: str = "b"\ndown_revision = "a"\n'}
+    assert script_head(_versions(tmp_path / "chain", chain)) == "b"
+    two_heads = {**chain, "c.py": 'revision = "c"\ndown_revision = "a"\n'}
+    assert script_head(_versions(tmp_path / "two", two_heads)) is None
+    merge = {**two_heads, "d.py": 'revision = "d"\ndown_revision = ("b", "c")\n'}
+    assert script_head(_versions(tmp_path / "merge", merge)) is None
+    missing_parent = {"b.py": 'revision = "b"\ndown_revision = "a"\n'}
+    assert script_head(_versions(tmp_path / "missing", missing_parent)) is None
+
+
+def test_an_upgrade_at_head_does_not_import_alembic(fresh_url: str) -> None:
+    upgrade(fresh_url)
+    probe = (
+        "import sys; from fp8_policy.db.migrate import upgrade; "
+        f"upgrade({fresh_url!r}); print('alembic' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
