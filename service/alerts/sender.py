@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import TYPE_CHECKING
 
-import httpx
 from sqlalchemy.orm import Session, sessionmaker
 
 from fp8_policy.db.alerts import AlertRepository, ClaimedDelivery
@@ -21,6 +21,9 @@ from fp8_policy.db.repositories import RunRepository
 from fp8_policy.db.session import session_scope
 from fp8_policy.service.alerts.payload import body
 from fp8_policy.service.alerts.targets import RefusedTarget, Resolver, pinned, system_resolver
+
+if TYPE_CHECKING:  # imported with the first delivery, not when the service starts (issue 21)
+    import httpx
 
 log = logging.getLogger("fp8_policy.alerts")
 BACKOFF_SECONDS = (1.0, 2.0, 4.0, 8.0, 16.0)
@@ -44,13 +47,9 @@ class AlertSender:
         self.dashboard_url = dashboard_url
         self.allow_private = allow_private  # FP8_POLICY_WEBHOOK_ALLOW_PRIVATE (service/alerts/targets.py)
         self.resolver = resolver
-        # No redirects: a 3xx would lead the request to a target that was never checked.
-        self._http = httpx.Client(
-            timeout=TIMEOUT_SECONDS,
-            transport=transport,
-            headers={"User-Agent": "fp8-policy-alerts"},
-            follow_redirects=False,
-        )
+        self._transport = transport
+        self._http: httpx.Client | None = None  # made by the first delivery (`_client`)
+        self._http_lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="alerts", daemon=True)
@@ -63,7 +62,23 @@ class AlertSender:
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=TIMEOUT_SECONDS + 5)
-        self._http.close()
+        with self._http_lock:
+            if self._http is not None:
+                self._http.close()
+
+    def _client(self) -> httpx.Client:
+        with self._http_lock:
+            if self._http is None:
+                import httpx
+
+                # No redirects: a 3xx would lead the request to a target that was never checked.
+                self._http = httpx.Client(
+                    timeout=TIMEOUT_SECONDS,
+                    transport=self._transport,
+                    headers={"User-Agent": "fp8-policy-alerts"},
+                    follow_redirects=False,
+                )
+            return self._http
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -113,9 +128,11 @@ class AlertSender:
         target = pinned(delivery.webhook_url, allow_private=self.allow_private, resolver=self.resolver)
         run = self._run(delivery.event.get("run_id"))
         payload = body(delivery.format or "json", delivery.event, run, self.dashboard_url)
-        response = self._http.post(target.url, json=payload, headers=target.headers, extensions=target.extensions)
+        response = self._client().post(target.url, json=payload, headers=target.headers, extensions=target.extensions)
         if response.is_success:
             return True, None
+        import httpx
+
         return False, f"HTTP {response.status_code} {httpx.codes.get_reason_phrase(response.status_code)}".rstrip()
 
     def _run(self, run_id: object) -> dict[str, object] | None:
@@ -129,6 +146,8 @@ class AlertSender:
 def _describe(exc: Exception) -> str:
     """A failed attempt for the alert log: the kind of failure, never the exception's text (httpx's messages can
     quote the webhook URL, whose path is often its secret, and the log is readable by every read token)."""
+    import httpx
+
     if isinstance(exc, httpx.TimeoutException):
         what = f"no answer within {TIMEOUT_SECONDS:g} s"
     elif isinstance(exc, httpx.ConnectError | OSError):

@@ -27,12 +27,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from fp8_policy.service import limits
 from fp8_policy.service.errors import InvalidWebhook
+
+if TYPE_CHECKING:  # httpx is imported where a webhook is parsed, not when the service starts (issue 21)
+    import httpx
 
 MAX_URL_CHARS = 2000
 ALLOW_PRIVATE_HINT = "set FP8_POLICY_WEBHOOK_ALLOW_PRIVATE=1 on the service to allow loopback and private targets"
@@ -54,6 +55,8 @@ class RefusedTarget(Exception):
 def parse_webhook(url: str, *, allow_private: bool) -> httpx.URL:
     """The webhook URL as the sender will use it, or 400 `InvalidWebhook`: http(s), a host, a numeric port,
     text within the limits, and not a literal address (or `localhost`) that `address_problem` refuses."""
+    import httpx
+
     limits.check_text("webhook", url, MAX_URL_CHARS, error=InvalidWebhook)
     try:
         parsed = httpx.URL(url)

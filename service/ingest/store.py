@@ -13,8 +13,6 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-import fsspec
-
 if TYPE_CHECKING:
     from fp8_policy.service.settings import Settings
 
@@ -41,6 +39,8 @@ class ArchiveStore:
                 options = {"default_block_size": READ_BLOCK_BYTES, "default_cache_type": "readahead"}
                 if s3_endpoint_url:
                     options["client_kwargs"] = {"endpoint_url": s3_endpoint_url}
+            import fsspec  # only for a remote store: a local one never loads it (service start-up, issue 21)
+
             self.fs, self.root_path = fsspec.core.url_to_fs(self.url, **options)
 
     def describe(self, key: str) -> str:

@@ -8,6 +8,7 @@ and thresholds, so a repeated render costs the query, the matrix and the drawing
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
@@ -15,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from matplotlib.colors import to_hex
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.codec import decode_iterations, decode_values
@@ -42,8 +42,8 @@ from fp8_policy.service.analysis.summary import view_analysis
 from fp8_policy.service.errors import ImageTooLarge, InvalidParameter, NoData, UnknownFormat
 from fp8_policy.service.runs.actions import get_ready_run
 from fp8_policy.service.visual.job import Rendered, RenderJob, render_job
+from fp8_policy.service.visual.panel import MEDIA_TYPES, Panel, Style, fit_columns
 from fp8_policy.service.visual.params import HeatmapParams, parse_heatmap_params
-from fp8_policy.service.visual.render import MEDIA_TYPES, Panel, Style, colormap, fit_columns
 
 _SKIP_CACHE: OrderedDict[tuple[object, ...], Recommended] = OrderedDict()
 _SKIP_CACHE_SIZE = 128
@@ -148,7 +148,7 @@ def layout_body(
             "extent_px": list(geometry.extent_px(0)),
         },
         "cells": cell_values(matrix, cell_columns) if cell_columns else None,
-        "colormap": colormap_stops(),
+        "colormap": list(colormap_stops()),
     }
 
 
@@ -214,9 +214,16 @@ def cell_values(matrix: HeatmapMatrix, columns: int) -> dict[str, Any]:
     return {"first": starts, "last": ends, "values": rows}
 
 
-def colormap_stops(count: int = 33) -> list[str]:
-    """The image's colour map (`render.colormap`) sampled at `count` evenly spaced points, as #rrggbb."""
-    return [to_hex(c) for c in colormap()(np.linspace(0.0, 1.0, count))]
+@functools.cache
+def colormap_stops(count: int = 33) -> tuple[str, ...]:
+    """The image's colour map (`render.colormap`) sampled at `count` evenly spaced points, as #rrggbb.
+
+    Imports matplotlib on the first call (a heatmap view), not when the service starts (service/visual/panel.py)."""
+    from matplotlib.colors import to_hex
+
+    from fp8_policy.service.visual.render import colormap
+
+    return tuple(to_hex(c) for c in colormap()(np.linspace(0.0, 1.0, count)))
 
 
 def build_panel(session: Session, run: Run, params: HeatmapParams, *, title: str | None = None) -> Panel:

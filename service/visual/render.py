@@ -26,12 +26,11 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from fp8_policy.policy.heatmap import HeatmapGeometry, HeatmapMatrix, HeatSummary  # noqa: E402
 from fp8_policy.service.visual import legend  # noqa: E402
-from fp8_policy.service.visual.panel import Panel, Style  # noqa: E402
+from fp8_policy.service.visual.panel import MEDIA_TYPES, Panel, Style, fit_columns  # noqa: E402
 from fp8_policy.service.visual.style import BF16_EDGE, BF16_FACE, BOX, GROUP, MARK, NO_DATA, SKIP, TEXT_MUTED, rc  # noqa: E402
 
 __all__ = ["MEDIA_TYPES", "Panel", "Style", "colormap", "render"]
 
-MEDIA_TYPES = {"png": "image/png", "svg": "image/svg+xml"}
 _LOCK = threading.Lock()  # rc_context is process-global; renders are serialized (each takes well under 1 s)
 
 
@@ -98,27 +97,6 @@ def _draw_panel(
         va="top",
         linespacing=1.5,
     )
-
-
-def fit_columns(values: np.ndarray, pixels: float) -> tuple[np.ndarray, int]:
-    """Average runs of k columns (NaN-aware) so that no more columns than pixels reach `imshow`.
-
-    Returns the reduced matrix and the number of original columns it spans (a multiple of k; the padding
-    beyond the last column is clipped by the axis limits). k = 1 leaves the matrix as it is.
-    """
-    columns = values.shape[1]
-    k = max(1, int(np.ceil(columns / max(pixels, 1.0))))
-    if k == 1:
-        return values, columns
-    buckets = -(-columns // k)
-    padded = np.full((values.shape[0], buckets * k), np.nan)
-    padded[:, :columns] = values
-    blocks = padded.reshape(values.shape[0], buckets, k)
-    finite = np.isfinite(blocks)
-    counts = finite.sum(axis=2)
-    sums = np.where(finite, blocks, 0.0).sum(axis=2)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(counts > 0, sums / counts, np.nan), buckets * k
 
 
 def _draw_x_axis(ax: Axes, matrix: HeatmapMatrix) -> None:
