@@ -242,3 +242,43 @@ def test_a_comparison_that_cannot_be_made_says_why(page, live_server, seeded_run
     shot(page, "compare-runs-errors-nine")
     page.goto(f"{live_server.url}/#/compare?runs={esm2_runs[0]},{esm2_runs[0]}")
     expect(page.locator("#compare-result .alert-error")).to_contain_text("given more than once")
+
+
+def chart_widths(page) -> dict[str, int]:
+    """The drawn width (the svg's width attribute) of the overlay and of the loss chart."""
+    return page.evaluate(
+        """() => Object.fromEntries(['overlay-chart', 'loss-chart'].map((id) => [id,
+            Number((document.querySelector(`#${id} svg.chart`) || { getAttribute: () => NaN }).getAttribute('width'))]))"""
+    )
+
+
+def test_the_charts_redraw_when_the_window_is_resized(page, live_server, esm2_runs, shot):
+    """Both overlays take the new width of the window, as the run page's charts do, without a reload."""
+    ids = [esm2_runs[6], esm2_runs[7]]  # both uploads carry a loss curve
+    page.set_viewport_size(WIDE)
+    open_compare(page, f"{live_server.url}/#/compare?runs={ids[0]},{ids[1]}")
+    expect(page.locator("#loss-chart path.series")).to_have_count(2)
+    wide = chart_widths(page)
+    assert all(w > 900 for w in wide.values()), wide
+    page.evaluate("window.__sameDocument = true")  # gone if the page reloads
+
+    page.set_viewport_size(NARROW)
+    page.wait_for_function(
+        "(wide) => ['overlay-chart', 'loss-chart'].every((id) => {"
+        " const svg = document.querySelector(`#${id} svg.chart`);"
+        " return svg && Number(svg.getAttribute('width')) < wide[id] - 200; })",
+        arg=wide,
+    )
+    narrow = chart_widths(page)
+    assert all(w <= NARROW["width"] for w in narrow.values()), narrow
+    assert overflow(page) == 0
+    expect(page.locator("#overlay-chart path.series")).to_have_count(2)
+    shot(page, "compare-runs-resized-800")
+
+    page.set_viewport_size(WIDE)  # and back
+    page.wait_for_function(
+        "(wide) => ['overlay-chart', 'loss-chart'].every((id) =>"
+        " Number(document.querySelector(`#${id} svg.chart`).getAttribute('width')) === wide[id])",
+        arg=wide,
+    )
+    assert page.evaluate("window.__sameDocument === true"), "the page reloaded"

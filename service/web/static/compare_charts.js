@@ -2,13 +2,14 @@
 // loss (GET /compare/scalars) of every compared run, one line per run in its colour, on one iteration axis (runs
 // align on the iteration number as logged). A run without the metric has no line and the legend says why.
 //
-// The choice (layer, tensor, stat, scalar, log scale) is kept in the hash, so a link shows the same overlay.
+// The choice (layer, tensor, stat, scalar, log scale) is kept in the hash, so a link shows the same overlay. Both
+// charts take their card's width, and take it again when the window is resized (debounced, as the run page's).
 
 import { h, replace } from "./dom.js";
 import { toNum, fmtInt, plural } from "./format.js";
 import { api, qs, errorBox } from "./api.js";
 import { card, loading, selectField } from "./widgets.js";
-import { lineChart } from "./chart.js";
+import { lineChart, redrawOnResize } from "./chart.js";
 import { SCALARS } from "./story.js";
 import { runStyle, runKey } from "./compare_colors.js";
 
@@ -26,9 +27,22 @@ function legend(data, id) {
   }, runKey(run, i), h("span", { class: "muted small" }, run.missing ? ` — ${run.missing}` : ` · ${plural(run.points, "point")}`))));
 }
 
-function chartInto(frame, data, opts) {
-  const width = Math.max(420, (frame.clientWidth || 900) - 4);
-  replace(frame, lineChart({ series: seriesOf(data), width, height: 320, ...opts }));
+/* The frame a card draws its overlay in: show(data, opts) draws it at the frame's width, and again whenever that
+ * width changes; anything else put in the frame (loading, an error, a sentence) calls clear() first. */
+function chartFrame(ctx, id) {
+  const frame = h("div", { class: "compare-chart", id, "aria-busy": "true" });
+  let draw = null;
+  redrawOnResize(ctx, frame, () => draw && draw());
+  return {
+    frame,
+    show(data, opts) {
+      draw = () => replace(frame, lineChart({ series: seriesOf(data), width: Math.max(420, (frame.clientWidth || 900) - 4), height: 320, ...opts }));
+      draw();
+    },
+    clear() {
+      draw = null;
+    },
+  };
 }
 
 /* Card #compare-overlay: pick a layer, tensor and stat; one line per run. */
@@ -45,7 +59,8 @@ export function overlayCard(ctx, cmp, ids, state, sync) {
     if (!stats.includes(state.stat)) state.stat = stats.includes(focus.stat) ? focus.stat : stats.includes("underflows%") ? "underflows%" : stats[0];
   };
   pickStat();
-  const frame = h("div", { class: "compare-chart", id: "overlay-chart", "aria-busy": "true" });
+  const chart = chartFrame(ctx, "overlay-chart");
+  const { frame } = chart;
   const keys = h("div", { id: "overlay-legend-box" });
   const note = h("p", { class: "muted small", id: "overlay-note" });
   const statField = h("span");
@@ -61,13 +76,14 @@ export function overlayCard(ctx, cmp, ids, state, sync) {
 
   async function load() {
     sync();
+    chart.clear();
     frame.setAttribute("aria-busy", "true");
     replace(frame, loading("Loading series…"));
     try {
       const data = await api(`/compare/series${qs({ runs: ids.join(","), layer: state.layer, tensor: state.tensor, stat: state.stat })}`, { signal: ctx.signal });
       replace(keys, legend(data, "overlay-legend"));
       note.textContent = data.grouped > 1 ? `Each point is the mean of up to ${fmtInt(data.grouped)} consecutive iterations.` : "";
-      chartInto(frame, data, {
+      chart.show(data, {
         xLabel: "iteration", yLabel: `${state.tensor} ${state.stat}`, unit: state.stat.endsWith("%") ? "%" : "", log: state.log,
         title: `${state.tensor} ${state.stat} of ${state.layer}, one line per run`,
       });
@@ -106,13 +122,15 @@ export function overlayCard(ctx, cmp, ids, state, sync) {
 
 /* Card #compare-loss: a training scalar of every run, or an honest "no loss recorded". */
 export function scalarCard(ctx, ids, state, sync) {
-  const frame = h("div", { class: "compare-chart", id: "loss-chart", "aria-busy": "true" });
+  const chart = chartFrame(ctx, "loss-chart");
+  const { frame } = chart;
   const keys = h("div", { id: "loss-legend-box" });
   const picker = h("span");
   if (!SCALARS.includes(state.scalar)) state.scalar = "loss";
 
   async function load() {
     sync();
+    chart.clear();
     frame.setAttribute("aria-busy", "true");
     replace(frame, loading("Loading training scalars…"));
     try {
@@ -132,7 +150,7 @@ export function scalarCard(ctx, ids, state, sync) {
         replace(keys);
         return;
       }
-      chartInto(frame, data, { xLabel: "step", yLabel: state.scalar, title: `${state.scalar}, one line per run` });
+      chart.show(data, { xLabel: "step", yLabel: state.scalar, title: `${state.scalar}, one line per run` });
     } catch (err) {
       if (err.name === "AbortError") throw err;
       replace(frame, errorBox(err, { title: "Training scalars unavailable" }));
