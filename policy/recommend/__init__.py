@@ -36,7 +36,7 @@ from fp8_policy.policy.records import PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format
 from fp8_policy.policy.thresholds import Thresholds
 
-POLICY_VERSION = "2026.11.9"
+POLICY_VERSION = "2026.11.10"
 
 # Run-metadata keys saying the run keeps FP8/FP4 parameters (TE `quantized_model_init`; Megatron
 # `--fp8-param-gather` is `fp8_param_gather` in its arguments): no high-precision weight exists to take stats of.
@@ -158,7 +158,7 @@ def recommend(
             f"Compared with run {effect.previous_run}: no problem followed a moved BF16 boundary."
         ]
     basis = {
-        "evidence": decision.evidence,
+        "evidence": decision.evidence + (f"; the skip list uses the {plan.band}" if plan.band else ""),
         "current": decision.trained_in,  # "bf16": the run trained in high precision
         "changed_from": decision.trained_in if decision.switches else None,
         "apply_paths": dict(decision.apply_paths),
@@ -223,8 +223,8 @@ def _final_plan(
     if not decision.changed:
         return plan() if lifted else first
     levels = decision.level_fn()
-    if levels is not None:
-        return plan(levels=levels)
+    if levels is not None:  # each level judged with the band of the recipe it measures (an FP8 what-if: FP8's)
+        return plan(levels=levels, bands=decision.bands(analysis))
     if analysis.by_pattern(Pattern.UNIFORM):
         return plan(defer=True)
     return plan() if lifted else first

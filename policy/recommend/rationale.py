@@ -60,12 +60,15 @@ def build_rationale(
 def _plan_lines(analysis: Analysis, plan: SkipPlan, fmt: str) -> list[str]:
     """`fmt`: the low-precision format the plan judged (NVFP4 under an NVFP4 recipe, else FP8)."""
     th = analysis.thresholds
+    critical = plan.critical if plan.critical is not None else th.critical  # the band the plan judged with
+    under = f" ({plan.band})" if plan.band else ""
     lines = []
     if plan.failing_skips:
-        detail = [f"{name} ({_failing(analysis, name)})" for name in plan.failing_skips]
+        judged = dict(plan.failing_levels)
+        detail = [f"{name} ({judged.get(name) or _failing(analysis, name)})" for name in plan.failing_skips]
         lines.append(
-            f"Skip {len(plan.failing_skips)} layer(s) to BF16, each with two or more tensors at or above "
-            f"{th.critical:g}% underflow: {_names(detail)}."
+            f"Skip {len(plan.failing_skips)} layer(s) to BF16, each with two or more tensors (or one, where not all "
+            f"three are logged) at or above {critical:g}% underflow{under}: {_names(detail)}."
         )
     if plan.lifted:
         detail = [f"{name} ({_failing(analysis, name)})" for name in plan.lifted]
@@ -84,7 +87,7 @@ def _plan_lines(analysis: Analysis, plan: SkipPlan, fmt: str) -> list[str]:
             "its failing GEMMs go to BF16 here; do not answer it with more BF16 blocks, which moves the "
             f"effect to the new {fmt} layer next to the BF16 edge"
             if layer in changed
-            else f"it stays in {fmt} below {th.critical:g}%: watch it"
+            else f"it stays in {fmt} below {critical:g}%: watch it"
         )
         lines.append(f"Boundary effect at {layer}: the {fmt} layer next to a BF16 block degrades; {action}.")
     if plan.kept_bf16:
@@ -100,11 +103,11 @@ def _plan_lines(analysis: Analysis, plan: SkipPlan, fmt: str) -> list[str]:
         )
     if plan.watch:
         lines.append(
-            f"Watch {len(plan.watch)} layer(s) with a rising trend, below {th.critical:g}% today and left "
+            f"Watch {len(plan.watch)} layer(s) with a rising trend, below {critical:g}% today and left "
             f"in {fmt}: {_names(list(plan.watch))}."
         )
     if not (plan.failing_skips or plan.overrides or plan.deferred or plan.lifted):
-        lines.append(f"No {fmt} layer reaches {th.critical:g}% underflow: nothing to skip or override.")
+        lines.append(f"No {fmt} layer reaches {critical:g}% underflow{under}: nothing to skip or override.")
     return lines
 
 

@@ -39,7 +39,7 @@ from fp8_policy.policy.analysis.layout import LayerLevels
 from fp8_policy.policy.analysis.recipes import FP8_RECIPES, PREFIX_RECIPE, RECIPE_LABELS, STAT_PREFIX, supported
 from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.recommend.gpu import ASSUMED_CAPABILITY, GpuSpec, compute_capability
-from fp8_policy.policy.recommend.skiplist import LevelFn, SkipPlan
+from fp8_policy.policy.recommend.skiplist import Bands, LevelFn, SkipPlan
 from fp8_policy.policy.records import RECIPE_CLASSES, RecipeChoice
 
 KWARGS: dict[str, dict[str, object]] = {
@@ -50,6 +50,8 @@ KWARGS: dict[str, dict[str, object]] = {
     "nvfp4": {},  # NVFP4BlockScaling's defaults: E2M1 data, E4M3 block scales, RHT, stochastic rounding of gradients
 }
 SPEED_RANK = {"delayed": 1.69, "current": 1.58, "mxfp8": 1.42, "block": 1.40, "nvfp4": 2.03}  # cost.SOURCE
+SHORT = {"delayed": "delayed scaling", "current": "current scaling", "block": "block scaling", "mxfp8": "MXFP8"}
+SHORT["nvfp4"] = "NVFP4"
 # coarse (per tensor) -> fine (per block); NVFP4 ranks below every FP8 recipe: its fix is more bits, not finer blocks
 GRANULARITY = {"nvfp4": -1, "delayed": 0, "current": 1, "block": 2, "mxfp8": 3}
 
@@ -96,6 +98,23 @@ class RecipeDecision:
             return None
         table = self.whatif.levels
         return lambda lv, tensor: table.get((lv.name, tensor), lv.tensors[tensor].level)
+
+    def bands(self, analysis: Analysis) -> Bands | None:
+        """The bands `level_fn`'s levels are judged with: a what-if level with the band of the recipe it measures
+        (an FP8 recipe: FP8's, `requested_thresholds`), a tensor without one (today's level) with the training
+        recipe's (NVFP4's under NVFP4 training); None without what-if levels."""
+        if self.whatif is None:
+            return None
+        table, fp8, own = self.whatif.levels, analysis.requested_thresholds.critical, analysis.thresholds.critical
+        prefix, name = STAT_PREFIX[self.whatif.recipe], SHORT[self.whatif.recipe]
+        text = f"{prefix}_ what-if levels judged with {name}'s FP8 band (critical {fp8:g}%)"
+        missing = [(lv.name, t) for lv in analysis.layout.fp8() for t in lv.tensors if (lv.name, t) not in table]
+        if missing and own != fp8:
+            text += (
+                f"; {len(missing)} tensor(s) without a {prefix}_ what-if keep their {SHORT[self.current]} level and "
+                f"band (critical {own:g}%)"
+            )
+        return Bands(lambda lv, tensor: fp8 if (lv.name, tensor) in table else own, fp8, text)
 
 
 def resolve_capability(gpu_arch: str | GpuSpec | None, analysis: Analysis) -> tuple[float | None, str]:

@@ -2,7 +2,9 @@
 
 Rules:
 * Only observed FP8 layers with a tensor at or above `critical` change (under the levels of the recipe that will
-  run: what-if levels after a recipe switch when they were logged). Healthy layers are never touched.
+  run: what-if levels after a recipe switch when they were logged, each judged with the band of the recipe it
+  measures: `critical_of`; an NVFP4 run switched to an FP8 recipe judges its FP8 what-ifs with FP8's 2 %, not
+  NVFP4's 13 %). Healthy layers are never touched.
 * Exactly one failing tensor, all three logged → a GEMM override of that tensor's GEMMs (activation → fprop+wgrad,
   gradient → dgrad+wgrad, weight → fprop+dgrad); the GEMM left in FP8 uses only the two passing tensors, so the
   layer ends below critical. Two or more failing tensors (their GEMMs cover all three) → skip the whole layer.
@@ -37,6 +39,16 @@ LevelFn = Callable[[LayerLevels, str], float]
 
 
 @dataclass(frozen=True, slots=True)
+class Bands:
+    """How a plan judges levels other than the analysis' own (a recipe switch): the critical band of each
+    (layer, tensor) level, the band of the recommended recipe (`critical`), and one line saying so."""
+
+    critical_of: LevelFn
+    critical: float
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class SkipPlan:
     skip_layers: tuple[str, ...]  # failing skips (+ kept BF16 layers with keep_existing_bf16), in run order
     failing_skips: tuple[str, ...]  # skipped because failing now
@@ -45,6 +57,9 @@ class SkipPlan:
     watch: tuple[str, ...]  # rising trends left in FP8
     deferred: tuple[str, ...] = ()  # failing layers left to a recipe change
     lifted: tuple[str, ...] = ()  # failing NVFP4 layers the ladder lifts to an FP8 rung instead of BF16
+    critical: float | None = None  # the band the levels were judged with when not the analysis' (a recipe switch)
+    band: str = ""  # which levels and band, when not the analysis' own (said in the rationale and evidence)
+    failing_levels: tuple[tuple[str, str], ...] = ()  # (skipped layer, its failing tensors and levels as judged)
 
     @property
     def bf16_layers(self) -> tuple[str, ...]:
@@ -65,30 +80,40 @@ def plan_skips(
     skip_projected: bool = False,
     no_promote: frozenset[str] = frozenset(),
     lifted: frozenset[str] = frozenset(),
+    bands: Bands | None = None,
 ) -> SkipPlan:
     """The plan (module docstring); blocks holding a `no_promote` layer never become whole BF16 blocks (a problem
-    that followed a moved BF16 boundary: see recommend/history.py); `lifted` layers are left to their FP8 rung."""
+    that followed a moved BF16 boundary: see recommend/history.py); `lifted` layers are left to their FP8 rung;
+    `bands` judges `levels` with the recommended recipe's band (default: the analysis' own critical band)."""
     layout = analysis.layout
     critical = analysis.thresholds.critical
+    critical_of: LevelFn = bands.critical_of if bands is not None else (lambda lv, t: critical)
     trending = _trending(analysis)
     boundary = {name for f in analysis.by_pattern(Pattern.BOUNDARY) for name in f.layers}
     skips: list[str] = []
     overrides: list[GemmOverride] = []
     deferred: list[str] = []
     unassessed = _unassessed_failing(analysis)
+    detail: dict[str, str] = {}
     for lv in layout.fp8():
         if lv.name in lifted:
             continue
-        failing = [t for t in lv.tensors if levels(lv, t) >= critical or (skip_projected and (lv.name, t) in trending)]
+        failing = [
+            t
+            for t in lv.tensors
+            if levels(lv, t) >= critical_of(lv, t) or (skip_projected and (lv.name, t) in trending)
+        ]
         raw = [t for t in unassessed.get(lv.name, ()) if t not in failing]
         if not failing and not raw:
             continue
         if defer:
             deferred.append(lv.name)
         elif not raw and len(failing) == 1 and len(lv.tensors) == len(QUANTIZED_TENSORS):
-            overrides.append(_override(lv, failing[0], levels, lv.name in boundary))
+            overrides.append(_override(lv, failing[0], levels, lv.name in boundary, bands))
         else:
             skips.append(lv.name)
+            parts = [f"{t} {levels(lv, t):.2f}%" for t in failing] + [f"{t} unassessed" for t in raw]
+            detail[lv.name] = ", ".join(parts)
     skips, overrides = _whole_edge_blocks(layout, skips, overrides, no_promote)
     kept = [lv.name for lv in layout.levels.values() if lv.status is LayerStatus.BF16]
     order = {name: i for i, name in enumerate(layout.levels)}
@@ -105,6 +130,9 @@ def plan_skips(
         tuple(watch),
         tuple(deferred),
         tuple(name for name in layout.levels if name in lifted),
+        bands.critical if bands is not None else None,
+        bands.text if bands is not None else "",
+        tuple((name, detail[name]) for name in skips if name in detail) if bands is not None else (),
     )
 
 
@@ -130,10 +158,14 @@ def _trending(analysis: Analysis) -> set[tuple[str, str]]:
     return {(ev.layer, ev.tensor) for f in analysis.by_pattern(Pattern.RISING_TREND) for ev in f.evidence}
 
 
-def _override(lv: LayerLevels, tensor: str, levels: LevelFn, on_boundary: bool) -> GemmOverride:
+def _override(
+    lv: LayerLevels, tensor: str, levels: LevelFn, on_boundary: bool, bands: Bands | None = None
+) -> GemmOverride:
     gemms = tuple(g for g in GEMMS if g in TENSOR_GEMMS[tensor])
     others = ", ".join(f"{t} {levels(lv, t):.2f}%" for t in lv.tensors if t != tensor)
     reason = f"only {tensor} underflows% fails ({levels(lv, tensor):.2f}%; {others})"
+    if bands is not None:
+        reason += f" under {bands.text}"
     if on_boundary:
         reason += "; last FP8 layer next to a BF16 block (boundary effect)"
     return GemmOverride(lv.name, gemms, reason)
