@@ -26,10 +26,10 @@ import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any
+from typing import Any, NamedTuple
 
 from fp8_policy.policy.live_events import LiveEvent
-from fp8_policy.policy.scalars_file import record_of
+from fp8_policy.policy.scalars_file import is_negative_step, record_of
 from fp8_policy.policy.thresholds import Severity
 
 WINDOW = 64
@@ -85,18 +85,26 @@ class ScalarState:
         )
 
 
-def parse_lines(text: bytes) -> tuple[list[dict[str, Any]], int]:
-    """Records of whole JSON lines (objects with an integer `step`); returns (records, lines not understood)."""
-    records, bad = [], 0
+class ParsedScalars(NamedTuple):
+    records: list[dict[str, Any]]
+    unreadable: int  # lines that are no JSON object with an integer `step`
+    negative_steps: int  # records whose step is below 0: skipped (policy/scalars_file.py's docstring)
+
+
+def parse_lines(text: bytes) -> ParsedScalars:
+    """Records of whole JSON lines (objects with an integer `step` of 0 or more), with what was left out."""
+    records, bad, negative = [], 0, 0
     for raw in text.splitlines():
         if not raw.strip():
             continue
         record = record_of(raw)
         if record is None:
             bad += 1
-            continue
-        records.append(record)
-    return records, bad
+        elif is_negative_step(record):
+            negative += 1
+        else:
+            records.append(record)
+    return ParsedScalars(records, bad, negative)
 
 
 def expected_level(window: list[float]) -> tuple[float, float]:

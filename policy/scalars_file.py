@@ -10,6 +10,12 @@ the archive's root or in its one top-level folder (`my_run/scalars.jsonl`, next 
 `fp8-policy upload DIR` packs `DIR/scalars.jsonl`. A training log's own loss lines (Megatron, bionemo) are not
 read: each writes its own format, and nvdlfw_inspect's `log_scalar` lines keep 4 decimals (a learning rate of
 3e-4 reads `value=0.0003`), too coarse to draw.
+
+Steps count from 0 (a training step or iteration is never negative): a record whose `step` is below 0 is skipped
+wherever lines are parsed (`is_negative_step`: the ingest's check here, a live run's reads and detectors in
+policy/scalar_events.py), so it is never drawn (the run page's curves put it at x < 0) and never fed to the
+detectors. It is never dropped silently either: it is counted (`negative_steps` in the ingest report's `scalars`
+entry and in a scalars read) and named (ScalarsNegativeSteps in the report's warning).
 """
 
 from __future__ import annotations
@@ -39,6 +45,11 @@ def _number(text: str) -> int | float:
     return int(text) if len(text.lstrip("-")) <= MAX_INT_DIGITS else float(text)
 
 
+def is_negative_step(record: dict[str, Any]) -> bool:
+    """A record (from `record_of`) whose step is below 0: skipped and counted by every parse (module docstring)."""
+    return int(record["step"]) < 0
+
+
 def record_of(raw: bytes) -> dict[str, Any] | None:
     """The record of one line: a JSON object with an integer `step`; None for anything else."""
     try:
@@ -60,6 +71,8 @@ class ScalarsCheck:
     member: str
     records: int = 0
     unreadable: int = 0
+    negative_steps: int = 0  # records with a step below 0: skipped, not kept
+    first_negative: str | None = None  # the first of them, as "line N: step S"
     lines: int = 0
     size: int = 0
     too_large: bool = False
@@ -79,6 +92,10 @@ class ScalarsCheck:
         record = record_of(raw) if len(raw) <= MAX_LINE_BYTES else None
         if record is None:
             self._unreadable(raw)
+            return False
+        if is_negative_step(record):
+            self.negative_steps += 1
+            self.first_negative = self.first_negative or f"line {self.lines}: step {record['step']}"
             return False
         self.records += 1
         step = int(record["step"])
@@ -101,9 +118,11 @@ class ScalarsCheck:
             self.samples.append(f"line {self.lines}: {text!r}")
 
     def verdict(self) -> dict[str, Any]:
-        """The ingest report's `scalars` entry: {member, kept, records, unreadable_lines, steps, warning}.
-        Kept when it holds at least one record and is within MAX_SCALARS_BYTES; `warning` names what is wrong
-        (ScalarsTooLarge, ScalarsUnreadable: nothing kept; ScalarsPartlyUnreadable: kept, those lines left out)."""
+        """The ingest report's `scalars` entry: {member, kept, records, unreadable_lines, negative_steps, steps,
+        warning}. Kept when it holds at least one record with a step of 0 or more and is within MAX_SCALARS_BYTES;
+        `warning` names what is wrong (ScalarsTooLarge, ScalarsUnreadable, ScalarsNegativeSteps when every step
+        is below 0: nothing kept; ScalarsPartlyUnreadable, ScalarsNegativeSteps: kept, those lines left out; both
+        of these, '; ' between them)."""
         warning = None
         if self.broken is not None:
             warning = f"ScalarsUnreadable: {self.member} cannot be read to its end ({self.broken}); not kept"
@@ -112,24 +131,38 @@ class ScalarsCheck:
                 f"ScalarsTooLarge: {self.member} holds more than {MAX_SCALARS_BYTES // 1024**2} MiB; "
                 "not kept (thin it to every Nth step)"
             )
+        elif not self.records and self.negative_steps:
+            warning = (
+                f"ScalarsNegativeSteps: every step of {self.member} is below 0 ({self.negative_steps} records, "
+                f"first {self.first_negative}); training steps count from 0; not kept"
+            )
         elif not self.records:
             warning = (
                 f'ScalarsUnreadable: no line of {self.member} is a JSON object with an integer "step"'
                 + (f" ({'; '.join(self.samples)})" if self.samples else " (the file is empty)")
                 + "; not kept"
             )
-        elif self.unreadable:
-            warning = (
-                f"ScalarsPartlyUnreadable: {self.unreadable} of {self.records + self.unreadable} lines of "
-                f'{self.member} are not a JSON object with an integer "step" and are left out '
-                f"({'; '.join(self.samples)})"
-            )
+        else:
+            left_out = []
+            if self.unreadable:
+                left_out.append(
+                    f"ScalarsPartlyUnreadable: {self.unreadable} of "
+                    f"{self.records + self.unreadable + self.negative_steps} lines of {self.member} are not a JSON "
+                    f'object with an integer "step" and are left out ({"; ".join(self.samples)})'
+                )
+            if self.negative_steps:
+                left_out.append(
+                    f"ScalarsNegativeSteps: {self.negative_steps} lines of {self.member} have a step below 0 and "
+                    f"are left out (first {self.first_negative}); training steps count from 0"
+                )
+            warning = "; ".join(left_out) or None
         kept = self.broken is None and not self.too_large and self.records > 0
         return {
             "member": self.member,
             "kept": kept,
             "records": self.records if kept else 0,
             "unreadable_lines": self.unreadable,
+            "negative_steps": self.negative_steps,
             "steps": [self.first_step, self.last_step] if kept else None,
             "warning": warning,
         }
@@ -142,6 +175,7 @@ def ambiguous(members: list[str]) -> dict[str, Any]:
         "kept": False,
         "records": 0,
         "unreadable_lines": 0,
+        "negative_steps": 0,
         "steps": None,
         "warning": f"ScalarsAmbiguous: {len(members)} scalars files ({', '.join(members[:4])}); "
         "none kept: pack one scalars.jsonl at the archive's root",

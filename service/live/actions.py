@@ -317,7 +317,7 @@ def _new_whole_lines(disk: Path, row: Any) -> bytes:
 
 def _detect_scalars(repo: LiveRepository, run_id: int, disk: Path, row: Any) -> list[LiveEvent]:
     """Training scalars: spikes and plateaus (policy/scalar_events.py) from the new JSON lines."""
-    records, _unreadable = scalar_events.parse_lines(_new_whole_lines(disk, row))
+    records = scalar_events.parse_lines(_new_whole_lines(disk, row)).records
     if not records:
         return []
     stored = repo.state_for_update(run_id)

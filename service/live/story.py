@@ -143,7 +143,7 @@ def _parsed_series(store: ArchiveStore, data_dir: Path, run: Run, limit: int) ->
     text = _scalars_bytes(store, data_dir, run)
     if text is None:
         return {"records": 0, "series": {}}
-    records, unreadable = scalar_events.parse_lines(text)
+    records, unreadable, negative_steps = scalar_events.parse_lines(text)
     # in step order, a step logged again (a job resumed from an earlier checkpoint) by its last record, as the
     # compare overlay does: charts draw the steps as given, and out of order they drew lines back and forth
     by_step = {int(record["step"]): record for record in records}
@@ -156,7 +156,7 @@ def _parsed_series(store: ArchiveStore, data_dir: Path, run: Run, limit: int) ->
                 entry = series.setdefault(key, {"steps": [], "values": []})
                 entry["steps"].append(int(record["step"]))
                 entry["values"].append(float(value))
-    return {"records": len(records), "unreadable_lines": unreadable, "series": series}
+    return {"records": len(records), "unreadable_lines": unreadable, "negative_steps": negative_steps, "series": series}
 
 
 def events_page(session: Session, run_id: int, before: int | None, limit: int) -> tuple[int, list[StoredEvent], bool]:

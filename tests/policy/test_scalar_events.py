@@ -60,11 +60,11 @@ def test_state_survives_json_between_increments() -> None:
 
 
 def test_parse_lines_counts_what_it_cannot_read() -> None:
-    text = b'{"step": 1, "loss": 2.0}\n\nnot json\n{"loss": 1}\n{"step": true}\n[1]\n{"step": 2}\n'
+    text = b'{"step": 1, "loss": 2.0}\n\nnot json\n{"loss": 1}\n{"step": true}\n[1]\n{"step": -3}\n{"step": 2}\n'
 
-    parsed, bad = parse_lines(text)
+    parsed, bad, negative = parse_lines(text)
 
-    assert [r["step"] for r in parsed] == [1, 2] and bad == 4
+    assert [r["step"] for r in parsed] == [1, 2] and bad == 4 and negative == 1
 
 
 def decaying_loss(steps: np.ndarray, rng: np.random.Generator, noise: float = 0.03) -> np.ndarray:

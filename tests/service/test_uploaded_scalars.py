@@ -80,6 +80,7 @@ def test_an_archive_without_scalars_says_so(client: TestClient, project: str) ->
         "run_id": run["id"],
         "records": 0,
         "unreadable_lines": 0,
+        "negative_steps": 0,
         "series": {},
     }
 
