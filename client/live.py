@@ -47,6 +47,7 @@ class _Tracked:
     base: int = 0  # server offset of this local file's byte 0 (grows when the local file was truncated)
     inode: int | None = None
     head: bytes = b""  # the file's first bytes as sent: different ones mean the file was rewritten
+    refused: str | None = None  # why the service takes no more of it (413: a bound reached); not sent again
 
 
 @dataclass
@@ -189,6 +190,8 @@ class LiveUploader:
 
     def _send_new_bytes(self, run_id: int, item: _Tracked) -> int:
         assert item.local is not None  # _discover pairs every tracked file with a local one
+        if item.refused is not None:
+            return 0
         stat = item.local.stat()
         local_sent = item.acked - item.base
         sent = 0
@@ -215,6 +218,12 @@ class LiveUploader:
                 try:
                     answer = self.client.append_live(run_id, item.remote, item.acked, piece)
                 except ApiError as exc:
+                    if exc.status == 413:  # the file reached a bound (a run's scalars): retrying cannot help
+                        item.refused = str(exc)
+                        self.stats.failures += 1
+                        self.stats.last_error = str(exc)
+                        log.warning("%s is not sent any more (the other files are): %s", item.local, exc)
+                        break
                     if exc.status != 409:
                         raise
                     self._resync(run_id, item)  # the service has more or fewer bytes than we thought
