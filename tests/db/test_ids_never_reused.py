@@ -114,3 +114,25 @@ def test_models_declare_the_autoincrement_the_migrations_build(tmp_path: Path) -
 
     assert autoincrement_tables(tmp_path / "migrated.db") == set(NEVER_REUSED)
     assert autoincrement_tables(tmp_path / "created.db") == set(NEVER_REUSED)
+
+
+def shape(path: Path) -> dict[str, object]:
+    """Every index's SQL, and per table its foreign keys, unique constraints (as autoindexes) and columns."""
+    with sqlite3.connect(path) as connection:
+        tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {
+            "indexes": set(connection.execute("SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index'")),
+            "foreign_keys": {t: connection.execute(f"PRAGMA foreign_key_list('{t}')").fetchall() for t in tables},
+            "columns": {t: connection.execute(f"PRAGMA table_info('{t}')").fetchall() for t in tables},
+        }
+
+
+def test_the_rebuild_keeps_every_index_foreign_key_constraint_and_column(tmp_path: Path) -> None:
+    url = f"sqlite+pysqlite:///{tmp_path / 'rebuilt.db'}"
+    upgrade(url, "summary_recommendation")
+    before = shape(tmp_path / "rebuilt.db")
+
+    upgrade(url)
+
+    assert autoincrement_tables(tmp_path / "rebuilt.db") == set(NEVER_REUSED)
+    assert shape(tmp_path / "rebuilt.db") == before
