@@ -98,3 +98,17 @@ def test_delayed_with_block_layers_in_bf16_json_and_script_say_tensorwise(tmp_pa
     args = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
     flags = args.splitlines()
     assert flags[flags.index("--fp8-recipe") + 1] == section["fp8_recipe"]
+
+
+def test_an_output_layer_rung_has_no_megatron_setting_and_the_notes_say_so() -> None:
+    """Megatron's output_layer is a plain ColumnParallelLinear (gpt_model.py; TELMHeadColumnParallelLinear only with
+    fp8_output_proj under --fp8-recipe mxfp8): no --te-precision-config-file matcher reaches it, and no FP4 path
+    exists, so its nvfp4 rung is not emitted and the notes say it runs in BF16 there."""
+    head = "model.module.output_layer"
+    rung = (LayerPrecision(head, "nvfp4", ("test",), 0.9),)
+    for outer in ("mxfp8", "nvfp4", "current"):
+        section = megatron_section(layout_of(Spec(n_blocks=6)), edge_skip(), recipe(outer), rung)
+        assert "--te-precision-config-file" not in section["extra_args"], (outer, section["extra_args"])
+        assert section["first_last_layers_bf16"] is True  # the head's rung does not turn the flags off
+        note = next((n for n in section["notes"] if head in n and "nvfp4" in n), None)
+        assert note is not None and "run in BF16 under Megatron" in note and "ColumnParallelLinear" in note, note

@@ -133,3 +133,23 @@ def test_the_loader_rejects_what_megatron_rejects(training_recipe, error):
     }
     with pytest.raises(ValueError, match=error):
         loader.RecipeConfig(config).match("decoder.layers.0.mlp.linear_fc1")
+
+
+@pytest.mark.parametrize("outer", ["nvfp4", "mxfp8", "current"])
+def test_an_output_layer_rung_gets_no_matcher_and_the_script_says_it_runs_bf16(outer, tmp_path):
+    """Megatron's output_layer is a plain ColumnParallelLinear (no finish_init: no precision-config matcher reaches
+    it) unless fp8_output_proj, which runs it in MXFP8 under --fp8-recipe mxfp8 only: an nvfp4 rung on it cannot be
+    expressed, so nothing claims it and the script says so."""
+    layers = f.family_layers("megatron", N_BLOCKS)
+    names = [layer.name for layer in layers if layer.structure.index is not None]
+    head = "model.module.output_layer"
+    decision = f.with_ladder(f.decision(layers, recipe_choice=f.recipe(outer)), {head: "nvfp4", names[2]: "block"})
+    text, _, config = run_script(decision, tmp_path)
+    assert config is not None  # the body layer's block rung still needs the file
+    recipe = loader.RecipeConfig.from_yaml_file(config)
+    assert all(not loader.fnmatch.fnmatch("output_layer", pattern) for pattern, _ in recipe.matchers), recipe.matchers
+    assert f"# Head layer(s) {head} (nvfp4) of the precision ladder run in BF16 under Megatron" in text, text
+    assert "no FP4 (nvfp4) setting" in text
+    head_only = f.with_ladder(f.decision(layers, recipe_choice=f.recipe(outer)), {head: "nvfp4"})
+    text, args, config = run_script(head_only, tmp_path)
+    assert config is None and "--te-precision-config-file" not in args and "run in BF16 under Megatron" in text
