@@ -37,8 +37,9 @@ from typing import TypeVar
 import numpy as np
 
 from fp8_policy.policy import kernels
-from fp8_policy.policy.name_table import MAX_NAMES, NameTable
+from fp8_policy.policy.name_table import MAX_NAMES
 from fp8_policy.policy.stats_blocks import DEFAULT_BLOCK_BYTES, DEFAULT_MAX_LINE_BYTES, ByteStream, read_blocks, recycle
+from fp8_policy.policy.stats_names import KnownNames, NamedTable, PieceOrder
 from fp8_policy.policy.stats_scan import Grouped, Scratch, Staging, give_back, scan
 
 kernel = kernels.stats  # compiled once loaded in this process, interpreted before (policy/kernels.py)
@@ -107,21 +108,15 @@ class ParsedStats:
         return int(self.offsets[-1])
 
 
-class _NameTable(NameTable):
-    """The compiled name table plus the decoded names, in id order."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def id_of(self, name: bytes) -> int:
-        before = int(self.counter[0])
-        sid = kernels.name_id(self, np.frombuffer(name, dtype=np.uint8))
-        if sid < 0:
-            raise TooManyMetrics(f"more than {MAX_NAMES} distinct metric names in one rank")
-        if sid == before:
-            self.names.append(name.decode("utf-8", errors="replace"))
-        return sid
+def _id_of(table: NamedTable, name: bytes) -> int:
+    """The id of `name` in `table`, registered (and its name decoded) when new."""
+    before = int(table.counter[0])
+    sid = kernels.name_id(table, np.frombuffer(name, dtype=np.uint8))
+    if sid < 0:
+        raise TooManyMetrics(f"more than {MAX_NAMES} distinct metric names in one rank")
+    if sid == before:
+        table.names.append(name.decode("utf-8", errors="replace"))
+    return sid
 
 
 class StatsLogParser:
@@ -129,7 +124,8 @@ class StatsLogParser:
 
     Blocks of whole lines are scanned by the compiled kernel in `workers` threads (it releases the
     GIL) and grouped by series there; results are absorbed strictly in file order, so "last wins" and
-    line numbers stay exact.
+    line numbers stay exact. `known`: the names of an earlier parse of the same file (`known_names()`, policy/
+    stats_names.py), registered and predicted from the start; the result is the same as without them.
     """
 
     def __init__(
@@ -137,16 +133,18 @@ class StatsLogParser:
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         workers: int = 2,
+        known: KnownNames | None = None,
     ):
         self.block_bytes = block_bytes
         self.max_line_bytes = max_line_bytes
         self.workers = max(1, workers)
-        self._table = _NameTable()
+        self._table = known.table if known is not None else NamedTable()
+        self._order = PieceOrder() if self._table.names else None  # ids not numbered by this parse: reorder
         self._grouped: list[Grouped] = []  # per absorbed block, in file order (views into staging chunks)
         self._files: list[FileReport] = []
         self._stagings: dict[int, Staging] = {}  # by id() of the scratch set that groups into it
         self._stagings_lock = threading.Lock()
-        self._successor: np.ndarray | None = None  # name predictions learnt from the first block (scan_block)
+        self._successor = known.successor if known is not None else None  # name predictions (scan_block)
         self._sessions_first: int | None = None  # first iteration of the files fed so far (as logged)
         self._sessions_last: int | None = None  # last iteration of those files (offsets applied)
 
@@ -159,7 +157,7 @@ class StatsLogParser:
                 if block is None:  # an over-long line was dropped here
                     pending.append((None, None))
                 elif index == 0:  # first block registers the names; later ones only look them up
-                    self._absorb(block, self._kernel(block, True), report)
+                    self._absorb(block, self._kernel(block, True), report, inserted=True)
                     recycle(block)
                 else:
                     pending.append((block, pool.submit(self._kernel, block, False)))
@@ -222,9 +220,11 @@ class StatsLogParser:
             self._absorb(block, future.result(), report)
             recycle(block)
 
-    def _absorb(self, data: np.ndarray, out: Scratch, report: FileReport) -> None:
+    def _absorb(self, data: np.ndarray, out: Scratch, report: FileReport, inserted: bool = False) -> None:
         n, t = out.n, self._table
         status = out.status[:n]
+        changes = self._order is not None and (out.counts[1] or out.counts[2] > self.max_line_bytes)
+        before = status.copy() if changes else None  # the kernel's statuses, for PieceOrder
         for k in range(out.first_new, int(t.counter[0])):
             if len(t.names) == k:  # registered by this block's fast path
                 t.names.append(bytes(data[out.new_start[k] : out.new_stop[k]]).decode("utf-8", errors="replace"))
@@ -237,6 +237,8 @@ class StatsLogParser:
             changed |= self._slow_path(data, report, status, out.sids, out.iters, out.vals, out.starts)
         if changed:  # lines the scan grouped were dropped, or the regex took lines it did not: group again
             out.group(self._staging_for(out))
+        if self._order is not None:
+            self._order.block(out.sids[:n], status, before, inserted, out.grouped[0])
         report.lines_read += n
         report.blank_lines += blank
         report.stats_lines += out.grouped[1].shape[0]
@@ -285,7 +287,7 @@ class StatsLogParser:
                 self._sample(report, f"line {report.lines_read + idx + 1}: {text[:200]!r}")
                 continue
             status[idx] = kernel.STATUS_OK
-            sid[idx] = self._table.id_of(match["name"].encode("utf-8"))
+            sid[idx] = _id_of(self._table, match["name"].encode("utf-8"))
             its[idx] = int(match["iteration"])
             vals[idx] = float(match["value"])
             taken = True
@@ -302,6 +304,12 @@ class StatsLogParser:
         its = np.empty(int(offsets[-1]), dtype=np.int64)
         vals = np.empty(int(offsets[-1]), dtype=np.float64)
         cursor = offsets[:-1].copy()
+        names, placed = self._table.names, offsets
+        if self._order is not None:  # series where a fresh parse puts them: each id's points start at its place
+            order = self._order.ids(counts)
+            names, placed = [names[k] for k in order.tolist()], np.zeros(order.shape[0] + 1, dtype=np.int64)
+            np.cumsum(counts[order], out=placed[1:])
+            cursor[order] = placed[:-1]
 
         def copy(first: int, stop: int) -> None:  # every block's part of series [first, stop), in file order
             for block in self._grouped:
@@ -313,7 +321,11 @@ class StatsLogParser:
             for staging in self._stagings.values():  # read by the join above, by nothing any more
                 staging.release()
             self._stagings.clear()
-        return _deduplicate(self._table.names, offsets, its, vals, self._files)
+        return _deduplicate(names, placed, its, vals, self._files)
+
+    def known_names(self) -> KnownNames:
+        """This parse's names and predictions, for the next parse of the same file (`known`)."""
+        return KnownNames(self._table, self._successor)
 
 
 def series_ranges(offsets: np.ndarray, parts: int) -> list[tuple[int, int]]:
