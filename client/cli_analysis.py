@@ -24,7 +24,7 @@ from fp8_policy.client.cli_common import (
     resolve_run,
     table,
 )
-from fp8_policy.client.client import FORMATS
+from fp8_policy.client.formats import FORMATS
 
 WIDE_COLUMNS = tuple(f"{t}_underflow_{s}" for t in ("gradient", "activation", "weight") for s in ("max", "last"))
 

@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from fp8_policy.client.client import PolicyClient
 from fp8_policy.client.errors import PolicyError
+
+if TYPE_CHECKING:
+    from fp8_policy.client.client import PolicyClient
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 MAX_CELL = 90
@@ -165,6 +167,8 @@ def policy_options(command: Callable[..., Any]) -> Callable[..., Any]:
 @contextmanager
 def connect(url: str, token: str | None) -> Iterator[PolicyClient]:
     """The injected client (tests: `invoke(obj=PolicyClient(...))`), or a new one closed on exit."""
+    from fp8_policy.client.client import PolicyClient  # httpx with it: only a command that talks to a service
+
     injected = click.get_current_context().obj
     if isinstance(injected, PolicyClient):
         yield injected

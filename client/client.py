@@ -25,7 +25,6 @@ LIVE_RUNS = "/api/v1/live/runs"
 ALERTS = "/api/v1/alerts"
 TOKEN_ENV = "FP8_POLICY_TOKEN"
 # `te-monitor`: the debug YAML for watching a run the policy was applied to with apply_policy (see monitor_config)
-FORMATS = ("json", "te-yaml", "megatron", "hydra", "torchao", "te-monitor")
 # Seams for tests (monkeypatch these, not the time module).
 _clock = time.monotonic
 _sleep = time.sleep
