@@ -8,6 +8,10 @@ Conventions (bionemo-recipes `fp8_layers` / `fp8_config`, https://github.com/NVI
   granularity is the block, so the safe-side approximation is: a block with ANY skipped layer or GEMM
   override leaves the list (its healthy layers go to BF16 with it; stated in the file's first lines).
   Logged indices are already 1-based when they come from TE's `layer_number`; 0-based logs get +1.
+* The precision ladder (`decision.layer_precisions`): `fp8_layers` holds one recipe for every listed block, so a
+  body layer whose rung needs more precision than the outer recipe (e.g. a layer failing NVFP4 lifted to MXFP8)
+  takes its block out of the list (BF16, the safe side), and a cheaper rung (e.g. nvfp4 under MXFP8) runs at the
+  outer recipe; both are stated in the first lines, and the per-block granularity is always said.
 * bionemo builds and runs the LM head in BF16 by default (`te.autocast(enabled=False)`), so heads need
   no override; a comment says so. Embedding/other layers cannot be expressed: they are listed as not applied.
 * `fp8_format` is its own key, so it is removed from `fp8_recipe_kwargs`.
@@ -19,10 +23,12 @@ import math
 import re
 import shlex
 
-from fp8_policy.policy.records import LayerGroup, PolicyDecision, Precision
+from fp8_policy.policy.records import PRECISIONS, LayerGroup, PolicyDecision, Precision
+from fp8_policy.policy.render import precision
 from fp8_policy.policy.render.applied import AppliedPolicy, names
 from fp8_policy.policy.render.layout import body_blocks, fp8_format, is_one_based, merged_overrides, module_index
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
+from fp8_policy.policy.render.te_yaml import unapplied_note
 
 MEDIA_TYPE = "text/plain"
 FILENAME = "bionemo_fp8_overrides.txt"
@@ -55,10 +61,21 @@ def _requested(decision: PolicyDecision) -> set[str]:
     return set(decision.skip_layers) | set(merged_overrides(decision))
 
 
+def ladder_rungs(decision: PolicyDecision) -> tuple[dict[str, str], dict[str, str]]:
+    """(finer, cheaper): body layers whose ladder rung needs more precision than the outer recipe (their block
+    leaves `fp8_layers`) and those at a cheaper rung (they run at the outer recipe); layer -> rung."""
+    body = {name for members in body_blocks(decision).values() for name in members}
+    outer = PRECISIONS.index(decision.recipe.name)
+    rungs = {name: rung for name, rung in precision.layer_recipes(decision).items() if name in body}
+    finer = {name: rung for name, rung in rungs.items() if PRECISIONS.index(rung) > outer}
+    return finer, {name: rung for name, rung in rungs.items() if name not in finer}
+
+
 def bf16_blocks(decision: PolicyDecision) -> list[int]:
-    """Logged indices of the body blocks that leave `fp8_layers`: any skipped or overridden layer."""
-    requested = _requested(decision)
-    return [i for i, members in body_blocks(decision).items() if requested & set(members)]
+    """Logged indices of the body blocks that leave `fp8_layers`: any skipped or overridden layer, or a layer whose
+    ladder rung needs more precision than the outer recipe."""
+    leave = _requested(decision) | set(ladder_rungs(decision)[0])
+    return [i for i, members in body_blocks(decision).items() if leave & set(members)]
 
 
 def fp8_layer_numbers(decision: PolicyDecision) -> list[int] | None:
@@ -86,12 +103,20 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
         if n not in body and n not in heads
     )
     parts = []
-    widened = [n for n in bf16 if n in in_blocks and n not in requested]
-    if widened:
+    finer, cheaper = ladder_rungs(decision)
+    widened = [n for n in bf16 if n in in_blocks and n not in requested and n not in finer]
+    if widened or finer:
+        lifted = f"{len(finer)} layer(s) whose ladder rung needs more than {decision.recipe.name} ({_rungs(finer)})"
+        reasons = [f"{len(requested & in_blocks)} skipped/overridden layer(s)"] if requested & in_blocks else []
         parts.append(
             f"fp8_layers works per block, so block(s) {_numbers(decision, leave)} run wholly in BF16 "
-            f"for {len(requested & in_blocks)} skipped/overridden layer(s), taking {len(widened)} "
+            f"for {' and '.join(reasons + ([lifted] if finer else []))}, taking {len(widened)} "
             "healthy layer(s) with them"
+        )
+    if cheaper:
+        parts.append(
+            f"{len(cheaper)} layer(s) at a cheaper ladder rung run at {decision.recipe.name} (fp8_layers holds one "
+            f"recipe per block): {_rungs(cheaper)}"
         )
     promoted = [n for n in merged_overrides(decision) if n in in_blocks]
     if promoted:
@@ -104,6 +129,10 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
     if allowed_heads and parts:
         parts.append("the LM head stays in BF16 (bionemo's default)")
     return AppliedPolicy("hydra", bf16, {}, not_applied, "; ".join(parts) + "." if parts else None)
+
+
+def _rungs(rungs: dict[str, str]) -> str:
+    return names([f"{name} ({rung})" for name, rung in rungs.items()])
 
 
 def _precision(decision: PolicyDecision, name: str) -> Precision | None:
@@ -153,6 +182,9 @@ def _comments(decision: PolicyDecision) -> list[str]:
         "# fp8_layers = transformer blocks that STAY in FP8, 1-indexed (logged numbering"
         f"{'' if one_based else ' + 1'}); blocks not listed run in BF16.",
         f"# Blocks kept in BF16: {_numbers(decision, leave) if leave else 'none'}",
+        "# bionemo's fp8_layers works per transformer block: a per-layer decision (skip, GEMM override, precision"
+        " ladder rung) is applied to its whole block on the safe side (BF16), or not at all when cheaper.",
+        *unapplied_note(decision),
     ]
     if not blocks:
         lines.append("# fp8_layers not set: the analysed run logged no transformer blocks.")

@@ -109,3 +109,36 @@ def test_no_blocks_logged_omits_fp8_layers():
 )
 def test_hydra_value(value, expected):
     assert hydra_value(value) == expected
+
+
+def test_the_per_block_granularity_is_stated_even_when_nothing_is_widened():
+    decision = f.decision(f.family_layers("esm2", 4))
+    assert "# bionemo's fp8_layers works per transformer block" in comments(decision)
+
+
+def test_a_layer_whose_ladder_rung_needs_more_than_the_outer_recipe_takes_its_block_to_bf16():
+    """NVFP4 outer recipe, one layer lifted to MXFP8 by the ladder (it fails NVFP4): fp8_layers holds one recipe for
+    every listed block, so that block leaves the list (BF16, the safe side) and the first lines say so; running it
+    at NVFP4 would be the precision the ladder ruled out."""
+    from fp8_policy.policy.render import applied
+
+    layers = f.family_layers("esm2", 4)
+    lifted = f.block_names("esm2", 2)[3]
+    decision = f.with_ladder(f.decision(layers, recipe_choice=f.recipe("nvfp4")), {lifted: "mxfp8"})
+    assert overrides(decision)["fp8_layers"] == "[1,3,4]"
+    claim = applied(decision, "hydra")
+    assert set(f.block_names("esm2", 2)) <= set(claim.bf16_layers) and not claim.exact
+    assert f"{lifted} (mxfp8)" in (claim.approximation or ""), claim.approximation
+    assert "# Approximation:" in comments(decision).splitlines()[1]
+
+
+def test_a_cheaper_ladder_rung_runs_at_the_outer_recipe_and_that_is_stated():
+    from fp8_policy.policy.render import applied
+
+    layers = f.family_layers("esm2", 4)
+    cheap = f.block_names("esm2", 3)[0]
+    decision = f.with_ladder(f.decision(layers, recipe_choice=f.recipe("mxfp8")), {cheap: "nvfp4"})
+    assert overrides(decision)["fp8_layers"] == "[1,2,3,4]"  # the safe side: it stays at MXFP8
+    claim = applied(decision, "hydra")
+    assert f"{cheap} (nvfp4)" in (claim.approximation or "") and "run at mxfp8" in (claim.approximation or "")
+    assert "Applies the recommendation exactly" not in comments(decision)
