@@ -104,6 +104,11 @@ class TestRecommendation:
         assert set(body) >= KEYS
         assert body["fp8_skip_layers"] == ["model.lm_head"]
         assert body["recipe"]["class"].startswith("transformer_engine.common.recipe.")
+        # what the run trained in; changed_from names it only when the recommended recipe differs
+        recipe = body["recipe"]
+        assert recipe["current"] and recipe["changed_from"] == (
+            recipe["current"] if recipe["current"] != recipe["name"] else None
+        )
         assert 0.0 < body["confidence"] <= 1.0 and body["rationale"]
 
     @pytest.mark.parametrize(
