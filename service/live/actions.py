@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import json
 import os
 import secrets
@@ -23,9 +24,7 @@ import shutil
 import tarfile
 import threading
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -40,7 +39,8 @@ from fp8_policy.policy.live_events import LiveEvent
 from fp8_policy.policy.live_grouping import group_events
 from fp8_policy.policy.live_table import SeriesTable
 from fp8_policy.policy.log_files import classify_log_path
-from fp8_policy.policy.stats_log import NoStatsLines, StatsLogParser
+from fp8_policy.policy.stats_log import NoStatsLines, ParsedStats, StatsLogParser, TooManyMetrics
+from fp8_policy.policy.stats_names import KnownNames
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service import limits
 from fp8_policy.service.alerts.actions import queue_for_events
@@ -49,6 +49,7 @@ from fp8_policy.service.errors import AppError, InvalidLivePath, NoStatsLogs, No
 from fp8_policy.service.ingest.kernel_warmup import kernels_for
 from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
+from fp8_policy.service.live import kept as kept_files
 from fp8_policy.service.live import story
 from fp8_policy.service.live.pieces import Piece, Region, as_piece, last_newline
 from fp8_policy.service.runs.writes import _store_upload_file as store_upload_file  # the one way uploads are stored
@@ -60,13 +61,6 @@ SERIES_STATE_KEY = "__series__"  # every series' detector state (policy/live_tab
 SCALARS_NAME = story.SCALARS_NAME  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
 MAX_PATH_CHARS = 500
 _NO_COPY_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF}  # copy through Python
-# The detector table of the runs this process appended to last, with the stamp of the state document it saved:
-# the next piece of the run finds the same stamp stored (one small locked read) and skips reading and decoding
-# the document (~5 ms of an 8 MiB piece's ~60). Another process's save, or a rolled-back one, changes the stamp.
-_KeptTable = tuple[datetime, dict[str, Any], SeriesTable]
-MAX_KEPT_TABLES = 32
-_tables: OrderedDict[int, _KeptTable] = OrderedDict()
-_tables_lock = threading.Lock()
 _locks: dict[int, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
@@ -260,45 +254,44 @@ def _detect(
     one save of the run's state document, policy/live_batch.py)."""
     log = classify_log_path(path)
     rank = log.rank if log is not None else 0
-    parser = StatsLogParser(workers=1)
     with open(disk, "rb") as handle:  # the new whole lines reach the parser as a stream, block by block
         cut = last_newline(handle, row.parsed_offset, row.size)
         if cut < 0:
             return []  # no whole line yet
         start, row.parsed_offset = row.parsed_offset, cut + 1
         kernels_for(cut + 1 - start)  # a large piece waits for the compiled parser (interpreted: ~2 s per MB)
-        handle.seek(start)
+        stamp = repo.state_stamp_for_update(run_id)
         try:
-            parser.feed(Region(handle, cut + 1 - start), path)
+            parsed, names = _parse(handle, start, cut + 1 - start, path, kept_files.known_names(run_id, stamp, path))
         except NoStatsLines:
             return []
-    parsed = parser.finish()
-    stamp = repo.state_stamp_for_update(run_id)
-    kept = _take_table(run_id)
+    kept = kept_files.take_table(run_id)
     if kept is not None and stamp is not None and kept[0] == stamp:  # this process saved the stored document
-        _stamp, others, table = kept
+        _stamp, others, table, files = kept
     else:
         stored = repo.state_for_update(run_id)
         table = SeriesTable.from_stored(stored, SERIES_STATE_KEY)  # every series of the run, as arrays
         others = {key: data for key, data in stored.items() if "\t" not in key and key != SERIES_STATE_KEY}
+        files = {}
     events = advance_piece(table, rank, parsed.names, parsed.offsets, parsed.iterations, parsed.values, thresholds)
     stamp = repo.save_state(run_id, {**others, SERIES_STATE_KEY: table.to_document()})
-    _keep_table(run_id, (stamp, others, table))
+    kept_files.keep_table(run_id, (stamp, others, table, {**files, path: names}))
     return events
 
 
-def _take_table(run_id: int) -> _KeptTable | None:
-    """The run's table as this process last saved it, taken out of the cache (a piece that fails after changing
-    it must not leave it there; the stamp check catches one whose transaction was rolled back after saving)."""
-    with _tables_lock:
-        return _tables.pop(run_id, None)
-
-
-def _keep_table(run_id: int, kept: _KeptTable) -> None:
-    with _tables_lock:
-        _tables[run_id] = kept
-        while len(_tables) > MAX_KEPT_TABLES:
-            _tables.popitem(last=False)
+def _parse(
+    handle: io.BufferedIOBase, start: int, length: int, path: str, known: KnownNames | None
+) -> tuple[ParsedStats, KnownNames]:
+    """The piece's whole lines parsed (with the file's known names when kept), and the names to keep."""
+    parser = StatsLogParser(workers=1, known=known)
+    handle.seek(start)
+    try:
+        parser.feed(Region(handle, length), path)
+    except TooManyMetrics:
+        if known is None:
+            raise
+        return _parse(handle, start, length, path, None)  # the names of earlier pieces filled the table: afresh
+    return parser.finish(), parser.known_names()
 
 
 def _new_whole_lines(disk: Path, row: Any) -> bytes:
