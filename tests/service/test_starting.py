@@ -159,3 +159,33 @@ def test_the_warm_up_leaves_numba_s_cache_complete() -> None:
     warm_parser()
 
     assert cache_complete()
+
+
+def test_garbage_collection_paused_for_the_imports_is_back_once_the_app_serves(tmp_path) -> None:
+    """`serve` disables the cyclic collector while the app imports (service/cli.py); the hand-over to uvicorn
+    turns it back on, or a serving process would never collect a reference cycle."""
+    import gc
+
+    from fastapi.testclient import TestClient
+
+    from fp8_policy.db.migrate import upgrade
+    from fp8_policy.service.app import create_app
+    from fp8_policy.service.cli import _hand_over_when_started
+    from fp8_policy.service.settings import Settings
+
+    db_url = f"sqlite:///{tmp_path / 'gc.db'}"
+    upgrade(db_url)
+    app = create_app(Settings(_env_file=None, data_dir=tmp_path / "data", database_url=db_url))
+    sockets = listen("127.0.0.1", 0)
+    starting = StartingResponder(sockets).start()
+    _hand_over_when_started(app, starting, url(sockets))
+    gc.disable()
+    try:
+        with TestClient(app):
+            assert gc.isenabled()
+            assert app.state.serving.is_set()
+    finally:
+        gc.enable()
+        starting.stop()
+        for sock in sockets:
+            sock.close()
