@@ -118,9 +118,9 @@ class _PieceFile:
             raise (out_of_space(exc) if is_out_of_space(exc) else exc) from exc
         hold_part(self.handle)
 
-    def write(self, data: bytes) -> None:
+    def write(self, chunks: list[bytes]) -> None:
         try:
-            self.handle.write(data)
+            self.handle.writelines(chunks)  # each chunk written as it came (no join: a copy less)
         except OSError as exc:
             raise (out_of_space(exc) if is_out_of_space(exc) else exc) from exc
 
@@ -146,21 +146,19 @@ async def received_piece(
     dest.parent.mkdir(parents=True, exist_ok=True)
     sink = _PieceFile(dest, max_bytes)
     try:
-        pending = bytearray()
+        pending: list[bytes] = []  # the body's chunks as the server handed them, up to COPY_BYTES together
+        held = 0
         async for chunk in request.stream():
             sink.size += len(chunk)
             if sink.size > max_bytes:
                 raise too_large(max_bytes)
-            if not pending and len(chunk) >= COPY_BYTES:  # a large chunk goes to disk as it is (no copy)
-                await anyio.to_thread.run_sync(sink.write, chunk, limiter=limiter)
-                continue
-            pending += chunk
-            if len(pending) >= COPY_BYTES:
-                batch = bytes(pending)
-                pending.clear()
-                await anyio.to_thread.run_sync(sink.write, batch, limiter=limiter)
+            pending.append(chunk)
+            held += len(chunk)
+            if held >= COPY_BYTES:
+                await anyio.to_thread.run_sync(sink.write, pending, limiter=limiter)
+                pending, held = [], 0
         if pending:
-            await anyio.to_thread.run_sync(sink.write, bytes(pending), limiter=limiter)
+            await anyio.to_thread.run_sync(sink.write, pending, limiter=limiter)
         await anyio.to_thread.run_sync(sink.close, limiter=limiter)
         yield Piece(path=dest, size=sink.size)
     finally:
