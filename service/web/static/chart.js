@@ -55,11 +55,18 @@ function logTicks(lo, hi) {
  * log: logarithmic y axis (values <= 0 sit on the axis floor, said in the title); smoothing: EMA weight 0..0.99
  * (the raw series stay drawn faintly underneath). xDomain: [lo, hi] the x axis covers at least (charts that share
  * an axis); marks: x values ticked under the plot (e.g. where other data was logged); onHover(x | null): the
- * nearest x under the pointer. The returned element's cursorAt(x | null) shows the cursor there from outside. */
+ * nearest x under the pointer. The returned element's cursorAt(x | null) shows the cursor there from outside.
+ * width: the CSS px it is shown at (drawn at that size, never rescaled; at least minWidth); the right margin holds
+ * the guides' labels, so a chart without guides gives it to the plot. The frame, grid, marks and cursor are 1
+ * device-pixel-aligned hairlines at the devicePixelRatio it is drawn for (crisp; redraw when that changes). */
 export function lineChart({ series, guides = [], width, height = 300, xLabel, yLabel, unit = "", title, log = false, smoothing = 0,
-  xDomain = null, marks = [], onHover = null }) {
-  const m = { top: 16, right: 96, bottom: 44, left: 64 };
-  const W = Math.max(420, Math.floor(width));
+  xDomain = null, marks = [], onHover = null, minWidth = 420 }) {
+  const m = { top: 16, right: guides.length ? 96 : 24, bottom: 44, left: 64 };
+  const W = Math.max(minWidth, Math.floor(width));
+  const dpr = window.devicePixelRatio || 1;
+  const hair = Math.max(1, Math.round(dpr)); // device px
+  // the centre of a hairline whose edges fall on device pixels (a 1 px line at x.5 at dpr 1, at x or x.5 at dpr 2)
+  const snap = (v) => (Math.round(v * dpr - hair / 2) + hair / 2) / dpr;
   const H = height;
   const pw = W - m.left - m.right;
   const ph = H - m.top - m.bottom;
@@ -100,20 +107,22 @@ export function lineChart({ series, guides = [], width, height = 300, xLabel, yL
   const root = s("svg", {
     class: "chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": title || "chart",
   });
+  root.style.setProperty("--hairline", `${hair / dpr}px`);
   root.append(s("title", null, title || ""));
   const grid = s("g", { class: "chart-grid" });
   for (const v of yt.values) {
-    grid.append(s("line", { x1: m.left, x2: m.left + pw, y1: Y(v), y2: Y(v) }));
+    grid.append(s("line", { x1: m.left, x2: m.left + pw, y1: snap(Y(v)), y2: snap(Y(v)) }));
     grid.append(s("text", { x: m.left - 8, y: Y(v), class: "tick tick-y", "text-anchor": "end", "dominant-baseline": "middle" },
       (log ? fmtNum(v, 4) : tickLabel(v, yt.step)) + unit));
   }
   for (const v of xt.values) {
     if (v < x0 || v > x1) continue;
-    grid.append(s("line", { class: "xgrid", x1: X(v), x2: X(v), y1: m.top, y2: m.top + ph }));
+    grid.append(s("line", { class: "xgrid", x1: snap(X(v)), x2: snap(X(v)), y1: m.top, y2: m.top + ph }));
     grid.append(s("text", { x: X(v), y: m.top + ph + 18, class: "tick", "text-anchor": "middle" }, tickLabel(v, xt.step)));
   }
   root.append(grid);
-  root.append(s("rect", { class: "chart-frame", x: m.left, y: m.top, width: pw, height: ph }));
+  const [fx, fy] = [snap(m.left), snap(m.top)];
+  root.append(s("rect", { class: "chart-frame", x: fx, y: fy, width: snap(m.left + pw) - fx, height: snap(m.top + ph) - fy }));
   if (xLabel) root.append(s("text", { class: "axis-label", x: m.left + pw / 2, y: H - 6, "text-anchor": "middle" }, xLabel));
   if (yLabel) {
     root.append(s("text", {
@@ -122,7 +131,7 @@ export function lineChart({ series, guides = [], width, height = 300, xLabel, yL
   }
   for (const g of guides) {
     if (g.value < y0 || g.value > y1 || (log && g.value <= 0)) continue;
-    root.append(s("line", { class: "guide", x1: m.left, x2: m.left + pw, y1: Y(g.value), y2: Y(g.value), style: { stroke: g.color } }));
+    root.append(s("line", { class: "guide", x1: m.left, x2: m.left + pw, y1: snap(Y(g.value)), y2: snap(Y(g.value)), style: { stroke: g.color } }));
     root.append(s("text", { class: "guide-label", x: m.left + pw + 6, y: Y(g.value), style: { fill: g.color }, "dominant-baseline": "middle" },
       `${g.label} ${g.value}${unit}`));
   }
@@ -141,7 +150,7 @@ export function lineChart({ series, guides = [], width, height = 300, xLabel, yL
   };
   if (marks.length) {
     const ticked = s("g", { class: "chart-marks" });
-    for (const v of marks) if (v >= x0 && v <= x1) ticked.append(s("line", { x1: X(v), x2: X(v), y1: m.top + ph - 6, y2: m.top + ph }));
+    for (const v of marks) if (v >= x0 && v <= x1) ticked.append(s("line", { x1: snap(X(v)), x2: snap(X(v)), y1: m.top + ph - 6, y2: m.top + ph }));
     root.append(ticked);
   }
   const lines = s("g", { class: "chart-lines" });
@@ -175,8 +184,8 @@ export function lineChart({ series, guides = [], width, height = 300, xLabel, yL
   };
   const show = (best, withTip = true) => {
     const rect = root.getBoundingClientRect();
-    cursor.setAttribute("x1", X(best));
-    cursor.setAttribute("x2", X(best));
+    cursor.setAttribute("x1", snap(X(best)));
+    cursor.setAttribute("x2", snap(X(best)));
     cursor.setAttribute("visibility", "visible");
     dots.replaceChildren();
     const rows = [];
@@ -211,10 +220,21 @@ export function lineChart({ series, guides = [], width, height = 300, xLabel, yL
 }
 
 /* Calls redraw() when the width of `el` has changed by more than `min` px and then held still for `ms` (a window
- * dragged wider redraws once, not on every frame); stops when the view is left. */
+ * dragged wider redraws once, not on every frame), and when the devicePixelRatio changes (zoom, another screen:
+ * the hairlines are aligned for it); stops when the view is left. */
 export function redrawOnResize(ctx, el, redraw, { ms = 150, min = 8 } = {}) {
   let width = el.clientWidth;
   let timer = null;
+  let media = null;
+  const onRatio = () => {
+    watchRatio();
+    if (ctx.alive()) redraw();
+  };
+  const watchRatio = () => {
+    media = matchMedia(`(resolution: ${window.devicePixelRatio}dppx)`);
+    media.addEventListener("change", onRatio, { once: true });
+  };
+  watchRatio();
   const observer = new ResizeObserver(() => {
     if (Math.abs(el.clientWidth - width) <= min) return;
     clearTimeout(timer);
@@ -228,6 +248,7 @@ export function redrawOnResize(ctx, el, redraw, { ms = 150, min = 8 } = {}) {
   observer.observe(el);
   ctx.onLeave(() => {
     observer.disconnect();
+    media.removeEventListener("change", onRatio);
     clearTimeout(timer);
   });
 }

@@ -102,18 +102,20 @@ export function curvesCard(ctx, run, state, { analysisPromise = null, live = fal
 
   function draw() {
     const smoothing = Number(state.get("smooth", "0")) || 0;
-    const width = Math.max(420, Math.floor(((grid.clientWidth || 900) - 16) / Math.min(3, names.length)));
+    // each chart is drawn at its grid column's width, measured once the cells are laid out (never rescaled)
+    const cells = names.map((k) => h("div", { class: "live-scalar", dataset: { scalar: k } }));
+    replace(grid, cells);
     const ends = names.flatMap((k) => [data.series[k].steps[0], data.series[k].steps[data.series[k].steps.length - 1]]);
     const cols = fp8.columns ? [fp8.columns.first[0], fp8.columns.last[fp8.columns.last.length - 1]] : [];
     const domain = [Math.min(...ends, ...cols, run.iteration_min ?? Infinity), Math.max(...ends, ...cols, run.iteration_max ?? -Infinity)];
     charts = names.map((k, i) => ({ name: k, chart: lineChart({
       series: [{ label: k, color: LINE_COLORS[i % LINE_COLORS.length],
         points: data.series[k].steps.map((st, j) => [st, data.series[k].values[j]]) }],
-      width, height: 220, xLabel: "iteration", yLabel: k, title: k, smoothing: k === "lr" ? 0 : smoothing,
-      xDomain: domain, marks: fp8.columns ? fp8.columns.first : [],
+      width: Math.floor(cells[i].getBoundingClientRect().width) || 420, minWidth: 240, height: 220, xLabel: "iteration", yLabel: k, title: k,
+      smoothing: k === "lr" ? 0 : smoothing, xDomain: domain, marks: fp8.columns ? fp8.columns.first : [],
       onHover: (x) => hover(k, x),
     }) }));
-    replace(grid, charts.map(({ name, chart }) => h("div", { class: "live-scalar", dataset: { scalar: name } }, chart)));
+    charts.forEach(({ chart }, i) => cells[i].append(chart));
     grid.dataset.scalars = names.join(" ");
   }
 
