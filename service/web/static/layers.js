@@ -68,7 +68,8 @@ export async function rankSpread(run, signal) {
   return spread;
 }
 
-export function layersCard(ctx, run, analysis, layersInfo, state, spread) {
+/* onPick(name | ""): after a layer is selected (a row clicked, select()) or closed, once the URL's `layer` says so. */
+export function layersCard(ctx, run, analysis, layersInfo, state, spread, onPick = () => {}) {
   const th = analysis.thresholds || {};
   const outliers = outlierRanks(analysis, th);
   // the analysis's verdict per layer when it gives one ("n/a": nothing of the layer was assessed), else its status
@@ -198,6 +199,7 @@ export function layersCard(ctx, run, analysis, layersInfo, state, spread) {
     selected = name;
     state.set({ layer: name });
     markSelected();
+    onPick(name);
     const mine = ++token;
     const statNames = [...new Set((statsOf.get(name) || []).map((x) => x.stat))].sort((a, b) => (b.includes("underflows%") - a.includes("underflows%")) || a.localeCompare(b));
     if (statNames.length && !statNames.includes(chart.stat)) chart.stat = statNames[0];
@@ -234,6 +236,7 @@ export function layersCard(ctx, run, analysis, layersInfo, state, spread) {
           redraw = null;
           state.set({ layer: "" });
           markSelected();
+          onPick("");
           replace(chartSlot, h("p", { class: "muted chart-hint" }, "Select a layer to plot its series."));
         } }, "Close")));
     if (statsOf.has(name) && !statNames.length) {

@@ -109,7 +109,6 @@ export async function runView(ctx, runId, query) {
   const spreadPromise = rankSpread(run, ctx.signal).catch(() => null);
   const openLayer = (layer) => {
     if (layersApi) layersApi.select(layer); // puts it in the URL's `layer`, which the curves' read-out names
-    curves.reread();
   };
 
   analysisPromise.then(async (analysis) => {
@@ -122,7 +121,7 @@ export async function runView(ctx, runId, query) {
     const [layersInfo, spread] = await Promise.all([layersPromise, spreadPromise]);
     if (!ctx.alive()) return;
     replace(heatmapSlot, heatmapCard(ctx, run, analysis, layersInfo, state, openLayer, curves.follow));
-    layersApi = layersCard(ctx, run, analysis, layersInfo, state, spread);
+    layersApi = layersCard(ctx, run, analysis, layersInfo, state, spread, () => curves.reread()); // a row clicked too
     layersSlot.replaceWith(layersApi.el);
   }).catch((err) => {
     if (err.name === "AbortError" || !ctx.alive()) return;
