@@ -13,7 +13,8 @@
 // the analysis's focus, else gradient underflows%. A change redraws the ticks and the read-out where it stands.
 //
 // A run without scalars says so in a sentence (and, when its upload had a scalars file that was not kept, why):
-// no empty chart is drawn.
+// no empty chart is drawn. Lines of the scalars file left out (not a JSON object with an integer step, a step
+// below 0) are counted under the card, on both pages, with the upload's ingest warning when there is one.
 
 import { h, replace } from "./dom.js";
 import { api, qs, errorBox } from "./api.js";
@@ -43,6 +44,7 @@ export function curvesCard(ctx, run, state, { analysisPromise = null, live = fal
   const readout = h("div", { class: "run-curves-readout small", id: "run-curves-readout", "aria-live": "polite" },
     h("span", { class: "muted" }, "Hover a curve: each scalar and the FP8 statistics at that iteration."));
   const note = h("p", { class: "muted small", id: "run-curves-note" });
+  const skipped = h("div"); // the lines of the scalars file left out, when any were (skippedNote)
   const report = live ? null : (run.ingest_report || {}).scalars || null;
   let data = null; // GET .../scalars
   let fp8 = null; // the heatmap columns of the series followed
@@ -80,16 +82,17 @@ export function curvesCard(ctx, run, state, { analysisPromise = null, live = fal
     names = ORDER.filter((k) => data.series[k] && data.series[k].steps.length);
     el.dataset.records = String(data.records);
     if (!names.length) {
-      replace(body, noCurves(report, live));
+      replace(body, noCurves(report, live), skipped);
+      replace(skipped, skippedNote(data, null)); // an upload's report warning is in noCurves' alert already
       replace(actions);
       return;
     }
     const source = report ? "from the upload's scalars.jsonl" : live ? "streamed so far" : "streamed while the run was live";
     replace(note, h("span", null, `${plural(data.records, "record")} ${source}`),
       fp8.columns ? h("span", null, ` · ticks: the ${fmtInt(fp8.columns.first.length)} heatmap columns of ${seriesName(fp8)}`)
-        : h("span", null, ` · ${fp8.problem}`),
-      report && report.warning ? h("span", { class: "run-curves-warning" }, ` · ${report.warning}`) : null);
-    if (grid.parentNode !== body) replace(body, grid, readout, note);
+        : h("span", null, ` · ${fp8.problem}`));
+    replace(skipped, skippedNote(data, report));
+    if (grid.parentNode !== body) replace(body, grid, readout, note, skipped);
     if (!actions.firstChild) {
       replace(actions, selectField("Smoothing", "run-curves-smooth", SMOOTHING, state.get("smooth", "0"), (v) => {
         state.set({ smooth: v === "0" ? "" : v });
@@ -161,6 +164,21 @@ function noCurves(report, live) {
       h("p", { class: "muted" }, "No curves are drawn.", how));
   }
   return h("p", { class: "muted", id: "run-curves-empty" }, "This run has no training scalars (loss, grad norm, learning rate), so no curves are drawn.", how);
+}
+
+/* The scalar lines the service left out, counted by GET .../scalars (over the whole file) and, for an upload, by
+ * its ingest report, whose warning names them (with samples of the unreadable ones): nothing is dropped silently.
+ * null when every line was drawn. */
+function skippedNote(data, report) {
+  const unreadable = Math.max(data.unreadable_lines || 0, (report && report.unreadable_lines) || 0);
+  const negative = Math.max(data.negative_steps || 0, (report && report.negative_steps) || 0);
+  if (!unreadable && !negative && !(report && report.warning)) return null;
+  const why = [unreadable ? `${fmtInt(unreadable)} not a JSON object with an integer "step"` : null,
+    negative ? `${fmtInt(negative)} with a step below 0 (training steps count from 0)` : null].filter(Boolean);
+  return h("p", { class: "small run-curves-warning", id: "run-curves-skipped", role: "status",
+    dataset: { unreadable: String(unreadable), negative: String(negative) } },
+  why.length ? `${plural(unreadable + negative, "scalar line")} skipped, not drawn: ${why.join("; ")}.` : null,
+  report && report.warning ? h("span", { class: "muted" }, ` Ingest report: ${report.warning}`) : null);
 }
 
 /* "gradient underflows%", with the heatmap's rank and sublayer when it is filtered to one. */
