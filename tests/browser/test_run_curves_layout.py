@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -53,15 +54,20 @@ def inked(values: list[int], background: int) -> list[int]:
     return [i for i, v in enumerate(values) if abs(v - background) > 6]
 
 
-def device_pixels(cdp, svg) -> Image.Image:
-    """The SVG as the screen shows it, one image pixel per device pixel (Playwright's own screenshot is taken at
-    its context's scale, not at the ratio emulated here)."""
-    svg.evaluate("(e) => e.scrollIntoView({ block: 'center' })")  # not under the sticky top bar
-    box = svg.evaluate(
+def device_png(cdp, element, beyond: bool = False) -> bytes:
+    """The element as the screen shows it, one image pixel per device pixel (Playwright's own screenshot is taken
+    at its context's viewport and scale, not at the ones emulated here)."""
+    element.evaluate("(e) => e.scrollIntoView({ block: 'center' })")  # not under the sticky top bar
+    box = element.evaluate(
         "(e) => { const r = e.getBoundingClientRect(); return {x: r.x + scrollX, y: r.y + scrollY, width: r.width, height: r.height}; }"
     )
-    shot = cdp.send("Page.captureScreenshot", {"format": "png", "clip": {**box, "scale": 1}})
-    return Image.open(io.BytesIO(base64.b64decode(shot["data"]))).convert("L")
+    clip = {**box, "scale": 1}
+    shot = cdp.send("Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": beyond})
+    return base64.b64decode(shot["data"])
+
+
+def device_pixels(cdp, svg) -> Image.Image:
+    return Image.open(io.BytesIO(device_png(cdp, svg))).convert("L")
 
 
 def frame_edges(image: Image.Image, svg, frame: dict, dpr: int) -> tuple[list[int], list[int]]:
@@ -86,12 +92,13 @@ def set_display(page, cdp, width: int, dpr: int) -> None:
     assert page.evaluate("[innerWidth, devicePixelRatio]") == [width, dpr]
 
 
-def test_the_charts_fill_their_columns_and_stay_crisp(page, live_server: LiveServer, shot) -> None:
+def test_the_charts_fill_their_columns_and_stay_crisp(page, live_server: LiveServer, _artifacts_dir: Path) -> None:
     run = upload(live_server, "curves-fit", {**logs(), "scalars.jsonl": scalars(range(0, 1000, 5))})
     page.goto(f"{live_server.url}/#/runs/{run['id']}")
     grid = page.locator("#run-curves-charts")
     expect(grid).to_have_attribute("data-scalars", "loss grad_norm lr", timeout=60_000)
 
+    page.evaluate("document.querySelector('.topbar').style.position = 'static'")  # off the card in the screenshots
     cdp = page.context.new_cdp_session(page)
     for width, dpr in ((1280, 1), (1280, 2), (800, 2), (800, 1)):  # the last: only the ratio changes
         set_display(page, cdp, width, dpr)
@@ -110,7 +117,8 @@ def test_the_charts_fill_their_columns_and_stay_crisp(page, live_server: LiveSer
                 f"{name} frame blurred at {width} px, dpr {dpr}: {rows} {cols}"
             )
         if dpr == 1 or width == 800:
-            shot(page.locator("#run-curves"), f"run-curves-{width}" + ("-dpr2" if dpr == 2 else ""))
+            name = f"run-curves-{width}" + ("-dpr2" if dpr == 2 else "")
+            (_artifacts_dir / f"{name}.png").write_bytes(device_png(cdp, page.locator("#run-curves"), beyond=True))
 
 
 def test_a_layers_table_row_is_read_out_at_once(page, live_server: LiveServer, shot) -> None:
