@@ -16,6 +16,7 @@ from sqlalchemy import text
 from fp8_policy.db.live import LiveRepository
 from fp8_policy.db.migrate import upgrade
 from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
+from fp8_policy.policy.name_table import MAX_NAMES
 from fp8_policy.policy.stats_log import StatsLogParser
 from fp8_policy.service.live import actions, kept
 from fp8_policy.service.runs.writes import delete_run
@@ -158,3 +159,16 @@ def test_kept_names_store_the_same_events_and_state_as_fresh_parses(
     assert sum(names is not None for names in service.known[:parses]) >= parses - 2  # but each file's first parse
     assert _events(service, kept_run) == _events(service, fresh_run) != []
     assert _state(service, kept_run) == _state(service, fresh_run)
+
+
+def test_a_table_the_earlier_pieces_filled_is_parsed_afresh(service: Service) -> None:
+    """A file whose names outgrow one table over its pieces (each piece parses alone within it) is not refused."""
+    run = service.new_run()
+    service.append(run, RANK0, lines(A, 1))
+    names = kept._tables[run][3][RANK0]
+    names.table.names += [f"model.filler{k}_activation_mse" for k in range(MAX_NAMES - len(names.table.names))]
+    names.table.counter[0] = MAX_NAMES  # as if earlier pieces had registered every id: B's names find no room
+    events = service.append(run, RANK0, lines(B, 2) + lines(A, 2))
+    assert service.known[-2:] == [names.table.names, None]  # tried with the kept names, then afresh
+    assert service.sent[(run, RANK0)] == len(lines(A, 1) + lines(B, 2) + lines(A, 2))
+    assert events == []
