@@ -6,7 +6,8 @@ Readers (one per format; the names of the run's layers are mapped the way each t
   which passes the per-layer features here): Disable*Layer -> whole layer, Disable*GEMM -> its `gemms`.
 * megatron: the `FP8_POLICY_ARGS` array (`--first-last-layers-bf16` with start/end counts: Megatron's rule
   `layer_no < start or layer_no >= num_layers - end` over the logged blocks) and the heredoc's precision-config
-  matchers (`fnmatch` over each layer's Megatron `named_modules()` path, as Megatron's matcher does).
+  matchers (`fnmatch` over each layer's Megatron `named_modules()` path, as Megatron's matcher does); heads are BF16
+  in every script (output_layer is a plain ColumnParallelLinear, not a TE module: policy/render/megatron_head.py).
 * hydra: the blocks missing from `fp8_layers` run wholly in BF16; heads are BF16 in bionemo by default.
 * torchao: the snippet is executed and `module_filter_fn(nn.Linear, fqn)` asked for every layer.
 The check: every skipped layer is wholly BF16 and every overridden GEMM is BF16 (its layer wholly, or that GEMM),
@@ -53,7 +54,7 @@ def _array(text: str) -> list[str]:
 
 def megatron_applied(text: str, decision: PolicyDecision) -> Applied:
     args = _array(text)
-    whole: set[str] = set()
+    whole = {layer.name for layer in decision.layers if layer.structure.group is LayerGroup.HEAD}
     blocks = body_blocks(decision)
     if "--first-last-layers-bf16" in args:
         start = int(args[args.index("--num-layers-at-start-in-bf16") + 1])

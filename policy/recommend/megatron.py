@@ -9,9 +9,10 @@ Rules (Megatron-LM arguments and transformer_config, https://github.com/NVIDIA/M
   A block only partly in BF16 goes to `--te-precision-config-file` (module globs, 0-based paths) instead of the
   flags, so the flags never move a healthy sublayer to BF16 (a wider BF16 region moves the boundary effect and
   converged worse in bionemo's FL2/FL4 comparison, OG2-7B, bionemo-framework fp8_analysis).
-* Heads are not Megatron transformer layers: `output_layer` precision is separate. It is a plain
-  ColumnParallelLinear that no precision-config matcher reaches, so a ladder rung on a head is left out of the
-  config and a note says it runs in BF16 there (policy/render/megatron.py `head_rung_note`).
+* Heads are not Megatron transformer layers, and Megatron runs `output_layer` in BF16 whatever is asked (a plain
+  ColumnParallelLinear no flag or precision-config matcher reaches: policy/render/megatron_head.py): a ladder rung
+  on a head is left out of the config, and a head the plan runs in low precision (its rung, or the outer recipe)
+  gets the same note as the script's; `formats.megatron` lists it as BF16, an approximation.
 * `fp8_recipe` uses Megatron's names (delayed | tensorwise | blockwise | mxfp8); delayed never comes with
   a transformer-block layer in BF16 (Megatron raises "Delayed scaling does not support first / last layer in
   BF16"): the section then uses tensorwise (current scaling) for the Megatron path only and says so in `notes`;
@@ -30,7 +31,7 @@ from typing import Any
 from fp8_policy.policy.analysis.layout import LayerStatus, Layout
 from fp8_policy.policy.recommend.skiplist import SkipPlan
 from fp8_policy.policy.records import MEGATRON_RECIPES, LayerGroup, LayerPrecision, RecipeChoice
-from fp8_policy.policy.render.megatron import head_rung_note
+from fp8_policy.policy.render import megatron_head
 from fp8_policy.policy.render.precision import effective_rung
 
 FP4_ARGS = ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
@@ -45,22 +46,20 @@ def _runs(blocks: list[int], skipped: set[int]) -> tuple[int, int]:
 
 
 def _ladder_mix(
-    layer_precisions: Sequence[LayerPrecision], recipe: RecipeChoice, kept: set[str], heads: set[str]
+    layer_precisions: Sequence[LayerPrecision], recipe: RecipeChoice, kept: set[str], heads: Sequence[str]
 ) -> tuple[list[str], dict[str, str]]:
     """Ladder layers outside the plan's BF16 set at a low-precision rung other than the outer recipe (the rules of
     policy/render/precision.py: the plan's BF16 wins, bf16 rungs outside it are not applied, a delayed rung runs at
-    the outer FP8 recipe or, under NVFP4, at current scaling), and apart the `heads` at a low-precision rung
-    (no Megatron setting: Megatron runs output_layer in BF16)."""
-    out, head_rungs = [], {}
-    for lp in layer_precisions:
-        rung = effective_rung(lp.precision, recipe.name)
-        if lp.layer in kept or rung == "bf16":
-            continue
-        if lp.layer in heads:
-            head_rungs[lp.layer] = rung
-        elif rung != recipe.name:
-            out.append(lp.layer)
-    return out, head_rungs
+    the outer FP8 recipe or, under NVFP4, at current scaling), and apart every one of the `heads` outside the BF16
+    set -> the precision the plan asks for it (its rung, else the outer recipe; Megatron runs it in BF16)."""
+    rungs = {lp.layer: effective_rung(lp.precision, recipe.name) for lp in layer_precisions}
+    out = [
+        name
+        for name, rung in rungs.items()
+        if name not in kept and name not in heads and rung not in ("bf16", recipe.name)
+    ]
+    low = {name: rungs.get(name, "bf16") for name in heads if name not in kept}
+    return out, {name: recipe.name if rung == "bf16" else rung for name, rung in low.items()}
 
 
 def megatron_section(
@@ -74,8 +73,9 @@ def megatron_section(
             members.setdefault(lv.block, []).append(lv.name)
     bf16_blocks = {block for block, names in members.items() if any(name in bf16 for name in names)}
     full_blocks = {block for block, names in members.items() if all(name in bf16 for name in names)}
-    heads_all = {n for n, lv in levels.items() if lv.info.structure.group is LayerGroup.HEAD}
-    mix, head_rungs = _ladder_mix(layer_precisions, recipe, bf16, heads_all)
+    heads_all = [n for n, lv in levels.items() if lv.info.structure.group is LayerGroup.HEAD]
+    ran_bf16 = {n for n, lv in levels.items() if lv.status is LayerStatus.BF16}
+    mix, low_heads = _ladder_mix(layer_precisions, recipe, bf16 | ran_bf16, heads_all)
     start, end = (0, 0) if mix else _runs(layout.blocks, full_blocks)
     edge_blocks = set(layout.blocks[:start]) | (set(layout.blocks[len(layout.blocks) - end :]) if end else set())
     first_last = bool(edge_blocks)
@@ -112,7 +112,7 @@ def megatron_section(
         )
     if fp4:
         notes.append("NVFP4: --fp4-format e2m1 --fp4-recipe nvfp4; Megatron refuses --fp8-format together with FP4.")
-    notes += head_rung_note(head_rungs, recipe.name)
+    notes += megatron_head.note(low_heads, recipe.name)
     if mix:
         notes.append(
             f"{len(mix)} layer(s) of the precision ladder run under another recipe than the outer one: the "
@@ -136,7 +136,7 @@ def megatron_section(
 def _notes(layout: Layout, outside: list[int], heads: list[str], plan: SkipPlan) -> list[str]:
     notes = [
         "Counts are whole transformer layers from the first/last (Megatron layer_no is 0-based); heads are "
-        "not transformer layers: output_layer precision is set separately."
+        "not transformer layers: Megatron runs output_layer in BF16 whatever the flags say."
     ]
     if layout.index_base == 1:
         notes.append("Logged block numbers are 1-based (TE layer_number); Megatron module paths are 0-based.")
@@ -146,7 +146,7 @@ def _notes(layout: Layout, outside: list[int], heads: list[str], plan: SkipPlan)
             "blocks at the start or end: they need --te-precision-config-file matchers."
         )
     if heads:
-        notes.append(f"Head layer(s) {heads} stay BF16 through their own setting, not the first/last flags.")
+        notes.append(f"Head layer(s) {heads} stay BF16 as asked: Megatron runs output_layer in BF16, no flag needed.")
     if plan.overrides:
         notes.append(
             f"{len(plan.overrides)} GEMM override(s) are kept as whole modules in BF16 here: Megatron "

@@ -22,11 +22,9 @@ Conventions (Megatron-LM `--first-last-layers-bf16` / `--te-precision-config-fil
   stays delayed for the TE debug YAML, which keeps those layers in BF16 under it.
 * NVFP4 (`NVFP4BlockScaling`): `--fp4-format e2m1 --fp4-recipe nvfp4` and never `--fp8-format` / `--fp8-recipe`
   (megatron/training/arguments.py: "--fp4-format and --fp8-format cannot be used simultaneously").
-* Heads: Megatron's `output_layer` is a plain `ColumnParallelLinear` (megatron/core/models/gpt/gpt_model.py), not a
-  TE module, so no precision-config matcher reaches it and it runs in BF16; only `fp8_output_proj` swaps in
-  `TELMHeadColumnParallelLinear`, under `--fp8-recipe mxfp8` only (transformer_config.py), refusing tied embeddings
-  and deferred embedding wgrad. A ladder rung on a head (nvfp4 above all: FP4 has no head path) is therefore not
-  emitted; a comment says the head runs in BF16 there (`head_rungs`, `head_rung_note`).
+* Heads: Megatron's `output_layer` is not a TE module and runs in BF16 whatever the decision asks (the rules are in
+  `megatron_head`): a ladder rung on a head is not emitted, `applied()` lists every head as BF16 and calls a head the
+  decision runs in low precision an approximation, and a comment line says why.
 * A per-layer precision ladder (`decision.layer_precisions` with rungs other than the outer recipe, see
   `precision`) always goes to the precision-config YAML: one TEQuantizationParams config per rung used
   (`fp4_quantization_recipe: nvfp4`, `fp8_quantization_recipe: mxfp8|blockwise|tensorwise` with `fp8_format`
@@ -42,7 +40,7 @@ import re
 import shlex
 
 from fp8_policy.policy.records import MEGATRON_RECIPES, LayerGroup, LayerInfo, PolicyDecision
-from fp8_policy.policy.render import precision
+from fp8_policy.policy.render import megatron_head, precision
 from fp8_policy.policy.render.applied import AppliedPolicy, whole_module_overrides
 from fp8_policy.policy.render.layout import (
     body_blocks,
@@ -115,8 +113,13 @@ def megatron_path(layer: LayerInfo, one_based: bool) -> str:
 
 
 def applied(decision: PolicyDecision) -> AppliedPolicy:
-    """Skipped layers exact (flags or matchers); overridden modules wholly in BF16."""
-    return whole_module_overrides(decision, "megatron", "Megatron keeps whole modules, not single GEMMs, in BF16")
+    """Skipped layers exact (flags or matchers); overridden modules wholly in BF16; every head in BF16 (Megatron's
+    output_layer is no TE module, `megatron_head`), an approximation where the decision runs it in low precision."""
+    base = whole_module_overrides(decision, "megatron", "Megatron keeps whole modules, not single GEMMs, in BF16")
+    layers = tuple(dict.fromkeys((*base.bf16_layers, *megatron_head.heads(decision))))
+    heads = megatron_head.approximation(megatron_head.low_precision_heads(decision))
+    parts = [part.rstrip(".") for part in (base.approximation, heads) if part]
+    return AppliedPolicy("megatron", layers, {}, (), "; ".join(parts) + "." if parts else None)
 
 
 def edge_block_counts(decision: PolicyDecision) -> tuple[int, int] | None:
@@ -163,41 +166,11 @@ def _matchers(decision: PolicyDecision, one_based: bool) -> list[tuple[str, str]
     return list(unique.items())
 
 
-def head_rungs(decision: PolicyDecision) -> dict[str, str]:
-    """Head layers (Megatron's output_layer) the ladder gives a low-precision rung, which Megatron cannot express."""
-    kept = set(precision.kept_layers(decision))
-    heads = {layer.name for layer in decision.layers if layer.structure.group is LayerGroup.HEAD}
-    outer = decision.recipe.name
-    return {
-        name: precision.effective_rung(rung, outer)
-        for name, rung in precision.ladder(decision).items()
-        if name in heads and name not in kept and rung != precision.BF16
-    }
-
-
-def head_rung_note(rungs: dict[str, str], outer: str) -> list[str]:
-    """At most one line: the heads' ladder rungs Megatron does not apply, and why (module rules)."""
-    if not rungs:
-        return []
-    listed = ", ".join(f"{name} ({rung})" for name, rung in rungs.items())
-    text = (
-        f"Head layer(s) {listed} of the precision ladder run in BF16 under Megatron: output_layer is a plain "
-        "ColumnParallelLinear (gpt_model.py), not a TE module, so no --te-precision-config-file matcher reaches it"
-    )
-    if set(rungs.values()) == {"mxfp8"} and outer == "mxfp8":
-        return [
-            text + "; --fp8-output-proj would run it in MXFP8 under --fp8-recipe mxfp8 (not emitted: "
-            "TELMHeadColumnParallelLinear refuses tied embeddings and deferred embedding wgrad)."
-        ]
-    fp4 = "; Megatron has no FP4 (nvfp4) setting for it at all" if precision.NVFP4 in rungs.values() else ""
-    return [text + fp4 + "."]
-
-
 def _rung_matchers(decision: PolicyDecision, one_based: bool) -> list[tuple[str, str, str]]:
     """(config, pattern, comment) for the ladder layers that run under another recipe than the outer one (heads
-    left out: no matcher reaches Megatron's output_layer, see `head_rungs`)."""
+    left out: no matcher reaches Megatron's output_layer, see `megatron_head`)."""
     info = {layer.name: layer for layer in decision.layers}
-    heads = head_rungs(decision)
+    heads = set(megatron_head.heads(decision))
     out = []
     for name, rung in precision.layer_recipes(decision).items():
         if name in heads:
@@ -361,7 +334,9 @@ def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
     edges = None if mixed else edge_block_counts(decision)
     flags, comments = recipe_flags(decision)
     lines = _header(decision, edges) + comments + unapplied_note(decision)
-    lines += [f"# {line}" for line in head_rung_note(head_rungs(decision), decision.recipe.name)]
+    lines += [
+        f"# {line}" for line in megatron_head.note(megatron_head.low_precision_heads(decision), decision.recipe.name)
+    ]
     if decision.fp8_param and (mixed or not edges):
         lines.append(
             "# NOTE: the run keeps FP8/FP4 parameters; check --fp8-param-gather / --fp4-param-gather against the"

@@ -114,4 +114,14 @@ def test_megatron_flags_are_read_with_megatrons_layer_rule():
     text = render(decision, "megatron").content
     assert "--num-layers-at-start-in-bf16 1" in text and "--num-layers-at-end-in-bf16 1" in text
     whole, _ = eval_bf16.megatron_applied(text, decision)
-    assert whole == set(f.block_names("llama", 1, 6))
+    assert whole == {*f.block_names("llama", 1, 6), "model.lm_head"}  # the head: BF16 in any Megatron script
+
+
+def test_the_megatron_reader_reads_every_head_as_bf16():
+    """Megatron's output_layer is a plain ColumnParallelLinear that no flag or precision-config matcher reaches: the
+    reader reads the head as BF16 from any script, as the Hydra reader does for bionemo's lm_head."""
+    head = "model.lm_head"
+    for decision in (f.decision(LLAMA), f.decision(LLAMA, [QKV_1]), f.decision(LLAMA, f.block_names("llama", 1, 6))):
+        whole, _ = eval_bf16.megatron_applied(render(decision, "megatron").content, decision)
+        assert head in whole, decision.skip_layers
+        assert eval_bf16.compare("megatron", (whole, {}), decision) == []

@@ -46,7 +46,7 @@ def test_contiguous_first_and_last_blocks() -> None:
         "--num-layers-at-end-in-bf16",
         "2",
     ]
-    assert any("output_layer precision is set separately" in note for note in section["notes"])
+    assert any("Megatron runs output_layer in BF16 whatever the flags say" in note for note in section["notes"])
 
 
 def test_a_partial_first_block_goes_to_the_precision_config_not_the_flags() -> None:

@@ -112,3 +112,21 @@ def test_an_output_layer_rung_has_no_megatron_setting_and_the_notes_say_so() -> 
         assert section["first_last_layers_bf16"] is True  # the head's rung does not turn the flags off
         note = next((n for n in section["notes"] if head in n and "nvfp4" in n), None)
         assert note is not None and "run in BF16 under Megatron" in note and "ColumnParallelLinear" in note, note
+
+
+def test_a_head_the_plan_runs_in_low_precision_is_bf16_in_the_notes_the_formats_and_the_script_alike() -> None:
+    """One verdict on the head: Megatron runs output_layer in BF16 even where the plan leaves it at the outer recipe,
+    so the JSON notes, `formats.megatron` (an approximation, not 'exactly') and the script's comment all say so."""
+    from fp8_policy.policy.recommend import recommend
+    from fp8_policy.policy.render import render
+    from tests.policy.analysis.factories import heads
+
+    rec = recommend(build_run(Spec(n_blocks=4)))
+    data = rec.to_dict()
+    head = heads("megatron")[0]
+    assert head not in data["fp8_skip_layers"]
+    claim = data["formats"]["megatron"]
+    assert head in claim["bf16_layers"] and not claim["exact"] and head in claim["approximation"], claim
+    note = next(n for n in data["megatron"]["notes"] if head in n and "run in BF16 under Megatron" in n)
+    text = render(rec.decision, "megatron").content.splitlines()
+    assert f"# {note}" in text and text[2] == f"# Approximation: {claim['approximation']}"

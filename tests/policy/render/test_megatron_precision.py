@@ -148,8 +148,44 @@ def test_an_output_layer_rung_gets_no_matcher_and_the_script_says_it_runs_bf16(o
     assert config is not None  # the body layer's block rung still needs the file
     recipe = loader.RecipeConfig.from_yaml_file(config)
     assert all(not loader.fnmatch.fnmatch("output_layer", pattern) for pattern, _ in recipe.matchers), recipe.matchers
-    assert f"# Head layer(s) {head} (nvfp4) of the precision ladder run in BF16 under Megatron" in text, text
+    assert f"# Head layer(s) {head} (nvfp4) run in BF16 under Megatron" in text, text
     assert "no FP4 (nvfp4) setting" in text
     head_only = f.with_ladder(f.decision(layers, recipe_choice=f.recipe(outer)), {head: "nvfp4"})
     text, args, config = run_script(head_only, tmp_path)
     assert config is None and "--te-precision-config-file" not in args and "run in BF16 under Megatron" in text
+
+
+@pytest.mark.parametrize(("rung", "said"), [("nvfp4", "nvfp4"), (None, "current")])
+def test_the_first_line_and_the_json_say_megatron_runs_the_head_in_bf16(rung, said, tmp_path):
+    """One output, one verdict: Megatron runs output_layer in BF16 whatever the decision asks (a ladder rung, or the
+    outer recipe), so its `applied()` (the script's first line and the JSON `formats.megatron`) lists the head as
+    BF16 and calls it an approximation, never 'Applies ... exactly', and the bench reader reads the same."""
+    from bench import eval_bf16
+    from fp8_policy.policy.render import applied_by_format
+
+    layers = f.family_layers("megatron", N_BLOCKS)
+    head = "model.module.output_layer"
+    base = f.decision(layers, f.block_names("megatron", 1), recipe_choice=f.recipe("current"))
+    decision = f.with_ladder(base, {head: rung} if rung else {})
+    text, _, _ = run_script(decision, tmp_path)
+    claim = applied_by_format(decision)["megatron"]
+    assert head in claim["bf16_layers"] and head in claim["extra_bf16_layers"] and not claim["exact"], claim
+    assert f"{head} ({said})" in claim["approximation"] and "BF16" in claim["approximation"]
+    assert text.splitlines()[2] == f"# Approximation: {claim['approximation']}"
+    assert "Applies the recommendation exactly" not in text
+    assert eval_bf16.compare("megatron", eval_bf16.megatron_applied(text, decision), decision) == []
+
+
+def test_a_head_that_ran_in_bf16_or_is_skipped_keeps_megatron_exact(tmp_path):
+    """A head the decision itself keeps in BF16 is no approximation: Megatron runs what was asked."""
+    from fp8_policy.policy.records import Precision
+
+    head = "model.module.output_layer"
+    high = f.decision(f.family_layers("megatron", N_BLOCKS, Precision.HIGH), f.block_names("megatron", 1))
+    skipped = f.decision(f.family_layers("megatron", N_BLOCKS), (*f.block_names("megatron", 1), head))
+    for decision in (high, skipped):
+        text, _, _ = run_script(decision, tmp_path)
+        assert (
+            text.splitlines()[2]
+            == "# Applies the recommendation exactly (same BF16 layers and GEMMs as the JSON recommendation)."
+        ), text
