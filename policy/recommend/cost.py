@@ -13,6 +13,10 @@ Rules:
 * `ladder_cost`: the precision ladder's shares of GEMM FLOPs in FP4 / FP8 / BF16 (GEMM overrides count their
   GEMMs as BF16) with the per-GPU speedups of TE's current speedups page (Blackwell: B300 figures; Hopper: H200;
   a rung missing on one GPU's page takes the other's figure, named in `speedups`).
+* Each cost is stated once, not per format, so its `assumptions` say which application it counts and where a format
+  runs otherwise (the JSON `formats` say what each runs): `expected_cost` counts the BF16 set as the TE debug YAML
+  applies it, `ladder_cost` the rungs as apply_policy's TE backend runs them; the Megatron script runs every head in
+  BF16 whatever is asked (output_layer is not a TE module, policy/render/megatron_head.py), named there.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from fp8_policy.policy.analysis.layout import LayerLevels, LayerStatus, Layout, 
 from fp8_policy.policy.recommend.options import ModelDims
 from fp8_policy.policy.recommend.skiplist import SkipPlan
 from fp8_policy.policy.records import GEMMS, GemmOverride, LayerGroup
+from fp8_policy.policy.render.applied import names
 
 SPEEDUPS: dict[str, tuple[float, str]] = {
     "delayed": (1.69, "H200"),
@@ -103,7 +108,11 @@ def expected_cost(layout: Layout, plan: SkipPlan, recipe: str, dims: ModelDims) 
         "source": SOURCE,
         "assumptions": "GEMM time ∝ fp8_share/speedup + bf16_share; fprop, dgrad and wgrad cost the same; "
         "layers already in BF16 stay in BF16; non-GEMM time is not included, so end-to-end "
-        "changes are smaller",
+        "changes are smaller; the BF16 set counted is the TE debug YAML's (skipped layers whole, overrides per "
+        "GEMM): torchao and the Megatron script run overridden modules whole in BF16, bionemo's fp8_layers whole "
+        "blocks"
+        + _megatron_heads(layers, set(plan.bf16_layers) | {o.layer for o in plan.overrides})
+        + ", so their BF16 shares are higher (formats)",
     }
     if method == "dims" and dims.seq_len:
         out["gemm_flops_per_sequence"] = total * dims.seq_len
@@ -195,10 +204,26 @@ def ladder_cost(
         "speedups": {p: {"vs_bf16": s, "measured_on": g} for p, (s, g) in sorted(used.items())},
         "source": LADDER_SOURCE,
         "assumptions": "GEMM time = sum(share / speedup); fprop, dgrad and wgrad cost the same; speedups are "
-        "TE's autocast figures for one 5B config (shape-dependent); non-GEMM time is not included",
+        "TE's autocast figures for one 5B config (shape-dependent); non-GEMM time is not included; each layer counts "
+        "at its rung as apply_policy's TE backend runs the ladder (a te.autocast per rung): the TE debug YAML "
+        "applies only its BF16 set, torchao runs nvfp4 rungs as float8, bionemo's fp8_layers applies rungs per block"
+        + _megatron_heads(layers, {name for name, rung in rungs.items() if rung == "bf16"})
+        + " (formats)",
     }
     if missing and dims.hidden_size:
         out["missing_dims_for"] = missing[:5]
     elif method == "layer_count":
         out["note"] = "no model dims given: every GEMM layer counts equally"
     return out
+
+
+def _megatron_heads(layers: list[LayerLevels], bf16: set[str]) -> str:
+    """The clause naming the heads counted in low precision that the Megatron script runs in BF16 ('' if none)."""
+    low = [
+        lv.name
+        for lv in layers
+        if lv.info.structure.group is LayerGroup.HEAD and lv.name not in bf16 and lv.status is not LayerStatus.BF16
+    ]
+    if not low:
+        return ""
+    return f", and the Megatron script runs {names(low)} in BF16 (output_layer is not a TE module)"
