@@ -41,7 +41,10 @@ def test_nvfp4_late_layers_ladder_rung_is_the_rendered_precision(client: TestCli
     for fmt, applied in body["formats"].items():  # no ladder layer in BF16, except a widening the format declares
         widened = set(applied["bf16_layers"]) & set(rungs)
         assert widened <= set(applied["extra_bf16_layers"]) and applied["not_applied"] == [], fmt
-        assert not widened & planted, fmt
+        if fmt == "hydra":  # fp8_layers holds one recipe per block: MXFP8 rungs under NVFP4 take theirs to BF16
+            assert planted <= widened and "(mxfp8)" in applied["approximation"], applied
+        else:
+            assert not widened & planted, fmt
 
     script = client.get(f"/api/v1/runs/{run_id}/recommendation", params={"format": "megatron"}).text
     (tmp_path / "policy.sh").write_text(script + 'printf "%s\\n" "${FP8_POLICY_ARGS[@]}"\n')

@@ -99,7 +99,10 @@ def test_an_nvfp4_run_learns_which_layers_to_lift() -> None:
     assert data["fp8_skip_layers"] == [] and rec.ladder is not None and list(rec.ladder.lifted) == block7
     assert lifted["confidence"] == 0.6 and any("Confirm with an mxfp8_ what-if" in e for e in lifted["evidence"])
     assert disagreements(rec.decision) == {} and {precision_of(rec.decision)[n] for n in block7} == {"mxfp8"}
-    assert all(not applied["bf16_layers"] for applied in data["formats"].values())
+    formats = data["formats"]
+    assert all(not applied["bf16_layers"] for fmt, applied in formats.items() if fmt != "hydra")
+    # bionemo's fp8_layers holds one recipe per block: block 7's MXFP8 rungs take it out (BF16, the safe side), said
+    assert set(formats["hydra"]["bf16_layers"]) == set(block7) and "(mxfp8)" in formats["hydra"]["approximation"]
     text = "\n".join(rec.rationale)
     assert "Lift 4 layer(s) at or above 13% NVFP4 underflow to an FP8 rung instead of BF16" in text
     assert "nothing to skip or override" not in text
