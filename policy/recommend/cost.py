@@ -16,7 +16,8 @@ Rules:
 * Each cost is stated once, not per format, so its `assumptions` say which application it counts and where a format
   runs otherwise (the JSON `formats` say what each runs): `expected_cost` counts the BF16 set as the TE debug YAML
   applies it, `ladder_cost` the rungs as apply_policy's TE backend runs them; the Megatron script runs every head in
-  BF16 whatever is asked (output_layer is not a TE module, policy/render/megatron_head.py), named there.
+  BF16 whatever is asked (output_layer is not a TE module, policy/render/megatron_head.py), bionemo's Hydra recipe
+  too (policy/render/hydra.py): those heads are named there.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def expected_cost(layout: Layout, plan: SkipPlan, recipe: str, dims: ModelDims) 
         "GEMM): torchao and the Megatron script run overridden modules whole in BF16, bionemo's fp8_layers whole "
         "blocks"
         + _megatron_heads(layers, set(plan.bf16_layers) | {o.layer for o in plan.overrides})
-        + ", so their BF16 shares are higher (formats)",
+        + ", so their BF16 shares are higher (the JSON formats say what each runs)",
     }
     if method == "dims" and dims.seq_len:
         out["gemm_flops_per_sequence"] = total * dims.seq_len
@@ -208,7 +209,7 @@ def ladder_cost(
         "at its rung as apply_policy's TE backend runs the ladder (a te.autocast per rung): the TE debug YAML "
         "applies only its BF16 set, torchao runs nvfp4 rungs as float8, bionemo's fp8_layers applies rungs per block"
         + _megatron_heads(layers, {name for name, rung in rungs.items() if rung == "bf16"})
-        + " (formats)",
+        + "; their shares differ (the JSON formats say what each runs)",
     }
     if missing and dims.hidden_size:
         out["missing_dims_for"] = missing[:5]
@@ -218,7 +219,7 @@ def ladder_cost(
 
 
 def _megatron_heads(layers: list[LayerLevels], bf16: set[str]) -> str:
-    """The clause naming the heads counted in low precision that the Megatron script runs in BF16 ('' if none)."""
+    """The clause naming the heads counted in low precision that Megatron and bionemo run in BF16 ('' if none)."""
     low = [
         lv.name
         for lv in layers
@@ -226,4 +227,7 @@ def _megatron_heads(layers: list[LayerLevels], bf16: set[str]) -> str:
     ]
     if not low:
         return ""
-    return f", and the Megatron script runs {names(low)} in BF16 (output_layer is not a TE module)"
+    return (
+        f", and the Megatron script and bionemo's Hydra recipe run {names(low)} in BF16 (Megatron's output_layer is "
+        "not a TE module; bionemo builds its LM head under te.autocast(enabled=False))"
+    )

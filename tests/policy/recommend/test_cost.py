@@ -88,18 +88,22 @@ def test_sequence_length_scales_flops_not_shares() -> None:
 
 def test_the_costs_say_which_application_they_count_and_name_the_heads_megatron_runs_in_bf16() -> None:
     """Each cost is stated once, for every format: it says the application it counts (the TE debug YAML's BF16 set;
-    the ladder's rungs as apply_policy's TE backend runs them) and names the heads the Megatron script runs in BF16
-    whatever was asked (output_layer is no TE module), instead of letting the shares pass for every format's."""
+    the ladder's rungs as apply_policy's TE backend runs them) and names the heads Megatron and bionemo run in BF16
+    whatever was asked, instead of letting the shares pass for every format's."""
     from fp8_policy.policy.recommend.cost import ladder_cost
 
     layout = tiny_layout(with_heads=True)
     head = heads("megatron")[0]
     fc2 = name("megatron", 0, "fc2")
     cost = expected_cost(layout, plan((fc2,)), "current", DIMS)
-    assert "TE debug YAML" in cost["assumptions"] and f"Megatron script runs {head} in BF16" in cost["assumptions"]
+    assert "TE debug YAML" in cost["assumptions"] and f"Hydra recipe run {head} in BF16" in cost["assumptions"]
     assert head not in expected_cost(layout, plan((fc2, head)), "current", DIMS)["assumptions"]
     rungs = {lv.name: "nvfp4" for lv in layout.levels.values()} | {fc2: "bf16"}
     lcost = ladder_cost(layout, rungs, (), "current", DIMS, 10.0)
     text = lcost["assumptions"]
-    assert "apply_policy" in text and f"Megatron script runs {head} in BF16" in text and "fp8_layers" in text
+    assert (
+        "apply_policy" in text
+        and f"Megatron script and bionemo's Hydra recipe run {head} in BF16" in text
+        and "fp8_layers" in text
+    )
     assert head not in ladder_cost(layout, rungs | {head: "bf16"}, (), "current", DIMS, 10.0)["assumptions"]
