@@ -58,6 +58,11 @@ class JobRepository:
             return False
         return True
 
+    def add_plan(self, run_id: int) -> None:
+        """Queue the first job of a run created in this very transaction: no other job of it can exist yet, so
+        neither the run's lock nor a SAVEPOINT is needed (the upload's one short write transaction holds both rows)."""
+        self.session.execute(insert(IngestJob).values(self._row(run_id, "plan", NO_RANK)))
+
     def add_rank_jobs(
         self, run_id: int, ranks: list[int], done: dict[int, dict[str, Any]] | None = None, finalized: bool = False
     ) -> None:

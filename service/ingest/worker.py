@@ -110,6 +110,10 @@ class IngestWorker:
             JobRepository(session).enqueue_plan(run_id)
         self._wake.set()
 
+    def wake(self) -> None:
+        """A job was queued by the caller's own transaction (now committed): a local loop looks at once."""
+        self._wake.set()
+
     def resume_interrupted(self) -> None:
         """Start the loops; runs left without a job (or held by a dead local process) are taken up."""
         if self.run_jobs and not self._threads:

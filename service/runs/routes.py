@@ -88,7 +88,7 @@ def _store_upload(
     try:
         with state.unit_of_work() as session:
             stored = writes.store_upload(
-                session, settings.data_dir, upload, fields, uploaded_by, store=state.ingest.store
+                session, settings.data_dir, upload, fields, uploaded_by, store=state.ingest.store, add_job=True
             )
             read = actions.run_read(stored.run)
             duplicate = DuplicateOf(id=read.id, name=read.name) if stored.duplicate else None
@@ -97,7 +97,7 @@ def _store_upload(
         upload.path.unlink(missing_ok=True)
         upload.release()  # the transaction has ended: the orphan sweep (service/runs/orphans.py) may judge the file
     if stored.queued:
-        state.ingest.submit(body["id"])
+        state.ingest.wake()  # its job was queued with the run, in the same transaction
     return body, stored.queued
 
 

@@ -21,6 +21,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, SessionTransaction
 
+from fp8_policy.db.jobs import JobRepository
 from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.db.repositories import NewRun, RunRepository
 from fp8_policy.service import limits
@@ -76,6 +77,8 @@ def store_upload(
     fields: dict[str, str],
     uploaded_by: str | None = None,
     store: ArchiveStore | None = None,
+    *,
+    add_job: bool = False,
 ) -> StoredUpload:
     """Store a new queued run for the upload, or answer with the existing run with the same bytes.
     `uploaded_by` is the access token's name (None when anonymous).
@@ -89,6 +92,11 @@ def store_upload(
     Nothing is half-stored: every field is checked before the first write; no SAVEPOINT (with pysqlite,
     releasing the outermost one commits the row); and the stored upload is removed again when the transaction
     rolls back, so a failed commit leaves neither a row nor an orphaned runs/<id>/upload.bin.
+
+    `add_job`: a run that is `queued` gets its ingest's first job in this same transaction (one SQLite write
+    lock for the row, the file and the job, instead of a second transaction for the job after this one: under
+    mixed load each wait for the write lock cost an upload hundreds of ms, issue 20); the caller then only wakes
+    the workers. Without it the caller queues the job itself (IngestWorker.submit).
     """
     name, project, tags, metadata = parse_upload_fields(fields, upload.filename)
     filename = limits.clean_filename(upload.filename)
@@ -97,6 +105,8 @@ def store_upload(
     existing = repo.find_by_hash(project, upload.sha256)
     if existing is not None:
         run, queued = _same_bytes_again(session, data_dir, store, existing, upload)
+        if queued and add_job:
+            JobRepository(session).enqueue_plan(run.id)  # the earlier ingest's jobs are finished or gone
         return StoredUpload(run, queued, duplicate=True)
     try:
         run = repo.add(NewRun(name, project, tags, metadata, upload.sha256, filename, upload.size, "", uploaded_by))
@@ -109,6 +119,8 @@ def store_upload(
         return StoredUpload(winner, queued=False, duplicate=True)
     run.upload_path = _store_upload_file(session, data_dir, store, run.id, upload)
     session.flush()
+    if add_job:
+        JobRepository(session).add_plan(run.id)
     return StoredUpload(run, queued=True, duplicate=False)
 
 
