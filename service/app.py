@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 
+import anyio.to_thread
 from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
@@ -51,6 +52,9 @@ WARM_UP_GRACE_SECONDS = 1.0  # a client that polled /healthz and uploads next ha
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
+    # sync routes and dependencies share this loop's default thread limiter (Starlette's run_in_threadpool): a few
+    # threads, not one per waiting reader, so the event loop (receiving upload bodies) rarely waits for the GIL
+    anyio.to_thread.current_default_thread_limiter().total_tokens = settings.request_thread_count()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     sweep_stale_parts(settings.data_dir / "uploads")  # left by a killed process; live uploads are locked
     engine = create_db_engine(settings.resolved_database_url, settings.pool_options())

@@ -17,7 +17,8 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
-def get_app_settings(request: Request) -> Settings:
+async def get_app_settings(request: Request) -> Settings:
+    """`async`: an attribute read needs no threadpool hop (see limits.check_request)."""
     settings: Settings = request.app.state.settings
     return settings
 

@@ -44,8 +44,12 @@ _ASCII_DIGITS = re.compile(r"[0-9]+")
 # --- every request ---------------------------------------------------------------------------------------------
 
 
-def check_request(request: Request) -> None:
+async def check_request(request: Request) -> None:
     """App-wide dependency (service/app.py): the checks every route needs, before any route code runs.
+
+    `async` because it is a few string checks: run on the event loop, not handed to the threadpool (a sync
+    dependency is a thread hop per request; under the mixed load of bench/load.py, 30 readers busy the
+    threadpool and each hop waited for the GIL, issue 20).
 
     A `{run_id}` path parameter beyond the id column is 404 (no row can have it), a `rank` query parameter
     outside 0..MAX_RANK is 400, and NUL in any query value is 400 (PostgreSQL text cannot hold it). Values that

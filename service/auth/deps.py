@@ -73,7 +73,8 @@ class ScopeCheck:
             raise ValueError(f"unknown scope {scope!r}")
         self.scope = scope
 
-    def __call__(self, request: Request, principal: PrincipalDep) -> Principal:
+    async def __call__(self, request: Request, principal: PrincipalDep) -> Principal:
+        # async: a comparison needs no threadpool hop (see limits.check_request)
         if not scope_allows(principal.scope, self.scope):
             route = request.scope.get("route")
             what = f"{request.method} {getattr(route, 'path', request.url.path)}"

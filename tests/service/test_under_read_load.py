@@ -2,22 +2,36 @@
 
 An upload stores its run row, moves its file into the archive store and queues its ingest's first job in one
 write transaction (on SQLite each write transaction waits for the database's one write lock, behind the ingest
-jobs' writes: a second transaction for the job doubled the waiting).
+jobs' writes: a second transaction for the job doubled the waiting). The dependencies every request goes
+through that need no I/O (the app-wide request checks, the settings, the scope check) run on the event loop: a
+sync dependency is one more trip through the threadpool the readers keep busy. Sync routes run in at most
+`request_threads` threads at once (the rest wait their turn), so the event loop receiving an upload's body
+does not wait for the GIL behind one thread per reader.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import fastapi.dependencies.utils
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, delete, event, update
 
 from fp8_policy.db.job_models import IngestJob
 from fp8_policy.db.models import Run
+from fp8_policy.service.auth.deps import ScopeCheck
+from fp8_policy.service.deps import get_app_settings
+from fp8_policy.service.errors import NotFound
+from fp8_policy.service.limits import check_request
+from fp8_policy.service.runs import actions
+from fp8_policy.service.settings import Settings
 from tests.archives import multi_rank_tree, tree_tar_gz
 from tests.service.test_ingest_jobs import jobs_of
 
@@ -101,3 +115,61 @@ def test_the_same_bytes_after_a_server_side_failure_are_queued_again_in_their_tr
     assert again["status"] == "queued"
     assert jobs_of(db_engine, first["id"]) == [("plan", -1, "queued")]
     assert len(transactions) == 1 and transaction_of(transactions, "INGEST_JOBS") == transactions, transactions
+
+
+@pytest.mark.parametrize("path", ["/api/v1/runs?limit=5", "/api/v1/runs/1"])
+def test_dependencies_without_io_do_not_go_through_the_threadpool(
+    client: TestClient, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[Any] = []
+    original = fastapi.dependencies.utils.run_in_threadpool
+
+    async def recording(func: Any, *args: Any, **kwargs: Any) -> Any:
+        ran.append(func)
+        return await original(func, *args, **kwargs)
+
+    monkeypatch.setattr(fastapi.dependencies.utils, "run_in_threadpool", recording)
+    client.get(path)
+    assert ran, "no dependency ran in the threadpool: the recording does not see them"
+    on_threads = [f for f in ran if f in (check_request, get_app_settings) or isinstance(f, ScopeCheck)]
+    assert on_threads == []
+
+
+def test_sync_routes_run_in_at_most_request_threads_threads(
+    make_client: Callable[..., TestClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = make_client(request_threads=2)
+    lock = threading.Lock()
+    active, most = 0, 0
+
+    def slow_get_run(_session: Any, run_id: int) -> Any:
+        nonlocal active, most
+        with lock:
+            active += 1
+            most = max(most, active)
+        time.sleep(0.3)
+        with lock:
+            active -= 1
+        raise NotFound(f"run {run_id} does not exist")
+
+    monkeypatch.setattr(actions, "get_run", slow_get_run)
+    statuses: list[int] = []
+    threads = [
+        threading.Thread(target=lambda k=k: statuses.append(client.get(f"/api/v1/runs/{k + 1}").status_code))
+        for k in range(6)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert statuses == [404] * 6
+    assert most == 2
+
+
+@pytest.mark.parametrize(("cores", "threads"), [(None, 8), (1, 8), (2, 8), (4, 16), (10, 40), (64, 40)])
+def test_request_threads_default_to_four_per_core_within_8_to_40(
+    cores: int | None, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    assert Settings(_env_file=None).request_thread_count() == threads
+    assert Settings(_env_file=None, request_threads=3).request_thread_count() == 3
