@@ -12,7 +12,7 @@ import yaml
 
 from bench import eval_bf16
 from bench.te_config_manager import TeConfigManager
-from fp8_policy.policy.records import PolicyDecision
+from fp8_policy.policy.records import LayerGroup, PolicyDecision
 from fp8_policy.policy.render import FORMATS, render
 
 LAYER_DISABLE = frozenset({"DisableFP8Layer", "DisableQuantizationLayer"})
@@ -76,7 +76,9 @@ class ConfigChecker(TeConfigManager):
                     errors.append(f"precision config: matchers without a known config/pattern: {unknown}")
             except Exception as exc:
                 errors.append(f"precision-config YAML: {type(exc).__name__}: {exc}")
-        changed = bool(decision.skip_layers or decision.gemm_overrides)
+        heads = {layer.name for layer in decision.layers if layer.structure.group is LayerGroup.HEAD}
+        asked = (*decision.skip_layers, *(o.layer for o in decision.gemm_overrides))
+        changed = any(name not in heads for name in asked)  # a head needs no setting: Megatron runs it in BF16
         routed = heredoc is not None or "--first-last-layers-bf16" in text
         if changed and not routed:
             errors.append("layers are skipped/overridden but neither a precision config nor BF16 flags are emitted")

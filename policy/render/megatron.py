@@ -122,10 +122,22 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
     return AppliedPolicy("megatron", layers, {}, (), "; ".join(parts) + "." if parts else None)
 
 
+def _skipped(decision: PolicyDecision) -> list[str]:
+    """Skipped layers that need a Megatron setting: heads run in BF16 without one (`megatron_head`)."""
+    heads = set(megatron_head.heads(decision))
+    return [name for name in precision.skipped_layers(decision) if name not in heads]
+
+
+def _overrides(decision: PolicyDecision) -> dict[str, tuple[str, ...]]:
+    """GEMM overrides that need a Megatron setting (heads left out, as in `_skipped`)."""
+    heads = set(megatron_head.heads(decision))
+    return {name: gemms for name, gemms in merged_overrides(decision).items() if name not in heads}
+
+
 def edge_block_counts(decision: PolicyDecision) -> tuple[int, int] | None:
     """(N, M) when the layers Megatron keeps in BF16 are exactly those of the first N and last M body blocks."""
     blocks = body_blocks(decision)
-    skipped = set(precision.skipped_layers(decision)) | set(merged_overrides(decision))
+    skipped = set(_skipped(decision)) | set(_overrides(decision))
     if not skipped or not blocks:
         return None
     indices = list(blocks)
@@ -142,7 +154,7 @@ def edge_block_counts(decision: PolicyDecision) -> tuple[int, int] | None:
 def _matchers(decision: PolicyDecision, one_based: bool) -> list[tuple[str, str]]:
     """(pattern, comment) per bf16 matcher: whole blocks, single skipped modules, then overrides."""
     info = {layer.name: layer for layer in decision.layers}
-    skipped = precision.skipped_layers(decision)
+    skipped = _skipped(decision)
     whole = {i: names for i, names in body_blocks(decision).items() if set(names) <= set(skipped)}
     in_whole = {name for names in whole.values() for name in names}
     out = [
@@ -156,7 +168,7 @@ def _matchers(decision: PolicyDecision, one_based: bool) -> list[tuple[str, str]
         if name not in in_whole:
             path = megatron_path(info[name], one_based) if name in info else strip_root(name)
             out.append((glob_escape(path), f"{name}: skipped"))
-    for name, gemms in merged_overrides(decision).items():
+    for name, gemms in _overrides(decision).items():
         path = megatron_path(info[name], one_based) if name in info else strip_root(name)
         note = f"{name}: {'/'.join(gemms)} requested in high precision; whole module kept in BF16"
         out.append((glob_escape(path), note))
@@ -204,9 +216,10 @@ def precision_config_yaml(decision: PolicyDecision) -> str:
         "# Matchers are fnmatch globs over GPTModel.named_modules() paths (no DDP `module.` levels);",
         f"# block index is 0-based (logged names: {numbering}); assumes no pipeline parallelism.",
         "# Non-Megatron names are translated (qkv -> self_attention.linear_qkv, proj -> self_attention.linear_proj,",
-        "# fc1 -> mlp.linear_fc1, fc2 -> mlp.linear_fc2, head -> output_layer): check them against named_modules().",
+        "# fc1 -> mlp.linear_fc1, fc2 -> mlp.linear_fc2): check them against named_modules(). No matcher names a head:",
+        "# output_layer is no TE module, Megatron runs it in BF16 whatever this file says.",
     ]
-    overrides = merged_overrides(decision)
+    overrides = _overrides(decision)
     if overrides:
         lines.append("# Megatron cannot keep single GEMMs (fprop/dgrad/wgrad) of a module in BF16: modules with")
         lines.append("# per-GEMM overrides are approximated by running the whole module in BF16.")
@@ -305,12 +318,17 @@ def _header(decision: PolicyDecision, edges: tuple[int, int] | None) -> list[str
         recipe_line,
         '# Append to the training command: pretrain_gpt.py ... "${FP8_POLICY_ARGS[@]}"',
     ]
-    skipped = precision.skipped_layers(decision)
-    if not skipped and not merged_overrides(decision):
+    if not _skipped(decision) and not _overrides(decision):
         lines.append("# No layer needs BF16: every transformer block stays in FP8.")
+    asked = {*precision.skipped_layers(decision), *merged_overrides(decision)}
+    kept_heads = [name for name in megatron_head.heads(decision) if name in asked]  # no matcher for them
+    if kept_heads:
+        lines.append(
+            f"# Head layer(s) {kept_heads} stay BF16 as asked: Megatron runs output_layer in BF16, no flag needed."
+        )
     if edges:
         lines.append(f"# Keeps the first {edges[0]} and last {edges[1]} transformer block(s) in BF16.")
-        if merged_overrides(decision):
+        if _overrides(decision):
             lines.append(
                 "# Per-GEMM overrides are approximated by whole modules in BF16 (Megatron cannot keep single"
                 " GEMMs in BF16); the TE debug YAML keeps only the requested GEMMs in BF16."
@@ -350,7 +368,7 @@ def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
             "--num-layers-at-end-in-bf16",
             str(edges[1]),
         ]
-    elif mixed or precision.skipped_layers(decision) or merged_overrides(decision):
+    elif mixed or _skipped(decision) or _overrides(decision):
         path = options.precision_config_file
         lines += [
             "",

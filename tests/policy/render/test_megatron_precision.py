@@ -189,3 +189,33 @@ def test_a_head_that_ran_in_bf16_or_is_skipped_keeps_megatron_exact(tmp_path):
             text.splitlines()[2]
             == "# Applies the recommendation exactly (same BF16 layers and GEMMs as the JSON recommendation)."
         ), text
+
+
+def test_a_skipped_head_needs_no_megatron_setting_and_keeps_the_flags_route_the_json_takes(tmp_path):
+    """Megatron runs output_layer in BF16 without any setting, so a skipped or overridden head gets no (dead)
+    `output_layer` matcher and does not push the edge blocks off `--first-last-layers-bf16`, the route the JSON
+    `megatron` section (which counts blocks only) gives for the same plan."""
+    from fp8_policy.policy.analysis import analyze
+    from fp8_policy.policy.recommend.megatron import megatron_section
+    from fp8_policy.policy.recommend.skiplist import SkipPlan
+    from tests.policy.analysis.factories import Spec, build_run
+
+    head = "model.module.output_layer"
+    edge = f.block_names("megatron", 1)
+    layers = f.family_layers("megatron", N_BLOCKS)
+    for decision in (f.decision(layers, (*edge, head)), f.decision(layers, edge, [f.override(head, "wgrad")])):
+        text, args, config = run_script(decision, tmp_path)
+        assert config is None and args[4:] == [
+            "--first-last-layers-bf16",
+            "--num-layers-at-start-in-bf16",
+            "1",
+            "--num-layers-at-end-in-bf16",
+            "0",
+        ], text
+        assert "Megatron runs output_layer in BF16, no flag needed" in text
+    layout = analyze(build_run(Spec(n_blocks=N_BLOCKS))).layout  # 0-based names: its first block is block 0
+    skips = (*(n for n, lv in layout.levels.items() if lv.block == layout.blocks[0]), head)
+    section = megatron_section(layout, SkipPlan(skips, skips, (), (), ()), f.recipe("current"))
+    assert section["extra_args"][4:] == args[4:]
+    _, args, config = run_script(f.decision(layers, [head]), tmp_path)
+    assert config is None and args == ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]
