@@ -36,7 +36,7 @@ from fp8_policy.policy.records import PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format
 from fp8_policy.policy.thresholds import Thresholds
 
-POLICY_VERSION = "2026.11.14"
+POLICY_VERSION = "2026.11.15"
 
 # Run-metadata keys saying the run keeps FP8/FP4 parameters (TE `quantized_model_init`; Megatron
 # `--fp8-param-gather` is `fp8_param_gather` in its arguments): no high-precision weight exists to take stats of.

@@ -13,7 +13,9 @@ Conventions (bionemo-recipes `fp8_layers` / `fp8_config`, https://github.com/NVI
   takes its block out of the list (BF16, the safe side), and a cheaper rung (e.g. nvfp4 under MXFP8) runs at the
   outer recipe; both are stated in the first lines, and the per-block granularity is always said.
 * bionemo builds and runs the LM head in BF16 by default (`te.autocast(enabled=False)`), so heads need
-  no override; a comment says so. Embedding/other layers cannot be expressed: they are listed as not applied.
+  no override; a comment says so. A head the decision runs in low precision (its ladder rung, e.g. nvfp4, or the
+  outer recipe) therefore runs in BF16: the safe side, an approximation naming the head in the first line and in
+  `applied()` (rules shared with Megatron in policy/render/heads.py); a head the decision keeps in BF16 is exact. Embedding/other layers cannot be expressed: they are listed as not applied.
 * `fp8_format` is its own key, so it is removed from `fp8_recipe_kwargs`.
 """
 
@@ -23,7 +25,8 @@ import math
 import re
 import shlex
 
-from fp8_policy.policy.records import PRECISIONS, LayerGroup, PolicyDecision, Precision
+from fp8_policy.policy.records import PRECISIONS, PolicyDecision, Precision
+from fp8_policy.policy.render import heads as head_rules
 from fp8_policy.policy.render import precision
 from fp8_policy.policy.render.applied import AppliedPolicy, names
 from fp8_policy.policy.render.layout import body_blocks, fp8_format, is_one_based, merged_overrides, module_index
@@ -34,6 +37,7 @@ MEDIA_TYPE = "text/plain"
 FILENAME = "bionemo_fp8_overrides.txt"
 _BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 _RESERVED = {"true", "false", "null", "nan", "inf"}
+HEAD_WHY = "bionemo runs its LM head under te.autocast(enabled=False)"
 
 
 def hydra_value(value: object) -> str:
@@ -94,7 +98,7 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
     requested = _requested(decision)
     leave = bf16_blocks(decision)
     in_blocks = {name for i in leave for name in blocks[i]}
-    heads = [layer.name for layer in decision.layers if layer.structure.group is LayerGroup.HEAD]
+    heads = head_rules.heads(decision)
     bf16 = tuple(layer.name for layer in decision.layers if layer.name in in_blocks or layer.name in heads)
     body = {name for members in blocks.values() for name in members}
     not_applied = tuple(
@@ -125,9 +129,9 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
         )
     if not_applied:
         parts.append(f"cannot keep {names(list(not_applied))} (outside the transformer blocks) in BF16")
-    allowed_heads = [h for h in heads if h not in requested and _precision(decision, h) is not Precision.HIGH]
-    if allowed_heads and parts:
-        parts.append("the LM head stays in BF16 (bionemo's default)")
+    low_heads = head_rules.approximation(head_rules.low_precision_heads(decision), HEAD_WHY)
+    if low_heads:
+        parts.append(low_heads)
     return AppliedPolicy("hydra", bf16, {}, not_applied, "; ".join(parts) + "." if parts else None)
 
 
@@ -161,14 +165,19 @@ def overrides(decision: PolicyDecision) -> list[str]:
 
 
 def _head_note(decision: PolicyDecision) -> str:
-    heads = [layer.name for layer in decision.layers if layer.structure.group is LayerGroup.HEAD]
+    heads = head_rules.heads(decision)
     if not heads:
         return "no head layer was logged."
     if set(heads) & _requested(decision):
         return "the recommended head BF16 (skip or GEMM override) needs no override."
     if all(_precision(decision, h) is Precision.HIGH for h in heads):
         return "it ran in BF16 in the analysed run too (no FP8 evidence for it)."
-    return "it stays BF16 even though the analysis would allow FP8 there."
+    low = head_rules.low_precision_heads(decision)
+    allowed = "/".join(dict.fromkeys("FP4" if rung == precision.NVFP4 else "FP8" for rung in low.values()))
+    return (
+        f"it stays BF16 even though the analysis would allow {allowed or 'FP8'} there "
+        f"({_rungs(low)}; the safe side, stated as an approximation)."
+    )
 
 
 def _comments(decision: PolicyDecision) -> list[str]:

@@ -1,8 +1,8 @@
 """What Megatron-LM runs a logged head at (BF16, whatever the decision asks for it), and the words that say so.
 
-Belongs here: which layers of a decision are heads, the precision the decision asks for those it does not keep in
-BF16, the note line (the script and the JSON `megatron.notes`) and the clause of Megatron's `applied()`.
-Must not be here: matchers, flags and the script (policy/render/megatron.py), the JSON section
+Belongs here: the note line (the script and the JSON `megatron.notes`) and the clause of Megatron's `applied()`.
+Must not be here: which layers are heads and the precision the decision runs them at (policy/render/heads.py,
+shared with bionemo's Hydra recipe; `heads` and `low_precision_heads` are re-exported here for Megatron's callers), matchers, flags and the script (policy/render/megatron.py), the JSON section
 (policy/recommend/megatron.py).
 
 Rule (Megatron-LM, https://github.com/NVIDIA/Megatron-LM): GPTModel's `output_layer` is a plain
@@ -17,23 +17,12 @@ run) runs as asked.
 
 from __future__ import annotations
 
-from fp8_policy.policy.records import LayerGroup, PolicyDecision
+from fp8_policy.policy.render import heads as shared
 from fp8_policy.policy.render import precision
-from fp8_policy.policy.render.applied import names
+from fp8_policy.policy.render.heads import heads as heads
+from fp8_policy.policy.render.heads import low_precision_heads as low_precision_heads
 
 WHY = "output_layer is a plain ColumnParallelLinear (gpt_model.py), not a TE module"
-
-
-def heads(decision: PolicyDecision) -> list[str]:
-    """Every logged head of the decision (Megatron runs each in BF16), in decision order."""
-    return [layer.name for layer in decision.layers if layer.structure.group is LayerGroup.HEAD]
-
-
-def low_precision_heads(decision: PolicyDecision) -> dict[str, str]:
-    """Heads the decision runs in low precision -> that precision (their ladder rung, else the outer recipe)."""
-    kept = set(precision.kept_layers(decision))
-    applied = precision.precision_of(decision)
-    return {name: applied[name] for name in heads(decision) if name not in kept}
 
 
 def note(low: dict[str, str], outer: str) -> list[str]:
@@ -56,7 +45,4 @@ def note(low: dict[str, str], outer: str) -> list[str]:
 
 def approximation(low: dict[str, str]) -> str | None:
     """The clause Megatron's `applied()` adds for those heads (None when there are none)."""
-    if not low:
-        return None
-    listed = names([f"{name} ({rung})" for name, rung in low.items()])
-    return f"{len(low)} head layer(s) run in BF16 instead of the precision asked ({WHY}): {listed}"
+    return shared.approximation(low, WHY)

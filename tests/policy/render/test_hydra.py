@@ -142,3 +142,43 @@ def test_a_cheaper_ladder_rung_runs_at_the_outer_recipe_and_that_is_stated():
     claim = applied(decision, "hydra")
     assert f"{cheap} (nvfp4)" in (claim.approximation or "") and "run at mxfp8" in (claim.approximation or "")
     assert "Applies the recommendation exactly" not in comments(decision)
+
+
+@pytest.mark.parametrize(
+    ("outer", "rung", "said", "allowed"), [("current", None, "current", "FP8"), ("mxfp8", "nvfp4", "nvfp4", "FP4")]
+)
+def test_a_head_run_in_low_precision_by_the_decision_makes_hydra_an_approximation(outer, rung, said, allowed):
+    """One output, one verdict: bionemo runs its LM head under te.autocast(enabled=False), i.e. in BF16, whatever the
+    decision asks (the outer recipe, or a ladder rung such as nvfp4), so the first line and the JSON formats.hydra
+    call that an approximation naming the head, never 'Applies ... exactly', even when it is the only difference."""
+    from fp8_policy.policy.render import applied_by_format
+
+    head = "model.lm_head"
+    base = f.decision(f.family_layers("llama", 3), recipe_choice=f.recipe(outer))
+    decision = f.with_ladder(base, {head: rung}) if rung else base
+    claim = applied_by_format(decision)["hydra"]
+    assert head in claim["bf16_layers"] and head in claim["extra_bf16_layers"] and not claim["exact"], claim
+    assert f"{head} ({said})" in claim["approximation"] and "BF16" in claim["approximation"], claim
+    assert "te.autocast(enabled=False)" in claim["approximation"]
+    assert comments(decision).splitlines()[1] == f"# Approximation: {claim['approximation']}"
+    assert "Applies the recommendation exactly" not in comments(decision)
+    assert f"the analysis would allow {allowed} there ({head} ({said});" in comments(decision)
+
+
+def test_a_head_the_decision_keeps_in_bf16_leaves_hydra_exact():
+    """A head skipped, overridden or already BF16 in the run is what bionemo runs: no approximation."""
+    from fp8_policy.policy.records import Precision
+    from fp8_policy.policy.render import applied
+
+    head = "model.lm_head"
+    layers = f.family_layers("llama", 3)
+    for decision in (
+        f.decision(layers, [head]),
+        f.decision(layers, (), [f.override(head, "wgrad")]),
+        f.decision(f.family_layers("llama", 3, Precision.HIGH)),
+    ):
+        claim = applied(decision, "hydra")
+        assert claim.exact and head in claim.bf16_layers, claim
+        assert comments(decision).splitlines()[1] == (
+            "# Applies the recommendation exactly (same BF16 layers and GEMMs as the JSON recommendation)."
+        )
