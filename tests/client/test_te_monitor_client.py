@@ -7,8 +7,8 @@ from pathlib import Path
 import httpx
 from click.testing import CliRunner
 
-from fp8_policy.client.cli import cli
 from fp8_policy.client import FORMATS
+from fp8_policy.client.cli import cli
 
 YAML = "# monitor\nremaining_layers_stats:\n  enabled: true\n"
 
