@@ -108,6 +108,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 def _catch_up_when_serving(app: FastAPI, summaries: SummaryRefresher) -> None:
     app.state.serving.wait(SERVING_WAIT_SECONDS)
+    time.sleep(WARM_UP_GRACE_SECONDS)  # after uvicorn's first answers, as the warm-up
     summaries.catch_up()
 
 
@@ -115,20 +116,21 @@ def _warm_up(app: FastAPI) -> None:
     """The kernels (and, in a serving process, scikit-learn, gc.freeze and the parser's buffers: warm_up_process).
 
     A serving process first waits until it serves (`app.state.serving`, set by `fp8-policy serve` when uvicorn
-    takes the port over), SERVING_WAIT_SECONDS at most: even asking whether numba's cache is complete imports
-    numba (0.3 s of CPU), and the warm-up is 2-3 s of CPU in this process (loading the cached kernels, 0.5-0.6 s,
-    much of it holding the GIL; importing scikit-learn); beside start-up it delayed /healthz (a warm cache made
-    it slower than an empty one). With the cache complete it then waits WARM_UP_GRACE_SECONDS and until ingest is
-    idle (SERVING_WAIT_SECONDS at most), so as not to run beside the upload of a client that waited for /healthz.
+    takes the port over), SERVING_WAIT_SECONDS at most, then WARM_UP_GRACE_SECONDS: even asking whether numba's
+    cache is complete imports numba (0.3 s of CPU, holding the GIL), and the warm-up is 2-3 s of CPU in this
+    process (loading the cached kernels, 0.5-0.6 s, much of it holding the GIL; importing scikit-learn); beside
+    start-up, or right as uvicorn starts, it delayed /healthz's first 200 (a warm cache made it slower than an
+    empty one). With the cache complete it then waits until ingest is idle (SERVING_WAIT_SECONDS at most), so as
+    not to run beside the upload of a client that waited for /healthz.
     Ingest uses the interpreted kernels meanwhile; a large upload loads the compiled ones itself
-    (kernel_warmup.kernels_for). With the cache incomplete the compile starts in a child process as soon as the
-    service serves, and large uploads wait for it."""
+    (kernel_warmup.kernels_for). With the cache incomplete the compile starts in a child process once the
+    service serves (after the grace), and large uploads wait for it."""
     if not app.state.long_running:
         warm_parser()
         return
     app.state.serving.wait(SERVING_WAIT_SECONDS)
+    time.sleep(WARM_UP_GRACE_SECONDS)  # `serving` is set as uvicorn starts: its first answers come first
     if cache_complete():
-        time.sleep(WARM_UP_GRACE_SECONDS)
         with suppress(TimeoutError):
             app.state.ingest.wait_idle(timeout=SERVING_WAIT_SECONDS)
     warm_up_process()
