@@ -73,6 +73,7 @@ def _analysis_seconds(factory, run_id: int) -> float:
 def _heatmap_seconds(factory, run_id: int) -> float:
     """Default heatmap PNG of the stored run (gradient underflows%, 150 dpi, recommended skips marked)."""
     from fp8_policy.db.session import session_scope
+    from fp8_policy.service.visual import render  # noqa: F401  (matplotlib: the service's render workers preload it)
     from fp8_policy.service.visual.actions import render_heatmap_for
 
     start = time.perf_counter()
