@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import sqlite3
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ from sqlalchemy import Connection, Engine, create_engine, text
 
 from fp8_policy.db.base import Base
 from fp8_policy.db.migrate import downgrade, upgrade
-from fp8_policy.db.session import create_db_engine
 
 NEVER_REUSED = ("runs", "live_events", "ingest_jobs", "alert_rules")
 
@@ -64,20 +62,6 @@ def test_the_newest_deleted_id_is_not_handed_out_again(db_engine: Engine, projec
     ids, added = newest_deleted_then_added(db_engine, table, project)
 
     assert added > ids[-1], f"{table}: id {ids[-1]} was deleted and handed out again"
-
-
-@pytest.fixture
-def fresh_url(database_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if database_url.startswith("sqlite"):
-        return f"sqlite+pysqlite:///{tmp_path / 'fresh.db'}"
-    return request.getfixturevalue("postgres_server").create_database()
-
-
-@pytest.fixture
-def fresh_engine(fresh_url: str) -> Iterator[Engine]:
-    engine = create_db_engine(fresh_url)
-    yield engine
-    engine.dispose()
 
 
 def test_run_ids_1_to_3_delete_3_next_is_4_after_a_downgrade_rebuilt_runs(fresh_url: str, fresh_engine: Engine) -> None:

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -17,7 +15,6 @@ from sqlalchemy import Column, Engine, Integer, MetaData, String, inspect, text
 
 from fp8_policy.db.base import Base
 from fp8_policy.db.migrate import alembic_config, at_head, downgrade, script_head, upgrade
-from fp8_policy.db.session import create_db_engine
 
 TABLES = {
     "runs",
@@ -49,21 +46,6 @@ def head_revision() -> str:
 def current_revision(engine: Engine) -> str | None:
     with engine.connect() as connection:
         return MigrationContext.configure(connection).get_current_revision()
-
-
-@pytest.fixture
-def fresh_url(database_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    """An empty database of the same backend as `database_url` (never the shared one)."""
-    if database_url.startswith("sqlite"):
-        return f"sqlite+pysqlite:///{tmp_path / 'fresh.db'}"
-    return request.getfixturevalue("postgres_server").create_database()
-
-
-@pytest.fixture
-def fresh_engine(fresh_url: str) -> Iterator[Engine]:
-    engine = create_db_engine(fresh_url)
-    yield engine
-    engine.dispose()
 
 
 def test_models_match_migrations(db_engine: Engine) -> None:
