@@ -9,9 +9,8 @@ import json
 from fastapi.testclient import TestClient
 
 from tests.archives import tar_bytes
+from tests.service.test_live_runs import LIVE, put
 from tests.service.test_uploaded_scalars import SCALARS, logs, records, upload
-
-LIVE = "/api/v1/live/runs"
 
 
 def negative(steps: range) -> bytes:
@@ -43,12 +42,7 @@ def test_only_negative_steps_keep_nothing_and_say_why(client: TestClient, projec
 def test_a_live_runs_negative_steps_are_not_served_and_counted(client: TestClient, project: str) -> None:
     run_id = client.post(LIVE, json={"project": project}).json()["id"]
     text = records(range(10)) + negative(range(-2, 0)) + records(range(10, 15))
-    response = client.put(
-        f"{LIVE}/{run_id}/files/scalars.jsonl",
-        params={"offset": 0},
-        content=text,
-        headers={"Content-Type": "application/octet-stream"},
-    )
+    response = put(client, run_id, "scalars.jsonl", 0, text)
     assert response.status_code == 200, response.text
 
     served = client.get(SCALARS.format(run_id)).json()
