@@ -241,13 +241,59 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = long_units_first(items)
 
 
+KERNELS_READY = "FP8_POLICY_TEST_KERNELS_READY"  # a file the controller writes once the numba cache is complete
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Under `-n`, the controller compiles the numba kernels into their on-disk cache while the workers collect:
-    else, on a clean checkout, every worker and every server process it starts compiles them at once (~20 s of
-    CPU each) before the first of them has written the cache."""
-    if session.config.getoption("numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER"):
-        import threading
+    """Every test runs with numba's on-disk cache complete (policy/kernels.py, service/ingest/kernel_warmup.py).
 
-        from fp8_policy.service.ingest.worker import warm_parser
+    On a clean checkout (CI) the cache is empty, and each xdist worker's first app compiled the kernels in its
+    warm-up thread while the controller did the same: three compiles on two cores, 60-100 s, during which an
+    ingest job over `kernels.SMALL_UPLOAD_BYTES` waits for them and outlived its test's 30 s wait (two CI runs
+    failed so: a run still 'processing', ingest still busy). So, when the cache is incomplete, the controller
+    compiles it once in a child process (`python -m fp8_policy.service.ingest.kernel_warmup`) while the workers
+    start and collect, and each worker waits for it before its first test (`pytest_runtestloop`); without
+    `-n` the session compiles it here. Workers and the servers tests start then only load the cached code."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    from fp8_policy.service.ingest.kernel_warmup import cache_complete
 
-        threading.Thread(target=warm_parser, name="warm-numba-cache", daemon=True).start()
+    if cache_complete():
+        return
+    if not session.config.getoption("numprocesses", None):
+        from fp8_policy.service.ingest.kernel_warmup import warm_parser
+
+        warm_parser()
+        return
+    import subprocess
+    import sys
+    import tempfile
+    import threading
+
+    ready = Path(tempfile.mkdtemp(prefix="fp8-kernels-")) / "done"
+    os.environ[KERNELS_READY] = str(ready)  # inherited by the workers xdist spawns after this hook
+    child = subprocess.Popen(
+        [sys.executable, "-m", "fp8_policy.service.ingest.kernel_warmup"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def wait_and_tell() -> None:
+        _, errors = child.communicate()
+        if child.returncode != 0:  # the workers then compile in-process as before; say why once
+            print(f"compiling the numba kernels failed ({child.returncode}): {errors[-2000:]}", file=sys.stderr)
+        ready.write_text(str(child.returncode))
+
+    threading.Thread(target=wait_and_tell, name="numba-cache", daemon=True).start()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """An xdist worker waits for the controller's compile of the numba cache (pytest_sessionstart) once."""
+    flag = os.environ.get(KERNELS_READY)
+    if not flag or not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    deadline = time.monotonic() + 900
+    while not Path(flag).exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
