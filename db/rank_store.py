@@ -65,7 +65,7 @@ class RankStore:
     def write_layer_table(self, run_id: int, layers: list[AssembledLayer]) -> None:
         """Final order, precision and plans of every layer; layers known only from plan lines are added."""
         query = select(Layer.name, Layer.id).where(Layer.run_id == run_id)
-        existing: dict[str, int] = dict(self.session.execute(query).tuples().all())
+        existing: dict[str, int] = dict(self.session.execute(query).all())
         new_rows, changes = [], []
         for layer in layers:
             values = layer_row(run_id, layer)

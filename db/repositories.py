@@ -216,7 +216,7 @@ class RunRepository:
         rows = [layer_row(run_id, layer) for layer in assembled.layers]
         if rows:
             self.session.execute(insert(Layer), rows)
-        return dict(self.session.execute(select(Layer.name, Layer.id).where(Layer.run_id == run_id)).tuples().all())
+        return dict(self.session.execute(select(Layer.name, Layer.id).where(Layer.run_id == run_id)).all())
 
     # --- reads ------------------------------------------------------------------------------
     def layers(self, run_id: int) -> builtins.list[Layer]:
@@ -269,7 +269,7 @@ class RunRepository:
         )
         if rank is not None:
             query = query.where(Series.rank == rank)
-        return builtins.list(self.session.execute(query).tuples())
+        return builtins.list(self.session.execute(query))
 
     def iter_points(self, run_id: int, rank: int | None, batch: int = 64) -> Iterator[SeriesPoints]:
         """(rank, layer name, tensor, recipe, stat_key, iterations, values) per series, model order."""
@@ -284,7 +284,7 @@ class RunRepository:
         )
         if rank is not None:
             query = query.where(Series.rank == rank)
-        for r, layer, tensor, recipe, stat_key, iterations, values in self.session.execute(query).tuples():
+        for r, layer, tensor, recipe, stat_key, iterations, values in self.session.execute(query):
             yield SeriesPoints(r, layer, tensor, recipe, stat_key, decode_iterations(iterations), decode_values(values))
 
     def point_arrays(self, run_id: int) -> Iterator[tuple[Series, str]]:
@@ -306,7 +306,7 @@ class RunRepository:
         )
         if rank is not None:
             query = query.where(Series.rank == rank)
-        return builtins.list(self.session.execute(query).tuples())
+        return builtins.list(self.session.execute(query))
 
     def metric_keys(self, run_id: int) -> builtins.list[tuple[str, str]]:
         """Distinct (tensor, stat_key) pairs a run logged, sorted."""
@@ -316,7 +316,7 @@ class RunRepository:
             .distinct()
             .order_by(Series.tensor, Series.stat_key)
         )
-        return builtins.list(self.session.execute(query).tuples())
+        return builtins.list(self.session.execute(query))
 
 
 def layer_row(run_id: int, layer: AssembledLayer) -> dict[str, Any]:
