@@ -44,6 +44,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds every core of this machine has spent busy since boot (/proc/stat's first line: all but idle and
+    iowait): minus a process's own CPU over an interval, what everything else on the machine used meanwhile."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_idle(pid: int, quiet: float = 1.0, timeout: float = 60.0) -> float:
     """Wait until process `pid` used under 5 % of a core for `quiet` seconds: the start-up work that serving
     processes do after /healthz already answers (kernel loading, parser buffers, imports in the background) is
