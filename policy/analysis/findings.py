@@ -1,4 +1,5 @@
-"""Records produced by analysis: the pattern vocabulary, evidence, findings and the per-layer table.
+"""Records produced by analysis: evidence, findings and the per-layer table (the pattern vocabulary, `Pattern`, is
+policy/vocabulary.py's, re-exported here).
 
 `Analysis`, which also holds the intermediate signals and layout, lives in `result.py` (so this module imports
 neither `signals` nor `layout`, and both may import it).
@@ -11,54 +12,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from fp8_policy.policy.thresholds import Severity
-
-
-class Pattern(str, Enum):
-    """The exact pattern strings of the API."""
-
-    HEALTHY = "healthy"
-    U_SHAPE = "u_shape"
-    HEAD_ONLY = "head_only"
-    EARLY_LAYERS = "early_layers"
-    LATE_LAYERS = "late_layers"
-    BOUNDARY = "boundary"
-    SINGLE_TENSOR = "single_tensor"
-    RISING_TREND = "rising_trend"
-    UNIFORM = "uniform"
-    RANK_OUTLIER = "rank_outlier"
-    OVERFLOW = "overflow"
-    SCALE_INSTABILITY = "scale_instability"
-    NON_FINITE = "non_finite"
-    UNASSESSED = "unassessed"
-    WARNING_BAND = "warning_band"
-
-    @property
-    def label(self) -> str:
-        """The human name shown next to the API string, e.g. "U-shape"."""
-        return PATTERN_LABELS[self]
-
-
-PATTERN_LABELS: dict[Pattern, str] = {
-    Pattern.HEALTHY: "Healthy",
-    Pattern.U_SHAPE: "U-shape",
-    Pattern.HEAD_ONLY: "Head only",
-    Pattern.EARLY_LAYERS: "Early layers",
-    Pattern.LATE_LAYERS: "Late layers",
-    Pattern.BOUNDARY: "Boundary effect",
-    Pattern.SINGLE_TENSOR: "Single tensor",
-    Pattern.RISING_TREND: "Rising trend",
-    Pattern.UNIFORM: "Uniform (recipe problem)",
-    Pattern.RANK_OUTLIER: "Rank outlier",
-    Pattern.OVERFLOW: "Overflow",
-    Pattern.SCALE_INSTABILITY: "Scale instability",
-    Pattern.NON_FINITE: "NaN/inf burst",
-    Pattern.UNASSESSED: "Unassessed",
-    Pattern.WARNING_BAND: "Warning band",
-}
+from fp8_policy.policy.vocabulary import PATTERN_LABELS as PATTERN_LABELS  # re-exported
+from fp8_policy.policy.vocabulary import Pattern as Pattern  # re-exported: defined there for the API's schemas
 
 _PATTERN_ORDER = {pattern: i for i, pattern in enumerate(Pattern)}
 

@@ -17,20 +17,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
 
 from fp8_policy.policy.analysis.signals import SeriesSummary, Signals
 from fp8_policy.policy.records import QUANTIZED_TENSORS, LayerGroup, LayerInfo, Precision, RunData
 from fp8_policy.policy.thresholds import Severity, Thresholds, worst
+from fp8_policy.policy.vocabulary import LayerStatus as LayerStatus  # re-exported: defined there for the API's schemas
 
 GEMM_SUBLAYERS: frozenset[str] = frozenset({"qkv", "q", "k", "v", "kv", "proj", "fc1", "fc2", "layernorm_mlp"})
-
-
-class LayerStatus(str, Enum):
-    FP8 = "fp8"
-    UNOBSERVED = "fp8_unobserved"
-    BF16 = "bf16"
-    IGNORED = "ignored"
 
 
 def is_gemm_layer(info: LayerInfo) -> bool:

@@ -19,9 +19,8 @@ import numpy as np
 
 from fp8_policy.policy.analysis.layout import is_gemm_layer
 from fp8_policy.policy.records import LayerGroup, LayerInfo, Precision, Series
-
-ROW_DATA = "fp8"  # the row has points of the selected metric
-ROW_BF16 = "bf16"  # the layer ran in high precision: no FP8 statistics exist, drawn hatched
+from fp8_policy.policy.vocabulary import ROW_BF16 as ROW_BF16  # re-exported: the row kinds (defined there for the API)
+from fp8_policy.policy.vocabulary import ROW_DATA as ROW_DATA
 
 
 @dataclass(frozen=True, slots=True)

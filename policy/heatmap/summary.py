@@ -21,10 +21,10 @@ import numpy as np
 
 from fp8_policy.policy.heatmap.matrix import HeatmapMatrix
 from fp8_policy.policy.thresholds import Severity, Thresholds
+from fp8_policy.policy.vocabulary import DEFAULT_BOXES as DEFAULT_BOXES  # re-exported: defined there for the API
 
 DEFAULT_VMAX = 6.0  # % — the colour cap of the heatmap users know
 LEVEL_QUANTILE = 0.95
-DEFAULT_BOXES = 5
 
 
 def is_percent_stat(stat_key: str) -> bool:

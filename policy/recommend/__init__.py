@@ -4,7 +4,7 @@ Input contract: a `RunData` and (optionally) its `Analysis`; no I/O, no web or d
 Flow: skip plan under today's levels → recipe choice (what-if, uniform, delayed-scaling rules) → final plan under
 the chosen recipe (what-if levels when logged; deferred for `uniform` without them) → Megatron section, expected
 cost, confidence and rationale → the per-layer precision ladder (ladder.py) with its FP4/FP8/BF16 cost.
-`POLICY_VERSION` changes whenever a rule changes.
+`POLICY_VERSION` (policy/policy_version.py) changes whenever a rule changes.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from fp8_policy.policy.analysis import analyze
 from fp8_policy.policy.analysis.findings import Finding, LayerAssessment, Pattern
 from fp8_policy.policy.analysis.recipes import RECIPE_LABELS, normalize_recipe
 from fp8_policy.policy.analysis.result import Analysis
+from fp8_policy.policy.policy_version import POLICY_VERSION as POLICY_VERSION  # re-exported; bump it there
 from fp8_policy.policy.recommend.confidence import confidence
 from fp8_policy.policy.recommend.cost import expected_cost, ladder_cost
 from fp8_policy.policy.recommend.history import History, HistoryEffect, history_effect
@@ -35,8 +36,6 @@ from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
 from fp8_policy.policy.records import PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format
 from fp8_policy.policy.thresholds import Thresholds
-
-POLICY_VERSION = "2026.11.15"
 
 # Run-metadata keys saying the run keeps FP8/FP4 parameters (TE `quantized_model_init`; Megatron
 # `--fp8-param-gather` is `fp8_param_gather` in its arguments): no high-precision weight exists to take stats of.

@@ -32,8 +32,9 @@ from fp8_policy.policy.render.applied import AppliedPolicy, names
 from fp8_policy.policy.render.layout import body_blocks, fp8_format, is_one_based, merged_overrides, module_index
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 from fp8_policy.policy.render.te_yaml import unapplied_note
+from fp8_policy.policy.vocabulary import MEDIA_TYPES
 
-MEDIA_TYPE = "text/plain"
+MEDIA_TYPE = MEDIA_TYPES["hydra"]
 FILENAME = "bionemo_fp8_overrides.txt"
 _BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 _RESERVED = {"true", "false", "null", "nan", "inf"}

@@ -53,8 +53,9 @@ from fp8_policy.policy.render.layout import (
 )
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 from fp8_policy.policy.render.te_yaml import unapplied_note
+from fp8_policy.policy.vocabulary import MEDIA_TYPES
 
-MEDIA_TYPE = "text/x-shellscript"
+MEDIA_TYPE = MEDIA_TYPES["megatron"]
 FILENAME = "megatron_fp8_policy.sh"
 HEREDOC_END = "FP8_POLICY_EOF"
 

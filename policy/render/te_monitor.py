@@ -31,8 +31,9 @@ from fp8_policy.policy.render.te_yaml import (
     rest_section,
     section,
 )
+from fp8_policy.policy.vocabulary import MEDIA_TYPES
 
-MEDIA_TYPE = "application/yaml"
+MEDIA_TYPE = MEDIA_TYPES["te-monitor"]
 FILENAME = "te_monitor_config.yaml"
 
 

@@ -27,8 +27,9 @@ from fp8_policy.policy.render import precision, regex
 from fp8_policy.policy.render.applied import AppliedPolicy
 from fp8_policy.policy.render.layout import merged_overrides, te_version_tuple
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
+from fp8_policy.policy.vocabulary import MEDIA_TYPES
 
-MEDIA_TYPE = "application/yaml"
+MEDIA_TYPE = MEDIA_TYPES["te-yaml"]
 FILENAME = "fp8_debug_config.yaml"
 HIGH_PRECISION_STATS = ("min", "max", "mean", "std", "l1_norm")
 

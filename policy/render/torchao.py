@@ -19,8 +19,9 @@ from fp8_policy.policy.records import PolicyDecision
 from fp8_policy.policy.render.applied import AppliedPolicy, whole_module_overrides
 from fp8_policy.policy.render.layout import is_one_based, layer_index, merged_overrides, torch_fqn
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
+from fp8_policy.policy.vocabulary import MEDIA_TYPES
 
-MEDIA_TYPE = "text/x-python"
+MEDIA_TYPE = MEDIA_TYPES["torchao"]
 FILENAME = "torchao_fp8_filter.py"
 
 # Closest torchao float8 training recipe for each of our recipes.
