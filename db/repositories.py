@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import CursorResult, Select, and_, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
@@ -15,8 +15,11 @@ from fp8_policy.db.models import Layer, Run, RunStatus, RunTag, Series
 from fp8_policy.db.run_rows import IngestCounts as IngestCounts  # re-exported: callers import it from here
 from fp8_policy.db.run_rows import LayerStatSummary, SeriesPoints
 from fp8_policy.db.run_rows import NewRun as NewRun  # re-exported: callers import it from here
-from fp8_policy.policy.assemble import AssembledLayer, AssembledRun, SeriesRecord
 from fp8_policy.policy.safe_text import displayable
+
+# annotations only: the parser they belong to is not on the start-up path (tests/service/test_start_up_imports.py)
+if TYPE_CHECKING:
+    from fp8_policy.policy.assemble import AssembledLayer, AssembledRun, SeriesRecord
 
 
 def utcnow() -> datetime:

@@ -17,8 +17,8 @@ from fp8_policy.db.session import create_db_engine, create_session_factory, is_i
 from fp8_policy.service.alerts.routes import router as alerts_router
 from fp8_policy.service.alerts.sender import AlertSender
 from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
+from fp8_policy.service.analysis.refresher import SummaryRefresher
 from fp8_policy.service.analysis.routes import router as analysis_router
-from fp8_policy.service.analysis.summary import SummaryRefresher
 from fp8_policy.service.auth.routes import AUTH_ERRORS as AUTH_RESPONSES
 from fp8_policy.service.auth.routes import router as auth_router
 from fp8_policy.service.docs.routes import router as docs_router

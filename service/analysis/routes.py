@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.orm import Session
 
-from fp8_policy.policy.recommend import Recommendation
-from fp8_policy.policy.render import OUTPUT_FORMATS, RenderedPolicy, hydra, megatron, te_monitor, te_yaml, torchao
-from fp8_policy.service.analysis import actions, summary
+from fp8_policy._lazy import lazy_module
+from fp8_policy.policy.vocabulary import MEDIA_TYPES, OUTPUT_FORMATS
 from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache, recommendation_key
 from fp8_policy.service.analysis.schemas import AnalysisRead, RecommendationRead
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep
 from fp8_policy.service.errors import InvalidThresholds
 from fp8_policy.service.openapi import error_responses, query_param, threshold_params
+
+if TYPE_CHECKING:
+    from fp8_policy.policy.recommend import Recommendation
+    from fp8_policy.policy.render import RenderedPolicy
+    from fp8_policy.service.analysis import actions, summary
+else:  # imported on first use: start-up path, tests/service/test_start_up_imports.py
+    actions = lazy_module("fp8_policy.service.analysis.actions")
+    summary = lazy_module("fp8_policy.service.analysis.summary")
 
 # Every route reads, the POST recommendation included: it recomputes from stored data and stores nothing.
 router = APIRouter(prefix="/api/v1/runs", tags=["analysis"], dependencies=[READ])
@@ -54,10 +61,8 @@ _OPTION_PARAMS = [
     else query_param(key, {"type": "string"}, "")
     for key in _GET_OPTION_KEYS
 ]
-# The rendered formats' media types (?format= other than json); each dialect module names its own.
-_RENDERED = {
-    module.MEDIA_TYPE: {"schema": {"type": "string"}} for module in (te_yaml, megatron, hydra, torchao, te_monitor)
-}
+# The rendered formats' media types (?format= other than json; policy/vocabulary.py, each dialect's MEDIA_TYPE).
+_RENDERED = {media_type: {"schema": {"type": "string"}} for media_type in MEDIA_TYPES.values()}
 RECOMMENDATION_RESPONSES = {
     **ERRORS,
     200: {

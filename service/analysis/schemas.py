@@ -12,10 +12,9 @@ from typing import Any, Literal
 
 from pydantic import Field, create_model
 
-from fp8_policy.policy.analysis.findings import Pattern
-from fp8_policy.policy.analysis.layout import LayerStatus
 from fp8_policy.policy.records import GEMMS, PRECISIONS, RECIPE_CLASSES, LayerGroup, Precision
 from fp8_policy.policy.thresholds import Severity
+from fp8_policy.policy.vocabulary import LayerStatus, Pattern
 from fp8_policy.service.schema_base import ApiModel, threshold_fields
 
 Gemm = Literal[GEMMS]  # type: ignore[valid-type]

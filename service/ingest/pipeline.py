@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from fp8_policy.db.jobs import ClaimedJob, JobRepository, LeaseLost
 from fp8_policy.db.models import Run
@@ -38,12 +37,13 @@ from fp8_policy.policy.stats_log import StatsLogError
 from fp8_policy.service.analysis.summary import refresh as refresh_summary
 from fp8_policy.service.ingest.archive import ArchiveError, ExtractLimits
 from fp8_policy.service.ingest.archive.stream import read_members, scan_archive
+from fp8_policy.service.ingest.job_context import JobContext as JobContext  # re-exported: tests, bench
 from fp8_policy.service.ingest.kernel_warmup import kernels_for
 from fp8_policy.service.ingest.metadata_codec import metadata_from_json, metadata_to_json
 from fp8_policy.service.ingest.parse import IngestError
 from fp8_policy.service.ingest.rank_parse import FirstRank, MetadataReader, RankParse
 from fp8_policy.service.ingest.scalars import ScalarsReader, forget_scalars
-from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
+from fp8_policy.service.ingest.store import ArchiveMissing
 from fp8_policy.service.settings import Settings
 from fp8_policy.service.storage import is_out_of_space
 
@@ -57,19 +57,6 @@ def extract_limits(settings: Settings) -> ExtractLimits:
         ratio_floor_bytes=settings.ratio_floor_bytes,
         max_members=settings.max_archive_members,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class JobContext:
-    """What a job needs: the database, the settings, the archive store and the lease holder's name."""
-
-    factory: sessionmaker[Session]
-    settings: Settings
-    store: ArchiveStore
-    owner: str
-    # Called with a job's id once the job is recorded done but its worker still has work after it (the run
-    # summary): the worker stops renewing that lease, which would otherwise be reported as lost.
-    release: Callable[[int], None] | None = None
 
 
 def run_job(ctx: JobContext, job: ClaimedJob) -> None:

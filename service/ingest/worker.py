@@ -16,16 +16,23 @@ import socket
 import threading
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from fp8_policy._lazy import lazy_module
 from fp8_policy.db.jobs import ClaimedJob, JobRepository
 from fp8_policy.db.session import session_scope
+from fp8_policy.service.ingest.job_context import JobContext
 from fp8_policy.service.ingest.kernel_warmup import prepare
 from fp8_policy.service.ingest.kernel_warmup import warm_parser as warm_parser  # re-exported: app, tests, bench
-from fp8_policy.service.ingest.pipeline import JobContext, run_job
 from fp8_policy.service.ingest.store import ArchiveStore, store_for
 from fp8_policy.service.settings import Settings
+
+if TYPE_CHECKING:
+    from fp8_policy.service.ingest import pipeline
+else:  # imported on first use (the first job): start-up path, tests/service/test_start_up_imports.py
+    pipeline = lazy_module("fp8_policy.service.ingest.pipeline")
 
 log = logging.getLogger("fp8_policy.ingest")
 
@@ -177,7 +184,7 @@ class IngestWorker:
             try:
                 job = self._claim()
                 if job is not None:
-                    run_job(self.context, job)
+                    pipeline.run_job(self.context, job)
             except Exception:  # the database is unreachable, ...: try again after a pause
                 log.exception("ingest loop error")
                 self._stop.wait(self.settings.job_poll_seconds)

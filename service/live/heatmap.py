@@ -17,20 +17,26 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fp8_policy._lazy import lazy_module
 from fp8_policy.db.live import LiveFileRecord
-from fp8_policy.policy.assemble import layer_table
 from fp8_policy.policy.log_files import classify_log_path
 from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
 from fp8_policy.policy.names import split_metric_name
 from fp8_policy.policy.records import MetricName, Series
-from fp8_policy.policy.stats_log import NoStatsLines, StatsLogParser
 from fp8_policy.service.errors import NoData
-from fp8_policy.service.visual.actions import check_selection, layout_body, matrix_for, summary_for
 from fp8_policy.service.visual.params import HeatmapParams
+
+if TYPE_CHECKING:
+    from fp8_policy.policy import assemble, stats_log
+    from fp8_policy.service.visual import actions as visual
+else:  # imported on first use (a live heatmap's first poll): start-up path, tests/service/test_start_up_imports.py
+    assemble = lazy_module("fp8_policy.policy.assemble")
+    stats_log = lazy_module("fp8_policy.policy.stats_log")
+    visual = lazy_module("fp8_policy.service.visual.actions")
 
 MAX_RUNS = 4  # runs whose parsed points stay in memory (the ones being watched)
 MAX_LAYOUTS = 16  # answered layouts kept per run (parameter combinations polled)
@@ -131,10 +137,10 @@ def _parse_new_lines(state: _RunPoints, disk: Path, path: str, size: int) -> Non
     progress.parsed += cut + 1
     log = classify_log_path(path)
     rank = log.rank if log is not None else 0
-    parser = StatsLogParser(workers=1)
+    parser = stats_log.StatsLogParser(workers=1)
     try:
         parser.feed(io.BytesIO(new[: cut + 1]), path)
-    except NoStatsLines:
+    except stats_log.NoStatsLines:
         return
     parsed = parser.finish()
     for k, name in enumerate(parsed.names):
@@ -175,11 +181,11 @@ def _layout(run_id: int, state: _RunPoints, params: HeatmapParams, cell_columns:
         if name not in metrics:
             metrics[name] = split_metric_name(name, known)
     facts = [(m.layer, m.stat, m.recipe) for m in metrics.values() if m is not None]
-    infos = [layer.info for layer in layer_table(facts, state.metadata)]
+    infos = [layer.info for layer in assemble.layer_table(facts, state.metadata)]
     ranks = sorted({rank for rank, _ in state.points})
     if not state.points:
         raise NoData(f"live run {run_id} has no statistics lines yet")
-    check_selection(label, params, lambda: ranks, infos)
+    visual.check_selection(label, params, lambda: ranks, infos)
     series = []
     for (rank, name), chunks in state.points.items():
         metric = metrics[name]
@@ -195,6 +201,6 @@ def _layout(run_id: int, state: _RunPoints, params: HeatmapParams, cell_columns:
             f"live run {run_id} logged no {params.tensor} {params.stat!r} yet; it has: "
             f"{', '.join(logged) or 'nothing attributable'}",
         )
-    matrix = matrix_for(label, infos, series, params)
-    body = layout_body(run_id, params, matrix, summary_for(matrix, params), cell_columns=cell_columns)
+    matrix = visual.matrix_for(label, infos, series, params)
+    body = visual.layout_body(run_id, params, matrix, visual.summary_for(matrix, params), cell_columns=cell_columns)
     return {**body, "ranks": ranks}

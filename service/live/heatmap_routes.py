@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fastapi import APIRouter, Request
 from pydantic import Field
 
+from fp8_policy._lazy import lazy_module
 from fp8_policy.db.live import LiveRepository
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep, SettingsDep
-from fp8_policy.service.live.actions import LIVE, NotLive, live_dir
 from fp8_policy.service.live.heatmap import LiveHeatmaps
 from fp8_policy.service.openapi import error_responses
 from fp8_policy.service.runs.actions import get_run
 from fp8_policy.service.visual.params import HEATMAP_KEYS, parse_cell_columns, parse_heatmap_params
 from fp8_policy.service.visual.query_docs import heatmap_json_params
 from fp8_policy.service.visual.schemas import HeatmapLayoutRead
+
+if TYPE_CHECKING:
+    from fp8_policy.service.live import actions
+else:  # imported on first use (the parser, the live events): start-up path, tests/service/test_start_up_imports.py
+    actions = lazy_module("fp8_policy.service.live.actions")
 
 router = APIRouter(prefix="/api/v1/live/runs", tags=["live"], dependencies=[READ])
 live_heatmaps = LiveHeatmaps()
@@ -41,12 +48,12 @@ def live_heatmap_json(run_id: int, request: Request, session: SessionDep, settin
     params = parse_heatmap_params(request.query_params, show_skip=False, allowed=HEATMAP_KEYS | {"cells"})
     columns = parse_cell_columns(request.query_params)
     run = get_run(session, run_id)
-    if run.status != LIVE:
+    if run.status != actions.LIVE:
         live_heatmaps.forget(run_id)
-        raise NotLive(
+        raise actions.NotLive(
             f"run {run_id} is {run.status}, not live: its heatmap is GET /api/v1/runs/{run_id}/heatmap.json",
         )
     files = LiveRepository(session).files(run_id)
-    root = live_dir(settings.data_dir, run_id)
+    root = actions.live_dir(settings.data_dir, run_id)
     layout = live_heatmaps.layout(run_id, str(run.created_at), root, files, params, columns)
     return LiveHeatmapRead.model_validate(layout)

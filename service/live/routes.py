@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 
+from fp8_policy._lazy import lazy_module
 from fp8_policy.db.live import LiveRepository, StoredEvent
 from fp8_policy.db.session import session_scope
 from fp8_policy.service.auth.deps import READ, UPLOAD, PrincipalDep
 from fp8_policy.service.deps import SessionDep, SettingsDep
-from fp8_policy.service.live import actions, story
+from fp8_policy.service.live import story
 from fp8_policy.service.live.pieces import Piece, new_part_path, received_piece
 from fp8_policy.service.live.schemas import AppendRead, LiveEventRead, LiveRunCreate, LiveRunRead, ScalarsRead
 from fp8_policy.service.openapi import error_responses
 from fp8_policy.service.runs.actions import get_run, run_read
 from fp8_policy.service.runs.schemas import RunRead
+
+if TYPE_CHECKING:
+    from fp8_policy.service.live import actions
+else:  # imported on first use (the parser, the live events): start-up path, tests/service/test_start_up_imports.py
+    actions = lazy_module("fp8_policy.service.live.actions")
 
 router = APIRouter(prefix="/api/v1/live/runs", tags=["live"])
 MAX_PIECE_BYTES = 64 * 1024**2

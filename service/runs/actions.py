@@ -17,10 +17,10 @@ from fp8_policy.db.repositories import RunRepository, tags_of
 from fp8_policy.db.session import session_scope
 from fp8_policy.db.summaries import SummaryRepository
 from fp8_policy.policy import csv_export
-from fp8_policy.policy.analysis.findings import Pattern
-from fp8_policy.policy.recommend import POLICY_VERSION
+from fp8_policy.policy.policy_version import POLICY_VERSION
 from fp8_policy.policy.records import nonfinite_text
 from fp8_policy.policy.safe_text import displayable, displayable_json
+from fp8_policy.policy.vocabulary import Pattern
 from fp8_policy.service import limits
 from fp8_policy.service.errors import NotFound, NotReady
 from fp8_policy.service.runs.schemas import (

@@ -4,15 +4,22 @@ scalar such as the loss). Parameters are read by hand so that every bad value is
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fastapi import APIRouter, Request
 
+from fp8_policy._lazy import lazy_module
 from fp8_policy.policy.scalar_events import SCALAR_KEYS
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep, SettingsDep
 from fp8_policy.service.errors import InvalidParameter, UnknownParameter
 from fp8_policy.service.openapi import error_responses, query_param
-from fp8_policy.service.visual import compare_runs as actions
 from fp8_policy.service.visual.compare_runs_schemas import CompareRunsRead, CompareScalarsRead, CompareSeriesRead
+
+if TYPE_CHECKING:
+    from fp8_policy.service.visual import compare_runs as actions
+else:  # imported on first use: start-up path, tests/service/test_start_up_imports.py
+    actions = lazy_module("fp8_policy.service.visual.compare_runs")
 
 router = APIRouter(prefix="/api/v1/compare", tags=["visual"], dependencies=[READ])
 ERRORS = error_responses(400, 404, 409)

@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar, overload
 
-from fp8_policy.policy.heatmap import DEFAULT_BOXES
 from fp8_policy.policy.thresholds import Thresholds
+from fp8_policy.policy.vocabulary import DEFAULT_BOXES
 from fp8_policy.service.errors import InvalidParameter, InvalidThresholds, UnknownParameter
 from fp8_policy.service.limits import check_filters, check_rank
 

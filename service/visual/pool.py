@@ -41,13 +41,21 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPool
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import AbstractContextManager
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from fp8_policy._lazy import lazy_module
 from fp8_policy.service.errors import AppError
 from fp8_policy.service.settings import Settings
-from fp8_policy.service.visual.job import Rendered, RenderJob, render_job
+
+if TYPE_CHECKING:
+    from fp8_policy.service.visual import job as visual_job
+    from fp8_policy.service.visual.job import Rendered, RenderJob
+else:  # imported on first use (the first image; the worker processes preload it): start-up path,
+    # tests/service/test_start_up_imports.py
+    visual_job = lazy_module("fp8_policy.service.visual.job")
 
 CacheKey = tuple[object, ...]  # what an image depends on (visual/actions.py heatmap_cache_key, compare_cache_key)
 UnitOfWork = Callable[[], AbstractContextManager[Session]]
@@ -181,7 +189,7 @@ class RenderLane:
                 )
             self.admitted += 1
             try:
-                future = self._pool().submit(render_job, job)
+                future = self._pool().submit(visual_job.render_job, job)
             except BrokenProcessPool:
                 self._executor = None
                 self.admitted -= 1
@@ -234,7 +242,7 @@ class Renderer:
         """`cache_key(session)` (raises 404/409), then the cached image or `build(session, max_pixels)` drawn in
         its lane. The database work runs in the threadpool, the drawing in the lane's worker."""
         key, hit = await run_in_threadpool(self._prepare, unit_of_work, cache_key, build)
-        if isinstance(hit, Rendered):
+        if isinstance(hit, visual_job.Rendered):
             return replace(hit, headers={**hit.headers, "X-Render-Cache": "hit"})
         lane = self.heavy if hit.pixels > self.heavy_pixels else self.light
         try:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fp8_policy.policy.heatmap import DEFAULT_BOXES
 from fp8_policy.policy.records import QUANT_STATS, TENSORS
+from fp8_policy.policy.vocabulary import DEFAULT_BOXES
 from fp8_policy.service.openapi import query_param, threshold_params
 from fp8_policy.service.visual.params import MAX_BOXES, MAX_CELL_COLUMNS, MAX_DPI, MIN_DPI, THRESHOLD_KEYS
 

@@ -6,17 +6,16 @@ an unknown run 404, a run that is not ready 409.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from fp8_policy._lazy import lazy_module
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep
 from fp8_policy.service.errors import UnknownParameter
 from fp8_policy.service.openapi import error_responses, threshold_params
-from fp8_policy.service.visual import actions, compare
-from fp8_policy.service.visual.job import Rendered
 from fp8_policy.service.visual.params import (
     HEATMAP_KEYS,
     HeatmapParams,
@@ -28,6 +27,13 @@ from fp8_policy.service.visual.params import (
 )
 from fp8_policy.service.visual.query_docs import heatmap_json_params, heatmap_params, run_pair_params
 from fp8_policy.service.visual.schemas import CompareRead, HeatmapLayoutRead
+
+if TYPE_CHECKING:
+    from fp8_policy.service.visual import actions, compare
+    from fp8_policy.service.visual.job import Rendered
+else:  # imported on first use: start-up path, tests/service/test_start_up_imports.py
+    actions = lazy_module("fp8_policy.service.visual.actions")
+    compare = lazy_module("fp8_policy.service.visual.compare")
 
 router = APIRouter(tags=["visual"], dependencies=[READ])
 ERRORS = error_responses(400, 404, 409)

@@ -12,10 +12,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from fp8_policy.policy.analysis.layout import LayerStatus
-from fp8_policy.policy.heatmap.matrix import ROW_BF16, ROW_DATA
 from fp8_policy.policy.records import GEMMS, LayerGroup, Precision
 from fp8_policy.policy.thresholds import Severity
+from fp8_policy.policy.vocabulary import ROW_BF16, ROW_DATA, LayerStatus
 from fp8_policy.service.analysis.schemas import FindingBrief, HistoryRead, MovedProblemRead
 from fp8_policy.service.schema_base import ApiModel
 

@@ -27,3 +27,47 @@ print(",".join(name for name in {DEFERRED!r} if name in sys.modules))
 """
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == ""
+
+
+# Our own modules that only some requests or a background job need (issue 21: 1 s to /healthz's 200 on a restart):
+# the analysis, recommendation, rendering, comparison and heatmap rules, the stats-log parser and the ingest
+# pipeline, and the use cases (`actions`) of the routes that call them. Routes, schemas and dependencies are
+# imported at start-up: FastAPI needs them to register the routes.
+DEFERRED_OWN = (
+    "fp8_policy.policy.recommend",
+    "fp8_policy.policy.analysis",
+    "fp8_policy.policy.render",
+    "fp8_policy.policy.compare",
+    "fp8_policy.policy.heatmap",
+    "fp8_policy.policy.stats_log",
+    "fp8_policy.policy.assemble",
+    "fp8_policy.policy.live_batch",
+    "fp8_policy.service.ingest.pipeline",
+    "fp8_policy.service.analysis.actions",
+    "fp8_policy.service.visual.actions",
+)
+
+
+def test_serve_s_start_up_leaves_the_request_only_modules_for_their_first_request(tmp_path) -> None:
+    """serve's start-up as `fp8-policy serve` runs it (service/cli.py `_serve`): the app built, `long_running`
+    set, the lifespan's start-up run; `serving` stays unset, so the warm-up waits as it does until uvicorn serves."""
+    url = f"sqlite:///{tmp_path / 'start.db'}"
+    subprocess.run([sys.executable, "-c", f"from fp8_policy.db.migrate import upgrade; upgrade({url!r})"], check=True)
+    probe = f"""
+import asyncio, sys
+import fp8_policy.cli, fp8_policy.service.cli
+from fp8_policy.db.migrate import upgrade
+from fp8_policy.service.app import create_app
+from fp8_policy.service.settings import Settings
+upgrade({url!r})
+app = create_app(Settings(_env_file=None, data_dir={str(tmp_path / "data")!r}, database_url={url!r}))
+app.state.long_running = True
+
+async def start() -> str:
+    async with app.router.lifespan_context(app):
+        return ",".join(name for name in {DEFERRED_OWN!r} if name in sys.modules)
+
+print(asyncio.run(start()))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""

@@ -25,6 +25,7 @@ from fp8_policy.db.summary_models import RunSummary
 from fp8_policy.policy.recommend import POLICY_VERSION
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
 from fp8_policy.service.analysis import actions, routes
+from fp8_policy.service.analysis import refresher as refresher_module
 from fp8_policy.service.analysis import summary as summary_module
 from tests.archives import tree_tar_gz
 from tests.service.test_analysis_api import upload_scenario
@@ -137,7 +138,7 @@ def test_the_start_up_pass_backfills_missing_recommendations_once_the_service_is
 
     busy = threading.Event()
     busy.set()
-    refresher = summary_module.SummaryRefresher(create_session_factory(db_engine), busy=busy.is_set)
+    refresher = refresher_module.SummaryRefresher(create_session_factory(db_engine), busy=busy.is_set)
     try:
         refresher.catch_up()  # at start-up, while uploads are being received
         refresher.request([other])
@@ -145,7 +146,7 @@ def test_the_start_up_pass_backfills_missing_recommendations_once_the_service_is
         while _stored_recommendation(db_engine, other) is None:  # a requested run does not wait for the backfill
             assert time.monotonic() < deadline, "the requested summary was not computed"
             time.sleep(0.05)
-        time.sleep(2 * summary_module.BACKFILL_PAUSE_SECONDS)
+        time.sleep(2 * refresher_module.BACKFILL_PAUSE_SECONDS)
         assert _stored_recommendation(db_engine, old) is None  # the backfill waits while the service is busy
 
         busy.clear()
