@@ -16,7 +16,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from fp8_policy.service.settings import Settings
-from fp8_policy.service.transport.protocol import guarded_h11
+from fp8_policy.service.transport.protocol import guarded_protocol
 
 log = logging.getLogger("fp8_policy.transport")
 
@@ -68,7 +68,7 @@ def uvicorn_config(
     log_level: str = "info",
     descriptors: int | None = None,
 ) -> uvicorn.Config:
-    """uvicorn's Config with the guarded h11 protocol (head timeout, connection cap) and `limit_concurrency`."""
+    """uvicorn's Config with the guarded HTTP protocol (head timeout, connection cap) and `limit_concurrency`."""
     if descriptors is None:
         descriptors = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if descriptors == resource.RLIM_INFINITY:
@@ -79,7 +79,7 @@ def uvicorn_config(
         host=host,
         port=port,
         log_level=log_level,
-        http=guarded_h11(settings.header_timeout, limit),
+        http=guarded_protocol(settings.header_timeout, limit),
         limit_concurrency=limit,
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )

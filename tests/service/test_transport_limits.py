@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from bench.service import SERVE, running_service, wait_healthy, wait_idle
+from fp8_policy.service.transport.protocol import guarded_protocol
 from tests.archives import multi_rank_tree, tree_tar_gz
 
 HEADER_TIMEOUT, BODY_TIMEOUT, MAX_UPLOADS, CONNECTIONS = 1.0, 1.5, 2, 30
@@ -52,11 +53,13 @@ def serve_process(data: Path, *options: str, **env: str) -> Iterator[Served]:
         yield Served(int(url.rsplit(":", 1)[1]), server, data / "uploads")
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+@pytest.fixture(scope="module", params=["httptools", "h11"])
+def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """The service on either HTTP parser it ships (service/transport/protocol.py): both carry the guards."""
     options = ["--header-timeout", str(HEADER_TIMEOUT), "--body-timeout", str(BODY_TIMEOUT)]
     options += ["--max-uploads", str(MAX_UPLOADS), "--limit-concurrency", str(CONNECTIONS)]
-    with serve_process(tmp_path_factory.mktemp("transport") / "data", *options) as served:
+    data = tmp_path_factory.mktemp("transport") / "data"
+    with serve_process(data, *options, FP8_POLICY_HTTP_PARSER=request.param) as served:
         # A serving process warms up once it serves (kernels, scikit-learn, gc.freeze: service/app.py), seconds of
         # GIL-heavy work during which its event loop accepts late: the descriptor counts here would be off.
         wait_idle(served.pid)
@@ -124,6 +127,16 @@ def _wait_no_parts(served: Served, timeout: float = 5.0) -> list[Path]:
 
 def _open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@pytest.mark.parametrize(("chosen", "expected"), [("", "GuardedHttpToolsProtocol"), ("h11", "GuardedH11Protocol")])
+def test_the_server_uses_httptools_unless_h11_is_asked_for(
+    monkeypatch: pytest.MonkeyPatch, chosen: str, expected: str
+) -> None:
+    monkeypatch.setenv("FP8_POLICY_HTTP_PARSER", chosen)
+    protocol = guarded_protocol(2.5, 7)
+    assert [base.__name__ for base in protocol.__mro__][1] == expected
+    assert (protocol.header_timeout, protocol.max_connections) == (2.5, 7)
 
 
 def test_an_upload_that_stops_sending_is_dropped_and_its_part_removed(served: Served) -> None:
