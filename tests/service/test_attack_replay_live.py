@@ -51,6 +51,10 @@ from tests.service.test_live_runs import create, log_tree, put, training_log
 LIVE = "/api/v1/live/runs"
 RUNS = "/api/v1/runs"
 HOLD_SECONDS = 30.0  # the most a held request or job waits for the test to release it
+# The most the ingest may take to be idle after a race. Not a speed bound: alone these tests are idle within 2 s,
+# but under the whole suite on PostgreSQL the worker's pool pre-ping (SELECT 1) was seen waiting 15-30 s behind a
+# backend left "idle in transaction" (CI failed once at 30 s); the cause is not found yet (see the issue notes).
+IDLE_SECONDS = 90.0
 
 
 class Hold:
@@ -112,7 +116,7 @@ def race_delete(client: TestClient, hold: Hold, racing: Callable[[], Any], run_i
 
 
 def assert_gone(client: TestClient, db_engine, data_dir: Path, run_id: int) -> None:
-    client.app.state.ingest.wait_idle(timeout=HOLD_SECONDS)
+    client.app.state.ingest.wait_idle(timeout=IDLE_SECONDS)
     assert client.get(f"{RUNS}/{run_id}").status_code == 404
     assert rows_left(db_engine, run_id) == {}
     assert not (data_dir / "live" / str(run_id)).exists() and not (data_dir / "runs" / str(run_id)).exists()
@@ -137,7 +141,7 @@ def test_another_spelling_of_a_received_file_is_refused_and_its_bytes_stay(
     assert (app_settings.data_dir / "live" / str(run["id"]) / path).read_bytes() == data
     assert [f["path"] for f in client.get(f"{LIVE}/{run['id']}").json()["files"]] == [path]
     assert client.post(f"{LIVE}/{run['id']}/finalize").status_code == 202
-    client.app.state.ingest.wait_idle(timeout=HOLD_SECONDS)
+    client.app.state.ingest.wait_idle(timeout=IDLE_SECONDS)
     assert client.get(f"{RUNS}/{run['id']}").json()["status"] == "ready"
 
 
@@ -185,7 +189,7 @@ def test_only_the_creating_token_appends_and_it_or_an_admin_finalizes(
 
         assert append("owner", 100, data[100:]).status_code == 200
         assert client.post(f"{LIVE}/{run_id}/finalize", headers=bearer(tokens["admin"])).status_code == 202
-        client.app.state.ingest.wait_idle(timeout=HOLD_SECONDS)
+        client.app.state.ingest.wait_idle(timeout=IDLE_SECONDS)
         assert client.get(f"{RUNS}/{run_id}", headers=bearer(tokens["other"])).json()["status"] == "ready"
 
 
@@ -275,7 +279,7 @@ def test_a_delete_racing_a_summary_refresh_never_deadlocks(
         data={"project": project},
     )
     run_id = uploaded.json()["id"]
-    client.app.state.ingest.wait_idle(timeout=HOLD_SECONDS)
+    client.app.state.ingest.wait_idle(timeout=IDLE_SECONDS)
     factory = create_session_factory(db_engine)
     summary.refresh(factory, run_id)  # the summary the next refresh replaces
     hold = Hold()
@@ -317,5 +321,5 @@ def test_two_live_runs_with_the_same_logs_finalized_at_once_both_answer_202(
         statuses = [first.result(HOLD_SECONDS * 2).status_code, second.result(HOLD_SECONDS * 2).status_code]
 
     assert statuses == [202, 202]
-    client.app.state.ingest.wait_idle(timeout=HOLD_SECONDS)
+    client.app.state.ingest.wait_idle(timeout=IDLE_SECONDS)
     assert [client.get(f"{RUNS}/{run_id}").json()["status"] for run_id in runs] == ["ready", "ready"]

@@ -47,7 +47,7 @@ from fp8_policy.service.live.story import scalars_key
 from fp8_policy.service.settings import Settings
 from tests.archives import tar_bytes, zip_bytes
 from tests.conftest import wait_for_run
-from tests.service.test_attack_replay_live import HOLD_SECONDS, Hold, rows_left
+from tests.service.test_attack_replay_live import HOLD_SECONDS, IDLE_SECONDS, Hold, rows_left
 from tests.service.test_live_runs import create, put
 from tests.service.test_uploaded_scalars import SCALARS, logs, records, upload
 
@@ -102,7 +102,7 @@ def test_a_run_deleted_while_its_plan_job_reads_the_scalars_keeps_none_of_them(
 
     assert client.delete(f"/api/v1/runs/{run_id}").status_code == 204
     hold.release()
-    client.app.state.ingest.wait_idle(timeout=HOLD_SECONDS)
+    client.app.state.ingest.wait_idle(timeout=IDLE_SECONDS)
 
     assert client.get(f"/api/v1/runs/{run_id}").status_code == 404
     assert rows_left(db_engine, run_id) == {}
