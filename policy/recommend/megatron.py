@@ -80,7 +80,8 @@ def megatron_section(
     edge_blocks = set(layout.blocks[:start]) | (set(layout.blocks[len(layout.blocks) - end :]) if end else set())
     first_last = bool(edge_blocks)
     outside = sorted(bf16_blocks - edge_blocks)
-    heads = [n for n in sorted(bf16) if n in levels and levels[n].info.structure.group is LayerGroup.HEAD]
+    asked = {*plan.skip_layers, *(o.layer for o in plan.overrides)}  # not the heads that ran in BF16 already
+    heads = [n for n in sorted(asked) if n in levels and levels[n].info.structure.group is LayerGroup.HEAD]
     fp4 = recipe.name == "nvfp4"
     fp8_format = None if fp4 else ("e4m3" if recipe.kwargs.get("fp8_format") == "E4M3" else "hybrid")
     megatron_recipe = "current" if recipe.name == "delayed" and bf16_blocks else recipe.name

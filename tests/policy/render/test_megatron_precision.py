@@ -219,3 +219,20 @@ def test_a_skipped_head_needs_no_megatron_setting_and_keeps_the_flags_route_the_
     assert section["extra_args"][4:] == args[4:]
     _, args, config = run_script(f.decision(layers, [head]), tmp_path)
     assert config is None and args == ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]
+
+
+def test_the_json_notes_a_head_as_asked_only_when_the_plan_asks_for_it(tmp_path):
+    """One verdict: the script names a head 'BF16 as asked' only when the decision skips or overrides it (not when
+    the run already had it in BF16), and the JSON `megatron` section's notes say the same."""
+    from fp8_policy.policy.analysis import analyze
+    from fp8_policy.policy.recommend.megatron import megatron_section
+    from fp8_policy.policy.recommend.skiplist import SkipPlan
+    from tests.policy.analysis.factories import Spec, build_run
+
+    layout = analyze(build_run(Spec(n_blocks=N_BLOCKS))).layout
+    head = next(n for n, lv in layout.levels.items() if lv.info.structure.group.value == "head")
+    edge = tuple(n for n, lv in layout.levels.items() if lv.block == layout.blocks[0])
+    asked = megatron_section(layout, SkipPlan((*edge, head), (*edge, head), (), (), ()), f.recipe("current"))
+    ran_bf16 = megatron_section(layout, SkipPlan(edge, edge, (head,), (), ()), f.recipe("current"))
+    assert any(f"Head layer(s) ['{head}'] stay BF16 as asked" in note for note in asked["notes"]), asked["notes"]
+    assert not any("as asked" in note for note in ran_bf16["notes"]), ran_bf16["notes"]
