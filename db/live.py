@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
@@ -13,7 +13,9 @@ from sqlalchemy.orm import Session
 from fp8_policy.db.live_models import LiveEventRow, LiveFile, LiveState
 from fp8_policy.db.repositories import utcnow
 from fp8_policy.db.session import rows_affected
-from fp8_policy.policy.live_events import LiveEvent
+
+if TYPE_CHECKING:
+    from fp8_policy.policy.live_events import LiveEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +136,9 @@ class LiveRepository:
 
 
 def _stored(r: LiveEventRow) -> StoredEvent:
+    # imported on first use (with numpy): start-up path, tests/service/test_start_up_imports.py
+    from fp8_policy.policy.live_events import LiveEvent
+
     return StoredEvent(
         r.id,
         r.run_id,

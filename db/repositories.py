@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 from sqlalchemy import CursorResult, Select, and_, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.codec import decode_iterations, decode_values, encode_iterations, encode_values
+from fp8_policy._lazy import lazy_module
 from fp8_policy.db.models import Layer, Run, RunStatus, RunTag, Series
 from fp8_policy.db.run_rows import IngestCounts as IngestCounts  # re-exported: callers import it from here
 from fp8_policy.db.run_rows import LayerStatSummary, SeriesPoints
@@ -19,7 +19,10 @@ from fp8_policy.policy.safe_text import displayable
 
 # annotations only: the parser they belong to is not on the start-up path (tests/service/test_start_up_imports.py)
 if TYPE_CHECKING:
+    from fp8_policy.db import codec
     from fp8_policy.policy.assemble import AssembledLayer, AssembledRun, SeriesRecord
+else:  # imported on first use (numpy, isal): start-up path, tests/service/test_start_up_imports.py
+    codec = lazy_module("fp8_policy.db.codec")
 
 
 def utcnow() -> datetime:
@@ -288,7 +291,9 @@ class RunRepository:
         if rank is not None:
             query = query.where(Series.rank == rank)
         for r, layer, tensor, recipe, stat_key, iterations, values in self.session.execute(query):
-            yield SeriesPoints(r, layer, tensor, recipe, stat_key, decode_iterations(iterations), decode_values(values))
+            yield SeriesPoints(
+                r, layer, tensor, recipe, stat_key, codec.decode_iterations(iterations), codec.decode_values(values)
+            )
 
     def point_arrays(self, run_id: int) -> Iterator[tuple[Series, str]]:
         """Every series of a run with its layer name (for analysis); arrays still encoded."""
@@ -360,8 +365,8 @@ def _series_row(run_id: int, layer_id: int, record: SeriesRecord) -> dict[str, A
         "last_nonfinite": s.last_nonfinite,
         "first_iteration": s.first_iteration,
         "last_iteration": s.last_iteration,
-        "iterations": encode_iterations(record.iterations),
-        "values": encode_values(record.values),
+        "iterations": codec.encode_iterations(record.iterations),
+        "values": codec.encode_values(record.values),
     }
 
 

@@ -4,10 +4,11 @@ ingest counted, and what the run reads return (one name per field, never a posit
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:  # annotations only: numpy is imported by what computes (not on serve's start-up path)
+    import numpy as np
+    import numpy.typing as npt
 
 
 @dataclass(frozen=True, slots=True)

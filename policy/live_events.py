@@ -29,20 +29,12 @@ import numpy as np
 
 from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.thresholds import Severity, Thresholds
+from fp8_policy.policy.vocabulary import EVENT_KINDS as EVENT_KINDS  # re-exported: defined there for the API
 
 WINDOW = 32  # recent finite points kept per series for trends and rank levels
 LEVEL_POINTS = 4  # points averaged for a series' "recent level" (rank divergence)
 MIN_TREND_POINTS = 8
 DEFAULT_HORIZON_STEPS = 2_000
-
-EVENT_KINDS = (
-    "band_crossing",
-    "projected_crossing",
-    "scale_inv_drop",
-    "scale_inv_rise",
-    "nonfinite",
-    "rank_divergence",
-)
 
 
 @dataclass(frozen=True, slots=True)

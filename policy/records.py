@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # annotations only: numpy is imported by what computes (not on serve's start-up path)
+    import numpy as np
 
 # Tensor names TE and nvdlfw_inspect log (TE debug API, transformer_engine/debug in https://github.com/NVIDIA/TransformerEngine): the three GEMM inputs are quantizable,
 # the three GEMM outputs are high precision only.

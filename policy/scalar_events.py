@@ -26,11 +26,13 @@ import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from fp8_policy.policy.live_events import LiveEvent
 from fp8_policy.policy.scalars_file import is_negative_step, record_of
 from fp8_policy.policy.thresholds import Severity
+
+if TYPE_CHECKING:
+    from fp8_policy.policy.live_events import LiveEvent
 
 WINDOW = 64
 MIN_POINTS = 8
@@ -132,6 +134,9 @@ def _is_spike(window: list[float], value: float) -> tuple[bool, float, float]:
 def _event(
     kind: str, severity: Severity, name: str, step: int, value: float | None, message: str, **detail: Any
 ) -> LiveEvent:
+    # imported on first use (it imports numpy): serve's start-up path, tests/service/test_start_up_imports.py
+    from fp8_policy.policy.live_events import LiveEvent
+
     return LiveEvent(kind, severity.value, "training", name, "value", 0, step, value, message, detail)
 
 

@@ -1,11 +1,12 @@
 """The words the API's schemas and query documentation name, kept apart from the rules that compute them.
 
 Belongs here: the pattern vocabulary (`Pattern`, policy/analysis/findings.py's), the per-layer statuses
-(`LayerStatus`, policy/analysis/layout.py's), the heatmap's row kinds and default box count (policy/heatmap/), and
-the policy formats with their media types (policy/render/). Each is re-exported where it is used by the rules.
-Registering the routes (service/*/schemas.py, routes.py, query_docs.py) needs only these names; importing them from
-here keeps `fp8-policy serve`'s start-up from importing the analysis, heatmap and render packages, which only some
-requests need (issue 21, tests/service/test_start_up_imports.py).
+(`LayerStatus`, policy/analysis/layout.py's), the heatmap's row kinds and default box count (policy/heatmap/), the
+policy formats with their media types (policy/render/) and the live event kinds (policy/live_events.py). Each is
+re-exported where the rules use it. Registering the routes (service/*/schemas.py, routes.py, query_docs.py) and
+checking an alert rule need only these names; importing them from here keeps `fp8-policy serve`'s start-up from
+importing the analysis, heatmap, render and live-event packages (and numpy), which only some requests need (issue 21,
+tests/service/test_start_up_imports.py).
 Must not be here: anything that computes, and any import beyond the standard library.
 """
 
@@ -83,3 +84,13 @@ MEDIA_TYPES: dict[str, str] = {
     "torchao": "text/x-python",
     "te-monitor": "application/yaml",
 }
+
+# The kinds of event policy/live_events.py raises on a live run (alert rules name them: service/alerts/).
+EVENT_KINDS: tuple[str, ...] = (
+    "band_crossing",
+    "projected_crossing",
+    "scale_inv_drop",
+    "scale_inv_rise",
+    "nonfinite",
+    "rank_divergence",
+)

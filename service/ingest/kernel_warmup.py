@@ -25,8 +25,15 @@ import subprocess
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
-from fp8_policy.policy import kernels
+from fp8_policy._lazy import lazy_module
+
+if TYPE_CHECKING:
+    from fp8_policy.policy import kernels
+else:  # imported on first use (with numpy; the warm-up, the first parse): start-up path,
+    # tests/service/test_start_up_imports.py
+    kernels = lazy_module("fp8_policy.policy.kernels")
 
 log = logging.getLogger("fp8_policy.kernels")
 

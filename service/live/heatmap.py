@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from fp8_policy._lazy import lazy_module
 from fp8_policy.db.live import LiveFileRecord
 from fp8_policy.policy.log_files import classify_log_path
@@ -31,12 +29,15 @@ from fp8_policy.service.errors import NoData
 from fp8_policy.service.visual.params import HeatmapParams
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from fp8_policy.policy import assemble, stats_log
     from fp8_policy.service.visual import actions as visual
 else:  # imported on first use (a live heatmap's first poll): start-up path, tests/service/test_start_up_imports.py
     assemble = lazy_module("fp8_policy.policy.assemble")
     stats_log = lazy_module("fp8_policy.policy.stats_log")
     visual = lazy_module("fp8_policy.service.visual.actions")
+    np = lazy_module("numpy")
 
 MAX_RUNS = 4  # runs whose parsed points stay in memory (the ones being watched)
 MAX_LAYOUTS = 16  # answered layouts kept per run (parameter combinations polled)

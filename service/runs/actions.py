@@ -5,18 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from sqlalchemy.orm import Session, sessionmaker
 
+from fp8_policy._lazy import lazy_module
 from fp8_policy.db import run_edits
-from fp8_policy.db.codec import decode_iterations, decode_values
 from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.db.repositories import RunRepository, tags_of
 from fp8_policy.db.session import session_scope
 from fp8_policy.db.summaries import SummaryRepository
-from fp8_policy.policy import csv_export
 from fp8_policy.policy.policy_version import POLICY_VERSION
 from fp8_policy.policy.records import nonfinite_text
 from fp8_policy.policy.safe_text import displayable, displayable_json
@@ -33,6 +31,16 @@ from fp8_policy.service.runs.schemas import (
     SeriesRead,
     StatSummary,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from fp8_policy.db import codec
+    from fp8_policy.policy import csv_export
+else:  # imported on first use (a run's series, its CSV): start-up path, tests/service/test_start_up_imports.py
+    np = lazy_module("numpy")
+    codec = lazy_module("fp8_policy.db.codec")
+    csv_export = lazy_module("fp8_policy.policy.csv_export")
 
 MAX_TAGS = limits.MAX_TAGS
 
@@ -193,8 +201,8 @@ def series_of(session: Session, run_id: int, *, layer: str, tensor: str, stat: s
     points = [
         SeriesPoints(
             rank=s.rank,
-            iterations=decode_iterations(s.iterations).tolist(),
-            values=json_values(decode_values(s.values)),
+            iterations=codec.decode_iterations(s.iterations).tolist(),
+            values=json_values(codec.decode_values(s.values)),
         )
         for s, _layer in rows
     ]

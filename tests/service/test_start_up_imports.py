@@ -31,8 +31,9 @@ print(",".join(name for name in {DEFERRED!r} if name in sys.modules))
 
 # Our own modules that only some requests or a background job need (issue 21: 1 s to /healthz's 200 on a restart):
 # the analysis, recommendation, rendering, comparison and heatmap rules, the stats-log parser and the ingest
-# pipeline, and the use cases (`actions`) of the routes that call them. Routes, schemas and dependencies are
-# imported at start-up: FastAPI needs them to register the routes.
+# pipeline, and the use cases (`actions`) of the routes that call them; with them numpy (0.1 s of CPU), which only
+# what computes over series needs. Routes, schemas and dependencies are imported at start-up: FastAPI needs them to
+# register the routes.
 DEFERRED_OWN = (
     "fp8_policy.policy.recommend",
     "fp8_policy.policy.analysis",
@@ -65,7 +66,7 @@ app.state.long_running = True
 
 async def start() -> str:
     async with app.router.lifespan_context(app):
-        return ",".join(name for name in {DEFERRED_OWN!r} if name in sys.modules)
+        return ",".join(name for name in {(*DEFERRED, "numpy", *DEFERRED_OWN)!r} if name in sys.modules)
 
 print(asyncio.run(start()))
 """
