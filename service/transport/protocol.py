@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -123,21 +122,3 @@ class GuardedH11Protocol(_HeadGuard, H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
         super().connection_lost(exc)
-
-
-def guarded_protocol(header_timeout: float, max_connections: int | None) -> type[asyncio.Protocol]:
-    """The protocol class to pass as uvicorn's `http=` option, with these limits: httptools' where it is installed,
-    else h11's (`FP8_POLICY_HTTP_PARSER=h11` picks h11 anyway)."""
-    base: type[asyncio.Protocol] = GuardedH11Protocol
-    if os.environ.get("FP8_POLICY_HTTP_PARSER", "").strip().lower() != "h11":
-        try:
-            from fp8_policy.service.transport.protocol_httptools import GuardedHttpToolsProtocol
-        except ImportError:  # no httptools wheel for this platform: h11 (pure Python)
-            pass
-        else:
-            base = GuardedHttpToolsProtocol
-    return type(
-        base.__name__,
-        (base,),
-        {"header_timeout": header_timeout, "max_connections": max_connections},
-    )

@@ -1,7 +1,7 @@
 """The request-head timeout and connection cap of service/transport/protocol.py on uvicorn's httptools protocol.
 
 A module of its own because uvicorn's httptools protocol imports `httptools` (a compiled wheel) at import time:
-`protocol.guarded_protocol` imports this module only when that works, and keeps h11 otherwise.
+`server.guarded_protocol` imports this module only when that works, and keeps h11 otherwise.
 """
 
 from __future__ import annotations

@@ -9,14 +9,16 @@ is chosen so that the sum stays under `ulimit -n`: the process then answers 503 
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import resource
 
 import uvicorn
 from fastapi import FastAPI
 
 from fp8_policy.service.settings import Settings
-from fp8_policy.service.transport.protocol import guarded_protocol
+from fp8_policy.service.transport.protocol import GuardedH11Protocol
 
 log = logging.getLogger("fp8_policy.transport")
 
@@ -57,6 +59,24 @@ def connection_limit(settings: Settings, descriptors: int) -> int:
     if limit < wanted:
         log.warning("limit_concurrency lowered from %d to %d: ulimit -n is %d", wanted, limit, descriptors)
     return limit
+
+
+def guarded_protocol(header_timeout: float, max_connections: int | None) -> type[asyncio.Protocol]:
+    """The protocol class to pass as uvicorn's `http=` option, with these limits: httptools' where it is installed,
+    else h11's (`FP8_POLICY_HTTP_PARSER=h11` picks h11 anyway)."""
+    base: type[asyncio.Protocol] = GuardedH11Protocol
+    if os.environ.get("FP8_POLICY_HTTP_PARSER", "").strip().lower() != "h11":
+        try:
+            from fp8_policy.service.transport.protocol_httptools import GuardedHttpToolsProtocol
+        except ImportError:  # no httptools wheel for this platform: h11 (pure Python)
+            pass
+        else:
+            base = GuardedHttpToolsProtocol
+    return type(
+        base.__name__,
+        (base,),
+        {"header_timeout": header_timeout, "max_connections": max_connections},
+    )
 
 
 def uvicorn_config(

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from bench.service import SERVE, running_service, wait_healthy, wait_idle
-from fp8_policy.service.transport.protocol import guarded_protocol
+from fp8_policy.service.transport.server import guarded_protocol
 from tests.archives import multi_rank_tree, tree_tar_gz
 
 HEADER_TIMEOUT, BODY_TIMEOUT, MAX_UPLOADS, CONNECTIONS = 1.0, 1.5, 2, 30
