@@ -68,8 +68,21 @@ class _LazyModule:
         return f"<lazy module {name!r}{'' if loaded else ' (not imported yet)'}>"
 
 
+_deferred: dict[str, None] = {}  # every module a lazy_module stands for, in the order they were named
+
+
 def lazy_module(name: str) -> Any:
     """The module `name`, imported on first attribute access (see `_LazyModule`). Use it under
     `if TYPE_CHECKING: from package import module` / `else: module = lazy_module("package.module")`, so
     type checkers see the real module: the start-up path imports what only some requests need when they come."""
+    _deferred[name] = None
     return _LazyModule(name)
+
+
+def import_deferred() -> list[str]:
+    """Import every module a `lazy_module` stands for (a serving process does it once it serves, in its warm-up:
+    the first request of each kind then pays no import); returns their names."""
+    names = list(_deferred)
+    for name in names:
+        importlib.import_module(name)
+    return names

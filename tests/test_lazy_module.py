@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from fp8_policy._lazy import lazy_module
+from fp8_policy import _lazy
+from fp8_policy._lazy import import_deferred, lazy_module
 
 
 @pytest.fixture
@@ -19,6 +20,7 @@ def fresh_module(tmp_path, monkeypatch):
     monkeypatch.delitem(sys.modules, "lazy_probe_module", raising=False)
     yield "lazy_probe_module"
     sys.modules.pop("lazy_probe_module", None)
+    _lazy._deferred.pop("lazy_probe_module", None)  # gone with tmp_path: no later import_deferred() may try it
 
 
 def test_the_module_is_imported_at_the_first_attribute_read_only(fresh_module) -> None:
@@ -56,3 +58,11 @@ def test_threads_that_use_it_at_once_get_one_module(fresh_module) -> None:
         thread.join()
     assert len({id(function) for function in seen}) == 1
     assert seen[0] is sys.modules[fresh_module].value
+
+
+def test_import_deferred_imports_every_module_a_proxy_stands_for(fresh_module) -> None:
+    """A serving process's warm-up (service/app.py) imports them once it serves: no first request waits for it."""
+    proxy = lazy_module(fresh_module)
+    assert fresh_module not in sys.modules
+    assert fresh_module in import_deferred()
+    assert fresh_module in sys.modules and proxy.VALUE == 1

@@ -72,3 +72,34 @@ print(asyncio.run(start()))
 """
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == ""
+
+
+def test_once_it_serves_the_warm_up_imports_what_start_up_left_to_first_use(tmp_path) -> None:
+    """After the grace, the warm-up imports every module the start-up path deferred (fp8_policy._lazy
+    import_deferred), so the first upload or analysis after a restart does not pay its imports."""
+    url = f"sqlite:///{tmp_path / 'start.db'}"
+    subprocess.run([sys.executable, "-c", f"from fp8_policy.db.migrate import upgrade; upgrade({url!r})"], check=True)
+    probe = f"""
+import asyncio, sys, time
+from fp8_policy.db.migrate import upgrade
+from fp8_policy.service import app as app_module
+from fp8_policy.service.settings import Settings
+upgrade({url!r})
+app_module.WARM_UP_GRACE_SECONDS = 0
+app_module.warm_up_process = lambda: None  # the kernels, scikit-learn, gc.freeze: not this test's business
+app = app_module.create_app(Settings(_env_file=None, data_dir={str(tmp_path / "data")!r}, database_url={url!r}))
+app.state.long_running = True
+wanted = {DEFERRED_OWN!r}
+
+async def serve() -> str:
+    async with app.router.lifespan_context(app):
+        app.state.serving.set()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(name in sys.modules for name in wanted):
+            await asyncio.sleep(0.05)
+        return ",".join(name for name in wanted if name not in sys.modules)
+
+print(asyncio.run(serve()))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "", done.stdout
