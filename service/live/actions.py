@@ -184,6 +184,8 @@ def append(
     """Store `body` at `offset` of the run's file `path` and run the detectors on the new whole lines.
     `caller`: the request's principal (only the run's creating token appends); None skips the check."""
     kind = file_kind(path)
+    if kind == "stats":  # before any lock: waiting here for the compiled parser must hold no run or row lock
+        kernels_for(len(body) if isinstance(body, bytes) else body.size)
     with _run_lock(run_id):
         run = _live_run(session, run_id, "share", caller, admin_too=False)
         repo = LiveRepository(session)
