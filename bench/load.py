@@ -277,9 +277,17 @@ def report(result: dict) -> None:
     )
 
 
+P99_TARGET_MS = 2000.0  # issue 20: every endpoint's p99 under the mixed load, on SQLite and on PostgreSQL
+
+
+def p99_met(endpoints: dict[str, dict]) -> bool:
+    return all(e["p99_ms"] <= P99_TARGET_MS for e in endpoints.values())
+
+
 def targets_met(result: dict) -> dict[str, bool]:
     return {
         "mixed load: no 5xx": result["server_5xx"] == 0 and result["transport_errors"] == 0,
+        f"mixed load: every endpoint p99 <= {P99_TARGET_MS / 1000:g} s": p99_met(result["endpoints"]),
         "mixed load: every upload ready with exact counts": result["uploads_exact"] == len(result["uploads"]),
     }
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 from isal import igzip
 
-from bench.load import print_endpoints, print_uploads
+from bench.load import P99_TARGET_MS, p99_met, print_endpoints, print_uploads
 from bench.service import wait_run
 from bench.trees import OUT, parse_target
 from fp8_policy.db.migrate import upgrade
@@ -277,6 +277,7 @@ def report(scale: dict, baseline_seconds: float, single_upload_seconds: float) -
         ),
         f"(e) embedded service peak RSS <= {RSS_TARGET_MB:.0f} MB (8 ranks)": em["service_peak_rss_mb"]
         <= RSS_TARGET_MB,
+        f"(f) every endpoint p99 <= {P99_TARGET_MS / 1000:g} s": p99_met(f["endpoints"]),
         "(f) no 5xx, no run lost or duplicated": f["server_5xx"] == 0
         and f["transport_errors"] == 0
         and f["runs_lost"] == 0
