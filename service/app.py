@@ -75,7 +75,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     )
     background = create_session_factory(background_engine)
     threading.Thread(target=_warm_up, args=(app,), name="warm-up", daemon=True).start()
-    app.state.renderer.warm()
+    if not app.state.long_running:  # a serving process starts its render worker once it serves (_warm_up)
+        app.state.renderer.warm()
     worker = IngestWorker(background, settings)
     app.state.ingest = worker
     worker.resume_interrupted()
@@ -133,6 +134,9 @@ def _warm_up(app: FastAPI) -> None:
         return
     app.state.serving.wait(SERVING_WAIT_SECONDS)
     time.sleep(WARM_UP_GRACE_SECONDS)  # `serving` is set as uvicorn starts: its first answers come first
+    # the render worker's forkserver preloads matplotlib (2-10 s of CPU in its own process): started beside the
+    # app's start-up it took the other core from it, and the first image is seldom asked within the grace
+    app.state.renderer.warm()
     if cache_complete():
         with suppress(TimeoutError):
             app.state.ingest.wait_idle(timeout=SERVING_WAIT_SECONDS)

@@ -63,6 +63,7 @@ from fp8_policy.service.settings import Settings
 upgrade({url!r})
 app = create_app(Settings(_env_file=None, data_dir={str(tmp_path / "data")!r}, database_url={url!r}))
 app.state.long_running = True
+app.state.renderer.warm = lambda: print("render worker started before serving")  # its forkserver takes a core
 
 async def start() -> str:
     async with app.router.lifespan_context(app):
@@ -76,7 +77,8 @@ print(asyncio.run(start()))
 
 def test_once_it_serves_the_warm_up_imports_what_start_up_left_to_first_use(tmp_path) -> None:
     """After the grace, the warm-up imports every module the start-up path deferred (fp8_policy._lazy
-    import_deferred), so the first upload or analysis after a restart does not pay its imports."""
+    import_deferred), so the first upload or analysis after a restart does not pay its imports, and starts the
+    render worker (whose forkserver preloads matplotlib: beside start-up it took the other core)."""
     url = f"sqlite:///{tmp_path / 'start.db'}"
     subprocess.run([sys.executable, "-c", f"from fp8_policy.db.migrate import upgrade; upgrade({url!r})"], check=True)
     probe = f"""
@@ -89,6 +91,8 @@ app_module.WARM_UP_GRACE_SECONDS = 0
 app_module.warm_up_process = lambda: None  # the kernels, scikit-learn, gc.freeze: not this test's business
 app = app_module.create_app(Settings(_env_file=None, data_dir={str(tmp_path / "data")!r}, database_url={url!r}))
 app.state.long_running = True
+warmed = []
+app.state.renderer.warm = lambda: warmed.append(True)
 wanted = {DEFERRED_OWN!r}
 
 async def serve() -> str:
@@ -97,7 +101,8 @@ async def serve() -> str:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not all(name in sys.modules for name in wanted):
             await asyncio.sleep(0.05)
-        return ",".join(name for name in wanted if name not in sys.modules)
+        missing = [name for name in wanted if name not in sys.modules]
+        return ",".join(missing + ([] if warmed else ["the render worker"]))
 
 print(asyncio.run(serve()))
 """
