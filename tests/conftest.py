@@ -197,10 +197,13 @@ def upload(
     )
 
 
-def wait_for_run(client: TestClient, run_id: int, timeout: float = 30.0) -> dict:
+def wait_for_run(client: TestClient, run_id: int, timeout: float = 90.0) -> dict:
     """Poll GET /api/v1/runs/{id} until ready or failed; return the body once the worker is idle again.
 
-    Waiting for the worker too means its clean-up (the work directory) is finished when this returns.
+    Waiting for the worker too means its clean-up (the work directory) is finished when this returns. The bound
+    guards against a hang, it is not a speed check: on a clean checkout (CI) a run once stayed 'processing' past
+    30 s, twice in tests/service/test_uploaded_scalars.py::test_a_failed_ingest_stores_no_scalars[sqlite] with
+    the numba cache compiled first (tests pass in 1 s here); the cause is not found yet (see the issue notes).
     """
     deadline = time.monotonic() + timeout
     while True:
