@@ -45,8 +45,9 @@ def _with_body(template: bytes, body: bytes) -> bytes:
     return template % (len(body), body)
 
 
-class _HeadGuard:
-    """The guard shared by both protocols; the subclass says when a complete request head was parsed."""
+class _HeadGuard(asyncio.Protocol):
+    """The guard shared by both protocols (first in their MRO, so `super()` is uvicorn's protocol); the subclass says
+    when a complete request head was parsed (`_disarm_head_timer`)."""
 
     header_timeout: float = 15.0
     max_connections: int | None = None
@@ -59,6 +60,18 @@ class _HeadGuard:
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
     client: Any
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._guard_connection(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._guard_data(data)
+        super().data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
 
     def _guard_connection(self, transport: asyncio.Transport) -> None:
         if self.max_connections is not None and len(self.connections) > self.max_connections:
@@ -105,20 +118,8 @@ class _HeadGuard:
 class GuardedH11Protocol(_HeadGuard, H11Protocol):
     """`H11Protocol` plus a request-head timeout and a connection cap (class attributes, see `guarded_protocol`)."""
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._guard_connection(transport)
-
-    def data_received(self, data: bytes) -> None:
-        self._guard_data(data)
-        super().data_received(data)
-
     def handle_events(self) -> None:
         cycle = self.cycle
         super().handle_events()
         if self.cycle is not cycle:  # h11 produced a complete request head
             self._disarm_head_timer()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_head_timer()
-        super().connection_lost(exc)

@@ -6,8 +6,6 @@ A module of its own because uvicorn's httptools protocol imports `httptools` (a 
 
 from __future__ import annotations
 
-import asyncio
-
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from fp8_policy.service.transport.protocol import _HeadGuard
@@ -16,18 +14,6 @@ from fp8_policy.service.transport.protocol import _HeadGuard
 class GuardedHttpToolsProtocol(_HeadGuard, HttpToolsProtocol):
     """`HttpToolsProtocol` plus a request-head timeout and a connection cap (class attributes)."""
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._guard_connection(transport)
-
-    def data_received(self, data: bytes) -> None:
-        self._guard_data(data)
-        super().data_received(data)
-
     def on_headers_complete(self) -> None:  # llhttp parsed a complete request head
         super().on_headers_complete()
         self._disarm_head_timer()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_head_timer()
-        super().connection_lost(exc)
