@@ -9,20 +9,18 @@ finalize step sets their model order, precision and plans once every rank is in.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table, delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.models import Layer, Run, RunStatus, Series
-from fp8_policy.db.repositories import IngestCounts, _series_row, layer_row, utcnow
-from fp8_policy.policy.assemble import AssembledLayer, SeriesRecord
+from fp8_policy.db.repositories import IngestCounts, layer_row, utcnow
+from fp8_policy.db.series_rows import EncodedSeries, insert_series
+from fp8_policy.policy.assemble import AssembledLayer
 from fp8_policy.policy.names import layer_structure
 from fp8_policy.policy.records import Precision
-
-# Series rows go in by Core executemany on the table (complete rows, no ORM bulk bookkeeping).
-SERIES_TABLE = cast(Table, Series.__table__)
 
 
 class RankStore:
@@ -40,12 +38,11 @@ class RankStore:
         query = select(Layer.name, Layer.id).where(Layer.run_id == run_id)
         return {name: id_ for name, id_ in self.session.execute(query) if name in set(wanted)}
 
-    def replace_rank(self, run_id: int, rank: int, series: list[SeriesRecord], layer_ids: dict[str, int]) -> None:
-        """The series of one rank, replacing an earlier attempt's."""
+    def replace_rank(self, run_id: int, rank: int, series: list[EncodedSeries], layer_ids: dict[str, int]) -> None:
+        """The series of one rank (encoded before the transaction: db/series_rows.py), replacing an earlier
+        attempt's."""
         self.session.execute(delete(Series).where(Series.run_id == run_id, Series.rank == rank))
-        rows = [_series_row(run_id, layer_ids[s.metric.layer], s) for s in series]
-        for start in range(0, len(rows), 500):  # Core executemany: the rows are complete, no ORM bookkeeping
-            self.session.execute(insert(SERIES_TABLE), rows[start : start + 500])
+        insert_series(self.session, run_id, series, layer_ids)
 
     def clear_metrics(self, run_id: int) -> None:
         """All-or-nothing: a failed (or re-planned) run keeps no series and no layers."""

@@ -15,12 +15,13 @@ from fp8_policy.db.models import Layer, Run, RunStatus, RunTag, Series
 from fp8_policy.db.run_rows import IngestCounts as IngestCounts  # re-exported: callers import it from here
 from fp8_policy.db.run_rows import LayerStatSummary, SeriesPoints
 from fp8_policy.db.run_rows import NewRun as NewRun  # re-exported: callers import it from here
+from fp8_policy.db.series_rows import encode_series, insert_series
 from fp8_policy.policy.safe_text import displayable
 
 # annotations only: the parser they belong to is not on the start-up path (tests/service/test_start_up_imports.py)
 if TYPE_CHECKING:
     from fp8_policy.db import codec
-    from fp8_policy.policy.assemble import AssembledLayer, AssembledRun, SeriesRecord
+    from fp8_policy.policy.assemble import AssembledLayer, AssembledRun
 else:  # imported on first use (numpy, isal): start-up path, tests/service/test_start_up_imports.py
     codec = lazy_module("fp8_policy.db.codec")
 
@@ -201,15 +202,13 @@ class RunRepository:
     def store_ingest(self, run: Run, assembled: AssembledRun, counts: IngestCounts) -> None:
         """Insert every layer and series of a run and mark it ready (the caller's transaction)."""
         layer_ids = self._insert_layers(run.id, assembled)
-        rows = [_series_row(run.id, layer_ids[s.metric.layer], s) for s in assembled.series]
-        for start in range(0, len(rows), 500):
-            self.session.execute(insert(Series), rows[start : start + 500])
+        insert_series(self.session, run.id, encode_series(assembled.series), layer_ids)
         firsts = [s.summary.first_iteration for s in assembled.series if s.summary.first_iteration is not None]
         lasts = [s.summary.last_iteration for s in assembled.series if s.summary.last_iteration is not None]
         run.status, run.error, run.finished_at = RunStatus.ready, None, utcnow()
         run.rank_count = len(assembled.ranks)
         run.layer_count = len(assembled.layers)
-        run.series_count = len(rows)
+        run.series_count = len(assembled.series)
         run.point_count = assembled.points
         run.iteration_min = min(firsts) if firsts else None
         run.iteration_max = max(lasts) if lasts else None
@@ -339,34 +338,6 @@ def layer_row(run_id: int, layer: AssembledLayer) -> dict[str, Any]:
         "precision": layer.info.precision.value,
         "has_fp8_stats": layer.info.has_fp8_stats,
         "plans": layer.plans,
-    }
-
-
-def _series_row(run_id: int, layer_id: int, record: SeriesRecord) -> dict[str, Any]:
-    s, m = record.summary, record.metric
-    return {
-        "run_id": run_id,
-        "layer_id": layer_id,
-        "rank": record.rank,
-        "tensor": m.tensor,
-        "stat_key": m.stat_key,
-        "stat": m.stat,
-        "recipe": m.recipe,
-        "columnwise": m.columnwise,
-        "count": s.count,
-        "nan_count": s.nan_count,
-        "posinf_count": s.posinf_count,
-        "neginf_count": s.neginf_count,
-        "min": s.min,
-        "max": s.max,
-        "mean": s.mean,
-        "p95": s.p95,
-        "last": s.last,
-        "last_nonfinite": s.last_nonfinite,
-        "first_iteration": s.first_iteration,
-        "last_iteration": s.last_iteration,
-        "iterations": codec.encode_iterations(record.iterations),
-        "values": codec.encode_values(record.values),
     }
 
 

@@ -30,8 +30,9 @@ from fp8_policy.db.jobs import ClaimedJob, JobRepository, LeaseLost
 from fp8_policy.db.models import Run
 from fp8_policy.db.rank_store import RankStore
 from fp8_policy.db.repositories import IngestCounts, RunRepository
+from fp8_policy.db.series_rows import EncodedSeries, encode_series
 from fp8_policy.db.session import session_scope
-from fp8_policy.policy.assemble import MAX_NAME_SAMPLES, AssembledRun, layer_table
+from fp8_policy.policy.assemble import MAX_NAME_SAMPLES, layer_table
 from fp8_policy.policy.safe_text import displayable
 from fp8_policy.policy.stats_log import StatsLogError
 from fp8_policy.service.analysis.summary import refresh as refresh_summary
@@ -114,6 +115,7 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
     }
     stored = first.result(scan.stats, merged)  # (rank, assembled, rank result) or None
     finalize_now = stored is not None and list(scan.stats) == [stored[0]]
+    encoded = encode_series(stored[1].series) if stored is not None else []  # before the write lock
     with session_scope(ctx.factory) as session:
         try:
             _lock_run(session, job, "write")
@@ -127,7 +129,7 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
         done = {stored[0]: stored[2]} if stored else None
         jobs.add_rank_jobs(job.run_id, sorted(scan.stats), done=done, finalized=finalize_now)
         if stored is not None:
-            _store_series(store, job.run_id, stored[0], stored[1])
+            _store_series(store, job.run_id, stored[0], encoded)
         if finalize_now:
             _finalize(session, job, result)
     log.info(
@@ -159,19 +161,20 @@ def ingest_rank(ctx: JobContext, job: ClaimedJob) -> None:
             spill_dir=_spill_dir(ctx),
         )
     assembled, result = parse.finish(metadata_from_json(plan["metadata_log"]))
+    encoded = encode_series(assembled.series)  # before the write lock (db/series_rows.py)
     with session_scope(ctx.factory) as session:
         _lock_run(session, job, "share")  # ranks of a run store side by side; a delete waits for them
         JobRepository(session).complete(job, ctx.owner, result)
         _require_processing(session, job)
-        _store_series(RankStore(session), job.run_id, job.rank, assembled)
+        _store_series(RankStore(session), job.run_id, job.rank, encoded)
     log.info(
         "run %s rank %s stored: %s series, %s points", job.run_id, job.rank, len(assembled.series), assembled.points
     )
 
 
-def _store_series(store: RankStore, run_id: int, rank: int, assembled: AssembledRun) -> None:
-    layer_ids = store.ensure_layers(run_id, (s.metric.layer for s in assembled.series))
-    store.replace_rank(run_id, rank, assembled.series, layer_ids)
+def _store_series(store: RankStore, run_id: int, rank: int, encoded: list[EncodedSeries]) -> None:
+    layer_ids = store.ensure_layers(run_id, (e.layer for e in encoded))
+    store.replace_rank(run_id, rank, encoded, layer_ids)
 
 
 # --- finalize ----------------------------------------------------------------------------------

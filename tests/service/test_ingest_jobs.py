@@ -84,14 +84,17 @@ class TestPerRankJobs:
     ) -> None:
         from fp8_policy.service.ingest import pipeline
 
-        claimed: list[str] = []
+        claimed: list[tuple[int, str]] = []  # (run, kind): the database is shared, other tests' jobs may be queued
         for kind, handler in list(pipeline._HANDLERS.items()):
             monkeypatch.setitem(
-                pipeline._HANDLERS, kind, lambda ctx, job, h=handler: (claimed.append(job.kind), h(ctx, job))
+                pipeline._HANDLERS,
+                kind,
+                lambda ctx, job, h=handler: (claimed.append((job.run_id, job.kind)), h(ctx, job)),
             )
         run = ingested(make_client(**FAST), project, tmp_path, ranks=1)
         assert jobs_of(db_engine, run["id"]) == [("plan", -1, "done"), ("rank", 0, "done"), ("finalize", -1, "done")]
-        assert claimed == ["plan"]  # the rank and finalize jobs were recorded done by the plan job's transaction
+        # the rank and finalize jobs were recorded done by the plan job's transaction
+        assert [kind for run_id, kind in claimed if run_id == run["id"]] == ["plan"]
 
     def test_a_1_rank_archive_without_attributable_lines_fails_in_its_plan_job_and_keeps_nothing(
         self, make_client, db_engine: Engine, project: str, tmp_path: Path

@@ -1,0 +1,107 @@
+"""Series rows: encoded before a write transaction begins, inserted in as few statements as the database allows.
+
+Why both halves matter on SQLite, the embedded default: a write transaction holds the database's only write lock
+from its first write to its commit, so an upload's INSERT of its run row waits for whatever an ingest job does in
+between. CPython's sqlite3 module releases the GIL around every statement's prepare and step
+(Modules/_sqlite/cursor.c, `Py_BEGIN_ALLOW_THREADS`), and under load (30 request threads) re-taking it waits
+behind the other threads: the "convoy effect" of https://github.com/python/cpython/issues/52194. One
+`executemany` of 600 rows is 600 steps; under `make bench`'s mixed load storing one rank held the write lock for
+0.7-1.6 s, and uploads waited that long for their run row (issue 20, upload p99 > 2 s). Encoding outside the
+transaction and one multi-row INSERT per `rows_per_statement` rows keep the lock for a handful of steps.
+PostgreSQL locks rows, not the database; it keeps SQLAlchemy's executemany.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from sqlalchemy import Table, insert
+from sqlalchemy.orm import Session
+
+from fp8_policy._lazy import lazy_module
+from fp8_policy.db.models import Series
+
+if TYPE_CHECKING:
+    from fp8_policy.db import codec
+    from fp8_policy.policy.assemble import SeriesRecord
+else:  # imported on first use (numpy, isal): start-up path, tests/service/test_start_up_imports.py
+    codec = lazy_module("fp8_policy.db.codec")
+
+SERIES_TABLE = cast(Table, Series.__table__)
+# every column a series row sets, in statement order; `id` is the database's
+COLUMNS = tuple(c.name for c in SERIES_TABLE.columns if c.name != "id")
+_KEYED = COLUMNS[2:]  # after run_id, layer_id: what encode_series computes
+MAX_ROWS_PER_STATEMENT = 1000  # bounds one statement's size (the rows carry their encoded series)
+
+
+@dataclass(frozen=True)
+class EncodedSeries:
+    """One series, ready to insert once its run and layer ids are known."""
+
+    layer: str
+    values: tuple[Any, ...]  # in the order of COLUMNS[2:]
+
+
+def encode_series(records: list[SeriesRecord]) -> list[EncodedSeries]:
+    """The rows of `records`, encoded (codec) outside any transaction."""
+    return [EncodedSeries(r.metric.layer, _values(r)) for r in records]
+
+
+def _values(record: SeriesRecord) -> tuple[Any, ...]:
+    s, m = record.summary, record.metric
+    row = {
+        "rank": record.rank,
+        "tensor": m.tensor,
+        "stat_key": m.stat_key,
+        "stat": m.stat,
+        "recipe": m.recipe,
+        "columnwise": m.columnwise,
+        "count": s.count,
+        "nan_count": s.nan_count,
+        "posinf_count": s.posinf_count,
+        "neginf_count": s.neginf_count,
+        "min": s.min,
+        "max": s.max,
+        "mean": s.mean,
+        "p95": s.p95,
+        "last": s.last,
+        "last_nonfinite": s.last_nonfinite,
+        "first_iteration": s.first_iteration,
+        "last_iteration": s.last_iteration,
+        "iterations": codec.encode_iterations(record.iterations),
+        "values": codec.encode_values(record.values),
+    }
+    return tuple(row[name] for name in _KEYED)
+
+
+def insert_series(session: Session, run_id: int, encoded: list[EncodedSeries], layer_ids: dict[str, int]) -> None:
+    """Insert `encoded` for `run_id` (the caller's transaction); `layer_ids` maps each layer name to its row."""
+    rows = [(run_id, layer_ids[e.layer], *e.values) for e in encoded]
+    if not rows:
+        return
+    if session.get_bind().dialect.name != "sqlite":
+        for start in range(0, len(rows), 500):  # Core executemany: complete rows, no ORM bookkeeping
+            session.execute(
+                insert(SERIES_TABLE), [dict(zip(COLUMNS, row, strict=True)) for row in rows[start : start + 500]]
+            )
+        return
+    connection = session.connection()
+    per_statement = rows_per_statement(connection.connection.dbapi_connection)
+    one_row = "(" + ", ".join("?" * len(COLUMNS)) + ")"
+    quoted = ", ".join(f'"{name}"' for name in COLUMNS)
+    for start in range(0, len(rows), per_statement):
+        chunk = rows[start : start + per_statement]
+        statement = f"INSERT INTO series ({quoted}) VALUES " + ", ".join([one_row] * len(chunk))
+        connection.exec_driver_sql(statement, tuple(value for row in chunk for value in row))
+
+
+def rows_per_statement(dbapi_connection: Any) -> int:
+    """Series rows one SQLite INSERT can bind: the library's variable limit (999 before SQLite 3.32, 32766 or
+    more since; https://www.sqlite.org/limits.html#max_variable_number), at most MAX_ROWS_PER_STATEMENT."""
+    try:
+        limit = int(dbapi_connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
+    except (AttributeError, sqlite3.Error):  # not a sqlite3 connection: the lowest limit any SQLite has had
+        limit = 999
+    return max(1, min(limit // len(COLUMNS), MAX_ROWS_PER_STATEMENT))
