@@ -136,7 +136,11 @@ def twin(name: str) -> types.ModuleType:
 
 
 def name_id(table: Any, name: np.ndarray) -> int:
-    """`id_for(table, name)` (policy/_name_kernel.py) with the kernels in use."""
+    """`id_for(table, name)` (policy/_name_kernel.py) with the kernels in use. A read-only `name` (np.frombuffer of
+    bytes) is copied: numba compiles a separate specialisation per array writability, and the warm-up
+    (service/ingest/kernel_warmup.py) compiles the writable one only."""
+    if not name.flags.writeable:
+        name = name.copy()
     if _use_compiled():
         return int(importlib.import_module(f"{_PACKAGE}._name_kernel").id_for(table, name))
     with np.errstate(over="ignore"):

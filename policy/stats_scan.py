@@ -148,6 +148,8 @@ def scan(buf: np.ndarray, table: NameTable, insert: bool, successor: np.ndarray 
 
     The set is sized for the block's usual number of lines; a block of shorter lines continues in a larger
     set (the kernel stops when its arrays are full)."""
+    if not buf.flags.writeable:  # e.g. a last line without a newline, from bytes (stats_blocks.read_blocks)
+        buf = buf.copy()  # numba compiles another scan_block for a read-only array: tens of seconds mid-ingest
     out = take_scratch(_expected_lines(buf.shape[0]))
     out.start(successor)
     first_new = int(table.counter[0])

@@ -135,3 +135,43 @@ print(json.dumps({{"points": run.points, "compiled": compiled, "ready": kernels.
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"points": 1800, "compiled": [], "ready": False}
     assert not (tmp_path / "numba").exists() or not any((tmp_path / "numba").rglob("*.nbc"))
+
+
+def _compiled_signatures() -> dict[str, list]:
+    """Every compiled kernel entry point's signatures in this process, by name."""
+    import importlib
+
+    from fp8_policy.service.ingest.kernel_warmup import _KERNEL_MODULES
+
+    found = {}
+    for module_name in _KERNEL_MODULES:
+        module = importlib.import_module(f"fp8_policy.policy.{module_name}")
+        for name, value in vars(module).items():
+            if type(value).__name__ == "CPUDispatcher":
+                found[f"{module_name}.{name}"] = list(value.signatures)
+    return found
+
+
+def test_input_without_a_final_newline_needs_no_kernel_the_warm_up_did_not_compile() -> None:
+    """UNUSUAL ends without a newline: its last block came from bytes (read-only), and numba compiled another
+    scan_block (and hash_name, lookup_or_insert) for it, tens of seconds inside the first such ingest of a
+    service whose warm-up had finished."""
+
+    from fp8_policy.policy.stats_log import _id_of
+    from fp8_policy.policy.stats_names import NamedTable
+    from fp8_policy.service.ingest.kernel_warmup import exercise_kernels
+
+    with kernels.forced_compiled():
+        exercise_kernels()
+        warm = _compiled_signatures()
+        parse(UNUSUAL)
+        _id_of(NamedTable(), b"model.layers.2.fc2_gradient_mse")  # a name as bytes, as the slow path has it
+    assert _compiled_signatures() == warm
+    read_only = [
+        (name, sig)
+        for name, sigs in warm.items()
+        if name.endswith(("scan_block", "hash_name"))
+        for sig in sigs
+        if getattr(sig[0], "mutable", True) is False
+    ]
+    assert read_only == []
