@@ -28,6 +28,7 @@ from fp8_policy.db.session import is_in_memory, session_scope
 from fp8_policy.db.summaries import SummaryRecord, SummaryRepository
 from fp8_policy.policy.analysis import analyze
 from fp8_policy.policy.recommend import POLICY_VERSION, Recommendation, RecommendOptions, recommend
+from fp8_policy.policy.records import RunData
 from fp8_policy.policy.render import OUTPUT_FORMATS, RenderedPolicy
 from fp8_policy.policy.thresholds import Severity, Thresholds
 from fp8_policy.service.analysis.actions import load_run_data, recommendation_answer, render_recommendation
@@ -42,12 +43,18 @@ Computed = tuple[SummaryRecord, dict[str, Any], dict[str, Any]]
 _RUNNING: SingleFlightCache[Computed] = SingleFlightCache(max_entries=0)
 
 
-def compute(session: Session, run_id: int) -> Computed:
+def load(session: Session, run_id: int) -> tuple[Run, RunData]:
+    """What `compute` reads: the ready run's row and its decoded layers and series."""
+    return get_ready_run(session, run_id), load_run_data(session, run_id)
+
+
+def compute(run: Run, data: RunData) -> Computed:
     """Analyse the stored run with default thresholds and recommend as GET /recommendation would: the summary,
     the analysis, and the recommendation's stored answers (when the run's metadata is refused, the refusal:
-    {"run": ..., "refused": the 400's detail})."""
-    run = get_ready_run(session, run_id)
-    data = load_run_data(session, run_id)
+    {"run": ..., "refused": the 400's detail}). No database: it runs after `load`'s transaction has ended, so a
+    pooled connection (and, on PostgreSQL, a snapshot) is not held through seconds of analysis on a busy
+    machine."""
+    run_id = run.id
     analysis = analyze(data, Thresholds())
     refused: str | None = None
     try:
@@ -165,7 +172,8 @@ def ensure(factory: sessionmaker[Session], run_id: int) -> Computed:
 
     def compute_and_store() -> Computed:
         with session_scope(factory) as session:
-            computed = compute(session, run_id)
+            run, data = load(session, run_id)
+        computed = compute(run, data)  # the transaction has ended (the row's attributes stay loaded)
         _store(factory, *computed)
         return computed
 

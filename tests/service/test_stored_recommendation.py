@@ -155,7 +155,7 @@ def test_a_summary_that_fails_at_ingest_leaves_the_run_ready_and_is_computed_on_
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    def failing(session, run_id):
+    def failing(run, data):
         raise RuntimeError("an analysis bug")
 
     with monkeypatch.context() as patch, caplog.at_level(logging.WARNING, logger="fp8_policy.ingest"):

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, null, select, update
+from sqlalchemy import Engine, event, null, select, update
+from sqlalchemy.pool import Pool
 
 from fp8_policy.db.session import create_session_factory, session_scope
 from fp8_policy.db.summaries import SummaryRepository
@@ -52,11 +53,11 @@ def test_readers_during_the_ingest_summary_wait_for_it(
     computed: list[int] = []
     started, release = threading.Event(), threading.Event()
 
-    def held_compute(session, run_id):  # the ingest's computation, held until the readers have arrived
-        computed.append(run_id)
+    def held_compute(run, data):  # the ingest's computation, held until the readers have arrived
+        computed.append(run.id)
         started.set()
         assert release.wait(60), "the test never released the summary computation"
-        return real_compute(session, run_id)
+        return real_compute(run, data)
 
     reads: list[int] = []
     real_stored = SummaryRepository.recommendation
@@ -157,3 +158,35 @@ def test_the_start_up_pass_backfills_missing_recommendations_once_the_service_is
     assert isinstance(stored, dict) and "model.lm_head" in stored["json"]["fp8_skip_layers"]
     with session_scope(create_session_factory(db_engine)) as session:
         assert old not in SummaryRepository(session).without_recommendation(POLICY_VERSION)
+
+
+def test_the_summary_is_computed_with_no_database_connection_held(
+    client: TestClient, tmp_path: Path, project: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The analysis and recommendation of a run's summary take seconds of CPU on a busy machine; computed inside the
+    transaction that read the run, they held a pooled connection (and, on PostgreSQL, a snapshot) all along."""
+    held: dict[int, int] = {}  # thread -> connections it has checked out of a pool
+    during: list[int] = []
+
+    def checkout(*_args) -> None:
+        held[threading.get_ident()] = held.get(threading.get_ident(), 0) + 1
+
+    def checkin(*_args) -> None:
+        held[threading.get_ident()] = held.get(threading.get_ident(), 0) - 1
+
+    real_analyze = summary_module.analyze
+
+    def counted_analyze(data, thresholds):
+        during.append(held.get(threading.get_ident(), 0))
+        return real_analyze(data, thresholds)
+
+    monkeypatch.setattr(summary_module, "analyze", counted_analyze)
+    hooks = [("checkout", checkout), ("checkin", checkin)]
+    for name, hook in hooks:
+        event.listen(Pool, name, hook)
+    try:
+        upload_scenario(client, tmp_path, project, "head_only")  # ready, with its summary stored
+    finally:
+        for name, hook in hooks:
+            event.remove(Pool, name, hook)
+    assert during and set(during) == {0}
