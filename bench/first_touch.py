@@ -6,7 +6,7 @@ the app loads, service/transport/starting.py) and until it answers 200 (`healthz
 ESM-2 fixture uploaded, seconds until it is `ready`, then SIGTERM and seconds until the process has exited. The
 server's CPU seconds at each point are reported too (`*_cpu_s`): on a shared machine wall time is mostly waiting. The kernels are then compiled into
 that cache by `python -m fp8_policy.service.ingest.kernel_warmup` (timed), and the same is measured again with the
-warm cache: the restart. Targets: /healthz within 3 s of a fresh start and 1 s of a restart (both for the first
+warm cache, RESTARTS times: the restart (the median start reported, every start's /healthz 200 listed). Targets: /healthz within 3 s of a fresh start and 1 s of a restart (both for the first
 answer and for 200), the fixture ready within 3 s of its upload, stopped within 5 s of SIGTERM.
 
 `--make-run` also clones the repository into a temporary directory (without its venv), runs `make run PORT=...`
@@ -48,6 +48,7 @@ TARGETS = {
     "stop_s": 5.0,
 }
 MAKE_RUN_TARGETS = {"make_run_s": 180.0, "venv_mb": 900.0}
+RESTARTS = 5
 
 
 def esm2_archive() -> bytes:
@@ -156,10 +157,15 @@ def measure_cold_and_warm() -> dict:
         )
         compile_s = time.perf_counter() - start
         print(f"kernels compiled in {compile_s:.1f} s", file=sys.stderr, flush=True)
-        warm = start_and_upload(Path(tmp) / "cold", env, archive, "warm")  # a restart: same data dir, warm cache
+        # restarts: same data dir, warm cache. One start varies by +-0.3 s on the 2-core VM (alternating identical
+        # starts measured 0.84-1.29 s), so the restart is judged on the median of RESTARTS starts, the slowest shown
+        restarts = [start_and_upload(Path(tmp) / "cold", env, archive, f"warm-{k}") for k in range(RESTARTS)]
+    warm = median_start(restarts)
     return {
         "cold": cold,
         "warm": warm,
+        "restarts_healthz_s": [r["healthz_s"] for r in restarts],
+        "restarts_healthz_cpu_s": [r["healthz_cpu_s"] for r in restarts],
         "compile_kernels_s": compile_s,
         "load_average": os.getloadavg(),
         "targets": TARGETS,
@@ -172,6 +178,12 @@ def measure_cold_and_warm() -> dict:
             "stop_s": max(cold["stop_s"], warm["stop_s"]) <= TARGETS["stop_s"],
         },
     }
+
+
+def median_start(starts: list[dict]) -> dict:
+    """The start whose /healthz 200 came at the median time (the upper one of an even count)."""
+    ordered = sorted(starts, key=lambda start: start["healthz_s"])
+    return ordered[len(ordered) // 2]
 
 
 def _cache_mb(path: Path) -> float:
@@ -243,6 +255,10 @@ def print_table(result: dict) -> None:
     ):
         print(f"{label:<28}{cold[key]:>20.2f}{warm[key]:>18.2f}{target:>10}")
     print(f"{'compiling the kernels (s)':<28}{result['compile_kernels_s']:>20.1f}{'(cached)':>18}{'':>10}")
+    times = ", ".join(f"{s:.2f}" for s in result["restarts_healthz_s"])
+    cpus = ", ".join(f"{s:.2f}" for s in result["restarts_healthz_cpu_s"])
+    print(f"restart column: the median of {len(result['restarts_healthz_s'])} restarts; /healthz 200 after {times} s")
+    print(f"  (server CPU by then {cpus} s)")
 
 
 def main() -> None:
