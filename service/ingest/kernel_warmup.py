@@ -105,8 +105,9 @@ def compile_in_child(timeout: float = 600.0) -> bool:
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.warning("compiling the kernels in a child process failed: %s", exc)
         return False
-    if done.returncode != 0:
-        log.warning("compiling the kernels in a child process failed: %s", done.stderr.strip()[-2000:])
+    if done.returncode != 0:  # negative: ended by that signal (the service stopping while it compiled, say)
+        reason = done.stderr.strip()[-2000:] or "no output"
+        log.warning("compiling the kernels in a child process failed (exit status %s): %s", done.returncode, reason)
     return done.returncode == 0
 
 

@@ -163,6 +163,22 @@ def test_the_warm_up_leaves_numba_s_cache_complete() -> None:
     assert cache_complete()
 
 
+def test_a_compile_child_that_ends_without_output_is_reported_with_its_exit_status(monkeypatch, caplog) -> None:
+    """A child ended by a signal (the service stopping while it compiled) printed nothing: the warning used to end
+    in "failed: " and said nothing."""
+    import logging
+    import subprocess
+
+    from fp8_policy.service.ingest import kernel_warmup
+
+    monkeypatch.setattr(
+        kernel_warmup.subprocess, "run", lambda args, **_: subprocess.CompletedProcess(args, -15, "", "")
+    )
+    with caplog.at_level(logging.WARNING, logger="fp8_policy.kernels"):
+        assert kernel_warmup.compile_in_child() is False
+    assert "failed (exit status -15): no output" in caplog.text
+
+
 def test_garbage_collection_paused_for_the_imports_is_back_once_the_app_serves(tmp_path) -> None:
     """`serve` disables the cyclic collector while the app imports (service/cli.py); the hand-over to uvicorn
     turns it back on, or a serving process would never collect a reference cycle."""
