@@ -93,7 +93,7 @@ def insert_series(session: Session, run_id: int, encoded: list[EncodedSeries], l
     quoted = ", ".join(f'"{name}"' for name in COLUMNS)
     for start in range(0, len(rows), per_statement):
         chunk = rows[start : start + per_statement]
-        statement = f"INSERT INTO series ({quoted}) VALUES " + ", ".join([one_row] * len(chunk))
+        statement = f"INSERT INTO {SERIES_TABLE.name} ({quoted}) VALUES " + ", ".join([one_row] * len(chunk))
         connection.exec_driver_sql(statement, tuple(value for row in chunk for value in row))
 
 
