@@ -96,7 +96,7 @@ def read_blocks(stream: ByteStream, block_bytes: int, max_line_bytes: int) -> It
             yield None
             carry, discarding = b"", True
     if carry:
-        yield np.frombuffer(bytearray(carry), dtype=np.uint8)  # writable, as every other block (stats_scan.scan)
+        yield np.frombuffer(carry, dtype=np.uint8)  # read-only: stats_scan.scan copies it before the kernel
 
 
 def _buffer(size: int) -> np.ndarray:
