@@ -220,6 +220,22 @@ def wait_ready(client: httpx.Client, run_id: int, timeout: float = 60.0) -> dict
         time.sleep(0.1)
 
 
+def box_of(locator: Any, timeout: float = 10.0) -> dict[str, float]:
+    """The bounding box of the element `locator` names, asked again while the page replaces that element.
+
+    A live page redraws a chart when a poll brings more data, when the heatmap reports its series, or when a
+    scroll bar appears and the card's width changes; Playwright's bounding_box() answers None for an element
+    detached in between. Asked again, the box is the new element's (same layout, same place)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        box = locator.bounding_box(timeout=timeout * 1000)
+        if box is not None:
+            return box
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{locator} has no bounding box after {timeout} s (detached or hidden)")
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="session")
 def seeded_runs(live_server: LiveServer, make_archive: Callable[[str], Path]) -> dict[str, int]:
     """Ready runs uploaded through the API: two ESM2 runs (healthy, u_shape) and a Llama one (head_only)."""

@@ -24,7 +24,7 @@ import tarfile
 import pytest
 
 from tests.archives import meta_relpath, metadata_log, stats_log, stats_relpath
-from tests.browser.conftest import LiveServer, wait_ready
+from tests.browser.conftest import LiveServer, box_of, wait_ready
 from tests.service.test_live_runs import LIVE, appender
 
 try:
@@ -89,8 +89,7 @@ def logs(activation: bool = False) -> dict[str, bytes]:
 
 def hover_loss_at(page, card, iteration: int, last: int = 995) -> None:
     """The pointer over the loss chart at `iteration` of an axis 0..`last`."""
-    box = card.locator("[data-scalar=loss] rect.overlay").bounding_box()
-    assert box is not None
+    box = box_of(card.locator("[data-scalar=loss] rect.overlay"))
     page.mouse.move(box["x"] + box["width"] * iteration / last, box["y"] + box["height"] / 2)
 
 
