@@ -169,6 +169,7 @@ pg = ThrowawayPostgres().start()
 pid = int((pg.datadir / "postmaster.pid").read_text().split()[0])
 print(json.dumps({"port": pg.port, "dir": str(pg.base_dir), "pid": pid}), flush=True)
 if sys.argv[1] == "exit":
+    sys.stdin.readline()  # the parent has seen the server answer
     sys.exit(0)           # no close(): atexit must clean up
 time.sleep(120)           # wait to be signalled
 """
@@ -181,7 +182,7 @@ def test_cleanup_when_session_dies(postgres_server, how):
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD, how],
         cwd=REPO_ROOT,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,  # "exit" waits for a line: its atexit clean-up must not race the check below
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -191,10 +192,14 @@ def test_cleanup_when_session_dies(postgres_server, how):
         assert line, child.stderr.read()
         info = json.loads(line)
         assert port_is_open(info["port"])
-        if how != "exit":
+        if how == "exit":
+            child.stdin.write("checked\n")
+            child.stdin.flush()
+        else:
             child.send_signal({"sigint": signal.SIGINT, "sigterm": signal.SIGTERM, "sigkill": signal.SIGKILL}[how])
         child.wait(timeout=30)
     finally:
+        child.stdin.close()
         if child.poll() is None:
             child.kill()
             child.wait()
