@@ -102,10 +102,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        app.state.renderer.close()
         worker.shutdown()
         summaries.stop()
         alerts.stop()
+        # last: it waits for a render worker the warm-up is starting (seconds, in the bounded stop)
+        app.state.renderer.close()
         engine.dispose()
         background_engine.dispose()
 

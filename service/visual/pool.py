@@ -160,8 +160,11 @@ class RenderLane:
         self.failures = 0
         self._lock = threading.Lock()
         self._executor: Executor | None = None
+        self._closed = False  # the service is stopping: no worker is started any more (close)
 
     def _pool(self) -> Executor:
+        if self._closed:
+            raise RendererUnavailable("the service is stopping; retry once it has restarted")
         if self._executor is None:
             if self.processes:
                 self._executor = ProcessPoolExecutor(
@@ -176,9 +179,11 @@ class RenderLane:
         return self._executor
 
     def warm(self) -> None:
-        """Start the worker process (under the lock: a first image submitted meanwhile waits for this one)."""
+        """Start the worker process (under the lock: a first image submitted meanwhile waits for this one);
+        nothing once the lane is closed (the service stopped before its warm-up came to this)."""
         with self._lock:
-            self._pool().submit(_ready)
+            if not self._closed:
+                self._pool().submit(_ready)
 
     def submit(self, job: RenderJob) -> Future[Rendered]:
         with self._lock:
@@ -194,12 +199,15 @@ class RenderLane:
                 self._executor = None
                 self.admitted -= 1
                 raise RendererUnavailable("the image renderer restarted; retry") from None
+            except RendererUnavailable:  # closed: the service is stopping
+                self.admitted -= 1
+                raise
         future.add_done_callback(self._release)  # also when the waiting request went away
         return future
 
     def broken(self) -> None:
         """The worker process died. Twice in a row means processes cannot work here: draw in a thread."""
-        self.close()
+        self._discard()
         self.failures += 1
         if self.processes and self.failures >= 2:
             log.error("the %s render worker died twice in a row; drawing in-process from now on", self.name)
@@ -210,9 +218,22 @@ class RenderLane:
             self.admitted -= 1
 
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
-            self._executor = None
+        """For good (the service stops): the worker is shut down and none is started after this.
+
+        Under the lock, so a warm-up starting the worker meanwhile finishes first and its worker is shut down
+        here. A pool left running when the process ends leaks its queues' named semaphores: uvicorn ends the
+        process by re-raising SIGTERM, so no atexit hook finalizes them, and multiprocessing's resource tracker
+        warned "There appear to be 5 leaked semaphore objects" on every stop that came before the warm-up.
+        """
+        with self._lock:
+            self._closed = True
+            self._discard()
+
+    def _discard(self) -> None:
+        """Shut the worker down; the next image starts a new one (unless closed)."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
 
 
 class Renderer:
