@@ -147,8 +147,9 @@ def _serve(
     app.state.long_running = True
     _hand_over_when_started(app, responder, url(sockets))
     config = uvicorn_config(app, settings, host=host, port=port, log_level=log_level, descriptors=descriptors)
-    # SIGTERM: stopped within 4 s, in-flight ingest resumes at the next start
-    BoundedShutdownServer(config).run(sockets=sockets)
+    # SIGTERM: stopped within 4 s, in-flight ingest resumes at the next start; from the signal on, the warm-up
+    # starts no render worker (its forkserver preloads matplotlib for seconds: the stop would wait for it)
+    BoundedShutdownServer(config, on_signal=app.state.renderer.stop_starting).run(sockets=sockets)
 
 
 def _hand_over_when_started(app: FastAPI, responder: StartingResponder, url: str) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 import uvicorn
@@ -28,12 +29,20 @@ GRACEFUL_SECONDS = 1.5  # open connections, then the lifespan's shutdown gets th
 class BoundedShutdownServer(uvicorn.Server):
     """uvicorn's Server whose process ends at most `stop_seconds` after the first SIGTERM / SIGINT."""
 
-    def __init__(self, config: uvicorn.Config, stop_seconds: float = STOP_SECONDS) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        stop_seconds: float = STOP_SECONDS,
+        on_signal: Callable[[], None] | None = None,
+    ) -> None:
+        """`on_signal`: called at the first signal, before the graceful part (in the signal handler: it must only
+        set flags), so start-up work still to come can see the process is stopping."""
         if config.timeout_graceful_shutdown is None:
             # uvicorn annotates it `int | None` but passes it to asyncio.wait_for, which takes seconds as a float
             config.timeout_graceful_shutdown = min(GRACEFUL_SECONDS, stop_seconds / 2)  # type: ignore[assignment]
         super().__init__(config)
         self.stop_seconds = stop_seconds
+        self.on_signal = on_signal
         self._deadline: threading.Timer | None = None
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -41,6 +50,8 @@ class BoundedShutdownServer(uvicorn.Server):
             self._deadline = threading.Timer(self.stop_seconds, _exit_now, args=(self.stop_seconds,))
             self._deadline.daemon = True
             self._deadline.start()
+            if self.on_signal is not None:
+                self.on_signal()
         super().handle_exit(sig, frame)
 
 

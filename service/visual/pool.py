@@ -160,7 +160,7 @@ class RenderLane:
         self.failures = 0
         self._lock = threading.Lock()
         self._executor: Executor | None = None
-        self._closed = False  # the service is stopping: no worker is started any more (close)
+        self._closed = False  # the service is stopping: no worker is started any more (stop_starting, close)
 
     def _pool(self) -> Executor:
         if self._closed:
@@ -182,8 +182,12 @@ class RenderLane:
         """Start the worker process (under the lock: a first image submitted meanwhile waits for this one);
         nothing once the lane is closed (the service stopped before its warm-up came to this)."""
         with self._lock:
-            if not self._closed:
+            if self._closed:
+                return
+            try:
                 self._pool().submit(_ready)
+            except RendererUnavailable:  # stop_starting came between the check and the pool
+                return
 
     def submit(self, job: RenderJob) -> Future[Rendered]:
         with self._lock:
@@ -228,6 +232,11 @@ class RenderLane:
         with self._lock:
             self._closed = True
             self._discard()
+
+    def stop_starting(self) -> None:
+        """No worker is started from now on (a flag only: safe in a signal handler); close() shuts down one that
+        runs or is being started."""
+        self._closed = True
 
     def _discard(self) -> None:
         """Shut the worker down; the next image starts a new one (unless closed)."""
@@ -292,6 +301,11 @@ class Renderer:
         the app's start-up (and so /healthz) must not wait for that."""
         if self.light.processes:
             threading.Thread(target=self.light.warm, name="render-warm", daemon=True).start()
+
+    def stop_starting(self) -> None:
+        """The service got its stop signal: neither lane starts a worker any more (the warm-up's included)."""
+        self.light.stop_starting()
+        self.heavy.stop_starting()
 
     def close(self) -> None:
         self.light.close()
