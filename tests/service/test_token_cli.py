@@ -118,7 +118,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
         return real_create_app(settings)
 
     class NotServing:
-        def __init__(self, _config: object) -> None:
+        def __init__(self, _config: object, **_options: object) -> None:  # stop_seconds, on_signal
             pass
 
         def run(self, sockets: object = None) -> None:
