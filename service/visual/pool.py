@@ -182,11 +182,9 @@ class RenderLane:
         """Start the worker process (under the lock: a first image submitted meanwhile waits for this one);
         nothing once the lane is closed (the service stopped before its warm-up came to this)."""
         with self._lock:
-            if self._closed:
-                return
             try:
                 self._pool().submit(_ready)
-            except RendererUnavailable:  # stop_starting came between the check and the pool
+            except RendererUnavailable:  # closed (stop_starting, close): no worker any more
                 return
 
     def submit(self, job: RenderJob) -> Future[Rendered]:

@@ -28,6 +28,7 @@ from fp8_policy.service.settings import Settings
 from fp8_policy.service.transport.shutdown import BoundedShutdownServer
 from fp8_policy.service.visual import pool
 from tests.archives import esm2_tar_gz
+from tests.service.visual.processes import started_by, wait_gone
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -126,16 +127,16 @@ def test_sigterm_soon_after_an_upload_leaves_no_leaked_semaphores(tmp_path: Path
     render worker (it starts none after the signal) while the ingest makes the stop outlast that moment."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    stderr = (tmp_path / "serve.err").open("w+")
     env = {**os.environ, "FP8_POLICY_DATA_DIR": str(tmp_path / "data")}
     env.pop("FP8_POLICY_DATABASE_URL", None)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "fp8_policy.service.cli", "serve", "--port", str(port), "--no-demo"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=stderr,
-    )
+    with (tmp_path / "serve.err").open("w") as stderr:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "fp8_policy.service.cli", "serve", "--port", str(port), "--no-demo"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
     try:
         wait_healthy(url, server, timeout=120)
         with httpx.Client(base_url=url, timeout=60) as client:
@@ -148,38 +149,7 @@ def test_sigterm_soon_after_an_upload_leaves_no_leaked_semaphores(tmp_path: Path
         stop_service(server, timeout=30)
     # the resource tracker (a child of the service) prints its warning once the service has ended: read the log
     # when every process the service started has ended too
-    assert not _wait_gone(_started_by(env["FP8_POLICY_DATA_DIR"]), 30), "processes of the service still run"
-    stderr.seek(0)
-    log = stderr.read()
+    assert not wait_gone(started_by(env["FP8_POLICY_DATA_DIR"]), 30), "processes of the service still run"
+    log = (tmp_path / "serve.err").read_text()
     assert "leaked semaphore" not in log, log[-3000:]
     assert "still stopping" not in log, log[-3000:]  # stopped within its bound, not by os._exit
-
-
-def _started_by(data_dir: str) -> list[int]:
-    """The processes whose environment names `data_dir` (the service and what it started: forkserver, render
-    workers, multiprocessing's resource tracker), this test's process aside."""
-    marker = f"FP8_POLICY_DATA_DIR={data_dir}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                if marker in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"):
-                    found.append(int(entry))
-            except OSError:  # ended meanwhile, or not ours to read
-                pass
-    return found
-
-
-def _wait_gone(pids: list[int], timeout: float) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while (alive := [pid for pid in pids if _alive(pid)]) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return alive
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from fp8_policy.service.visual.pool import exit_with_parent
+from tests.service.visual.processes import alive, wait_gone
 
 API_STAND_IN = textwrap.dedent(
     """
@@ -32,21 +33,6 @@ API_STAND_IN = textwrap.dedent(
 )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
-    except FileNotFoundError:
-        return False
-
-
-def _wait_gone(pids: list[int], timeout: float) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while (alive := [pid for pid in pids if _alive(pid)]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return alive
-
-
 def test_a_killed_api_leaves_no_render_processes(tmp_path: Path) -> None:
     api = subprocess.Popen(
         [sys.executable, "-c", API_STAND_IN, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=tmp_path
@@ -56,14 +42,14 @@ def test_a_killed_api_leaves_no_render_processes(tmp_path: Path) -> None:
         line = api.stdout.readline()
         assert line, "the stand-in API did not start its render worker"
         pids = [int(pid) for pid in line.split()]
-        assert all(_alive(pid) for pid in pids) and api.pid not in pids
+        assert all(alive(pid) for pid in pids) and api.pid not in pids
         api.send_signal(signal.SIGKILL)
         api.wait(timeout=10)
-        assert _wait_gone(pids, timeout=15) == [], "render processes outlived the API process"
+        assert wait_gone(pids, timeout=15) == [], "render processes outlived the API process"
     finally:
         api.kill()
         for pid in pids:  # never leave them behind when the assertion failed
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
