@@ -69,17 +69,20 @@ def wait_idle(pid: int, quiet: float = 2.5, timeout: float = 60.0) -> float:
 
 
 def wait_healthy(url: str, server: subprocess.Popen, timeout: float = 90.0) -> None:
-    """Poll `url`/healthz until it answers 200; SystemExit when the process exits first or `timeout` passes."""
+    """Poll `url`/healthz until it answers 200; SystemExit when the process exits first or `timeout` passes.
+    One client for all polls: `httpx.get` builds a client, and with it an SSL context, per call (45 ms of CPU on
+    the 2-core dev VM, against 0.2 ms for a request of a kept client), beside a service that is starting."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"the service exited during start-up (status {server.returncode})")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
+    with httpx.Client(timeout=5) as client:
+        while time.monotonic() < deadline:
+            if server.poll() is not None:
+                raise SystemExit(f"the service exited during start-up (status {server.returncode})")
+            try:
+                if client.get(f"{url}/healthz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
     raise SystemExit(f"the service did not become healthy in {timeout:g} s")
 
 
