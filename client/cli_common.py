@@ -192,12 +192,22 @@ def cell(value: Any, width: int | None = MAX_CELL) -> str:
 
 
 def table(headers: list[str], rows: list[list[Any]], width: int | None = MAX_CELL) -> str:
-    """Plain text columns, left-aligned, two spaces apart; cells cut at `width` characters (None: never)."""
+    """Plain text columns, left-aligned, two spaces apart; cells cut at `width` characters (None: never). No rows:
+    the header line alone."""
     cells = [[cell(v, width) for v in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     return "\n".join(lines)
+
+
+def echo_rows(headers: list[str], rows: list[list[Any]], none: str) -> None:
+    """A listing: its table on stdout, or, with no rows, `none` on stderr and nothing on stdout (as kubectl's
+    "No resources found"), so a script reading stdout sees an empty list and a person is told why."""
+    if rows:
+        click.echo(table(headers, rows))
+    else:
+        click.echo(none, err=True)
 
 
 def parse_metadata(_ctx: click.Context, _param: click.Parameter, value: str | None) -> dict[str, Any] | None:

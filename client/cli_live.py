@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from fp8_policy.client.cli_common import client_options, connect, echo_json, parse_metadata, table
+from fp8_policy.client.cli_common import client_options, connect, echo_json, echo_rows, parse_metadata
 from fp8_policy.client.errors import PolicyError
 
 
@@ -143,22 +143,21 @@ def alert_list(project: str | None, url: str, token: str | None, as_json: bool) 
     if as_json:
         echo_json(rules)
         return
-    click.echo(
-        table(
-            ["id", "project", "format", "events", "min severity", "cooldown", "webhook"],
+    echo_rows(
+        ["id", "project", "format", "events", "min severity", "cooldown", "webhook"],
+        [
             [
-                [
-                    r["id"],
-                    r["project"],
-                    r["format"],
-                    ",".join(r["events"]) or "all",
-                    r["min_severity"],
-                    r["cooldown_seconds"],
-                    r["webhook"],
-                ]
-                for r in rules
-            ],
-        )
+                r["id"],
+                r["project"],
+                r["format"],
+                ",".join(r["events"]) or "all",
+                r["min_severity"],
+                r["cooldown_seconds"],
+                r["webhook"],
+            ]
+            for r in rules
+        ],
+        "no alert rules" + (f" for project {project}" if project else ""),
     )
 
 
@@ -184,19 +183,20 @@ def alert_log(project: str | None, run_id: int | None, limit: int, url: str, tok
     if as_json:
         echo_json(entries)
         return
-    click.echo(
-        table(
-            ["id", "status", "run", "kind", "severity", "message"],
+    echo_rows(
+        ["id", "status", "run", "kind", "severity", "message"],
+        [
             [
-                [
-                    e["id"],
-                    e["status"],
-                    e["run_id"],
-                    e["event"].get("kind"),
-                    e["event"].get("severity"),
-                    e["event"].get("message"),
-                ]
-                for e in entries
-            ],
-        )
+                e["id"],
+                e["status"],
+                e["run_id"],
+                e["event"].get("kind"),
+                e["event"].get("severity"),
+                e["event"].get("message"),
+            ]
+            for e in entries
+        ],
+        "no alerts raised"
+        + (f" for run {run_id}" if run_id is not None else "")
+        + (f" in project {project}" if project else ""),
     )

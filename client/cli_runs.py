@@ -17,9 +17,9 @@ from fp8_policy.client.cli_common import (
     client_options,
     connect,
     echo_json,
+    echo_rows,
     parse_metadata,
     resolve_run,
-    table,
 )
 
 
@@ -149,7 +149,8 @@ def runs(
         [r["id"], r.get("name"), r.get("project"), r.get("status"), r.get("layer_count"), r.get("created_at")]
         for r in page["items"]
     ]
-    click.echo(table(["id", "name", "project", "status", "layers", "created"], rows))
+    none = "no runs match" if project or status_ or tag else "no runs yet: `fp8-policy upload LOG_DIR` sends one"
+    echo_rows(["id", "name", "project", "status", "layers", "created"], rows, none)
 
 
 @click.command()

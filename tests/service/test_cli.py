@@ -80,6 +80,10 @@ def test_serve_starts_uvicorn_on_the_given_port_with_a_migrated_database(tmp_pat
         listing = httpx.get(f"http://127.0.0.1:{port}/api/v1/runs", timeout=5)
         assert listing.status_code == 200
         assert listing.json() == {"items": [], "next_cursor": None}
+        # a new user's first look, through the CLI's own HTTP client: nothing on stdout, a hint on stderr
+        first_look = CliRunner().invoke(cli, ["runs", "--url", f"http://127.0.0.1:{port}"])
+        assert (first_look.exit_code, first_look.stdout) == (0, ""), first_look.output
+        assert first_look.stderr.startswith("no runs yet")
         assert (tmp_path / "data" / "fp8_policy.db").exists()
     finally:
         server.terminate()
