@@ -149,7 +149,11 @@ def runs(
         [r["id"], r.get("name"), r.get("project"), r.get("status"), r.get("layer_count"), r.get("created_at")]
         for r in page["items"]
     ]
-    none = "no runs match" if project or status_ or tag else "no runs yet: `fp8-policy upload LOG_DIR` sends one"
+    none = (
+        "no runs match these filters"
+        if project or status_ or tag
+        else "no runs yet: `fp8-policy upload LOG_DIR` sends one"
+    )
     echo_rows(["id", "name", "project", "status", "layers", "created"], rows, none)
 
 

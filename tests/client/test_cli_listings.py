@@ -49,7 +49,7 @@ def test_runs_on_an_empty_service_says_how_to_add_one_and_prints_no_rows(invoke)
 def test_runs_with_a_filter_and_no_match_says_so(invoke) -> None:
     result = invoke({"/api/v1/runs": []}, "runs", "--project", "nope")
 
-    assert (result.exit_code, result.stdout, result.stderr) == (0, "", "no runs match\n")
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "", "no runs match these filters\n")
 
 
 def test_runs_lists_the_page_as_a_table(invoke) -> None:
