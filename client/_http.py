@@ -11,6 +11,7 @@ from __future__ import annotations
 import email.utils
 import os
 import ssl
+import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -114,20 +115,26 @@ class _TlsWhenAsked(httpx.BaseTransport):
     def __init__(self) -> None:
         self._plain: httpx.HTTPTransport | None = None
         self._tls: httpx.HTTPTransport | None = None
+        self._building = threading.Lock()  # a client may be shared by threads (the live uploader's)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.scheme == "https":
-            if self._tls is None:
-                self._tls = httpx.HTTPTransport()
-            return self._tls.handle_request(request)
-        if self._plain is None:
-            self._plain = httpx.HTTPTransport(verify=ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
-        return self._plain.handle_request(request)
+        return self._transport(request.url.scheme == "https").handle_request(request)
+
+    def _transport(self, tls: bool) -> httpx.HTTPTransport:
+        with self._building:
+            if tls:
+                if self._tls is None:
+                    self._tls = httpx.HTTPTransport()
+                return self._tls
+            if self._plain is None:
+                self._plain = httpx.HTTPTransport(verify=ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+            return self._plain
 
     def close(self) -> None:
-        for transport in (self._plain, self._tls):
-            if transport is not None:
-                transport.close()
+        with self._building:
+            for transport in (self._plain, self._tls):
+                if transport is not None:
+                    transport.close()
 
 
 class HttpSession:
