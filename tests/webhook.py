@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.local_http import serving
 
 
 @dataclass
@@ -49,11 +50,6 @@ def webhook_receiver(fail_first: int = 0) -> Iterator[Receiver]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    receiver.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server) as port:
+        receiver.url = f"http://127.0.0.1:{port}/hook"
         yield receiver
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.server
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.test_api_docs import _csp_refusals
+from tests.local_http import serving
 
 pytestmark = pytest.mark.browser
 
@@ -70,13 +70,8 @@ def attacker_origin(live_server) -> Iterator[str]:
     port = sock.getsockname()[1]
     sock.close()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Attacker)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield f"http://127.0.0.1:{port}|{project}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_page_on_another_origin_cannot_upload(browser_context, live_server, attacker_origin) -> None:

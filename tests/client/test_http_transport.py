@@ -7,7 +7,6 @@ import datetime
 import ipaddress
 import json
 import ssl
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from fp8_policy.client import PolicyClient
 from fp8_policy.client.errors import ConnectionFailed
+from tests.local_http import serving
 
 
 class _Runs(BaseHTTPRequestHandler):
@@ -32,13 +32,8 @@ class _Runs(BaseHTTPRequestHandler):
 
 
 def _serve(server: ThreadingHTTPServer) -> Iterator[str]:
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(server) as port:
+        yield f"127.0.0.1:{port}"
 
 
 @pytest.fixture
