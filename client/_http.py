@@ -151,10 +151,15 @@ class HttpSession:
         self.base_url = base_url.rstrip("/")
         headers = {"User-Agent": USER_AGENT}
         if token:
+            if not token.isascii():  # httpx would fail encoding the header; the token itself is not repeated
+                raise PolicyError("a token is ASCII text; the one given is not", error="InvalidToken")
             headers["Authorization"] = f"Bearer {token}"
-        self._client = httpx.Client(
-            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport or _TlsWhenAsked()
-        )
+        try:
+            self._client = httpx.Client(
+                base_url=self.base_url, headers=headers, timeout=timeout, transport=transport or _TlsWhenAsked()
+            )
+        except httpx.InvalidURL as exc:  # "http://[::1", a port that is no number: refused before any request
+            raise ConnectionFailed(self.base_url, _reason(exc)) from exc
 
     def close(self) -> None:
         self._client.close()
@@ -229,6 +234,6 @@ class HttpSession:
         return written
 
 
-def _reason(exc: httpx.TransportError) -> str:
+def _reason(exc: httpx.TransportError | httpx.InvalidURL) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -73,6 +73,21 @@ def test_unreachable_service_raises_connection_failed_naming_the_url(mock_client
     )
 
 
+@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:port"])
+def test_a_malformed_url_raises_connection_failed_naming_it(url: str) -> None:
+    with pytest.raises(ConnectionFailed) as caught:
+        PolicyClient(url)
+
+    assert url in str(caught.value) and "InvalidURL" in str(caught.value)
+
+
+def test_a_token_that_is_not_ascii_is_refused_without_repeating_it() -> None:
+    with pytest.raises(PolicyError) as caught:
+        PolicyClient("http://127.0.0.1:1", token="sécret")
+
+    assert caught.value.error == "InvalidToken" and "sécret" not in str(caught.value)
+
+
 def test_download_errors_leave_no_file(mock_client, tmp_path) -> None:
     client = mock_client(
         lambda request: httpx.Response(404, json={"error": "NotFound", "detail": "run 3 does not exist"})
