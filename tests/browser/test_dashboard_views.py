@@ -237,6 +237,20 @@ def test_run_page_state_is_a_deep_link(page, live_server, seeded_runs, shot):
     shot(page, "views-04-deep-link")
 
 
+def test_a_late_state_write_does_not_undo_a_navigation(page, live_server, seeded_runs):
+    """A link changes location.hash at once and its hashchange comes as a task of its own; a view writing its
+    state into the URL in between (here a recommendation tab chosen in the same turn) put its own hash back, and
+    the router rendered the old view again: CI saw the run page stay after going to #/compare."""
+    run_id, other = seeded_runs["head_only"], seeded_runs["healthy"]
+    page.goto(f"{live_server.url}/#/runs/{run_id}")
+    expect(page.locator("#tab-te-yaml")).to_be_visible()
+    target = f"#/compare?base={other}&head={run_id}"
+    page.evaluate("(target) => { location.hash = target; document.querySelector('#tab-te-yaml').click(); }", target)
+    expect(page.locator("#compare-result")).to_be_visible()
+    assert page.evaluate("location.hash").startswith("#/compare?"), page.url
+    expect(page.locator("#recommendation")).to_have_count(0)  # the run page is gone, not drawn again
+
+
 def test_interactive_heatmap_hover_and_click(page, live_server, seeded_runs, shot):
     page.goto(f"{live_server.url}/#/runs/{seeded_runs['head_only']}")
     heatmap_drawn(page)

@@ -11,7 +11,7 @@ import { h, replace, $ } from "./dom.js";
 import { runLabel } from "./format.js";
 import { api, qs, errorBox } from "./api.js";
 import { sevBadge, card, loading } from "./widgets.js";
-import { go, setTitle } from "./router.js";
+import { go, replaceHash, setTitle } from "./router.js";
 import { runSwatch } from "./compare_colors.js";
 import { overlayCard, scalarCard } from "./compare_charts.js";
 import { verdictTable, precisionTable } from "./compare_table.js";
@@ -41,7 +41,7 @@ export async function compareView(ctx, query) {
     layer: query.get("layer") || "", tensor: query.get("tensor") || "", stat: query.get("stat") || "",
     log: query.get("log") === "1", scalar: query.get("scalar") || "loss",
   };
-  const sync = () => history.replaceState(null, "", `#${compareHash(ids, {
+  const sync = () => replaceHash(ctx, `#${compareHash(ids, {
     layer: state.layer, tensor: state.tensor, stat: state.stat, log: state.log ? "1" : "", scalar: state.scalar === "loss" ? "" : state.scalar,
   })}`);
   replace(view, h("div", { class: "page-head" }, h("h1", null, "Compare runs")), loading("Loading runs…"));

@@ -1,9 +1,11 @@
 // A view's state in the URL hash (#/path?key=value&...): read with get(), written with set() through
-// history.replaceState, so the URL is a deep link to what is on screen without re-rendering the view.
+// history.replaceState (router.replaceHash: not once the user has navigated elsewhere), so the URL is a deep
+// link to what is on screen without re-rendering the view.
 
 import { qs } from "./api.js";
+import { replaceHash } from "./router.js";
 
-export function hashState(path, query) {
+export function hashState(ctx, path, query) {
   const params = new URLSearchParams(query ? query.toString() : "");
   return {
     get(key, fallback = "") {
@@ -15,7 +17,7 @@ export function hashState(path, query) {
         if (value === null || value === undefined || value === "" || value === false) params.delete(key);
         else params.set(key, value === true ? "1" : String(value));
       }
-      history.replaceState(null, "", `#${path}${qs(Object.fromEntries(params))}`);
+      replaceHash(ctx, `#${path}${qs(Object.fromEntries(params))}`);
     },
     /* Every parameter as an object (to navigate with changes). */
     all() {

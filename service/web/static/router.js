@@ -25,6 +25,7 @@ function makeContext() {
   const timers = new Set();
   const cleanups = [];
   return {
+    hash: location.hash, // the hash this view was rendered for, and then what replaceHash wrote
     signal: controller.signal,
     alive: () => !controller.signal.aborted,
     later(fn, ms) {
@@ -90,6 +91,20 @@ export async function route() {
     window.scrollTo(0, 0);
   }
   firstRender = false;
+}
+
+/* Rewrite the hash for the view `ctx` (history.replaceState: no hashchange, no render) so the URL keeps what
+   the view shows; nothing when the URL has moved on since the view last rendered or wrote it. A link's or the
+   address bar's navigation changes location.hash at once and dispatches its hashchange as a task of its own:
+   a write landing in between (a recommendation tab chosen when its answer came) put the old view's hash back,
+   and the router, reading location.hash, rendered the old view again instead of the page asked for
+   (the HTML standard's "navigate to a fragment" algorithm).
+   Returns whether it wrote. */
+export function replaceHash(ctx, hash) {
+  if (!ctx.alive() || location.hash !== ctx.hash) return false;
+  history.replaceState(null, "", hash);
+  ctx.hash = location.hash; // as the URL parser wrote it back
+  return true;
 }
 
 export function setTitle(text) {

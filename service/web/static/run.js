@@ -30,7 +30,7 @@ const LARGE_SHARE = 0.01;
 
 export async function runView(ctx, runId, query) {
   const view = $("#view");
-  const state = hashState(`/runs/${runId}`, query);
+  const state = hashState(ctx, `/runs/${runId}`, query);
   setTitle(`Run ${runId}`);
   replace(view, loading("Loading run…"));
   const run = await api(`/runs/${runId}`, { signal: ctx.signal });

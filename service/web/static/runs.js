@@ -8,7 +8,7 @@ import { h, replace, $ } from "./dom.js";
 import { fmtInt, fmtDate, fmtAgo, plural, runLabel, patternLabel } from "./format.js";
 import { api, API, qs, errorBox } from "./api.js";
 import { sevBadge, statusBadge, chip, loading, selectField } from "./widgets.js";
-import { go, setTitle } from "./router.js";
+import { go, replaceHash, setTitle } from "./router.js";
 import { whoAmI } from "./session.js";
 import { armDelete } from "./run_actions.js";
 
@@ -57,7 +57,7 @@ export async function runsView(ctx, query) {
   // The hash mirrors the view's state; replaceState, so typing in the search box does not re-render the view.
   const syncHash = () => {
     const params = { ...filters, q: state.q, sort: state.sort === "created" ? "" : state.sort, dir: state.dir === 1 ? "asc" : "" };
-    history.replaceState(null, "", `#/runs${qs(params)}`);
+    replaceHash(ctx, `#/runs${qs(params)}`);
   };
   const setFilter = (key, value) => go("/runs", { ...filters, [key]: value, q: state.q });
   const search = h("input", {
