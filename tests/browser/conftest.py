@@ -4,7 +4,9 @@ Fixtures:
   live_server   the app (own SQLite database and data_dir, migrated first) served by uvicorn in a thread
   seeded_runs   ready runs uploaded through the API: {"healthy": id, "u_shape": id, "head_only": id}
   make_archive  make_archive(scenario) -> Path of a small synthetic fp8_log_dir .tar.gz
-  page          a fresh Chromium page; uncaught JavaScript errors fail the test
+  page          a fresh Chromium page; uncaught JavaScript errors fail the test, and a failed test's report gets
+                what the page showed then (#view's text, requests still waiting, the slowest ones, console
+                warnings) and a screenshot, test-artifacts/browser/failed-<test>.png
   shot          shot(page_or_locator, "name") saves a screenshot to test-artifacts/browser/name.png
 
 Chromium is not downloaded: `chromium` from Debian (or FP8_POLICY_CHROMIUM) is launched by Playwright's Python
@@ -113,22 +115,100 @@ def browser_context(chromium_executable: str, tmp_path_factory: pytest.TempPathF
             context.close()
 
 
+class PageLog:
+    """What a page did, kept for the report of a test that fails with it: its requests (when each started and
+    ended, how) and its console warnings and errors. A wait that times out then says whether the service was
+    slow (a request still waiting), answered an error, or the page was stuck with every answer in."""
+
+    SLOWEST = 8  # finished requests listed, slowest first
+    VIEW_CHARS = 2_000  # of #view's text
+
+    def __init__(self, page: Any) -> None:
+        self.started = time.monotonic()
+        self.waiting: dict[Any, float] = {}
+        self.done: list[tuple[float, float, str, str]] = []  # (duration, started at, outcome, url)
+        self.console: list[str] = []
+        page.on("request", lambda request: self.waiting.setdefault(request, time.monotonic()))
+        page.on("requestfinished", lambda request: self._end(request, self._status(request)))
+        page.on("requestfailed", lambda request: self._end(request, f"failed: {request.failure}"))
+        page.on("console", self._console)
+
+    def _end(self, request: Any, outcome: str) -> None:
+        began = self.waiting.pop(request, None)
+        if began is not None:
+            self.done.append((time.monotonic() - began, began - self.started, outcome, request.url))
+
+    @staticmethod
+    def _status(request: Any) -> str:
+        response = request.response()  # a finished request's response has arrived: no wait
+        return f"HTTP {response.status}" if response is not None else "no response"
+
+    def _console(self, message: Any) -> None:
+        if message.type in ("warning", "error"):
+            self.console.append(f"{message.type}: {message.text}")
+
+    def report(self, page: Any) -> str:
+        """The page's state now: its URL, #view's text, the requests still waiting, the slowest, the console."""
+        now = time.monotonic()
+        try:
+            view = page.evaluate("() => (document.querySelector('#view') || document.body).innerText", None)
+        except Exception as exc:  # noqa: BLE001 - a closed or crashed page: say so instead of its text
+            view = f"(not readable: {exc!r})"
+        lines = [f"url: {page.url}", f"#view says: {view[: self.VIEW_CHARS]!r}"]
+        lines.append(f"requests still waiting: {len(self.waiting)}")
+        lines += [f"  {now - began:6.2f} s  {request.method} {request.url}" for request, began in self.waiting.items()]
+        lines.append(f"slowest answered requests (of {len(self.done)}):")
+        lines += [
+            f"  {took:6.2f} s  from {at:6.2f} s  {outcome}  {url}"
+            for took, at, outcome, url in sorted(self.done, reverse=True)[: self.SLOWEST]
+        ]
+        lines.append(f"console warnings and errors: {len(self.console)}")
+        lines += [f"  {text[:500]}" for text in self.console[-10:]]
+        return "\n".join(lines)
+
+
+_PAGE_LOG = pytest.StashKey[tuple[Any, PageLog]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator:
+    """A failed browser test's report holds what its page showed (PageLog) and a screenshot is saved of it."""
+    report = yield
+    if report.when == "call" and report.failed and _PAGE_LOG in item.stash:
+        page, log = item.stash[_PAGE_LOG]
+        text = log.report(page)
+        try:
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            path = ARTIFACTS / f"failed-{item.name[:100].replace('/', '_')}.png"
+            page.screenshot(path=str(path), full_page=True, timeout=5_000)
+            text += f"\nscreenshot: {path}"
+        except Exception as exc:  # noqa: BLE001 - the report matters more than the picture
+            text += f"\nno screenshot: {exc!r}"
+        report.sections.append(("the page when the test failed", text))
+    return report
+
+
 @contextmanager
-def checked_page(browser_context, on_request: Callable[[Any], None]) -> Iterator:
-    """A new page that `on_request(request)` sees every request of; its uncaught JavaScript errors fail the test."""
+def checked_page(browser_context, on_request: Callable[[Any], None], item: pytest.Item | None = None) -> Iterator:
+    """A new page that `on_request(request)` sees every request of; its uncaught JavaScript errors fail the test.
+    Given the test's `item`, a failure's report says what the page showed then (`PageLog`)."""
     page = browser_context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.on("request", on_request)
+    if item is not None:
+        item.stash[_PAGE_LOG] = (page, PageLog(page))
     try:
         yield page
     finally:
         page.close()
+        if item is not None:
+            del item.stash[_PAGE_LOG]
     assert not errors, f"uncaught JavaScript errors: {errors}"
 
 
 @pytest.fixture
-def page(browser_context, live_server: LiveServer) -> Iterator:
+def page(browser_context, live_server: LiveServer, request: pytest.FixtureRequest) -> Iterator:
     """A fresh page; uncaught JavaScript errors and any request that leaves the app (CDN, fonts) fail the test."""
     external: list[str] = []
 
@@ -136,7 +216,7 @@ def page(browser_context, live_server: LiveServer) -> Iterator:
         if not request.url.startswith((live_server.url, "data:", "blob:", "about:")):
             external.append(request.url)
 
-    with checked_page(browser_context, note_external) as page:
+    with checked_page(browser_context, note_external, request.node) as page:
         yield page
     assert not external, f"the dashboard requested resources outside the app: {external}"
 

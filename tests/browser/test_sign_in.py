@@ -61,15 +61,15 @@ def locked_server(tmp_path_factory: pytest.TempPathFactory, make_archive: Callab
 
 
 @pytest.fixture
-def locked_page(browser_context, locked_server: Locked) -> Iterator:
+def locked_page(browser_context, locked_server: Locked, request: pytest.FixtureRequest) -> Iterator:
     """A page on the locked service; uncaught JavaScript errors fail the test; records API request headers."""
     headers: list[tuple[str, str | None]] = []
 
-    def record(request) -> None:
-        if "/api/v1/" in request.url:
-            headers.append((request.url, request.headers.get("authorization")))
+    def record(sent) -> None:
+        if "/api/v1/" in sent.url:
+            headers.append((sent.url, sent.headers.get("authorization")))
 
-    with checked_page(browser_context, record) as page:
+    with checked_page(browser_context, record, request.node) as page:
         page.api_headers = headers
         yield page
 
