@@ -162,7 +162,9 @@ def test_the_read_out_follows_the_heatmaps_selection(page, live_server: LiveServ
 
 
 def test_a_run_without_scalars_says_so_and_draws_no_chart(page, live_server: LiveServer, shot) -> None:
-    run = upload(live_server, "no-curves", logs())
+    run = upload(live_server, "no-curves", logs(activation=True))
+    heatmaps: list[str] = []
+    page.on("request", lambda request: heatmaps.append(request.url) if "/heatmap.json" in request.url else None)
     page.goto(f"{live_server.url}/#/runs/{run['id']}")
 
     empty = page.locator("#run-curves-empty")
@@ -170,6 +172,11 @@ def test_a_run_without_scalars_says_so_and_draws_no_chart(page, live_server: Liv
     expect(empty).to_contain_text("fp8-policy upload DIR")
     expect(page.locator("#run-curves svg")).to_have_count(0)
     expect(page.locator("#run-curves-smooth")).to_have_count(0)
+    expect(page.locator(".heatmap-live")).to_have_attribute("aria-busy", "false")
+    page.select_option("#heatmap-tensor", "activation")  # the heatmap shows another series: still no curve to mark
+    expect(page.locator(".heatmap-live")).to_have_attribute("aria-busy", "false")
+    # the heatmap card's own two; the curves card has no curve to put the statistics' columns on, so asks none
+    assert len(heatmaps) == 2, heatmaps
     shot(page.locator("#run-curves"), "run-curves-none")
 
 

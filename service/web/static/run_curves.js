@@ -62,12 +62,18 @@ export function curvesCard(ctx, run, state, { analysisPromise = null, live = fal
     return true;
   }
 
+  // The FP8 columns (a heatmap.json) are fetched only for a run with curves to draw: most uploads carry no
+  // scalars, and their run page asked the service for a heatmap nothing showed. Before the scalars come, an
+  // upload's ingest report saying it kept some lets both requests go at once; otherwise the columns follow them.
+  const drawsCurves = () => (data ? curveNames(data).length > 0 : Boolean(report && report.records > 0));
+
   async function refresh({ scalars = true, stats = true } = {}) {
     try {
       await Promise.all([
         scalars || !data ? api(`/live/runs/${run.id}/scalars`, { signal: ctx.signal }).then((d) => { data = d; }) : null,
-        stats || !fp8 ? loadFp8() : null,
+        (stats || !fp8) && drawsCurves() ? loadFp8() : null,
       ]);
+      if (!fp8 && drawsCurves()) await loadFp8(); // the scalars brought curves the report did not promise
     } catch (err) {
       if (err.name === "AbortError" || !ctx.alive()) return;
       data = null;
@@ -78,8 +84,8 @@ export function curvesCard(ctx, run, state, { analysisPromise = null, live = fal
   }
 
   function render() {
-    if (!ctx.alive() || !data || !fp8) return;
-    names = ORDER.filter((k) => data.series[k] && data.series[k].steps.length);
+    if (!ctx.alive() || !data) return;
+    names = curveNames(data);
     el.dataset.records = String(data.records);
     if (!names.length) {
       replace(body, noCurves(report, live), skipped);
@@ -87,6 +93,7 @@ export function curvesCard(ctx, run, state, { analysisPromise = null, live = fal
       replace(actions);
       return;
     }
+    if (!fp8) return; // the columns are on their way (refresh renders again)
     const source = report ? "from the upload's scalars.jsonl" : live ? "streamed so far" : "streamed while the run was live";
     replace(note, h("span", null, `${plural(data.records, "record")} ${source}`),
       fp8.columns ? h("span", null, ` · ticks: the ${fmtInt(fp8.columns.first.length)} heatmap columns of ${seriesName(fp8)}`)
@@ -136,7 +143,7 @@ export function curvesCard(ctx, run, state, { analysisPromise = null, live = fal
   function follow(selection) {
     const same = selectionKey(selection) === selectionKey(fp8 && fp8.columns ? fp8 : wanted);
     wanted = selection;
-    if (same && fp8) return; // already shown
+    if ((same && fp8) || !drawsCurves()) return; // already shown, or no curve to mark (refresh fetches it if one comes)
     loadFp8().then((fresh) => fresh && render()).catch((err) => {
       if (err.name !== "AbortError" && ctx.alive()) replace(body, errorBox(err, { title: "Training curves unavailable" }));
     });
@@ -146,6 +153,11 @@ export function curvesCard(ctx, run, state, { analysisPromise = null, live = fal
     if (data && fp8 && names.length && grid.parentNode === body) draw();
   });
   return { el, refresh, follow, reread };
+}
+
+/* The scalars of GET .../scalars that have points, in the order the cards are drawn. */
+function curveNames(data) {
+  return ORDER.filter((k) => data.series[k] && data.series[k].steps.length);
 }
 
 function noCurves(report, live) {
