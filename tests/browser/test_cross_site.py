@@ -18,6 +18,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.test_api_docs import _csp_refusals
+from tests.browser.test_dashboard import wait_heatmap, wait_image
 from tests.local_http import serving
 
 pytestmark = pytest.mark.browser
@@ -30,9 +31,12 @@ def test_every_dashboard_view_works_under_the_csp(page, live_server, seeded_runs
     page.goto(f"{live_server.url}/#/runs")
     expect(page.locator("body")).to_contain_text("seed-head_only")
     page.goto(f"{live_server.url}/#/runs/{run_id}")
-    page.locator("img").first.wait_for()
-    page.goto(f"{live_server.url}/#/compare?base={seeded_runs['healthy']}&head={run_id}")
-    page.locator("#compare-result").wait_for()
+    wait_heatmap(page)  # drawn on its canvas from heatmap.json
+    expect(page.locator("#rec-code")).not_to_be_empty()  # the recommendation's tabs and text
+    # two ESM-2 runs: the pair detail's server-rendered image, shown as a blob: URL
+    page.goto(f"{live_server.url}/#/compare?base={seeded_runs['healthy']}&head={seeded_runs['u_shape']}")
+    expect(page.locator("#compare-result")).to_be_visible()
+    wait_image(page, "#compare-img")
     page.goto(f"{live_server.url}/#/upload")
     page.locator("input[type=file]").first.wait_for(state="attached")
     shot(page, "csp-upload-view")
