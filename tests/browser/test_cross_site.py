@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import http.server
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -69,12 +68,7 @@ def attacker_origin(live_server) -> Iterator[str]:
         def log_message(self, *args) -> None:
             pass
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Attacker)
-    with serving(server):
+    with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Attacker)) as port:
         yield f"http://127.0.0.1:{port}|{project}"
 
 
