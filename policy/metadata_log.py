@@ -9,9 +9,11 @@ use `…layernorm_mlp.fc1` / `…layernorm_mlp.fc2`, and container modules (`mod
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from fp8_policy.policy.records import LayerPlan
 
@@ -28,6 +30,11 @@ _PLAN = re.compile(
 # nvdlfw generic: "Feature=F, API=A, TENSOR=<tensor>: Called".
 _FEATURE = re.compile(r"^Feature=(?P<feature>\w+), API=(?P<api>\w+)(?:, TENSOR=|: )(?:(?P<gemm>\w+), )?(?P<tensor>\w+)")
 _DISABLED = re.compile(r"^(?:Quantization|FP8) Disabled\s*$")
+# A rank's own record of its place in a parallel job, written through nvdlfw_inspect's `log_message` by
+# `fp8_policy.record_parallel_layout()` (client/collect/parallel_record.py) and by the CPU collector:
+# `fp8_policy parallel {"rank": 5, "world_size": 16, "tensor_model_parallel_size": 2, ..., "tp_rank": 1, ...}`.
+PARALLEL_RECORD = "fp8_policy parallel "
+MAX_PARALLEL_RECORD_CHARS = 4_000
 
 # Messages nvdlfw_inspect writes that carry nothing we use; they count as recognised.
 _KNOWN_MESSAGES = (
@@ -51,6 +58,9 @@ class MetadataLog:
     layer_order: list[str] = field(default_factory=list)  # layers in the order they first appear in LAYER= lines
     lines_read: int = 0  # every line consumed, blank ones included
     lines_unrecognised: int = 0  # non-blank lines matching no known message
+    # the rank's own parallel record (PARALLEL_RECORD): its sizes and coordinates; None when it wrote none. Kept
+    # per log: merging several ranks' logs keeps none (each rank's is read before the merge).
+    parallel: dict[str, Any] | None = None
 
     def known_layers(self) -> frozenset[str]:
         """Assigned names plus every layer with plan lines (covers `…layernorm_mlp.fc1`), for `split_metric_name`."""
@@ -110,7 +120,26 @@ def _parse_line(line: str, log: MetadataLog, seen_assigned: set[str]) -> bool:
     layer_message = _LAYER.match(message)
     if layer_message is not None:
         return _parse_layer_message(layer_message["layer"], layer_message["body"], log)
+    if message.startswith(PARALLEL_RECORD):
+        return _parse_parallel_record(message[len(PARALLEL_RECORD) :], log)
     return message.startswith(_KNOWN_MESSAGES)
+
+
+def _parse_parallel_record(text: str, log: MetadataLog) -> bool:
+    """A JSON object of integers and short strings (a rank's sizes and coordinates); anything else is unrecognised."""
+    if len(text) > MAX_PARALLEL_RECORD_CHARS:
+        return False
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and (v is None or isinstance(v, (int, bool)) or (isinstance(v, str) and len(v) <= 64))
+        for k, v in value.items()
+    ):
+        return False
+    log.parallel = value
+    return True
 
 
 def _parse_layer_message(layer: str, body: str, log: MetadataLog) -> bool:

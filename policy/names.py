@@ -175,6 +175,25 @@ def layer_structure(layer: str) -> LayerStructure:
     return LayerStructure(group, int(parts[pos + 1]), _block_sublayer(parts, pos))
 
 
+def block_index_at(layer: str) -> tuple[int, int] | None:
+    """(position of the block number among the dot-separated components, the number) of a body layer, as
+    `layer_structure` finds it (`decoder.layers.3.mlp` -> (2, 3)); None outside a block."""
+    parts = layer.split(".")
+    pos = _block_position(parts)
+    return None if pos is None else (pos + 1, int(parts[pos + 1]))
+
+
+def with_block_index(layer: str, index: int) -> str:
+    """`layer` with its block number replaced (`decoder.layers.3.mlp`, 11 -> `decoder.layers.11.mlp`); a name
+    outside a block is returned unchanged."""
+    found = block_index_at(layer)
+    if found is None:
+        return layer
+    parts = layer.split(".")
+    parts[found[0]] = str(index)
+    return ".".join(parts)
+
+
 def order_key(layer: str) -> tuple[object, ...]:
     """Sort key for model order: embedding, body (stack, index, qkv/proj/fc1/fc2), other, head; then the name."""
     structure = layer_structure(layer)
@@ -196,7 +215,7 @@ def order_key(layer: str) -> tuple[object, ...]:
 def _block_position(parts: list[str]) -> int | None:
     """Position of the outermost `<container>` component followed by a number (`layers.3`, `h.0`, `block.2`)."""
     for pos, part in enumerate(parts[:-1]):
-        if part in _BLOCK_CONTAINERS and parts[pos + 1].isdigit():
+        if part in _BLOCK_CONTAINERS and parts[pos + 1].isascii() and parts[pos + 1].isdigit():
             return pos
     return None
 

@@ -103,6 +103,41 @@ FAMILIES: dict[str, Family] = {
         ),
         ("model.module.decoder.final_layernorm", "model.module.output_layer"),
     ),
+    # Megatron-Core MoE (TEGroupedMLP): each expert GEMM of TE's GroupedLinear logs as `<module>.gemm_<i>`
+    # (megatron/core/transformer/moe/experts.py); 8 experts, numbered globally here (a parallel job's writer
+    # numbers them per expert-parallel rank, as TE does).
+    "megatron_moe": Family(
+        "model.module.decoder.layers",
+        (
+            ("qkv", "self_attention.linear_qkv"),
+            ("proj", "self_attention.linear_proj"),
+            *(("fc1", f"mlp.experts.linear_fc1.gemm_{e}") for e in range(8)),
+            *(("fc2", f"mlp.experts.linear_fc2.gemm_{e}") for e in range(8)),
+        ),
+        ("model.module.output_layer",),
+        (
+            "model",
+            "model.module",
+            "model.module.embedding",
+            "model.module.embedding.word_embeddings",
+            "model.module.decoder",
+        ),
+        (
+            "",
+            "input_layernorm",
+            "self_attention",
+            "self_attention.core_attention",
+            "self_attention.linear_proj",
+            "self_attention.linear_qkv",
+            "pre_mlp_layernorm",
+            "mlp",
+            "mlp.router",
+            "mlp.experts",
+            "mlp.experts.linear_fc1",
+            "mlp.experts.linear_fc2",
+        ),
+        ("model.module.decoder.final_layernorm", "model.module.output_layer"),
+    ),
     "gpt": Family(
         "model.transformer.h",
         (("qkv", "attn.c_attn"), ("proj", "attn.c_proj"), ("fc1", "mlp.c_fc"), ("fc2", "mlp.c_proj")),
