@@ -80,6 +80,9 @@ class Run(Base):
     ingest_report: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # per-file counts, skipped samples
     uploaded_by: Mapped[str | None] = mapped_column(String(100))  # the access token's name; NULL when anonymous
     notes: Mapped[str | None] = mapped_column(Text)  # the run's editable description (PATCH .../runs/{id})
+    # the job's parallel layout as the ingest resolved it (policy/parallel/info.py ParallelInfo.to_json); NULL
+    # for runs ingested before it was kept (an unknown layout)
+    parallel: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     tags: Mapped[list[RunTag]] = relationship(
         back_populates="run", cascade="all, delete-orphan", passive_deletes=True, lazy="selectin"

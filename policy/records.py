@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # annotations only: numpy is imported by what computes (not on serve's start-up path)
     import numpy as np
 
+    from fp8_policy.policy.parallel.info import ParallelInfo
+
 # Tensor names TE and nvdlfw_inspect log (TE debug API, transformer_engine/debug in https://github.com/NVIDIA/TransformerEngine): the three GEMM inputs are quantizable,
 # the three GEMM outputs are high precision only.
 QUANTIZED_TENSORS: tuple[str, ...] = ("activation", "gradient", "weight")
@@ -179,6 +181,8 @@ class RunData:
     # stats file -> iteration offset of a session that restarted its counter and was placed after the earlier ones
     # (policy/stats_log.py, "Sessions"); the analysis notes say so
     session_offsets: dict[str, int] = field(default_factory=dict)
+    # the job's parallel layout (policy/parallel): None when the run has none stored (a single-rank view of it)
+    parallel: ParallelInfo | None = None
 
 
 @dataclass(frozen=True, slots=True)
