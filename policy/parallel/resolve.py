@@ -10,7 +10,7 @@ Must not be here: the arithmetic of ranks and stages (ranks.py, stages.py), dige
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fp8_policy.policy.names import block_index_at
@@ -104,15 +104,16 @@ def _placed(layout: ParallelLayout, evidence: Mapping[int, RankEvidence], notes:
     missing = [r for r in range(layout.world_size) if r not in evidence] if layout.world_size <= 1 << 16 else []
     if missing:
         notes.append(f"{len(missing)} rank(s) of the layout have no statistics: {_list(missing)}")
+    logged: dict[int, set[int]] = {}
+    for rank, coord in coords.items():
+        logged.setdefault(coord.pp, set()).update(_blocks(evidence[rank].layers))
+    layout = _with_layer_count(layout, logged, notes)
     naming: str | None = None
     try:
         check_stages(layout)
     except StageError as exc:
         notes.append(f"the layout cannot place the blocks ({exc}): layers keep their logged names")
     else:
-        logged: dict[int, set[int]] = {}
-        for rank, coord in coords.items():
-            logged.setdefault(coord.pp, set()).update(_blocks(evidence[rank].layers))
         reading = detect_naming(layout, logged)
         naming = reading.naming
         notes += reading.notes
@@ -126,6 +127,30 @@ def _placed(layout: ParallelLayout, evidence: Mapping[int, RankEvidence], notes:
         notes=notes,
     )
     return Resolution(info, coords, experts_local)
+
+
+def _with_layer_count(layout: ParallelLayout, logged: Mapping[int, set[int]], notes: list[str]) -> ParallelLayout:
+    """A pipeline layout without `num_layers`: the count the logs show, as an assumption said in a note. Stages
+    logging disjoint blocks number them globally (the largest number gives the count); stages logging the same
+    numbers number them locally (an even split of the largest stage is assumed)."""
+    if layout.pp == 1 or layout.num_layers is not None or layout.stage_counts is not None:
+        return layout
+    sets = [blocks for blocks in logged.values() if blocks]
+    if not sets:
+        return layout
+    if len(sets) > 1 and sum(map(len, sets)) == len(set().union(*sets)):
+        first = min(min(blocks) for blocks in sets)
+        count = max(max(blocks) for blocks in sets) + (1 - first if first <= 1 else 1)
+        notes.append(f"num_layers not given: {count} blocks assumed from the largest block number the stages log")
+    else:
+        if layout.first_stage_layers is not None or layout.last_stage_layers is not None:
+            return layout
+        count = layout.pp * (max(max(blocks) for blocks in sets) + 1)
+        notes.append(
+            f"num_layers not given: {count} blocks assumed ({layout.pp} stages of {count // layout.pp}, the most "
+            "any stage logs)"
+        )
+    return replace(layout, num_layers=count)
 
 
 def _experts(

@@ -175,3 +175,15 @@ def test_info_round_trips_through_json() -> None:
     again = ParallelInfo.from_json(info.to_json())
     assert again.to_json() == info.to_json()
     assert info.to_json()["ranks"]["3"] == {"tp": 1, "pp": 1, "dp": 0, "ep": 0, "cp": 0}
+
+
+@pytest.mark.parametrize("naming", [LAYER_NUMBER, GLOBAL, LOCAL])
+def test_a_pipeline_layout_without_num_layers_takes_the_count_from_the_logs(naming: str) -> None:
+    meta = _job(pp=4, tp=1, dp=2, num_layers=16)
+    names, truth = _logged(meta, naming)
+    del meta["num_layers"]
+    resolution = resolve(meta, {rank: RankEvidence(layers) for rank, layers in names.items()})
+    info = resolution.info
+    assert info.layout is not None and info.layout.num_layers == 16 and info.naming == naming
+    assert any("num_layers not given" in note for note in info.notes)
+    assert all(resolution.namer(r)(n) == truth[r][n] for r in names for n in names[r])
