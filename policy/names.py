@@ -196,7 +196,7 @@ def order_key(layer: str) -> tuple[object, ...]:
 def _block_position(parts: list[str]) -> int | None:
     """Position of the outermost `<container>` component followed by a number (`layers.3`, `h.0`, `block.2`)."""
     for pos, part in enumerate(parts[:-1]):
-        if part in _BLOCK_CONTAINERS and parts[pos + 1].isdigit():
+        if part in _BLOCK_CONTAINERS and parts[pos + 1].isascii() and parts[pos + 1].isdigit():
             return pos
     return None
 
@@ -250,4 +250,4 @@ def _contextual_name(last: str, parent: str, attention: bool, mlp: bool) -> str 
 
 def _natural(text: str) -> tuple[tuple[int, object], ...]:
     """`layers.10` after `layers.2`: digit runs compare as numbers."""
-    return tuple((0, int(chunk)) if chunk.isdigit() else (1, chunk) for chunk in re.split(r"(\d+)", text) if chunk)
+    return tuple((0, int(chunk)) if chunk.isdecimal() else (1, chunk) for chunk in re.split(r"(\d+)", text) if chunk)

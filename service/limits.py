@@ -33,6 +33,7 @@ MAX_NOTES_CHARS = 20_000  # runs.notes: Text; a description, not a log
 MAX_METADATA_DEPTH = 32  # objects and arrays nested in the metadata object, itself included
 MAX_METADATA_INT = 2**63  # |int| < 2^63: what every JSON reader in the pipeline keeps exactly (not JS, see docs)
 MAX_CURSOR_DIGITS = len(str(MAX_ROW_ID))
+MAX_ITERATION = 2**63 - 1  # series.iteration is BIGINT
 # A live run's streamed scalars.jsonl: reads keep its last MAX_SCALARS_BYTES and an upload's is kept within them,
 # so bytes past that bound would be stored (and copied into the store at finalize) without ever being shown.
 MAX_LIVE_SCALARS_BYTES = MAX_SCALARS_BYTES
@@ -80,6 +81,17 @@ def check_rank(rank: int | None, *, shown: str | None = None) -> int | None:
     if rank is not None and not 0 <= rank <= MAX_RANK:
         raise InvalidParameter(f"rank must be between 0 and {MAX_RANK}, got {shown or rank}")
     return rank
+
+
+def run_id_of(value: object) -> int | None:
+    """A run id given as a JSON number or a string of ASCII digits (`previous_run`), within 1..MAX_ROW_ID; None
+    for anything else. ASCII only: `str.isdigit()` also takes "²" and "٣", which `int()` refuses or reads."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return None
+    text = str(value).strip()
+    if len(text) > MAX_CURSOR_DIGITS or not _ASCII_DIGITS.fullmatch(text) or not 1 <= int(text) <= MAX_ROW_ID:
+        return None
+    return int(text)
 
 
 def parse_cursor(cursor: str | None) -> int | None:

@@ -14,6 +14,7 @@ from fp8_policy.policy.recommend import History, Recommendation, RecommendOption
 from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, RunData, Series
 from fp8_policy.policy.render import OUTPUT_FORMATS, RenderedPolicy, render
 from fp8_policy.policy.thresholds import Thresholds
+from fp8_policy.service import limits
 from fp8_policy.service.analysis.schemas import RecommendationRead
 from fp8_policy.service.errors import InvalidOverrides, InvalidThresholds, UnknownFormat
 from fp8_policy.service.runs.actions import get_ready_run
@@ -91,11 +92,13 @@ def recommendation_for(session: Session, run_id: int, overrides: Mapping[str, An
 
 
 def _run_id(value: Any) -> int:
-    """A run id given as a JSON number or a query string."""
-    text = str(value).strip()
-    if isinstance(value, bool) or not text.isdigit() or int(text) < 1 or len(text) > 18:
-        raise InvalidOverrides(f"previous_run must be a run id (a positive integer), got {value!r}")
-    return int(text)
+    """A run id given as a JSON number or a query string (service/limits.py `run_id_of`), or 400."""
+    run_id = limits.run_id_of(value)
+    if run_id is None:
+        raise InvalidOverrides(
+            f"previous_run must be a run id (an integer from 1 to {limits.MAX_ROW_ID}), got {str(value)[:40]!r}"
+        )
+    return run_id
 
 
 def recommendation_answer(run_id: int, rec: Recommendation) -> dict[str, Any]:

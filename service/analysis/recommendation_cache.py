@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from fp8_policy.db.repositories import RunRepository
 from fp8_policy.policy.policy_version import POLICY_VERSION
+from fp8_policy.service.limits import run_id_of
 from fp8_policy.service.runs.actions import get_ready_run
 
 T = TypeVar("T")
@@ -79,10 +80,8 @@ def recommendation_key(session: Session, run_id: int, overrides: dict[str, Any])
     options = json.dumps(overrides, sort_keys=True, default=str)
     previous: tuple[object, ...] = ()
     if "previous_run" in overrides:
-        previous_id = str(overrides["previous_run"]).strip()
-        other = (
-            RunRepository(session).get(int(previous_id)) if previous_id.isdigit() and len(previous_id) < 10 else None
-        )
+        previous_id = run_id_of(overrides["previous_run"])
+        other = RunRepository(session).get(previous_id) if previous_id is not None else None
         # an unknown or malformed previous run is refused by the computation itself; it never gets cached
         previous = (other.id, other.sha256, str(other.finished_at), str(other.status)) if other is not None else ("?",)
     metadata = json.dumps(run.run_metadata or {}, sort_keys=True, default=str)
