@@ -40,6 +40,7 @@ from fp8_policy.service.security import BrowserGuard
 from fp8_policy.service.settings import Settings, get_settings
 from fp8_policy.service.storage import install_storage_handlers, sweep_stale_parts
 from fp8_policy.service.transport.body import BodyTimeoutMiddleware
+from fp8_policy.service.transport.body_cap import BodyCapMiddleware
 from fp8_policy.service.transport.overload import install_overload_handlers
 from fp8_policy.service.transport.uploads import UploadGate
 from fp8_policy.service.visual.compare_runs_routes import router as compare_runs_router
@@ -179,6 +180,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.live_pieces = PieceGate(settings.max_concurrent_pieces, settings.piece_workers)
     app.state.renderer = Renderer(settings)  # worker processes start at the first image
     app.state.recommendations = SingleFlightCache()  # finished recommendations, computed once per key
+    # innermost first: the cap counts the bytes the body timeout lets through (service/transport/body_cap.py)
+    app.add_middleware(BodyCapMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(
         BodyTimeoutMiddleware,
         timeout=settings.body_timeout,

@@ -34,6 +34,9 @@ MAX_METADATA_DEPTH = 32  # objects and arrays nested in the metadata object, its
 MAX_METADATA_INT = 2**63  # |int| < 2^63: what every JSON reader in the pipeline keeps exactly (not JS, see docs)
 MAX_CURSOR_DIGITS = len(str(MAX_ROW_ID))
 MAX_ITERATION = 2**63 - 1  # series.iteration is BIGINT
+# Request bodies but uploads' (service/transport/body_cap.py): an edit's 20,000 characters of notes, each escaped
+# as \uXXXX, are 120 kB; recommendation options, alert rules and tokens are far smaller.
+MAX_BODY_BYTES = 1024**2
 # A live run's streamed scalars.jsonl: reads keep its last MAX_SCALARS_BYTES and an upload's is kept within them,
 # so bytes past that bound would be stored (and copied into the store at finalize) without ever being shown.
 MAX_LIVE_SCALARS_BYTES = MAX_SCALARS_BYTES

@@ -9,6 +9,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from fp8_policy.service.limits import MAX_BODY_BYTES
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FP8_POLICY_", env_file=".env", extra="ignore")
@@ -81,6 +83,11 @@ class Settings(BaseSettings):
     # Connection and request limits (service/transport). None: derived from the descriptor limit at start-up.
     header_timeout: float = Field(15.0, gt=0, description="Seconds a connection may take to send a request head.")
     body_timeout: float = Field(30.0, gt=0, description="Seconds a request body may stall between two reads.")
+    max_body_bytes: int = Field(
+        MAX_BODY_BYTES,
+        ge=1024,
+        description="Largest request body of any route but the uploads' (413 BodyTooLarge beyond, before parsing).",
+    )
     max_concurrent_uploads: int = Field(8, ge=1, description="Uploads received at once; 503 beyond.")
     max_uploads_per_client: int | None = Field(
         None,
