@@ -21,6 +21,7 @@ from fp8_policy.service.alerts.sender import AlertSender
 from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
 from fp8_policy.service.analysis.refresher import SummaryRefresher
 from fp8_policy.service.analysis.routes import router as analysis_router
+from fp8_policy.service.auth.hosts import normalise_hosts
 from fp8_policy.service.auth.routes import AUTH_ERRORS as AUTH_RESPONSES
 from fp8_policy.service.auth.routes import router as auth_router
 from fp8_policy.service.docs.routes import router as docs_router
@@ -176,6 +177,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings = settings or get_settings()
     app.state.long_running = False  # `fp8-policy serve` sets it: start-up objects are then frozen (warm_up_process)
     app.state.serving = threading.Event()  # `fp8-policy serve` sets it once uvicorn serves: the warm-up starts
+    app.state.allowed_hosts = normalise_hosts(settings.allowed_hosts)  # an open service's names (auth/hosts.py)
     app.state.upload_gate = UploadGate(settings.max_concurrent_uploads, settings.max_uploads_per_client)
     app.state.live_pieces = PieceGate(settings.max_concurrent_pieces, settings.piece_workers)
     app.state.renderer = Renderer(settings)  # worker processes start at the first image

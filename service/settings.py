@@ -60,6 +60,11 @@ class Settings(BaseSettings):
         description="Other origins (scheme://host:port) whose pages may POST/PUT/PATCH/DELETE; by default only "
         "this service's own pages and clients that send no Origin header (service/security.py).",
     )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="While no access token exists, requests are answered only when their Host is localhost, a "
+        "loopback or other IP address, or a name listed here ('*': any); DNS rebinding (service/auth/hosts.py).",
+    )
     secret_key: SecretStr | None = Field(
         None, description="Key of the access tokens' HMAC; default: a key generated once and stored in the database."
     )
