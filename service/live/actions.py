@@ -52,6 +52,7 @@ from fp8_policy.service.ingest.upload import ReceivedUpload
 from fp8_policy.service.live import kept as kept_files
 from fp8_policy.service.live import story
 from fp8_policy.service.live.pieces import Piece, Region, as_piece, last_newline
+from fp8_policy.service.runs.ownership import NotRunOwner, may_write
 from fp8_policy.service.runs.writes import _store_upload_file as store_upload_file  # the one way uploads are stored
 from fp8_policy.service.runs.writes import parse_upload_fields
 
@@ -67,12 +68,6 @@ _locks_guard = threading.Lock()
 
 class NotLive(AppError):
     status_code = 409
-
-
-class NotRunOwner(AppError):
-    """A live run is written by the token that started it (and finalized by it or an admin token)."""
-
-    status_code = 403
 
 
 class OffsetMismatch(AppError):
@@ -140,11 +135,6 @@ def _live_run(session: Session, run_id: int, mode: str, caller: Principal | None
     if run.status != LIVE:
         raise NotLive(f"run {run_id} is {run.status}, not live: it takes no more log bytes")
     return run
-
-
-def may_write(run: Run, caller: Principal, *, admin_too: bool) -> bool:
-    """A live run is its creating token's: only that token appends; an admin token may also finalize."""
-    return run.uploaded_by == caller.name or (admin_too and caller.scope == "admin")
 
 
 def file_kind(path: str) -> str:
