@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from typing import Any
 
 from starlette.requests import Request
@@ -42,6 +43,11 @@ MAX_BODY_BYTES = 1024**2
 MAX_LIVE_SCALARS_BYTES = MAX_SCALARS_BYTES
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Explicit embeddings, overrides and isolates (Unicode Bidirectional Algorithm, UAX #9 §2.1-2.2): "\u202eevil" is
+# shown as "live" and reorders what is laid out next to it (a run's status badge); the marks LRM, RLM and ALM,
+# which only steer neutral characters, stay allowed.
+_BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
+MAX_COMBINING_MARKS = 8  # in a row (Hebrew points and cantillation stack 3-4 on a letter; "Zalgo" text dozens)
 _ASCII_DIGITS = re.compile(r"[0-9]+")
 
 
@@ -128,18 +134,57 @@ def check_text(field: str, value: str, max_chars: int, *, error: type[BadRequest
         raise error(f"{field} contains a control character (NUL, newline, ...)")
     if displayable(value) != value:
         raise error(f"{field} is not valid UTF-8 text")
+    _check_bidi(field, value, error)
     return value
+
+
+def check_label(field: str, value: str, max_chars: int, *, error: type[BadRequest] = BadRequest) -> str:
+    """A run's name, project or tag (an alert rule's project): check_text's rules on its NFC form, which is what is
+    stored (so "e" + U+0301 and "é" are one project, one tag), and no combining mark at its start or more than
+    MAX_COMBINING_MARKS in a row (a leading mark draws itself onto whatever is shown before the label)."""
+    value = unicodedata.normalize("NFC", value)
+    check_text(field, value, max_chars, error=error)
+    _check_marks(field, value, error)
+    return value
+
+
+def nfc(value: str | None) -> str | None:
+    """A filter compared with stored labels, in the form they are stored in (check_label)."""
+    return unicodedata.normalize("NFC", value) if value is not None else None
+
+
+def _check_bidi(field: str, value: str, error: type[BadRequest]) -> None:
+    found = _BIDI_CONTROLS.search(value)
+    if found:
+        raise error(
+            f"{field} contains the bidirectional control U+{ord(found.group()):04X}, which reorders the text shown "
+            "around it; write the text without it"
+        )
+
+
+def _check_marks(field: str, value: str, error: type[BadRequest]) -> None:
+    run = 0
+    for position, char in enumerate(value):
+        if not unicodedata.category(char).startswith("M"):
+            run = 0
+            continue
+        if position == 0:
+            raise error(f"{field} starts with a combining mark (U+{ord(char):04X}), which has no letter to go on")
+        run += 1
+        if run > MAX_COMBINING_MARKS:
+            raise error(f"{field} has more than {MAX_COMBINING_MARKS} combining marks in a row")
 
 
 def check_tags(tags: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """Run tags (an upload's `tags` field split at commas, or an edit's list): each stripped and checked as text,
     empty ones dropped, duplicates once, at most MAX_TAGS."""
-    cleaned = tuple(dict.fromkeys(t.strip() for t in tags if t.strip()))
+    stripped = [t.strip() for t in tags if t.strip()]
+    if len(stripped) > 4 * MAX_TAGS or any(len(t) > 4 * MAX_TAG_CHARS for t in stripped):  # before NFC's work
+        raise BadRequest(f"at most {MAX_TAGS} tags of at most {MAX_TAG_CHARS} characters each")
+    cleaned = tuple(dict.fromkeys(unicodedata.normalize("NFC", t) for t in stripped))
     if len(cleaned) > MAX_TAGS or any(len(t) > MAX_TAG_CHARS for t in cleaned):
         raise BadRequest(f"at most {MAX_TAGS} tags of at most {MAX_TAG_CHARS} characters each")
-    for tag in cleaned:
-        check_text("a tag", tag, MAX_TAG_CHARS)
-    return cleaned
+    return tuple(check_label("a tag", tag, MAX_TAG_CHARS) for tag in cleaned)
 
 
 _NOTES_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # control characters but tab and line breaks
@@ -147,7 +192,8 @@ _NOTES_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # control char
 
 def check_notes(notes: str | None) -> str | None:
     """A run's notes: multi-line text (tabs and line breaks kept) of at most MAX_NOTES_CHARS, no other control
-    character (NUL included), valid UTF-8; blank notes are none (None)."""
+    character (NUL included), valid UTF-8; stored in NFC, without bidi controls or piled-up combining marks (as
+    labels, check_label); blank notes are none (None)."""
     if notes is None or not notes.strip():
         return None
     if len(notes) > MAX_NOTES_CHARS:
@@ -156,14 +202,20 @@ def check_notes(notes: str | None) -> str | None:
         raise BadRequest("notes contain a control character other than tab and line breaks (NUL, ...)")
     if displayable(notes) != notes:
         raise BadRequest("notes are not valid UTF-8 text (a lone surrogate)")
+    notes = unicodedata.normalize("NFC", notes)
+    if len(notes) > MAX_NOTES_CHARS:
+        raise BadRequest(f"notes are longer than {MAX_NOTES_CHARS} characters")
+    _check_bidi("notes", notes, BadRequest)
+    _check_marks("notes", notes, BadRequest)
     return notes
 
 
 def clean_filename(filename: str | None) -> str | None:
-    """The client's file name is only a label (and a rank hint): control characters become U+FFFD, the end is kept."""
+    """The client's file name is only a label (and a rank hint): control characters (bidi controls too) become
+    U+FFFD, the end is kept."""
     if not filename:
         return None
-    cleaned = displayable(_CONTROL.sub("\ufffd", filename))
+    cleaned = displayable(_BIDI_CONTROLS.sub("\ufffd", _CONTROL.sub("\ufffd", filename)))
     return cleaned[-MAX_FILENAME_CHARS:]
 
 

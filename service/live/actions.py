@@ -55,6 +55,7 @@ from fp8_policy.service.live.pieces import Piece, Region, as_piece, last_newline
 from fp8_policy.service.runs.ownership import NotRunOwner, may_write
 from fp8_policy.service.runs.writes import _store_upload_file as store_upload_file  # the one way uploads are stored
 from fp8_policy.service.runs.writes import parse_upload_fields
+from fp8_policy.service.storage import PART_SUFFIX, hold_part
 
 LIVE = RunStatus.live
 SCALARS_STATE_KEY = "__scalars__"  # the scalar detectors' state, next to the series' table
@@ -327,19 +328,24 @@ def finalize(
         source = live_dir(data_dir, run_id)
         uploads = data_dir / "uploads"
         uploads.mkdir(parents=True, exist_ok=True)
-        tar_path = uploads / f"live-{run_id}-{uuid.uuid4().hex}.tar"
+        # a `.part` held under its lock until it is stored: one left by a killed process is removed by the next
+        # start-up's sweep (service/storage.py), as an upload's
+        tar_path = uploads / f"live-{run_id}-{uuid.uuid4().hex}.tar{PART_SUFFIX}"
         try:
-            with tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) as tar:
-                for f in files:
-                    info = tar.gettarinfo(str(source / f.path), arcname=f.path)
-                    info.size = f.size  # exactly the acknowledged bytes
-                    info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-                    with open(source / f.path, "rb") as handle:
-                        tar.addfile(info, Region(handle, f.size))
-            digest, size = _sha256(tar_path)
-            upload = ReceivedUpload(tar_path, digest, size, f"live-run-{run_id}.tar")
-            run.upload_path = store_upload_file(session, data_dir, store, run_id, upload)
-            story.keep_scalars(store, data_dir, run_id)  # the training scalars stay with the run
+            with open(tar_path, "wb") as held:
+                hold_part(held)
+                with tarfile.open(fileobj=held, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                    for f in files:
+                        info = tar.gettarinfo(str(source / f.path), arcname=f.path)
+                        info.size = f.size  # exactly the acknowledged bytes
+                        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                        with open(source / f.path, "rb") as handle:
+                            tar.addfile(info, Region(handle, f.size))
+                held.flush()
+                digest, size = _sha256(tar_path)
+                upload = ReceivedUpload(tar_path, digest, size, f"live-run-{run_id}.tar")
+                run.upload_path = store_upload_file(session, data_dir, store, run_id, upload)
+                story.keep_scalars(store, data_dir, run_id)  # the training scalars stay with the run
         finally:
             tar_path.unlink(missing_ok=True)
         if RunRepository(session).find_by_hash(run.project, digest) is None:

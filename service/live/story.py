@@ -26,6 +26,7 @@ from fp8_policy.db.live import LiveRepository, StoredEvent
 from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.policy import scalar_events, scalars_file
 from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
+from fp8_policy.service.storage import PART_SUFFIX, hold_part
 
 SCALARS_NAME = "scalars.jsonl"  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
 MAX_EVENTS_PAGE = 500
@@ -47,15 +48,17 @@ def keep_scalars(store: ArchiveStore, data_dir: Path, run_id: int) -> bool:
         return False
     uploads = data_dir / "uploads"
     uploads.mkdir(parents=True, exist_ok=True)
-    with (
-        tempfile.NamedTemporaryFile(dir=uploads, prefix=f"scalars-{run_id}-", delete=False) as copy,
+    with (  # a held `.part`: swept at the next start-up if this process dies meanwhile (service/storage.py)
+        tempfile.NamedTemporaryFile(dir=uploads, prefix=f"scalars-{run_id}-", suffix=PART_SUFFIX, delete=False) as copy,
         open(source, "rb") as handle,
     ):
-        shutil.copyfileobj(handle, copy)
-    try:
-        store.put_file(Path(copy.name), scalars_key(run_id))
-    finally:
-        Path(copy.name).unlink(missing_ok=True)
+        try:
+            hold_part(copy)
+            shutil.copyfileobj(handle, copy)
+            copy.flush()
+            store.put_file(Path(copy.name), scalars_key(run_id))
+        finally:
+            Path(copy.name).unlink(missing_ok=True)
     return True
 
 

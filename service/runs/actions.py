@@ -124,6 +124,7 @@ def list_runs(
 ) -> tuple[RunList, list[int]]:
     """A page of runs with their stored summaries, and the ready runs on it whose summary is still to compute."""
     limits.check_filters(project=project, tag=tag)
+    project, tag = limits.nfc(project), limits.nfc(tag)  # as labels are stored (limits.check_label)
     after = limits.parse_cursor(cursor)
     runs = RunRepository(session).list(
         project=project, status=status, tag=tag, after_id=after, limit=limit + 1, unlisted_errors=NEVER_HELD_A_LOG
