@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from fp8_policy.policy.scalars_file import is_negative_step, record_of
+from fp8_policy.policy.scalars_file import MAX_SCALARS_LINES, is_negative_step, last_lines_start, record_of
 from fp8_policy.policy.thresholds import Severity
 
 if TYPE_CHECKING:
@@ -100,9 +100,14 @@ class ParsedScalars(NamedTuple):
 
 
 def parse_lines(text: bytes) -> ParsedScalars:
-    """Records of whole JSON lines (objects with an integer `step` of 0 or more), with what was left out."""
+    """Records of whole JSON lines (objects with an integer `step` of 0 or more), with what was left out; of the
+    last MAX_SCALARS_LINES lines only, read one at a time (a piece of millions of tiny lines is no list of them)."""
     records, bad, negative = [], 0, 0
-    for raw in text.splitlines():
+    start, size = last_lines_start(text, MAX_SCALARS_LINES), len(text)
+    while start < size:
+        end = text.find(b"\n", start)
+        end = size if end < 0 else end
+        raw, start = text[start:end], end + 1
         if not raw.strip():
             continue
         record = record_of(raw)

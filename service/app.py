@@ -16,6 +16,7 @@ from sqlalchemy import text
 from fp8_policy._lazy import import_deferred
 from fp8_policy._version import __version__
 from fp8_policy.db.session import create_db_engine, create_session_factory, is_in_memory, session_scope
+from fp8_policy.service import lanes
 from fp8_policy.service.alerts.routes import router as alerts_router
 from fp8_policy.service.alerts.sender import AlertSender
 from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
@@ -182,6 +183,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.live_pieces = PieceGate(settings.max_concurrent_pieces, settings.piece_workers)
     app.state.renderer = Renderer(settings)  # worker processes start at the first image
     app.state.recommendations = SingleFlightCache()  # finished recommendations, computed once per key
+    for lane in (lanes.ANALYSIS, lanes.SCALARS):  # process-wide: the cores are the process's
+        lane.configure(settings.compute_running_count(), settings.compute_waiting)
     # innermost first: the cap counts the bytes the body timeout lets through (service/transport/body_cap.py)
     app.add_middleware(BodyCapMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(

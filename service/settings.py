@@ -111,6 +111,14 @@ class Settings(BaseSettings):
     piece_workers: int = Field(2, ge=1, description="Threads writing and parsing live pieces (bounds their memory).")
     limit_concurrency: int | None = Field(None, ge=1, description="Open connections at most (uvicorn's option).")
 
+    # Compute lanes (service/lanes.py): recomputes with new settings, first parses of a run's training scalars.
+    compute_running: int | None = Field(
+        None, ge=1, description="Computations of each lane at once (default: half the CPU cores, 1 to 4)."
+    )
+    compute_waiting: int = Field(
+        2, ge=0, description="Requests of each lane waiting for a turn besides those running; 429 beyond."
+    )
+
     # Heatmap rendering (service/visual/pool.py).
     heatmap_max_pixels: int = Field(25_000_000, ge=1, description="Largest image (width x height px) rendered.")
     heavy_render_pixels: int = Field(4_000_000, ge=1, description="Images larger than this use the heavy lane.")
@@ -135,6 +143,12 @@ class Settings(BaseSettings):
         if self.request_threads is not None:
             return self.request_threads
         return max(8, min(40, 4 * (os.cpu_count() or 1)))
+
+    def compute_running_count(self) -> int:
+        """`compute_running`, else half the cores within 1..4: the other half serves every other request."""
+        if self.compute_running is not None:
+            return self.compute_running
+        return max(1, min(4, (os.cpu_count() or 1) // 2))
 
     def background_pool_options(self) -> dict[str, float]:
         """QueuePool options for the background engine (ingest loops and heartbeat, summaries, alerts): a

@@ -14,7 +14,7 @@ from fp8_policy.policy.recommend import History, Recommendation, RecommendOption
 from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, RunData, Series
 from fp8_policy.policy.render import OUTPUT_FORMATS, RenderedPolicy, render
 from fp8_policy.policy.thresholds import Thresholds
-from fp8_policy.service import limits
+from fp8_policy.service import lanes, limits
 from fp8_policy.service.analysis.schemas import RecommendationRead
 from fp8_policy.service.errors import InvalidOverrides, InvalidThresholds, UnknownFormat
 from fp8_policy.service.runs.actions import get_ready_run
@@ -68,14 +68,20 @@ def thresholds_from(overrides: Mapping[str, Any] | None) -> Thresholds:
 
 
 def load_and_analyze(session: Session, run_id: int, thresholds: Thresholds | None = None) -> tuple[RunData, Analysis]:
-    data = load_run_data(session, run_id)
-    return data, analyze(data, thresholds or Thresholds())
+    """Load and analyse the run now, in the analysis lane (service/lanes.py: 429 ComputeQueueFull when full)."""
+    with lanes.ANALYSIS.turn():
+        data = load_run_data(session, run_id)
+        return data, analyze(data, thresholds or Thresholds())
 
 
 def recommendation_for(session: Session, run_id: int, overrides: Mapping[str, Any] | None) -> Recommendation:
     """Recompute from stored data: run metadata first, then the request's overrides on top. `previous_run` (a run
     id) names the run before this one: its analysis (same thresholds) is the recommendation's history."""
-    overrides = dict(overrides or {})
+    with lanes.ANALYSIS.turn():  # service/lanes.py: at most a few at once, 429 ComputeQueueFull beyond
+        return _recommendation_for(session, run_id, dict(overrides or {}))
+
+
+def _recommendation_for(session: Session, run_id: int, overrides: dict[str, Any]) -> Recommendation:
     previous = overrides.pop("previous_run", None)
     data = load_run_data(session, run_id)
     try:

@@ -20,6 +20,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy.orm import Session
@@ -43,7 +44,20 @@ class SingleFlightCache(Generic[T]):
         self._running: dict[Hashable, Future[T]] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable, compute: Callable[[], T]) -> T:
+    def get(
+        self, key: Hashable, compute: Callable[[], T], admit: Callable[[], AbstractContextManager[object]] | None = None
+    ) -> T:
+        """`admit`: entered by a request that will compute or wait for a computation (not one that finds the value
+        cached): a lane's admission (service/lanes.py), so waiting for another request's computation holds a
+        place in its lane too."""
+        with self._lock:
+            if key in self._done:
+                self._done.move_to_end(key)
+                return self._done[key]
+        with admit() if admit is not None else nullcontext():
+            return self._get(key, compute)
+
+    def _get(self, key: Hashable, compute: Callable[[], T]) -> T:
         with self._lock:
             if key in self._done:
                 self._done.move_to_end(key)

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from fp8_policy._lazy import lazy_module
 from fp8_policy.policy.vocabulary import MEDIA_TYPES, OUTPUT_FORMATS
+from fp8_policy.service import lanes
 from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache, recommendation_key
 from fp8_policy.service.analysis.schemas import AnalysisRead, RecommendationRead
 from fp8_policy.service.auth.deps import READ
@@ -182,7 +183,9 @@ def _respond(
     cache: SingleFlightCache[Any] = request.app.state.recommendations
 
     def recommendation() -> Recommendation:
-        rec: Recommendation = cache.get(key, lambda: actions.recommendation_for(session, run_id, overrides))
+        rec: Recommendation = cache.get(
+            key, lambda: actions.recommendation_for(session, run_id, overrides), admit=lanes.ANALYSIS.admission
+        )
         return rec
 
     # without options, the answers stored with the run's summary when it was ingested (service/analysis/summary.py),
