@@ -29,6 +29,7 @@ from fp8_policy.service.settings import Settings
 from tests.archives import tar_bytes
 from tests.authutil import BACKENDS, bearer, make_token, private_database
 from tests.conftest import wait_for_run
+from tests.dbutil import insert_run
 from tests.service.test_uploaded_scalars import logs
 
 RUNS = "/api/v1/runs"
@@ -123,8 +124,8 @@ class TestIds:
         assert client.get(f"/api/v1/live/runs/{live}/events", params={"before": MAX_ROW_ID}).status_code == 200
         assert client.get(f"/api/v1/live/runs/{live}", params={"after": MAX_ROW_ID}).status_code == 200
 
-    def test_a_mark_iteration_past_bigint_is_400(self, client: TestClient, project: str) -> None:
-        run_id = ready_run(client, project)["id"]
+    def test_a_mark_iteration_past_bigint_is_400(self, client: TestClient, db_engine: Engine, project: str) -> None:
+        run_id = insert_run(db_engine, project, status="ready")
         answer = client.get(f"{RUNS}/{run_id}/heatmap.json", params={"mark_iteration": str(10**30)})
         assert answer.status_code == 400 and answer.json()["error"] == "InvalidParameter", answer.text
 

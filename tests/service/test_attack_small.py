@@ -30,6 +30,7 @@ from fp8_policy.service.runs import actions as run_actions
 from fp8_policy.service.settings import Settings
 from fp8_policy.service.storage import sweep_stale_parts
 from tests.archives import meta_relpath, metadata_log, stats_relpath, tar_bytes
+from tests.dbutil import insert_run
 from tests.service.test_live_runs import LAYERS, create, put, training_log
 from tests.service.test_uploaded_scalars import logs, upload
 
@@ -88,7 +89,7 @@ class TestText:
     def test_bidi_controls_are_refused_in_names_projects_tags_and_notes(
         self, client: TestClient, db_engine: Engine, project: str, value: str
     ) -> None:
-        run_id = upload(client, project, tar_bytes(logs()))["id"]
+        run_id = insert_run(db_engine, project, status="ready")
         refused = [
             client.post(RUNS, data={"project": project, "name": value}, files={"file": ("l.tar", tar_bytes(logs()))}),
             client.post(RUNS, data={"project": value}, files={"file": ("l.tar", tar_bytes(logs()))}),
@@ -114,10 +115,10 @@ class TestText:
             assert answer.status_code == 400 and "combining mark" in answer.json()["detail"], answer.text
 
     def test_labels_and_notes_are_stored_in_nfc_and_found_by_either_spelling(
-        self, client: TestClient, project: str
+        self, client: TestClient, db_engine: Engine, project: str
     ) -> None:
         decomposed, composed = "cafe\u0301", "caf\u00e9"
-        run_id = upload(client, project, tar_bytes(logs()))["id"]
+        run_id = insert_run(db_engine, project)
         edited = client.patch(f"{RUNS}/{run_id}", json={"tags": [decomposed, composed, "ok"], "notes": decomposed})
         assert edited.status_code == 200, edited.text
         assert sorted(edited.json()["tags"]) == [composed, "ok"] and edited.json()["notes"] == composed
