@@ -74,6 +74,19 @@ def load_and_analyze(session: Session, run_id: int, thresholds: Thresholds | Non
         return data, analyze(data, thresholds or Thresholds())
 
 
+def check_overrides(overrides: Mapping[str, Any]) -> None:
+    """400 InvalidOverrides for options no run could take (an unknown key, a bad value, a dimension past its
+    bound, a malformed previous_run): checked before a request takes a place in the analysis lane."""
+    options = dict(overrides)
+    previous = options.pop("previous_run", None)
+    try:
+        RecommendOptions.from_metadata({}, options)
+    except ValueError as exc:
+        raise InvalidOverrides(str(exc)) from exc
+    if previous is not None:
+        _run_id(previous)
+
+
 def recommendation_for(session: Session, run_id: int, overrides: Mapping[str, Any] | None) -> Recommendation:
     """Recompute from stored data: run metadata first, then the request's overrides on top. `previous_run` (a run
     id) names the run before this one: its analysis (same thresholds) is the recommendation's history."""

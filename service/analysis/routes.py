@@ -178,6 +178,8 @@ def _respond(
 ) -> RecommendationRead | Response:
     # computed once per (run as stored, options, policy version), and each answer serialized once per format;
     # identical concurrent requests wait for the one computing it (service/analysis/recommendation_cache.py)
+    if overrides:  # refused before it takes a place in the analysis lane
+        actions.check_overrides(overrides)
     key = recommendation_key(session, run_id, overrides)
     # one cache for recommendations, their JSON bodies and their rendered files: the key's tail says which
     cache: SingleFlightCache[Any] = request.app.state.recommendations

@@ -80,8 +80,8 @@ def test_a_full_analysis_lane_answers_429_and_everything_else_is_served(make_cli
         wait_admitted(1)
         refused = [
             client.get(f"{RUNS}/{run_id}/analysis", params={"critical": 3.5}),
-            client.post(f"{RUNS}/{run_id}/recommendation", json={"thresholds": {"critical": 4.0}}),
-            client.get(f"{RUNS}/{run_id}/recommendation", params={"critical": 4.5}),
+            client.post(f"{RUNS}/{run_id}/recommendation", json={"thresholds": {"critical": 3.6}}),
+            client.get(f"{RUNS}/{run_id}/recommendation", params={"critical": 3.7}),
             client.get("/api/v1/compare", params={"base": run_id, "head": run_id}),
         ]
         for answer in refused:
