@@ -12,6 +12,9 @@ Issue 10 (bench/scale.py): the single-rank upload -> ready of (b) against the ba
 (f) 2 API processes + 2 workers on PostgreSQL under 8 uploads and 50 readers (`python -m bench.scale`).
 (k) bench/hot_paths.py (issue 20): 20 concurrent GET /recommendation on a 2.4M-point run (p99), and the service's
 RSS growth under 12 concurrent 60 MiB live pieces (`python -m bench.hot_paths` alone).
+(l) bench/floods.py (issue 30): an unrelated GET's p99 while 12 clients flood with recomputes of new thresholds,
+scalar reads of new limits, oversized model dims and oversized bodies, and the service's peak RSS
+(`python -m bench.floods` alone).
 (j) bench/first_touch.py: `fp8-policy serve` from an empty numba cache and restarted with a warm one, side by side:
 /healthz, the ESM-2 fixture's upload -> ready, SIGTERM -> exit (`python -m bench.first_touch [--make-run]` alone).
 Each measurement runs in its own process, so peak RSS figures are per process (os.wait4 / VmHWM).
@@ -33,7 +36,7 @@ from pathlib import Path
 import httpx
 
 import bench.hot_paths as hot_paths
-from bench import first_touch, live, load, scale
+from bench import first_touch, floods, live, load, scale
 from bench.service import start_service, stop_service, vm_hwm_mb, wait_idle
 from bench.trees import OUT, ROOT, parse_target
 
@@ -236,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     results["live"] = live.measure(tree)
     print("(k) recommendations under 20 concurrent readers, 12 concurrent 60 MiB live pieces ...", flush=True)
     results["hot_paths"] = hot_paths.measure()
+    print("(l) floods of cheap requests: an unrelated request's latency, peak RSS ...", flush=True)
+    results["floods"] = floods.measure()
     print("(j) first touch: cold start (empty numba cache) and warm restart ...", flush=True)
     results["first_touch"] = first_touch.measure_cold_and_warm()
     report(results)
@@ -253,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
         results["targets_met"][label] = ok
         print(f"  [{'ok' if ok else 'MISSED'}] {label}")
     for label, ok in hot_paths.report(results["hot_paths"]).items():
+        results["targets_met"][label] = ok
+        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
+    for label, ok in floods.report(results["floods"]).items():
         results["targets_met"][label] = ok
         print(f"  [{'ok' if ok else 'MISSED'}] {label}")
     print()

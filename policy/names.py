@@ -269,4 +269,4 @@ def _contextual_name(last: str, parent: str, attention: bool, mlp: bool) -> str 
 
 def _natural(text: str) -> tuple[tuple[int, object], ...]:
     """`layers.10` after `layers.2`: digit runs compare as numbers."""
-    return tuple((0, int(chunk)) if chunk.isdigit() else (1, chunk) for chunk in re.split(r"(\d+)", text) if chunk)
+    return tuple((0, int(chunk)) if chunk.isdecimal() else (1, chunk) for chunk in re.split(r"(\d+)", text) if chunk)

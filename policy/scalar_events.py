@@ -12,6 +12,9 @@ event shape with: `layer` is "training", `tensor` the scalar's name, `stat` "val
   AND `SPIKE_RATIO` times above the expected level: a trailing-window median alone misses a 3× jump on a
   decaying loss (the window's own spread is the decay), and the ratio keeps batch noise on a very smooth
   curve from paging anyone.
+- `nonfinite`: `loss` or `grad_norm` logged as NaN or ±inf (JSON's NaN / Infinity, as Python's json writes them),
+  once per episode, as the statistics series' `nonfinite` (policy/live_events.py): a diverged step, which every
+  other detector leaves out.
 - `loss_plateau`: over the second half of the steps logged so far the loss changed by less than `PLATEAU_REL` of
   its level while the gradient norm did not decrease: training has stalled without converging. The horizon grows
   with the run (a healthy loss late in training moves less than 1 % in any few dozen steps, but not over half the
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from fp8_policy.policy.scalars_file import is_negative_step, record_of
+from fp8_policy.policy.scalars_file import MAX_SCALARS_LINES, is_negative_step, last_lines_start, record_of
 from fp8_policy.policy.thresholds import Severity
 
 if TYPE_CHECKING:
@@ -58,6 +61,7 @@ class ScalarState:
     count: int = 0  # records with both loss and grad_norm
     history: list[list[float]] = field(default_factory=list)  # [[center step, loss median, grad_norm median]]
     steps: list[int] = field(default_factory=list)  # steps of the current block's records
+    nonfinite: dict[str, bool] = field(default_factory=dict)  # the series' last value was NaN or ±inf
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +74,7 @@ class ScalarState:
             "c": self.count,
             "h": self.history,
             "b": self.steps,
+            "n": self.nonfinite,
         }
 
     @classmethod
@@ -84,6 +89,7 @@ class ScalarState:
             int(data.get("c", 0)),
             [list(h) for h in data.get("h", [])],
             list(data.get("b", [])),
+            dict(data.get("n", {})),
         )
 
 
@@ -94,9 +100,14 @@ class ParsedScalars(NamedTuple):
 
 
 def parse_lines(text: bytes) -> ParsedScalars:
-    """Records of whole JSON lines (objects with an integer `step` of 0 or more), with what was left out."""
+    """Records of whole JSON lines (objects with an integer `step` of 0 or more), with what was left out; of the
+    last MAX_SCALARS_LINES lines only, read one at a time (a piece of millions of tiny lines is no list of them)."""
     records, bad, negative = [], 0, 0
-    for raw in text.splitlines():
+    start, size = last_lines_start(text, MAX_SCALARS_LINES), len(text)
+    while start < size:
+        end = text.find(b"\n", start)
+        end = size if end < 0 else end
+        raw, start = text[start:end], end + 1
         if not raw.strip():
             continue
         record = record_of(raw)
@@ -153,8 +164,16 @@ def advance(state: ScalarState, records: list[dict[str, Any]]) -> list[LiveEvent
         seen = 0
         for name in WATCHED:
             value = record.get(name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
                 continue
+            if not math.isfinite(value):
+                if not state.nonfinite.get(name):
+                    text = str(float(value))  # nan, inf, -inf
+                    message = f"{name} is {text} at step {step}"
+                    events.append(_event("nonfinite", Severity.SEVERE, name, step, None, message, value_text=text))
+                state.nonfinite[name] = True
+                continue
+            state.nonfinite[name] = False
             window = state.windows.setdefault(name, [])
             if len(window) >= MIN_POINTS:
                 spiking, z, level = _is_spike(window, float(value))

@@ -28,9 +28,35 @@ from typing import Any
 SCALARS_NAME = "scalars.jsonl"
 MEMBER = re.compile(r"^(?:[^/]+/)?scalars\.jsonl(?:\.gz)?$")
 MAX_SCALARS_BYTES = 32 * 1024**2  # decompressed; ~250k steps of six scalars
+# Lines, whatever their size: 11 M tiny lines fit in the byte bound (a 26 KB upload) and kept the ingest worker
+# busy a minute; a million is four times the steps of the largest file of real records.
+MAX_SCALARS_LINES = 1_000_000
 MAX_LINE_BYTES = 64 * 1024  # one record; a longer line is not a record
 MAX_SAMPLES = 3
+_BLOCK = 1 << 20
+_SHORTEST_RECORD = len(b'{"step":0}')
 MAX_INT_DIGITS = 18  # a JSON integer of up to 18 digits is an int (within int64); longer ones are floats
+
+
+def last_lines_start(text: bytes, lines: int) -> int:
+    """Where the last `lines` lines of `text` start (0 when it has no more), found by counting newlines from the
+    end a block at a time: the memory and time of bytes.count, never a list of lines."""
+    end = len(text)
+    if text.endswith(b"\n"):
+        end -= 1  # the last line's own newline does not start another line
+    seen = 0
+    while end > 0:
+        begin = max(0, end - _BLOCK)
+        found = text.count(b"\n", begin, end)
+        if seen + found < lines:
+            seen += found
+            end = begin
+            continue
+        import numpy as np  # here, not at import: service/limits.py names this module on the start-up path
+
+        newlines = np.flatnonzero(np.frombuffer(text, dtype=np.uint8, count=end - begin, offset=begin) == 10)
+        return begin + int(newlines[-(lines - seen)]) + 1
+    return 0
 
 
 def is_scalars_member(relpath: str) -> bool:
@@ -51,7 +77,10 @@ def is_negative_step(record: dict[str, Any]) -> bool:
 
 
 def record_of(raw: bytes) -> dict[str, Any] | None:
-    """The record of one line: a JSON object with an integer `step`; None for anything else."""
+    """The record of one line: a JSON object with an integer `step`; None for anything else (a line shorter than
+    the shortest record, `{"step":0}`, without parsing it)."""
+    if len(raw) < _SHORTEST_RECORD:
+        return None
     try:
         record: object = json.loads(raw, parse_int=_number)
     except (ValueError, RecursionError):
@@ -76,17 +105,22 @@ class ScalarsCheck:
     lines: int = 0
     size: int = 0
     too_large: bool = False
+    too_many_lines: bool = False
     first_step: int | None = None
     last_step: int | None = None
     samples: list[str] = field(default_factory=list)  # the first unreadable lines, as "line N: ..."
     broken: str | None = None  # why the member's bytes could not be read to their end (a damaged gzip)
 
     def line(self, raw: bytes) -> bool:
-        """Count one line (with its newline); True when it is a record (the caller keeps it)."""
+        """Count one line (with its newline); True when it is a record (the caller keeps it). Past
+        MAX_SCALARS_BYTES or MAX_SCALARS_LINES `too_large` is set: the caller stops reading."""
         self.lines += 1
         self.size += len(raw)
         if self.size > MAX_SCALARS_BYTES:
             self.too_large = True
+        if self.lines > MAX_SCALARS_LINES:
+            self.too_large = self.too_many_lines = True
+            return False
         if not raw.strip():
             return False
         record = record_of(raw) if len(raw) <= MAX_LINE_BYTES else None
@@ -126,6 +160,11 @@ class ScalarsCheck:
         warning = None
         if self.broken is not None:
             warning = f"ScalarsUnreadable: {self.member} cannot be read to its end ({self.broken}); not kept"
+        elif self.too_many_lines:
+            warning = (
+                f"ScalarsTooLarge: {self.member} holds more than {MAX_SCALARS_LINES:,} lines; "
+                "not kept (thin it to every Nth step)"
+            )
         elif self.too_large:
             warning = (
                 f"ScalarsTooLarge: {self.member} holds more than {MAX_SCALARS_BYTES // 1024**2} MiB; "

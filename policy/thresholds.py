@@ -144,9 +144,6 @@ class Thresholds:
         for names, low, high, low_open in _RANGES:
             for name in names.split():
                 _check_range(name, getattr(self, name), low, high, low_open=low_open)
-        for name in ("scale_jump_factor", "boundary_ratio", "rank_outlier_score", "rank_outlier_ratio"):
-            if getattr(self, name) <= 1.0:
-                raise ValueError(f"threshold {name!r} must be > 1, got {getattr(self, name)}")
         for name in (
             "min_points",
             "trend_max_candidates",
@@ -154,10 +151,12 @@ class Thresholds:
             "scale_jumps_critical",
             "rank_outlier_max_features",
         ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"threshold {name!r} must be >= 1, got {getattr(self, name)}")
-        if self.rank_outlier_min_ranks < 4:
-            raise ValueError(f"threshold 'rank_outlier_min_ranks' must be >= 4, got {self.rank_outlier_min_ranks}")
+            if not 1 <= getattr(self, name) <= MAX_COUNT:
+                raise ValueError(f"threshold {name!r} must be in [1, {MAX_COUNT}], got {getattr(self, name)}")
+        if not 4 <= self.rank_outlier_min_ranks <= MAX_COUNT:
+            raise ValueError(
+                f"threshold 'rank_outlier_min_ranks' must be in [4, {MAX_COUNT}], got {self.rank_outlier_min_ranks}"
+            )
 
     def to_dict(self) -> dict[str, float | int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -176,11 +175,18 @@ def _coerce(key: str, value: Any, annotation: Any) -> float | int:
     return float(value)
 
 
+# Every threshold is bounded above too (a request sets any of them): counts at most MAX_COUNT, percentage points
+# at most 100 (underflows% and overflows% lie in 0..100), other factors at most MAX_FACTOR.
+MAX_COUNT = 1_000_000
+MAX_FACTOR = 1e6
 # (thresholds, low, high, whether low itself is out): each threshold named lies in [low, high], or (low, high]
 _RANGES: tuple[tuple[str, float, float, bool], ...] = (
     ("warmup_fraction rank_outlier_min_share", 0.0, 1.0, False),
     ("window_fraction level_quantile trend_fit_fraction uniform_fraction edge_fraction whatif_gain", 0.0, 1.0, True),
-    ("trend_horizon trend_min_rise trend_min_t rank_outlier_gap print_resolution overflow_pct", 0.0, math.inf, False),
+    ("warning critical severe nvfp4_warning nvfp4_critical nvfp4_severe", 0.0, 100.0, False),
+    ("trend_min_rise rank_outlier_gap overflow_pct", 0.0, 100.0, False),
+    ("trend_horizon trend_min_t print_resolution", 0.0, MAX_FACTOR, False),
+    ("scale_jump_factor boundary_ratio rank_outlier_score rank_outlier_ratio", 1.0, MAX_FACTOR, True),
 )
 
 

@@ -16,11 +16,13 @@ from sqlalchemy import text
 from fp8_policy._lazy import import_deferred
 from fp8_policy._version import __version__
 from fp8_policy.db.session import create_db_engine, create_session_factory, is_in_memory, session_scope
+from fp8_policy.service import lanes
 from fp8_policy.service.alerts.routes import router as alerts_router
 from fp8_policy.service.alerts.sender import AlertSender
 from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
 from fp8_policy.service.analysis.refresher import SummaryRefresher
 from fp8_policy.service.analysis.routes import router as analysis_router
+from fp8_policy.service.auth.hosts import normalise_hosts
 from fp8_policy.service.auth.routes import AUTH_ERRORS as AUTH_RESPONSES
 from fp8_policy.service.auth.routes import router as auth_router
 from fp8_policy.service.docs.routes import router as docs_router
@@ -40,6 +42,7 @@ from fp8_policy.service.security import BrowserGuard
 from fp8_policy.service.settings import Settings, get_settings
 from fp8_policy.service.storage import install_storage_handlers, sweep_stale_parts
 from fp8_policy.service.transport.body import BodyTimeoutMiddleware
+from fp8_policy.service.transport.body_cap import BodyCapMiddleware
 from fp8_policy.service.transport.overload import install_overload_handlers
 from fp8_policy.service.transport.uploads import UploadGate
 from fp8_policy.service.visual.compare_runs_routes import router as compare_runs_router
@@ -175,10 +178,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings = settings or get_settings()
     app.state.long_running = False  # `fp8-policy serve` sets it: start-up objects are then frozen (warm_up_process)
     app.state.serving = threading.Event()  # `fp8-policy serve` sets it once uvicorn serves: the warm-up starts
+    app.state.allowed_hosts = normalise_hosts(settings.allowed_hosts)  # an open service's names (auth/hosts.py)
     app.state.upload_gate = UploadGate(settings.max_concurrent_uploads, settings.max_uploads_per_client)
     app.state.live_pieces = PieceGate(settings.max_concurrent_pieces, settings.piece_workers)
     app.state.renderer = Renderer(settings)  # worker processes start at the first image
     app.state.recommendations = SingleFlightCache()  # finished recommendations, computed once per key
+    for lane in (lanes.ANALYSIS, lanes.SCALARS):  # process-wide: the cores are the process's
+        lane.configure(settings.compute_running_count(), settings.compute_waiting)
+    # innermost first: the cap counts the bytes the body timeout lets through (service/transport/body_cap.py)
+    app.add_middleware(BodyCapMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(
         BodyTimeoutMiddleware,
         timeout=settings.body_timeout,

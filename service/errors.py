@@ -199,10 +199,23 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse(
-            {"error": "InternalError", "detail": f"unexpected {type(exc).__name__}; see the service log"},
-            status_code=500,
-        )
+        return internal_error(exc)
+
+
+# An unexpected error is answered by Starlette's ServerErrorMiddleware, outside every other middleware (the security
+# headers of service/security.py included), which re-raises it once the answer is sent; uvicorn then closes the
+# connection (uvicorn/protocols/http/httptools_impl.py `run_asgi`). So the answer carries its own `nosniff` and says
+# `Connection: close`, instead of a kept-alive connection being reset under the client's next request.
+INTERNAL_ERROR_HEADERS = {"Connection": "close", "X-Content-Type-Options": "nosniff"}
+
+
+def internal_error(exc: BaseException) -> JSONResponse:
+    """The 500 `{"error": "InternalError", "detail"}` of an unexpected exception (never the exception's text)."""
+    return JSONResponse(
+        {"error": "InternalError", "detail": f"unexpected {type(exc).__name__}; see the service log"},
+        status_code=500,
+        headers=INTERNAL_ERROR_HEADERS,
+    )
 
 
 class EmptyUpload(InvalidUpload):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from typing import Any
 
 from starlette.requests import Request
@@ -33,11 +34,20 @@ MAX_NOTES_CHARS = 20_000  # runs.notes: Text; a description, not a log
 MAX_METADATA_DEPTH = 32  # objects and arrays nested in the metadata object, itself included
 MAX_METADATA_INT = 2**63  # |int| < 2^63: what every JSON reader in the pipeline keeps exactly (not JS, see docs)
 MAX_CURSOR_DIGITS = len(str(MAX_ROW_ID))
+MAX_ITERATION = 2**63 - 1  # series.iteration is BIGINT
+# Request bodies but uploads' (service/transport/body_cap.py): an edit's 20,000 characters of notes, each escaped
+# as \uXXXX, are 120 kB; recommendation options, alert rules and tokens are far smaller.
+MAX_BODY_BYTES = 1024**2
 # A live run's streamed scalars.jsonl: reads keep its last MAX_SCALARS_BYTES and an upload's is kept within them,
 # so bytes past that bound would be stored (and copied into the store at finalize) without ever being shown.
 MAX_LIVE_SCALARS_BYTES = MAX_SCALARS_BYTES
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Explicit embeddings, overrides and isolates (Unicode Bidirectional Algorithm, UAX #9 §2.1-2.2): "\u202eevil" is
+# shown as "live" and reorders what is laid out next to it (a run's status badge); the marks LRM, RLM and ALM,
+# which only steer neutral characters, stay allowed.
+_BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
+MAX_COMBINING_MARKS = 8  # in a row (Hebrew points and cantillation stack 3-4 on a letter; "Zalgo" text dozens)
 _ASCII_DIGITS = re.compile(r"[0-9]+")
 
 
@@ -82,6 +92,17 @@ def check_rank(rank: int | None, *, shown: str | None = None) -> int | None:
     return rank
 
 
+def run_id_of(value: object) -> int | None:
+    """A run id given as a JSON number or a string of ASCII digits (`previous_run`), within 1..MAX_ROW_ID; None
+    for anything else. ASCII only: `str.isdigit()` also takes "²" and "٣", which `int()` refuses or reads."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return None
+    text = str(value).strip()
+    if len(text) > MAX_CURSOR_DIGITS or not _ASCII_DIGITS.fullmatch(text) or not 1 <= int(text) <= MAX_ROW_ID:
+        return None
+    return int(text)
+
+
 def parse_cursor(cursor: str | None) -> int | None:
     """`next_cursor` as given back by the list endpoint: a run id in ASCII digits."""
     if not cursor:
@@ -113,18 +134,57 @@ def check_text(field: str, value: str, max_chars: int, *, error: type[BadRequest
         raise error(f"{field} contains a control character (NUL, newline, ...)")
     if displayable(value) != value:
         raise error(f"{field} is not valid UTF-8 text")
+    _check_bidi(field, value, error)
     return value
+
+
+def check_label(field: str, value: str, max_chars: int, *, error: type[BadRequest] = BadRequest) -> str:
+    """A run's name, project or tag (an alert rule's project): check_text's rules on its NFC form, which is what is
+    stored (so "e" + U+0301 and "é" are one project, one tag), and no combining mark at its start or more than
+    MAX_COMBINING_MARKS in a row (a leading mark draws itself onto whatever is shown before the label)."""
+    value = unicodedata.normalize("NFC", value)
+    check_text(field, value, max_chars, error=error)
+    _check_marks(field, value, error)
+    return value
+
+
+def nfc(value: str | None) -> str | None:
+    """A filter compared with stored labels, in the form they are stored in (check_label)."""
+    return unicodedata.normalize("NFC", value) if value is not None else None
+
+
+def _check_bidi(field: str, value: str, error: type[BadRequest]) -> None:
+    found = _BIDI_CONTROLS.search(value)
+    if found:
+        raise error(
+            f"{field} contains the bidirectional control U+{ord(found.group()):04X}, which reorders the text shown "
+            "around it; write the text without it"
+        )
+
+
+def _check_marks(field: str, value: str, error: type[BadRequest]) -> None:
+    run = 0
+    for position, char in enumerate(value):
+        if not unicodedata.category(char).startswith("M"):
+            run = 0
+            continue
+        if position == 0:
+            raise error(f"{field} starts with a combining mark (U+{ord(char):04X}), which has no letter to go on")
+        run += 1
+        if run > MAX_COMBINING_MARKS:
+            raise error(f"{field} has more than {MAX_COMBINING_MARKS} combining marks in a row")
 
 
 def check_tags(tags: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """Run tags (an upload's `tags` field split at commas, or an edit's list): each stripped and checked as text,
     empty ones dropped, duplicates once, at most MAX_TAGS."""
-    cleaned = tuple(dict.fromkeys(t.strip() for t in tags if t.strip()))
+    stripped = [t.strip() for t in tags if t.strip()]
+    if len(stripped) > 4 * MAX_TAGS or any(len(t) > 4 * MAX_TAG_CHARS for t in stripped):  # before NFC's work
+        raise BadRequest(f"at most {MAX_TAGS} tags of at most {MAX_TAG_CHARS} characters each")
+    cleaned = tuple(dict.fromkeys(unicodedata.normalize("NFC", t) for t in stripped))
     if len(cleaned) > MAX_TAGS or any(len(t) > MAX_TAG_CHARS for t in cleaned):
         raise BadRequest(f"at most {MAX_TAGS} tags of at most {MAX_TAG_CHARS} characters each")
-    for tag in cleaned:
-        check_text("a tag", tag, MAX_TAG_CHARS)
-    return cleaned
+    return tuple(check_label("a tag", tag, MAX_TAG_CHARS) for tag in cleaned)
 
 
 _NOTES_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # control characters but tab and line breaks
@@ -132,7 +192,8 @@ _NOTES_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # control char
 
 def check_notes(notes: str | None) -> str | None:
     """A run's notes: multi-line text (tabs and line breaks kept) of at most MAX_NOTES_CHARS, no other control
-    character (NUL included), valid UTF-8; blank notes are none (None)."""
+    character (NUL included), valid UTF-8; stored in NFC, without bidi controls or piled-up combining marks (as
+    labels, check_label); blank notes are none (None)."""
     if notes is None or not notes.strip():
         return None
     if len(notes) > MAX_NOTES_CHARS:
@@ -141,14 +202,20 @@ def check_notes(notes: str | None) -> str | None:
         raise BadRequest("notes contain a control character other than tab and line breaks (NUL, ...)")
     if displayable(notes) != notes:
         raise BadRequest("notes are not valid UTF-8 text (a lone surrogate)")
+    notes = unicodedata.normalize("NFC", notes)
+    if len(notes) > MAX_NOTES_CHARS:
+        raise BadRequest(f"notes are longer than {MAX_NOTES_CHARS} characters")
+    _check_bidi("notes", notes, BadRequest)
+    _check_marks("notes", notes, BadRequest)
     return notes
 
 
 def clean_filename(filename: str | None) -> str | None:
-    """The client's file name is only a label (and a rank hint): control characters become U+FFFD, the end is kept."""
+    """The client's file name is only a label (and a rank hint): control characters (bidi controls too) become
+    U+FFFD, the end is kept."""
     if not filename:
         return None
-    cleaned = displayable(_CONTROL.sub("\ufffd", filename))
+    cleaned = displayable(_BIDI_CONTROLS.sub("\ufffd", _CONTROL.sub("\ufffd", filename)))
     return cleaned[-MAX_FILENAME_CHARS:]
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from fp8_policy.service.limits import MAX_BODY_BYTES
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FP8_POLICY_", env_file=".env", extra="ignore")
@@ -58,6 +60,11 @@ class Settings(BaseSettings):
         description="Other origins (scheme://host:port) whose pages may POST/PUT/PATCH/DELETE; by default only "
         "this service's own pages and clients that send no Origin header (service/security.py).",
     )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="While no access token exists, requests are answered only when their Host is localhost, a "
+        "loopback or other IP address, or a name listed here ('*': any); DNS rebinding (service/auth/hosts.py).",
+    )
     secret_key: SecretStr | None = Field(
         None, description="Key of the access tokens' HMAC; default: a key generated once and stored in the database."
     )
@@ -81,6 +88,11 @@ class Settings(BaseSettings):
     # Connection and request limits (service/transport). None: derived from the descriptor limit at start-up.
     header_timeout: float = Field(15.0, gt=0, description="Seconds a connection may take to send a request head.")
     body_timeout: float = Field(30.0, gt=0, description="Seconds a request body may stall between two reads.")
+    max_body_bytes: int = Field(
+        MAX_BODY_BYTES,
+        ge=1024,
+        description="Largest request body of any route but the uploads' (413 BodyTooLarge beyond, before parsing).",
+    )
     max_concurrent_uploads: int = Field(8, ge=1, description="Uploads received at once; 503 beyond.")
     max_uploads_per_client: int | None = Field(
         None,
@@ -98,6 +110,14 @@ class Settings(BaseSettings):
     max_concurrent_pieces: int = Field(16, ge=1, description="Live pieces received at once; 503 beyond.")
     piece_workers: int = Field(2, ge=1, description="Threads writing and parsing live pieces (bounds their memory).")
     limit_concurrency: int | None = Field(None, ge=1, description="Open connections at most (uvicorn's option).")
+
+    # Compute lanes (service/lanes.py): recomputes with new settings, first parses of a run's training scalars.
+    compute_running: int | None = Field(
+        None, ge=1, description="Computations of each lane at once (default: half the CPU cores, 1 to 4)."
+    )
+    compute_waiting: int = Field(
+        2, ge=0, description="Requests of each lane waiting for a turn besides those running; 429 beyond."
+    )
 
     # Heatmap rendering (service/visual/pool.py).
     heatmap_max_pixels: int = Field(25_000_000, ge=1, description="Largest image (width x height px) rendered.")
@@ -123,6 +143,12 @@ class Settings(BaseSettings):
         if self.request_threads is not None:
             return self.request_threads
         return max(8, min(40, 4 * (os.cpu_count() or 1)))
+
+    def compute_running_count(self) -> int:
+        """`compute_running`, else half the cores within 1..4: the other half serves every other request."""
+        if self.compute_running is not None:
+            return self.compute_running
+        return max(1, min(4, (os.cpu_count() or 1) // 2))
 
     def background_pool_options(self) -> dict[str, float]:
         """QueuePool options for the background engine (ingest loops and heartbeat, summaries, alerts): a

@@ -20,7 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
 
-from fp8_policy.service.errors import AppError
+from fp8_policy.service.errors import AppError, internal_error
 
 log = logging.getLogger("fp8_policy.storage")
 
@@ -64,10 +64,7 @@ def install_storage_handlers(app: FastAPI) -> None:
             error = out_of_space(exc)
             return JSONResponse({"error": error.error, "detail": error.detail}, status_code=error.status_code)
         log.exception("unexpected %s", type(exc).__name__, exc_info=exc)
-        return JSONResponse(
-            {"error": "InternalError", "detail": f"unexpected {type(exc).__name__}; see the service log"},
-            status_code=500,
-        )
+        return internal_error(exc)
 
     app.add_exception_handler(OSError, handler)
     app.add_exception_handler(DBAPIError, handler)

@@ -29,6 +29,13 @@ from tests.pg_cluster import PostgresUnavailable, ThrowawayPostgres
 
 pytest_plugins = ("tests.s3",)  # the moto S3 server fixtures (s3_endpoint, s3_bucket)
 
+# Starlette's TestClient addresses its requests to `http://testserver`; a service without tokens answers only
+# requests addressed to localhost, an IP address or a name it is configured with (service/auth/hosts.py: DNS
+# rebinding), so the suite's test clients address `localhost` by default, as a browser on the machine does. A
+# test of another Host passes `base_url` or a `Host` header itself.
+TEST_BASE_URL = "http://localhost"
+TestClient.__init__.__defaults__ = (TEST_BASE_URL, *(TestClient.__init__.__defaults__ or ())[1:])
+
 # ===========================================================================
 # 1. Throwaway PostgreSQL cluster
 # ===========================================================================

@@ -23,7 +23,7 @@ from fp8_policy.policy.analysis.findings import (
     TensorUnderflow,
 )
 from fp8_policy.policy.analysis.formats import band_note, format_view
-from fp8_policy.policy.analysis.layout import LayerStatus, build_layout, layer_statuses
+from fp8_policy.policy.analysis.layout import LayerStatus, build_layout, layer_statuses, metadata_notes
 from fp8_policy.policy.analysis.outliers import detect_rank_outliers
 from fp8_policy.policy.analysis.patterns import detect_layer_patterns, healthy_finding
 from fp8_policy.policy.analysis.result import Analysis
@@ -93,6 +93,7 @@ def _analyze(run: RunData, thresholds: Thresholds) -> Analysis:
         layout=layout,
         stats=stats,
         notes=[
+            *metadata_notes(run),
             *band_note(training, thresholds),
             *training.notes,
             *run_notes(layout, signals, stats, thresholds, run.session_offsets),

@@ -8,7 +8,8 @@ Rules:
 * A layer's tensor level is the worst rank's level of its un-prefixed `underflows%` (row- or columnwise), leaving
   out ranks that `outliers.py` found to be high outliers for that tensor (they are reported as `rank_outlier`).
   A tensor is failing at or above `critical`; the layer's severity is its worst tensor band.
-* Body blocks are the logged block indices (plus `metadata["num_layers"]` blocks when given). A block is BF16 when
+* Body blocks are the logged block indices (plus `metadata["num_layers"]` blocks when given, within its bound:
+  policy/model_bounds.py; past it the metadata is ignored and `metadata_notes` says so). A block is BF16 when
   its GEMM layers are all BF16; blocks absent from a run without plan lines are presumed BF16 (logging skips them).
 * Regions: the first / last `ceil(n * edge_fraction)` blocks are early / late, the rest middle.
 """
@@ -16,9 +17,10 @@ Rules:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fp8_policy.policy.analysis.signals import SeriesSummary, Signals
+from fp8_policy.policy.model_bounds import metadata_dimension
 from fp8_policy.policy.records import QUANTIZED_TENSORS, LayerGroup, LayerInfo, Precision, RunData
 from fp8_policy.policy.thresholds import Severity, Thresholds, worst
 from fp8_policy.policy.vocabulary import LayerStatus as LayerStatus  # re-exported: defined there for the API's schemas
@@ -79,12 +81,16 @@ class Layout:
     block_status: dict[int, str]  # fp8 | bf16 | unknown
     index_base: int
     edge: int  # number of blocks in each of the early and late regions
+    positions: dict[int, int] = field(init=False)  # block index -> its position in `blocks`
+
+    def __post_init__(self) -> None:
+        self.positions = {block: position for position, block in enumerate(self.blocks)}
 
     def fp8(self) -> list[LayerLevels]:
         return [lv for lv in self.levels.values() if lv.status is LayerStatus.FP8]
 
     def region(self, block: int) -> str:
-        position = self.blocks.index(block)
+        position = self.positions[block]
         if position < self.edge:
             return "early"
         if position >= len(self.blocks) - self.edge:
@@ -94,9 +100,9 @@ class Layout:
     def bf16_neighbours(self, level: LayerLevels) -> list[str]:
         """Descriptions of BF16 blocks/heads next to this layer's block (empty when none)."""
         block = level.block
-        if block is None or block not in self.blocks:
+        if block is None or block not in self.positions:
             return []
-        position = self.blocks.index(block)
+        position = self.positions[block]
         found = [
             f"block {self.blocks[p]}"
             for p in (position - 1, position + 1)
@@ -129,9 +135,15 @@ def build_layout(
         skip.setdefault((layer, tensor), set()).add(rank)
     levels = {name: _levels(info, statuses[name], signals, thresholds, skip) for name, info in run.layers.items()}
     has_plans = any(info.precision is not Precision.UNKNOWN for info in run.layers.values())
-    blocks, status, base = _blocks(levels, run.metadata.get("num_layers"), has_plans)
+    blocks, status, base = _blocks(levels, metadata_dimension(run.metadata, "num_layers")[0], has_plans)
     edge = max(1, math.ceil(len(blocks) * thresholds.edge_fraction)) if blocks else 0
     return Layout(levels, blocks, status, base, edge)
+
+
+def metadata_notes(run: RunData) -> list[str]:
+    """What the layout left out of the run's metadata, and why (a `num_layers` past its bound, not an integer)."""
+    note = metadata_dimension(run.metadata, "num_layers")[1]
+    return [note] if note else []
 
 
 def _levels(
@@ -155,7 +167,7 @@ def _levels(
 
 def _blocks(
     levels: dict[str, LayerLevels],
-    num_layers: object,
+    num_layers: int | None,
     has_plans: bool,
 ) -> tuple[list[int], dict[int, str], int]:
     members: dict[int, list[LayerStatus]] = {}
@@ -164,7 +176,7 @@ def _blocks(
             members.setdefault(lv.block, []).append(lv.status)
     base = 0 if 0 in members or not members else 1
     indices = set(members)
-    if isinstance(num_layers, int) and not isinstance(num_layers, bool) and num_layers > 0:
+    if num_layers is not None:  # within MAX_NUM_LAYERS (metadata_dimension)
         indices |= set(range(base, base + num_layers))
     status: dict[int, str] = {}
     for block in indices:

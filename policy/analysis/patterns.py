@@ -119,7 +119,7 @@ def _uniform(
 ) -> Finding | None:
     if len(fp8) < thresholds.uniform_min_layers or len(failing) <= thresholds.uniform_fraction * len(fp8):
         return None
-    middle = [lv for lv in fp8 if lv.block in layout.blocks and layout.region(lv.block) == "middle"]
+    middle = [lv for lv in fp8 if lv.block in layout.positions and layout.region(lv.block) == "middle"]
     if middle and sum(1 for lv in middle if lv.failing) <= thresholds.uniform_fraction * len(middle):
         return None
     share = len(failing) / len(fp8)

@@ -152,6 +152,7 @@ def recommend(
     )
     rationale = build_rationale(analysis, plan, decision, cost, megatron, conf)
     rationale.insert(-1, _ladder_line(ladder, lcost, current))
+    rationale += list(options.ignored)  # run-metadata dimensions left out (policy/model_bounds.py)
     if effect is not None:
         rationale += effect.advice() or [
             f"Compared with run {effect.previous_run}: no problem followed a moved BF16 boundary."

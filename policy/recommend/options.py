@@ -6,12 +6,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from fp8_policy.policy.analysis.recipes import normalize_recipe
+from fp8_policy.policy.model_bounds import checked_dimension
 from fp8_policy.policy.recommend.gpu import GPU_KEYS, GpuSpec, gpu_from
 from fp8_policy.policy.thresholds import Thresholds
 
@@ -26,6 +26,7 @@ _DIM_KEYS: dict[str, tuple[str, ...]] = {
     "num_query_groups": ("num_query_groups", "num_key_value_heads"),
 }
 _GATED_KEYS = ("gated_mlp", "swiglu", "gated_linear_unit")
+_DIM_SPELLINGS = frozenset({"model_dims", "dims", *(k for keys in _DIM_KEYS.values() for k in keys)})
 _OVERRIDE_KEYS = frozenset(
     {
         "thresholds",
@@ -64,7 +65,7 @@ class ModelDims:
         for name, keys in _DIM_KEYS.items():
             for key in keys:
                 if key in data and data[key] is not None:
-                    changes[name] = _positive_int(key, data[key])
+                    changes[name] = checked_dimension(name, data[key], key=key)  # within its bound, or 400
         for key in _GATED_KEYS:
             if key in data and data[key] is not None:
                 if not isinstance(data[key], bool):
@@ -88,6 +89,7 @@ class RecommendOptions:
     current_recipe: str | None = None  # normalised: delayed | current | block | mxfp8 | nvfp4
     keep_existing_bf16: bool = False  # also list layers that already ran in BF16 in fp8_skip_layers
     skip_projected: bool = False  # also skip layers whose rising trend is projected to turn critical
+    ignored: tuple[str, ...] = ()  # notes on run-metadata model dimensions left out (unusable or past their bound)
 
     @classmethod
     def from_metadata(
@@ -95,8 +97,9 @@ class RecommendOptions:
     ) -> RecommendOptions:
         """Run metadata first, then overrides on top.
 
-        Metadata is advisory: entries that do not validate are skipped. Overrides are strict: an unknown key or a
-        bad value raises ValueError.
+        Metadata is advisory: entries that do not validate are skipped (a model dimension with a note in
+        `ignored`, which the recommendation's rationale repeats). Overrides are strict: an unknown key or a bad
+        value (a dimension past its bound, policy/model_bounds.py) raises ValueError.
         """
         overrides = dict(overrides or {})
         unknown = sorted(set(overrides) - _OVERRIDE_KEYS)
@@ -108,12 +111,15 @@ class RecommendOptions:
         options = cls()
         metadata = dict(metadata or {})
         gpu_keys = {key: metadata.pop(key) for key in GPU_KEYS if key in metadata}
+        ignored: list[str] = []
         for item in (*({key: value} for key, value in metadata.items()), gpu_keys):  # GPU keys together: priority
             try:
                 options = _apply(options, item)
-            except ValueError:
+            except ValueError as exc:
+                if not _DIM_SPELLINGS.isdisjoint(item):
+                    ignored.append(f"Run metadata ignored: {exc}.")
                 continue
-        return _apply(options, overrides)
+        return replace(_apply(options, overrides), ignored=tuple(ignored))
 
 
 def _apply(options: RecommendOptions, data: Mapping[str, Any]) -> RecommendOptions:
@@ -157,15 +163,3 @@ def _text(key: str, value: Any) -> str:
     if not isinstance(value, (str, int, float)) or isinstance(value, bool) or not str(value).strip():
         raise ValueError(f"{key!r} must be a non-empty string, got {value!r}")
     return str(value).strip()
-
-
-def _positive_int(key: str, value: Any) -> int:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or (isinstance(value, float) and not math.isfinite(value))
-        or int(value) != value
-        or value <= 0
-    ):
-        raise ValueError(f"model dimension {key!r} must be a positive integer, got {value!r}")
-    return int(value)

@@ -60,7 +60,7 @@ def split_at_index(path: str, index: int) -> tuple[str, str] | None:
     """Split `a.b.<index>.c.d` into (`a.b`, `c.d`) at the first path segment equal to `index`."""
     parts = path.split(".")
     for position, part in enumerate(parts):
-        if part.isdigit() and int(part) == index:
+        if part.isascii() and part.isdigit() and int(part) == index:
             return ".".join(parts[:position]), ".".join(parts[position + 1 :])
     return None
 

@@ -32,7 +32,9 @@ def add_rule(session: Session, rule: NewRule, *, allow_private: bool = False) ->
     """Every field is checked before anything is stored (400 `InvalidWebhook` / `InvalidAlertRule`): the webhook
     as the sender will parse it and where it points (service/alerts/targets.py), the project with the limits of
     a run's project (no NUL or control characters, valid UTF-8: both databases store it alike)."""
-    limits.check_text("project", rule.project, limits.MAX_NAME_CHARS, error=InvalidAlertRule)
+    rule = replace(
+        rule, project=limits.check_label("project", rule.project, limits.MAX_NAME_CHARS, error=InvalidAlertRule)
+    )
     if not rule.project:
         raise InvalidAlertRule(f"project must be 1..{limits.MAX_NAME_CHARS} characters")
     parse_webhook(rule.webhook_url, allow_private=allow_private)

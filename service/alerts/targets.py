@@ -10,6 +10,12 @@ https://owasp.org/www-community/attacks/Server_Side_Request_Forgery):
 * loopback, private and other non-public ranges only when the service runs with
   `FP8_POLICY_WEBHOOK_ALLOW_PRIVATE=1` (a team's internal chat proxy, a test's receiver on 127.0.0.1).
 
+A host that ends in a number but is no dotted-decimal address (`2852039166`, `0x7f000001`, `127.1`, `0177.0.0.1`)
+is refused when the rule is created: the system resolver (glibc's `inet_aton`) reads those as the address they
+encode (2852039166 is 169.254.169.254), and the WHATWG URL standard makes such a host an IPv4 address or a failure
+("ends in a number", https://url.spec.whatwg.org/#ends-in-a-number-checker); written as a.b.c.d the address is
+judged as any other.
+
 A rule is checked when it is created (a literal address, or a `localhost` name) and every delivery again at send
 time, after DNS resolution: the request then goes to the address that was checked (`pinned`), so a name that
 resolves elsewhere the second time (DNS rebinding) reaches nothing new. IPv4 addresses written inside IPv6
@@ -22,6 +28,7 @@ service/alerts/actions.py's.
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -69,6 +76,11 @@ def parse_webhook(url: str, *, allow_private: bool) -> httpx.URL:
         raise InvalidWebhook("webhook port must be a number from 1 to 65535")
     host = parsed.host.rstrip(".").lower()
     address = _literal(host)
+    if address is None and _ends_in_a_number(host):
+        raise InvalidWebhook(
+            f"webhook host {host[:60]!r} ends in a number but is no dotted-decimal address (a resolver reads "
+            "decimal, hex and octal forms as an IPv4 address): write the address as a.b.c.d"
+        )
     if address is None and (host == "localhost" or host.endswith(".localhost")):  # RFC 6761: always loopback
         address = ipaddress.ip_address("127.0.0.1")
     problem = address_problem(address, allow_private=allow_private) if address is not None else None
@@ -141,6 +153,14 @@ def pinned(url: str, *, allow_private: bool, resolver: Resolver = system_resolve
         {"Host": netloc},
         {"sni_hostname": host} if parsed.scheme == "https" else {},
     )
+
+
+_NUMBER_LABEL = re.compile(r"[0-9]+|0x[0-9a-f]*")
+
+
+def _ends_in_a_number(host: str) -> bool:
+    """The WHATWG URL standard's "ends in a number checker": the last label is decimal digits or 0x-hex."""
+    return _NUMBER_LABEL.fullmatch(host.rsplit(".", 1)[-1]) is not None
 
 
 def _literal(host: str) -> Address | None:

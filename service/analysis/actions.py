@@ -15,6 +15,7 @@ from fp8_policy.policy.recommend import History, Recommendation, RecommendOption
 from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, RunData, Series
 from fp8_policy.policy.render import OUTPUT_FORMATS, RenderedPolicy, render
 from fp8_policy.policy.thresholds import Thresholds
+from fp8_policy.service import lanes, limits
 from fp8_policy.service.analysis.schemas import RecommendationRead
 from fp8_policy.service.errors import InvalidOverrides, InvalidThresholds, UnknownFormat
 from fp8_policy.service.runs.actions import get_ready_run
@@ -69,14 +70,33 @@ def thresholds_from(overrides: Mapping[str, Any] | None) -> Thresholds:
 
 
 def load_and_analyze(session: Session, run_id: int, thresholds: Thresholds | None = None) -> tuple[RunData, Analysis]:
-    data = load_run_data(session, run_id)
-    return data, analyze(data, thresholds or Thresholds())
+    """Load and analyse the run now, in the analysis lane (service/lanes.py: 429 ComputeQueueFull when full)."""
+    with lanes.ANALYSIS.turn():
+        data = load_run_data(session, run_id)
+        return data, analyze(data, thresholds or Thresholds())
+
+
+def check_overrides(overrides: Mapping[str, Any]) -> None:
+    """400 InvalidOverrides for options no run could take (an unknown key, a bad value, a dimension past its
+    bound, a malformed previous_run): checked before a request takes a place in the analysis lane."""
+    options = dict(overrides)
+    previous = options.pop("previous_run", None)
+    try:
+        RecommendOptions.from_metadata({}, options)
+    except ValueError as exc:
+        raise InvalidOverrides(str(exc)) from exc
+    if previous is not None:
+        _run_id(previous)
 
 
 def recommendation_for(session: Session, run_id: int, overrides: Mapping[str, Any] | None) -> Recommendation:
     """Recompute from stored data: run metadata first, then the request's overrides on top. `previous_run` (a run
     id) names the run before this one: its analysis (same thresholds) is the recommendation's history."""
-    overrides = dict(overrides or {})
+    with lanes.ANALYSIS.turn():  # service/lanes.py: at most a few at once, 429 ComputeQueueFull beyond
+        return _recommendation_for(session, run_id, dict(overrides or {}))
+
+
+def _recommendation_for(session: Session, run_id: int, overrides: dict[str, Any]) -> Recommendation:
     previous = overrides.pop("previous_run", None)
     data = load_run_data(session, run_id)
     try:
@@ -93,11 +113,13 @@ def recommendation_for(session: Session, run_id: int, overrides: Mapping[str, An
 
 
 def _run_id(value: Any) -> int:
-    """A run id given as a JSON number or a query string."""
-    text = str(value).strip()
-    if isinstance(value, bool) or not text.isdigit() or int(text) < 1 or len(text) > 18:
-        raise InvalidOverrides(f"previous_run must be a run id (a positive integer), got {value!r}")
-    return int(text)
+    """A run id given as a JSON number or a query string (service/limits.py `run_id_of`), or 400."""
+    run_id = limits.run_id_of(value)
+    if run_id is None:
+        raise InvalidOverrides(
+            f"previous_run must be a run id (an integer from 1 to {limits.MAX_ROW_ID}), got {str(value)[:40]!r}"
+        )
+    return run_id
 
 
 def recommendation_answer(run_id: int, rec: Recommendation) -> dict[str, Any]:

@@ -20,12 +20,14 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.repositories import RunRepository
 from fp8_policy.policy.policy_version import POLICY_VERSION
+from fp8_policy.service.limits import run_id_of
 from fp8_policy.service.runs.actions import get_ready_run
 
 T = TypeVar("T")
@@ -42,7 +44,20 @@ class SingleFlightCache(Generic[T]):
         self._running: dict[Hashable, Future[T]] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable, compute: Callable[[], T]) -> T:
+    def get(
+        self, key: Hashable, compute: Callable[[], T], admit: Callable[[], AbstractContextManager[object]] | None = None
+    ) -> T:
+        """`admit`: entered by a request that will compute or wait for a computation (not one that finds the value
+        cached): a lane's admission (service/lanes.py), so waiting for another request's computation holds a
+        place in its lane too."""
+        with self._lock:
+            if key in self._done:
+                self._done.move_to_end(key)
+                return self._done[key]
+        with admit() if admit is not None else nullcontext():
+            return self._get(key, compute)
+
+    def _get(self, key: Hashable, compute: Callable[[], T]) -> T:
         with self._lock:
             if key in self._done:
                 self._done.move_to_end(key)
@@ -79,10 +94,8 @@ def recommendation_key(session: Session, run_id: int, overrides: dict[str, Any])
     options = json.dumps(overrides, sort_keys=True, default=str)
     previous: tuple[object, ...] = ()
     if "previous_run" in overrides:
-        previous_id = str(overrides["previous_run"]).strip()
-        other = (
-            RunRepository(session).get(int(previous_id)) if previous_id.isdigit() and len(previous_id) < 10 else None
-        )
+        previous_id = run_id_of(overrides["previous_run"])
+        other = RunRepository(session).get(previous_id) if previous_id is not None else None
         # an unknown or malformed previous run is refused by the computation itself; it never gets cached
         previous = (other.id, other.sha256, str(other.finished_at), str(other.status)) if other is not None else ("?",)
     metadata = json.dumps(run.run_metadata or {}, sort_keys=True, default=str)

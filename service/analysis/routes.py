@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from fp8_policy._lazy import lazy_module
 from fp8_policy.policy.vocabulary import MEDIA_TYPES, OUTPUT_FORMATS
+from fp8_policy.service import lanes
 from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache, recommendation_key
 from fp8_policy.service.analysis.schemas import AnalysisRead, RecommendationRead
 from fp8_policy.service.auth.deps import READ
@@ -177,12 +178,18 @@ def _respond(
 ) -> RecommendationRead | Response:
     # computed once per (run as stored, options, policy version), and each answer serialized once per format;
     # identical concurrent requests wait for the one computing it (service/analysis/recommendation_cache.py)
+    if overrides:  # refused before it takes a place in the analysis lane
+        actions.check_overrides(overrides)
     key = recommendation_key(session, run_id, overrides)
     # one cache for recommendations, their JSON bodies and their rendered files: the key's tail says which
     cache: SingleFlightCache[Any] = request.app.state.recommendations
+    # with options, a request that computes or waits for an identical one computing holds a place in the analysis
+    # lane (service/lanes.py: 429 beyond), so a flood of them holds a bounded number of request threads; without,
+    # the answer is the one stored with the run's summary
+    admit = lanes.ANALYSIS.admission if overrides else None
 
     def recommendation() -> Recommendation:
-        rec: Recommendation = cache.get(key, lambda: actions.recommendation_for(session, run_id, overrides))
+        rec: Recommendation = cache.get(key, lambda: actions.recommendation_for(session, run_id, overrides), admit)
         return rec
 
     # without options, the answers stored with the run's summary when it was ingested (service/analysis/summary.py),
@@ -207,9 +214,9 @@ def _respond(
         return kept if kept is not None else actions.render_recommendation(recommendation(), fmt)
 
     if fmt == "json":
-        body = cache.get((*key, "json"), json_body)
+        body = cache.get((*key, "json"), json_body, admit)
         return Response(body, media_type="application/json")
-    rendered = cache.get((*key, fmt), rendering)
+    rendered = cache.get((*key, fmt), rendering, admit)
     return Response(
         rendered.content,
         media_type=rendered.media_type,

@@ -15,6 +15,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.params import Depends as DependsParam
 
+from fp8_policy.service.auth import hosts
 from fp8_policy.service.auth.actions import ANONYMOUS, Principal, tokens_required, verify_token
 from fp8_policy.service.auth.tokens import SCOPES, TokenHasher, load_hasher, scope_allows
 from fp8_policy.service.errors import Forbidden, InvalidToken, TokenRequired
@@ -42,8 +43,9 @@ def app_hasher(request: Request) -> TokenHasher:
 
 
 def authenticate(request: Request) -> Principal:
-    """The caller: the Bearer token's principal; anonymous (every scope) only while no token exists and the
-    service allows it (loopback or --allow-anonymous). 401 otherwise."""
+    """The caller: the Bearer token's principal; anonymous (every scope) only while no token exists, the
+    service allows it (loopback or --allow-anonymous) and the request is addressed to a host an open service
+    answers (service/auth/hosts.py: 403 HostNotAllowed otherwise). 401 otherwise."""
     state = request.app.state
     header = request.headers.get("authorization")
     if header is not None:
@@ -59,6 +61,9 @@ def authenticate(request: Request) -> Principal:
         raise TokenRequired(f"this service needs an access token: {SIGN_IN_HINT}")
     if not state.settings.allow_anonymous:
         raise TokenRequired(f"no access token exists yet and anonymous access is off for this address: {SIGN_IN_HINT}")
+    host = request.headers.get("host")
+    if not hosts.open_host_allowed(host, state.allowed_hosts):
+        raise hosts.refusal(host or "")
     return ANONYMOUS
 
 

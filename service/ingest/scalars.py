@@ -1,7 +1,7 @@
 """An uploaded archive's training scalars (`scalars.jsonl`, policy/scalars_file.py), read by the plan job's scan.
 
-Belongs here: copying the member to a work file while checking it line by line (never more than
-MAX_SCALARS_BYTES on disk, one line in memory), the ingest report's `scalars` entry, and putting a kept file
+Belongs here: copying the member to a work file, its bytes and lines counted first (MAX_SCALARS_BYTES,
+MAX_SCALARS_LINES), then checking it line by line (never more than MAX_SCALARS_BYTES on disk, one line in memory), the ingest report's `scalars` entry, and putting a kept file
 into the archive store under the key a finalized live run keeps its streamed scalars under
 (`runs/<id>/scalars.jsonl`, service/live/story.py), so `GET /api/v1/live/runs/{id}/scalars` serves both alike
 and deleting the run deletes it. A scalars file never fails the run: what is wrong with it is a named warning in
@@ -15,7 +15,7 @@ import logging
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from fp8_policy.policy import scalars_file
 from fp8_policy.service.ingest.archive.errors import _CORRUPT
@@ -59,6 +59,25 @@ def _lines(stream: io.BufferedIOBase) -> Iterator[tuple[bytes, int]]:
         yield pending, len(pending)
 
 
+def _spool(stream: io.BufferedIOBase, raw: IO[bytes], check: scalars_file.ScalarsCheck) -> bool:
+    """Copy the member to `raw` a chunk at a time, counting its bytes and lines (bytes.count: no per-line work);
+    False, with `check` saying which bound, as soon as it passes MAX_SCALARS_BYTES or MAX_SCALARS_LINES. A file of
+    11 M tiny lines (a 26 KB upload) is then refused in the time of decompressing it, where reading it line by line
+    kept the ingest worker busy a minute."""
+    size = lines = 0
+    while chunk := stream.read(CHUNK_BYTES):
+        size += len(chunk)
+        lines += chunk.count(b"\n")
+        if lines > scalars_file.MAX_SCALARS_LINES:
+            check.too_large = check.too_many_lines = True
+            return False
+        if size > scalars_file.MAX_SCALARS_BYTES:
+            check.too_large = True
+            return False
+        raw.write(chunk)
+    return True
+
+
 class ScalarsReader:
     """`read` is the scan's `on_scalars` callback; then `report()` for the plan result and `keep()` to store it."""
 
@@ -75,16 +94,19 @@ class ScalarsReader:
             return
         check = scalars_file.ScalarsCheck(member)
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=self.work_dir, prefix="scalars-", delete=False) as copy:
+        with (
+            tempfile.TemporaryFile(dir=self.work_dir, prefix="scalars-raw-") as raw,
+            tempfile.NamedTemporaryFile(dir=self.work_dir, prefix="scalars-", delete=False) as copy,
+        ):
             self.path = Path(copy.name)
             try:
-                for line, size in _lines(stream):
-                    if size > scalars_file.MAX_LINE_BYTES:
-                        check.overlong(line, size)
-                    elif check.line(line):
-                        copy.write(line if line.endswith(b"\n") else line + b"\n")
-                    if check.too_large:
-                        break
+                if _spool(stream, raw, check):  # within both bounds: now read line by line
+                    raw.seek(0)
+                    for line, size in _lines(raw):
+                        if size > scalars_file.MAX_LINE_BYTES:
+                            check.overlong(line, size)
+                        elif check.line(line):
+                            copy.write(line if line.endswith(b"\n") else line + b"\n")
             except _CORRUPT as exc:  # its own gzip is damaged: a warning, not a failed run (a damaged archive
                 check.broken = f"{type(exc).__name__}: {exc}"[:200]  # fails at the scan's next read of it)
         self.check = check

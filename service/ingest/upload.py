@@ -116,6 +116,7 @@ async def receive_upload(
     declared = request.headers.get("content-length")
     if (
         declared
+        and declared.isascii()
         and declared.isdigit()
         and int(declared) > max_bytes + (MAX_FIELD_BYTES if media_type.startswith("multipart/") else 0)
     ):

@@ -52,8 +52,10 @@ from fp8_policy.service.ingest.upload import ReceivedUpload
 from fp8_policy.service.live import kept as kept_files
 from fp8_policy.service.live import story
 from fp8_policy.service.live.pieces import Piece, Region, as_piece, last_newline
+from fp8_policy.service.runs.ownership import NotRunOwner, may_write
 from fp8_policy.service.runs.writes import _store_upload_file as store_upload_file  # the one way uploads are stored
 from fp8_policy.service.runs.writes import parse_upload_fields
+from fp8_policy.service.storage import PART_SUFFIX, hold_part
 
 LIVE = RunStatus.live
 SCALARS_STATE_KEY = "__scalars__"  # the scalar detectors' state, next to the series' table
@@ -67,12 +69,6 @@ _locks_guard = threading.Lock()
 
 class NotLive(AppError):
     status_code = 409
-
-
-class NotRunOwner(AppError):
-    """A live run is written by the token that started it (and finalized by it or an admin token)."""
-
-    status_code = 403
 
 
 class OffsetMismatch(AppError):
@@ -140,11 +136,6 @@ def _live_run(session: Session, run_id: int, mode: str, caller: Principal | None
     if run.status != LIVE:
         raise NotLive(f"run {run_id} is {run.status}, not live: it takes no more log bytes")
     return run
-
-
-def may_write(run: Run, caller: Principal, *, admin_too: bool) -> bool:
-    """A live run is its creating token's: only that token appends; an admin token may also finalize."""
-    return run.uploaded_by == caller.name or (admin_too and caller.scope == "admin")
 
 
 def file_kind(path: str) -> str:
@@ -337,19 +328,24 @@ def finalize(
         source = live_dir(data_dir, run_id)
         uploads = data_dir / "uploads"
         uploads.mkdir(parents=True, exist_ok=True)
-        tar_path = uploads / f"live-{run_id}-{uuid.uuid4().hex}.tar"
+        # a `.part` held under its lock until it is stored: one left by a killed process is removed by the next
+        # start-up's sweep (service/storage.py), as an upload's
+        tar_path = uploads / f"live-{run_id}-{uuid.uuid4().hex}.tar{PART_SUFFIX}"
         try:
-            with tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) as tar:
-                for f in files:
-                    info = tar.gettarinfo(str(source / f.path), arcname=f.path)
-                    info.size = f.size  # exactly the acknowledged bytes
-                    info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-                    with open(source / f.path, "rb") as handle:
-                        tar.addfile(info, Region(handle, f.size))
-            digest, size = _sha256(tar_path)
-            upload = ReceivedUpload(tar_path, digest, size, f"live-run-{run_id}.tar")
-            run.upload_path = store_upload_file(session, data_dir, store, run_id, upload)
-            story.keep_scalars(store, data_dir, run_id)  # the training scalars stay with the run
+            with open(tar_path, "wb") as held:
+                hold_part(held)
+                with tarfile.open(fileobj=held, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                    for f in files:
+                        info = tar.gettarinfo(str(source / f.path), arcname=f.path)
+                        info.size = f.size  # exactly the acknowledged bytes
+                        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                        with open(source / f.path, "rb") as handle:
+                            tar.addfile(info, Region(handle, f.size))
+                held.flush()
+                digest, size = _sha256(tar_path)
+                upload = ReceivedUpload(tar_path, digest, size, f"live-run-{run_id}.tar")
+                run.upload_path = store_upload_file(session, data_dir, store, run_id, upload)
+                story.keep_scalars(store, data_dir, run_id)  # the training scalars stay with the run
         finally:
             tar_path.unlink(missing_ok=True)
         if RunRepository(session).find_by_hash(run.project, digest) is None:

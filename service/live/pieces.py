@@ -141,7 +141,7 @@ async def received_piece(
 ) -> AsyncIterator[Piece]:
     """The request body as a Piece in the file `dest` (removed when the block ends, or on any error)."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
         raise too_large(max_bytes)
     dest.parent.mkdir(parents=True, exist_ok=True)
     sink = _PieceFile(dest, max_bytes)

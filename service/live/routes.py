@@ -14,6 +14,7 @@ from fp8_policy.db.live import LiveRepository, StoredEvent
 from fp8_policy.db.session import session_scope
 from fp8_policy.service.auth.deps import READ, UPLOAD, PrincipalDep
 from fp8_policy.service.deps import SessionDep, SettingsDep
+from fp8_policy.service.limits import MAX_ROW_ID
 from fp8_policy.service.live import story
 from fp8_policy.service.live.pieces import Piece, new_part_path, received_piece
 from fp8_policy.service.live.schemas import AppendRead, LiveEventRead, LiveRunCreate, LiveRunRead, ScalarsRead
@@ -98,7 +99,7 @@ def read_live_run(
     run_id: int,
     session: SessionDep,
     after: Annotated[
-        int, Query(ge=0, le=2**62, description="Only events with a larger id (poll with the last id seen).")
+        int, Query(ge=0, le=MAX_ROW_ID, description="Only events with a larger id (poll with the last id seen).")
     ] = 0,
 ) -> LiveRunRead:
     """A live (or finalized) run's received files and its early-warning events."""

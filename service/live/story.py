@@ -11,7 +11,6 @@ the run deletes it. An uploaded archive's `scalars.jsonl` member is kept under t
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import tempfile
@@ -24,8 +23,12 @@ from sqlalchemy.orm import Session
 
 from fp8_policy.db.live import LiveRepository, StoredEvent
 from fp8_policy.db.models import Run, RunStatus
-from fp8_policy.policy import scalar_events, scalars_file
+from fp8_policy.policy import scalars_file
+from fp8_policy.policy.scalar_series import NO_SCALARS, ScalarColumns, parse_scalars
+from fp8_policy.service import lanes
+from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
 from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
+from fp8_policy.service.storage import PART_SUFFIX, hold_part
 
 SCALARS_NAME = "scalars.jsonl"  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
 MAX_EVENTS_PAGE = 500
@@ -47,15 +50,17 @@ def keep_scalars(store: ArchiveStore, data_dir: Path, run_id: int) -> bool:
         return False
     uploads = data_dir / "uploads"
     uploads.mkdir(parents=True, exist_ok=True)
-    with (
-        tempfile.NamedTemporaryFile(dir=uploads, prefix=f"scalars-{run_id}-", delete=False) as copy,
+    with (  # a held `.part`: swept at the next start-up if this process dies meanwhile (service/storage.py)
+        tempfile.NamedTemporaryFile(dir=uploads, prefix=f"scalars-{run_id}-", suffix=PART_SUFFIX, delete=False) as copy,
         open(source, "rb") as handle,
     ):
-        shutil.copyfileobj(handle, copy)
-    try:
-        store.put_file(Path(copy.name), scalars_key(run_id))
-    finally:
-        Path(copy.name).unlink(missing_ok=True)
+        try:
+            hold_part(copy)
+            shutil.copyfileobj(handle, copy)
+            copy.flush()
+            store.put_file(Path(copy.name), scalars_key(run_id))
+        finally:
+            Path(copy.name).unlink(missing_ok=True)
     return True
 
 
@@ -86,77 +91,83 @@ def _scalars_bytes(store: ArchiveStore, data_dir: Path, run: Run) -> bytes | Non
         return _tail(handle)
 
 
-class _FinishedScalars:
-    """The parsed scalars of `ready` runs, most recently read first, at most MAX_POINTS points in all.
+class _ParsedScalars:
+    """Parsed scalars (policy/scalar_series.py columns) by file version, most recently read first, at most
+    MAX_POINTS points in all (20 bytes each: 160 MB; the largest file, MAX_SCALARS_LINES records of six scalars,
+    is 6 M points, so it fits).
 
-    A ready run's scalars no longer change (kept by its ingest or its finalize), and parsing a file at the 32 MiB
-    bound costs ~2 s of CPU: the run page and /compare/scalars (up to 8 runs a request) read them again and again.
-    Keyed by the run's id, creation time and upload hash, so a deleted run's entry never answers for a later run
-    that gets its id (SQLite gave a deleted highest id out again before the migration ids_never_reused)."""
+    A version is what identifies the bytes a read gets (`_version`): a ready run's scalars never change (its id,
+    creation time and upload hash: a deleted run's entry never answers for a later run given its id); a live run's
+    file only grows (its size); a finalized run's stored copy is written once (its size too). So a file is parsed
+    once per version however many requests, `limit`s or compare pages read it."""
 
-    MAX_POINTS = 2_000_000
+    MAX_POINTS = 8_000_000
 
     def __init__(self) -> None:
-        self._entries: OrderedDict[tuple[Any, ...], tuple[dict[str, Any], int]] = OrderedDict()
+        self._entries: OrderedDict[tuple[Any, ...], ScalarColumns] = OrderedDict()
         self._points = 0
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[Any, ...]) -> dict[str, Any] | None:
+    def get(self, key: tuple[Any, ...]) -> ScalarColumns | None:
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None:
-                return None
-            self._entries.move_to_end(key)
-            return entry[0]
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
 
-    def put(self, key: tuple[Any, ...], value: dict[str, Any]) -> None:
-        points = sum(len(entry["steps"]) for entry in value["series"].values())
+    def put(self, key: tuple[Any, ...], value: ScalarColumns) -> None:
+        points = value.points
         if points > self.MAX_POINTS:
             return
         with self._lock:
             if key in self._entries:
                 return
-            self._entries[key] = (value, points)
+            self._entries[key] = value
             self._points += points
             while self._points > self.MAX_POINTS:
-                _, (_, dropped) = self._entries.popitem(last=False)
-                self._points -= dropped
+                _, dropped = self._entries.popitem(last=False)
+                self._points -= dropped.points
 
 
-_finished = _FinishedScalars()
+_parsed = _ParsedScalars()
+_parsing: SingleFlightCache[ScalarColumns] = SingleFlightCache(max_entries=0)  # parses running, one per version
 
 
 def scalar_series(store: ArchiveStore, data_dir: Path, run: Run, limit: int) -> dict[str, Any]:
-    """The run's training scalars as {name: {steps, values}} (the last `limit` steps), live or finished; a ready
-    run's are parsed once per process (`_FinishedScalars`). Callers must not change the returned dict."""
-    if run.status != RunStatus.ready:
-        return _parsed_series(store, data_dir, run, limit)
-    key = (run.id, run.created_at, run.sha256, limit)
-    cached = _finished.get(key)
-    if cached is None:
-        cached = _parsed_series(store, data_dir, run, limit)
-        _finished.put(key, cached)
-    return cached
+    """The run's training scalars as {name: {steps, values}} (the last `limit` steps), live or finished: each
+    version of its file is parsed once per process (`_ParsedScalars`), in the scalars lane (service/lanes.py:
+    429 ComputeQueueFull when it is full), and concurrent first reads of one version wait for one parse."""
+    version = _version(store, data_dir, run)
+    if version is None:
+        return NO_SCALARS.last(limit)
+    columns = _parsed.get(version)
+    if columns is None:
+        columns = _parsing.get(version, lambda: _parse(store, data_dir, run, version), admit=lanes.SCALARS.admission)
+    return columns.last(limit)
 
 
-def _parsed_series(store: ArchiveStore, data_dir: Path, run: Run, limit: int) -> dict[str, Any]:
-    text = _scalars_bytes(store, data_dir, run)
-    if text is None:
-        return {"records": 0, "series": {}}
-    records, unreadable, negative_steps = scalar_events.parse_lines(text)
-    # in step order, a step logged again (a job resumed from an earlier checkpoint) by its last record, as the
-    # compare overlay does: charts draw the steps as given, and out of order they drew lines back and forth
-    by_step = {int(record["step"]): record for record in records}
-    records = [by_step[step] for step in sorted(by_step)][-limit:]
-    series: dict[str, dict[str, list[Any]]] = {}
-    for record in records:
-        for key in scalar_events.SCALAR_KEYS:
-            value = record.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                entry = series.setdefault(key, {"steps": [], "values": []})
-                entry["steps"].append(int(record["step"]))
-                entry["values"].append(float(value))
-    return {"records": len(records), "unreadable_lines": unreadable, "negative_steps": negative_steps, "series": series}
+def _version(store: ArchiveStore, data_dir: Path, run: Run) -> tuple[Any, ...] | None:
+    """What identifies the bytes `_scalars_bytes` reads for the run now (`_ParsedScalars`); None: it has none."""
+    identity = (run.id, run.created_at, run.sha256)
+    if run.status == RunStatus.ready:
+        return identity
+    if run.status != RunStatus.live:
+        try:
+            return (*identity, "stored", store.size(scalars_key(run.id)))
+        except ArchiveMissing:
+            pass  # finalized before the scalars were kept with the run: the received file was left in place then
+    try:
+        return (*identity, "received", received_scalars(data_dir, run.id).stat().st_size)
+    except FileNotFoundError:
+        return None
+
+
+def _parse(store: ArchiveStore, data_dir: Path, run: Run, version: tuple[Any, ...]) -> ScalarColumns:
+    with lanes.SCALARS.turn():
+        text = _scalars_bytes(store, data_dir, run)
+        columns = parse_scalars(text) if text is not None else NO_SCALARS
+    _parsed.put(version, columns)
+    return columns
 
 
 def events_page(session: Session, run_id: int, before: int | None, limit: int) -> tuple[int, list[StoredEvent], bool]:

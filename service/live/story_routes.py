@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep
+from fp8_policy.service.limits import MAX_ROW_ID
 from fp8_policy.service.live import story
 from fp8_policy.service.live.schemas import LiveEventRead
 from fp8_policy.service.openapi import error_responses
@@ -29,7 +30,8 @@ def read_events(
     run_id: int,
     session: SessionDep,
     before: Annotated[
-        int | None, Query(ge=1, le=2**62, description="Only events with a smaller id (the previous page's last id).")
+        int | None,
+        Query(ge=1, le=MAX_ROW_ID, description="Only events with a smaller id (the previous page's last id)."),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=story.MAX_EVENTS_PAGE, description="Events per page.")] = 50,
 ) -> EventsPageRead:

@@ -20,7 +20,9 @@ from fp8_policy.policy.records import nonfinite_text
 from fp8_policy.policy.safe_text import displayable, displayable_json
 from fp8_policy.policy.vocabulary import Pattern
 from fp8_policy.service import limits
+from fp8_policy.service.auth.actions import Principal
 from fp8_policy.service.errors import NotFound, NotReady
+from fp8_policy.service.runs.ownership import NotRunOwner, may_write
 from fp8_policy.service.runs.schemas import (
     LayerRead,
     RunEdit,
@@ -122,6 +124,7 @@ def list_runs(
 ) -> tuple[RunList, list[int]]:
     """A page of runs with their stored summaries, and the ready runs on it whose summary is still to compute."""
     limits.check_filters(project=project, tag=tag)
+    project, tag = limits.nfc(project), limits.nfc(tag)  # as labels are stored (limits.check_label)
     after = limits.parse_cursor(cursor)
     runs = RunRepository(session).list(
         project=project, status=status, tag=tag, after_id=after, limit=limit + 1, unlisted_errors=NEVER_HELD_A_LOG
@@ -139,15 +142,19 @@ def list_runs(
     return RunList(items=items, next_cursor=str(page[-1].id) if more and page else None), missing
 
 
-def edit_run(session: Session, run_id: int, edit: RunEdit) -> RunRead:
+def edit_run(session: Session, run_id: int, edit: RunEdit, caller: Principal) -> RunRead:
     """Replace a run's notes and/or tags (those `edit` sets): both checked before anything is written, one
-    transaction, the run's row locked first as every writer does (a run deleted meanwhile is 404)."""
+    transaction, the run's row locked first as every writer does (a run deleted meanwhile is 404). Only the token
+    that uploaded the run, or an admin token, edits it (403 `NotRunOwner`: service/runs/ownership.py), a live
+    run's as any other."""
     limits.check_run_id(run_id)
     notes = limits.check_notes(edit.notes) if "notes" in edit.model_fields_set else None
     tags = limits.check_tags(edit.tags) if edit.tags is not None else None
     run = RunRepository(session).lock(run_id, "write")
     if run is None:
         raise NotFound(f"run {run_id} does not exist")
+    if not may_write(run, caller, admin_too=True):
+        raise NotRunOwner(f"run {run_id} was uploaded by another token: only that token or an admin token edits it")
     if "notes" in edit.model_fields_set:
         run_edits.set_notes(session, run, notes)
     if tags is not None:

@@ -40,7 +40,10 @@ def sweep_orphan_uploads(store: ArchiveStore, factory: sessionmaker[Session]) ->
     candidates = sorted(
         (int(folder.name), folder / UPLOAD_NAME)
         for folder in (runs.iterdir() if runs.is_dir() else [])
-        if folder.name.isdigit() and len(folder.name) < 12 and (folder / UPLOAD_NAME).is_file()
+        if folder.name.isascii()
+        and folder.name.isdigit()
+        and len(folder.name) < 12
+        and (folder / UPLOAD_NAME).is_file()
     )
     removed: list[int] = []
     for start in range(0, len(candidates), BATCH):

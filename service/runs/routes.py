@@ -128,11 +128,12 @@ def read_run(run_id: int, session: SessionDep) -> RunRead:
     return actions.run_read(actions.get_run(session, run_id), with_report=True)
 
 
-@router.patch("/{run_id}", response_model=RunRead, dependencies=[UPLOAD], responses=ERRORS)
-def edit_run(run_id: int, body: RunEdit, session: SessionDep) -> RunRead:
-    """Edit a run's notes and tags (an upload or admin token): `{"notes": "...", "tags": ["a", "b"]}`, either field
-    optional; `tags` replaces the run's tags. Both are checked before anything is stored (400 otherwise)."""
-    return actions.edit_run(session, run_id, body)
+@router.patch("/{run_id}", response_model=RunRead, dependencies=[UPLOAD], responses=error_responses(400, 403, 404, 409))
+def edit_run(run_id: int, body: RunEdit, session: SessionDep, principal: PrincipalDep) -> RunRead:
+    """Edit a run's notes and tags: `{"notes": "...", "tags": ["a", "b"]}`, either field optional; `tags` replaces
+    the run's tags. Both are checked before anything is stored (400 otherwise). The token that uploaded the run, or
+    an admin token, edits it (403 `NotRunOwner` for any other, as for a live run's finalize)."""
+    return actions.edit_run(session, run_id, body, principal)
 
 
 @router.delete("/{run_id}", status_code=204, dependencies=[ADMIN], responses=ERRORS)

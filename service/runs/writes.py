@@ -54,8 +54,8 @@ def parse_upload_fields(
     name = (fields.get("name") or "").strip() or default_run_name(filename)
     project = (fields.get("project") or "").strip() or "default"
     if name:
-        limits.check_text("name", name, limits.MAX_NAME_CHARS)
-    limits.check_text("project", project, limits.MAX_NAME_CHARS)
+        name = limits.check_label("name", name, limits.MAX_NAME_CHARS)
+    project = limits.check_label("project", project, limits.MAX_NAME_CHARS)
     tags = limits.check_tags((fields.get("tags") or "").split(","))
     return name, project, tags, limits.parse_metadata(fields.get("metadata"))
 

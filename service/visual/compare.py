@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from fp8_policy.db.models import Run
 from fp8_policy.policy.analysis import Analysis, Finding, LayerAssessment
 from fp8_policy.policy.analysis.findings import NOT_ASSESSED
 from fp8_policy.policy.compare import moved_problems
@@ -25,6 +26,7 @@ from fp8_policy.policy.compare.recommendations import compare_recommendations
 from fp8_policy.policy.recommend import POLICY_VERSION, History, RecommendOptions, recommend
 from fp8_policy.policy.records import RunData
 from fp8_policy.policy.thresholds import Thresholds
+from fp8_policy.service import lanes
 from fp8_policy.service.analysis.actions import load_and_analyze
 from fp8_policy.service.runs.actions import get_ready_run
 from fp8_policy.service.visual.actions import build_panel, plan_render, run_identity, style_for
@@ -38,7 +40,15 @@ GROUPS = ("embedding", "body", "other", "head")
 
 
 def compare_runs(session: Session, base_id: int, head_id: int, thresholds: Thresholds) -> dict[str, Any]:
+    """Both runs analysed and recommended for now, in one turn of the analysis lane (service/lanes.py; a run
+    that is missing or not ready is refused before)."""
     base_run, head_run = get_ready_run(session, base_id), get_ready_run(session, head_id)
+    with lanes.ANALYSIS.turn():
+        return _compare_runs(session, base_run, head_run, thresholds)
+
+
+def _compare_runs(session: Session, base_run: Run, head_run: Run, thresholds: Thresholds) -> dict[str, Any]:
+    base_id, head_id = base_run.id, head_run.id
     base_data, base = load_and_analyze(session, base_id, thresholds)
     head_data, head = load_and_analyze(session, head_id, thresholds)
     body = compare_analyses(base, head)

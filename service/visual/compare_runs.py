@@ -25,7 +25,7 @@ from fp8_policy.policy.compare.overlay import align, max_over_ranks
 from fp8_policy.policy.compare.runs import MAX_RUNS, MIN_RUNS, RunVerdict, compare_verdicts
 from fp8_policy.policy.recommend import POLICY_VERSION
 from fp8_policy.policy.records import nonfinite_text
-from fp8_policy.service import limits
+from fp8_policy.service import lanes, limits
 from fp8_policy.service.analysis import summary
 from fp8_policy.service.analysis.actions import recommendation_answer, recommendation_for
 from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache, recommendation_key
@@ -131,7 +131,11 @@ def _verdict(session: Session, factory: sessionmaker[Session], cache: SingleFlig
         answer = stored["json"]
     else:
         try:
-            rec = cache.get(recommendation_key(session, run.id, {}), lambda: recommendation_for(session, run.id, {}))
+            rec = cache.get(
+                recommendation_key(session, run.id, {}),
+                lambda: recommendation_for(session, run.id, {}),
+                admit=lanes.ANALYSIS.admission,
+            )
             answer = recommendation_answer(run.id, rec)
         except InvalidOverrides as exc:  # metadata the recommender refuses: the run is compared without one
             answer, note = None, f"no recommendation: {exc.detail}"

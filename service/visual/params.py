@@ -11,7 +11,7 @@ from typing import TypeVar, overload
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.policy.vocabulary import DEFAULT_BOXES
 from fp8_policy.service.errors import InvalidParameter, InvalidThresholds, UnknownParameter
-from fp8_policy.service.limits import check_filters, check_rank
+from fp8_policy.service.limits import MAX_ITERATION, check_filters, check_rank
 
 N = TypeVar("N", int, float)
 
@@ -65,6 +65,11 @@ def parse_heatmap_params(
     if dpi > MAX_DPI:
         raise InvalidParameter(f"dpi must be at most {MAX_DPI}, got {dpi}")
     overrides = parse_threshold_overrides(query)
+    mark_iteration = _int(query, "mark_iteration", None, low=0)
+    if mark_iteration is not None and mark_iteration > MAX_ITERATION:
+        raise InvalidParameter(
+            f"mark_iteration must be at most {MAX_ITERATION} (an iteration), got {str(mark_iteration)[:30]}..."
+        )
     return HeatmapParams(
         tensor=_text(query, "tensor", "gradient"),
         stat=_text(query, "stat", "underflows%"),
@@ -72,7 +77,7 @@ def parse_heatmap_params(
         sublayer=_text(query, "sublayer", None),
         vmax=_float(query, "vmax", None, positive=True),
         dpi=dpi,
-        mark_iteration=_int(query, "mark_iteration", None, low=0),
+        mark_iteration=mark_iteration,
         width=_float(query, "width", None, positive=True),
         height=_float(query, "height", None, positive=True),
         show_skip=_bool(query, "show_skip", show_skip),

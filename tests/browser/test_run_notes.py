@@ -76,3 +76,22 @@ def test_a_refused_edit_shows_why_and_stores_nothing(page, live_server: LiveServ
     with live_server.api() as client:
         stored = client.get(f"/api/v1/runs/{run_id}").json()
     assert (stored["notes"], stored["tags"]) == (None, ["nightly"])
+
+
+def test_editing_only_the_notes_keeps_a_tag_with_a_comma_whole(page, live_server: LiveServer) -> None:
+    """A tag set through the API may hold a comma (`"a,b"`): the field shows it as `a,b`, and saving only new
+    notes sends no tags, so the tag is not split into `a` and `b`."""
+    run_id = ready_run(live_server, "notes-comma", 0.2468)
+    with live_server.api() as client:
+        assert client.patch(f"/api/v1/runs/{run_id}", json={"tags": ["a,b", "c"]}).status_code == 200
+    page.goto(f"{live_server.url}/#/runs/{run_id}")
+    page.locator("#run-notes-edit").click()
+    page.fill("#run-notes-input", "only the notes")
+    with page.expect_request(lambda r: r.method == "PATCH" and r.url.endswith(f"/runs/{run_id}")) as sent:
+        page.locator("#run-notes-save").click()
+
+    assert sent.value.post_data_json == {"notes": "only the notes"}
+    expect(page.locator("#toast")).to_contain_text("saved")
+    with live_server.api() as client:
+        stored = client.get(f"/api/v1/runs/{run_id}").json()
+    assert (stored["notes"], sorted(stored["tags"])) == ("only the notes", ["a,b", "c"])

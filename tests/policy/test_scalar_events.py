@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -133,3 +134,26 @@ def test_a_loss_that_stops_improving_on_a_noisy_curve_is_one_plateau(seed: int) 
 
     assert [e.kind for e in events] == ["loss_plateau"]
     assert 1350 <= events[0].iteration <= 1800 and events[0].detail["since_step"] >= 650
+
+
+def test_a_nan_or_infinite_loss_raises_nonfinite_once_per_episode() -> None:
+    """A diverged step (NaN, Infinity, -Infinity as Python's json writes them) is a severe `nonfinite` event for
+    the series, raised again only after a finite value; the spike detector's window never sees it."""
+    text = b"".join(
+        json.dumps({"step": k, "loss": loss, "grad_norm": grad}).encode() + b"\n"
+        for k, (loss, grad) in enumerate(
+            [(2.0, 1.0)] * 10 + [(float("nan"), 1.0), (float("inf"), float("-inf")), (1.9, 1.0), (float("nan"), 1.0)]
+        )
+    )
+    state = ScalarState()
+    first = advance(state, parse_lines(text[: text.index(b'"step": 12')].rsplit(b"\n", 1)[0] + b"\n").records)
+    resumed = ScalarState.from_dict(json.loads(json.dumps(state.to_dict())))  # stored between pieces
+    rest = advance(resumed, parse_lines(text).records)
+
+    assert [(e.kind, e.severity, e.tensor, e.iteration, e.value) for e in first] == [
+        ("nonfinite", "severe", "loss", 10, None),
+        ("nonfinite", "severe", "grad_norm", 11, None),
+    ]
+    assert first[0].message == "loss is nan at step 10" and first[1].detail == {"value_text": "-inf"}
+    assert [(e.kind, e.tensor, e.iteration) for e in rest] == [("nonfinite", "loss", 13)]  # after a finite 1.9
+    assert all(math.isfinite(v) for v in resumed.windows["loss"])

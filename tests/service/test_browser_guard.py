@@ -19,7 +19,7 @@ from tests.dbutil import runs_of_project
 
 RUNS = "/api/v1/runs"
 GOOD = stats_log([("model.layers.1.fc1_activation_underflows%", it, it / 100) for it in range(0, 50, 10)])
-OWN = "http://testserver"  # TestClient's Host header is `testserver`
+OWN = "http://localhost"  # the suite's TestClient Host (tests/conftest.py TEST_BASE_URL)
 
 
 def post_upload(client: TestClient, project: str, **headers: str):
@@ -34,8 +34,8 @@ class TestCrossSiteStateChangesAreRefused:
         [
             "http://evil.example",
             "https://evil.example",
-            "http://testserver:8080",
-            "http://testserver.evil.example",
+            "http://localhost:8080",
+            "http://localhost.evil.example",
             "null",
             "not a url",
         ],
@@ -84,8 +84,8 @@ class TestLegitimateWritesStillWork:
         [
             {},  # curl, the Python client, CI
             {"Origin": OWN, "Sec-Fetch-Site": "same-origin"},  # the dashboard
-            {"Origin": "HTTP://TESTSERVER:80"},
-            {"Origin": "https://testserver"},  # behind a TLS-terminating proxy the service sees http
+            {"Origin": "HTTP://LOCALHOST:80"},
+            {"Origin": "https://localhost"},  # behind a TLS-terminating proxy the service sees http
             {"Sec-Fetch-Site": "none"},  # typed by the user
         ],
         ids=["no-origin", "same-origin", "same-origin-explicit-port", "tls-proxy", "user-initiated"],

@@ -35,8 +35,11 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_concurrent_identical_requests_compute_once(
-    client: TestClient, tmp_path: Path, project: str, counted: list[int]
+    make_client, tmp_path: Path, project: str, counted: list[int]
 ) -> None:
+    # each request that computes or waits for the computation holds a place in the analysis lane (service/lanes.py):
+    # 4 at once need 1 running + 3 waiting places (the 2-core default has 1 + 2: the fourth would be 429)
+    client: TestClient = make_client(compute_running=1, compute_waiting=3)
     run_id = upload_scenario(client, tmp_path, project, "head_only")
     with ThreadPoolExecutor(4) as pool:
         answers = list(pool.map(lambda _: client.get(f"/api/v1/runs/{run_id}/recommendation", params=HOPPER), range(4)))
@@ -93,8 +96,12 @@ def test_other_options_are_computed_separately(
 
 def test_refusals_are_not_cached(client: TestClient, tmp_path: Path, project: str, counted: list[int]) -> None:
     run_id = upload_scenario(client, tmp_path, project, "head_only")
-    for _ in range(2):
+    for _ in range(2):  # options no run could take: refused before any computation (and before the lane)
         response = client.post(f"/api/v1/runs/{run_id}/recommendation", json={"no_such_option": 1})
+        assert response.status_code == 400 and response.json()["error"] == "InvalidOverrides"
+    assert counted == []
+    for _ in range(2):  # refused by the computation itself: computed again each time, never cached
+        response = client.post(f"/api/v1/runs/{run_id}/recommendation", json={"previous_run": run_id})
         assert response.status_code == 400 and response.json()["error"] == "InvalidOverrides"
     assert len(counted) == 2
 

@@ -159,3 +159,26 @@ def test_a_read_token_is_403_and_an_upload_token_may(private_app: tuple[TestClie
     assert no_token.status_code == 401
     assert allowed.status_code == 200
     assert client.get(f"{RUNS}/{run_id}", headers=bearer(reader)).json()["notes"] == "mine"
+
+
+def test_only_the_uploading_token_or_an_admin_token_edits_a_run(private_app: tuple[TestClient, str]) -> None:
+    """The ownership rule of live runs: another upload token's edit of a run (a live run's too) is 403
+    NotRunOwner and changes nothing; the uploader and an admin token may."""
+    client, url = private_app
+    _, owner = make_token(url, "upload")
+    _, other = make_token(url, "upload")
+    _, admin = make_token(url, "admin")
+    run_id = new_run(client, "owned", headers=bearer(owner), tags="a,b")
+    live = client.post("/api/v1/live/runs", json={"project": "owned", "tags": ["x"]}, headers=bearer(owner))
+    assert live.status_code == 201, live.text
+
+    for target in (run_id, live.json()["id"]):
+        before = client.get(f"{RUNS}/{target}", headers=bearer(owner)).json()
+        refused = client.patch(f"{RUNS}/{target}", json={"notes": "mine now", "tags": []}, headers=bearer(other))
+        assert refused.status_code == 403 and refused.json()["error"] == "NotRunOwner", refused.text
+        after = client.get(f"{RUNS}/{target}", headers=bearer(owner)).json()
+        assert (after["notes"], after["tags"]) == (before["notes"], before["tags"])
+        assert client.patch(f"{RUNS}/{target}", json={"notes": "owner"}, headers=bearer(owner)).status_code == 200
+        assert client.patch(f"{RUNS}/{target}", json={"tags": ["ok"]}, headers=bearer(admin)).status_code == 200
+        final = client.get(f"{RUNS}/{target}", headers=bearer(other)).json()
+        assert (final["notes"], final["tags"]) == ("owner", ["ok"])

@@ -58,7 +58,7 @@ export async function liveView(ctx, run, state) {
       h("div", null,
         h("nav", { class: "crumbs", "aria-label": "Breadcrumb" }, h("a", { href: "#/runs" }, "Runs"), " / ",
           h("a", { href: `#/runs?project=${encodeURIComponent(run.project)}` }, run.project)),
-        h("h1", null, runLabel(run), " ", h("span", { class: "muted run-id" }, `#${run.id}`)),
+        h("h1", null, h("bdi", { class: "run-label" }, runLabel(run)), " ", h("span", { class: "muted run-id" }, `#${run.id}`)),
         h("div", { class: "run-meta" }, statusBadge(run.status),
           h("span", { class: "run-tags", id: "run-head-tags" }, run.tags.map((t) => chip(t, `#/runs${qs({ tag: t })}`))),
           h("span", { class: "muted small", title: run.created_at }, `started ${fmtDate(run.created_at)}`), " · ", updated))),

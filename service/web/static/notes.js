@@ -1,13 +1,16 @@
 // The run page's Notes and tags card: the run's description (multi-line text) and its tags, with an Edit button
-// for a token that may change them (GET /auth/me: `upload` or `admin`, as PATCH /api/v1/runs/{id} needs; an open
-// service's anonymous user is an admin). Saving sends {"notes", "tags"} and shows what the service stored.
+// for a token that may change them (GET /auth/me: the token that uploaded the run, or an admin token, as
+// PATCH /api/v1/runs/{id} allows; an open service's anonymous user is an admin). Saving sends the notes, and the
+// tags only when their field was changed: a tag with a comma in it (set through the API) is not split in two by
+// an edit of the notes alone. The card shows what the service stored.
 
 import { h, replace, $ } from "./dom.js";
 import { API, apiFetch, qs, errorBox } from "./api.js";
 import { whoAmI } from "./session.js";
 import { chip, card, toast } from "./widgets.js";
 
-const MAY_EDIT = new Set(["upload", "admin"]);
+/* PATCH's ownership rule (service/runs/ownership.py): the uploading token or an admin token. */
+const mayEdit = (me, run) => me.scope === "admin" || (me.scope === "upload" && me.name === run.uploaded_by);
 
 const tagChips = (tags) => tags.map((t) => chip(t, `#/runs${qs({ tag: t })}`));
 
@@ -37,6 +40,7 @@ export function notesCard(ctx, run) {
     notes.value = current.notes || "";
     const tags = h("input", { type: "text", id: "run-tags-input", "aria-label": "Tags", placeholder: "nightly, h100" });
     tags.value = current.tags.join(", ");
+    const tagsAsShown = tags.value;
     const problem = h("div", { id: "run-notes-error" });
     const save = h("button", { type: "submit", class: "btn btn-primary", id: "run-notes-save" }, "Save");
     const cancel = h("button", { type: "button", class: "btn btn-ghost", id: "run-notes-cancel" }, "Cancel");
@@ -53,9 +57,9 @@ export function notesCard(ctx, run) {
       event.preventDefault();
       save.disabled = true;
       try {
-        const stored = await apiFetch(`${API}/runs/${run.id}`, {
-          method: "PATCH", body: { notes: notes.value, tags: parseTags(tags.value) }, signal: ctx.signal,
-        });
+        const body = { notes: notes.value };
+        if (tags.value !== tagsAsShown) body.tags = parseTags(tags.value);
+        const stored = await apiFetch(`${API}/runs/${run.id}`, { method: "PATCH", body, signal: ctx.signal });
         if (!ctx.alive()) return;
         current = { notes: stored.notes, tags: stored.tags };
         const head = $("#run-head-tags");
@@ -75,7 +79,7 @@ export function notesCard(ctx, run) {
 
   show();
   whoAmI(ctx.signal).then((me) => {
-    if (!me || !ctx.alive() || !MAY_EDIT.has(me.scope)) return;
+    if (!me || !ctx.alive() || !mayEdit(me, run)) return;
     const button = h("button", { type: "button", class: "btn", id: "run-notes-edit" }, "Edit");
     button.addEventListener("click", () => edit(button));
     replace(actions, button);

@@ -58,9 +58,15 @@ def test_overrides_apply_and_coerce() -> None:
         ({"min_points": 2.5}, "threshold 'min_points' must be an integer"),
         ({"uniform_fraction": 1.5}, "threshold 'uniform_fraction' must be in (0.0, 1.0]"),
         ({"window_fraction": 0}, "threshold 'window_fraction' must be in (0.0, 1.0]"),
-        ({"scale_jump_factor": 1.0}, "threshold 'scale_jump_factor' must be > 1"),
+        ({"scale_jump_factor": 1.0}, "threshold 'scale_jump_factor' must be in (1.0, 1000000.0]"),
         ({"critical": math.inf}, "threshold 'critical' must be finite"),
-        ({"rank_outlier_min_ranks": 3}, "threshold 'rank_outlier_min_ranks' must be >= 4"),
+        ({"rank_outlier_min_ranks": 3}, "threshold 'rank_outlier_min_ranks' must be in [4, 1000000]"),
+        # every threshold is bounded above too: a request can set any of them
+        ({"min_points": 10**18}, "threshold 'min_points' must be in [1, 1000000]"),
+        ({"trend_max_candidates": 1e300}, "threshold 'trend_max_candidates' must be in [1, 1000000]"),
+        ({"severe": 1e300}, "threshold 'severe' must be in [0.0, 100.0]"),
+        ({"trend_horizon": 1e300}, "threshold 'trend_horizon' must be in [0.0, 1000000.0]"),
+        ({"rank_outlier_ratio": 1e300}, "threshold 'rank_outlier_ratio' must be in (1.0, 1000000.0]"),
     ],
 )
 def test_invalid_overrides_raise_clear_value_errors(overrides: dict[str, object], message: str) -> None:
