@@ -15,8 +15,8 @@ Names accepted (megatron/training/arguments.py and TransformerConfig, megatron/c
 `parallel_state.initialize_model_parallel`, default "tp-cp-ep-dp-pp") or `use_tp_pp_dp_mapping` (Megatron's flag
 for "tp-cp-ep-pp-dp", megatron/training/initialize.py).
 
-Metadata is advisory: a value that is not a positive integer within its bound is left out with a note, never an
-error (the upload's metadata is stored as sent; the API validates overrides elsewhere).
+Metadata is advisory: a value that is not a positive integer within its bound (policy/model_bounds.py) is left out
+with a note, never an error (the upload's metadata is stored as sent; the API validates overrides elsewhere).
 """
 
 from __future__ import annotations
@@ -25,14 +25,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fp8_policy.policy.model_bounds import MAX_NUM_EXPERTS, MAX_NUM_LAYERS, MAX_PARALLEL_SIZE, MAX_WORLD_SIZE
 from fp8_policy.policy.parallel.pipeline_layout import LayoutError, stage_decoder_counts
 
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"  # megatron/core/parallel_state.py, initialize_model_parallel(order=...)
 ORDER_TOKENS = ("tp", "cp", "ep", "dp", "pp")
-MAX_WORLD_SIZE = 1 << 20  # ranks in one job: far past any job today, small enough to never allocate per rank
-MAX_PARALLEL_SIZE = 1 << 16  # any one of TP, PP, VPP, EP, CP
-MAX_NUM_LAYERS = 100_000  # transformer blocks
-MAX_NUM_EXPERTS = 100_000
 
 # our field -> the metadata keys that give it, first found wins (Megatron CLI names, then TransformerConfig's)
 _KEYS: dict[str, tuple[str, ...]] = {
