@@ -13,7 +13,8 @@ from fp8_policy.policy.analysis.findings import Finding, LayerAssessment, Patter
 from fp8_policy.policy.analysis.formats import TrainingFormat
 from fp8_policy.policy.analysis.layout import Layout
 from fp8_policy.policy.analysis.signals import Signals
-from fp8_policy.policy.records import QUANTIZED_TENSORS, MetricName
+from fp8_policy.policy.parallel.info import ParallelInfo
+from fp8_policy.policy.records import QUANTIZED_TENSORS, MetricName, RunData
 from fp8_policy.policy.thresholds import Thresholds
 
 
@@ -31,6 +32,10 @@ class Analysis:
     # The thresholds as requested (`thresholds` holds the bands actually used: NVFP4's under NVFP4 training).
     requested: Thresholds | None = None
     training: TrainingFormat = field(default_factory=lambda: TrainingFormat(None, ""))  # the training recipe read
+    parallel: ParallelInfo | None = None  # the job's parallel layout (None: a run stored without one)
+    # the run as analysed (a parallel job's shards combined, disagreeing replicas left out: analysis/shards.py), for
+    # the recommender's per-layer evidence; None: the run as given
+    data: RunData | None = field(default=None, repr=False)
 
     @property
     def requested_thresholds(self) -> Thresholds:
@@ -78,4 +83,5 @@ class Analysis:
             "stats": dict(self.stats),
             "notes": list(self.notes),
             "training_recipe": self.training.to_dict(),
+            "parallel": self.parallel.to_json() if self.parallel is not None else None,
         }

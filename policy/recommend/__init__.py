@@ -127,12 +127,14 @@ def recommend(
             f"{effect.previous_run}: a finer-grained recipe instead of a wider BF16 edge",
         )
     plan = _final_plan(analysis, options, first, decision, no_promote)
-    ladder = build_ladder(run, analysis, plan, decision.choice.name, current, decision.capability)
+    evidence = analysis.data if analysis.data is not None else run  # a parallel job's shards combined (analysis)
+    ladder = build_ladder(evidence, analysis, plan, decision.choice.name, current, decision.capability)
     lifted = lifted_layers(ladder, plan)
     if lifted:  # one verdict: a layer the ladder lifts to an FP8 rung leaves the skip list (ladder.py, lift rule)
         plan = _final_plan(analysis, options, first, decision, no_promote, lifted)
         ladder = replace(
-            build_ladder(run, analysis, plan, decision.choice.name, current, decision.capability), lifted=plan.lifted
+            build_ladder(evidence, analysis, plan, decision.choice.name, current, decision.capability),
+            lifted=plan.lifted,
         )
     layout = analysis.layout
     cost = expected_cost(layout, plan, decision.choice.name, options.dims)
