@@ -34,7 +34,8 @@ from fp8_policy.policy.recommend.recipe import (
 )
 from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
 from fp8_policy.policy.records import PolicyDecision, RunData
-from fp8_policy.policy.render import applied_by_format
+from fp8_policy.policy.render import applied_by_format, megatron_pipeline, pipeline
+from fp8_policy.policy.render.megatron import staged_globs
 from fp8_policy.policy.thresholds import Thresholds
 
 # Run-metadata keys saying the run keeps FP8/FP4 parameters (TE `quantized_model_init`; Megatron
@@ -82,6 +83,7 @@ class Recommendation:
             },
             "megatron": self.megatron,
             "formats": applied_by_format(self.decision),
+            "parallel": pipeline.policy_json(self.decision.parallel),
             "expected_cost": self.expected_cost,
             "rationale": list(self.rationale),
             "confidence": self.confidence,
@@ -151,7 +153,9 @@ def recommend(
         te_version,
         layer_precisions=ladder.rungs,
         fp8_param=fp8_param(run.metadata),
+        parallel=run.parallel,
     )
+    megatron = megatron_pipeline.annotate(megatron, policy, staged_globs(policy))  # a glob hits every stage
     rationale = build_rationale(analysis, plan, decision, cost, megatron, conf)
     rationale.insert(-1, _ladder_line(ladder, lcost, current))
     if effect is not None:
