@@ -33,6 +33,7 @@ MAX_NOTES_CHARS = 20_000  # runs.notes: Text; a description, not a log
 MAX_METADATA_DEPTH = 32  # objects and arrays nested in the metadata object, itself included
 MAX_METADATA_INT = 2**63  # |int| < 2^63: what every JSON reader in the pipeline keeps exactly (not JS, see docs)
 MAX_CURSOR_DIGITS = len(str(MAX_ROW_ID))
+MAX_PP_STAGE = 2**16  # pipeline stages of one job (policy/parallel/layout.py MAX_PARALLEL_SIZE): `pp_stage=` bound
 # A live run's streamed scalars.jsonl: reads keep its last MAX_SCALARS_BYTES and an upload's is kept within them,
 # so bytes past that bound would be stored (and copied into the store at finalize) without ever being shown.
 MAX_LIVE_SCALARS_BYTES = MAX_SCALARS_BYTES
