@@ -132,3 +132,15 @@ def test_the_cli_writes_one_stage_file(client: TestClient, staged_run: int, tmp_
         refused = CliRunner().invoke(cli, ["recommend", str(staged_run), "--format", "te-yaml"], obj=policy)
         assert refused.exit_code == 2 and "PipelineStageRequired" in refused.output and "--pp-stage" in refused.output
         assert policy.monitor_config(staged_run, pp_stage=1).count("fp8_disabled") == 0
+
+
+def test_the_csv_has_each_rank_s_coordinates(client: TestClient, staged_run: int) -> None:
+    response = client.get(f"/api/v1/runs/{staged_run}/metrics.csv", params={"rank": 2})
+    assert response.status_code == 200
+    lines = response.text.splitlines()
+    assert lines[0] == "rank,tp,pp,dp,ep,cp,layer,tensor,recipe,stat,iteration,value"
+    rows = [line.split(",") for line in lines[1:]]
+    assert rows and all(row[:6] == ["2", "0", "1", "0", "0", "0"] for row in rows)
+    assert {int(row[6].split(".")[4]) for row in rows} == {4, 5, 6, 7}  # stage 1's global blocks
+    plain = client.get(f"/api/v1/runs/{staged_run}/metrics.csv", params={"layout": "bionemo", "rank": 0})
+    assert plain.text.splitlines()[0] == "metric_name,iteration,value"
