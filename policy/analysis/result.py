@@ -13,9 +13,17 @@ from fp8_policy.policy.analysis.findings import Finding, LayerAssessment, Patter
 from fp8_policy.policy.analysis.formats import TrainingFormat
 from fp8_policy.policy.analysis.layout import Layout
 from fp8_policy.policy.analysis.signals import Signals
+from fp8_policy.policy.parallel.caveat import layout_caveat
 from fp8_policy.policy.parallel.info import ParallelInfo
 from fp8_policy.policy.records import QUANTIZED_TENSORS, MetricName, RunData
 from fp8_policy.policy.thresholds import Thresholds
+
+
+def _parallel_json(info: ParallelInfo | None) -> dict[str, Any] | None:
+    """The layout as stored, `exact` only when no caveat applies (local names colliding under virtual stages)."""
+    if info is None:
+        return None
+    return {**info.to_json(), "exact": info.exact and layout_caveat(info) is None}
 
 
 @dataclass(slots=True)
@@ -83,5 +91,5 @@ class Analysis:
             "stats": dict(self.stats),
             "notes": list(self.notes),
             "training_recipe": self.training.to_dict(),
-            "parallel": self.parallel.to_json() if self.parallel is not None else None,
+            "parallel": _parallel_json(self.parallel),
         }

@@ -231,3 +231,20 @@ def test_a_layout_the_ranks_recorded_is_used(tmp_path: Path) -> None:
     data = _job(tmp_path, LOCAL, _failing(3), meta=None, record_layout=True).run
     assert data.parallel is not None and (data.parallel.source, data.parallel.naming) == ("metadata", LOCAL)
     assert recommend(data).to_dict()["fp8_skip_layers"] == [f"{BLOCKS}.3.mlp.linear_fc2"]
+
+
+def test_local_names_under_virtual_stages_collide_and_nothing_claims_exact(tmp_path: Path) -> None:
+    """PP2 x VPP2 with blocks named per chunk: the chunks of every stage log the same names (no rewrite can tell
+    them apart), said in the notes and in every format."""
+    layout = ParallelLayout(pp=2, dp=1, vpp=2, num_layers=8)
+    run = SyntheticRun(family="megatron", num_layers=8, first_index=0, iterations=200, profile=_failing(3))
+    meta = {**META, "virtual_pipeline_model_parallel_size": 2, "world_size": 2}
+    data = job_run_data(ParallelJob(run, layout, naming=LOCAL), tmp_path, meta).run
+    analysis = analyze(data)
+    body = analysis.to_dict()
+    assert body["parallel"]["naming"] == LOCAL and body["parallel"]["exact"] is False
+    assert any("virtual pipeline stages" in note for note in body["notes"])
+    rec = recommend(data, analysis).to_dict()
+    assert all(rec["formats"][fmt]["exact"] is False for fmt in FORMATS)
+    assert rec["parallel"]["caveat"] and rec["parallel"]["exact"] is False
+    render(recommend(data).decision, "te-yaml")  # one (approximate) file: a stage would not tell chunks apart
