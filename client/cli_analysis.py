@@ -26,6 +26,8 @@ from fp8_policy.client.cli_common import (
 )
 from fp8_policy.client.formats import FORMATS
 
+MAX_PP_STAGE = 2**16  # the service's bound on `pp_stage` (service/limits.py)
+
 WIDE_COLUMNS = tuple(f"{t}_underflow_{s}" for t in ("gradient", "activation", "weight") for s in ("max", "last"))
 
 
@@ -92,6 +94,11 @@ def analysis(run_ref: int | tuple[str, str], wide: bool, url: str, token: str | 
     help="The run before this one (id or project/name): a problem that "
     "followed a moved BF16 boundary is not answered with a wider one.",
 )
+@click.option(
+    "--pp-stage",
+    type=click.IntRange(0, MAX_PP_STAGE),
+    help="Pipeline stage K's te-yaml / te-monitor file: a job whose stages name their blocks locally has one per stage.",
+)
 @policy_options
 @client_options
 def recommend(
@@ -100,6 +107,7 @@ def recommend(
     output: Path | None,
     summary: bool,
     previous_run: int | tuple[str, str] | None,
+    pp_stage: int | None,
     thresholds: tuple[str, ...],
     gpu: str | None,
     te_version: str | None,
@@ -113,7 +121,7 @@ def recommend(
         run_id = resolve_run(client, run_ref)
         previous = resolve_run(client, previous_run) if previous_run is not None else None
         overrides = policy_overrides(thresholds, gpu, te_version, previous)
-        result = client.recommendation(run_id, format=fmt, overrides=overrides or None)
+        result = client.recommendation(run_id, format=fmt, overrides=overrides or None, pp_stage=pp_stage)
     text = json.dumps(result, indent=2) + "\n" if fmt == "json" else str(result)
     if output is not None:
         output.write_text(text)

@@ -234,12 +234,17 @@ class PolicyClient:
 
     @overload
     def recommendation(
-        self, run_id: int, format: Literal["json"] = "json", *, overrides: Mapping[str, Any] | None = None
+        self,
+        run_id: int,
+        format: Literal["json"] = "json",
+        *,
+        overrides: Mapping[str, Any] | None = None,
+        pp_stage: int | None = None,
     ) -> dict[str, Any]: ...
 
     @overload
     def recommendation(
-        self, run_id: int, format: str, *, overrides: Mapping[str, Any] | None = None
+        self, run_id: int, format: str, *, overrides: Mapping[str, Any] | None = None, pp_stage: int | None = None
     ) -> dict[str, Any] | str: ...
 
     def recommendation(
@@ -248,13 +253,17 @@ class PolicyClient:
         format: str = "json",
         *,  # noqa: A002 - the API's own name
         overrides: Mapping[str, Any] | None = None,
+        pp_stage: int | None = None,
     ) -> dict[str, Any] | str:
         """The recommended policy: a dict for `json`, the rendered file's text for the other formats.
 
         With `overrides` (thresholds, gpu_arch, model_dims, te_version, current_recipe) the service
-        recomputes it (POST) without re-ingesting.
+        recomputes it (POST) without re-ingesting. `pp_stage`: pipeline stage K's te-yaml / te-monitor file, which
+        a job whose stages name their blocks locally needs (the service answers 400 PipelineStageRequired without).
         """
         path, params = f"{RUNS}/{int(run_id)}/recommendation", {"format": format}
+        if pp_stage is not None:
+            params["pp_stage"] = str(int(pp_stage))
         if overrides is None:
             response = self._http.request("GET", path, params=params)
         else:
@@ -262,7 +271,12 @@ class PolicyClient:
         return json_object(response) if format == "json" else response.text
 
     def monitor_config(
-        self, run_id: int, path: str | Path | None = None, *, overrides: Mapping[str, Any] | None = None
+        self,
+        run_id: int,
+        path: str | Path | None = None,
+        *,
+        overrides: Mapping[str, Any] | None = None,
+        pp_stage: int | None = None,
     ) -> str:
         """The `te-monitor` TE debug YAML: watches a model whose policy was applied with `apply_policy` (no
         Disable* feature; layers kept in high precision get LogTensorStats only, since TE asserts when
@@ -272,7 +286,7 @@ class PolicyClient:
             client.monitor_config(run_id, "te_monitor.yaml")
             debug_api.initialize(config_file="te_monitor.yaml", feature_dirs=[...], log_dir=...)
         """
-        text = self.recommendation(run_id, "te-monitor", overrides=overrides)
+        text = self.recommendation(run_id, "te-monitor", overrides=overrides, pp_stage=pp_stage)
         if not isinstance(text, str):  # a rendered format is always text
             raise TypeError("the te-monitor format came back as JSON")
         if path is not None:

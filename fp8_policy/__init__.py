@@ -37,11 +37,14 @@ _EXPORTS = {
     "apply_policy": "fp8_policy.client.apply",
     "recipe_from_policy": "fp8_policy.client.apply",
     "write_te_debug_config": "fp8_policy.client.apply",
+    "StageUnknown": "fp8_policy.client.apply",
+    "record_parallel_layout": "fp8_policy.client.parallel_record",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # `X as X`: explicit re-exports (PEP 484), so type checkers see the lazy names
+    from fp8_policy.client.apply import StageUnknown as StageUnknown
     from fp8_policy.client.apply import UnmatchedLayers as UnmatchedLayers
     from fp8_policy.client.apply import apply_policy as apply_policy
     from fp8_policy.client.apply import recipe_from_policy as recipe_from_policy
@@ -57,6 +60,7 @@ if TYPE_CHECKING:  # `X as X`: explicit re-exports (PEP 484), so type checkers s
     from fp8_policy.client.errors import Unauthorized as Unauthorized
     from fp8_policy.client.errors import WaitTimeout as WaitTimeout
     from fp8_policy.client.live import LiveUploader as LiveUploader
+    from fp8_policy.client.parallel_record import record_parallel_layout as record_parallel_layout
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, globals(), _EXPORTS)

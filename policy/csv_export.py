@@ -1,6 +1,7 @@
 """The metrics CSV: column layouts and the text of one series' rows, in bounded chunks.
 
-Belongs here: what the export's rows are (the `long` layout `rank,layer,tensor,recipe,stat,iteration,value` and
+Belongs here: what the export's rows are (the `long` layout `rank,layer,tensor,recipe,stat,iteration,value`, with
+`rank,tp,pp,dp,ep,cp,layer,...` for a parallel job whose layout is known, and
 bionemo's `metric_name,iteration,value`, the metric name `<layer>_<tensor>_<stat>` its analyzer builds), and the
 fast writer that turns a series' arrays into CSV bytes (`_csv_kernel.write_rows`, numba). Reading the series from
 the database is `db/`'s, streaming the response is `service/`'s.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
@@ -27,6 +28,8 @@ HEADERS = {
     "long": ("rank", "layer", "tensor", "recipe", "stat", "iteration", "value"),
     "bionemo": ("metric_name", "iteration", "value"),
 }
+# a parallel job's `long` CSV: each row's rank coordinates (policy/parallel/info.py COORD_KEYS), after `rank`
+COORD_COLUMNS = ("tp", "pp", "dp", "ep", "cp")
 CHUNK_BYTES = 1 << 20  # each yielded piece is about this size: memory stays bounded for any run
 
 
@@ -36,15 +39,30 @@ def _csv_line(fields: tuple[object, ...]) -> str:
     return buffer.getvalue()
 
 
-def header(layout: str) -> bytes:
-    return _csv_line(HEADERS[layout]).encode()
+def header(layout: str, coordinates: bool = False) -> bytes:
+    """The header line; `coordinates` (a parallel job's `long` CSV): the rank's COORD_COLUMNS after `rank`."""
+    columns = HEADERS[layout]
+    if coordinates and layout == "long":
+        columns = (columns[0], *COORD_COLUMNS, *columns[1:])
+    return _csv_line(columns).encode()
 
 
-def row_prefix(layout: str, rank: int, layer: str, tensor: str, recipe: str | None, stat: str) -> bytes:
-    """The columns before `iteration`, CSV-quoted as the csv module quotes them, ending in a comma."""
+def row_prefix(
+    layout: str,
+    rank: int,
+    layer: str,
+    tensor: str,
+    recipe: str | None,
+    stat: str,
+    coordinate: Mapping[str, int] | None = None,
+) -> bytes:
+    """The columns before `iteration`, CSV-quoted as the csv module quotes them, ending in a comma. `coordinate`
+    (with `header(..., coordinates=True)`): the rank's tp/pp/dp/ep/cp, empty where not told."""
     fields: tuple[object, ...] = (
         (f"{layer}_{tensor}_{stat}",) if layout == "bionemo" else (rank, layer, tensor, recipe or "", stat)
     )
+    if coordinate is not None and layout == "long":
+        fields = (rank, *(coordinate.get(k, "") for k in COORD_COLUMNS), *fields[1:])
     return _csv_line((*fields, "")).rstrip("\n").encode()
 
 

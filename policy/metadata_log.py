@@ -31,7 +31,7 @@ _PLAN = re.compile(
 _FEATURE = re.compile(r"^Feature=(?P<feature>\w+), API=(?P<api>\w+)(?:, TENSOR=|: )(?:(?P<gemm>\w+), )?(?P<tensor>\w+)")
 _DISABLED = re.compile(r"^(?:Quantization|FP8) Disabled\s*$")
 # A rank's own record of its place in a parallel job, written through nvdlfw_inspect's `log_message` by
-# `fp8_policy.record_parallel_layout()` (client/collect/parallel_record.py) and by the CPU collector:
+# `fp8_policy.record_parallel_layout()` (client/parallel_record.py) and by the CPU collector:
 # `fp8_policy parallel {"rank": 5, "world_size": 16, "tensor_model_parallel_size": 2, ..., "tp_rank": 1, ...}`.
 PARALLEL_RECORD = "fp8_policy parallel "
 MAX_PARALLEL_RECORD_CHARS = 4_000

@@ -252,3 +252,5 @@ class PolicyDecision:
     # Per-layer precision ladder (empty when not computed); renderers that can express a per-layer mix use it.
     layer_precisions: tuple[LayerPrecision, ...] = ()
     fp8_param: bool = False  # the run keeps FP8/FP4 parameters (no high-precision weight to take stats of)
+    # the job's parallel layout (layer names above are global: policy/parallel/); None: one model on every rank
+    parallel: ParallelInfo | None = None

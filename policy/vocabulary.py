@@ -28,6 +28,7 @@ class Pattern(str, Enum):
     RISING_TREND = "rising_trend"
     UNIFORM = "uniform"
     RANK_OUTLIER = "rank_outlier"
+    REPLICA_MISMATCH = "replica_mismatch"
     OVERFLOW = "overflow"
     SCALE_INSTABILITY = "scale_instability"
     NON_FINITE = "non_finite"
@@ -51,6 +52,7 @@ PATTERN_LABELS: dict[Pattern, str] = {
     Pattern.RISING_TREND: "Rising trend",
     Pattern.UNIFORM: "Uniform (recipe problem)",
     Pattern.RANK_OUTLIER: "Rank outlier",
+    Pattern.REPLICA_MISMATCH: "Replica mismatch (fault)",
     Pattern.OVERFLOW: "Overflow",
     Pattern.SCALE_INSTABILITY: "Scale instability",
     Pattern.NON_FINITE: "NaN/inf burst",
@@ -77,6 +79,9 @@ DEFAULT_BOXES = 5  # the heatmap's boxed (worst) rows when the request names no 
 FORMATS: tuple[str, ...] = ("te-yaml", "megatron", "hydra", "torchao")
 MONITORS: tuple[str, ...] = ("te-monitor",)
 OUTPUT_FORMATS: tuple[str, ...] = (*FORMATS, *MONITORS)
+# The formats written per pipeline stage when a job's stages name their blocks locally (policy/render/pipeline.py):
+# `pp_stage=K` asks for stage K's file.
+STAGED_FORMATS: tuple[str, ...] = ("te-yaml", "te-monitor")
 MEDIA_TYPES: dict[str, str] = {
     "te-yaml": "application/yaml",
     "megatron": "text/x-shellscript",

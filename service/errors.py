@@ -100,6 +100,11 @@ class InvalidOverrides(BadRequest):
     """Recommendation overrides (BF16 layers, GPU, TE version) that do not apply to the run."""
 
 
+class PipelineStageRequired(BadRequest):
+    """A per-stage file (te-yaml, te-monitor) of a job whose stages name their blocks locally, asked without
+    `pp_stage`: the detail names the stages and how to ask for one."""
+
+
 class NoData(BadRequest):
     """Nothing to draw or analyse for the selection asked for."""
 

@@ -38,6 +38,7 @@ MAX_ITERATION = 2**63 - 1  # series.iteration is BIGINT
 # Request bodies but uploads' (service/transport/body_cap.py): an edit's 20,000 characters of notes, each escaped
 # as \uXXXX, are 120 kB; recommendation options, alert rules and tokens are far smaller.
 MAX_BODY_BYTES = 1024**2
+MAX_PP_STAGE = 2**16  # pipeline stages of one job (policy/parallel/layout.py MAX_PARALLEL_SIZE): `pp_stage=` bound
 # A live run's streamed scalars.jsonl: reads keep its last MAX_SCALARS_BYTES and an upload's is kept within them,
 # so bytes past that bound would be stored (and copied into the store at finalize) without ever being shown.
 MAX_LIVE_SCALARS_BYTES = MAX_SCALARS_BYTES

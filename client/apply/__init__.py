@@ -18,10 +18,12 @@ named `output` in the policy but `lm_head` in the model) silently leaves that la
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from fp8_policy.client.apply.debug_session import DebugConfigConflict
 from fp8_policy.client.apply.names import Unmatched, UnmatchedLayers
+from fp8_policy.client.apply.pipeline import StagePolicy, StageUnknown, stage_policy
 from fp8_policy.client.apply.recipe import recipe_from_policy
 from fp8_policy.client.apply.report import AlreadyBF16, ApplyReport, MatchedLayer
 from fp8_policy.client.apply.te_config import te_debug_config, write_te_debug_config
@@ -37,6 +39,7 @@ __all__ = [
     "ApplyReport",
     "DebugConfigConflict",
     "MatchedLayer",
+    "StageUnknown",
     "Unmatched",
     "UnmatchedLayers",
     "apply_policy",
@@ -53,6 +56,9 @@ def apply_policy(
     *,
     allow_unmatched: bool = False,
     gemm_overrides: str = "whole_module",
+    pp_rank: int | None = None,
+    vp_stage: int | None = None,
+    layer_offset: int | None = None,
     **backend_options: Any,
 ) -> ApplyReport:
     """Keep the policy's layers in high precision; returns what was matched, unmatched and already BF16.
@@ -74,17 +80,54 @@ def apply_policy(
     allow_unmatched: report unmatched names instead of raising `UnmatchedLayers`.
     gemm_overrides: "whole_module" (default) keeps a module with a per-GEMM override fully in high
     precision; "ignore" leaves overrides to the TE debug API (`write_te_debug_config`).
+    Pipeline parallel (the policy's `parallel` section has pp > 1; its names are global): `model` is this process's
+    stage (one module, or its list of virtual-pipeline chunks). Its blocks are mapped to global ones by their
+    `layer_number` (Megatron sets the global one), `megatron.core.parallel_state`, or `pp_rank=` (with `vp_stage=`
+    for one chunk) / `layer_offset=`; the policy's layers of other stages are listed in `report.other_stages`, not
+    unmatched. Raises `StageUnknown` (nothing changed) when the stage cannot be told (client/apply/pipeline.py).
     """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    staged = stage_policy(model, policy, pp_rank=pp_rank, vp_stage=vp_stage, layer_offset=layer_offset)
+    if staged is not None:
+        policy = staged.policy
+    try:
+        report = _apply(model, policy, backend, allow_unmatched, gemm_overrides, backend_options)
+    except UnmatchedLayers as exc:
+        if staged is None:
+            raise
+        raise UnmatchedLayers([replace(u, name=staged.original.get(u.name, u.name)) for u in exc.unmatched]) from None
+    return _with_stage(report, staged)
+
+
+def _apply(
+    model: nn.Module | Sequence[nn.Module],
+    policy: Mapping[str, Any],
+    backend: str,
+    allow_unmatched: bool,
+    gemm_overrides: str,
+    backend_options: dict[str, Any],
+) -> ApplyReport:
     if backend == "te":
         from fp8_policy.client.apply.te import apply_te
 
         return apply_te(
             model, policy, allow_unmatched=allow_unmatched, gemm_overrides=gemm_overrides, **backend_options
         )
-    if backend == "torchao":
-        from fp8_policy.client.apply.torchao import apply_torchao
+    from fp8_policy.client.apply.torchao import apply_torchao
 
-        return apply_torchao(
-            model, policy, allow_unmatched=allow_unmatched, gemm_overrides=gemm_overrides, **backend_options
-        )
-    raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    return apply_torchao(
+        model, policy, allow_unmatched=allow_unmatched, gemm_overrides=gemm_overrides, **backend_options
+    )
+
+
+def _with_stage(report: ApplyReport, staged: StagePolicy | None) -> ApplyReport:
+    """The report in the policy's global names, with the stage and the layers other stages hold."""
+    if staged is None:
+        return report
+    back = staged.original
+    report.matched = [replace(m, name=back.get(m.name, m.name)) for m in report.matched]
+    report.unmatched = [replace(u, name=back.get(u.name, u.name)) for u in report.unmatched]
+    report.already_bf16 = [replace(a, name=back.get(a.name, a.name)) for a in report.already_bf16]
+    report.stage, report.other_stages = staged.stage, list(staged.other_stages)
+    return report

@@ -46,7 +46,8 @@ class ApplyReport:
     ladder rung it now runs at (te: its own `te.autocast(recipe=...)` nested in the outer one; torchao: MXFP8
     rungs converted with torchao's prototype MXFP8 training). converted / kept / not_convertible (torchao):
     nn.Linear FQNs swapped to Float8Linear, kept in high precision by the policy, and left alone because a dim is
-    not a multiple of 16.
+    not a multiple of 16. stage / other_stages (pipeline parallel, client/apply/pipeline.py): the stage this
+    process holds and the policy's layers left to the other stages (names are the policy's global ones).
     """
 
     backend: str
@@ -60,6 +61,8 @@ class ApplyReport:
     kept: list[str] = field(default_factory=list)
     not_convertible: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    stage: str | None = None  # pipeline parallel: which stage this process holds and how it was told
+    other_stages: list[str] = field(default_factory=list)  # the policy's layers held by other pipeline stages
 
     @property
     def ok(self) -> bool:
@@ -75,6 +78,8 @@ class ApplyReport:
     def summary(self) -> str:
         """Human-readable, one fact per line."""
         lines = [f"backend: {self.backend}" + (f" (policy recipe: {self.recipe})" if self.recipe else "")]
+        if self.stage is not None:
+            lines.append(f"pipeline stage: {self.stage}; {len(self.other_stages)} policy layer(s) on other stages")
         lines += [
             f"matched   {m.name} -> {m.fqn or '<root>'} ({m.module_type}, {m.how}, {m.reason})" for m in self.matched
         ]

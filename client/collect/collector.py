@@ -221,6 +221,7 @@ class FP8StatsCollector:
         if self._writer is not None:
             raise RuntimeError("collector already started")
         self._writer = LogWriter(self.log_dir)
+        self._writer.record_layout()  # under torch.distributed: the rank's place (client/parallel_record.py)
         for name in self._names:
             self._writer.assigned(name)
         # a plain model logging only what-ifs trains as it is (BF16): TE's "High Precision" plan lines say so

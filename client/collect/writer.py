@@ -80,6 +80,18 @@ class LogWriter:
     def message(self, text: str) -> None:
         self._logger.log_message(text, level=logging.INFO)
 
+    def record_layout(self) -> dict[str, object] | None:
+        """This rank's place in the job (`fp8_policy parallel {...}`, client/parallel_record.py) when torch.distributed
+        is initialised: from megatron.core.parallel_state when that is initialised too, else as a data-parallel rank
+        (world size and rank only: the collector is not told of tensor or pipeline parallelism)."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        from fp8_policy.client.parallel_record import record_parallel_layout
+
+        return record_parallel_layout(log=self.message)
+
     def assigned(self, layer: str) -> None:
         self.message(f"Assigned layer name: {layer}")
 

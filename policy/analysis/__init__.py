@@ -1,7 +1,8 @@
 """FP8 statistics analysis: `analyze(run, thresholds) -> Analysis` with pattern findings and a per-layer table.
 
 Input contract: a `RunData` (layers with structure/precision, per-rank series). No I/O, no web or database imports.
-Pipeline: signals (warm-up, windows, levels) → rank outliers (LOF; high outliers leave the per-layer levels) →
+Pipeline: a parallel job's view (shards.py: tensor-parallel shards combined, replicas that disagree left out) →
+signals (warm-up, windows, levels) → rank outliers (LOF; high outliers leave the per-layer levels) →
 layout (status, levels, blocks) → rising trends (Huber) → layer patterns → overflow, scale instability →
 NaN/inf bursts, unassessed-but-high series → one verdict per series (coverage.py) and a `warning_band` finding
 for layers no other finding reports at their severity → `healthy` when nothing was found → table, stats, notes.
@@ -27,6 +28,7 @@ from fp8_policy.policy.analysis.layout import LayerStatus, build_layout, layer_s
 from fp8_policy.policy.analysis.outliers import detect_rank_outliers
 from fp8_policy.policy.analysis.patterns import detect_layer_patterns, healthy_finding
 from fp8_policy.policy.analysis.result import Analysis
+from fp8_policy.policy.analysis.shards import parallel_findings, parallel_view
 from fp8_policy.policy.analysis.signals import extract_signals
 from fp8_policy.policy.analysis.stability import detect_overflow, detect_scale_instability
 from fp8_policy.policy.analysis.table import assessment_table, run_notes, run_stats
@@ -60,7 +62,8 @@ def analyze(run: RunData, thresholds: Thresholds | None = None) -> Analysis:
 
 def _analyze(run: RunData, thresholds: Thresholds) -> Analysis:
     requested = thresholds
-    run, training = format_view(run)  # E8M0 bytes converted, impossible scales out, the training recipe read
+    parallel = parallel_view(run)  # a parallel job: shards combined, replicas that disagree left out (shards.py)
+    run, training = format_view(parallel.run)  # E8M0 bytes converted, impossible scales out, the training recipe read
     thresholds = training.bands(thresholds)
     signals = extract_signals(run, thresholds)
     training.uncensor(signals)
@@ -77,6 +80,7 @@ def _analyze(run: RunData, thresholds: Thresholds) -> Analysis:
         *detect_scale_instability(layout, signals, thresholds, exact=training.e8m0_series > 0),
         *detect_nonfinite(layout, signals, thresholds),
         *detect_unassessed(layout, signals, thresholds),
+        *parallel_findings(parallel, signals.warmup_cut, thresholds, fp8_layers),
     ]
     verdicts = series_verdicts(layout, signals, thresholds)
     findings += cover_uncovered(findings, verdicts, thresholds)
@@ -85,6 +89,8 @@ def _analyze(run: RunData, thresholds: Thresholds) -> Analysis:
     findings.sort(key=lambda finding: finding.sort_key())
     stats = run_stats(layout, signals, thresholds)
     stats["rank_outlier_series_excluded"] = len(excluded)
+    if parallel.groups:
+        stats["level_rule"] += "; tensor-/context-parallel shards combined first (mean; scale_inv min/max)"
     return Analysis(
         findings=findings,
         layers=assessment_table(layout, findings, thresholds, verdicts),
@@ -94,10 +100,13 @@ def _analyze(run: RunData, thresholds: Thresholds) -> Analysis:
         stats=stats,
         notes=[
             *metadata_notes(run),
+            *parallel.notes,
             *band_note(training, thresholds),
             *training.notes,
             *run_notes(layout, signals, stats, thresholds, run.session_offsets),
         ],
         requested=requested,
         training=training,
+        parallel=parallel.info,
+        data=parallel.run,
     )

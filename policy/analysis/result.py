@@ -13,8 +13,17 @@ from fp8_policy.policy.analysis.findings import Finding, LayerAssessment, Patter
 from fp8_policy.policy.analysis.formats import TrainingFormat
 from fp8_policy.policy.analysis.layout import Layout
 from fp8_policy.policy.analysis.signals import Signals
-from fp8_policy.policy.records import QUANTIZED_TENSORS, MetricName
+from fp8_policy.policy.parallel.caveat import layout_caveat
+from fp8_policy.policy.parallel.info import ParallelInfo
+from fp8_policy.policy.records import QUANTIZED_TENSORS, MetricName, RunData
 from fp8_policy.policy.thresholds import Thresholds
+
+
+def _parallel_json(info: ParallelInfo | None) -> dict[str, Any] | None:
+    """The layout as stored, `exact` only when no caveat applies (local names colliding under virtual stages)."""
+    if info is None:
+        return None
+    return {**info.to_json(), "exact": info.exact and layout_caveat(info) is None}
 
 
 @dataclass(slots=True)
@@ -31,6 +40,10 @@ class Analysis:
     # The thresholds as requested (`thresholds` holds the bands actually used: NVFP4's under NVFP4 training).
     requested: Thresholds | None = None
     training: TrainingFormat = field(default_factory=lambda: TrainingFormat(None, ""))  # the training recipe read
+    parallel: ParallelInfo | None = None  # the job's parallel layout (None: a run stored without one)
+    # the run as analysed (a parallel job's shards combined, disagreeing replicas left out: analysis/shards.py), for
+    # the recommender's per-layer evidence; None: the run as given
+    data: RunData | None = field(default=None, repr=False)
 
     @property
     def requested_thresholds(self) -> Thresholds:
@@ -78,4 +91,5 @@ class Analysis:
             "stats": dict(self.stats),
             "notes": list(self.notes),
             "training_recipe": self.training.to_dict(),
+            "parallel": _parallel_json(self.parallel),
         }

@@ -34,7 +34,8 @@ from fp8_policy.policy.recommend.recipe import (
 )
 from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
 from fp8_policy.policy.records import PolicyDecision, RunData
-from fp8_policy.policy.render import applied_by_format
+from fp8_policy.policy.render import applied_by_format, megatron_pipeline, pipeline
+from fp8_policy.policy.render.megatron import staged_globs
 from fp8_policy.policy.thresholds import Thresholds
 
 # Run-metadata keys saying the run keeps FP8/FP4 parameters (TE `quantized_model_init`; Megatron
@@ -82,6 +83,7 @@ class Recommendation:
             },
             "megatron": self.megatron,
             "formats": applied_by_format(self.decision),
+            "parallel": pipeline.policy_json(self.decision.parallel),
             "expected_cost": self.expected_cost,
             "rationale": list(self.rationale),
             "confidence": self.confidence,
@@ -127,12 +129,14 @@ def recommend(
             f"{effect.previous_run}: a finer-grained recipe instead of a wider BF16 edge",
         )
     plan = _final_plan(analysis, options, first, decision, no_promote)
-    ladder = build_ladder(run, analysis, plan, decision.choice.name, current, decision.capability)
+    evidence = analysis.data if analysis.data is not None else run  # a parallel job's shards combined (analysis)
+    ladder = build_ladder(evidence, analysis, plan, decision.choice.name, current, decision.capability)
     lifted = lifted_layers(ladder, plan)
     if lifted:  # one verdict: a layer the ladder lifts to an FP8 rung leaves the skip list (ladder.py, lift rule)
         plan = _final_plan(analysis, options, first, decision, no_promote, lifted)
         ladder = replace(
-            build_ladder(run, analysis, plan, decision.choice.name, current, decision.capability), lifted=plan.lifted
+            build_ladder(evidence, analysis, plan, decision.choice.name, current, decision.capability),
+            lifted=plan.lifted,
         )
     layout = analysis.layout
     cost = expected_cost(layout, plan, decision.choice.name, options.dims)
@@ -149,7 +153,9 @@ def recommend(
         te_version,
         layer_precisions=ladder.rungs,
         fp8_param=fp8_param(run.metadata),
+        parallel=run.parallel,
     )
+    megatron = megatron_pipeline.annotate(megatron, policy, staged_globs(policy))  # a glob hits every stage
     rationale = build_rationale(analysis, plan, decision, cost, megatron, conf)
     rationale.insert(-1, _ladder_line(ladder, lcost, current))
     rationale += list(options.ignored)  # run-metadata dimensions left out (policy/model_bounds.py)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from fp8_policy.policy.records import PolicyDecision
-from fp8_policy.policy.render import hydra, megatron, te_monitor, te_yaml, torchao
+from fp8_policy.policy.render import hydra, megatron, pipeline, te_monitor, te_yaml, torchao
 from fp8_policy.policy.render.applied import AppliedPolicy
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 
@@ -47,7 +47,12 @@ def render(decision: PolicyDecision, fmt: str, options: RenderOptions | None = N
     module = DIALECTS.get(fmt) or MONITORS.get(fmt)
     if module is None:
         raise ValueError(f"unknown policy format {fmt!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
-    return module.render(decision, options or RenderOptions())
+    options = options or RenderOptions()
+    if options.pp_stage is not None and fmt not in pipeline.STAGED_FORMATS:
+        raise pipeline.InvalidPipelineStage(
+            f"pp_stage applies to {' and '.join(pipeline.STAGED_FORMATS)}; {fmt} is one file for every pipeline stage"
+        )
+    return module.render(decision, options)
 
 
 def applied(decision: PolicyDecision, fmt: str) -> AppliedPolicy:

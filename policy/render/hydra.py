@@ -27,7 +27,7 @@ import shlex
 
 from fp8_policy.policy.records import PRECISIONS, PolicyDecision, Precision
 from fp8_policy.policy.render import heads as head_rules
-from fp8_policy.policy.render import precision
+from fp8_policy.policy.render import pipeline, precision
 from fp8_policy.policy.render.applied import AppliedPolicy, names
 from fp8_policy.policy.render.layout import body_blocks, fp8_format, is_one_based, merged_overrides, module_index
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
@@ -133,7 +133,8 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
     low_heads = head_rules.approximation(head_rules.low_precision_heads(decision), HEAD_WHY)
     if low_heads:
         parts.append(low_heads)
-    return AppliedPolicy("hydra", bf16, {}, not_applied, "; ".join(parts) + "." if parts else None)
+    result = AppliedPolicy("hydra", bf16, {}, not_applied, "; ".join(parts) + "." if parts else None)
+    return pipeline.qualify(result, decision, pipeline.by_position(decision, "hydra"))
 
 
 def _rungs(rungs: dict[str, str]) -> str:

@@ -28,9 +28,12 @@ class RenderOptions:
     monitor_disabled: give skipped/overridden layers a high-precision LogTensorStats feature.
     stats_freq: logging frequency of the stats features.
     precision_config_file: file name the Megatron heredoc writes for `--te-precision-config-file`.
+    pp_stage: the pipeline stage of a te-yaml / te-monitor file: needed when the logs name blocks per stage
+        (policy/render/pipeline.py); refused by the other formats, which have one file for every stage.
     """
 
     disable_features: Literal["fp8", "quantization"] | None = None
     monitor_disabled: bool = True
     stats_freq: int = 10
     precision_config_file: str = "fp8_precision_config.yaml"
+    pp_stage: int | None = None  # the pipeline stage a TE debug-API file is for (te-yaml, te-monitor)

@@ -21,7 +21,7 @@ from collections import defaultdict
 from typing import Any
 
 from fp8_policy.policy.records import PRECISIONS, PolicyDecision
-from fp8_policy.policy.render import precision
+from fp8_policy.policy.render import pipeline, precision
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 from fp8_policy.policy.render.te_yaml import (
     closing_notes,
@@ -74,6 +74,9 @@ def _header(decision: PolicyDecision, options: RenderOptions) -> list[str]:
 
 
 def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
-    """The monitoring YAML for `decision` once applied with `apply_policy`."""
-    content = dump_sections(_header(decision, options), build_sections(decision, options))
-    return RenderedPolicy(content=content, media_type=MEDIA_TYPE, filename=FILENAME)
+    """The monitoring YAML for `decision` once applied with `apply_policy` (one pipeline stage's, `options.pp_stage`,
+    when the logs name blocks per stage: `pipeline.for_stage`)."""
+    decision, stage_lines = pipeline.for_stage(decision, options.pp_stage, "te-monitor")
+    content = dump_sections(_header(decision, options) + stage_lines, build_sections(decision, options))
+    filename = pipeline.stage_filename(FILENAME, options.pp_stage)
+    return RenderedPolicy(content=content, media_type=MEDIA_TYPE, filename=filename)

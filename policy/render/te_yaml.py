@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from fp8_policy.policy.records import QUANTIZED_TENSORS, PolicyDecision, Precision
-from fp8_policy.policy.render import precision, regex
+from fp8_policy.policy.render import pipeline, precision, regex
 from fp8_policy.policy.render.applied import AppliedPolicy
 from fp8_policy.policy.render.layout import merged_overrides, te_version_tuple
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
@@ -77,7 +77,8 @@ def gemm_overrides(decision: PolicyDecision) -> dict[str, tuple[str, ...]]:
 
 def applied(decision: PolicyDecision) -> AppliedPolicy:
     """Exact: DisableFP8Layer for skipped layers, DisableFP8GEMM with exactly the overridden GEMMs."""
-    return AppliedPolicy("te-yaml", tuple(precision.skipped_layers(decision)), gemm_overrides(decision))
+    result = AppliedPolicy("te-yaml", tuple(precision.skipped_layers(decision)), gemm_overrides(decision))
+    return pipeline.qualify(result, decision)  # names not known to be global blocks: never exact
 
 
 def quant_stats_feature(decision: PolicyDecision, recipe_name: str, freq: int) -> dict[str, Any]:
@@ -245,7 +246,11 @@ def _header(decision: PolicyDecision, options: RenderOptions, high: int) -> list
 
 
 def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
-    """The TE debug YAML for `decision`."""
+    """The TE debug YAML for `decision` (one pipeline stage's, `options.pp_stage`, when the logs name blocks per
+    stage: `pipeline.for_stage`)."""
+    decision, stage_lines = pipeline.for_stage(decision, options.pp_stage, "te-yaml")
     high_count = len(_already_high_precision(decision, _covered(decision)))
-    content = dump_sections(_header(decision, options, high_count), build_sections(decision, options))
-    return RenderedPolicy(content=content, media_type=MEDIA_TYPE, filename=FILENAME)
+    header = _header(decision, options, high_count) + stage_lines
+    content = dump_sections(header, build_sections(decision, options))
+    filename = pipeline.stage_filename(FILENAME, options.pp_stage)
+    return RenderedPolicy(content=content, media_type=MEDIA_TYPE, filename=filename)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import shlex
 
 from fp8_policy.policy.records import PolicyDecision
+from fp8_policy.policy.render import pipeline
 from fp8_policy.policy.render.applied import AppliedPolicy, whole_module_overrides
 from fp8_policy.policy.render.layout import is_one_based, layer_index, merged_overrides, torch_fqn
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
@@ -38,7 +39,8 @@ TORCHAO_RECIPES = {
 
 def applied(decision: PolicyDecision) -> AppliedPolicy:
     """Skipped layers exact; overridden modules wholly in high precision (torchao converts whole modules)."""
-    return whole_module_overrides(decision, "torchao", "torchao converts whole nn.Linear modules")
+    result = whole_module_overrides(decision, "torchao", "torchao converts whole nn.Linear modules")
+    return pipeline.qualify(result, decision, pipeline.by_position(decision, "torchao"))
 
 
 def skip_fqns(decision: PolicyDecision) -> dict[str, str]:

@@ -13,11 +13,17 @@ from fp8_policy.policy.analysis import Analysis, analyze
 from fp8_policy.policy.parallel.info import ParallelInfo
 from fp8_policy.policy.recommend import History, Recommendation, RecommendOptions, recommend
 from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, RunData, Series
-from fp8_policy.policy.render import OUTPUT_FORMATS, RenderedPolicy, render
+from fp8_policy.policy.render import OUTPUT_FORMATS, RenderedPolicy, RenderOptions, pipeline, render
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service import lanes, limits
 from fp8_policy.service.analysis.schemas import RecommendationRead
-from fp8_policy.service.errors import InvalidOverrides, InvalidThresholds, UnknownFormat
+from fp8_policy.service.errors import (
+    InvalidOverrides,
+    InvalidParameter,
+    InvalidThresholds,
+    PipelineStageRequired,
+    UnknownFormat,
+)
 from fp8_policy.service.runs.actions import get_ready_run
 
 
@@ -130,7 +136,13 @@ def recommendation_answer(run_id: int, rec: Recommendation) -> dict[str, Any]:
     return answer
 
 
-def render_recommendation(rec: Recommendation, fmt: str) -> RenderedPolicy:
+def render_recommendation(rec: Recommendation, fmt: str, pp_stage: int | None = None) -> RenderedPolicy:
+    """The policy in `fmt`; `pp_stage`: one pipeline stage's te-yaml / te-monitor file (policy/render/pipeline.py)."""
     if fmt not in OUTPUT_FORMATS:
         raise UnknownFormat(f"unknown format {fmt!r}; expected json or one of: {', '.join(OUTPUT_FORMATS)}")
-    return render(rec.decision, fmt)
+    try:
+        return render(rec.decision, fmt, RenderOptions(pp_stage=pp_stage))
+    except pipeline.PipelineStageRequired as exc:
+        raise PipelineStageRequired(str(exc)) from exc
+    except pipeline.InvalidPipelineStage as exc:
+        raise InvalidParameter(str(exc)) from exc

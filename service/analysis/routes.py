@@ -9,13 +9,14 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy.orm import Session
 
 from fp8_policy._lazy import lazy_module
-from fp8_policy.policy.vocabulary import MEDIA_TYPES, OUTPUT_FORMATS
+from fp8_policy.policy.vocabulary import MEDIA_TYPES, OUTPUT_FORMATS, STAGED_FORMATS
 from fp8_policy.service import lanes
 from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache, recommendation_key
 from fp8_policy.service.analysis.schemas import AnalysisRead, RecommendationRead
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep
-from fp8_policy.service.errors import InvalidThresholds
+from fp8_policy.service.errors import InvalidParameter, InvalidThresholds
+from fp8_policy.service.limits import MAX_PP_STAGE
 from fp8_policy.service.openapi import error_responses, query_param, threshold_params
 
 if TYPE_CHECKING:
@@ -62,6 +63,14 @@ _OPTION_PARAMS = [
     else query_param(key, {"type": "string"}, "")
     for key in _GET_OPTION_KEYS
 ]
+PP_STAGE = "pp_stage"
+_PP_STAGE_PARAM = query_param(
+    PP_STAGE,
+    {"type": "integer", "minimum": 0, "maximum": MAX_PP_STAGE},
+    "Pipeline stage of a te-yaml / te-monitor file: a job whose stages name their blocks by their index on the "
+    "stage (from 0 on every stage) gets one file per stage, and without pp_stage a 400 PipelineStageRequired "
+    "naming the stages; with global names one file serves every stage. Stages the job does not have are a 400.",
+)
 # The rendered formats' media types (?format= other than json; policy/vocabulary.py, each dialect's MEDIA_TYPE).
 _RENDERED = {media_type: {"schema": {"type": "string"}} for media_type in MEDIA_TYPES.values()}
 RECOMMENDATION_RESPONSES = {
@@ -78,7 +87,7 @@ def _query_overrides(request: Request) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
     thresholds: dict[str, int | float | str] = {}
     for key, value in request.query_params.items():
-        if key == "format":
+        if key in ("format", PP_STAGE):
             continue
         if key in _GET_OPTION_KEYS:
             overrides[key] = value
@@ -87,6 +96,22 @@ def _query_overrides(request: Request) -> dict[str, Any]:
     if thresholds:
         overrides["thresholds"] = thresholds
     return overrides
+
+
+def _pp_stage(request: Request, fmt: str) -> int | None:
+    """`pp_stage` as a stage number (0 to MAX_PP_STAGE, ASCII digits), only for the per-stage formats."""
+    text = request.query_params.get(PP_STAGE)
+    if text is None:
+        return None
+    text = text.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= len(str(MAX_PP_STAGE))) or int(text) > MAX_PP_STAGE:
+        raise InvalidParameter(f"pp_stage must be a pipeline stage number from 0 to {MAX_PP_STAGE}, got {text[:20]!r}")
+    if fmt not in STAGED_FORMATS:
+        raise InvalidParameter(
+            f"pp_stage applies to format {' or '.join(STAGED_FORMATS)} (one file per pipeline stage); "
+            f"{fmt} is one answer for every stage"
+        )
+    return int(text)
 
 
 def _number(text: str) -> int | float | str:
@@ -126,7 +151,7 @@ def read_analysis(run_id: int, request: Request, session: SessionDep) -> Analysi
     response_model=RecommendationRead,
     response_model_exclude_unset=True,
     responses=RECOMMENDATION_RESPONSES,
-    openapi_extra={"parameters": [*threshold_params(), *_OPTION_PARAMS]},
+    openapi_extra={"parameters": [*threshold_params(), *_OPTION_PARAMS, _PP_STAGE_PARAM]},
 )
 def read_recommendation(
     run_id: int,
@@ -138,7 +163,8 @@ def read_recommendation(
     `rationale`, `confidence`, `policy_version` — or, with `?format=`, the same policy as a TE debug YAML,
     Megatron flags, bionemo Hydra overrides or a torchao filter; `te-monitor` is the debug YAML for watching a
     run the policy was applied to with `apply_policy` (no Disable* feature, kept layers on LogTensorStats only).
-    Thresholds, `gpu_arch`, `te_version` and `current_recipe` may be given as query parameters."""
+    Thresholds, `gpu_arch`, `te_version` and `current_recipe` may be given as query parameters; `pp_stage` asks
+    for one pipeline stage's te-yaml / te-monitor file (needed when the job's stages name their blocks locally)."""
     return _respond(request, session, run_id, _query_overrides(request), format)
 
 
@@ -147,6 +173,7 @@ def read_recommendation(
     response_model=RecommendationRead,
     response_model_exclude_unset=True,
     responses=RECOMMENDATION_RESPONSES,
+    openapi_extra={"parameters": [_PP_STAGE_PARAM]},
 )
 def recompute_recommendation(
     run_id: int,
@@ -180,6 +207,7 @@ def _respond(
     # identical concurrent requests wait for the one computing it (service/analysis/recommendation_cache.py)
     if overrides:  # refused before it takes a place in the analysis lane
         actions.check_overrides(overrides)
+    stage = _pp_stage(request, fmt)
     key = recommendation_key(session, run_id, overrides)
     # one cache for recommendations, their JSON bodies and their rendered files: the key's tail says which
     cache: SingleFlightCache[Any] = request.app.state.recommendations
@@ -210,13 +238,13 @@ def _respond(
         return _json_bytes(answers["json"]) if answers is not None else _json_body(run_id, recommendation())
 
     def rendering() -> RenderedPolicy:
-        kept = summary.stored_rendering(from_summary(), fmt)
-        return kept if kept is not None else actions.render_recommendation(recommendation(), fmt)
+        kept = summary.stored_rendering(from_summary(), fmt) if stage is None else None
+        return kept if kept is not None else actions.render_recommendation(recommendation(), fmt, stage)
 
     if fmt == "json":
         body = cache.get((*key, "json"), json_body, admit)
         return Response(body, media_type="application/json")
-    rendered = cache.get((*key, fmt), rendering, admit)
+    rendered = cache.get((*key, fmt, stage), rendering, admit)
     return Response(
         rendered.content,
         media_type=rendered.media_type,

@@ -15,6 +15,7 @@ from pydantic import Field, create_model
 from fp8_policy.policy.records import GEMMS, PRECISIONS, RECIPE_CLASSES, LayerGroup, Precision
 from fp8_policy.policy.thresholds import Severity
 from fp8_policy.policy.vocabulary import LayerStatus, Pattern
+from fp8_policy.service.analysis.parallel_schemas import ParallelRead, PipelineRead
 from fp8_policy.service.schema_base import ApiModel, threshold_fields
 
 Gemm = Literal[GEMMS]  # type: ignore[valid-type]
@@ -164,6 +165,9 @@ class AnalysisRead(ApiModel):
     stats: AnalysisStats
     notes: list[str] = Field(description="Caveats: rounding, non-finite values, missing stats.")
     training_recipe: TrainingRecipeRead
+    parallel: ParallelRead | None = Field(
+        None, description="The job's parallel layout (TP, PP, DP, ...); null for a run stored without one."
+    )
 
 
 class GemmOverrideRead(ApiModel):
@@ -215,6 +219,11 @@ class MegatronRead(ApiModel):
     extra_args: list[str]
     blocks_needing_precision_config: list[int] = Field(
         description="0-based blocks that need a TE precision config file (not covered by first/last)."
+    )
+    precision_config_also_hits: list[int] | None = Field(
+        None,
+        description="Pipeline parallel: other 0-based global blocks the precision config's globs hit (a glob sees "
+        "each stage's local block index).",
     )
     notes: list[str]
 
@@ -353,3 +362,6 @@ class RecommendationRead(ApiModel):
     policy_version: str = Field(description="Changes whenever a rule changes.")
     findings: list[FindingBrief]
     history: HistoryRead | None = Field(None, description="Set when `previous_run` was given.")
+    parallel: PipelineRead | None = Field(
+        None, description="The job's parallel layout as apply_policy needs it on one stage; null without one."
+    )

@@ -33,7 +33,7 @@ from fp8_policy.policy.render import OUTPUT_FORMATS, RenderedPolicy
 from fp8_policy.policy.thresholds import Severity, Thresholds
 from fp8_policy.service.analysis.actions import load_run_data, recommendation_answer, render_recommendation
 from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
-from fp8_policy.service.errors import AppError, InvalidOverrides
+from fp8_policy.service.errors import AppError, InvalidOverrides, PipelineStageRequired
 from fp8_policy.service.runs.actions import get_ready_run
 
 log = logging.getLogger("fp8_policy.summary")
@@ -99,6 +99,8 @@ def _answers(run: Run, rec: Recommendation) -> dict[str, Any]:
     for fmt in OUTPUT_FORMATS:
         try:
             policy = render_recommendation(rec, fmt)
+        except PipelineStageRequired:  # one file per pipeline stage: asked for with pp_stage, never stored
+            continue
         except Exception:  # noqa: BLE001 - the live path raises it again to the client
             log.info("recommendation of run %s is not stored as %s", run.id, fmt, exc_info=True)
             continue

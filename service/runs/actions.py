@@ -224,15 +224,26 @@ def json_values(values: np.ndarray) -> list[Any]:
     return out
 
 
+def _coordinates(parallel: Any) -> dict[int, dict[str, int]] | None:
+    """Rank -> its coordinates, for a run stored with a parallel layout that places its ranks (None otherwise)."""
+    if not isinstance(parallel, dict) or not parallel.get("ranks") or parallel.get("source") == "unknown":
+        return None
+    return {int(rank): dict(coord) for rank, coord in parallel["ranks"].items() if isinstance(coord, dict)}
+
+
 def csv_rows(factory: sessionmaker[Session], run_id: int, layout: str, rank: int | None) -> Iterator[bytes]:
     """The metrics CSV, generated series by series with its own session (the response streams it) in pieces of
     about a megabyte: the rows are written by policy.csv_export's compiled writer."""
-    yield csv_export.header(layout)
+    with session_scope(factory) as session:
+        stored = RunRepository(session).get(run_id)
+        coords = _coordinates(stored.parallel if stored is not None else None)
+    yield csv_export.header(layout, coordinates=coords is not None)
     pending: list[bytes] = []
     size = 0
     with session_scope(factory) as session:
         for r, layer, tensor, recipe, stat_key, its, vals in RunRepository(session).iter_points(run_id, rank):
-            prefix = csv_export.row_prefix(layout, r, layer, tensor, recipe, stat_key)
+            coordinate = coords.get(r, {}) if coords is not None else None
+            prefix = csv_export.row_prefix(layout, r, layer, tensor, recipe, stat_key, coordinate)
             for piece in csv_export.series_rows(prefix, its, vals):
                 pending.append(piece)
                 size += len(piece)

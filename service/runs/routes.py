@@ -186,14 +186,15 @@ def export_csv(
         Literal["long", "bionemo"],
         Query(
             description="long: rank, layer, tensor, recipe, stat, "
-            "iteration, value; bionemo: metric_name, "
+            "iteration, value (a parallel job: rank, tp, pp, dp, ep, cp, layer, ...); bionemo: metric_name, "
             "iteration, value."
         ),
     ] = "long",
     rank: Annotated[int | None, Query(ge=0, description="One rank; default: every rank.")] = None,
 ) -> StreamingResponse:
-    """All points as CSV, streamed: long layout (rank, layer, tensor, recipe, stat, iteration, value)
-    or `layout=bionemo` (metric_name, iteration, value)."""
+    """All points as CSV, streamed: long layout (rank, layer, tensor, recipe, stat, iteration, value; a parallel
+    job's ranks with their tp, pp, dp, ep, cp coordinates after `rank`) or `layout=bionemo` (metric_name, iteration,
+    value). Layer names are global (a pipeline stage's blocks named by their place in the whole model)."""
     actions.get_ready_run(session, run_id)
     check_rank(rank)  # before the response starts: a bad rank is a 400, never a 200 with a cut-off body
     rows = actions.csv_rows(request.app.state.session_factory, run_id, layout, rank)

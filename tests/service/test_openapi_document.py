@@ -123,8 +123,10 @@ def test_hand_validated_parameters_are_documented_exactly(document) -> None:
     assert _query_names(document, "/api/v1/runs/{run_id}/analysis") == thresholds
     assert _query_names(document, "/api/v1/runs/{run_id}/recommendation") == thresholds | {
         "format",
+        "pp_stage",
         *analysis_routes._GET_OPTION_KEYS,
     }
+    assert _query_names(document, "/api/v1/runs/{run_id}/recommendation", "post") == {"format", "pp_stage"}
     formats = next(
         p
         for p in document["paths"]["/api/v1/runs/{run_id}/recommendation"]["get"]["parameters"]

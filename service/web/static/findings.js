@@ -1,4 +1,5 @@
-// Run page: the findings card (severity, summary, layer chips, evidence table per finding).
+// Run page: the findings card (severity, summary, layer chips, evidence table per finding, and a parallel job's
+// layout: its sizes, source, naming and the ranks of each pipeline stage).
 
 import { h, replace } from "./dom.js";
 import { fmtNum, plural, patternLabel } from "./format.js";
@@ -18,6 +19,44 @@ function evidenceValue(key, v) {
   if (["level", "max", "mean", "last", "start_level", "end_level", "projected_value", "reference"].includes(key)) return fmtNum(v, 4);
   if (typeof v === "number") return fmtNum(v, 4);
   return String(v);
+}
+
+// "0-3, 8-11": ascending ranks as ranges.
+function rankRanges(ranks) {
+  const out = [];
+  for (const r of ranks) {
+    const last = out[out.length - 1];
+    if (last && r === last[1] + 1) last[1] = r; else out.push([r, r]);
+  }
+  return out.map(([a, b]) => (a === b ? `${a}` : `${a}-${b}`)).join(", ");
+}
+
+// A parallel job's layout (analysis.parallel): sizes, where they came from, how the logs named the blocks, and the
+// ranks of each pipeline stage (a global layer's ranks are its stage's).
+function parallelBlock(p) {
+  if (!p) return null;
+  const naming = { layer_number: "blocks named by their global layer_number", global: "blocks named globally",
+    local: "blocks named per stage, renamed to global" }[p.naming] || "block names as logged";
+  const head = p.source === "unknown" ? "unknown (several ranks, no layout told)"
+    : `${p.describe || `TP${p.tp} x PP${p.pp} x DP${p.dp}`} · ${p.source === "metadata" ? "from the metadata" : "inferred from the logs"} · ${naming}`;
+  const byStage = new Map();
+  for (const [rank, c] of Object.entries(p.ranks || {})) {
+    const stage = c.pp ?? 0;
+    if (!byStage.has(stage)) byStage.set(stage, []);
+    byStage.get(stage).push(Number(rank));
+  }
+  const stored = (r) => !(String(r) in (p.replicas || {}));
+  const rows = [...byStage.entries()].sort((a, b) => a[0] - b[0]).map(([stage, ranks]) => {
+    ranks.sort((a, b) => a - b);
+    return h("tr", null, h("td", { class: "num" }, String(stage)), h("td", { class: "mono left" }, rankRanges(ranks)),
+      h("td", { class: "mono left" }, rankRanges(ranks.filter(stored))));
+  });
+  return h("div", { class: "notes", id: "parallel-layout" }, h("h3", null, "Parallel layout"),
+    h("p", null, head, p.exact ? "" : " · layer names not known to be global blocks"),
+    rows.length > 1 ? h("div", { class: "table-scroll" }, h("table", { class: "table table-compact", "aria-label": "Ranks per pipeline stage" },
+      h("thead", null, h("tr", null, h("th", { scope: "col", class: "num" }, "Stage"), h("th", { scope: "col" }, "Ranks"),
+        h("th", { scope: "col" }, "Stored (replicas once)"))), h("tbody", null, rows))) : null,
+    (p.notes || []).length ? h("ul", null, p.notes.map((n) => h("li", null, n))) : null);
 }
 
 export function findingsCard(analysis, onLayer) {
@@ -59,5 +98,5 @@ export function findingsCard(analysis, onLayer) {
     subtitle: `Underflow bands: warning ≥ ${fmtNum(t.warning)}%, critical ≥ ${fmtNum(t.critical)}%, severe ≥ ${fmtNum(t.severe)}%; ` +
       `a layer's level is the ${analysis.stats && analysis.stats.level_rule ? analysis.stats.level_rule : "p95 of the trailing window after warm-up, worst rank"}` +
       `${analysis.stats && analysis.stats.rank_outlier_series_excluded ? " (ranks reported as outliers left out)" : ""}.`,
-  }, list, notes);
+  }, list, notes, parallelBlock(analysis.parallel));
 }

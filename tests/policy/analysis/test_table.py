@@ -49,7 +49,7 @@ def test_table_rows_carry_levels_statuses_and_patterns() -> None:
 def test_analysis_to_dict_is_json_ready() -> None:
     analysis = analyze(build_run(plant(Spec(n_blocks=6), [name("megatron", 0, "qkv")], "gradient", 3.0)))
     data = json.loads(json.dumps(analysis.to_dict()))
-    assert set(data) == {"focus", "findings", "layers", "thresholds", "stats", "notes", "training_recipe"}
+    assert set(data) == {"focus", "findings", "layers", "thresholds", "stats", "notes", "training_recipe", "parallel"}
     finding = data["findings"][0]
     assert finding["pattern"] == "early_layers"  # positional: not also an isolated single_tensor
     evidence = finding["evidence"][0]
