@@ -51,6 +51,7 @@ from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
 from fp8_policy.service.live import kept as kept_files
 from fp8_policy.service.live import story
+from fp8_policy.service.live.naming import global_names
 from fp8_policy.service.live.pieces import Piece, Region, as_piece, last_newline
 from fp8_policy.service.runs.ownership import NotRunOwner, may_write
 from fp8_policy.service.runs.writes import _store_upload_file as store_upload_file  # the one way uploads are stored
@@ -208,7 +209,7 @@ def append(
                 row.size += _copy_in(piece, overlap, handle)
         events: list[LiveEvent] = []
         if kind == "stats" and row.size > row.parsed_offset:
-            events = _detect(repo, run_id, disk, path, row, thresholds or Thresholds())
+            events = _detect(repo, run_id, disk, path, row, thresholds or Thresholds(), dict(run.run_metadata or {}))
         elif kind == "scalars" and row.size > row.parsed_offset:
             events = _detect_scalars(repo, run_id, disk, row)
         events = group_events(events)  # one event per (layer, kind) of this piece
@@ -241,7 +242,13 @@ def _copy_in(piece: Piece, start: int, handle: BinaryIO) -> int:
 
 
 def _detect(
-    repo: LiveRepository, run_id: int, disk: Path, path: str, row: Any, thresholds: Thresholds
+    repo: LiveRepository,
+    run_id: int,
+    disk: Path,
+    path: str,
+    row: Any,
+    thresholds: Thresholds,
+    metadata: dict[str, Any],
 ) -> list[LiveEvent]:
     """Parse the file's new whole lines and advance the detector state of all their series at once (one load and
     one save of the run's state document, policy/live_batch.py)."""
@@ -266,7 +273,8 @@ def _detect(
         table = SeriesTable.from_stored(stored, SERIES_STATE_KEY)  # every series of the run, as arrays
         others = {key: data for key, data in stored.items() if "\t" not in key and key != SERIES_STATE_KEY}
         files = {}
-    events = advance_piece(table, rank, parsed.names, parsed.offsets, parsed.iterations, parsed.values, thresholds)
+    metric_names = global_names(metadata, rank, parsed.names)  # as the finalized run names them (live/naming.py)
+    events = advance_piece(table, rank, metric_names, parsed.offsets, parsed.iterations, parsed.values, thresholds)
     stamp = repo.save_state(run_id, {**others, SERIES_STATE_KEY: table.to_document()})
     kept_files.keep_table(run_id, (stamp, others, table, {**files, path: names}))
     return events
