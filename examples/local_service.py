@@ -80,8 +80,10 @@ def in_process_service() -> Iterator[PolicyClient]:
         database_url = f"sqlite:///{Path(data_dir) / 'fp8_policy.db'}"
         upgrade(database_url)
         settings = Settings(_env_file=None, data_dir=Path(data_dir) / "data", database_url=database_url)
-        # TestClient runs the lifespan (engine, ingest worker); its transport carries PolicyClient's requests
-        with TestClient(create_app(settings)) as app, PolicyClient(str(app.base_url), transport=app._transport) as api:
+        # TestClient runs the lifespan (engine, ingest worker); its transport carries PolicyClient's requests,
+        # addressed to localhost: a service without tokens answers only this machine's names (service/auth/hosts.py)
+        app_client = TestClient(create_app(settings), base_url="http://localhost")
+        with app_client as app, PolicyClient(str(app.base_url), transport=app._transport) as api:
             yield api
 
 

@@ -17,18 +17,24 @@ import tempfile
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from sqlalchemy.orm import Session
 
+from fp8_policy._lazy import lazy_module
 from fp8_policy.db.live import LiveRepository, StoredEvent
 from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.policy import scalars_file
-from fp8_policy.policy.scalar_series import NO_SCALARS, ScalarColumns, parse_scalars
 from fp8_policy.service import lanes
 from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
 from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
 from fp8_policy.service.storage import PART_SUFFIX, hold_part
+
+if TYPE_CHECKING:
+    from fp8_policy.policy import scalar_series as scalar_columns
+    from fp8_policy.policy.scalar_series import ScalarColumns
+else:  # imported on first use (it imports numpy): start-up path, tests/service/test_start_up_imports.py
+    scalar_columns = lazy_module("fp8_policy.policy.scalar_series")
 
 SCALARS_NAME = "scalars.jsonl"  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
 MAX_EVENTS_PAGE = 500
@@ -139,7 +145,7 @@ def scalar_series(store: ArchiveStore, data_dir: Path, run: Run, limit: int) -> 
     429 ComputeQueueFull when it is full), and concurrent first reads of one version wait for one parse."""
     version = _version(store, data_dir, run)
     if version is None:
-        return NO_SCALARS.last(limit)
+        return scalar_columns.NO_SCALARS.last(limit)
     columns = _parsed.get(version)
     if columns is None:
         columns = _parsing.get(version, lambda: _parse(store, data_dir, run, version), admit=lanes.SCALARS.admission)
@@ -165,7 +171,7 @@ def _version(store: ArchiveStore, data_dir: Path, run: Run) -> tuple[Any, ...] |
 def _parse(store: ArchiveStore, data_dir: Path, run: Run, version: tuple[Any, ...]) -> ScalarColumns:
     with lanes.SCALARS.turn():
         text = _scalars_bytes(store, data_dir, run)
-        columns = parse_scalars(text) if text is not None else NO_SCALARS
+        columns = scalar_columns.parse_scalars(text) if text is not None else scalar_columns.NO_SCALARS
     _parsed.put(version, columns)
     return columns
 
