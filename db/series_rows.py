@@ -14,6 +14,7 @@ PostgreSQL locks rows, not the database; it keeps SQLAlchemy's executemany.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -44,9 +45,12 @@ class EncodedSeries:
     values: tuple[Any, ...]  # in the order of COLUMNS[2:]
 
 
-def encode_series(records: list[SeriesRecord]) -> list[EncodedSeries]:
-    """The rows of `records`, encoded (codec) outside any transaction."""
-    return [EncodedSeries(r.metric.layer, _values(r)) for r in records]
+def encode_series(records: list[SeriesRecord], rename: Callable[[str], str] | None = None) -> list[EncodedSeries]:
+    """The rows of `records`, encoded (codec) outside any transaction; `rename` gives each layer the name it is
+    stored under (a parallel job's rank: its logged names -> global ones, policy/parallel/naming.py)."""
+    if rename is None:
+        return [EncodedSeries(r.metric.layer, _values(r)) for r in records]
+    return [EncodedSeries(rename(r.metric.layer), _values(r)) for r in records]
 
 
 def _values(record: SeriesRecord) -> tuple[Any, ...]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,6 +105,25 @@ def merge_metadata(logs: Iterable[MetadataLog]) -> MetadataLog:
         merged.lines_read += log.lines_read
         merged.lines_unrecognised += log.lines_unrecognised
     return merged
+
+
+def renamed(log: MetadataLog, rename: Callable[[str], str]) -> MetadataLog:
+    """`log` with every layer name passed through `rename` (one rank's logged names -> the job's global names,
+    policy/parallel/naming.py), before the logs of several ranks are merged: under local naming every pipeline
+    stage logs `layers.0`, and merging first would mix different blocks' plans. Its own record is kept."""
+    out = MetadataLog(lines_read=log.lines_read, lines_unrecognised=log.lines_unrecognised, parallel=log.parallel)
+    seen: set[str] = set()
+    for layer in log.assigned:
+        _add_assigned(out, seen, rename(layer))
+    for layer in log.layer_order:
+        _plan_for(out, rename(layer))
+    for layer, plan in log.plans.items():
+        target = _plan_for(out, rename(layer))
+        target.disabled = target.disabled or plan.disabled
+        target.features |= plan.features
+        for key, text in plan.gemm_plans.items():
+            _set_gemm_plan(target, key, text)
+    return out
 
 
 def _parse_line(line: str, log: MetadataLog, seen_assigned: set[str]) -> bool:

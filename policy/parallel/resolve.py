@@ -46,6 +46,17 @@ class Resolution:
             return _same
         return RankNamer(layout, coord, self.info.naming, self.experts_local)
 
+    @classmethod
+    def from_info(cls, info: ParallelInfo, experts_local: int | None) -> Resolution:
+        """A resolution rebuilt from its stored `info` (and `experts_local`), for jobs that rename ranks after the
+        one that resolved: its namers are the resolving job's. The expert grid's tensor and data coordinates are
+        not stored, so `expert_groups` of a rebuilt resolution group by expert and pipeline rank only."""
+        coords = {
+            rank: RankCoord(rank, c.get("tp", 0), c.get("cp", 0), c.get("dp", 0), c.get("pp", 0), c.get("ep", 0))
+            for rank, c in info.coords.items()
+        }
+        return cls(info, coords, experts_local)
+
     def dense_groups(self) -> list[tuple[int, ...]]:
         """Data-parallel groups: ranks with the same tensor, context and pipeline coordinates."""
         return _groups(self.coords, lambda c: (c.tp, c.cp, c.pp))

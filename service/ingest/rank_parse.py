@@ -1,59 +1,27 @@
 """What the ingest jobs read out of an archive's members, before anything is stored (service/ingest/pipeline.py).
 
 Belongs here: the callbacks the archive scan hands member streams to, and what they make of them: one rank's
-statistics files parsed in session order, assembled into series, with a report per file (`RankParse`); the plan
-job's parse of the first statistics file it meets, kept when that file is its rank's only one (`FirstRank`); the
-metadata members, bounded, merged and reported in session order (`MetadataReader`). No database: claiming,
-locking and storing a job's outcome stay in pipeline.py.
+statistics files parsed in session order by its own job, assembled into series under global names, with a report
+per file and the rank's digests (`RankParse`, `rank_result`); the metadata members, bounded, merged and reported
+in session order (`MetadataReader`). The plan job's parse of every rank during its scan is service/ingest/
+scan_ranks.py and plan_ranks.py. No database: claiming, locking and storing a job's outcome stay in pipeline.py.
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from typing import Any
 
 from fp8_policy.policy.assemble import AssembledRun, assemble_run
 from fp8_policy.policy.log_files import classify_log_path
 from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
-from fp8_policy.policy.stats_log import StatsLogError, StatsLogParser
+from fp8_policy.policy.stats_log import StatsLogParser
 from fp8_policy.service.ingest.archive.stream import ChunkedReader
+from fp8_policy.service.ingest.parallel_ranks import MetricSplit, rank_digests
 from fp8_policy.service.ingest.parse import MAX_METADATA_BYTES, IngestError, stats_file_report
+from fp8_policy.service.ingest.scan_ranks import content_digest
 from fp8_policy.service.settings import Settings
-
-
-class FirstRank:
-    """The plan job's scan reads every byte anyway: it parses the first statistics file it meets, and when that
-    file is its rank's only one, stores that rank itself (a single-rank upload is then decompressed once).
-    Any parse error is left to the rank job, which reports it with the rank."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.streamed: str | None = None
-        self.parse: RankParse | None = None
-
-    def feed(self, streamed: str, stream: io.BufferedIOBase) -> None:
-        if self.streamed is not None:
-            return
-        self.streamed = streamed
-        logfile = classify_log_path(streamed)
-        if logfile is None:
-            return
-        parse = RankParse(self.settings, logfile.rank)
-        try:
-            parse.feed(stream, streamed)
-        except StatsLogError:
-            return
-        self.parse = parse
-
-    def result(
-        self, stats: dict[int, list[tuple[str, str]]], metadata: MetadataLog
-    ) -> tuple[int, AssembledRun, dict[str, Any]] | None:
-        parse = self.parse
-        if parse is None or [streamed for _m, streamed in stats.get(parse.rank, [])] != [self.streamed]:
-            return None
-        parse.reports[0]["path"] = stats[parse.rank][0][0]  # the member's name, as rank jobs report it
-        assembled, result = parse.finish(metadata)
-        return parse.rank, assembled, result
 
 
 class RankParse:
@@ -69,21 +37,32 @@ class RankParse:
         report = self.parser.feed(ChunkedReader(stream), source)
         self.reports.append(stats_file_report(report, self.rank))
 
-    def finish(self, metadata: MetadataLog) -> tuple[AssembledRun, dict[str, Any]]:
+    def finish(self, logged: MetadataLog, rename: Callable[[str], str]) -> tuple[AssembledRun, dict[str, Any]]:
+        """The rank's series (names split with the known layers of `logged`, the metadata under logged names) and
+        its result: counts, and its digests under the names `rename` gives (global names)."""
         parsed = self.parser.finish()
         self.parser = None  # type: ignore[assignment]  # its buffers go before the series are stored
-        assembled = assemble_run({self.rank: parsed}, metadata)
-        reports = self.reports
-        result = {
-            "files": reports,
-            "lines_read": sum(r["lines_read"] for r in reports),
-            "lines_skipped": sum(r["skipped_lines"] for r in reports),
-            "lines_blank": sum(r["blank_lines"] for r in reports),
-            "lines_duplicated": parsed.duplicated_points,
-            "unsplit_names": assembled.unsplit_names,
-            "unsplit_points": assembled.unsplit_points,
-        }
+        assembled = assemble_run({self.rank: parsed}, logged)
+        metrics = MetricSplit(logged.known_layers()).of(parsed.names)
+        digests = rank_digests(content_digest(parsed), parsed, metrics, rename)
+        result = rank_result(self.reports, parsed.duplicated_points, assembled.unsplit_names, assembled.unsplit_points)
+        result["parallel"] = {**digests.as_dict(), "stored": True, "scanned": False}
         return assembled, result
+
+
+def rank_result(
+    reports: list[dict[str, Any]], duplicated: int, unsplit_names: list[str], unsplit_points: int
+) -> dict[str, Any]:
+    """A rank job's result (the plan job records the same for the ranks it parsed): what finalize sums up."""
+    return {
+        "files": reports,
+        "lines_read": sum(r["lines_read"] for r in reports),
+        "lines_skipped": sum(r["skipped_lines"] for r in reports),
+        "lines_blank": sum(r["blank_lines"] for r in reports),
+        "lines_duplicated": duplicated,
+        "unsplit_names": unsplit_names,
+        "unsplit_points": unsplit_points,
+    }
 
 
 class MetadataReader:
