@@ -49,12 +49,19 @@ class Resolution:
     @classmethod
     def from_info(cls, info: ParallelInfo, experts_local: int | None) -> Resolution:
         """A resolution rebuilt from its stored `info` (and `experts_local`), for jobs that rename ranks after the
-        one that resolved: its namers are the resolving job's. The expert grid's tensor and data coordinates are
-        not stored, so `expert_groups` of a rebuilt resolution group by expert and pipeline rank only."""
-        coords = {
-            rank: RankCoord(rank, c.get("tp", 0), c.get("cp", 0), c.get("dp", 0), c.get("pp", 0), c.get("ep", 0))
-            for rank, c in info.coords.items()
-        }
+        one that resolved: the same namers and replica groups. Only a stated layout places ranks (an inferred one
+        names no coordinates but the stage); the expert grid's tensor and data coordinates, which `info` does not
+        keep, are the rank order's."""
+        layout = info.layout
+        if info.source != METADATA or layout is None:
+            return cls(info, {}, experts_local)
+        coords = {}
+        for rank, c in info.coords.items():
+            grid = rank_coord(layout, rank) if 0 <= rank < layout.world_size else None
+            etp, edp = (grid.etp, grid.edp) if grid is not None else (0, 0)
+            coords[rank] = RankCoord(
+                rank, c.get("tp", 0), c.get("cp", 0), c.get("dp", 0), c.get("pp", 0), c.get("ep", 0), etp, edp
+            )
         return cls(info, coords, experts_local)
 
     def dense_groups(self) -> list[tuple[int, ...]]:
@@ -93,23 +100,28 @@ def resolve(metadata: Mapping[str, Any], evidence: Mapping[int, RankEvidence]) -
                 f"the metadata states {stated.describe()}, the ranks recorded {layout.describe()}: the ranks' records are used"
             )
         notes.append(source_note)
+    outside: list[int] = []
+    if layout is not None and ranks and ranks[-1] >= layout.world_size:
+        outside = [r for r in ranks if r >= layout.world_size]
+        notes.append(
+            f"rank(s) {_list(outside)} are outside the stated layout's {layout.world_size} ranks "
+            f"({layout.describe()}): the world size contradicts the logs, which win: no rank is placed by it, "
+            "the layout is read from the logs alone"
+        )
+        layout = None
     if layout is None:
         blocks = {r: _blocks(e.layers) for r, e in evidence.items()}
         digests = {r: e.digest for r, e in evidence.items() if e.digest is not None}
         info = infer_layout(blocks, digests)
+        info.notes[:0] = notes
+        info.outside_ranks = outside
         return Resolution(info)
     return _placed(layout, evidence, notes)
 
 
 def _placed(layout: ParallelLayout, evidence: Mapping[int, RankEvidence], notes: list[str]) -> Resolution:
     ranks = sorted(evidence)
-    outside = [r for r in ranks if r >= layout.world_size]
-    if outside:
-        notes.append(
-            f"rank(s) {_list(outside)} are outside the layout's {layout.world_size} ranks ({layout.describe()}): "
-            "the world size does not match the logs; those ranks keep their logged names"
-        )
-    coords = {r: rank_coord(layout, r) for r in ranks if r < layout.world_size}
+    coords = {r: rank_coord(layout, r) for r in ranks}
     coords, conflict_notes = _check_recorded(coords, evidence)
     notes += conflict_notes
     missing = [r for r in range(layout.world_size) if r not in evidence] if layout.world_size <= 1 << 16 else []
