@@ -242,6 +242,9 @@ def _replica_verdicts(
     info = resolution.info
     if info.source != METADATA or not resolution.coords:
         return
+    if info.naming is None:
+        info.notes.append("replica groups were not compared: the stated layout could not be checked against the logs")
+        return
     dense = {r: bytes.fromhex(d["dense"]) for r, d in digests.items()}
     experts = {r: bytes.fromhex(d["experts"]) for r, d in digests.items() if d.get("experts")}
     reduced = {r: bytes.fromhex(d["reduced"]) for r, d in digests.items() if d.get("reduced")}
@@ -315,7 +318,7 @@ def _report(
         "parsed_by_rank_jobs": len(results) - in_scan,
         "missing_ranks": info.missing_ranks[:MAX_LISTED],
         "missing_count": len(info.missing_ranks),
-        "outside_ranks": sorted(r for r in results if world is not None and r >= world)[:MAX_LISTED],
+        "outside_ranks": info.outside_ranks[:MAX_LISTED],
         "duplicate_coordinates": [sorted(ranks) for ranks in claimed.values() if len(ranks) > 1][:MAX_LISTED],
         "ends_early": {str(r): it for r, it in list(early.items())[:MAX_LISTED]},
         "mismatches": [m.as_dict() for m in info.mismatches[:MAX_LISTED]],

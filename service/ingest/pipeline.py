@@ -228,7 +228,8 @@ def _finalize(session: Session, job: ClaimedJob, plan: dict[str, Any], resolutio
         raise IngestError("NoStatsLines", "no statistics line could be attributed to a layer, tensor and stat")
     store.write_layer_table(job.run_id, layer_table(facts, metadata_from_json(plan["metadata_log"])))
     counts = _counts(plan, ranks)
-    counts.report["parallel"] = settled.report
+    if len(ranks) > 1:  # a single rank's layout is stored with the run (runs.parallel) but reports nothing
+        counts.report["parallel"] = settled.report
     store.mark_ready(run, counts, replica_ranks=settled.replica_count, parallel=settled.info)
 
 
