@@ -9,6 +9,7 @@ Must not be here: the arithmetic of ranks and stages (ranks.py, stages.py), dige
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -175,6 +176,7 @@ def _experts(
     return per_rank
 
 
+@functools.lru_cache(maxsize=4096)  # ranks of a stage share their set of names (the ingest hands the same one)
 def _blocks(layers: frozenset[str]) -> frozenset[int]:
     return frozenset(found[1] for name in layers if (found := block_index_at(name)) is not None)
 

@@ -72,9 +72,20 @@ def gather_evidence(
     those its metadata log names (nvdlfw_inspect writes `Assigned layer name:` for every module on every rank, in
     the same numbering as the statistics). Also the ranks with neither."""
     evidence, blind = {}, []
+    known: dict[int, frozenset[str]] = {}  # ranks of a stage share their metadata's parsed layers (rank_parse.py)
+    joined: dict[tuple[int, int], frozenset[str]] = {}
     for rank in sorted(ranks):
         log = meta.get(rank)
-        layers = logged_layers.get(rank, frozenset()) | (log.known_layers() if log is not None else frozenset())
+        logged = logged_layers.get(rank, frozenset())
+        if log is None:
+            layers = logged
+        else:
+            if id(log.plans) not in known:
+                known[id(log.plans)] = log.known_layers()
+            pair = (id(logged), id(log.plans))
+            if pair not in joined:
+                joined[pair] = logged | known[id(log.plans)]
+            layers = joined[pair]
         if not layers:
             blind.append(rank)
         evidence[rank] = RankEvidence(layers, log.parallel if log is not None else None)
@@ -114,12 +125,25 @@ def resolve_ranks(
 def global_metadata(
     members: list[tuple[str, str]], logs: Mapping[str, MetadataLog], namer: Callable[[int], Callable[[str], str]]
 ) -> MetadataLog:
-    """The metadata logs merged in session order, each renamed to global names with its rank's namer first."""
-    out = []
+    """The metadata logs merged in session order, each renamed to global names with its rank's namer first. A log
+    whose layers another rank already described under the same renaming (data-parallel replicas) is renamed and
+    merged once; its line counts still add up."""
+    out: list[MetadataLog] = []
+    seen: set[tuple[bytes, tuple[int, int]]] = set()
     for _member, streamed in members:
         logfile = classify_log_path(streamed)
         log = logs[streamed]
-        out.append(renamed(log, namer(logfile.rank)) if logfile is not None else log)
+        if logfile is None:
+            out.append(log)
+            continue
+        rename = namer(logfile.rank)
+        key = (log.content_key, namer_key(rename)) if log.content_key is not None else None
+        if key is not None and key in seen:
+            out.append(MetadataLog(lines_read=log.lines_read, lines_unrecognised=log.lines_unrecognised))
+            continue
+        if key is not None:
+            seen.add(key)
+        out.append(renamed(log, rename))
     return merge_metadata(out)
 
 
@@ -157,7 +181,7 @@ _REDUCED_TENSORS = frozenset({"activation", "gradient"})
 def rank_digests(
     content: bytes, parsed: ParsedStats, metrics: list[MetricName | None], rename: Callable[[str], str]
 ) -> RankDigests:
-    h = hashlib.blake2b(content, digest_size=16)
+    h = hashlib.sha256(content)
     for metric in metrics:
         h.update(b"\x1e" + (rename(metric.layer) if metric is not None else "").encode("utf-8", "surrogatepass"))
     n = len(metrics)
@@ -166,11 +190,11 @@ def rank_digests(
     last = int(parsed.iterations.max()) if parsed.points else None
     dense = _subset(parsed, ~expert) if expert.any() else content.hex()
     experts = _subset(parsed, expert) if expert.any() else None
-    return RankDigests(h.hexdigest(), dense, experts, _subset(parsed, reduced), last)
+    return RankDigests(h.hexdigest()[:32], dense, experts, _subset(parsed, reduced), last)
 
 
 def _subset(parsed: ParsedStats, mask: np.ndarray) -> str:
-    h = hashlib.blake2b(digest_size=16)
+    h = hashlib.sha256()
     offsets = parsed.offsets.tolist()
     its, vals = parsed.iterations, parsed.values
     for k in np.flatnonzero(mask).tolist():
@@ -180,7 +204,7 @@ def _subset(parsed: ParsedStats, mask: np.ndarray) -> str:
         h.update((hi - lo).to_bytes(8, "little"))
         h.update(its[lo:hi].tobytes())
         h.update(vals[lo:hi].tobytes())
-    return h.hexdigest()
+    return h.hexdigest()[:32]
 
 
 def listed(ranks: Iterable[int]) -> str:

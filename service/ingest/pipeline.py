@@ -23,6 +23,7 @@ is service/ingest/rank_parse.py, scan_ranks.py and plan_ranks.py; this module cl
 
 from __future__ import annotations
 
+import io
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -102,16 +103,22 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
     metadata = MetadataReader()
     ranks = ScanRanks(ctx.settings)  # every rank it can, parsed on the way (service/ingest/scan_ranks.py)
     scalars = ScalarsReader(_spill_dir(ctx))  # the training scalars member, if any (service/ingest/scalars.py)
+
+    def on_metadata(streamed: str, stream: io.BufferedIOBase) -> None:  # parsed by the scan's background thread
+        data = metadata.take(streamed, stream)
+        ranks.later(len(data), metadata.parse, streamed, data)
+
     try:
         with _open_upload(ctx, job.run_id, key) as (src, size):
             kernels_for(size)  # a large upload waits for the compiled kernels; a small one is parsed at once
             scan = scan_archive(
-                src, size, extract_limits(ctx.settings), hint, metadata.read, ranks.feed, on_scalars=scalars.read
+                src, size, extract_limits(ctx.settings), hint, on_metadata, ranks.feed, on_scalars=scalars.read
             )
         scalars.keep(ctx.store, job.run_id)  # the whole archive scanned without error: stored with the run
+        ranks.settle(scan.stats)
     finally:
+        ranks.close()
         scalars.discard()
-    ranks.settle(scan.stats)
     planned = plan_ranks(run_metadata, scan, ranks, metadata)
     result = {
         "format": scan.format,

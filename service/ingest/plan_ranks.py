@@ -116,7 +116,7 @@ def _store_content(
     assert parsed is not None
     unsplit: tuple[list[str], int] = ([], 0)
     for rank in sorted(r for r in content.ranks if r not in replicas):
-        assembled = assemble_run({rank: parsed}, logged)
+        assembled = assemble_run({rank: parsed}, logged, with_layers=False)
         stored[rank] = encode_series(assembled.series, namer(rank))
         unsplit = (assembled.unsplit_names, assembled.unsplit_points)
     content.parsed = None

@@ -15,16 +15,27 @@ from __future__ import annotations
 
 import hashlib
 import io
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from fp8_policy.policy.log_files import classify_log_path, session_key
+import numpy as np
+
+from fp8_policy.policy.log_files import LogFile, classify_log_path, session_key
 from fp8_policy.policy.name_table import MAX_NAMES
+from fp8_policy.policy.stats_blocks import ByteStream
 from fp8_policy.policy.stats_log import ParsedStats, StatsLogError, StatsLogParser
 from fp8_policy.policy.stats_names import KnownNames
 from fp8_policy.service.ingest.archive.stream import ChunkedReader
 from fp8_policy.service.ingest.parse import stats_file_report
 from fp8_policy.service.settings import Settings
+
+# Members up to this size are read whole by the scan and parsed by the background thread (a parallel job's ranks
+# are a few MB each); a larger one is parsed where the scan stands, streamed. At most BACKGROUND_BYTES wait.
+INLINE_MEMBER_BYTES = 16 * 1024**2
+BACKGROUND_BYTES = 64 * 1024**2
 
 # The shared name table (see ScanRanks._known) starts afresh past this many names, far below the table's own limit
 # (policy/name_table.py) so that the names of many ranks never fill it for one rank's parse.
@@ -35,15 +46,12 @@ def content_digest(parsed: ParsedStats) -> bytes:
     """16 bytes over everything a rank's parse holds: its metric names in order and every series' points. Two
     ranks with the same digest logged the same statistics (a fresh parse and one from known names give the same
     ParsedStats, policy/stats_names.py, so the two ingest paths agree)."""
-    h = hashlib.blake2b(digest_size=16)
-    for name in parsed.names:
-        encoded = name.encode("utf-8", "surrogatepass")
-        h.update(len(encoded).to_bytes(4, "little"))
-        h.update(encoded)
-    h.update(parsed.offsets.tobytes())
-    h.update(parsed.iterations.tobytes())
-    h.update(parsed.values.tobytes())
-    return h.digest()
+    h = hashlib.sha256()
+    h.update(np.fromiter(map(len, parsed.names), np.int64, len(parsed.names)).tobytes())  # where each name ends
+    h.update("".join(parsed.names).encode("utf-8", "surrogatepass"))
+    for array in (parsed.offsets, parsed.iterations, parsed.values):  # their buffers, not copies (6M points: 96 MB)
+        h.update(np.ascontiguousarray(array).data)
+    return h.digest()[:16]
 
 
 def parsed_bytes(parsed: ParsedStats) -> int:
@@ -94,13 +102,34 @@ class ScanRanks:
         self.contents: dict[bytes, Content] = {}
         self._open: _Open | None = None
         self._known: KnownNames | None = None
+        self._background = _Background(BACKGROUND_BYTES)
 
-    # --- the scan's callback -------------------------------------------------------------------------------------
+    # --- the scan's callbacks -------------------------------------------------------------------------------------
     def feed(self, streamed: str, stream: io.BufferedIOBase) -> None:
+        """A statistics member: a small one is read here and parsed by the background thread while the scan
+        decompresses the next members; a large one is parsed here, streamed, once the thread has caught up."""
         logfile = classify_log_path(streamed)
-        if logfile is None or logfile.rank in self.left:
+        if logfile is None:
             return
+        data = stream.read(INLINE_MEMBER_BYTES + 1)
+        if len(data) <= INLINE_MEMBER_BYTES:
+            self._background.submit(len(data), self._feed, logfile, streamed, io.BytesIO(data))
+            return
+        self._background.drain()
+        self._feed(logfile, streamed, _Prefixed(data, stream))
+
+    def later(self, nbytes: int, work: Callable[..., None], *args: Any) -> None:
+        """Other work of the scan (a metadata member's parse) for the background thread, in order."""
+        self._background.submit(nbytes, work, *args)
+
+    def close(self) -> None:
+        """Stop the background thread (after a failed scan too); what it was doing is dropped."""
+        self._background.close()
+
+    def _feed(self, logfile: LogFile, streamed: str, stream: ByteStream) -> None:
         rank = logfile.rank
+        if rank in self.left:
+            return
         current = self._open
         if current is not None and current.rank == rank:
             if session_key(logfile) <= current.last_key:
@@ -116,7 +145,7 @@ class ScanRanks:
                 return
             current = self._open = _Open(rank, self._parser(), [], [], ())
         try:
-            report = current.parser.feed(ChunkedReader(stream), streamed)
+            report = current.parser.feed(ChunkedReader(stream), streamed)  # type: ignore[arg-type]
         except StatsLogError:
             self._abandon(rank, "its parse failed (its own job reports why)")
             return
@@ -125,8 +154,11 @@ class ScanRanks:
         current.last_key = session_key(logfile)
 
     def settle(self, stats: dict[int, list[tuple[str, str]]]) -> None:
-        """After the scan: the last open parse finished; a rank counts as parsed only when it was fed exactly its
-        listed members in session order (`stats`: ArchiveScan.stats); reports take the members' own names."""
+        """After the scan: the background work done, the last open parse finished; a rank counts as parsed only
+        when it was fed exactly its listed members in session order (`stats`: ArchiveScan.stats); reports take
+        the members' own names."""
+        self._background.drain()
+        self.close()
         self._finish_open()
         for rank in list(self.ranks):
             listed = stats.get(rank, [])
@@ -186,3 +218,71 @@ class ScanRanks:
             self.contents.pop(content.digest, None)
             self.kept -= content.nbytes
             content.parsed = None
+
+
+class _Background:
+    """One thread doing the scan's parsing in the order it was handed over, with at most `limit` bytes waiting:
+    the scan thread decompresses and walks the archive (isal's inflate drops the GIL) while this one parses (the
+    compiled kernels drop it too), so both cores work on a job of many small ranks. An error in the thread is
+    raised by `drain`."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._pool: ThreadPoolExecutor | None = None
+        self._last: Future[None] | None = None
+        self._waiting = 0
+        self._blocked = False
+        self._cond = threading.Condition()
+        self._error: BaseException | None = None
+
+    def submit(self, nbytes: int, work: Callable[..., None], *args: Any) -> None:
+        with self._cond:
+            while self._waiting and self._waiting + nbytes > self._limit:
+                self._blocked = True
+                self._cond.wait()
+            self._waiting += nbytes
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="scan-parse")
+
+        def task() -> None:
+            try:
+                if self._error is None:
+                    work(*args)
+            except BaseException as exc:  # raised again by drain(), in the scan's thread
+                self._error = exc
+            finally:
+                with self._cond:
+                    self._waiting -= nbytes
+                    if self._blocked:  # the scan waits for room (a notify per member cost 4 % of a 1,024-rank scan)
+                        self._blocked = False
+                        self._cond.notify_all()
+
+        self._last = self._pool.submit(task)
+
+    def drain(self) -> None:
+        if self._last is not None:
+            self._last.result()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+class _Prefixed:
+    """A member's stream whose first bytes were read already (to tell a small member from a large one)."""
+
+    def __init__(self, head: bytes, rest: io.BufferedIOBase) -> None:
+        self._head = memoryview(head)
+        self._rest = rest
+
+    def readinto(self, view: memoryview) -> int:
+        if self._head.nbytes:
+            n = min(len(view), self._head.nbytes)
+            view[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        return self._rest.readinto(view)
