@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -108,6 +109,7 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
         data = metadata.take(streamed, stream)
         ranks.later(len(data), metadata.parse, streamed, data)
 
+    started = time.monotonic()
     try:
         with _open_upload(ctx, job.run_id, key) as (src, size):
             kernels_for(size)  # a large upload waits for the compiled kernels; a small one is parsed at once
@@ -119,7 +121,9 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
     finally:
         ranks.close()
         scalars.discard()
+    scanned = time.monotonic()
     planned = plan_ranks(run_metadata, scan, ranks, metadata)
+    prepared = time.monotonic()
     result = {
         "format": scan.format,
         "skipped_members": scan.skipped_members,
@@ -146,12 +150,15 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
         if finalize_now:
             _finalize(session, job, result, planned.resolution)
     log.info(
-        "run %s: %s rank(s), %s parsed while scanning (%s stored), %s queued",
+        "run %s: %s rank(s), %s parsed while scanning (%s stored), %s queued; scan %.2f s, plan %.2f s, store %.2f s",
         job.run_id,
         len(scan.stats),
         len(planned.results),
         len(planned.stored),
         len(planned.pending),
+        scanned - started,
+        prepared - scanned,
+        time.monotonic() - prepared,
     )
     if finalize_now:
         log.info("run %s ready", job.run_id)
