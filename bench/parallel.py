@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.service import ROOT, start_service, stop_service, vm_hwm_mb, wait_idle, wait_run
+from bench.service import ROOT, cpu_seconds, start_service, stop_service, vm_hwm_mb, wait_idle, wait_run
 from bench.trees import OUT
 
 TP, PP, DP, LAYERS = 8, 8, 16, 64
@@ -102,17 +102,23 @@ def measure_ready(job: Path, single: Path, work: Path, repeats: int = 3, env: di
     try:
         wait_idle(server.pid)
         times: dict[str, list[float]] = {"job": [], "single": []}
+        cpu: dict[str, list[float]] = {"job": [], "single": []}
         runs: dict[str, dict] = {}
         with httpx.Client(base_url=base, timeout=600) as client:
             for _ in range(repeats):
                 for key, archive, metadata in (("single", single, None), ("job", job, _metadata())):
+                    before = cpu_seconds(server.pid)
                     seconds, runs[key] = _upload(client, archive, metadata)
+                    cpu[key].append(cpu_seconds(server.pid) - before)
                     times[key].append(seconds)
                     wait_idle(server.pid, quiet=1.5)  # the run's summary, computed after ready, is not counted
         return {
             "job_seconds": statistics.median(times["job"]),
             "single_seconds": statistics.median(times["single"]),
+            "job_cpu_seconds": statistics.median(cpu["job"]),
+            "single_cpu_seconds": statistics.median(cpu["single"]),
             "times": times,
+            "cpu": cpu,
             "service_peak_rss_mb": vm_hwm_mb(server.pid),
             "job": {k: runs["job"][k] for k in ("ranks", "ranks_stored", "series_count", "points", "lines_read")},
             "single": {k: runs["single"][k] for k in ("ranks", "series_count", "points", "lines_read")},
@@ -145,9 +151,16 @@ def measure_rank_jobs(out: Path, work: Path) -> dict:
         server, base = start_service(work / label, env={**env, "FP8_POLICY_SCAN_PARSE_BYTES": budget})
         try:
             wait_idle(server.pid)
+            before = cpu_seconds(server.pid)
             with httpx.Client(base_url=base, timeout=1800) as client:
                 seconds, run = _upload(client, job, _metadata(dp=2))
-            results[label] = {"seconds": seconds, "ranks": run["ranks"], "per_rank_ms": 1000 * seconds / run["ranks"]}
+            results[label] = {
+                "seconds": seconds,
+                "cpu_seconds": cpu_seconds(server.pid) - before,
+                "ranks": run["ranks"],
+                "per_rank_ms": 1000 * seconds / run["ranks"],
+            }
+            wait_idle(server.pid, quiet=1.5)  # its summary, before the service stops
         finally:
             stop_service(server)
     return results
@@ -219,6 +232,10 @@ def report(results: dict) -> dict[str, bool]:
         f" (target <= {TARGET_RATIO:g}); {job['ranks_stored']} of {job['ranks']} ranks stored;"
         f" service peak RSS {ready['service_peak_rss_mb']:.0f} MB"
     )
+    print(
+        f"    service CPU until ready: 1,024 ranks {ready['job_cpu_seconds']:.2f} s, one rank"
+        f" {ready['single_cpu_seconds']:.2f} s (medians; every upload: {ready['times']})"
+    )
     for name in ("job", "single"):
         c = costs[name]
         print(
@@ -233,8 +250,9 @@ def report(results: dict) -> dict[str, bool]:
     )
     print(
         f"(r) 128 ranks through per-rank jobs: {jobs['rank_jobs']['seconds']:.1f} s"
-        f" ({jobs['rank_jobs']['per_rank_ms']:.0f} ms a rank); through the scan: {jobs['scan']['seconds']:.2f} s"
-        f" ({jobs['scan']['per_rank_ms']:.1f} ms a rank)"
+        f" ({jobs['rank_jobs']['per_rank_ms']:.0f} ms a rank, CPU {jobs['rank_jobs']['cpu_seconds']:.1f} s);"
+        f" through the scan: {jobs['scan']['seconds']:.2f} s ({jobs['scan']['per_rank_ms']:.1f} ms a rank,"
+        f" CPU {jobs['scan']['cpu_seconds']:.1f} s)"
     )
     if "postgres" in results:
         pg = results["postgres"]
