@@ -144,7 +144,7 @@ def measure_rank_jobs(out: Path, work: Path) -> dict:
     """(r): the 128-rank job through per-rank jobs (what every rank did before) and through the scan."""
     job, _single = ensure_archives(out, dp=2)
     results = {}
-    for label, budget in (("rank_jobs", "0"), ("scan", str(256 * 1024**2))):
+    for label, budget in (("rank_jobs", "0"), ("scan", str(128 * 1024**2))):
         import os
 
         env = {k: v for k, v in os.environ.items() if k != "FP8_POLICY_DATABASE_URL"}

@@ -41,7 +41,7 @@ class Settings(BaseSettings):
     job_max_attempts: int = Field(3, ge=1, description="Times a job is started before its run fails.")
     parse_threads: int = Field(2, description="Threads scanning one statistics log.")
     scan_parse_bytes: int = Field(
-        256 * 1024**2,
+        128 * 1024**2,
         ge=0,
         description="Parsed statistics (distinct ranks' arrays, 16 bytes a point) the plan job keeps while it scans "
         "an upload: it parses every rank it can on the way and stores them at once; ranks past this budget are "
