@@ -17,6 +17,9 @@ scalar reads of new limits, oversized model dims and oversized bodies, and the s
 (`python -m bench.floods` alone).
 (j) bench/first_touch.py: `fp8-policy serve` from an empty numba cache and restarted with a warm one, side by side:
 /healthz, the ESM-2 fixture's upload -> ready, SIGTERM -> exit (`python -m bench.first_touch [--make-run]` alone).
+Issue 29 (bench/parallel.py): (p) a 1,024-rank job (TP8 x PP8 x DP16, 64 blocks, 3.9 M lines) and one rank of the
+same lines, upload -> ready side by side; (q) per-rank fixed costs; (r) per-rank jobs against the scan; (s) the
+job on PostgreSQL with 2 workers; (t) sizes toward 16,384 ranks (`python -m bench.parallel` alone).
 Each measurement runs in its own process, so peak RSS figures are per process (os.wait4 / VmHWM).
 Results are printed as a table and written to bench/out/results.json.
 """
@@ -36,7 +39,7 @@ from pathlib import Path
 import httpx
 
 import bench.hot_paths as hot_paths
-from bench import first_touch, floods, live, load, scale
+from bench import first_touch, floods, live, load, parallel, scale
 from bench.service import start_service, stop_service, vm_hwm_mb, wait_idle
 from bench.trees import OUT, ROOT, parse_target
 
@@ -241,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     results["hot_paths"] = hot_paths.measure()
     print("(l) floods of cheap requests: an unrelated request's latency, peak RSS ...", flush=True)
     results["floods"] = floods.measure()
+    with tempfile.TemporaryDirectory(prefix="fp8-parallel-") as tmp:
+        results["parallel"] = parallel.measure_all(Path(tmp))
     print("(j) first touch: cold start (empty numba cache) and warm restart ...", flush=True)
     results["first_touch"] = first_touch.measure_cold_and_warm()
     report(results)
@@ -261,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
         results["targets_met"][label] = ok
         print(f"  [{'ok' if ok else 'MISSED'}] {label}")
     for label, ok in floods.report(results["floods"]).items():
+        results["targets_met"][label] = ok
+        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
+    print()
+    for label, ok in parallel.report(results["parallel"]).items():
         results["targets_met"][label] = ok
         print(f"  [{'ok' if ok else 'MISSED'}] {label}")
     print()

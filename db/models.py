@@ -81,8 +81,9 @@ class Run(Base):
     uploaded_by: Mapped[str | None] = mapped_column(String(100))  # the access token's name; NULL when anonymous
     notes: Mapped[str | None] = mapped_column(Text)  # the run's editable description (PATCH .../runs/{id})
     # the job's parallel layout as the ingest resolved it (policy/parallel/info.py ParallelInfo.to_json); NULL
-    # for runs ingested before it was kept (an unknown layout)
-    parallel: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # for runs ingested before it was kept (an unknown layout). Deferred: it grows with the job's ranks (60 KB at
+    # 1,024 ranks, ~1 MB at 16,384) and only the analysis and rank lookups read it, not every load of a run row.
+    parallel: Mapped[dict[str, Any] | None] = mapped_column(JSON, deferred=True)
 
     tags: Mapped[list[RunTag]] = relationship(
         back_populates="run", cascade="all, delete-orphan", passive_deletes=True, lazy="selectin"

@@ -1,14 +1,14 @@
 """All SQL of the per-rank ingest: a rank's layers and series, the finalize step's layer table and totals.
 
-A rank job stores its series in its own transaction, replacing whatever an earlier attempt of the same
-rank stored (idempotent: a retried job never duplicates a series). Layers are shared by the ranks of a
+The plan job stores the ranks it parsed in one transaction, a rank job its rank in its own; either replaces whatever
+an earlier attempt stored for those ranks (idempotent: a retried job never duplicates a series). Layers are shared by the ranks of a
 run: each rank adds the ones it is missing (INSERT ... ON CONFLICT DO NOTHING on both backends), and the
 finalize step sets their model order, precision and plans once every rank is in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
@@ -38,11 +38,18 @@ class RankStore:
         query = select(Layer.name, Layer.id).where(Layer.run_id == run_id)
         return {name: id_ for name, id_ in self.session.execute(query) if name in set(wanted)}
 
-    def replace_rank(self, run_id: int, rank: int, series: list[EncodedSeries], layer_ids: dict[str, int]) -> None:
-        """The series of one rank (encoded before the transaction: db/series_rows.py), replacing an earlier
-        attempt's."""
-        self.session.execute(delete(Series).where(Series.run_id == run_id, Series.rank == rank))
-        insert_series(self.session, run_id, series, layer_ids)
+    def store_ranks(self, run_id: int, ranks: Mapping[int, list[EncodedSeries]]) -> None:
+        """The series of some ranks (encoded before the transaction: db/series_rows.py), replacing an earlier
+        attempt's: the layers of all of them added at once, then their rows in a few statements."""
+        layer_ids = self.ensure_layers(run_id, (e.layer for encoded in ranks.values() for e in encoded))
+        self.drop_ranks(run_id, list(ranks))
+        insert_series(self.session, run_id, [e for rank in sorted(ranks) for e in ranks[rank]], layer_ids)
+
+    def drop_ranks(self, run_id: int, ranks: list[int]) -> None:
+        """Remove the series of `ranks` (replicas of a stored rank, or an earlier attempt's rows)."""
+        for start in range(0, len(ranks), 500):
+            chunk = ranks[start : start + 500]
+            self.session.execute(delete(Series).where(Series.run_id == run_id, Series.rank.in_(chunk)))
 
     def clear_metrics(self, run_id: int) -> None:
         """All-or-nothing: a failed (or re-planned) run keeps no series and no layers."""
@@ -75,8 +82,11 @@ class RankStore:
         if new_rows:
             self.session.execute(insert(Layer), new_rows)
 
-    def mark_ready(self, run: Run, counts: IngestCounts) -> None:
-        """Run totals from the stored rows, then `ready` (the caller's transaction)."""
+    def mark_ready(
+        self, run: Run, counts: IngestCounts, *, replica_ranks: int = 0, parallel: dict[str, Any] | None = None
+    ) -> None:
+        """Run totals from the stored rows, then `ready` (the caller's transaction). `replica_ranks`: ranks whose
+        series repeat a stored rank's (not stored again) count among the run's ranks; `parallel`: the layout."""
         query = select(
             func.count(),
             func.coalesce(func.sum(Series.count), 0),
@@ -87,7 +97,8 @@ class RankStore:
         series_count, points, first, last, ranks = self.session.execute(query).one()
         layers = self.session.scalar(select(func.count()).select_from(Layer).where(Layer.run_id == run.id)) or 0
         run.status, run.error, run.finished_at = RunStatus.ready, None, utcnow()
-        run.rank_count, run.layer_count, run.series_count = ranks, layers, series_count
+        run.rank_count, run.layer_count, run.series_count = ranks + replica_ranks, layers, series_count
+        run.parallel = parallel
         run.point_count, run.iteration_min, run.iteration_max = int(points), first, last
         run.lines_read, run.lines_skipped = counts.lines_read, counts.lines_skipped
         run.lines_blank, run.lines_duplicated = counts.lines_blank, counts.lines_duplicated

@@ -8,16 +8,19 @@ behind the other threads: the "convoy effect" of https://github.com/python/cpyth
 `executemany` of 600 rows is 600 steps; under `make bench`'s mixed load storing one rank held the write lock for
 0.7-1.6 s, and uploads waited that long for their run row (issue 20, upload p99 > 2 s). Encoding outside the
 transaction and one multi-row INSERT per `rows_per_statement` rows keep the lock for a handful of steps.
-PostgreSQL locks rows, not the database; it keeps SQLAlchemy's executemany.
+PostgreSQL locks rows, not the database; it takes the rows in one COPY (psycopg 3), else SQLAlchemy's executemany.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Table, insert
+from sqlalchemy import BigInteger, Boolean, Float, Integer, LargeBinary, String, Table, insert
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from fp8_policy._lazy import lazy_module
@@ -44,36 +47,83 @@ class EncodedSeries:
     values: tuple[Any, ...]  # in the order of COLUMNS[2:]
 
 
-def encode_series(records: list[SeriesRecord]) -> list[EncodedSeries]:
-    """The rows of `records`, encoded (codec) outside any transaction."""
-    return [EncodedSeries(r.metric.layer, _values(r)) for r in records]
+def encode_series(records: list[SeriesRecord], rename: Callable[[str], str] | None = None) -> list[EncodedSeries]:
+    """The rows of `records`, encoded (codec) outside any transaction; `rename` gives each layer the name it is
+    stored under (a parallel job's rank: its logged names -> global ones, policy/parallel/naming.py). Series
+    of a rank mostly share their iterations (every series logged at every iteration): a short iteration array is
+    encoded once per call (a parallel job's ranks store many series of ten points: 24,576 rows for 1,024 ranks)."""
+    cache: dict[bytes, bytes] = {}
+    out = []
+    for record in records:
+        layer = record.metric.layer if rename is None else rename(record.metric.layer)
+        out.append(EncodedSeries(layer, _values(record, _iterations(record.iterations, cache))))
+    return out
 
 
-def _values(record: SeriesRecord) -> tuple[Any, ...]:
+_SHORT_SERIES = 1024  # points whose iteration array is looked up in the call's cache before it is encoded
+
+
+def _iterations(iterations: Any, cache: dict[bytes, bytes]) -> bytes:
+    if iterations.shape[0] > _SHORT_SERIES:
+        return codec.encode_iterations(iterations)
+    key = iterations.tobytes()
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = codec.encode_iterations(iterations)
+    return found
+
+
+# The row's columns after run_id and layer_id, in the order _values builds them (checked against the table).
+_VALUE_COLUMNS = (
+    "rank",
+    "tensor",
+    "stat_key",
+    "stat",
+    "recipe",
+    "columnwise",
+    "count",
+    "nan_count",
+    "posinf_count",
+    "neginf_count",
+    "min",
+    "max",
+    "mean",
+    "p95",
+    "last",
+    "last_nonfinite",
+    "first_iteration",
+    "last_iteration",
+    "iterations",
+    "values",
+)
+if _VALUE_COLUMNS != _KEYED:  # a column added to the table must be added here too
+    raise ImportError(f"db/series_rows.py: the series table's columns {_KEYED} are not {_VALUE_COLUMNS}")
+
+
+def _values(record: SeriesRecord, iterations: bytes) -> tuple[Any, ...]:
     s, m = record.summary, record.metric
-    row = {
-        "rank": record.rank,
-        "tensor": m.tensor,
-        "stat_key": m.stat_key,
-        "stat": m.stat,
-        "recipe": m.recipe,
-        "columnwise": m.columnwise,
-        "count": s.count,
-        "nan_count": s.nan_count,
-        "posinf_count": s.posinf_count,
-        "neginf_count": s.neginf_count,
-        "min": s.min,
-        "max": s.max,
-        "mean": s.mean,
-        "p95": s.p95,
-        "last": s.last,
-        "last_nonfinite": s.last_nonfinite,
-        "first_iteration": s.first_iteration,
-        "last_iteration": s.last_iteration,
-        "iterations": codec.encode_iterations(record.iterations),
-        "values": codec.encode_values(record.values),
-    }
-    return tuple(row[name] for name in _KEYED)
+    return (
+        record.rank,
+        m.tensor,
+        m.stat_key,
+        m.stat,
+        m.recipe,
+        m.columnwise,
+        s.count,
+        s.nan_count,
+        s.posinf_count,
+        s.neginf_count,
+        s.min,
+        s.max,
+        s.mean,
+        s.p95,
+        s.last,
+        s.last_nonfinite,
+        s.first_iteration,
+        s.last_iteration,
+        iterations,
+        codec.encode_values(record.values),
+    )
 
 
 def insert_series(session: Session, run_id: int, encoded: list[EncodedSeries], layer_ids: dict[str, int]) -> None:
@@ -82,6 +132,9 @@ def insert_series(session: Session, run_id: int, encoded: list[EncodedSeries], l
     if not rows:
         return
     if session.get_bind().dialect.name != "sqlite":
+        dbapi = session.connection().connection.dbapi_connection
+        if _copy_rows(dbapi, rows):
+            return
         for start in range(0, len(rows), 500):  # Core executemany: complete rows, no ORM bookkeeping
             session.execute(
                 insert(SERIES_TABLE), [dict(zip(COLUMNS, row, strict=True)) for row in rows[start : start + 500]]
@@ -95,6 +148,48 @@ def insert_series(session: Session, run_id: int, encoded: list[EncodedSeries], l
         chunk = rows[start : start + per_statement]
         statement = f"INSERT INTO {SERIES_TABLE.name} ({quoted}) VALUES " + ", ".join([one_row] * len(chunk))
         connection.exec_driver_sql(statement, tuple(value for row in chunk for value in row))
+
+
+def _copy_rows(dbapi_connection: Any, rows: list[tuple[Any, ...]]) -> bool:
+    """PostgreSQL through psycopg 3: the rows in one `COPY ... FROM STDIN`, in the caller's transaction (the same
+    connection). executemany took 4.2 s for the 24,576 short series of a 1,024-rank job (SQLAlchemy's per-row
+    parameter processing), COPY a fraction of it (https://www.psycopg.org/psycopg3/docs/basic/copy.html).
+    False when the driver has no COPY (another DB-API driver): the caller inserts another way."""
+    cursor_of = getattr(dbapi_connection, "cursor", None)
+    if cursor_of is None or not hasattr(type(dbapi_connection), "pipeline"):  # psycopg 3's Connection has both
+        return False
+    quoted = ", ".join(f'"{name}"' for name in COLUMNS)
+    statement = f"COPY {SERIES_TABLE.name} ({quoted}) FROM STDIN (FORMAT BINARY)"
+    driver = sys.modules[type(dbapi_connection).__module__.split(".")[0]]
+    try:
+        with cursor_of() as cursor, cursor.copy(statement) as copy:
+            copy.set_types(_COPY_TYPES)
+            for row in rows:
+                copy.write_row(row)
+    except driver.Error as exc:  # as SQLAlchemy raises the driver's errors: IntegrityError, OperationalError, ...
+        raise DBAPIError.instance(statement, None, exc, driver.Error) from exc
+    return True
+
+
+def _copy_type(column: Any) -> str:
+    """The PostgreSQL type a binary COPY sends a series column as (its binary format is the column's)."""
+    kind = type(column.type)
+    if issubclass(kind, BigInteger):
+        return "int8"
+    if issubclass(kind, Integer):
+        return "int4"
+    if issubclass(kind, Boolean):
+        return "bool"
+    if issubclass(kind, Float):
+        return "float8"
+    if issubclass(kind, LargeBinary):
+        return "bytea"
+    if issubclass(kind, String):
+        return "text"
+    raise TypeError(f"series column {column.name}: no COPY type for {kind.__name__}")
+
+
+_COPY_TYPES = [_copy_type(SERIES_TABLE.columns[name]) for name in COLUMNS]
 
 
 def rows_per_statement(dbapi_connection: Any) -> int:

@@ -122,8 +122,11 @@ def summaries(offsets: np.ndarray, iterations: np.ndarray, values: np.ndarray) -
     return out
 
 
-def assemble_run(stats_by_rank: dict[int, ParsedStats], metadata: MetadataLog) -> AssembledRun:
-    """Split every distinct name once, summarise every series, and derive the layer table."""
+def assemble_run(
+    stats_by_rank: dict[int, ParsedStats], metadata: MetadataLog, *, with_layers: bool = True
+) -> AssembledRun:
+    """Split every distinct name once, summarise every series, and derive the layer table (unless `with_layers`
+    is False: the per-rank ingest derives it once, from what every rank stored)."""
     known = metadata.known_layers()
     run = AssembledRun(layers=[], series=[], ranks=sorted(stats_by_rank))
     split_cache: dict[str, MetricName | None] = {}
@@ -141,7 +144,8 @@ def assemble_run(stats_by_rank: dict[int, ParsedStats], metadata: MetadataLog) -
                     run.unsplit_names.append(name)
                 continue
             run.series.append(SeriesRecord(rank, metric, iterations, values, summary_of[k]))
-    run.layers = _layers(run.series, metadata)
+    if with_layers:
+        run.layers = _layers(run.series, metadata)
     return run
 
 

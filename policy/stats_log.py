@@ -341,9 +341,16 @@ def series_ranges(offsets: np.ndarray, parts: int) -> list[tuple[int, int]]:
     return list(zip(cuts[:-1], cuts[1:], strict=True))
 
 
+# Points a thread of map_series_ranges is given at least: below it starting a thread costs more than the copy or
+# summary it would share (0.1-0.5 ms against ~1 ms per 250k points); a parallel job's ranks hold a few thousand
+# points each (bench/parallel.py).
+MIN_POINTS_PER_THREAD = 1 << 18
+
+
 def map_series_ranges(offsets: np.ndarray, parts: int, work: Callable[[int, int], T]) -> list[T]:
     """work(first, stop) for each of series_ranges(offsets, parts), one thread each when there are several
-    (for kernels that release the GIL)."""
+    (for kernels that release the GIL), at most one per MIN_POINTS_PER_THREAD points."""
+    parts = max(1, min(parts, int(offsets[-1]) // MIN_POINTS_PER_THREAD))
     ranges = series_ranges(offsets, parts)
     if len(ranges) == 1:
         return [work(*ranges[0])]

@@ -42,6 +42,13 @@ class Settings(BaseSettings):
     job_poll_seconds: float = Field(0.5, gt=0, description="How often an idle worker looks for jobs.")
     job_max_attempts: int = Field(3, ge=1, description="Times a job is started before its run fails.")
     parse_threads: int = Field(2, description="Threads scanning one statistics log.")
+    scan_parse_bytes: int = Field(
+        128 * 1024**2,
+        ge=0,
+        description="Parsed statistics (distinct ranks' arrays, 16 bytes a point) the plan job keeps while it scans "
+        "an upload: it parses every rank it can on the way and stores them at once; ranks past this budget are "
+        "parsed by one job each (0: every rank by its own job).",
+    )
     page_size_max: int = 200
     load_demo: bool = Field(False, description="Load the demo runs on start-up when the database is empty.")
     alert_poll_seconds: float = Field(

@@ -31,6 +31,7 @@ class ParallelInfo:
     mismatches: list[Mismatch] = field(default_factory=list)
     unreduced: bool = False  # replicas never agree: statistics were logged per rank, not reduced
     missing_ranks: list[int] = field(default_factory=list)  # ranks of the layout with no statistics
+    outside_ranks: list[int] = field(default_factory=list)  # ranks past the stated world size (the logs won)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -83,6 +84,7 @@ class ParallelInfo:
             "mismatches": [m.as_dict() for m in self.mismatches],
             "unreduced": self.unreduced,
             "missing_ranks": self.missing_ranks,
+            "outside_ranks": self.outside_ranks,
             "notes": self.notes,
         }
 
@@ -123,5 +125,6 @@ class ParallelInfo:
             mismatches=mismatches,
             unreduced=bool(data.get("unreduced")),
             missing_ranks=list(data.get("missing_ranks", [])),
+            outside_ranks=list(data.get("outside_ranks", [])),
             notes=list(data.get("notes", [])),
         )

@@ -126,6 +126,11 @@ class RankNamer:
             except StageError:
                 self._offset = None
 
+    @property
+    def key(self) -> tuple[int, int]:
+        """Two namers with the same key rename every name the same way (block offset, first expert)."""
+        return (self._offset or 0, self._expert_base)
+
     def __call__(self, name: str) -> str:
         found = self._cache.get(name)
         if found is None:

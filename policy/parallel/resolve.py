@@ -9,6 +9,7 @@ Must not be here: the arithmetic of ranks and stages (ranks.py, stages.py), dige
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -46,6 +47,24 @@ class Resolution:
             return _same
         return RankNamer(layout, coord, self.info.naming, self.experts_local)
 
+    @classmethod
+    def from_info(cls, info: ParallelInfo, experts_local: int | None) -> Resolution:
+        """A resolution rebuilt from its stored `info` (and `experts_local`), for jobs that rename ranks after the
+        one that resolved: the same namers and replica groups. Only a stated layout places ranks (an inferred one
+        names no coordinates but the stage); the expert grid's tensor and data coordinates, which `info` does not
+        keep, are the rank order's."""
+        layout = info.layout
+        if info.source != METADATA or layout is None:
+            return cls(info, {}, experts_local)
+        coords = {}
+        for rank, c in info.coords.items():
+            grid = rank_coord(layout, rank) if 0 <= rank < layout.world_size else None
+            etp, edp = (grid.etp, grid.edp) if grid is not None else (0, 0)
+            coords[rank] = RankCoord(
+                rank, c.get("tp", 0), c.get("cp", 0), c.get("dp", 0), c.get("pp", 0), c.get("ep", 0), etp, edp
+            )
+        return cls(info, coords, experts_local)
+
     def dense_groups(self) -> list[tuple[int, ...]]:
         """Data-parallel groups: ranks with the same tensor, context and pipeline coordinates."""
         return _groups(self.coords, lambda c: (c.tp, c.cp, c.pp))
@@ -82,23 +101,28 @@ def resolve(metadata: Mapping[str, Any], evidence: Mapping[int, RankEvidence]) -
                 f"the metadata states {stated.describe()}, the ranks recorded {layout.describe()}: the ranks' records are used"
             )
         notes.append(source_note)
+    outside: list[int] = []
+    if layout is not None and ranks and ranks[-1] >= layout.world_size:
+        outside = [r for r in ranks if r >= layout.world_size]
+        notes.append(
+            f"rank(s) {_list(outside)} are outside the stated layout's {layout.world_size} ranks "
+            f"({layout.describe()}): the world size contradicts the logs, which win: no rank is placed by it, "
+            "the layout is read from the logs alone"
+        )
+        layout = None
     if layout is None:
         blocks = {r: _blocks(e.layers) for r, e in evidence.items()}
         digests = {r: e.digest for r, e in evidence.items() if e.digest is not None}
         info = infer_layout(blocks, digests)
+        info.notes[:0] = notes
+        info.outside_ranks = outside
         return Resolution(info)
     return _placed(layout, evidence, notes)
 
 
 def _placed(layout: ParallelLayout, evidence: Mapping[int, RankEvidence], notes: list[str]) -> Resolution:
     ranks = sorted(evidence)
-    outside = [r for r in ranks if r >= layout.world_size]
-    if outside:
-        notes.append(
-            f"rank(s) {_list(outside)} are outside the layout's {layout.world_size} ranks ({layout.describe()}): "
-            "the world size does not match the logs; those ranks keep their logged names"
-        )
-    coords = {r: rank_coord(layout, r) for r in ranks if r < layout.world_size}
+    coords = {r: rank_coord(layout, r) for r in ranks}
     coords, conflict_notes = _check_recorded(coords, evidence)
     notes += conflict_notes
     missing = [r for r in range(layout.world_size) if r not in evidence] if layout.world_size <= 1 << 16 else []
@@ -177,6 +201,7 @@ def _experts(
     return per_rank
 
 
+@functools.lru_cache(maxsize=4096)  # ranks of a stage share their set of names (the ingest hands the same one)
 def _blocks(layers: frozenset[str]) -> frozenset[int]:
     return frozenset(found[1] for name in layers if (found := block_index_at(name)) is not None)
 

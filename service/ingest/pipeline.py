@@ -1,25 +1,31 @@
 """The three ingest jobs of a run, run by any worker holding the job's lease (service/ingest/worker.py).
 
-* `plan`: scan the archive once from the store (every safety check and limit), list its ranks and files,
-  queue one `rank` job per rank plus the `finalize` job; the run becomes `processing`.
+* `plan`: scan the archive once from the store (every safety check and limit), parsing every rank it can on the
+  way (service/ingest/scan_ranks.py: within `scan_parse_bytes` of kept arrays, one file per rank or sessions in
+  order); resolve the job's parallel layout and each rank's global names from all of it (plan_ranks.py); store
+  the distinct parsed ranks (replicas once) and record their rank jobs done, in one transaction; queue a `rank`
+  job for each rank it left; the run becomes `processing`. With none left it finalizes the run in the same
+  transaction (its finalize job is recorded done): a 1,024-rank upload is one job and two transactions.
 * `rank`: stream that rank's statistics files out of the archive straight into the parser (no extracted
-  copy), summarise, and store its series in one transaction that also marks the job done, replacing what
-  an earlier attempt stored: a retried job never duplicates a series.
-* `finalize` (once every rank is stored): the layer table from all ranks plus the plan lines, the run's
-  totals and report, and `ready`. A one-rank run whose rank the plan job stored is finalized by the plan job
-  itself, in the same transaction (its finalize job is recorded done): one transaction and claim less.
+  copy), summarise, rename with the plan's namers, and store its series in one transaction that also marks the
+  job done, replacing what an earlier attempt stored: a retried job never duplicates a series.
+* `finalize` (once every rank is stored): replicas a rank job stored as well removed (service/ingest/
+  parallel_ranks.py `settle`), the layer table from all ranks plus the plan lines (renamed per rank before they
+  were merged), the run's `parallel` layout, totals and report, and `ready`.
 
 Any job failure fails the whole run in one transaction: the error (with the rank on multi-rank runs), the
 other jobs cancelled, every stored series and layer removed (all-or-nothing). A job whose lease was lost
 (retried elsewhere, run deleted) stores nothing.
 
-What a job makes of the archive's members (a rank's parse, the first rank during the plan, the metadata members)
-is service/ingest/rank_parse.py; this module claims, locks and stores.
+What a job makes of the archive's members (a rank's parse, the ranks parsed during the plan, the metadata members)
+is service/ingest/rank_parse.py, scan_ranks.py and plan_ranks.py; this module claims, locks and stores.
 """
 
 from __future__ import annotations
 
+import io
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -30,9 +36,10 @@ from fp8_policy.db.jobs import ClaimedJob, JobRepository, LeaseLost
 from fp8_policy.db.models import Run
 from fp8_policy.db.rank_store import RankStore
 from fp8_policy.db.repositories import IngestCounts, RunRepository
-from fp8_policy.db.series_rows import EncodedSeries, encode_series
+from fp8_policy.db.series_rows import encode_series
 from fp8_policy.db.session import session_scope
 from fp8_policy.policy.assemble import MAX_NAME_SAMPLES, layer_table
+from fp8_policy.policy.parallel import ParallelInfo, Resolution
 from fp8_policy.policy.safe_text import displayable
 from fp8_policy.policy.stats_log import StatsLogError
 from fp8_policy.service.analysis.summary import refresh as refresh_summary
@@ -40,10 +47,13 @@ from fp8_policy.service.ingest.archive import ArchiveError, ExtractLimits
 from fp8_policy.service.ingest.archive.stream import read_members, scan_archive
 from fp8_policy.service.ingest.job_context import JobContext as JobContext  # re-exported: tests, bench
 from fp8_policy.service.ingest.kernel_warmup import kernels_for
-from fp8_policy.service.ingest.metadata_codec import metadata_from_json, metadata_to_json
+from fp8_policy.service.ingest.metadata_codec import metadata_from_json
+from fp8_policy.service.ingest.parallel_ranks import settle
 from fp8_policy.service.ingest.parse import IngestError
-from fp8_policy.service.ingest.rank_parse import FirstRank, MetadataReader, RankParse
+from fp8_policy.service.ingest.plan_ranks import plan_ranks
+from fp8_policy.service.ingest.rank_parse import MetadataReader, RankParse
 from fp8_policy.service.ingest.scalars import ScalarsReader, forget_scalars
+from fp8_policy.service.ingest.scan_ranks import ScanRanks
 from fp8_policy.service.ingest.store import ArchiveMissing
 from fp8_policy.service.settings import Settings
 from fp8_policy.service.storage import is_out_of_space
@@ -90,32 +100,40 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
         run = repo.get(job.run_id)
         if run is None:
             raise LeaseLost(f"run {job.run_id} was deleted")
-        key, hint = run.upload_path, run.upload_filename
+        key, hint, run_metadata = run.upload_path, run.upload_filename, dict(run.run_metadata or {})
     metadata = MetadataReader()
-    first = FirstRank(ctx.settings)
+    ranks = ScanRanks(ctx.settings)  # every rank it can, parsed on the way (service/ingest/scan_ranks.py)
     scalars = ScalarsReader(_spill_dir(ctx))  # the training scalars member, if any (service/ingest/scalars.py)
+
+    def on_metadata(streamed: str, stream: io.BufferedIOBase) -> None:  # parsed by the scan's background thread
+        data = metadata.take(streamed, stream)
+        ranks.later(len(data), metadata.parse, streamed, data)
+
+    started = time.monotonic()
     try:
         with _open_upload(ctx, job.run_id, key) as (src, size):
             kernels_for(size)  # a large upload waits for the compiled kernels; a small one is parsed at once
             scan = scan_archive(
-                src, size, extract_limits(ctx.settings), hint, metadata.read, first.feed, on_scalars=scalars.read
+                src, size, extract_limits(ctx.settings), hint, on_metadata, ranks.feed, on_scalars=scalars.read
             )
         scalars.keep(ctx.store, job.run_id)  # the whole archive scanned without error: stored with the run
+        ranks.settle(scan.stats)
     finally:
+        ranks.close()
         scalars.discard()
-    merged = metadata.merged(scan.metadata)
+    scanned = time.monotonic()
+    planned = plan_ranks(run_metadata, scan, ranks, metadata)
+    prepared = time.monotonic()
     result = {
         "format": scan.format,
         "skipped_members": scan.skipped_members,
         "skipped_samples": scan.skipped_samples,
-        "stats": {str(rank): files for rank, files in scan.stats.items()},
-        "metadata_log": metadata_to_json(merged),
+        "stats": {str(rank): files for rank, files in scan.stats.items() if rank in planned.pending},
         "metadata_reports": metadata.reports(scan.metadata),
         "scalars": scalars.report(),
+        **planned.plan_result(),
     }
-    stored = first.result(scan.stats, merged)  # (rank, assembled, rank result) or None
-    finalize_now = stored is not None and list(scan.stats) == [stored[0]]
-    encoded = encode_series(stored[1].series) if stored is not None else []  # before the write lock
+    finalize_now = not planned.pending
     with session_scope(ctx.factory) as session:
         try:
             _lock_run(session, job, "write")
@@ -126,17 +144,21 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
         jobs.complete(job, ctx.owner, result)
         store = RankStore(session)
         store.clear_metrics(job.run_id)  # an earlier, interrupted ingest of the same run
-        done = {stored[0]: stored[2]} if stored else None
-        jobs.add_rank_jobs(job.run_id, sorted(scan.stats), done=done, finalized=finalize_now)
-        if stored is not None:
-            _store_series(store, job.run_id, stored[0], encoded)
+        jobs.add_rank_jobs(job.run_id, sorted(scan.stats), done=planned.results, finalized=finalize_now)
+        if planned.stored:
+            store.store_ranks(job.run_id, planned.stored)
         if finalize_now:
-            _finalize(session, job, result)
+            _finalize(session, job, result, planned.resolution)
     log.info(
-        "run %s: %s rank(s) queued%s",
+        "run %s: %s rank(s), %s parsed while scanning (%s stored), %s queued; scan %.2f s, plan %.2f s, store %.2f s",
         job.run_id,
         len(scan.stats),
-        f", rank {stored[0]} stored while scanning" if stored else "",
+        len(planned.results),
+        len(planned.stored),
+        len(planned.pending),
+        scanned - started,
+        prepared - scanned,
+        time.monotonic() - prepared,
     )
     if finalize_now:
         log.info("run %s ready", job.run_id)
@@ -160,21 +182,25 @@ def ingest_rank(ctx: JobContext, job: ClaimedJob) -> None:
             on_stats=lambda streamed, stream: parse.feed(stream, member_of[streamed]),
             spill_dir=_spill_dir(ctx),
         )
-    assembled, result = parse.finish(metadata_from_json(plan["metadata_log"]))
-    encoded = encode_series(assembled.series)  # before the write lock (db/series_rows.py)
+    logged = metadata_from_json(plan.get("metadata_logged", plan["metadata_log"]))
+    namer = _resolution(plan).namer(job.rank)  # the plan job's: logged names -> global ones
+    assembled, result = parse.finish(logged, namer)
+    encoded = encode_series(assembled.series, namer)  # before the write lock (db/series_rows.py)
     with session_scope(ctx.factory) as session:
         _lock_run(session, job, "share")  # ranks of a run store side by side; a delete waits for them
         JobRepository(session).complete(job, ctx.owner, result)
         _require_processing(session, job)
-        _store_series(RankStore(session), job.run_id, job.rank, encoded)
+        RankStore(session).store_ranks(job.run_id, {job.rank: encoded})
     log.info(
         "run %s rank %s stored: %s series, %s points", job.run_id, job.rank, len(assembled.series), assembled.points
     )
 
 
-def _store_series(store: RankStore, run_id: int, rank: int, encoded: list[EncodedSeries]) -> None:
-    layer_ids = store.ensure_layers(run_id, (e.layer for e in encoded))
-    store.replace_rank(run_id, rank, encoded, layer_ids)
+def _resolution(plan: dict[str, Any]) -> Resolution:
+    """The plan job's resolution of the run's layout and names, rebuilt from its result (a plan stored before
+    parallel jobs were resolved has none: logged names are kept)."""
+    stored = plan.get("parallel") or {}
+    return Resolution.from_info(ParallelInfo.from_json(stored.get("info")), stored.get("experts_local"))
 
 
 # --- finalize ----------------------------------------------------------------------------------
@@ -183,7 +209,7 @@ def finalize_run(ctx: JobContext, job: ClaimedJob) -> None:
     with session_scope(ctx.factory) as session:
         _lock_run(session, job, "write")
         JobRepository(session).complete(job, ctx.owner)
-        _finalize(session, job, plan)
+        _finalize(session, job, plan, _resolution(plan))
     log.info("run %s ready", job.run_id)
     _store_summary(ctx, job)
 
@@ -203,15 +229,22 @@ def _store_summary(ctx: JobContext, job: ClaimedJob) -> None:
         log.warning("summary of run %s not stored at ingest", job.run_id, exc_info=True)
 
 
-def _finalize(session: Session, job: ClaimedJob, plan: dict[str, Any]) -> None:
-    """In the caller's transaction: the layer table from every stored rank and the plan lines, totals, `ready`."""
+def _finalize(session: Session, job: ClaimedJob, plan: dict[str, Any], resolution: Resolution) -> None:
+    """In the caller's transaction: replicas a rank job stored as well removed, the layer table from every
+    stored rank and the plan lines, the run's parallel layout, totals, `ready`."""
     run = _require_processing(session, job)
     store = RankStore(session)
+    ranks = JobRepository(session).rank_results(job.run_id)
+    settled = settle(resolution, ranks)
+    store.drop_ranks(job.run_id, settled.drop)
     facts = store.layer_facts(job.run_id)
     if not facts:
         raise IngestError("NoStatsLines", "no statistics line could be attributed to a layer, tensor and stat")
     store.write_layer_table(job.run_id, layer_table(facts, metadata_from_json(plan["metadata_log"])))
-    store.mark_ready(run, _counts(plan, JobRepository(session).rank_results(job.run_id)))
+    counts = _counts(plan, ranks)
+    if len(ranks) > 1:  # a single rank's layout is stored with the run (runs.parallel) but reports nothing
+        counts.report["parallel"] = settled.report
+    store.mark_ready(run, counts, replica_ranks=settled.replica_count, parallel=settled.info)
 
 
 def _counts(plan: dict[str, Any], ranks: dict[int, dict[str, Any]]) -> IngestCounts:

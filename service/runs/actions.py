@@ -73,6 +73,7 @@ def run_read(run: Run, *, with_report: bool = False) -> RunRead:
         started_at=run.started_at,
         finished_at=run.finished_at,
         ranks=run.rank_count,
+        ranks_stored=ranks_stored(run),
         layer_count=run.layer_count,
         series_count=run.series_count,
         points=run.point_count,
@@ -86,6 +87,31 @@ def run_read(run: Run, *, with_report: bool = False) -> RunRead:
         uploaded_by=run.uploaded_by,
         notes=shown(run.notes),
     )
+
+
+def ranks_stored(run: Run) -> int:
+    """Distinct ranks stored, from the ingest report (runs ingested before replicas were stored once: all)."""
+    report = run.ingest_report
+    parallel = report.get("parallel") if isinstance(report, dict) else None
+    stored = parallel.get("ranks_stored") if isinstance(parallel, dict) else None
+    return stored if isinstance(stored, int) and not isinstance(stored, bool) else run.rank_count
+
+
+def stored_rank(run: Run, rank: int | None) -> int | None:
+    """The rank whose stored series `rank` repeats (ParallelInfo.representative: a data-parallel replica is
+    stored once); `rank` itself when it was stored, or None (every rank)."""
+    if rank is None:
+        return None
+    replicas = (run.parallel or {}).get("replicas")
+    found = replicas.get(str(rank)) if isinstance(replicas, dict) else None
+    return found if isinstance(found, int) and not isinstance(found, bool) else rank
+
+
+def known_ranks(run: Run, stored: list[int]) -> list[int]:
+    """Every rank a reader may ask for: the stored ones and their replicas."""
+    replicas = (run.parallel or {}).get("replicas")
+    extra = [int(r) for r in replicas if str(r).isdigit()] if isinstance(replicas, dict) else []
+    return sorted(set(stored) | set(extra))
 
 
 def _shown_text(text: str | None) -> str | None:
@@ -173,11 +199,11 @@ def pattern_label(pattern: str | None) -> str | None:
 
 
 def layers_of(session: Session, run_id: int, rank: int | None) -> list[LayerRead]:
-    get_ready_run(session, run_id)
+    run = get_ready_run(session, run_id)
     limits.check_rank(rank)
     repo = RunRepository(session)
     stats: dict[int, list[StatSummary]] = {}
-    for row in repo.layer_summaries(run_id, rank):
+    for row in repo.layer_summaries(run_id, stored_rank(run, rank)):
         # the row's fields by name, but for the stat's two names: `stat` is the logged key, `base_stat` the stat
         fields = {**asdict(row), "stat": row.stat_key, "base_stat": row.stat}
         stats.setdefault(row.layer_id, []).append(StatSummary.model_validate(fields))
@@ -198,16 +224,16 @@ def layers_of(session: Session, run_id: int, rank: int | None) -> list[LayerRead
 
 
 def series_of(session: Session, run_id: int, *, layer: str, tensor: str, stat: str, rank: int | None) -> SeriesRead:
-    get_ready_run(session, run_id)
+    run = get_ready_run(session, run_id)
     limits.check_rank(rank)
     limits.check_filters(layer=layer, tensor=tensor, stat=stat)
-    rows = RunRepository(session).series(run_id, layer=layer, tensor=tensor, stat_key=stat, rank=rank)
+    rows = RunRepository(session).series(run_id, layer=layer, tensor=tensor, stat_key=stat, rank=stored_rank(run, rank))
     if not rows:
         where = f" on rank {rank}" if rank is not None else ""
         raise NotFound(f"run {run_id} has no series {layer!r} / {tensor!r} / {stat!r}{where}")
     points = [
         SeriesPoints(
-            rank=s.rank,
+            rank=s.rank if rank is None else rank,  # a replica's series are its stored twin's
             iterations=codec.decode_iterations(s.iterations).tolist(),
             values=json_values(codec.decode_values(s.values)),
         )
@@ -241,9 +267,13 @@ def csv_rows(factory: sessionmaker[Session], run_id: int, layout: str, rank: int
     pending: list[bytes] = []
     size = 0
     with session_scope(factory) as session:
-        for r, layer, tensor, recipe, stat_key, its, vals in RunRepository(session).iter_points(run_id, rank):
-            coordinate = coords.get(r, {}) if coords is not None else None
-            prefix = csv_export.row_prefix(layout, r, layer, tensor, recipe, stat_key, coordinate)
+        repo = RunRepository(session)
+        run = repo.get(run_id)
+        wanted = stored_rank(run, rank) if run is not None else rank
+        for r, layer, tensor, recipe, stat_key, its, vals in repo.iter_points(run_id, wanted):
+            shown = r if rank is None else rank  # a replica's series are its stored twin's
+            coordinate = coords.get(shown, {}) if coords is not None else None
+            prefix = csv_export.row_prefix(layout, shown, layer, tensor, recipe, stat_key, coordinate)
             for piece in csv_export.series_rows(prefix, its, vals):
                 pending.append(piece)
                 size += len(piece)

@@ -31,6 +31,11 @@ from fp8_policy.service.settings import Settings
 from fp8_policy.service.transport.uploads import upload_client
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
+
+RANK_QUERY = (
+    "One rank; default: every rank stored. A data-parallel replica stored once answers with the rank it repeats."
+)
+
 ERRORS = error_responses(400, 404, 409)
 StatusFilter = RunStatus
 
@@ -147,7 +152,7 @@ def delete_run(run_id: int, request: Request, session: SessionDep, settings: Set
 def list_layers(
     run_id: int,
     session: SessionDep,
-    rank: Annotated[int | None, Query(ge=0, description="One rank; default: every rank.")] = None,
+    rank: Annotated[int | None, Query(ge=0, description=RANK_QUERY)] = None,
 ) -> list[LayerRead]:
     """One entry per layer in model order, with per (tensor, stat) summaries over ranks (or one rank)."""
     return actions.layers_of(session, run_id, rank)
@@ -160,7 +165,7 @@ def read_series(
     layer: Annotated[str, Query(description="Exact layer name as logged (see .../layers).")],
     tensor: Annotated[str, Query(description="As logged: activation, gradient, weight, ...")],
     stat: Annotated[str, Query(description="As logged after the tensor: underflows%, mxfp8_underflows%, ...")],
-    rank: Annotated[int | None, Query(ge=0, description="One rank; default: every rank.")] = None,
+    rank: Annotated[int | None, Query(ge=0, description=RANK_QUERY)] = None,
 ) -> SeriesRead:
     """Iterations and values of one metric of one layer, per rank."""
     return actions.series_of(session, run_id, layer=layer, tensor=tensor, stat=stat, rank=rank)
@@ -190,7 +195,7 @@ def export_csv(
             "iteration, value."
         ),
     ] = "long",
-    rank: Annotated[int | None, Query(ge=0, description="One rank; default: every rank.")] = None,
+    rank: Annotated[int | None, Query(ge=0, description=RANK_QUERY)] = None,
 ) -> StreamingResponse:
     """All points as CSV, streamed: long layout (rank, layer, tensor, recipe, stat, iteration, value; a parallel
     job's ranks with their tp, pp, dp, ep, cp coordinates after `rank`) or `layout=bionemo` (metric_name, iteration,

@@ -34,7 +34,11 @@ class RunRead(Schema):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
-    ranks: int = Field(description="Number of ranks with statistics.")
+    ranks: int = Field(description="Number of ranks with statistics (data-parallel replicas included).")
+    ranks_stored: int = Field(
+        description="Ranks whose series are stored: a rank whose statistics equal a stored rank's under global "
+        "layer names (a data-parallel replica) is stored once; asking for it by `rank` answers with that rank's."
+    )
     layer_count: int
     series_count: int
     points: int = Field(description="Stored (iteration, value) points after de-duplication.")

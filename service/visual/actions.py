@@ -40,7 +40,7 @@ from fp8_policy.policy.thresholds import Severity, Thresholds
 from fp8_policy.service.analysis.actions import recommendation_for
 from fp8_policy.service.analysis.summary import view_analysis
 from fp8_policy.service.errors import ImageTooLarge, InvalidParameter, NoData, UnknownFormat
-from fp8_policy.service.runs.actions import get_ready_run
+from fp8_policy.service.runs.actions import get_ready_run, known_ranks, stored_rank
 from fp8_policy.service.visual.job import Rendered, RenderJob, render_job
 from fp8_policy.service.visual.panel import MEDIA_TYPES, Panel, Style, fit_columns
 from fp8_policy.service.visual.params import HeatmapParams, parse_heatmap_params
@@ -244,8 +244,8 @@ def build_panel(session: Session, run: Run, params: HeatmapParams, *, title: str
 def load_matrix(session: Session, run: Run, params: HeatmapParams) -> HeatmapMatrix:
     repo = RunRepository(session)
     infos = [layer_info(layer) for layer in repo.layers(run.id)]
-    check_selection(f"run {run.id}", params, lambda: repo.ranks(run.id), infos)
-    rows = repo.metric_arrays(run.id, tensor=params.tensor, stat_key=params.stat, rank=params.rank)
+    check_selection(f"run {run.id}", params, lambda: known_ranks(run, repo.ranks(run.id)), infos)
+    rows = repo.metric_arrays(run.id, tensor=params.tensor, stat_key=params.stat, rank=stored_rank(run, params.rank))
     if not rows:
         keys = repo.metric_keys(run.id)
         raise NoData(

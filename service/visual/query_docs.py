@@ -33,7 +33,8 @@ def heatmap_params(*, show_skip_default: bool = True) -> list[dict[str, Any]]:
         query_param(
             "rank",
             {"type": "integer", "minimum": 0},
-            "One rank; default: the maximum over ranks per iteration. A rank the run lacks is a 400.",
+            "One rank; default: the maximum over ranks per iteration. A rank the run lacks is a 400; a data-parallel "
+            "replica stored once is drawn from the rank it repeats.",
         ),
         query_param(
             "sublayer",

@@ -327,3 +327,29 @@ def test_real_known_layers_split_real_metric_names_like_plain_splitting(run: str
 
     assert all(metric is not None and metric == split_metric_name(name) for name, metric in split.items())
     assert {metric.layer for metric in split.values() if metric} <= known
+
+
+def test_renamed_logs_of_two_stages_merge_into_their_own_blocks() -> None:
+    """Local naming: both pipeline stages log `layers.0`; renamed per rank first, their plans stay apart (stage 1's
+    block 0 in BF16 does not turn stage 0's block 0 high precision, as merging first would)."""
+    from fp8_policy.policy.metadata_log import renamed
+
+    def stage(plan: str) -> MetadataLog:
+        lines = ["2026-01-15 23:06:31,201 - INFO - Assigned layer name: model.layers.0.fc1"]
+        lines += [
+            f"2026-01-15 23:06:31,201 - INFO - LAYER=model.layers.0.fc1: Tensor: {t}, gemm {g} - {plan}"
+            for t, g in PLAN_ORDER
+        ]
+        return parse_metadata_lines(lines)
+
+    merged = merge_metadata(
+        [renamed(stage("Quantize"), lambda n: n), renamed(stage("High Precision"), lambda n: n.replace(".0.", ".4."))]
+    )
+    assert merged.assigned == ["model.layers.0.fc1", "model.layers.4.fc1"]
+    assert (merged.plans["model.layers.0.fc1"].precision, merged.plans["model.layers.4.fc1"].precision) == (
+        Precision.FP8,
+        Precision.HIGH,
+    )
+    assert merge_metadata([stage("Quantize"), stage("High Precision")]).plans["model.layers.0.fc1"].precision == (
+        Precision.HIGH
+    )

@@ -213,6 +213,9 @@ class TestPlanStoresTheFirstRank:
 
 class TestRetriesAndLeases:
     def _context(self, settings: Settings, engine: Engine, owner: str) -> JobContext:
+        """A worker whose plan job parses only the first rank while it scans (a budget of 1 byte of kept arrays):
+        the other ranks get rank jobs of their own."""
+        settings = settings.model_copy(update={"scan_parse_bytes": 1})
         return JobContext(create_session_factory(engine), settings, ArchiveStore(str(settings.data_dir)), owner)
 
     def _claim(self, ctx: JobContext, kind: str):

@@ -56,6 +56,7 @@ def test_two_apis_two_workers_s3_and_a_worker_killed_mid_job(
         **s3_bucket.env(),
         "FP8_POLICY_DATABASE_URL": database_url,
         "FP8_POLICY_JOB_LEASE_SECONDS": str(LEASE_SECONDS),
+        "FP8_POLICY_SCAN_PARSE_BYTES": "0",  # every rank its own job (the plan job would parse these 4 itself)
         "FP8_POLICY_JOB_POLL_SECONDS": "0.1",
     }
     with Cluster(tmp_path / "cluster", env) as cluster:

@@ -13,6 +13,7 @@ from fp8_policy.policy.parallel import (
     UNKNOWN,
     ParallelInfo,
     RankEvidence,
+    Resolution,
     resolve,
 )
 from tests.policy.parallel import megatron_parallel as mg
@@ -118,19 +119,29 @@ def test_experts_are_numbered_globally() -> None:
         assert resolution.namer(rank)(f"{layer}.gemm_1") == f"{layer}.gemm_{2 * rank + 1}"
 
 
-def test_world_size_mismatch_missing_ranks_and_duplicate_claims_are_named() -> None:
+def test_missing_ranks_and_duplicate_claims_are_named() -> None:
     meta = _job(pp=2, tp=1, dp=2, num_layers=4)
     names, _truth = _logged(meta, LAYER_NUMBER)
     evidence = {rank: RankEvidence(names[rank]) for rank in (0, 1, 2)}  # rank 3 missing
-    evidence[7] = RankEvidence(frozenset())  # outside the 4 ranks
     record = {"tp_rank": 0, "cp_rank": 0, "dp_rank": 0, "pp_rank": 0, "ep_rank": 0}
     evidence[0] = RankEvidence(names[0], recorded={**record, "world_size": 4})
     evidence[1] = RankEvidence(names[1], recorded={**record, "world_size": 4})  # claims rank 0's place
     info = resolve(meta, evidence).info
     text = " ".join(info.notes)
     assert info.missing_ranks == [3]
-    assert "outside the layout's 4 ranks" in text and "7" in text
     assert "ranks 0, 1 all claim" in text
+
+
+def test_ranks_outside_the_stated_world_size_make_the_logs_win() -> None:
+    """A stated world of 2 ranks (TP1 x PP2) for a job that logged 4 (DP2): placing ranks by it would put rank 1
+    (pipeline stage 0, data-parallel rank 1) on stage 1 and rename its blocks; the layout is read from the logs."""
+    names, truth = _logged(_job(pp=2, tp=1, dp=2, num_layers=4), LAYER_NUMBER)
+    stated = {**_job(pp=2, tp=1, dp=1, num_layers=4), "world_size": 2}
+    resolution = resolve(stated, {rank: RankEvidence(layers, digest=bytes([rank])) for rank, layers in names.items()})
+    info = resolution.info
+    assert "outside the stated layout's 2 ranks" in info.notes[0] and info.outside_ranks == [2, 3]
+    assert info.source == INFERRED and {r: c["pp"] for r, c in info.coords.items()} == {0: 0, 1: 0, 2: 1, 3: 1}
+    assert all(resolution.namer(r)(n) == truth[r][n] for r in names for n in names[r])
 
 
 def test_without_metadata_disjoint_blocks_are_inferred_as_stages() -> None:
@@ -187,3 +198,21 @@ def test_a_pipeline_layout_without_num_layers_takes_the_count_from_the_logs(nami
     assert info.layout is not None and info.layout.num_layers == 16 and info.naming == naming
     assert any("num_layers not given" in note for note in info.notes)
     assert all(resolution.namer(r)(n) == truth[r][n] for r in names for n in names[r])
+
+
+@pytest.mark.parametrize("naming", [LAYER_NUMBER, LOCAL])
+def test_a_resolution_rebuilt_from_its_stored_info_names_and_groups_the_ranks_alike(naming: str) -> None:
+    """Jobs after the one that resolved (a rank's own job, finalize) rebuild it from `ParallelInfo.to_json()`."""
+    meta = {**_job(pp=2, tp=2, dp=2, num_layers=8), "expert_model_parallel_size": 2, "num_moe_experts": 4}
+    names, _truth = _logged(meta, naming)
+    experts = {  # each expert-parallel rank logs its 2 experts as gemm_0, gemm_1 (TE GroupedLinear)
+        rank: layers | {f"{min(layers).rsplit('.', 2)[0]}.mlp.experts.linear_fc1.gemm_{e}" for e in range(2)}
+        for rank, layers in names.items()
+    }
+    first = resolve(meta, {rank: RankEvidence(layers) for rank, layers in experts.items()})
+    assert first.experts_local == 2
+    again = Resolution.from_info(ParallelInfo.from_json(first.info.to_json()), first.experts_local)
+    probe = [f"{BLOCKS}.{i}.mlp.experts.linear_fc1.gemm_{e}" for i in range(4) for e in range(2)]
+    for rank in names:
+        assert [again.namer(rank)(n) for n in probe] == [first.namer(rank)(n) for n in probe]
+    assert (again.dense_groups(), again.expert_groups()) == (first.dense_groups(), first.expert_groups())
