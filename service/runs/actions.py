@@ -251,8 +251,9 @@ def json_values(values: np.ndarray) -> list[Any]:
 
 
 def _coordinates(parallel: Any) -> dict[int, dict[str, int]] | None:
-    """Rank -> its coordinates, for a run stored with a parallel layout that places its ranks (None otherwise)."""
-    if not isinstance(parallel, dict) or not parallel.get("ranks") or parallel.get("source") == "unknown":
+    """Rank -> its coordinates, for a run stored with a parallel layout that places several ranks (None otherwise:
+    a one-rank run's CSV keeps the columns it always had)."""
+    if not isinstance(parallel, dict) or len(parallel.get("ranks") or ()) < 2 or parallel.get("source") == "unknown":
         return None
     return {int(rank): dict(coord) for rank, coord in parallel["ranks"].items() if isinstance(coord, dict)}
 
