@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from fp8_policy.policy.analysis.layer_formats import layer_formats, mixed, mixed_note
 from fp8_policy.policy.analysis.recipes import STAT_PREFIX, normalize_recipe
 from fp8_policy.policy.analysis.signals import Signals
 from fp8_policy.policy.records import QUANT_STATS, MetricName, Precision, RunData, Series
@@ -78,17 +79,26 @@ class TrainingFormat:
     excluded: tuple[ExcludedPoint, ...] = ()
     notes: tuple[str, ...] = field(default=())
     high_precision: bool = False  # the plan lines say every layer with stats ran in BF16: all stats are what-ifs
+    # layers that trained in another recipe than the run's, from their own evidence (layer_formats.py)
+    layer_recipes: dict[str, str] = field(default_factory=dict)
+
+    def recipe_of(self, layer: str) -> str | None:
+        """The recipe `layer` trained in: its own (a mixed-format run) or the run's."""
+        return self.layer_recipes.get(layer, self.recipe)
 
     def bands(self, thresholds: Thresholds) -> Thresholds:
         """The thresholds the run's underflow levels are judged with: NVFP4's bands under NVFP4 training."""
-        if self.recipe != "nvfp4":
-            return thresholds
-        return replace(
-            thresholds,
-            warning=thresholds.nvfp4_warning,
-            critical=thresholds.nvfp4_critical,
-            severe=thresholds.nvfp4_severe,
-        )
+        return nvfp4_bands(thresholds) if self.recipe == "nvfp4" else thresholds
+
+    def layer_bands(self, thresholds: Thresholds) -> dict[str, Thresholds]:
+        """Layers judged with other bands than the run's (`thresholds`: the requested, FP8 ones): an NVFP4 layer of
+        an FP8 run gets NVFP4's bands, an FP8 layer of an NVFP4 run FP8's."""
+        run_fp4 = self.recipe == "nvfp4"
+        return {
+            name: nvfp4_bands(thresholds) if recipe == "nvfp4" else thresholds
+            for name, recipe in self.layer_recipes.items()
+            if (recipe == "nvfp4") != run_fp4
+        }
 
     def uncensor(self, signals: Signals) -> None:
         """Scale series read from E8M0 bytes are exact powers of two: none of their points is censored."""
@@ -106,7 +116,18 @@ class TrainingFormat:
             "source": self.source,
             "e8m0_scale_series": self.e8m0_series,
             "excluded_scale_points": len(self.excluded),
+            "layer_recipes": dict(self.layer_recipes),
         }
+
+
+def nvfp4_bands(thresholds: Thresholds) -> Thresholds:
+    """`thresholds` with NVFP4's warning / critical / severe underflow bands."""
+    return replace(
+        thresholds,
+        warning=thresholds.nvfp4_warning,
+        critical=thresholds.nvfp4_critical,
+        severe=thresholds.nvfp4_severe,
+    )
 
 
 def detect_training_recipe(run: RunData) -> tuple[str | None, str]:
@@ -153,21 +174,24 @@ def format_view(run: RunData) -> tuple[RunData, TrainingFormat]:
     """The run as analysis reads it (E8M0 converted, impossible scale values out, the detected recipe in its
     metadata, NVFP4 weight series left to the ladder) and what was done. Arrays not changed are shared."""
     recipe, source = detect_training_recipe(run)
+    formats = layer_formats(run, recipe)
+    own = {name: fmt.recipe for name, fmt in mixed(formats, recipe).items()}
     excluded: list[ExcludedPoint] = []
-    notes: list[str] = []
+    notes: list[str] = mixed_note(formats, recipe)
     converted = 0
     series: list[Series] = []
     weights_left = 0
     linear: list[str] = []
     for s in run.series:
         m = s.metric
-        if recipe == "nvfp4" and m.recipe == "nvfp4" and m.tensor == "weight":
+        layer_recipe = own.get(m.layer, recipe)
+        if layer_recipe == "nvfp4" and m.recipe == "nvfp4" and m.tensor == "weight":
             weights_left += 1
             continue
         if m.stat not in SCALE_STATS:
             series.append(s)
             continue
-        e8m0 = m.recipe == "mxfp8" or (m.recipe is None and recipe == "mxfp8")
+        e8m0 = m.recipe == "mxfp8" or (m.recipe is None and layer_recipe == "mxfp8")
         if e8m0 and not _is_bytes(s.values):
             linear.append(_name(m))
             e8m0 = False
@@ -203,7 +227,7 @@ def format_view(run: RunData) -> tuple[RunData, TrainingFormat]:
         metadata = {**metadata, "recipe": recipe}
     view = replace(run, series=series, metadata=metadata)
     high = recipe is None and trained_in_high_precision(run)
-    return view, TrainingFormat(recipe, source, converted, tuple(excluded), tuple(notes), high)
+    return view, TrainingFormat(recipe, source, converted, tuple(excluded), tuple(notes), high, own)
 
 
 def band_note(training: TrainingFormat, thresholds: Thresholds) -> list[str]:
