@@ -65,7 +65,9 @@ def layer_formats(run: RunData, run_recipe: str | None) -> dict[str, LayerFormat
         if found is not None:
             out[layer] = found
     for layer, fmt in stated.items():
-        out.setdefault(layer, fmt)
+        info = run.layers.get(layer)
+        if info is None or info.precision is not Precision.HIGH:
+            out.setdefault(layer, fmt)
     return out
 
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -49,12 +48,17 @@ from fp8_policy.policy.analysis.layout import LayerLevels, LayerStatus
 from fp8_policy.policy.analysis.recipes import STAT_PREFIX, supported
 from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.recommend.gpu import ASSUMED_CAPABILITY
-from fp8_policy.policy.recommend.ladder_evidence import dynamic_ranges, lift_blockers, training_nvfp4_weights
+from fp8_policy.policy.recommend.ladder_evidence import (
+    dynamic_ranges,
+    lift_blockers,
+    training_nvfp4_weights,
+    unobserved_own_rungs,
+)
+from fp8_policy.policy.recommend.ladder_record import FP8_FINEST_FIRST, Ladder
 from fp8_policy.policy.recommend.skiplist import SkipPlan
 from fp8_policy.policy.records import PRECISIONS, QUANTIZED_TENSORS, LayerPrecision, RunData
 
 PROXY_MAX_BINADES = math.log2(6.0 / (1.0 + 2.0**-4) / 0.25)  # 4.497
-FP8_FINEST_FIRST: tuple[str, ...] = ("mxfp8", "block", "current")
 _INFER: dict[str, tuple[tuple[str, ...], float]] = {  # rung -> (rungs it may be inferred from, confidence factor)
     "mxfp8": (("block", "current", "delayed"), 0.7),
     "block": (("current", "delayed"), 0.7),
@@ -73,50 +77,6 @@ class Verdict:
     factor: float = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class Ladder:
-    rungs: tuple[LayerPrecision, ...]
-    assumptions: tuple[str, ...]
-    # layers failing NVFP4 that left the skip list for their FP8 rung (lift rule; their evidence says so)
-    lifted: tuple[str, ...] = ()
-
-    def counts(self) -> dict[str, int]:
-        out = dict.fromkeys(PRECISIONS, 0)
-        for rung in self.rungs:
-            out[rung.precision] += 1
-        return out
-
-    def to_dict(self, cost: dict[str, Any] | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "layers": {
-                r.layer: {"precision": r.precision, "evidence": list(r.evidence), "confidence": r.confidence}
-                for r in self.rungs
-            },
-            "counts": self.counts(),
-            "assumptions": list(self.assumptions),
-            "lifted": list(self.lifted),
-        }
-        if cost is not None:
-            out["expected_cost"] = cost
-        return out
-
-    def summary(self, training: str) -> str:
-        """One sentence: what moves where."""
-        c = self.counts()
-        fp8 = sum(c[p] for p in ("mxfp8", "block", "current", "delayed"))
-        if training == "nvfp4":
-            lifted = {p: n for p, n in c.items() if p != "nvfp4" and n}
-            moves = ", ".join(f"{n} to {p.upper() if p != 'bf16' else 'BF16'}" for p, n in lifted.items())
-            return f"Precision ladder (NVFP4 run): {c['nvfp4']} layer(s) stay NVFP4" + (
-                f"; lift {moves}." if moves else "; none needs lifting."
-            )
-        return (
-            f"Precision ladder: {c['nvfp4']} layer(s) can go NVFP4, {fp8} stay FP8 "
-            f"({', '.join(f'{n} {p}' for p, n in c.items() if n and p in FP8_FINEST_FIRST + ('delayed',)) or 'none'})"
-            f", {c['bf16']} BF16."
-        )
-
-
 def build_ladder(
     run: RunData, analysis: Analysis, plan: SkipPlan, outer: str, training: str, capability: float | None
 ) -> Ladder:
@@ -124,6 +84,7 @@ def build_ladder(
     cap = capability if capability is not None else ASSUMED_CAPABILITY
     ctx = _Context(run, analysis, plan, outer, training, cap)
     rungs = [ctx.rung(lv) for lv in analysis.layout.levels.values() if lv.status in (LayerStatus.FP8, LayerStatus.BF16)]
+    rungs += unobserved_own_rungs(analysis, outer)
     return Ladder(tuple(rungs), tuple(ctx.assumptions(capability)))
 
 

@@ -120,3 +120,15 @@ def test_metadata_layer_recipes_name_the_format_when_the_stats_cannot(tmp_path: 
     assert set(bare.training.layer_recipes.values()) == {"current"}  # assumed, and said so
     stated = analyze(parse(tmp_path, {**METADATA, "layer_recipes": {"*.layers.2.*": "blockwise"}}))
     assert set(stated.training.layer_recipes.values()) == {"block"}
+
+
+def test_a_layer_without_statistics_keeps_the_recipe_the_metadata_says_it_trained_in(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    layers = [_nvfp4_layer(_name(b, s), rng) for b in (1, 2) for s in SUBS]
+    layers += [LoggedLayer(_name(3, s), {}) for s in SUBS]  # quantized, no stats: MXFP8 per the precision config
+    write_tree(tmp_path, layers, np.arange(N) * 10)
+    run = parse(tmp_path, {**METADATA, "layer_recipes": {"*.layers.3.*": "MXFP8BlockScaling"}})
+    rec = recommend(run, options=RecommendOptions.from_metadata(run.metadata))
+    rungs = {r.layer: r for r in rec.ladder.rungs}
+    assert rungs[_name(3, "mlp.linear_fc1")].precision == "mxfp8"
+    assert precision_of(rec.decision)[_name(3, "mlp.linear_fc1")] == "mxfp8"
