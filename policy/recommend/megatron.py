@@ -32,6 +32,7 @@ from fp8_policy.policy.analysis.layout import LayerStatus, Layout
 from fp8_policy.policy.recommend.skiplist import SkipPlan
 from fp8_policy.policy.records import MEGATRON_RECIPES, LayerGroup, LayerPrecision, RecipeChoice
 from fp8_policy.policy.render import megatron_head
+from fp8_policy.policy.render.options import RenderOptions
 from fp8_policy.policy.render.precision import effective_rung
 
 FP4_ARGS = ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
@@ -103,7 +104,7 @@ def megatron_section(
             str(end),
         ]
     if outside or mix:
-        args += ["--te-precision-config-file", "fp8_precision.yaml"]
+        args += ["--te-precision-config-file", RenderOptions().precision_config_file]  # the file the script writes
     notes = _notes(layout, outside, heads, plan)
     if megatron_recipe != recipe.name:
         notes.append(

@@ -1,21 +1,21 @@
 """Megatron-LM flags (and `--te-precision-config-file` YAML) for a `PolicyDecision`.
 
-Belongs here: choosing between the first/last-layers-BF16 flags and a precision-config YAML, mapping
-logged layer names to Megatron's 0-based `named_modules()` paths, recipe flags, and the bash text
-that carries both. Must not be here: TE debug YAML, other dialects.
+Belongs here: choosing between the first/last-layers-BF16 flags and a precision-config YAML, mapping logged layer
+names to Megatron's 0-based `named_modules()` paths, recipe flags, and the bash text that carries both. Must not be
+here: TE debug YAML, other dialects.
 
 Conventions (Megatron-LM `--first-last-layers-bf16` / `--te-precision-config-file`, https://github.com/NVIDIA/Megatron-LM):
-* Flags route: the layers Megatron must keep in BF16 (skipped, plus modules with per-GEMM overrides, which
-  Megatron can only run whole in BF16) are exactly all logged layers of a contiguous run of body blocks at
-  the start and/or end -> `--first-last-layers-bf16 --num-layers-at-start-in-bf16 N
-  --num-layers-at-end-in-bf16 M`.
+* Flags route: the layers Megatron must keep in BF16 (skipped, plus modules with per-GEMM overrides, which Megatron
+  can only run whole in BF16) are exactly all logged layers of a contiguous run of body blocks at the start and/or
+  end -> `--first-last-layers-bf16 --num-layers-at-start-in-bf16 N --num-layers-at-end-in-bf16 M`.
 * Otherwise a precision-config YAML: one `bf16` TEQuantizationParams config (empty training_recipe)
   and `glob` matchers (fnmatch, first enabled match wins) over paths such as
   `decoder.layers.0.self_attention.linear_qkv`. A fully skipped block becomes `decoder.layers.<i>.*`.
 * Logged indices come from TE's 1-based `layer_number` unless the smallest body index is 0 (see
   `layout`); Megatron's index is 0-based and local to a pipeline stage (no PP assumed).
-* Per-GEMM overrides cannot be expressed: the module is promoted to full BF16 (conservative). When every
-  override is wgrad-only, `--no-fp8-wgrad` is offered as a commented, model-wide alternative.
+* Per-GEMM overrides cannot be expressed: the module is promoted to full BF16 (conservative; `--no-fp8-wgrad` is
+  offered, commented, when every override is wgrad-only). MoE expert GEMMs of a TE GroupedLinear (`.gemm_<i>`)
+  reach Megatron only as their whole TEGroupedLinear module, at its experts' most precise rung (grouped.py).
 * Delayed scaling rejects transformer layers in BF16 (megatron/core/transformer/transformer_config.py): when a
   body-block layer is kept in BF16 the script uses `--fp8-recipe tensorwise` (current scaling) for the Megatron path
   and says why, exactly as the JSON `megatron` section does (policy/recommend/megatron.py); the recommended recipe
@@ -40,7 +40,7 @@ import re
 import shlex
 
 from fp8_policy.policy.records import MEGATRON_RECIPES, LayerGroup, LayerInfo, PolicyDecision
-from fp8_policy.policy.render import megatron_head, precision
+from fp8_policy.policy.render import grouped, megatron_head, precision
 from fp8_policy.policy.render.applied import AppliedPolicy, whole_module_overrides
 from fp8_policy.policy.render.layout import (
     body_blocks,
@@ -83,6 +83,7 @@ RUNG_RECIPES = {
     "block": ("fp8_quantization_recipe", "blockwise"),
     "current": ("fp8_quantization_recipe", "tensorwise"),
 }
+GROUPED_WHY = "Megatron's TEGroupedLinear takes one precision config for all its experts"
 _DELAYED_KWARG_FLAGS = {
     "amax_history_len": "--fp8-amax-history-len",
     "amax_compute_algo": "--fp8-amax-compute-algo",
@@ -96,7 +97,11 @@ def glob_escape(text: str) -> str:
 
 
 def megatron_path(layer: LayerInfo, one_based: bool) -> str:
-    """The GPTModel `named_modules()` path of a logged layer (0-based block index, no wrappers)."""
+    """The GPTModel `named_modules()` path of a logged layer (0-based block, no wrappers; `.gemm_<i>`: grouped.py)."""
+    return grouped.module_of(_module_path(layer, one_based))
+
+
+def _module_path(layer: LayerInfo, one_based: bool) -> str:
     structure = layer.structure
     if structure.group is LayerGroup.HEAD:
         return "output_layer"
@@ -117,9 +122,10 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
     """Skipped layers exact (flags or matchers); overridden modules wholly in BF16; every head in BF16 (Megatron's
     output_layer is no TE module, `megatron_head`), an approximation where the decision runs it in low precision."""
     base = whole_module_overrides(decision, "megatron", "Megatron keeps whole modules, not single GEMMs, in BF16")
-    layers = tuple(dict.fromkeys((*base.bf16_layers, *megatron_head.heads(decision))))
+    layers = grouped.whole_module_bf16(decision, (*base.bf16_layers, *megatron_head.heads(decision)))
     heads = megatron_head.approximation(megatron_head.low_precision_heads(decision))
-    parts = [part.rstrip(".") for part in (base.approximation, heads) if part]
+    experts = grouped.approximation(decision, GROUPED_WHY)
+    parts = [part.rstrip(".") for part in (base.approximation, heads, experts) if part]
     return AppliedPolicy("megatron", layers, {}, (), "; ".join(parts) + "." if parts else None)
 
 
@@ -167,10 +173,11 @@ def _matchers(decision: PolicyDecision, one_based: bool) -> list[tuple[str, str]
     ]
     for name in skipped:
         if name not in in_whole:
-            path = megatron_path(info[name], one_based) if name in info else strip_root(name)
-            out.append((glob_escape(path), f"{name}: skipped"))
+            path = megatron_path(info[name], one_based) if name in info else grouped.module_of(strip_root(name))
+            whole_group = f"; {GROUPED_WHY}: all its experts run BF16" if grouped.split(name) else ""
+            out.append((glob_escape(path), f"{name}: skipped{whole_group}"))
     for name, gemms in _overrides(decision).items():
-        path = megatron_path(info[name], one_based) if name in info else strip_root(name)
+        path = megatron_path(info[name], one_based) if name in info else grouped.module_of(strip_root(name))
         note = f"{name}: {'/'.join(gemms)} requested in high precision; whole module kept in BF16"
         out.append((glob_escape(path), note))
     unique: dict[str, str] = {}
@@ -184,12 +191,23 @@ def _rung_matchers(decision: PolicyDecision, one_based: bool) -> list[tuple[str,
     left out: no matcher reaches Megatron's output_layer, see `megatron_head`)."""
     info = {layer.name: layer for layer in decision.layers}
     heads = set(megatron_head.heads(decision))
+    modules = grouped.group_precisions(decision)  # a grouped module runs whole at its experts' most precise rung
     out = []
+    done: set[str] = set()
     for name, rung in precision.layer_recipes(decision).items():
-        if name in heads:
+        module = grouped.module_of(name)
+        if name in heads or module in done:
             continue
-        path = megatron_path(info[name], one_based) if name in info else strip_root(name)
-        out.append((rung, glob_escape(path), f"{name}: {rung} (precision ladder)"))
+        path = megatron_path(info[name], one_based) if name in info else grouped.module_of(strip_root(name))
+        if module in modules:
+            done.add(module)
+            rung = modules[module]
+            if rung in (precision.BF16, decision.recipe.name):
+                continue  # a BF16 matcher reaches it, or it runs at the outer recipe
+            comment = f"{module}: {rung} for all its experts (TEGroupedLinear: one config per module)"
+        else:
+            comment = f"{name}: {rung} (precision ladder)"
+        out.append((rung, glob_escape(path), comment))
     return out
 
 

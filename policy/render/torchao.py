@@ -14,8 +14,10 @@ alternative when every override is wgrad-only.
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 
 from fp8_policy.policy.records import PolicyDecision
+from fp8_policy.policy.render import grouped
 from fp8_policy.policy.render.applied import AppliedPolicy, whole_module_overrides
 from fp8_policy.policy.render.layout import is_one_based, layer_index, merged_overrides, torch_fqn
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
@@ -36,9 +38,18 @@ TORCHAO_RECIPES = {
 }
 
 
+GROUPED_WHY = "torchao converts a grouped expert module whole"
+
+
 def applied(decision: PolicyDecision) -> AppliedPolicy:
-    """Skipped layers exact; overridden modules wholly in high precision (torchao converts whole modules)."""
-    return whole_module_overrides(decision, "torchao", "torchao converts whole nn.Linear modules")
+    """Skipped layers exact; overridden modules wholly in high precision (torchao converts whole modules); an
+    expert GEMM (`.gemm_<i>`) takes its whole grouped module, and the experts in it, along (grouped.py)."""
+    base = whole_module_overrides(decision, "torchao", "torchao converts whole nn.Linear modules")
+    layers = grouped.whole_module_bf16(decision, base.bf16_layers)
+    bf16 = replace(decision, skip_layers=base.bf16_layers, gemm_overrides=(), layer_precisions=())
+    experts = grouped.approximation(bf16, GROUPED_WHY)
+    parts = [part.rstrip(".") for part in (base.approximation, experts) if part]
+    return AppliedPolicy("torchao", layers, {}, (), "; ".join(parts) + "." if parts else None)
 
 
 def skip_fqns(decision: PolicyDecision) -> dict[str, str]:
@@ -47,10 +58,11 @@ def skip_fqns(decision: PolicyDecision) -> dict[str, str]:
     index = layer_index(decision)
     out: dict[str, str] = {}
     for name in dict.fromkeys(decision.skip_layers):
-        out.setdefault(torch_fqn(name, index.get(name), one_based), f"skipped: {name}")
+        whole = " (the whole grouped expert module)" if grouped.split(name) else ""
+        out.setdefault(grouped.module_of(torch_fqn(name, index.get(name), one_based)), f"skipped: {name}{whole}")
     for name, gemms in merged_overrides(decision).items():
         note = f"{'/'.join(gemms)} requested in high precision, whole module kept: {name}"
-        out.setdefault(torch_fqn(name, index.get(name), one_based), note)
+        out.setdefault(grouped.module_of(torch_fqn(name, index.get(name), one_based)), note)
     return out
 
 
