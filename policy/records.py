@@ -252,3 +252,11 @@ class PolicyDecision:
     # Per-layer precision ladder (empty when not computed); renderers that can express a per-layer mix use it.
     layer_precisions: tuple[LayerPrecision, ...] = ()
     fp8_param: bool = False  # the run keeps FP8/FP4 parameters (no high-precision weight to take stats of)
+    # the run logged quantization stats of weights; False when it logged activations/gradients but no weight at all
+    # (FP8 primary weights without `fp8_param` in the metadata): the rendered monitoring asks for none either
+    weights_logged: bool = True
+
+    @property
+    def weights_without_stats(self) -> bool:
+        """No high-precision weight statistics can be asked for: FP8/FP4 parameters, or none were logged."""
+        return self.fp8_param or not self.weights_logged

@@ -33,7 +33,7 @@ from fp8_policy.policy.recommend.recipe import (
     resolve_current,
 )
 from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
-from fp8_policy.policy.records import PolicyDecision, RunData
+from fp8_policy.policy.records import QUANT_STATS, PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format
 from fp8_policy.policy.thresholds import Thresholds
 
@@ -149,6 +149,7 @@ def recommend(
         te_version,
         layer_precisions=ladder.rungs,
         fp8_param=fp8_param(run.metadata),
+        weights_logged=weights_logged(run),
     )
     rationale = build_rationale(analysis, plan, decision, cost, megatron, conf)
     rationale.insert(-1, _ladder_line(ladder, lcost, current))
@@ -189,6 +190,13 @@ def fp8_param(metadata: dict[str, object]) -> bool:
         if isinstance(value, str) and value.strip().lower() in ("true", "yes", "1"):
             return True
     return False
+
+
+def weights_logged(run: RunData) -> bool:
+    """False when the run logged quantization stats of activations or gradients but of no weight at all (TE
+    refuses weight underflows%/overflows%/mse with FP8 primary weights, so such a run cannot have logged them)."""
+    quant = [s.metric.tensor for s in run.series if s.metric.stat in QUANT_STATS]
+    return not quant or "weight" in quant
 
 
 def _ladder_line(ladder: Ladder, cost: dict[str, Any], training: str) -> str:
