@@ -25,6 +25,8 @@ class Pattern(str, Enum):
     LATE_LAYERS = "late_layers"
     BOUNDARY = "boundary"
     SINGLE_TENSOR = "single_tensor"
+    MODULE_KIND = "module_kind"
+    EXPERT_OUTLIER = "expert_outlier"
     RISING_TREND = "rising_trend"
     UNIFORM = "uniform"
     RANK_OUTLIER = "rank_outlier"
@@ -48,6 +50,8 @@ PATTERN_LABELS: dict[Pattern, str] = {
     Pattern.LATE_LAYERS: "Late layers",
     Pattern.BOUNDARY: "Boundary effect",
     Pattern.SINGLE_TENSOR: "Single tensor",
+    Pattern.MODULE_KIND: "One module kind",
+    Pattern.EXPERT_OUTLIER: "Expert outlier",
     Pattern.RISING_TREND: "Rising trend",
     Pattern.UNIFORM: "Uniform (recipe problem)",
     Pattern.RANK_OUTLIER: "Rank outlier",
