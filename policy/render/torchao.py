@@ -8,7 +8,8 @@ FQNs are the logged names minus nvdlfw's `model.` root and DDP `module.` levels,
 made 0-based when the logged names used TE's 1-based `layer_number` (see `layout`); sublayer names such
 as `layernorm_mlp.fc1` are kept as logged. torchao converts whole modules, so a per-GEMM override puts
 the whole module in SKIP_FQNS (conservative); `rowwise_with_gw_hp` is offered as the model-wide
-alternative when every override is wgrad-only.
+alternative when every override is wgrad-only. MXFP8 / NVFP4 training configs are resolved across torchao versions
+by functions the snippet carries (torchao_classes.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import shlex
 from dataclasses import replace
 
 from fp8_policy.policy.records import PolicyDecision
-from fp8_policy.policy.render import grouped
+from fp8_policy.policy.render import grouped, torchao_classes
 from fp8_policy.policy.render.applied import AppliedPolicy, whole_module_overrides
 from fp8_policy.policy.render.layout import is_one_based, layer_index, merged_overrides, torch_fqn
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
@@ -33,7 +34,7 @@ TORCHAO_RECIPES = {
     "block": ("rowwise", "torchao float8 training has no 128-block scaling; rowwise is the closest"),
     "mxfp8": (
         "rowwise",
-        "MXFP8 training lives in torchao.prototype (API varies by version); pass module_filter_fn to it as well",
+        "MXFP8 training: mxfp8_training_config() below (torchao prototype, resolved per version); float8 rowwise else",
     ),
 }
 
@@ -121,8 +122,10 @@ def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
         "def module_filter_fn(mod: torch.nn.Module, fqn: str) -> bool:",
         '    """True: convert this module to float8 training; False: keep it in high precision."""',
         "    return fqn not in SKIP_FQNS and isinstance(mod, torch.nn.Linear)",
+        *torchao_classes.resolver_lines(),
         "",
         "",
         *_usage(decision, list(fqns)),
+        *torchao_classes.usage_lines(decision.recipe.name),
     ]
     return RenderedPolicy(content="\n".join(lines) + "\n", media_type=MEDIA_TYPE, filename=FILENAME)
