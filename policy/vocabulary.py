@@ -78,7 +78,7 @@ DEFAULT_BOXES = 5  # the heatmap's boxed (worst) rows when the request names no 
 
 # The policy formats policy/render/ writes: the dialects that apply a policy, then the monitoring-only formats, each
 # with the media type of its rendering.
-FORMATS: tuple[str, ...] = ("te-yaml", "megatron", "hydra", "torchao")
+FORMATS: tuple[str, ...] = ("te-yaml", "megatron", "hydra", "torchao", "te-recipe", "torchtitan")
 MONITORS: tuple[str, ...] = ("te-monitor",)
 OUTPUT_FORMATS: tuple[str, ...] = (*FORMATS, *MONITORS)
 MEDIA_TYPES: dict[str, str] = {
@@ -86,6 +86,8 @@ MEDIA_TYPES: dict[str, str] = {
     "megatron": "text/x-shellscript",
     "hydra": "text/plain",
     "torchao": "text/x-python",
+    "te-recipe": "text/x-python",
+    "torchtitan": "text/x-python",
     "te-monitor": "application/yaml",
 }
 

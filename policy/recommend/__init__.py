@@ -137,10 +137,10 @@ def recommend(
     layout = analysis.layout
     cost = expected_cost(layout, plan, decision.choice.name, options.dims)
     conf = confidence(analysis, plan, decision)
-    te_version = options.te_version or _text(run.metadata.get("te_version"))
     rungs = {r.layer: r.precision for r in ladder.rungs}
     lcost = ladder_cost(layout, rungs, plan.overrides, current, options.dims, decision.capability)
-    megatron = megatron_section(layout, plan, decision.choice, ladder.rungs)  # rungs of another recipe: config file
+    te_version = options.te_version or _text(run.metadata.get("te_version"))
+    megatron = megatron_section(layout, plan, decision.choice, ladder.rungs, te_version)  # rungs, custom: config file
     policy = PolicyDecision(
         plan.skip_layers,
         plan.overrides,

@@ -54,7 +54,8 @@ from fp8_policy.policy.recommend.ladder_evidence import (
     training_nvfp4_weights,
     unobserved_own_rungs,
 )
-from fp8_policy.policy.recommend.ladder_record import FP8_FINEST_FIRST, Ladder
+from fp8_policy.policy.recommend.ladder_record import FP8_FINEST_FIRST
+from fp8_policy.policy.recommend.ladder_record import Ladder as Ladder  # re-exported
 from fp8_policy.policy.recommend.skiplist import SkipPlan
 from fp8_policy.policy.records import PRECISIONS, QUANTIZED_TENSORS, LayerPrecision, RunData
 

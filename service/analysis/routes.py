@@ -29,8 +29,10 @@ else:  # imported on first use: start-up path, tests/service/test_start_up_impor
 router = APIRouter(prefix="/api/v1/runs", tags=["analysis"], dependencies=[READ])
 ERRORS = error_responses(400, 404, 409)
 FORMAT_HELP = (
-    "json (default), te-yaml, megatron, hydra, torchao, or te-monitor (a TE debug YAML that only watches a run"
-    " whose policy was applied with apply_policy: kept layers get LogTensorStats only)"
+    "json (default), te-yaml, megatron, hydra, torchao, te-recipe (a Python module with qfactory(role) for TE's"
+    " CustomRecipe: every layer and GEMM at its precision), torchtitan (torchtitan 0.3 converter configs), or"
+    " te-monitor (a TE debug YAML that only watches a run whose policy was applied with apply_policy: kept layers get"
+    " LogTensorStats only)"
 )
 FORMAT_QUERY = Query(description=FORMAT_HELP, json_schema_extra={"enum": ["json", *OUTPUT_FORMATS]})
 _GET_OPTION_KEYS = ("gpu_arch", "gpu", "te_version", "current_recipe", "previous_run")

@@ -130,7 +130,7 @@ def test_hand_validated_parameters_are_documented_exactly(document) -> None:
         for p in document["paths"]["/api/v1/runs/{run_id}/recommendation"]["get"]["parameters"]
         if p["name"] == "format"
     )["schema"]["enum"]
-    assert formats == ["json", "te-yaml", "megatron", "hydra", "torchao", "te-monitor"]
+    assert formats == ["json", "te-yaml", "megatron", "hydra", "torchao", "te-recipe", "torchtitan", "te-monitor"]
 
 
 def test_upload_documents_the_multipart_form_and_every_raw_type(document) -> None:
