@@ -92,6 +92,10 @@ def analysis(run_ref: int | tuple[str, str], wide: bool, url: str, token: str | 
     help="The run before this one (id or project/name): a problem that "
     "followed a moved BF16 boundary is not answered with a wider one.",
 )
+@click.option(
+    "--phase", type=click.IntRange(min=0), help="Render phase K of the recommendation's schedule (restart at its step)."
+)
+@click.option("--lr-decay-start", type=click.IntRange(min=1), help="The step the learning rate starts to decay.")
 @policy_options
 @client_options
 def recommend(
@@ -100,6 +104,8 @@ def recommend(
     output: Path | None,
     summary: bool,
     previous_run: int | tuple[str, str] | None,
+    phase: int | None,
+    lr_decay_start: int | None,
     thresholds: tuple[str, ...],
     gpu: str | None,
     te_version: str | None,
@@ -113,7 +119,9 @@ def recommend(
         run_id = resolve_run(client, run_ref)
         previous = resolve_run(client, previous_run) if previous_run is not None else None
         overrides = policy_overrides(thresholds, gpu, te_version, previous)
-        result = client.recommendation(run_id, format=fmt, overrides=overrides or None)
+        if lr_decay_start is not None:
+            overrides["lr_decay_start"] = lr_decay_start
+        result = client.recommendation(run_id, format=fmt, overrides=overrides or None, phase=phase)
     text = json.dumps(result, indent=2) + "\n" if fmt == "json" else str(result)
     if output is not None:
         output.write_text(text)

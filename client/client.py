@@ -234,12 +234,17 @@ class PolicyClient:
 
     @overload
     def recommendation(
-        self, run_id: int, format: Literal["json"] = "json", *, overrides: Mapping[str, Any] | None = None
+        self,
+        run_id: int,
+        format: Literal["json"] = "json",
+        *,
+        overrides: Mapping[str, Any] | None = None,
+        phase: int | None = None,
     ) -> dict[str, Any]: ...
 
     @overload
     def recommendation(
-        self, run_id: int, format: str, *, overrides: Mapping[str, Any] | None = None
+        self, run_id: int, format: str, *, overrides: Mapping[str, Any] | None = None, phase: int | None = None
     ) -> dict[str, Any] | str: ...
 
     def recommendation(
@@ -248,13 +253,16 @@ class PolicyClient:
         format: str = "json",
         *,  # noqa: A002 - the API's own name
         overrides: Mapping[str, Any] | None = None,
+        phase: int | None = None,
     ) -> dict[str, Any] | str:
         """The recommended policy: a dict for `json`, the rendered file's text for the other formats.
 
-        With `overrides` (thresholds, gpu_arch, model_dims, te_version, current_recipe) the service
-        recomputes it (POST) without re-ingesting.
+        With `overrides` (thresholds, gpu_arch, model_dims, te_version, current_recipe, lr_decay_start) the service
+        recomputes it (POST) without re-ingesting. `phase`: one phase of the JSON's `schedule`, rendered.
         """
         path, params = f"{RUNS}/{int(run_id)}/recommendation", {"format": format}
+        if phase is not None:
+            params["phase"] = str(int(phase))
         if overrides is None:
             response = self._http.request("GET", path, params=params)
         else:

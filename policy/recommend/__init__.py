@@ -32,6 +32,7 @@ from fp8_policy.policy.recommend.recipe import (
     resolve_capability,
     resolve_current,
 )
+from fp8_policy.policy.recommend.schedule import Phase, build_schedule
 from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
 from fp8_policy.policy.records import QUANT_STATS, PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format
@@ -62,6 +63,8 @@ class Recommendation:
     layer_rows: tuple[LayerAssessment, ...] = field(default=(), repr=False)
     thresholds: Thresholds | None = None
     stat_prefix: str | None = None
+    # precision that changes over the run: phases, each a whole policy from a step on (schedule.py); () when none
+    schedule: tuple[Phase, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         recipe = self.decision.recipe
@@ -88,6 +91,7 @@ class Recommendation:
             "policy_version": self.policy_version,
             "findings": [f.brief() for f in self.findings],
             "history": self.history.to_dict() if self.history is not None else None,
+            "schedule": [phase.to_dict() for phase in self.schedule] or None,
         }
 
 
@@ -153,6 +157,10 @@ def recommend(
     )
     rationale = build_rationale(analysis, plan, decision, cost, megatron, conf)
     rationale.insert(-1, _ladder_line(ladder, lcost, current))
+    schedule = build_schedule(analysis, policy, options.lr_decay_start)
+    if schedule:
+        steps = "; ".join(f"from step {p.from_step}: {p.reason}" for p in schedule)
+        rationale.insert(-1, f"Schedule ({len(schedule)} phases, each a restart with its own configuration): {steps}.")
     if effect is not None:
         rationale += effect.advice() or [
             f"Compared with run {effect.previous_run}: no problem followed a moved BF16 boundary."
@@ -178,6 +186,7 @@ def recommend(
         tuple(analysis.layers),
         analysis.requested_thresholds,
         analysis.signals.stat_prefix,
+        schedule=schedule,
     )
 
 

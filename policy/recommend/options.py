@@ -38,6 +38,7 @@ _OVERRIDE_KEYS = frozenset(
         "fp8_recipe",
         "keep_existing_bf16",
         "skip_projected",
+        "lr_decay_start",
         *_GATED_KEYS,
         *(k for keys in _DIM_KEYS.values() for k in keys),
     }
@@ -88,6 +89,9 @@ class RecommendOptions:
     current_recipe: str | None = None  # normalised: delayed | current | block | mxfp8 | nvfp4
     keep_existing_bf16: bool = False  # also list layers that already ran in BF16 in fp8_skip_layers
     skip_projected: bool = False  # also skip layers whose rising trend is projected to turn critical
+    # the step where the learning rate starts to decay (the user's LR schedule): an NVFP4 policy gets a later
+    # phase with higher-precision GEMM inputs from there (recommend/schedule.py)
+    lr_decay_start: int | None = None
 
     @classmethod
     def from_metadata(
@@ -139,6 +143,8 @@ def _apply(options: RecommendOptions, data: Mapping[str, Any]) -> RecommendOptio
                 "block (blockwise), mxfp8 or nvfp4, or a TE recipe class name"
             )
         changes["current_recipe"] = recipe
+    if data.get("lr_decay_start") is not None:
+        changes["lr_decay_start"] = _positive_int("lr_decay_start", data["lr_decay_start"], "the step")
     for key in ("keep_existing_bf16", "skip_projected"):
         if key in data:
             if not isinstance(data[key], bool):
@@ -159,7 +165,7 @@ def _text(key: str, value: Any) -> str:
     return str(value).strip()
 
 
-def _positive_int(key: str, value: Any) -> int:
+def _positive_int(key: str, value: Any, what: str = "model dimension") -> int:
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
@@ -167,5 +173,5 @@ def _positive_int(key: str, value: Any) -> int:
         or int(value) != value
         or value <= 0
     ):
-        raise ValueError(f"model dimension {key!r} must be a positive integer, got {value!r}")
+        raise ValueError(f"{what} {key!r} must be a positive integer, got {value!r}")
     return int(value)

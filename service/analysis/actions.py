@@ -11,12 +11,12 @@ from fp8_policy.db.codec import decode_iterations, decode_values
 from fp8_policy.db.repositories import RunRepository
 from fp8_policy.policy.analysis import Analysis, analyze
 from fp8_policy.policy.parallel.info import ParallelInfo
-from fp8_policy.policy.recommend import History, Recommendation, RecommendOptions, recommend
+from fp8_policy.policy.recommend import History, Recommendation, RecommendOptions, recommend, schedule
 from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, RunData, Series
 from fp8_policy.policy.render import OUTPUT_FORMATS, RenderedPolicy, render
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service.analysis.schemas import RecommendationRead
-from fp8_policy.service.errors import InvalidOverrides, InvalidThresholds, UnknownFormat
+from fp8_policy.service.errors import InvalidOverrides, InvalidParameter, InvalidThresholds, UnknownFormat
 from fp8_policy.service.runs.actions import get_ready_run
 
 
@@ -108,7 +108,13 @@ def recommendation_answer(run_id: int, rec: Recommendation) -> dict[str, Any]:
     return answer
 
 
-def render_recommendation(rec: Recommendation, fmt: str) -> RenderedPolicy:
+def render_recommendation(rec: Recommendation, fmt: str, phase: int | None = None) -> RenderedPolicy:
+    """The policy as `fmt`; with `phase`, that phase of the recommendation's schedule (policy/recommend/schedule.py)."""
     if fmt not in OUTPUT_FORMATS:
         raise UnknownFormat(f"unknown format {fmt!r}; expected json or one of: {', '.join(OUTPUT_FORMATS)}")
-    return render(rec.decision, fmt)
+    if phase is not None:
+        try:
+            return schedule.render_phase(rec.schedule, phase, fmt)
+        except IndexError as exc:
+            raise InvalidParameter(str(exc)) from exc
+    return schedule.with_header(render(rec.decision, fmt), schedule.schedule_note(rec.schedule))

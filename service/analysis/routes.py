@@ -14,7 +14,7 @@ from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache, 
 from fp8_policy.service.analysis.schemas import AnalysisRead, RecommendationRead
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep
-from fp8_policy.service.errors import InvalidThresholds
+from fp8_policy.service.errors import InvalidParameter, InvalidThresholds
 from fp8_policy.service.openapi import error_responses, query_param, threshold_params
 
 if TYPE_CHECKING:
@@ -35,12 +35,17 @@ FORMAT_HELP = (
     " LogTensorStats only)"
 )
 FORMAT_QUERY = Query(description=FORMAT_HELP, json_schema_extra={"enum": ["json", *OUTPUT_FORMATS]})
-_GET_OPTION_KEYS = ("gpu_arch", "gpu", "te_version", "current_recipe", "previous_run")
+_GET_OPTION_KEYS = ("gpu_arch", "gpu", "te_version", "current_recipe", "previous_run", "lr_decay_start")
+PHASE_QUERY = Query(
+    ge=0,
+    description="Render phase K of the recommendation's `schedule` (a rendered format only): its configuration, "
+    "with the step to restart at.",
+)
 OVERRIDES_HELP = (
     "Any of: `thresholds` (name -> number, as in GET .../analysis), `gpu_arch`, `model_dims` "
     "(hidden_size, ffn_hidden_size, num_layers, seq_len, vocab_size, num_attention_heads, "
     "num_query_groups, gated_mlp), `te_version`, `current_recipe`, `keep_existing_bf16`, "
-    "`skip_projected`. Unknown keys or bad values are a 400 InvalidOverrides."
+    "`skip_projected`, `lr_decay_start`. Unknown keys or bad values are a 400 InvalidOverrides."
 )
 # Documentation of each non-threshold GET parameter in _GET_OPTION_KEYS (tests/service/test_openapi_document.py
 # fails when one is missing here).
@@ -56,6 +61,10 @@ _OPTION_HELP = {
         ["delayed", "current", "mxfp8"],
     ),
     "previous_run": ("Id of the run this one follows: the recommendation then says what changed (`history`).", ["41"]),
+    "lr_decay_start": (
+        "The step the learning rate starts to decay: an NVFP4 policy gets a later phase (`schedule`) from there.",
+        ["90000"],
+    ),
 }
 _OPTION_PARAMS = [
     query_param(key, {"type": "string", "examples": _OPTION_HELP[key][1]}, _OPTION_HELP[key][0])
@@ -79,10 +88,10 @@ def _query_overrides(request: Request) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
     thresholds: dict[str, int | float | str] = {}
     for key, value in request.query_params.items():
-        if key == "format":
+        if key in ("format", "phase"):
             continue
         if key in _GET_OPTION_KEYS:
-            overrides[key] = value
+            overrides[key] = _number(value) if key == "lr_decay_start" else value
         else:
             thresholds[key] = _number(value)
     if thresholds:
@@ -134,13 +143,14 @@ def read_recommendation(
     request: Request,
     session: SessionDep,
     format: Annotated[str, FORMAT_QUERY] = "json",
+    phase: Annotated[int | None, PHASE_QUERY] = None,
 ) -> RecommendationRead | Response:
     """The recommended policy: `fp8_skip_layers`, `gemm_overrides`, `recipe`, `megatron`, `expected_cost`,
     `rationale`, `confidence`, `policy_version` — or, with `?format=`, the same policy as a TE debug YAML,
     Megatron flags, bionemo Hydra overrides or a torchao filter; `te-monitor` is the debug YAML for watching a
     run the policy was applied to with `apply_policy` (no Disable* feature, kept layers on LogTensorStats only).
     Thresholds, `gpu_arch`, `te_version` and `current_recipe` may be given as query parameters."""
-    return _respond(request, session, run_id, _query_overrides(request), format)
+    return _respond(request, session, run_id, _query_overrides(request), format, phase)
 
 
 @router.post(
@@ -168,14 +178,15 @@ def recompute_recommendation(
         ),
     ],
     format: Annotated[str, FORMAT_QUERY] = "json",
+    phase: Annotated[int | None, PHASE_QUERY] = None,
 ) -> RecommendationRead | Response:
     """Recompute the recommendation from stored data with overrides (thresholds, GPU arch, model dims,
     TE version, current recipe) without re-ingesting."""
-    return _respond(request, session, run_id, overrides, format)
+    return _respond(request, session, run_id, overrides, format, phase)
 
 
 def _respond(
-    request: Request, session: Session, run_id: int, overrides: dict[str, Any], fmt: str
+    request: Request, session: Session, run_id: int, overrides: dict[str, Any], fmt: str, phase: int | None = None
 ) -> RecommendationRead | Response:
     # computed once per (run as stored, options, policy version), and each answer serialized once per format;
     # identical concurrent requests wait for the one computing it (service/analysis/recommendation_cache.py)
@@ -209,9 +220,16 @@ def _respond(
         return kept if kept is not None else actions.render_recommendation(recommendation(), fmt)
 
     if fmt == "json":
+        if phase is not None:
+            raise InvalidParameter("phase renders one phase of the schedule: give a rendered format, not json")
         body = cache.get((*key, "json"), json_body)
         return Response(body, media_type="application/json")
-    rendered = cache.get((*key, fmt), rendering)
+    if phase is not None:
+        rendered = cache.get(
+            (*key, fmt, "phase", phase), lambda: actions.render_recommendation(recommendation(), fmt, phase)
+        )
+    else:
+        rendered = cache.get((*key, fmt), rendering)
     return Response(
         rendered.content,
         media_type=rendered.media_type,

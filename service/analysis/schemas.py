@@ -286,6 +286,31 @@ class MovedProblemRead(ApiModel):
     summary: str
 
 
+class ScheduleTriggerRead(ApiModel):
+    """A series a live run watches: reaching `level` raises `switch_now` for its phase."""
+
+    layer: str
+    tensor: str
+    stat: str
+    level: float
+
+
+class SchedulePolicyRead(ApiModel):
+    fp8_skip_layers: list[str]
+    gemm_overrides: list[dict[str, Any]]
+    layer_precisions: dict[str, str] = Field(description="Layers at another precision than the outer recipe.")
+
+
+class SchedulePhaseRead(ApiModel):
+    """One phase of a schedule: a whole policy from `from_step` on (a restart with its own configuration)."""
+
+    from_step: int
+    restart: bool
+    reason: str
+    policy: SchedulePolicyRead
+    triggers: list[ScheduleTriggerRead]
+
+
 class HistoryRead(ApiModel):
     """What the previous run (`previous_run`) changes about this recommendation."""
 
@@ -358,3 +383,8 @@ class RecommendationRead(ApiModel):
     policy_version: str = Field(description="Changes whenever a rule changes.")
     findings: list[FindingBrief]
     history: HistoryRead | None = Field(None, description="Set when `previous_run` was given.")
+    schedule: list[SchedulePhaseRead] | None = Field(
+        None,
+        description="Precision that changes over the run (a late failure, a projected one, the LR decay with NVFP4): "
+        "phases from a step on, each rendered on its own with `phase=K`; null when the policy holds throughout.",
+    )

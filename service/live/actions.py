@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 from fp8_policy.db.live import LiveRepository, StoredEvent
 from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.db.repositories import NewRun, RunRepository
-from fp8_policy.policy import scalar_events, scalars_file
+from fp8_policy.policy import live_switch, scalar_events, scalars_file
 from fp8_policy.policy.live_batch import advance_piece
 from fp8_policy.policy.live_events import LiveEvent
 from fp8_policy.policy.live_grouping import group_events
@@ -217,7 +217,8 @@ def append(
                 row.size += _copy_in(piece, overlap, handle)
         events: list[LiveEvent] = []
         if kind == "stats" and row.size > row.parsed_offset:
-            events = _detect(repo, run_id, disk, path, row, thresholds or Thresholds())
+            schedule = live_switch.planned(run.run_metadata)  # a planned precision switch: switch_now
+            events = _detect(repo, run_id, disk, path, row, thresholds or Thresholds(), schedule)
         elif kind == "scalars" and row.size > row.parsed_offset:
             events = _detect_scalars(repo, run_id, disk, row)
         events = group_events(events)  # one event per (layer, kind) of this piece
@@ -250,7 +251,13 @@ def _copy_in(piece: Piece, start: int, handle: BinaryIO) -> int:
 
 
 def _detect(
-    repo: LiveRepository, run_id: int, disk: Path, path: str, row: Any, thresholds: Thresholds
+    repo: LiveRepository,
+    run_id: int,
+    disk: Path,
+    path: str,
+    row: Any,
+    thresholds: Thresholds,
+    schedule: list[live_switch.PlannedPhase] | None = None,
 ) -> list[LiveEvent]:
     """Parse the file's new whole lines and advance the detector state of all their series at once (one load and
     one save of the run's state document, policy/live_batch.py)."""
@@ -276,6 +283,11 @@ def _detect(
         others = {key: data for key, data in stored.items() if "\t" not in key and key != SERIES_STATE_KEY}
         files = {}
     events = advance_piece(table, rank, parsed.names, parsed.offsets, parsed.iterations, parsed.values, thresholds)
+    if schedule:
+        switch = others.setdefault(live_switch.STATE_KEY, {})
+        events += live_switch.advance(
+            switch, schedule, rank, parsed.names, parsed.offsets, parsed.iterations, parsed.values
+        )
     stamp = repo.save_state(run_id, {**others, SERIES_STATE_KEY: table.to_document()})
     kept_files.keep_table(run_id, (stamp, others, table, {**files, path: names}))
     return events

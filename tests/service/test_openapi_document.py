@@ -123,6 +123,7 @@ def test_hand_validated_parameters_are_documented_exactly(document) -> None:
     assert _query_names(document, "/api/v1/runs/{run_id}/analysis") == thresholds
     assert _query_names(document, "/api/v1/runs/{run_id}/recommendation") == thresholds | {
         "format",
+        "phase",
         *analysis_routes._GET_OPTION_KEYS,
     }
     formats = next(

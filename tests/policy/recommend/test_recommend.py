@@ -24,6 +24,7 @@ KEYS = {
     "findings",
     "formats",
     "history",
+    "schedule",
 }
 SUBS = tuple(FAMILIES["megatron"]["subs"])  # type: ignore[arg-type]
 
