@@ -151,6 +151,10 @@ class TrainingRecipeRead(ApiModel):
     source: str = Field(description="From the metadata, or how the stats show it.")
     e8m0_scale_series: int = Field(description="MXFP8 scale_inv series read as E8M0 bytes (2^(v-127)).")
     excluded_scale_points: int = Field(description="Impossible scale_inv values left out (named in `notes`).")
+    te_scale_inv_min_zeros: int = Field(
+        0,
+        description="MXFP8/NVFP4 scale_inv_min zeros of a TE before 2.17 left out: a TE bug (TE #3041), not a signal.",
+    )
     layer_recipes: dict[str, RecipeName] = Field(  # type: ignore[valid-type]
         default_factory=dict,
         description="Mixed-format runs: layers that trained in another recipe than the run's, read from their own "
