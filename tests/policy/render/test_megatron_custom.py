@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from bench.te_recipe_loader import gemm_formats, loaded, megatron_factory
 from fp8_policy.policy.render import applied_by_format
 from tests.policy.render import factory as f
 from tests.policy.render.megatron_loader import RecipeConfig
-from tests.policy.render.te_recipe_loader import gemm_formats, loaded, megatron_factory
 from tests.policy.render.test_megatron import run_script
 
 FC2 = "model.module.decoder.layers.3.mlp.linear_fc2"

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from bench.te_recipe_loader import HybridQuantizer, QuantizerRole, gemm_formats, loaded
 from fp8_policy.policy.render import applied_by_format, render
 from fp8_policy.policy.render.layout import is_one_based, torch_fqn
 from fp8_policy.policy.render.precision import effective_rung
 from fp8_policy.policy.render.te_recipe import gemm_plan, layer_mixes, mix_factory_name
 from tests.policy.render import factory as f
-from tests.policy.render.te_recipe_loader import HybridQuantizer, QuantizerRole, gemm_formats, loaded
 
 PREFIX = "model.module.decoder.layers"
 
@@ -78,7 +78,7 @@ def test_megatron_mix_factories_need_no_module_name(tmp_path: Path) -> None:
     decision = ladder_decision()
     plan = gemm_plan(decision)
     with loaded(render(decision, "te-recipe").content, tmp_path) as module:
-        from tests.policy.render.te_recipe_loader import megatron_factory
+        from bench.te_recipe_loader import megatron_factory
 
         for mix in set(plan.values()):
             factory = megatron_factory(f"fp8_policy_recipe.{mix_factory_name(mix)}")

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from bench.torchtitan_loader import apply
 from fp8_policy.policy.render import applied_by_format, render
 from fp8_policy.policy.render.layout import is_one_based, torch_fqn
 from fp8_policy.policy.render.precision import precision_of
 from tests.policy.render import factory as f
-from tests.policy.render.torchtitan_loader import apply
 
 FLOAT8 = ("block", "current", "delayed")
 PREFIX = "model.model.layers"
