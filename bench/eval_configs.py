@@ -1,4 +1,6 @@
-"""The eval's config checkers: each rendered format (te-yaml, megatron, hydra, torchao) checked for acceptance."""
+"""The eval's config checkers: each rendered format (te-yaml, megatron, hydra, torchao, te-recipe, torchtitan) checked
+for acceptance with the tool's own parser or a re-implementation of its loader (bench/te_recipe_loader.py,
+bench/torchtitan_loader.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,11 @@ from typing import Any
 
 import yaml
 
-from bench import eval_bf16
+from bench import eval_bf16, te_recipe_loader, torchtitan_loader
 from bench.te_config_manager import TeConfigManager
-from fp8_policy.policy.records import LayerGroup, PolicyDecision
+from fp8_policy.policy.records import GEMMS, LayerGroup, PolicyDecision
 from fp8_policy.policy.render import FORMATS, render
+from fp8_policy.policy.render.layout import is_one_based, torch_fqn
 
 LAYER_DISABLE = frozenset({"DisableFP8Layer", "DisableQuantizationLayer"})
 GEMM_DISABLE = frozenset({"DisableFP8GEMM", "DisableQuantizationGEMM"})
@@ -142,6 +145,38 @@ class ConfigChecker(TeConfigManager):
         got = eval_bf16.torchao_applied(keep, self._torch_linear, decision)
         return errors + eval_bf16.compare("torchao", got, decision)
 
+    # -- te-recipe
+    def check_te_recipe(self, text: str, decision: PolicyDecision) -> list[str]:
+        """Imported with a stand-in of TE's CustomRecipe machinery: every requested BF16 layer and GEMM is BF16."""
+        folder = self.workdir / "te_recipe"
+        folder.mkdir(exist_ok=True)
+        errors: list[str] = []
+        try:
+            with te_recipe_loader.loaded(text, folder) as module:
+                for name in decision.skip_layers:
+                    if te_recipe_loader.gemm_formats(module.qfactory, name) != ("bf16",) * 3:
+                        errors.append(f"{name}: skipped but not in BF16")
+                for o in decision.gemm_overrides:
+                    got = dict(zip(GEMMS, te_recipe_loader.gemm_formats(module.qfactory, o.layer), strict=True))
+                    errors += [f"{o.layer}: {g} requested in BF16 but {got[g]}" for g in o.gemms if got[g] != "bf16"]
+        except Exception as exc:
+            return [f"module does not load: {type(exc).__name__}: {exc}"]
+        return errors
+
+    # -- torchtitan
+    def check_torchtitan(self, text: str, decision: PolicyDecision) -> list[str]:
+        """Run through a re-implementation of torchtitan 0.3's converters: no requested BF16 layer is converted."""
+        one_based = is_one_based(decision)
+        fqns = {layer.name: torch_fqn(layer.name, layer.structure.index, one_based) for layer in decision.layers}
+        try:
+            result, _grouped = torchtitan_loader.apply(text, dict.fromkeys(fqns.values(), (256, 256)), experts=False)
+        except Exception as exc:
+            return [f"converters do not build: {type(exc).__name__}: {exc}"]
+        asked = [*decision.skip_layers, *(o.layer for o in decision.gemm_overrides)]
+        return [
+            f"{n}: requested in BF16 but {result[fqns[n]]}" for n in asked if n in fqns and result[fqns[n]] != "bf16"
+        ]
+
     def check(self, decision: PolicyDecision) -> dict[str, list[str]]:
         """Errors per format (empty list: accepted); a renderer exception is an error of its format."""
         checks = {
@@ -149,6 +184,8 @@ class ConfigChecker(TeConfigManager):
             "megatron": self.check_megatron,
             "hydra": self.check_hydra,
             "torchao": self.check_torchao,
+            "te-recipe": self.check_te_recipe,
+            "torchtitan": self.check_torchtitan,
         }
         out: dict[str, list[str]] = {}
         for fmt in FORMATS:

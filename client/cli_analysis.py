@@ -99,6 +99,10 @@ def analysis(run_ref: int | tuple[str, str], wide: bool, url: str, token: str | 
     type=click.IntRange(0, MAX_PP_STAGE),
     help="Pipeline stage K's te-yaml / te-monitor file: a job whose stages name their blocks locally has one per stage.",
 )
+@click.option(
+    "--phase", type=click.IntRange(min=0), help="Render phase K of the recommendation's schedule (restart at its step)."
+)
+@click.option("--lr-decay-start", type=click.IntRange(min=1), help="The step the learning rate starts to decay.")
 @policy_options
 @client_options
 def recommend(
@@ -108,6 +112,8 @@ def recommend(
     summary: bool,
     previous_run: int | tuple[str, str] | None,
     pp_stage: int | None,
+    phase: int | None,
+    lr_decay_start: int | None,
     thresholds: tuple[str, ...],
     gpu: str | None,
     te_version: str | None,
@@ -121,7 +127,9 @@ def recommend(
         run_id = resolve_run(client, run_ref)
         previous = resolve_run(client, previous_run) if previous_run is not None else None
         overrides = policy_overrides(thresholds, gpu, te_version, previous)
-        result = client.recommendation(run_id, format=fmt, overrides=overrides or None, pp_stage=pp_stage)
+        if lr_decay_start is not None:
+            overrides["lr_decay_start"] = lr_decay_start
+        result = client.recommendation(run_id, format=fmt, overrides=overrides or None, pp_stage=pp_stage, phase=phase)
     text = json.dumps(result, indent=2) + "\n" if fmt == "json" else str(result)
     if output is not None:
         output.write_text(text)

@@ -240,11 +240,18 @@ class PolicyClient:
         *,
         overrides: Mapping[str, Any] | None = None,
         pp_stage: int | None = None,
+        phase: int | None = None,
     ) -> dict[str, Any]: ...
 
     @overload
     def recommendation(
-        self, run_id: int, format: str, *, overrides: Mapping[str, Any] | None = None, pp_stage: int | None = None
+        self,
+        run_id: int,
+        format: str,
+        *,
+        overrides: Mapping[str, Any] | None = None,
+        pp_stage: int | None = None,
+        phase: int | None = None,
     ) -> dict[str, Any] | str: ...
 
     def recommendation(
@@ -254,16 +261,20 @@ class PolicyClient:
         *,  # noqa: A002 - the API's own name
         overrides: Mapping[str, Any] | None = None,
         pp_stage: int | None = None,
+        phase: int | None = None,
     ) -> dict[str, Any] | str:
         """The recommended policy: a dict for `json`, the rendered file's text for the other formats.
 
-        With `overrides` (thresholds, gpu_arch, model_dims, te_version, current_recipe) the service
+        With `overrides` (thresholds, gpu_arch, model_dims, te_version, current_recipe, lr_decay_start) the service
         recomputes it (POST) without re-ingesting. `pp_stage`: pipeline stage K's te-yaml / te-monitor file, which
         a job whose stages name their blocks locally needs (the service answers 400 PipelineStageRequired without).
+        `phase`: one phase of the JSON's `schedule`, rendered.
         """
         path, params = f"{RUNS}/{int(run_id)}/recommendation", {"format": format}
         if pp_stage is not None:
             params["pp_stage"] = str(int(pp_stage))
+        if phase is not None:
+            params["phase"] = str(int(phase))
         if overrides is None:
             response = self._http.request("GET", path, params=params)
         else:

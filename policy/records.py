@@ -254,3 +254,11 @@ class PolicyDecision:
     fp8_param: bool = False  # the run keeps FP8/FP4 parameters (no high-precision weight to take stats of)
     # the job's parallel layout (layer names above are global: policy/parallel/); None: one model on every rank
     parallel: ParallelInfo | None = None
+    # the run logged quantization stats of weights; False when it logged activations/gradients but no weight at all
+    # (FP8 primary weights without `fp8_param` in the metadata): the rendered monitoring asks for none either
+    weights_logged: bool = True
+
+    @property
+    def weights_without_stats(self) -> bool:
+        """No high-precision weight statistics can be asked for: FP8/FP4 parameters, or none were logged."""
+        return self.fp8_param or not self.weights_logged

@@ -25,6 +25,8 @@ class Pattern(str, Enum):
     LATE_LAYERS = "late_layers"
     BOUNDARY = "boundary"
     SINGLE_TENSOR = "single_tensor"
+    MODULE_KIND = "module_kind"
+    EXPERT_OUTLIER = "expert_outlier"
     RISING_TREND = "rising_trend"
     UNIFORM = "uniform"
     RANK_OUTLIER = "rank_outlier"
@@ -49,6 +51,8 @@ PATTERN_LABELS: dict[Pattern, str] = {
     Pattern.LATE_LAYERS: "Late layers",
     Pattern.BOUNDARY: "Boundary effect",
     Pattern.SINGLE_TENSOR: "Single tensor",
+    Pattern.MODULE_KIND: "One module kind",
+    Pattern.EXPERT_OUTLIER: "Expert outlier",
     Pattern.RISING_TREND: "Rising trend",
     Pattern.UNIFORM: "Uniform (recipe problem)",
     Pattern.RANK_OUTLIER: "Rank outlier",
@@ -76,7 +80,7 @@ DEFAULT_BOXES = 5  # the heatmap's boxed (worst) rows when the request names no 
 
 # The policy formats policy/render/ writes: the dialects that apply a policy, then the monitoring-only formats, each
 # with the media type of its rendering.
-FORMATS: tuple[str, ...] = ("te-yaml", "megatron", "hydra", "torchao")
+FORMATS: tuple[str, ...] = ("te-yaml", "megatron", "hydra", "torchao", "te-recipe", "torchtitan")
 MONITORS: tuple[str, ...] = ("te-monitor",)
 OUTPUT_FORMATS: tuple[str, ...] = (*FORMATS, *MONITORS)
 # The formats written per pipeline stage when a job's stages name their blocks locally (policy/render/pipeline.py):
@@ -87,6 +91,8 @@ MEDIA_TYPES: dict[str, str] = {
     "megatron": "text/x-shellscript",
     "hydra": "text/plain",
     "torchao": "text/x-python",
+    "te-recipe": "text/x-python",
+    "torchtitan": "text/x-python",
     "te-monitor": "application/yaml",
 }
 

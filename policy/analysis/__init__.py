@@ -65,15 +65,15 @@ def _analyze(run: RunData, thresholds: Thresholds) -> Analysis:
     parallel = parallel_view(run)  # a parallel job: shards combined, replicas that disagree left out (shards.py)
     run, training = format_view(parallel.run)  # E8M0 bytes converted, impossible scales out, the training recipe read
     thresholds = training.bands(thresholds)
-    signals = extract_signals(run, thresholds)
+    signals = extract_signals(run, thresholds, training.layer_recipes)
     training.uncensor(signals)
     statuses = layer_statuses(run)
     fp8_layers = [name for name, status in statuses.items() if status is LayerStatus.FP8]
     outliers, excluded = detect_rank_outliers(fp8_layers, signals, thresholds)
-    layout = build_layout(run, signals, thresholds, statuses, excluded)
+    layout = build_layout(run, signals, thresholds, statuses, excluded, training.layer_bands(requested))
     trends = detect_rising_trends(layout, thresholds)
     findings = [
-        *detect_layer_patterns(layout, thresholds, frozenset(crossed_layers(trends, thresholds))),
+        *detect_layer_patterns(layout, thresholds, frozenset(crossed_layers(trends, thresholds, layout))),
         *trends,
         *outliers,
         *detect_overflow(layout, signals, thresholds),

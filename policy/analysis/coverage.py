@@ -52,8 +52,9 @@ def series_verdicts(layout: Layout, signals: Signals, thresholds: Thresholds) ->
         if lv.status is not LayerStatus.FP8:
             continue
         found: dict[VerdictKey, SeriesVerdict] = {}
+        bands = lv.bands(thresholds)
         for tensor, summary in lv.tensors.items():
-            _merge(found, SeriesVerdict(tensor, "underflows%", thresholds.band(summary.level), summary.level, True))
+            _merge(found, SeriesVerdict(tensor, "underflows%", bands.band(summary.level), summary.level, True))
         for metric in signals.layer_metrics(lv.name):
             if metric.stat == "overflows%" and metric.recipe in (None, "fp8_delayed_scaling"):
                 top = max(signals.get(metric), key=lambda s: s.max, default=None)
@@ -64,12 +65,10 @@ def series_verdicts(layout: Layout, signals: Signals, thresholds: Thresholds) ->
                     )
         for (layer, tensor, stat), series in excluded.items():
             if layer == lv.name:
-                top_ex = max(series, key=lambda e: _raw_band(e, thresholds).rank)
+                top_ex = max(series, key=lambda e: _raw_band(e, bands).rank)
                 _merge(
                     found,
-                    SeriesVerdict(
-                        tensor, stat, _raw_band(top_ex, thresholds), _finite(top_ex.level), False, top_ex.reason
-                    ),
+                    SeriesVerdict(tensor, stat, _raw_band(top_ex, bands), _finite(top_ex.level), False, top_ex.reason),
                 )
         for (layer, tensor, stat), its in nonfinite.items():
             if layer == lv.name:
@@ -96,9 +95,10 @@ def detect_unassessed(layout: Layout, signals: Signals, thresholds: Thresholds) 
     for (layer, tensor, stat), series in _excluded_by_key(signals).items():
         if layer not in fp8:
             continue
-        top = max(series, key=lambda e: (_raw_band(e, thresholds).rank, _finite(e.level) or 0.0))
-        band = _raw_band(top, thresholds)
-        if band is Severity.OK or band <= _assessed_band(layout, signals, layer, tensor, stat, thresholds):
+        bands = layout.levels[layer].bands(thresholds)
+        top = max(series, key=lambda e: (_raw_band(e, bands).rank, _finite(e.level) or 0.0))
+        band = _raw_band(top, bands)
+        if band is Severity.OK or band <= _assessed_band(layout, signals, layer, tensor, stat, bands):
             continue
         evidence.append((band, top))
     if not evidence:

@@ -17,6 +17,9 @@ Rules:
   finite values are all integers in 0..255 is read as bytes and converted to 2^(v - 127) before any scale analysis
   (a swing 118 -> 128 is a factor 2^10). Byte 0 (padding, TE masks it in `nonzero_min`) and 255 (NaN) are
   impossible scales. Such a series that is not bytes is read as linear, with a note.
+* TE before 2.17 reported `scale_inv_min` 0 for MXFP8 and NVFP4 (it took the min over the zero-padded scale buffer;
+  TE #3041, first released in 2.17): with such a TE (or none named in the metadata) those zeros are a TE bug, not a
+  signal: left out of every statistic, counted in one note (every point of such a series is one).
 * Impossible scale values are excluded from every statistic and named in a note, never a finding: negative
   values, non-finite what-if (prefixed) values, and the impossible E8M0 bytes. TE's `fp8_block_scaling_scale_inv_*`
   can read its padded scale buffer (one H100 run with TE 2.20.2 logged -95602196480.0). A printed 0.0000 is a
@@ -38,10 +41,12 @@ Rules:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from fp8_policy.policy.analysis.layer_formats import layer_formats, mixed, mixed_note
 from fp8_policy.policy.analysis.recipes import STAT_PREFIX, normalize_recipe
 from fp8_policy.policy.analysis.signals import Signals
 from fp8_policy.policy.records import QUANT_STATS, MetricName, Precision, RunData, Series
@@ -50,6 +55,7 @@ from fp8_policy.policy.thresholds import Thresholds
 SCALE_STATS = ("scale_inv_min", "scale_inv_max")
 NVFP4_WEIGHT_BANDS: tuple[float, float, float] = (16.5, 23.0, 35.5)  # 16x16 tiles: warning, critical, severe
 NVFP4_PEER_RATIO = 2.0
+SCALE_INV_MIN_FIX = (2, 17)  # TE #3041 (2026-06-01): first in v2.17 (git tag --contains 2055c6d2e)
 E8M0_BIAS = 127
 MAX_NAMED = 5
 
@@ -78,17 +84,27 @@ class TrainingFormat:
     excluded: tuple[ExcludedPoint, ...] = ()
     notes: tuple[str, ...] = field(default=())
     high_precision: bool = False  # the plan lines say every layer with stats ran in BF16: all stats are what-ifs
+    # layers that trained in another recipe than the run's, from their own evidence (layer_formats.py)
+    layer_recipes: dict[str, str] = field(default_factory=dict)
+    te_scale_inv_min_zeros: int = 0  # MXFP8/NVFP4 scale_inv_min zeros of a TE before 2.17 left out (TE #3041)
+
+    def recipe_of(self, layer: str) -> str | None:
+        """The recipe `layer` trained in: its own (a mixed-format run) or the run's."""
+        return self.layer_recipes.get(layer, self.recipe)
 
     def bands(self, thresholds: Thresholds) -> Thresholds:
         """The thresholds the run's underflow levels are judged with: NVFP4's bands under NVFP4 training."""
-        if self.recipe != "nvfp4":
-            return thresholds
-        return replace(
-            thresholds,
-            warning=thresholds.nvfp4_warning,
-            critical=thresholds.nvfp4_critical,
-            severe=thresholds.nvfp4_severe,
-        )
+        return nvfp4_bands(thresholds) if self.recipe == "nvfp4" else thresholds
+
+    def layer_bands(self, thresholds: Thresholds) -> dict[str, Thresholds]:
+        """Layers judged with other bands than the run's (`thresholds`: the requested, FP8 ones): an NVFP4 layer of
+        an FP8 run gets NVFP4's bands, an FP8 layer of an NVFP4 run FP8's."""
+        run_fp4 = self.recipe == "nvfp4"
+        return {
+            name: nvfp4_bands(thresholds) if recipe == "nvfp4" else thresholds
+            for name, recipe in self.layer_recipes.items()
+            if (recipe == "nvfp4") != run_fp4
+        }
 
     def uncensor(self, signals: Signals) -> None:
         """Scale series read from E8M0 bytes are exact powers of two: none of their points is censored."""
@@ -106,7 +122,19 @@ class TrainingFormat:
             "source": self.source,
             "e8m0_scale_series": self.e8m0_series,
             "excluded_scale_points": len(self.excluded),
+            "layer_recipes": dict(self.layer_recipes),
+            "te_scale_inv_min_zeros": self.te_scale_inv_min_zeros,
         }
+
+
+def nvfp4_bands(thresholds: Thresholds) -> Thresholds:
+    """`thresholds` with NVFP4's warning / critical / severe underflow bands."""
+    return replace(
+        thresholds,
+        warning=thresholds.nvfp4_warning,
+        critical=thresholds.nvfp4_critical,
+        severe=thresholds.nvfp4_severe,
+    )
 
 
 def detect_training_recipe(run: RunData) -> tuple[str | None, str]:
@@ -153,26 +181,34 @@ def format_view(run: RunData) -> tuple[RunData, TrainingFormat]:
     """The run as analysis reads it (E8M0 converted, impossible scale values out, the detected recipe in its
     metadata, NVFP4 weight series left to the ladder) and what was done. Arrays not changed are shared."""
     recipe, source = detect_training_recipe(run)
+    formats = layer_formats(run, recipe)
+    own = {name: fmt.recipe for name, fmt in mixed(formats, recipe).items()}
     excluded: list[ExcludedPoint] = []
-    notes: list[str] = []
-    converted = 0
+    notes: list[str] = mixed_note(formats, recipe)
+    converted = te_zeros = te_zero_series = 0
+    te_bug = _scale_inv_min_bug(run.metadata.get("te_version"))
     series: list[Series] = []
     weights_left = 0
     linear: list[str] = []
     for s in run.series:
         m = s.metric
-        if recipe == "nvfp4" and m.recipe == "nvfp4" and m.tensor == "weight":
+        layer_recipe = own.get(m.layer, recipe)
+        if layer_recipe == "nvfp4" and m.recipe == "nvfp4" and m.tensor == "weight":
             weights_left += 1
             continue
         if m.stat not in SCALE_STATS:
             series.append(s)
             continue
-        e8m0 = m.recipe == "mxfp8" or (m.recipe is None and recipe == "mxfp8")
+        e8m0 = m.recipe == "mxfp8" or (m.recipe is None and layer_recipe == "mxfp8")
         if e8m0 and not _is_bytes(s.values):
             linear.append(_name(m))
             e8m0 = False
-        screened, dropped = _screen(s, e8m0)
+        fp4 = m.recipe == "nvfp4" or (m.recipe is None and layer_recipe == "nvfp4")
+        bug_zeros = te_bug and m.stat == "scale_inv_min" and (e8m0 or fp4)
+        screened, dropped, zeros = _screen(s, e8m0, bug_zeros)
         excluded += dropped
+        te_zeros += zeros
+        te_zero_series += int(zeros > 0)
         converted += int(e8m0)
         if screened.values.size:
             series.append(screened)
@@ -192,6 +228,14 @@ def format_view(run: RunData) -> tuple[RunData, TrainingFormat]:
             f"non-finite or an E8M0 padding byte; TE's block-scaling scale_inv can read its padded buffer): "
             f"{shown}{more}."
         )
+    if te_zeros:
+        notes.append(
+            f"{te_zeros} scale_inv_min value(s) of 0 in {te_zero_series} MXFP8/NVFP4 series left out of every "
+            "statistic: TE before 2.17 took scale_inv_min over its zero-padded scale buffer and reported 0 (TE #3041, "
+            "fixed in 2.17), so a 0 there is a TE bug, not a signal"
+            + ("" if run.metadata.get("te_version") else " (the run's TE version is unknown: assumed older than 2.17)")
+            + "."
+        )
     if weights_left:
         notes.append(
             f"NVFP4 training: {weights_left} weight nvfp4_* series use 16x16 tiles (healthy Gaussian weights lose "
@@ -203,7 +247,7 @@ def format_view(run: RunData) -> tuple[RunData, TrainingFormat]:
         metadata = {**metadata, "recipe": recipe}
     view = replace(run, series=series, metadata=metadata)
     high = recipe is None and trained_in_high_precision(run)
-    return view, TrainingFormat(recipe, source, converted, tuple(excluded), tuple(notes), high)
+    return view, TrainingFormat(recipe, source, converted, tuple(excluded), tuple(notes), high, own, te_zeros)
 
 
 def band_note(training: TrainingFormat, thresholds: Thresholds) -> list[str]:
@@ -226,17 +270,28 @@ def e8m0_to_scale(values: np.ndarray) -> np.ndarray:
     return np.exp2(np.asarray(values, dtype=np.float64) - E8M0_BIAS)
 
 
-def _screen(series: Series, e8m0: bool) -> tuple[Series, list[ExcludedPoint]]:
+def _scale_inv_min_bug(te_version: object) -> bool:
+    """Whether this TE may log scale_inv_min 0 for MXFP8/NVFP4 (before 2.17, TE #3041; unknown: assumed so)."""
+    found = re.match(r"\s*v?(\d+)\.(\d+)", str(te_version)) if isinstance(te_version, (str, int, float)) else None
+    return found is None or (int(found[1]), int(found[2])) < SCALE_INV_MIN_FIX
+
+
+def _screen(series: Series, e8m0: bool, bug_zeros: bool = False) -> tuple[Series, list[ExcludedPoint], int]:
+    """The series without impossible scale values (named, each) and without TE #3041's zeros (`bug_zeros`: only
+    counted; a TE before 2.17 logs one at every point)."""
     values = series.values
-    if not e8m0 and series.metric.recipe is None and not (values < 0).any():  # the common case, one pass
-        return series, []
+    plain = not e8m0 and not bug_zeros and series.metric.recipe is None
+    if plain and not (values < 0).any():  # the common case, one pass
+        return series, [], 0
     finite = np.isfinite(values)
+    zeros = finite & (values == 0) if bug_zeros else np.zeros(values.shape, dtype=bool)
     bad = finite & ((values <= 0) | (values >= 255)) if e8m0 else finite & (values < 0)
+    bad &= ~zeros
     if series.metric.recipe is not None:  # a non-finite what-if scale is no training event
         bad |= ~finite
-    if not e8m0 and not bad.any():
-        return series, []
-    keep = ~bad
+    if not e8m0 and not bad.any() and not zeros.any():
+        return series, [], 0
+    keep = ~(bad | zeros)
     name = _name(series.metric)
     dropped = [
         ExcludedPoint(name, series.rank, int(series.iterations[i]), float(values[i]), _reason(float(values[i]), e8m0))
@@ -245,7 +300,7 @@ def _screen(series: Series, e8m0: bool) -> tuple[Series, list[ExcludedPoint]]:
     kept = values[keep]
     if e8m0:
         kept = np.where(np.isfinite(kept), e8m0_to_scale(kept), kept)
-    return Series(series.rank, series.metric, series.iterations[keep], kept), dropped
+    return Series(series.rank, series.metric, series.iterations[keep], kept), dropped, int(zeros.sum())
 
 
 def _reason(value: float, e8m0: bool) -> str:

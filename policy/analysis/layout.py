@@ -7,7 +7,8 @@ Rules:
   (containers, attention cores, embeddings without a plan).
 * A layer's tensor level is the worst rank's level of its un-prefixed `underflows%` (row- or columnwise), leaving
   out ranks that `outliers.py` found to be high outliers for that tensor (they are reported as `rank_outlier`).
-  A tensor is failing at or above `critical`; the layer's severity is its worst tensor band.
+  A tensor is failing at or above `critical`; the layer's severity is its worst tensor band. A mixed-format run's
+  layer of the other format (an FP8 layer of an NVFP4 run) is judged with its own format's bands (`own_bands`).
 * Body blocks are the logged block indices (plus `metadata["num_layers"]` blocks when given, within its bound:
   policy/model_bounds.py; past it the metadata is ignored and `metadata_notes` says so). A block is BF16 when
   its GEMM layers are all BF16; blocks absent from a run without plan lines are presumed BF16 (logging skips them).
@@ -17,6 +18,7 @@ Rules:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fp8_policy.policy.analysis.signals import SeriesSummary, Signals
@@ -59,6 +61,12 @@ class LayerLevels:
     tensors: dict[str, SeriesSummary]
     severity: Severity
     failing: tuple[str, ...]
+    # the bands this layer is judged with when not the run's (a mixed-format run's layer of the other format)
+    own_bands: Thresholds | None = None
+
+    def bands(self, run_bands: Thresholds) -> Thresholds:
+        """The thresholds this layer's underflow levels are judged with."""
+        return self.own_bands if self.own_bands is not None else run_bands
 
     @property
     def name(self) -> str:
@@ -128,12 +136,18 @@ def build_layout(
     thresholds: Thresholds,
     statuses: dict[str, LayerStatus],
     excluded: frozenset[tuple[str, str, int]] = frozenset(),
+    layer_bands: Mapping[str, Thresholds] | None = None,
 ) -> Layout:
-    """Levels, blocks and regions; `excluded` holds (layer, tensor, rank) series left out of the levels."""
+    """Levels, blocks and regions; `excluded` holds (layer, tensor, rank) series left out of the levels;
+    `layer_bands` the layers judged with other bands than `thresholds` (a mixed-format run)."""
     skip: dict[tuple[str, str], set[int]] = {}
     for layer, tensor, rank in excluded:
         skip.setdefault((layer, tensor), set()).add(rank)
-    levels = {name: _levels(info, statuses[name], signals, thresholds, skip) for name, info in run.layers.items()}
+    own = layer_bands or {}
+    levels = {
+        name: _levels(info, statuses[name], signals, own.get(name, thresholds), skip, name in own)
+        for name, info in run.layers.items()
+    }
     has_plans = any(info.precision is not Precision.UNKNOWN for info in run.layers.values())
     blocks, status, base = _blocks(levels, metadata_dimension(run.metadata, "num_layers")[0], has_plans)
     edge = max(1, math.ceil(len(blocks) * thresholds.edge_fraction)) if blocks else 0
@@ -152,6 +166,7 @@ def _levels(
     signals: Signals,
     thresholds: Thresholds,
     skip: dict[tuple[str, str], set[int]],
+    own_bands: bool = False,
 ) -> LayerLevels:
     tensors: dict[str, SeriesSummary] = {}
     if status is LayerStatus.FP8:
@@ -162,7 +177,7 @@ def _levels(
                 tensors[tensor] = summary
     severity = worst(thresholds.band(s.level) for s in tensors.values())
     failing = tuple(t for t, s in tensors.items() if s.level >= thresholds.critical)
-    return LayerLevels(info, status, tensors, severity, failing)
+    return LayerLevels(info, status, tensors, severity, failing, thresholds if own_bands else None)
 
 
 def _blocks(

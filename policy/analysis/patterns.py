@@ -13,6 +13,9 @@ Rules (a layer fails when one of its tensors' level is at or above `critical`):
   plus failing blocks contiguous with them (and failing embeddings); the end group likewise from the last block.
   Start and end (or heads) → `u_shape`; start only → `early_layers`; end (with or without heads) → `late_layers`;
   heads only → `head_only`.
+* MoE and module kinds (module_kinds.py), before the positional groups: a routed expert standing out from its
+  sibling experts is an `expert_outlier`; one module kind failing in (nearly) every block while the others stay
+  healthy is `module_kind` ("shared experts fail in every block"), not a depth pattern.
 * The rest are isolated failures. Those a late-onset `rising_trend` explains are left alone; the others with
   exactly one failing tensor (all three logged) are `single_tensor`; any remaining multi-tensor failures are
   reported by halves of the body as `early_layers` / `late_layers`.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 from fp8_policy.policy.analysis.findings import Evidence, Finding, Pattern
 from fp8_policy.policy.analysis.layout import LayerLevels, Layout
+from fp8_policy.policy.analysis.module_kinds import detect_expert_outliers, detect_module_kind
 from fp8_policy.policy.analysis.signals import SeriesSummary, onset
 from fp8_policy.policy.records import LayerGroup
 from fp8_policy.policy.thresholds import Severity, Thresholds, worst
@@ -42,12 +46,23 @@ def detect_layer_patterns(
     if uniform is not None:
         return [*findings, uniform]
     done = {name for finding in findings for name in finding.layers}
+    experts = detect_expert_outliers(layout, thresholds)  # module_kinds.py: MoE experts against their siblings
+    done |= {name for finding in experts for name in finding.layers}
+    kinds = detect_module_kind(layout, [lv for lv in failing if lv.name not in done], thresholds)
+    done |= {name for finding in kinds for name in finding.layers}
     positional = _positional(layout, [lv for lv in failing if lv.name not in done], thresholds)
     done |= {name for finding in positional for name in finding.layers} | set(explained)
     isolated = [lv for lv in failing if lv.name not in done]
     single = [lv for lv in isolated if len(lv.failing) == 1 and len(lv.tensors) == 3]
     rest = [lv for lv in isolated if lv not in single]
-    return [*findings, *positional, *_single_tensor(single, thresholds), *_by_halves(layout, rest, thresholds)]
+    return [
+        *findings,
+        *experts,
+        *kinds,
+        *positional,
+        *_single_tensor(single, thresholds),
+        *_by_halves(layout, rest, thresholds),
+    ]
 
 
 def _worst(lv: LayerLevels) -> tuple[str, SeriesSummary]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -200,8 +201,11 @@ def _level_key(summary: SeriesSummary) -> float:
     return summary.level if summary.level == summary.level else -np.inf
 
 
-def extract_signals(run: RunData, thresholds: Thresholds) -> Signals:
-    """Summarise every quantization series of the run that analysis uses (see module docstring for the rules)."""
+def extract_signals(run: RunData, thresholds: Thresholds, layer_recipes: Mapping[str, str] | None = None) -> Signals:
+    """Summarise every quantization series of the run that analysis uses (see module docstring for the rules).
+
+    `layer_recipes`: layers that trained in another recipe than the run's (a mixed-format run): their own recipe's
+    prefix is the one dropped from their canonical metrics."""
     wanted = [
         s
         for s in run.series
@@ -218,8 +222,9 @@ def extract_signals(run: RunData, thresholds: Thresholds) -> Signals:
     excluded: list[ExcludedSeries] = []
     nonfinite: list[NonFinitePoints] = []
     logged_keys: dict[MetricName, str] = {}
+    own = {name: STAT_PREFIX.get(recipe) for name, recipe in (layer_recipes or {}).items()}
     for series in wanted:
-        metric = _canonical(series.metric, current)
+        metric = _canonical(series.metric, own.get(series.metric.layer, current))
         logged_keys.setdefault(metric, series.metric.stat_key)
         bad = ~np.isfinite(series.values)
         if bad.any():

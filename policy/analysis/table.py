@@ -40,8 +40,9 @@ def _row(
     lv: LayerLevels, patterns: tuple[str, ...], thresholds: Thresholds, series: tuple[SeriesVerdict, ...]
 ) -> LayerAssessment:
     structure = lv.info.structure
+    bands = lv.bands(thresholds)
     underflows = {
-        t: TensorUnderflow(s.level, s.max, s.mean, s.last, thresholds.band(s.level)) for t, s in lv.tensors.items()
+        t: TensorUnderflow(s.level, s.max, s.mean, s.last, bands.band(s.level)) for t, s in lv.tensors.items()
     }
     pick = lv.worst_tensor()
     signal, level = (f"{pick[0]} underflows%", pick[1].level) if pick else (None, None)

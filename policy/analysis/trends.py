@@ -19,12 +19,12 @@ line towards a few late spikes and projects a crossing that the sustained level 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from fp8_policy.policy.analysis.findings import Evidence, Finding, Pattern
-from fp8_policy.policy.analysis.layout import Layout
+from fp8_policy.policy.analysis.layout import LayerLevels, Layout
 from fp8_policy.policy.analysis.signals import SeriesSummary, onset
 from fp8_policy.policy.thresholds import Severity, Thresholds, worst
 
@@ -163,19 +163,37 @@ def crossed_candidates(layout: Layout, thresholds: Thresholds) -> list[SeriesSum
 
 
 def detect_rising_trends(layout: Layout, thresholds: Thresholds) -> list[Finding]:
-    evidence: list[Evidence] = []
-    for summary in projected_candidates(layout, thresholds):
-        fit = robust_trend(summary, thresholds)
-        if is_projected(fit, thresholds):
-            evidence.append(_evidence(summary, fit, thresholds))
-    crossed: list[Evidence] = []
-    for summary in crossed_candidates(layout, thresholds):
-        fit = robust_trend(summary, thresholds, fraction=1.0)
-        if has_crossed(fit, thresholds):
-            crossed.append(_evidence(summary, fit, thresholds))
-    if not evidence and not crossed:
+    """One `rising_trend` finding over every layer, each layer's series judged with its own bands (a mixed-format
+    run's FP8 layers of an NVFP4 run with FP8's, layout.py)."""
+    groups: list[tuple[Thresholds, list[Evidence], list[Evidence]]] = []
+    for bands, view in _band_views(layout, thresholds):
+        evidence: list[Evidence] = []
+        for summary in projected_candidates(view, bands):
+            fit = robust_trend(summary, bands)
+            if is_projected(fit, bands):
+                evidence.append(_evidence(summary, fit, bands))
+        crossed: list[Evidence] = []
+        for summary in crossed_candidates(view, bands):
+            fit = robust_trend(summary, bands, fraction=1.0)
+            if has_crossed(fit, bands):
+                crossed.append(_evidence(summary, fit, bands))
+        if evidence or crossed:
+            groups.append((bands, crossed, evidence))
+    if not groups:
         return []
-    return [_finding(crossed, evidence, thresholds)]
+    return [_finding(groups)]
+
+
+def _band_views(layout: Layout, thresholds: Thresholds) -> list[tuple[Thresholds, Layout]]:
+    """The layout split by the bands its layers are judged with (one view when every layer uses the run's)."""
+    own = [lv for lv in layout.levels.values() if lv.own_bands is not None]
+    if not own:
+        return [(thresholds, layout)]
+    groups: dict[tuple[float, float, float], tuple[Thresholds, dict[str, LayerLevels]]] = {}
+    for name, lv in layout.levels.items():
+        bands = lv.bands(thresholds)
+        groups.setdefault((bands.warning, bands.critical, bands.severe), (bands, {}))[1][name] = lv
+    return [(bands, replace(layout, levels=levels)) for bands, levels in groups.values()]
 
 
 def _evidence(summary: SeriesSummary, fit: TrendFit, thresholds: Thresholds) -> Evidence:
@@ -188,34 +206,42 @@ def _evidence(summary: SeriesSummary, fit: TrendFit, thresholds: Thresholds) -> 
     )
 
 
-def _finding(crossed: list[Evidence], projected: list[Evidence], thresholds: Thresholds) -> Finding:
+def _finding(groups: list[tuple[Thresholds, list[Evidence], list[Evidence]]]) -> Finding:
     parts = []
-    if crossed:
-        top = max(crossed, key=lambda ev: ev.level or 0.0)
-        parts.append(
-            f"{len(crossed)} series crossed {thresholds.critical:g}% during the run (late onset), e.g. "
-            f"{top.layer} {top.tensor} {top.start_level:.2f}% -> {top.level:.2f}%, "
-            f"+{top.slope_per_1k:.3f}%/1k iterations, crossing near iteration {top.crossing_iteration}"
-        )
-    if projected:
-        first = min(projected, key=lambda ev: ev.crossing_iteration or 1 << 62)
-        parts.append(
-            f"{len(projected)} series below {thresholds.critical:g}% are projected to cross it, first "
-            f"{first.layer} {first.tensor}: {first.level:.2f}% now, +{first.slope_per_1k:.3f}%/1k "
-            f"iterations, {first.projected_value:.2f}% by iteration {first.projected_iteration}"
-        )
-    evidence = crossed + projected
-    severity = worst([Severity.WARNING] + [thresholds.band(ev.level or 0.0) for ev in crossed])
+    severities = [Severity.WARNING]
+    for thresholds, crossed, projected in groups:
+        if crossed:
+            top = max(crossed, key=lambda ev: ev.level or 0.0)
+            parts.append(
+                f"{len(crossed)} series crossed {thresholds.critical:g}% during the run (late onset), e.g. "
+                f"{top.layer} {top.tensor} {top.start_level:.2f}% -> {top.level:.2f}%, "
+                f"+{top.slope_per_1k:.3f}%/1k iterations, crossing near iteration {top.crossing_iteration}"
+            )
+        if projected:
+            first = min(projected, key=lambda ev: ev.crossing_iteration or 1 << 62)
+            parts.append(
+                f"{len(projected)} series below {thresholds.critical:g}% are projected to cross it, first "
+                f"{first.layer} {first.tensor}: {first.level:.2f}% now, +{first.slope_per_1k:.3f}%/1k "
+                f"iterations, {first.projected_value:.2f}% by iteration {first.projected_iteration}"
+            )
+        severities += [thresholds.band(ev.level or 0.0) for ev in crossed]
+    evidence = [ev for _th, crossed, projected in groups for ev in (*crossed, *projected)]
     layers = tuple(dict.fromkeys(ev.layer for ev in evidence))
-    return Finding(Pattern.RISING_TREND, severity, layers, tuple(evidence), "; ".join(parts) + " (Huber fit).")
+    return Finding(Pattern.RISING_TREND, worst(severities), layers, tuple(evidence), "; ".join(parts) + " (Huber fit).")
 
 
-def crossed_layers(findings: list[Finding], thresholds: Thresholds) -> set[str]:
-    """Layers a rising_trend finding explains: those whose series crossed critical during the run."""
+def crossed_layers(findings: list[Finding], thresholds: Thresholds, layout: Layout | None = None) -> set[str]:
+    """Layers a rising_trend finding explains: those whose series crossed critical (their own bands, given the
+    `layout`) during the run."""
+
+    def critical(layer: str) -> float:
+        lv = layout.levels.get(layer) if layout is not None else None
+        return lv.bands(thresholds).critical if lv is not None else thresholds.critical
+
     return {
         ev.layer
         for f in findings
         if f.pattern is Pattern.RISING_TREND
         for ev in f.evidence
-        if (ev.level or 0.0) >= thresholds.critical
+        if (ev.level or 0.0) >= critical(ev.layer)
     }

@@ -32,8 +32,9 @@ from fp8_policy.policy.recommend.recipe import (
     resolve_capability,
     resolve_current,
 )
+from fp8_policy.policy.recommend.schedule import Phase, build_schedule
 from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
-from fp8_policy.policy.records import PolicyDecision, RunData
+from fp8_policy.policy.records import QUANT_STATS, PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format, megatron_pipeline, pipeline
 from fp8_policy.policy.render.megatron import staged_globs
 from fp8_policy.policy.thresholds import Thresholds
@@ -63,6 +64,8 @@ class Recommendation:
     layer_rows: tuple[LayerAssessment, ...] = field(default=(), repr=False)
     thresholds: Thresholds | None = None
     stat_prefix: str | None = None
+    # precision that changes over the run: phases, each a whole policy from a step on (schedule.py); () when none
+    schedule: tuple[Phase, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         recipe = self.decision.recipe
@@ -90,6 +93,7 @@ class Recommendation:
             "policy_version": self.policy_version,
             "findings": [f.brief() for f in self.findings],
             "history": self.history.to_dict() if self.history is not None else None,
+            "schedule": [phase.to_dict() for phase in self.schedule] or None,
         }
 
 
@@ -141,10 +145,10 @@ def recommend(
     layout = analysis.layout
     cost = expected_cost(layout, plan, decision.choice.name, options.dims)
     conf = confidence(analysis, plan, decision)
-    te_version = options.te_version or _text(run.metadata.get("te_version"))
     rungs = {r.layer: r.precision for r in ladder.rungs}
     lcost = ladder_cost(layout, rungs, plan.overrides, current, options.dims, decision.capability)
-    megatron = megatron_section(layout, plan, decision.choice, ladder.rungs)  # rungs of another recipe: config file
+    te_version = options.te_version or _text(run.metadata.get("te_version"))
+    megatron = megatron_section(layout, plan, decision.choice, ladder.rungs, te_version)  # rungs, custom: config file
     policy = PolicyDecision(
         plan.skip_layers,
         plan.overrides,
@@ -154,10 +158,15 @@ def recommend(
         layer_precisions=ladder.rungs,
         fp8_param=fp8_param(run.metadata),
         parallel=run.parallel,
+        weights_logged=weights_logged(run),
     )
     megatron = megatron_pipeline.annotate(megatron, policy, staged_globs(policy))  # a glob hits every stage
     rationale = build_rationale(analysis, plan, decision, cost, megatron, conf)
     rationale.insert(-1, _ladder_line(ladder, lcost, current))
+    schedule = build_schedule(analysis, policy, options.lr_decay_start)
+    if schedule:
+        steps = "; ".join(f"from step {p.from_step}: {p.reason}" for p in schedule)
+        rationale.insert(-1, f"Schedule ({len(schedule)} phases, each a restart with its own configuration): {steps}.")
     rationale += list(options.ignored)  # run-metadata dimensions left out (policy/model_bounds.py)
     if effect is not None:
         rationale += effect.advice() or [
@@ -184,6 +193,7 @@ def recommend(
         tuple(analysis.layers),
         analysis.requested_thresholds,
         analysis.signals.stat_prefix,
+        schedule=schedule,
     )
 
 
@@ -196,6 +206,13 @@ def fp8_param(metadata: dict[str, object]) -> bool:
         if isinstance(value, str) and value.strip().lower() in ("true", "yes", "1"):
             return True
     return False
+
+
+def weights_logged(run: RunData) -> bool:
+    """False when the run logged quantization stats of activations or gradients but of no weight at all (TE
+    refuses weight underflows%/overflows%/mse with FP8 primary weights, so such a run cannot have logged them)."""
+    quant = [s.metric.tensor for s in run.series if s.metric.stat in QUANT_STATS]
+    return not quant or "weight" in quant
 
 
 def _ladder_line(ladder: Ladder, cost: dict[str, Any], training: str) -> str:

@@ -30,6 +30,8 @@ Rungs (records.PRECISIONS): nvfp4, then FP8 (mxfp8, block, current, delayed), th
    with `lifted`), so the ladder and every rendered output tell one verdict. Not lifted: a skipped layer stays
    BF16, one the plan left alone stays at the outer recipe (below critical), each saying why.
 3. Else BF16 (and every layer the run already ran in BF16, or skipped with no rung left).
+A mixed-format run's layers are read in the recipe each trained in (analysis/layer_formats.py): an MXFP8 layer of an
+NVFP4 run has FP8 training stats, so it needs NVFP4 evidence of its own (what-if, proxy) to go NVFP4.
 Confidence: 1, x0.8 per quantized tensor without stats, x the rule's factor, x0.6 with fewer post-warm-up points
 than `min_points`. Layers with no stats at all (fp8_unobserved) are not in the ladder: they keep the outer recipe.
 """
@@ -38,7 +40,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -47,12 +48,18 @@ from fp8_policy.policy.analysis.layout import LayerLevels, LayerStatus
 from fp8_policy.policy.analysis.recipes import STAT_PREFIX, supported
 from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.recommend.gpu import ASSUMED_CAPABILITY
-from fp8_policy.policy.recommend.ladder_evidence import dynamic_ranges, lift_blockers, training_nvfp4_weights
+from fp8_policy.policy.recommend.ladder_evidence import (
+    dynamic_ranges,
+    lift_blockers,
+    training_nvfp4_weights,
+    unobserved_own_rungs,
+)
+from fp8_policy.policy.recommend.ladder_record import FP8_FINEST_FIRST
+from fp8_policy.policy.recommend.ladder_record import Ladder as Ladder  # re-exported
 from fp8_policy.policy.recommend.skiplist import SkipPlan
 from fp8_policy.policy.records import PRECISIONS, QUANTIZED_TENSORS, LayerPrecision, RunData
 
 PROXY_MAX_BINADES = math.log2(6.0 / (1.0 + 2.0**-4) / 0.25)  # 4.497
-FP8_FINEST_FIRST: tuple[str, ...] = ("mxfp8", "block", "current")
 _INFER: dict[str, tuple[tuple[str, ...], float]] = {  # rung -> (rungs it may be inferred from, confidence factor)
     "mxfp8": (("block", "current", "delayed"), 0.7),
     "block": (("current", "delayed"), 0.7),
@@ -71,50 +78,6 @@ class Verdict:
     factor: float = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class Ladder:
-    rungs: tuple[LayerPrecision, ...]
-    assumptions: tuple[str, ...]
-    # layers failing NVFP4 that left the skip list for their FP8 rung (lift rule; their evidence says so)
-    lifted: tuple[str, ...] = ()
-
-    def counts(self) -> dict[str, int]:
-        out = dict.fromkeys(PRECISIONS, 0)
-        for rung in self.rungs:
-            out[rung.precision] += 1
-        return out
-
-    def to_dict(self, cost: dict[str, Any] | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "layers": {
-                r.layer: {"precision": r.precision, "evidence": list(r.evidence), "confidence": r.confidence}
-                for r in self.rungs
-            },
-            "counts": self.counts(),
-            "assumptions": list(self.assumptions),
-            "lifted": list(self.lifted),
-        }
-        if cost is not None:
-            out["expected_cost"] = cost
-        return out
-
-    def summary(self, training: str) -> str:
-        """One sentence: what moves where."""
-        c = self.counts()
-        fp8 = sum(c[p] for p in ("mxfp8", "block", "current", "delayed"))
-        if training == "nvfp4":
-            lifted = {p: n for p, n in c.items() if p != "nvfp4" and n}
-            moves = ", ".join(f"{n} to {p.upper() if p != 'bf16' else 'BF16'}" for p, n in lifted.items())
-            return f"Precision ladder (NVFP4 run): {c['nvfp4']} layer(s) stay NVFP4" + (
-                f"; lift {moves}." if moves else "; none needs lifting."
-            )
-        return (
-            f"Precision ladder: {c['nvfp4']} layer(s) can go NVFP4, {fp8} stay FP8 "
-            f"({', '.join(f'{n} {p}' for p, n in c.items() if n and p in FP8_FINEST_FIRST + ('delayed',)) or 'none'})"
-            f", {c['bf16']} BF16."
-        )
-
-
 def build_ladder(
     run: RunData, analysis: Analysis, plan: SkipPlan, outer: str, training: str, capability: float | None
 ) -> Ladder:
@@ -122,6 +85,7 @@ def build_ladder(
     cap = capability if capability is not None else ASSUMED_CAPABILITY
     ctx = _Context(run, analysis, plan, outer, training, cap)
     rungs = [ctx.rung(lv) for lv in analysis.layout.levels.values() if lv.status in (LayerStatus.FP8, LayerStatus.BF16)]
+    rungs += unobserved_own_rungs(analysis, outer)
     return Ladder(tuple(rungs), tuple(ctx.assumptions(capability)))
 
 
@@ -132,7 +96,9 @@ class _Context:
         self.fp8 = analysis.requested_thresholds
         self.skipped = set(plan.skip_layers) | set(plan.kept_bf16)
         self.overridden = {o.layer for o in plan.overrides}
-        self.nvfp4_weights = training_nvfp4_weights(run, analysis) if training == "nvfp4" else {}
+        self.own = analysis.training.layer_recipes  # a mixed-format run: layers trained in another recipe
+        fp4 = training == "nvfp4" or "nvfp4" in self.own.values()
+        self.nvfp4_weights = training_nvfp4_weights(run, analysis) if fp4 else {}
         self.dynamic_range = dynamic_ranges(run, analysis)
         self._nvfp4_levels: dict[str, dict[str, float]] = {}
         self.few_points = float(analysis.stats.get("median_points_per_series", 0.0)) < self.fp8.min_points
@@ -140,9 +106,13 @@ class _Context:
 
     # --- levels ------------------------------------------------------------------------------------------------
 
+    def trained(self, lv: LayerLevels) -> str:
+        """The recipe this layer trained in: its own (a mixed-format run, analysis/layer_formats.py) or the run's."""
+        return self.own.get(lv.name, self.training)
+
     def levels(self, lv: LayerLevels, precision: str) -> dict[str, float]:
         """tensor -> level of `precision`'s underflows% for this layer (training stats or its what-if)."""
-        if precision == self.training:
+        if precision == self.trained(lv):
             out = {t: s.level for t, s in lv.tensors.items()}
             if precision == "nvfp4" and lv.name in self.nvfp4_weights:
                 out["weight"] = self.nvfp4_weights[lv.name]
@@ -170,7 +140,7 @@ class _Context:
 
     def nvfp4(self, lv: LayerLevels) -> Verdict:
         levels = self._nvfp4(lv)
-        source = "training stats" if self.training == "nvfp4" else "nvfp4_ what-if"
+        source = "training stats" if self.trained(lv) == "nvfp4" else "nvfp4_ what-if"
         if not levels:
             return self._proxy(lv)
         failing, shown = [], []
@@ -219,7 +189,7 @@ class _Context:
 
     def fp8_rung(self, lv: LayerLevels, precision: str) -> Verdict:
         levels = self.levels(lv, precision)
-        source = "training stats" if precision == self.training else f"{STAT_PREFIX[precision]}_ what-if"
+        source = "training stats" if precision == self.trained(lv) else f"{STAT_PREFIX[precision]}_ what-if"
         if not levels:
             return Verdict(None, f"{precision}: no stats.")
         critical = self.fp8.critical
@@ -252,7 +222,7 @@ class _Context:
                 f"{self.outer} with {'+'.join(override.gemms)} kept in BF16 (gemm_overrides: {override.reason})."
             )
             return self._make(lv, self.outer, evidence, Verdict(True, "", len(lv.tensors)))
-        if nvfp4_failed and "nvfp4" in (self.outer, self.training):
+        if nvfp4_failed and "nvfp4" in (self.outer, self.trained(lv)):
             return self._lift(lv, evidence, nvfp4_tensors, skipped)
         if skipped:
             evidence += [v.sentence for p in self._fp8_order() if (v := self.fp8_rung(lv, p)).fit is not None]

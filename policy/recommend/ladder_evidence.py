@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 
 from fp8_policy.policy.analysis.findings import Pattern
+from fp8_policy.policy.analysis.layout import LayerStatus
 from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.analysis.signals import SeriesSummary, summarize
-from fp8_policy.policy.records import QUANTIZED_TENSORS, MetricName, RunData
+from fp8_policy.policy.records import QUANTIZED_TENSORS, LayerPrecision, MetricName, RunData
 
 _DR = "max_blockwise_dynamic_range_block_size_16_dims_"
 # findings whose layers fail for more than underflow: MXFP8's wider per-block range does not answer them
@@ -62,4 +63,25 @@ def dynamic_ranges(run: RunData, analysis: Analysis) -> dict[str, dict[str, floa
             continue
         layer = out.setdefault(m.layer, {})
         layer[m.tensor] = max(layer.get(m.tensor, -math.inf), summary.max)
+    return out
+
+
+def unobserved_own_rungs(analysis: Analysis, outer: str) -> list[LayerPrecision]:
+    """Layers without statistics that trained in another recipe than `outer` (a mixed-format run whose metadata
+    `layer_recipes` names them): they keep the recipe they trained in, never a cheaper one without evidence."""
+    own = analysis.training.layer_recipes
+    out = []
+    for lv in analysis.layout.levels.values():
+        recipe = own.get(lv.name)
+        if lv.status is LayerStatus.UNOBSERVED and recipe is not None and recipe != outer:
+            out.append(
+                LayerPrecision(
+                    lv.name,
+                    recipe,
+                    (
+                        f"Kept at {recipe}, the recipe it trained in (run metadata layer_recipes): no statistics logged.",
+                    ),
+                    0.5,
+                )
+            )
     return out

@@ -20,7 +20,9 @@ Rules (Megatron-LM arguments and transformer_config, https://github.com/NVIDIA/M
 * NVFP4: `fp4_format` e2m1 / `fp4_recipe` nvfp4 and `--fp4-format e2m1 --fp4-recipe nvfp4`; `fp8_recipe` and
   `fp8_format` are null and no `--fp8-*` flag is emitted (megatron/training/arguments.py refuses FP4 with FP8).
 * `layer_precisions` (the ladder) with rungs other than the outer recipe need `--te-precision-config-file`
-  (policy/render/megatron.py writes it); the first/last flags are then left to that file as well.
+  (policy/render/megatron.py writes it); the first/last flags are then left to that file as well. So do GEMM
+  overrides when the run's TE has CustomRecipe (>= 2.19): custom matchers keep single GEMMs in BF16
+  (policy/render/megatron_custom.py).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from fp8_policy.policy.analysis.layout import LayerStatus, Layout
 from fp8_policy.policy.recommend.skiplist import SkipPlan
 from fp8_policy.policy.records import MEGATRON_RECIPES, LayerGroup, LayerPrecision, RecipeChoice
 from fp8_policy.policy.render import megatron_head
+from fp8_policy.policy.render.megatron_custom import available
+from fp8_policy.policy.render.options import RenderOptions
 from fp8_policy.policy.render.precision import effective_rung
 
 FP4_ARGS = ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
@@ -63,7 +67,11 @@ def _ladder_mix(
 
 
 def megatron_section(
-    layout: Layout, plan: SkipPlan, recipe: RecipeChoice, layer_precisions: Sequence[LayerPrecision] = ()
+    layout: Layout,
+    plan: SkipPlan,
+    recipe: RecipeChoice,
+    layer_precisions: Sequence[LayerPrecision] = (),
+    te_version: str | None = None,
 ) -> dict[str, Any]:
     levels = layout.levels
     bf16 = {*plan.bf16_layers, *(o.layer for o in plan.overrides)}
@@ -76,7 +84,9 @@ def megatron_section(
     heads_all = [n for n, lv in levels.items() if lv.info.structure.group is LayerGroup.HEAD]
     ran_bf16 = {n for n, lv in levels.items() if lv.status is LayerStatus.BF16}
     mix, low_heads = _ladder_mix(layer_precisions, recipe, bf16 | ran_bf16, heads_all)
-    start, end = (0, 0) if mix else _runs(layout.blocks, full_blocks)
+    # GEMM overrides kept as single GEMMs through TE CustomRecipe factories (render/megatron_custom.py)
+    custom = [o.layer for o in plan.overrides if o.layer not in heads_all] if available(te_version) else []
+    start, end = (0, 0) if mix or custom else _runs(layout.blocks, full_blocks)
     edge_blocks = set(layout.blocks[:start]) | (set(layout.blocks[len(layout.blocks) - end :]) if end else set())
     first_last = bool(edge_blocks)
     outside = sorted(bf16_blocks - edge_blocks)
@@ -102,9 +112,9 @@ def megatron_section(
             "--num-layers-at-end-in-bf16",
             str(end),
         ]
-    if outside or mix:
-        args += ["--te-precision-config-file", "fp8_precision.yaml"]
-    notes = _notes(layout, outside, heads, plan)
+    if outside or mix or custom:
+        args += ["--te-precision-config-file", RenderOptions().precision_config_file]  # the file the script writes
+    notes = _notes(layout, outside, heads, plan, bool(custom))
     if megatron_recipe != recipe.name:
         notes.append(
             f"Megatron path only: --fp8-recipe {fp8_recipe} (current scaling), because Megatron rejects delayed "
@@ -134,7 +144,7 @@ def megatron_section(
     return section
 
 
-def _notes(layout: Layout, outside: list[int], heads: list[str], plan: SkipPlan) -> list[str]:
+def _notes(layout: Layout, outside: list[int], heads: list[str], plan: SkipPlan, custom: bool) -> list[str]:
     notes = [
         "Counts are whole transformer layers from the first/last (Megatron layer_no is 0-based); heads are "
         "not transformer layers: Megatron runs output_layer in BF16 whatever the flags say."
@@ -148,7 +158,12 @@ def _notes(layout: Layout, outside: list[int], heads: list[str], plan: SkipPlan)
         )
     if heads:
         notes.append(f"Head layer(s) {heads} stay BF16 as asked: Megatron runs output_layer in BF16, no flag needed.")
-    if plan.overrides:
+    if plan.overrides and custom:
+        notes.append(
+            f"{len(plan.overrides)} GEMM override(s) keep only those GEMMs in BF16: the precision config's custom "
+            "matchers name the fp8_policy_recipe.mix_* factories the script writes (TE CustomRecipe, TE >= 2.19)."
+        )
+    elif plan.overrides:
         notes.append(
             f"{len(plan.overrides)} GEMM override(s) are kept as whole modules in BF16 here: Megatron "
             "cannot keep single GEMMs in BF16. The TE debug API YAML (DisableFP8GEMM / "

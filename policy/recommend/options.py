@@ -39,6 +39,7 @@ _OVERRIDE_KEYS = frozenset(
         "fp8_recipe",
         "keep_existing_bf16",
         "skip_projected",
+        "lr_decay_start",
         *_GATED_KEYS,
         *(k for keys in _DIM_KEYS.values() for k in keys),
     }
@@ -90,6 +91,9 @@ class RecommendOptions:
     keep_existing_bf16: bool = False  # also list layers that already ran in BF16 in fp8_skip_layers
     skip_projected: bool = False  # also skip layers whose rising trend is projected to turn critical
     ignored: tuple[str, ...] = ()  # notes on run-metadata model dimensions left out (unusable or past their bound)
+    # the step where the learning rate starts to decay (the user's LR schedule): an NVFP4 policy gets a later
+    # phase with higher-precision GEMM inputs from there (recommend/schedule.py)
+    lr_decay_start: int | None = None
 
     @classmethod
     def from_metadata(
@@ -145,6 +149,8 @@ def _apply(options: RecommendOptions, data: Mapping[str, Any]) -> RecommendOptio
                 "block (blockwise), mxfp8 or nvfp4, or a TE recipe class name"
             )
         changes["current_recipe"] = recipe
+    if data.get("lr_decay_start") is not None:
+        changes["lr_decay_start"] = _step("lr_decay_start", data["lr_decay_start"])
     for key in ("keep_existing_bf16", "skip_projected"):
         if key in data:
             if not isinstance(data[key], bool):
@@ -163,3 +169,18 @@ def _text(key: str, value: Any) -> str:
     if not isinstance(value, (str, int, float)) or isinstance(value, bool) or not str(value).strip():
         raise ValueError(f"{key!r} must be a non-empty string, got {value!r}")
     return str(value).strip()
+
+
+MAX_STEP = 2**63 - 1  # a training step is stored as BIGINT (series iterations)
+
+
+def _step(key: str, value: Any) -> int:
+    """A training step: a positive integer within BIGINT (an integral float such as 4000.0 too, never a bool)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (isinstance(value, float) and not value.is_integer())
+        or not 1 <= value <= MAX_STEP
+    ):
+        raise ValueError(f"{key!r} must be a step from 1 to {MAX_STEP}, got {str(value)[:40]}")
+    return int(value)

@@ -86,8 +86,8 @@ def plan_skips(
     that followed a moved BF16 boundary: see recommend/history.py); `lifted` layers are left to their FP8 rung;
     `bands` judges `levels` with the recommended recipe's band (default: the analysis' own critical band)."""
     layout = analysis.layout
-    critical = analysis.thresholds.critical
-    critical_of: LevelFn = bands.critical_of if bands is not None else (lambda lv, t: critical)
+    run_bands = analysis.thresholds  # a mixed-format run's layer of the other format has its own (layout.py)
+    critical_of: LevelFn = bands.critical_of if bands is not None else (lambda lv, t: lv.bands(run_bands).critical)
     trending = _trending(analysis)
     boundary = {name for f in analysis.by_pattern(Pattern.BOUNDARY) for name in f.layers}
     skips: list[str] = []

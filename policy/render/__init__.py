@@ -2,7 +2,7 @@
 
 Belongs here: the public entry points `render(decision, fmt)` / `applied(decision, fmt)` and the one table
 of formats (`DIALECTS`; `FORMATS` is its keys) plus the monitoring-only formats (`MONITORS`: `te-monitor`, a
-debug YAML that applies nothing; `OUTPUT_FORMATS` is every format `render` takes). Each dialect lives in its own module (`te_yaml`, `megatron`, `hydra`, `torchao`)
+debug YAML that applies nothing; `OUTPUT_FORMATS` is every format `render` takes). Each dialect lives in its own module (`te_yaml`, `megatron`, `hydra`, `torchao`, `te_recipe`, `torchtitan`)
 with a `render(decision, options)` and an `applied(decision)` (what that dialect really keeps in BF16, see
 `applied`); the records are in `options`, shared layer facts in `layout`, exact-name regexes in `regex`.
 Must not be here: analysis or recommendation logic, I/O, web or database imports.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from fp8_policy.policy.records import PolicyDecision
-from fp8_policy.policy.render import hydra, megatron, pipeline, te_monitor, te_yaml, torchao
+from fp8_policy.policy.render import hydra, megatron, pipeline, te_monitor, te_recipe, te_yaml, torchao, torchtitan
 from fp8_policy.policy.render.applied import AppliedPolicy
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 
@@ -27,7 +27,14 @@ class Dialect(Protocol):
 
 
 # format -> dialect module
-DIALECTS: dict[str, Dialect] = {"te-yaml": te_yaml, "megatron": megatron, "hydra": hydra, "torchao": torchao}
+DIALECTS: dict[str, Dialect] = {
+    "te-yaml": te_yaml,
+    "megatron": megatron,
+    "hydra": hydra,
+    "torchao": torchao,
+    "te-recipe": te_recipe,
+    "torchtitan": torchtitan,
+}
 FORMATS: tuple[str, ...] = tuple(DIALECTS)
 
 

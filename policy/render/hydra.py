@@ -109,7 +109,10 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
     )
     parts = []
     finer, cheaper = ladder_rungs(decision)
-    widened = [n for n in bf16 if n in in_blocks and n not in requested and n not in finer]
+    cheaper = {n: rung for n, rung in cheaper.items() if n not in in_blocks}  # those in a BF16 block run BF16
+    runs_at = precision.precision_of(decision)
+    # every layer the decision runs in low precision that a BF16 block takes along (finer rungs are named apart)
+    widened = [n for n in bf16 if n in in_blocks and runs_at.get(n) != precision.BF16 and n not in finer]
     if widened or finer:
         lifted = f"{len(finer)} layer(s) whose ladder rung needs more than {decision.recipe.name} ({_rungs(finer)})"
         reasons = [f"{len(requested & in_blocks)} skipped/overridden layer(s)"] if requested & in_blocks else []

@@ -1,22 +1,22 @@
 """Megatron-LM flags (and `--te-precision-config-file` YAML) for a `PolicyDecision`.
 
-Belongs here: choosing between the first/last-layers-BF16 flags and a precision-config YAML, mapping
-logged layer names to Megatron's 0-based `named_modules()` paths, recipe flags, and the bash text
-that carries both. Must not be here: TE debug YAML, other dialects.
+Belongs here: choosing between the first/last-layers-BF16 flags and a precision-config YAML, mapping logged layer
+names to Megatron's 0-based `named_modules()` paths, recipe flags, and the bash text that carries both. Must not be
+here: TE debug YAML, other dialects.
 
 Conventions (Megatron-LM `--first-last-layers-bf16` / `--te-precision-config-file`, https://github.com/NVIDIA/Megatron-LM):
-* Flags route: the layers Megatron must keep in BF16 (skipped, plus modules with per-GEMM overrides, which
-  Megatron can only run whole in BF16) are exactly all logged layers of a contiguous run of body blocks at
-  the start and/or end -> `--first-last-layers-bf16 --num-layers-at-start-in-bf16 N
-  --num-layers-at-end-in-bf16 M`.
+* Flags route: the layers Megatron must keep in BF16 (skipped, plus modules with per-GEMM overrides, which Megatron
+  can only run whole in BF16) are exactly all logged layers of a contiguous run of body blocks at the start and/or
+  end -> `--first-last-layers-bf16 --num-layers-at-start-in-bf16 N --num-layers-at-end-in-bf16 M`.
 * Otherwise a precision-config YAML: one `bf16` TEQuantizationParams config (empty training_recipe)
   and `glob` matchers (fnmatch, first enabled match wins) over paths such as
   `decoder.layers.0.self_attention.linear_qkv`. A fully skipped block becomes `decoder.layers.<i>.*`.
 * Logged indices come from TE's 1-based `layer_number` unless the smallest body index is 0 (see
   `layout`); Megatron's index is 0-based and local to a pipeline stage: under pipeline parallelism the matchers
   come from `megatron_pipeline` (a glob hits its local block on every stage; what it takes along is stated).
-* Per-GEMM overrides cannot be expressed: the module is promoted to full BF16 (conservative). When every
-  override is wgrad-only, `--no-fp8-wgrad` is offered as a commented, model-wide alternative.
+* Per-GEMM overrides cannot be expressed: the module is promoted to full BF16 (conservative; `--no-fp8-wgrad` is
+  offered, commented, when every override is wgrad-only). MoE expert GEMMs of a TE GroupedLinear (`.gemm_<i>`)
+  reach Megatron only as their whole TEGroupedLinear module, at its experts' most precise rung (grouped.py).
 * Delayed scaling rejects transformer layers in BF16 (megatron/core/transformer/transformer_config.py): when a
   body-block layer is kept in BF16 the script uses `--fp8-recipe tensorwise` (current scaling) for the Megatron path
   and says why, exactly as the JSON `megatron` section does (policy/recommend/megatron.py); the recommended recipe
@@ -39,9 +39,10 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import replace
 
 from fp8_policy.policy.records import MEGATRON_RECIPES, LayerGroup, LayerInfo, PolicyDecision
-from fp8_policy.policy.render import megatron_head, megatron_pipeline, precision
+from fp8_policy.policy.render import grouped, megatron_custom, megatron_head, megatron_pipeline, precision, te_recipe
 from fp8_policy.policy.render.applied import AppliedPolicy, whole_module_overrides
 from fp8_policy.policy.render.layout import (
     body_blocks,
@@ -51,6 +52,11 @@ from fp8_policy.policy.render.layout import (
     module_index,
     split_at_index,
     strip_root,
+)
+from fp8_policy.policy.render.megatron_flags import (
+    FP4_FLAGS,
+    megatron_recipe_name,
+    recipe_flags,
 )
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
 from fp8_policy.policy.render.te_yaml import unapplied_note
@@ -76,7 +82,6 @@ _KIND = {
     **dict.fromkeys(("fc1", "linear_fc1", "gate_proj", "up_proj"), "fc1"),
     **dict.fromkeys(("fc2", "linear_fc2", "down_proj"), "fc2"),
 }
-FP4_FLAGS = ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
 # ladder rung -> (TEQuantizationRecipe key, Megatron recipe name); delayed never gets a config (kept BF16 instead)
 RUNG_RECIPES = {
     "nvfp4": ("fp4_quantization_recipe", "nvfp4"),
@@ -84,11 +89,7 @@ RUNG_RECIPES = {
     "block": ("fp8_quantization_recipe", "blockwise"),
     "current": ("fp8_quantization_recipe", "tensorwise"),
 }
-_DELAYED_KWARG_FLAGS = {
-    "amax_history_len": "--fp8-amax-history-len",
-    "amax_compute_algo": "--fp8-amax-compute-algo",
-    "margin": "--fp8-margin",
-}
+GROUPED_WHY = "Megatron's TEGroupedLinear takes one precision config for all its experts"
 
 
 def glob_escape(text: str) -> str:
@@ -97,7 +98,11 @@ def glob_escape(text: str) -> str:
 
 
 def megatron_path(layer: LayerInfo, one_based: bool) -> str:
-    """The GPTModel `named_modules()` path of a logged layer (0-based block index, no wrappers)."""
+    """The GPTModel `named_modules()` path of a logged layer (0-based block, no wrappers; `.gemm_<i>`: grouped.py)."""
+    return grouped.module_of(_module_path(layer, one_based))
+
+
+def _module_path(layer: LayerInfo, one_based: bool) -> str:
     structure = layer.structure
     if structure.group is LayerGroup.HEAD:
         return "output_layer"
@@ -118,11 +123,15 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
     """Skipped layers exact (flags or matchers); overridden modules wholly in BF16; every head in BF16 (Megatron's
     output_layer is no TE module, `megatron_head`), an approximation where the decision runs it in low precision;
     under pipeline parallelism what the precision-config globs take along (`megatron_pipeline.applied`)."""
-    base = whole_module_overrides(decision, "megatron", "Megatron keeps whole modules, not single GEMMs, in BF16")
-    layers = tuple(dict.fromkeys((*base.bf16_layers, *megatron_head.heads(decision))))
+    custom = _custom(decision)  # kept exactly through TE CustomRecipe factories (megatron_custom.py)
+    rest = replace(decision, gemm_overrides=tuple(o for o in decision.gemm_overrides if o.layer not in custom))
+    base = whole_module_overrides(rest, "megatron", "Megatron keeps whole modules, not single GEMMs, in BF16")
+    layers = grouped.whole_module_bf16(decision, (*base.bf16_layers, *megatron_head.heads(decision)))
     heads = megatron_head.approximation(megatron_head.low_precision_heads(decision))
-    parts = [part.rstrip(".") for part in (base.approximation, heads) if part]
-    result = AppliedPolicy("megatron", layers, {}, (), "; ".join(parts) + "." if parts else None)
+    experts = grouped.approximation(decision, GROUPED_WHY)
+    parts = [part.rstrip(".") for part in (base.approximation, heads, experts) if part]
+    gemms = {name: g for name, g in merged_overrides(decision).items() if name in custom}
+    result = AppliedPolicy("megatron", layers, gemms, (), "; ".join(parts) + "." if parts else None)
     return megatron_pipeline.applied(result, decision, staged_globs(decision), edge_block_counts)
 
 
@@ -140,8 +149,12 @@ def _skipped(decision: PolicyDecision) -> list[str]:
 
 def _overrides(decision: PolicyDecision) -> dict[str, tuple[str, ...]]:
     """GEMM overrides that need a Megatron setting (heads left out, as in `_skipped`)."""
-    heads = set(megatron_head.heads(decision))
-    return {name: gemms for name, gemms in merged_overrides(decision).items() if name not in heads}
+    heads, custom = set(megatron_head.heads(decision)), _custom(decision)
+    return {name: gemms for name, gemms in merged_overrides(decision).items() if name not in heads | set(custom)}
+
+
+def _custom(decision: PolicyDecision) -> dict[str, te_recipe.Mix]:
+    return megatron_custom.custom_modules(decision, set(megatron_head.heads(decision)))
 
 
 def edge_block_counts(decision: PolicyDecision) -> tuple[int, int] | None:
@@ -179,10 +192,11 @@ def _matchers(decision: PolicyDecision, one_based: bool) -> list[tuple[str, str]
     ]
     for name in skipped:
         if name not in in_whole:
-            path = megatron_path(info[name], one_based) if name in info else strip_root(name)
-            out.append((glob_escape(path), f"{name}: skipped"))
+            path = megatron_path(info[name], one_based) if name in info else grouped.module_of(strip_root(name))
+            whole_group = f"; {GROUPED_WHY}: all its experts run BF16" if grouped.split(name) else ""
+            out.append((glob_escape(path), f"{name}: skipped{whole_group}"))
     for name, gemms in _overrides(decision).items():
-        path = megatron_path(info[name], one_based) if name in info else strip_root(name)
+        path = megatron_path(info[name], one_based) if name in info else grouped.module_of(strip_root(name))
         note = f"{name}: {'/'.join(gemms)} requested in high precision; whole module kept in BF16"
         out.append((glob_escape(path), note))
     unique: dict[str, str] = {}
@@ -199,12 +213,23 @@ def _rung_matchers(decision: PolicyDecision, one_based: bool) -> list[tuple[str,
         return staged.rungs
     info = {layer.name: layer for layer in decision.layers}
     heads = set(megatron_head.heads(decision))
+    modules = grouped.group_precisions(decision)  # a grouped module runs whole at its experts' most precise rung
     out = []
+    done: set[str] = set()
     for name, rung in precision.layer_recipes(decision).items():
-        if name in heads:
+        module = grouped.module_of(name)
+        if name in heads or module in done:
             continue
-        path = megatron_path(info[name], one_based) if name in info else strip_root(name)
-        out.append((rung, glob_escape(path), f"{name}: {rung} (precision ladder)"))
+        path = megatron_path(info[name], one_based) if name in info else grouped.module_of(strip_root(name))
+        if module in modules:
+            done.add(module)
+            rung = modules[module]
+            if rung in (precision.BF16, decision.recipe.name):
+                continue  # a BF16 matcher reaches it, or it runs at the outer recipe
+            comment = f"{module}: {rung} for all its experts (TEGroupedLinear: one config per module)"
+        else:
+            comment = f"{name}: {rung} (precision ladder)"
+        out.append((rung, glob_escape(path), comment))
     return out
 
 
@@ -212,11 +237,15 @@ def _rung_config(decision: PolicyDecision, rung: str) -> list[str]:
     """The `configs.<rung>` lines of one ladder rung."""
     key, name = RUNG_RECIPES[rung]
     lines = [f"  {rung}:", "    transformer_engine_config_type: TEQuantizationParams", "    training_recipe:"]
-    lines.append(f"      {key}: {name}")
+    lines += [f"      {key}: {name}", "      override_nonquantized_autocast: true"]
     if key == "fp8_quantization_recipe":
         outer_fp8 = decision.recipe.name not in ("nvfp4",)
         lines.append(f"      fp8_format: {fp8_format(decision.recipe).lower() if outer_fp8 else 'e4m3'}")
     return lines
+
+
+def _info(decision: PolicyDecision) -> dict[str, LayerInfo]:
+    return {layer.name: layer for layer in decision.layers}
 
 
 def _yaml_quote(text: str) -> str:
@@ -237,12 +266,20 @@ def precision_config_yaml(decision: PolicyDecision) -> str:
     ]
     overrides = _overrides(decision)
     if overrides:
-        lines.append("# Megatron cannot keep single GEMMs (fprop/dgrad/wgrad) of a module in BF16: modules with")
-        lines.append("# per-GEMM overrides are approximated by running the whole module in BF16.")
+        lines.append(
+            "# Without a TE CustomRecipe (TE >= 2.19: the te-recipe format) Megatron cannot keep single GEMMs of a"
+        )
+        lines.append(
+            "# module in BF16: modules with per-GEMM overrides are approximated by running them wholly in BF16."
+        )
         if all(gemms == ("wgrad",) for gemms in overrides.values()):
             lines.append("# Alternative: drop those matchers and pass --no-fp8-wgrad (wgrad in BF16 for EVERY layer).")
     bf16 = _matchers(decision, one_based)
     rungs = _rung_matchers(decision, one_based)
+    if _custom(decision):
+        lines.append(
+            f"# custom_* configs keep single GEMMs in BF16 through {megatron_custom.MODULE}.py (TE CustomRecipe)."
+        )
     if rungs:
         lines.append("# Per-layer precision ladder: the modules below run under their own recipe inside the outer")
         lines.append("# autocast; BF16 matchers come first, so a module kept in BF16 never gets a cheaper recipe.")
@@ -252,8 +289,11 @@ def precision_config_yaml(decision: PolicyDecision) -> str:
     for rung in precision.PRECISION_ORDER:
         if any(config == rung for config, _, _ in rungs):
             lines += _rung_config(decision, rung)
-    lines.append("matchers:")
+    custom, info = _custom(decision), _info(decision)
+    lines += [*megatron_custom.config_lines(custom), "matchers:"]
+    paths = {name: glob_escape(megatron_path(info[name], one_based)) for name in custom}
     entries = [("bf16", pattern, comment) for pattern, comment in bf16] + rungs
+    entries += megatron_custom.matcher_entries(custom, paths)
     counters: dict[str, int] = {}
     for config, pattern, comment in entries:
         n = counters[config] = counters.get(config, -1) + 1
@@ -266,53 +306,6 @@ def precision_config_yaml(decision: PolicyDecision) -> str:
             "    enabled: true",
         ]
     return "\n".join(lines) + "\n"
-
-
-def keeps_block_layers_bf16(decision: PolicyDecision) -> bool:
-    """Does the Megatron path run a transformer-block layer outside the outer FP8 recipe (BF16 or a ladder rung)?"""
-    groups = {layer.name: layer.structure.group for layer in decision.layers}
-    moved = [*precision.skipped_layers(decision), *merged_overrides(decision), *precision.layer_recipes(decision)]
-    return any(groups.get(name) is LayerGroup.BODY for name in moved)
-
-
-def megatron_recipe_name(decision: PolicyDecision) -> str:
-    """Our recipe name for Megatron's --fp8-recipe: delayed becomes current scaling when block layers leave it."""
-    recipe = decision.recipe.name
-    return "current" if recipe == "delayed" and keeps_block_layers_bf16(decision) else recipe
-
-
-def recipe_flags(decision: PolicyDecision) -> tuple[list[str], list[str]]:
-    """(flags, comments) for the FP8 format, recipe and the recipe kwargs Megatron exposes (FP4 flags for NVFP4)."""
-    recipe = decision.recipe
-    if recipe.name == "nvfp4":
-        comments = [
-            f"# recipe kwarg {key}={value!r} has no Megatron flag; Megatron builds NVFP4BlockScaling() with TE's defaults."
-            for key, value in recipe.kwargs.items()
-            if key not in ("fp4_format", "fp8_format")
-        ]
-        return list(FP4_FLAGS), comments
-    name = megatron_recipe_name(decision)
-    flags = ["--fp8-format", fp8_format(recipe).lower(), "--fp8-recipe", MEGATRON_RECIPES[name]]
-    comments = []
-    if name != recipe.name:
-        comments.append(
-            f"# Megatron path only: --fp8-recipe {MEGATRON_RECIPES[name]} (current scaling), because Megatron rejects"
-            " delayed scaling with transformer layers in BF16 (transformer_config.py); the recommended recipe stays"
-            " delayed for the TE debug YAML, which keeps these layers in BF16 under it."
-        )
-    for key, value in recipe.kwargs.items():
-        if key == "fp8_format":
-            continue
-        flag = _DELAYED_KWARG_FLAGS.get(key) if name == "delayed" else None
-        if flag == "--fp8-amax-compute-algo" and value not in ("max", "most_recent"):
-            flag = None  # Megatron only accepts these two
-        if flag:
-            flags += [flag, str(value)]
-        elif name != recipe.name:
-            comments.append(f"# recipe kwarg {key}={value!r} is delayed scaling's; tensorwise scaling does not use it.")
-        else:
-            comments.append(f"# recipe kwarg {key}={value!r} has no Megatron flag; Megatron uses its own default.")
-    return flags, comments
 
 
 def _header(decision: PolicyDecision, edges: tuple[int, int] | None) -> list[str]:
@@ -364,7 +357,7 @@ def _args_block(flags: list[str]) -> list[str]:
 
 def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
     """Bash text: optional heredoc writing the precision-config YAML, then the FP8_POLICY_ARGS array."""
-    mixed = bool(_rung_matchers(decision, is_one_based(decision)))
+    mixed = bool(_rung_matchers(decision, is_one_based(decision))) or bool(_custom(decision))
     edges = None if mixed else edge_block_counts(decision)
     flags, comments = recipe_flags(decision)
     lines = _header(decision, edges) + comments + unapplied_note(decision)
@@ -393,5 +386,7 @@ def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
             HEREDOC_END,
         ]
         flags += ["--te-precision-config-file", path]
+    if _custom(decision):
+        lines += megatron_custom.script_lines(decision, te_recipe.render(decision, options).content)
     lines += ["", *_args_block(flags)]
     return RenderedPolicy(content="\n".join(lines) + "\n", media_type=MEDIA_TYPE, filename=FILENAME)

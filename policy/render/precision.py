@@ -20,7 +20,8 @@ Rules (the JSON's BF16 set is the contract: every format applies at least it, an
   log_nvfp4_tensor_stats.py): LogFp8TensorStats' bare stats use the layer's own recipe, so they are refused for
   an NVFP4 layer (use LogNvfp4TensorStats: `underflows%`, `mse`, logged as `nvfp4_underflows%` / `nvfp4_mse`);
   `overflows%` only under delayed scaling; `underflows%` / `overflows%` / `mse` need the high-precision tensor,
-  which FP8/FP4 parameters (`fp8_param`) do not keep for the weight.
+  which FP8/FP4 parameters (`fp8_param`) do not keep for the weight; a run that logged no weight series at all
+  (FP8 primary weights without `fp8_param` in its metadata) is treated the same (`weights_without_stats`).
 """
 
 from __future__ import annotations
@@ -111,13 +112,13 @@ def fp8_stats(decision: PolicyDecision, recipe_name: str, tensor: str) -> list[s
     )
     if recipe_name == "delayed" and len(stats) > 1:
         stats.insert(1, "overflows%")
-    if decision.fp8_param and tensor == "weight":
+    if decision.weights_without_stats and tensor == "weight":
         stats = [s for s in stats if s not in _NEEDS_HIGH_PRECISION]
     return stats
 
 
 def nvfp4_stats(decision: PolicyDecision, tensor: str) -> list[str]:
     """LogNvfp4TensorStats stats for one tensor; both need the high-precision tensor (none for FP4 weights)."""
-    if decision.fp8_param and tensor == "weight":
+    if decision.weights_without_stats and tensor == "weight":
         return []
     return list(NVFP4_STATS)

@@ -184,6 +184,11 @@ def stats_note(decision: PolicyDecision, freq: int) -> str:
             line += " (no overflows%: TE accepts it only under delayed scaling)"
     if decision.fp8_param:
         line += "; FP8/FP4 parameters: no weight underflows%/overflows%/mse (no high-precision weight)"
+    elif not decision.weights_logged:
+        line += (
+            "; the analysed run logged no weight statistics (FP8 primary weights?): no weight underflows%/overflows%"
+            "/mse, which TE refuses without a high-precision weight"
+        )
     return line + "."
 
 

@@ -8,15 +8,17 @@ FQNs are the logged names minus nvdlfw's `model.` root and DDP `module.` levels,
 made 0-based when the logged names used TE's 1-based `layer_number` (see `layout`); sublayer names such
 as `layernorm_mlp.fc1` are kept as logged. torchao converts whole modules, so a per-GEMM override puts
 the whole module in SKIP_FQNS (conservative); `rowwise_with_gw_hp` is offered as the model-wide
-alternative when every override is wgrad-only.
+alternative when every override is wgrad-only. MXFP8 / NVFP4 training configs are resolved across torchao versions
+by functions the snippet carries (torchao_classes.py).
 """
 
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 
 from fp8_policy.policy.records import PolicyDecision
-from fp8_policy.policy.render import pipeline
+from fp8_policy.policy.render import grouped, pipeline, torchao_classes
 from fp8_policy.policy.render.applied import AppliedPolicy, whole_module_overrides
 from fp8_policy.policy.render.layout import is_one_based, layer_index, merged_overrides, torch_fqn
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
@@ -32,14 +34,23 @@ TORCHAO_RECIPES = {
     "block": ("rowwise", "torchao float8 training has no 128-block scaling; rowwise is the closest"),
     "mxfp8": (
         "rowwise",
-        "MXFP8 training lives in torchao.prototype (API varies by version); pass module_filter_fn to it as well",
+        "MXFP8 training: mxfp8_training_config() below (torchao prototype, resolved per version); float8 rowwise else",
     ),
 }
 
 
+GROUPED_WHY = "torchao converts a grouped expert module whole"
+
+
 def applied(decision: PolicyDecision) -> AppliedPolicy:
-    """Skipped layers exact; overridden modules wholly in high precision (torchao converts whole modules)."""
-    result = whole_module_overrides(decision, "torchao", "torchao converts whole nn.Linear modules")
+    """Skipped layers exact; overridden modules wholly in high precision (torchao converts whole modules); an
+    expert GEMM (`.gemm_<i>`) takes its whole grouped module, and the experts in it, along (grouped.py)."""
+    base = whole_module_overrides(decision, "torchao", "torchao converts whole nn.Linear modules")
+    layers = grouped.whole_module_bf16(decision, base.bf16_layers)
+    bf16 = replace(decision, skip_layers=base.bf16_layers, gemm_overrides=(), layer_precisions=())
+    experts = grouped.approximation(bf16, GROUPED_WHY)
+    parts = [part.rstrip(".") for part in (base.approximation, experts) if part]
+    result = AppliedPolicy("torchao", layers, {}, (), "; ".join(parts) + "." if parts else None)
     return pipeline.qualify(result, decision, pipeline.by_position(decision, "torchao"))
 
 
@@ -49,10 +60,11 @@ def skip_fqns(decision: PolicyDecision) -> dict[str, str]:
     index = layer_index(decision)
     out: dict[str, str] = {}
     for name in dict.fromkeys(decision.skip_layers):
-        out.setdefault(torch_fqn(name, index.get(name), one_based), f"skipped: {name}")
+        whole = " (the whole grouped expert module)" if grouped.split(name) else ""
+        out.setdefault(grouped.module_of(torch_fqn(name, index.get(name), one_based)), f"skipped: {name}{whole}")
     for name, gemms in merged_overrides(decision).items():
         note = f"{'/'.join(gemms)} requested in high precision, whole module kept: {name}"
-        out.setdefault(torch_fqn(name, index.get(name), one_based), note)
+        out.setdefault(grouped.module_of(torch_fqn(name, index.get(name), one_based)), note)
     return out
 
 
@@ -111,8 +123,10 @@ def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
         "def module_filter_fn(mod: torch.nn.Module, fqn: str) -> bool:",
         '    """True: convert this module to float8 training; False: keep it in high precision."""',
         "    return fqn not in SKIP_FQNS and isinstance(mod, torch.nn.Linear)",
+        *torchao_classes.resolver_lines(),
         "",
         "",
         *_usage(decision, list(fqns)),
+        *torchao_classes.usage_lines(decision.recipe.name),
     ]
     return RenderedPolicy(content="\n".join(lines) + "\n", media_type=MEDIA_TYPE, filename=FILENAME)

@@ -138,6 +138,53 @@ FAMILIES: dict[str, Family] = {
         ),
         ("model.module.decoder.final_layernorm", "model.module.output_layer"),
     ),
+    # A DeepSeek-style Megatron-Core MoE block: multi-latent attention (megatron/core/transformer/
+    # multi_latent_attention.py: linear_q_down_proj / linear_q_up_proj / linear_kv_down_proj / linear_kv_up_proj /
+    # linear_proj), shared experts (moe/shared_experts.py SharedExpertMLP under `mlp.shared_experts`) and 8 routed
+    # experts as TEGroupedMLP GEMMs `<module>.gemm_<i>`.
+    "megatron_moe_mla": Family(
+        "model.module.decoder.layers",
+        (
+            ("q_down", "self_attention.linear_q_down_proj"),
+            ("q_up", "self_attention.linear_q_up_proj"),
+            ("kv_down", "self_attention.linear_kv_down_proj"),
+            ("kv_up", "self_attention.linear_kv_up_proj"),
+            ("proj", "self_attention.linear_proj"),
+            ("shared_fc1", "mlp.shared_experts.linear_fc1"),
+            ("shared_fc2", "mlp.shared_experts.linear_fc2"),
+            *(("fc1", f"mlp.experts.linear_fc1.gemm_{e}") for e in range(8)),
+            *(("fc2", f"mlp.experts.linear_fc2.gemm_{e}") for e in range(8)),
+        ),
+        ("model.module.output_layer",),
+        (
+            "model",
+            "model.module",
+            "model.module.embedding",
+            "model.module.embedding.word_embeddings",
+            "model.module.decoder",
+        ),
+        (
+            "",
+            "input_layernorm",
+            "self_attention",
+            "self_attention.core_attention",
+            "self_attention.linear_q_down_proj",
+            "self_attention.linear_q_up_proj",
+            "self_attention.linear_kv_down_proj",
+            "self_attention.linear_kv_up_proj",
+            "self_attention.linear_proj",
+            "pre_mlp_layernorm",
+            "mlp",
+            "mlp.router",
+            "mlp.experts",
+            "mlp.experts.linear_fc1",
+            "mlp.experts.linear_fc2",
+            "mlp.shared_experts",
+            "mlp.shared_experts.linear_fc1",
+            "mlp.shared_experts.linear_fc2",
+        ),
+        ("model.module.decoder.final_layernorm", "model.module.output_layer"),
+    ),
     "gpt": Family(
         "model.transformer.h",
         (("qkv", "attn.c_attn"), ("proj", "attn.c_proj"), ("fc1", "mlp.c_fc"), ("fc2", "mlp.c_proj")),

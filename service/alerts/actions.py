@@ -23,7 +23,8 @@ from fp8_policy.service.alerts.targets import parse_webhook
 from fp8_policy.service.errors import InvalidAlertRule, NotFound
 
 SCALAR_EVENT_KINDS = ("scalar_spike", "loss_plateau")
-ALL_EVENT_KINDS = (*EVENT_KINDS, *SCALAR_EVENT_KINDS)
+SCHEDULE_EVENT_KINDS = ("switch_now",)  # policy/live_switch.py: a planned precision switch is due
+ALL_EVENT_KINDS = (*EVENT_KINDS, *SCALAR_EVENT_KINDS, *SCHEDULE_EVENT_KINDS)
 FORMATS = ("slack", "json")
 MAX_COOLDOWN_SECONDS = 7 * 24 * 3600
 

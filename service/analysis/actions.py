@@ -11,7 +11,7 @@ from fp8_policy.db.codec import decode_iterations, decode_values
 from fp8_policy.db.repositories import RunRepository
 from fp8_policy.policy.analysis import Analysis, analyze
 from fp8_policy.policy.parallel.info import ParallelInfo
-from fp8_policy.policy.recommend import History, Recommendation, RecommendOptions, recommend
+from fp8_policy.policy.recommend import History, Recommendation, RecommendOptions, recommend, schedule
 from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, RunData, Series
 from fp8_policy.policy.render import OUTPUT_FORMATS, RenderedPolicy, RenderOptions, pipeline, render
 from fp8_policy.policy.thresholds import Thresholds
@@ -136,12 +136,21 @@ def recommendation_answer(run_id: int, rec: Recommendation) -> dict[str, Any]:
     return answer
 
 
-def render_recommendation(rec: Recommendation, fmt: str, pp_stage: int | None = None) -> RenderedPolicy:
-    """The policy in `fmt`; `pp_stage`: one pipeline stage's te-yaml / te-monitor file (policy/render/pipeline.py)."""
+def render_recommendation(
+    rec: Recommendation, fmt: str, pp_stage: int | None = None, phase: int | None = None
+) -> RenderedPolicy:
+    """The policy in `fmt`; `pp_stage`: one pipeline stage's te-yaml / te-monitor file (policy/render/pipeline.py);
+    `phase`: that phase of the recommendation's schedule (policy/recommend/schedule.py)."""
     if fmt not in OUTPUT_FORMATS:
         raise UnknownFormat(f"unknown format {fmt!r}; expected json or one of: {', '.join(OUTPUT_FORMATS)}")
+    options = RenderOptions(pp_stage=pp_stage)
     try:
-        return render(rec.decision, fmt, RenderOptions(pp_stage=pp_stage))
+        if phase is not None:
+            try:
+                return schedule.render_phase(rec.schedule, phase, fmt, options)
+            except IndexError as exc:
+                raise InvalidParameter(str(exc)) from exc
+        return schedule.with_header(render(rec.decision, fmt, options), schedule.schedule_note(rec.schedule))
     except pipeline.PipelineStageRequired as exc:
         raise PipelineStageRequired(str(exc)) from exc
     except pipeline.InvalidPipelineStage as exc:

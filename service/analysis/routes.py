@@ -31,16 +31,24 @@ else:  # imported on first use: start-up path, tests/service/test_start_up_impor
 router = APIRouter(prefix="/api/v1/runs", tags=["analysis"], dependencies=[READ])
 ERRORS = error_responses(400, 404, 409)
 FORMAT_HELP = (
-    "json (default), te-yaml, megatron, hydra, torchao, or te-monitor (a TE debug YAML that only watches a run"
-    " whose policy was applied with apply_policy: kept layers get LogTensorStats only)"
+    "json (default), te-yaml, megatron, hydra, torchao, te-recipe (a Python module with qfactory(role) for TE's"
+    " CustomRecipe: every layer and GEMM at its precision), torchtitan (torchtitan 0.3 converter configs), or"
+    " te-monitor (a TE debug YAML that only watches a run whose policy was applied with apply_policy: kept layers get"
+    " LogTensorStats only)"
 )
 FORMAT_QUERY = Query(description=FORMAT_HELP, json_schema_extra={"enum": ["json", *OUTPUT_FORMATS]})
-_GET_OPTION_KEYS = ("gpu_arch", "gpu", "te_version", "current_recipe", "previous_run")
+_GET_OPTION_KEYS = ("gpu_arch", "gpu", "te_version", "current_recipe", "previous_run", "lr_decay_start")
+PHASE_QUERY = Query(
+    ge=0,
+    le=1000,  # a schedule has a few phases; a number past any is refused by FastAPI, not looked up
+    description="Render phase K of the recommendation's `schedule` (a rendered format only): its configuration, "
+    "with the step to restart at.",
+)
 OVERRIDES_HELP = (
     "Any of: `thresholds` (name -> number, as in GET .../analysis), `gpu_arch`, `model_dims` "
     "(hidden_size, ffn_hidden_size, num_layers, seq_len, vocab_size, num_attention_heads, "
     "num_query_groups, gated_mlp), `te_version`, `current_recipe`, `keep_existing_bf16`, "
-    "`skip_projected`. Unknown keys or bad values are a 400 InvalidOverrides."
+    "`skip_projected`, `lr_decay_start`. Unknown keys or bad values are a 400 InvalidOverrides."
 )
 # Documentation of each non-threshold GET parameter in _GET_OPTION_KEYS (tests/service/test_openapi_document.py
 # fails when one is missing here).
@@ -56,6 +64,10 @@ _OPTION_HELP = {
         ["delayed", "current", "mxfp8"],
     ),
     "previous_run": ("Id of the run this one follows: the recommendation then says what changed (`history`).", ["41"]),
+    "lr_decay_start": (
+        "The step the learning rate starts to decay: an NVFP4 policy gets a later phase (`schedule`) from there.",
+        ["90000"],
+    ),
 }
 _OPTION_PARAMS = [
     query_param(key, {"type": "string", "examples": _OPTION_HELP[key][1]}, _OPTION_HELP[key][0])
@@ -87,10 +99,10 @@ def _query_overrides(request: Request) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
     thresholds: dict[str, int | float | str] = {}
     for key, value in request.query_params.items():
-        if key in ("format", PP_STAGE):
+        if key in ("format", "phase", PP_STAGE):
             continue
         if key in _GET_OPTION_KEYS:
-            overrides[key] = value
+            overrides[key] = _number(value) if key == "lr_decay_start" else value
         else:
             thresholds[key] = _number(value)
     if thresholds:
@@ -158,6 +170,7 @@ def read_recommendation(
     request: Request,
     session: SessionDep,
     format: Annotated[str, FORMAT_QUERY] = "json",
+    phase: Annotated[int | None, PHASE_QUERY] = None,
 ) -> RecommendationRead | Response:
     """The recommended policy: `fp8_skip_layers`, `gemm_overrides`, `recipe`, `megatron`, `expected_cost`,
     `rationale`, `confidence`, `policy_version` — or, with `?format=`, the same policy as a TE debug YAML,
@@ -165,7 +178,7 @@ def read_recommendation(
     run the policy was applied to with `apply_policy` (no Disable* feature, kept layers on LogTensorStats only).
     Thresholds, `gpu_arch`, `te_version` and `current_recipe` may be given as query parameters; `pp_stage` asks
     for one pipeline stage's te-yaml / te-monitor file (needed when the job's stages name their blocks locally)."""
-    return _respond(request, session, run_id, _query_overrides(request), format)
+    return _respond(request, session, run_id, _query_overrides(request), format, phase)
 
 
 @router.post(
@@ -194,14 +207,15 @@ def recompute_recommendation(
         ),
     ],
     format: Annotated[str, FORMAT_QUERY] = "json",
+    phase: Annotated[int | None, PHASE_QUERY] = None,
 ) -> RecommendationRead | Response:
     """Recompute the recommendation from stored data with overrides (thresholds, GPU arch, model dims,
     TE version, current recipe) without re-ingesting."""
-    return _respond(request, session, run_id, overrides, format)
+    return _respond(request, session, run_id, overrides, format, phase)
 
 
 def _respond(
-    request: Request, session: Session, run_id: int, overrides: dict[str, Any], fmt: str
+    request: Request, session: Session, run_id: int, overrides: dict[str, Any], fmt: str, phase: int | None = None
 ) -> RecommendationRead | Response:
     # computed once per (run as stored, options, policy version), and each answer serialized once per format;
     # identical concurrent requests wait for the one computing it (service/analysis/recommendation_cache.py)
@@ -242,9 +256,18 @@ def _respond(
         return kept if kept is not None else actions.render_recommendation(recommendation(), fmt, stage)
 
     if fmt == "json":
+        if phase is not None:
+            raise InvalidParameter("phase renders one phase of the schedule: give a rendered format, not json")
         body = cache.get((*key, "json"), json_body, admit)
         return Response(body, media_type="application/json")
-    rendered = cache.get((*key, fmt, stage), rendering, admit)
+    if phase is not None:
+        rendered = cache.get(
+            (*key, fmt, "phase", phase, stage),
+            lambda: actions.render_recommendation(recommendation(), fmt, stage, phase),
+            admit,
+        )
+    else:
+        rendered = cache.get((*key, fmt, stage), rendering, admit)
     return Response(
         rendered.content,
         media_type=rendered.media_type,

@@ -152,6 +152,15 @@ class TrainingRecipeRead(ApiModel):
     source: str = Field(description="From the metadata, or how the stats show it.")
     e8m0_scale_series: int = Field(description="MXFP8 scale_inv series read as E8M0 bytes (2^(v-127)).")
     excluded_scale_points: int = Field(description="Impossible scale_inv values left out (named in `notes`).")
+    te_scale_inv_min_zeros: int = Field(
+        0,
+        description="MXFP8/NVFP4 scale_inv_min zeros of a TE before 2.17 left out: a TE bug (TE #3041), not a signal.",
+    )
+    layer_recipes: dict[str, RecipeName] = Field(  # type: ignore[valid-type]
+        default_factory=dict,
+        description="Mixed-format runs: layers that trained in another recipe than the run's, read from their own "
+        "statistics (nvfp4_ vs bare names, E8M0 scale bytes) or the metadata's layer_recipes.",
+    )
 
 
 class AnalysisRead(ApiModel):
@@ -290,6 +299,31 @@ class MovedProblemRead(ApiModel):
     summary: str
 
 
+class ScheduleTriggerRead(ApiModel):
+    """A series a live run watches: reaching `level` raises `switch_now` for its phase."""
+
+    layer: str
+    tensor: str
+    stat: str
+    level: float
+
+
+class SchedulePolicyRead(ApiModel):
+    fp8_skip_layers: list[str]
+    gemm_overrides: list[dict[str, Any]]
+    layer_precisions: dict[str, str] = Field(description="Layers at another precision than the outer recipe.")
+
+
+class SchedulePhaseRead(ApiModel):
+    """One phase of a schedule: a whole policy from `from_step` on (a restart with its own configuration)."""
+
+    from_step: int
+    restart: bool
+    reason: str
+    policy: SchedulePolicyRead
+    triggers: list[ScheduleTriggerRead]
+
+
 class HistoryRead(ApiModel):
     """What the previous run (`previous_run`) changes about this recommendation."""
 
@@ -364,4 +398,9 @@ class RecommendationRead(ApiModel):
     history: HistoryRead | None = Field(None, description="Set when `previous_run` was given.")
     parallel: PipelineRead | None = Field(
         None, description="The job's parallel layout as apply_policy needs it on one stage; null without one."
+    )
+    schedule: list[SchedulePhaseRead] | None = Field(
+        None,
+        description="Precision that changes over the run (a late failure, a projected one, the LR decay with NVFP4): "
+        "phases from a step on, each rendered on its own with `phase=K`; null when the policy holds throughout.",
     )

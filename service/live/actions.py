@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 from fp8_policy.db.live import LiveRepository, StoredEvent
 from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.db.repositories import NewRun, RunRepository
-from fp8_policy.policy import scalar_events, scalars_file
+from fp8_policy.policy import live_switch, scalar_events, scalars_file
 from fp8_policy.policy.live_batch import advance_piece
 from fp8_policy.policy.live_events import LiveEvent
 from fp8_policy.policy.live_grouping import group_events
@@ -209,7 +209,9 @@ def append(
                 row.size += _copy_in(piece, overlap, handle)
         events: list[LiveEvent] = []
         if kind == "stats" and row.size > row.parsed_offset:
-            events = _detect(repo, run_id, disk, path, row, thresholds or Thresholds(), dict(run.run_metadata or {}))
+            schedule = live_switch.planned(run.run_metadata)  # a planned precision switch: switch_now
+            metadata = dict(run.run_metadata or {})
+            events = _detect(repo, run_id, disk, path, row, thresholds or Thresholds(), metadata, schedule)
         elif kind == "scalars" and row.size > row.parsed_offset:
             events = _detect_scalars(repo, run_id, disk, row)
         events = group_events(events)  # one event per (layer, kind) of this piece
@@ -249,6 +251,7 @@ def _detect(
     row: Any,
     thresholds: Thresholds,
     metadata: dict[str, Any],
+    schedule: list[live_switch.PlannedPhase] | None = None,
 ) -> list[LiveEvent]:
     """Parse the file's new whole lines and advance the detector state of all their series at once (one load and
     one save of the run's state document, policy/live_batch.py)."""
@@ -275,6 +278,11 @@ def _detect(
         files = {}
     metric_names = global_names(metadata, rank, parsed.names)  # as the finalized run names them (live/naming.py)
     events = advance_piece(table, rank, metric_names, parsed.offsets, parsed.iterations, parsed.values, thresholds)
+    if schedule:
+        switch = others.setdefault(live_switch.STATE_KEY, {})
+        events += live_switch.advance(
+            switch, schedule, rank, metric_names, parsed.offsets, parsed.iterations, parsed.values
+        )
     stamp = repo.save_state(run_id, {**others, SERIES_STATE_KEY: table.to_document()})
     kept_files.keep_table(run_id, (stamp, others, table, {**files, path: names}))
     return events

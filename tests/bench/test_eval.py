@@ -8,7 +8,7 @@ import yaml
 
 from bench.eval import FIXTURE_RUNS, FIXTURES, ConfigChecker, big_timings, evaluate, score, totals
 from bench.scenarios import PER_STEP_RECIPES, QUICK, SUITE, SUITE_BY_NAME
-from fp8_policy.policy.render import render
+from fp8_policy.policy.render import FORMATS, render
 from fp8_policy.policy.synthetic import PATTERNS, SCENARIOS, write_run
 from tests.policy.render import factory as f
 
@@ -30,7 +30,7 @@ def test_quick_subset_meets_the_targets(quick_report):
     t = quick_report.totals
     assert t.pattern_recall == 1.0 and t.healthy_skipped == 0
     accepted, emitted = quick_report.configs
-    assert emitted == 4 * len(QUICK) and accepted == emitted
+    assert emitted == len(FORMATS) * len(QUICK) and accepted == emitted  # every format, checked
     assert all(quick_report.checks().values())
 
 
@@ -132,7 +132,13 @@ def test_config_checker_accepts_a_good_te_yaml_and_rejects_broken_ones(tmp_path)
     decision = f.decision(layers, f.block_names("llama", 1), [f.override(fc2, "dgrad", "wgrad")])
     text = render(decision, "te-yaml").content
     with ConfigChecker(tmp_path) as checker:
-        assert checker.check(decision) == {"te-yaml": [], "megatron": [], "hydra": [], "torchao": []}
+        assert checker.check(decision) == dict.fromkeys(
+            ("te-yaml", "megatron", "hydra", "torchao", "te-recipe", "torchtitan"), []
+        )
+        # a te-recipe / torchtitan file that forgot the skips and overrides is caught
+        weaker = f.decision(layers)
+        assert checker.check_te_recipe(render(weaker, "te-recipe").content, decision)
+        assert checker.check_torchtitan(render(weaker, "torchtitan").content, decision)
         # unknown feature: nvdlfw_inspect refuses to load the file
         assert checker.check_te_yaml(text.replace("DisableFP8Layer", "DisableFP8Layr"), decision)
         # overlapping sections: a layer matched by two enabled sections

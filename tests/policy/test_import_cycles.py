@@ -57,6 +57,10 @@ def test_no_package_module_is_imported_inside_a_function(package):  # on purpose
 def test_formats_are_listed_once():
     from fp8_policy.policy import render
 
-    assert render.FORMATS == tuple(render.DIALECTS) == ("te-yaml", "megatron", "hydra", "torchao")
+    assert (
+        render.FORMATS
+        == tuple(render.DIALECTS)
+        == ("te-yaml", "megatron", "hydra", "torchao", "te-recipe", "torchtitan")
+    )
     source = (ROOT / "policy/render/__init__.py").read_text()
     assert source.count('"te-yaml"') == 1

@@ -124,6 +124,7 @@ def test_hand_validated_parameters_are_documented_exactly(document) -> None:
     assert _query_names(document, "/api/v1/runs/{run_id}/recommendation") == thresholds | {
         "format",
         "pp_stage",
+        "phase",
         *analysis_routes._GET_OPTION_KEYS,
     }
     assert _query_names(document, "/api/v1/runs/{run_id}/recommendation", "post") == {"format", "pp_stage"}
@@ -132,7 +133,7 @@ def test_hand_validated_parameters_are_documented_exactly(document) -> None:
         for p in document["paths"]["/api/v1/runs/{run_id}/recommendation"]["get"]["parameters"]
         if p["name"] == "format"
     )["schema"]["enum"]
-    assert formats == ["json", "te-yaml", "megatron", "hydra", "torchao", "te-monitor"]
+    assert formats == ["json", "te-yaml", "megatron", "hydra", "torchao", "te-recipe", "torchtitan", "te-monitor"]
 
 
 def test_upload_documents_the_multipart_form_and_every_raw_type(document) -> None:

@@ -23,7 +23,7 @@ def test_gpu_metadata_and_gpu_query_decide_the_capability(client: TestClient, tm
 def test_the_json_reports_the_bf16_set_of_every_format(client: TestClient, tmp_path: Path, project: str) -> None:
     run_id = upload_scenario(client, tmp_path, project, "u_shape")
     body = client.get(f"/api/v1/runs/{run_id}/recommendation").json()
-    assert set(body["formats"]) == {"te-yaml", "megatron", "hydra", "torchao"}
+    assert set(body["formats"]) == {"te-yaml", "megatron", "hydra", "torchao", "te-recipe", "torchtitan"}
     skipped = set(body["fp8_skip_layers"])
     for fmt, applied in body["formats"].items():
         assert skipped <= set(applied["bf16_layers"]) | set(applied["not_applied"]), fmt

@@ -61,4 +61,4 @@ def test_te_monitor_is_a_documented_format(client: TestClient) -> None:
     document = client.get("/openapi.json").json()
     parameters = document["paths"]["/api/v1/runs/{run_id}/recommendation"]["get"]["parameters"]
     enum = next(p for p in parameters if p["name"] == "format")["schema"]["enum"]
-    assert enum == ["json", "te-yaml", "megatron", "hydra", "torchao", "te-monitor"]
+    assert enum == ["json", "te-yaml", "megatron", "hydra", "torchao", "te-recipe", "torchtitan", "te-monitor"]

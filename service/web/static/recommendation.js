@@ -11,6 +11,8 @@ const FORMATS = [
   { id: "megatron", label: "Megatron", ext: "sh" },
   { id: "hydra", label: "Hydra", ext: "txt" },
   { id: "torchao", label: "torchao", ext: "py" },
+  { id: "te-recipe", label: "TE recipe", ext: "py" },
+  { id: "torchtitan", label: "torchtitan", ext: "py" },
 ];
 
 /* The recommendation as JSON or rendered: GET with no overrides, else POST {thresholds, gpu, te_version}

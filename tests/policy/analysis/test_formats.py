@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fp8_policy.policy.analysis import analyze
+from fp8_policy.policy.analysis import Pattern, analyze
 from fp8_policy.policy.analysis.formats import detect_training_recipe, format_view
 from fp8_policy.policy.recommend import RecommendOptions, recommend
 from fp8_policy.policy.recommend.recipe import te_default_recipe
@@ -171,3 +171,49 @@ def test_te_h100_block_whatif_garbage_is_left_out_and_named() -> None:
     note = next(n for n in analysis.notes if "impossible scale_inv" in n)
     assert "model.fc1_weight_fp8_block_scaling_scale_inv_min rank 0 iteration 0 = -9.56022e+10 (negative)" in note
     assert "scale_instability" not in analysis.patterns()
+
+
+def _mxfp8_min_zero_run(tmp_path, te_version: str | None, nvfp4: bool = False):
+    """Megatron names; MXFP8 layers whose scale_inv_min is 0 at every point, as TE before 2.17 logged it (TE #3041),
+    and scale_inv_max E8M0 bytes; with `nvfp4`, an NVFP4 layer whose nvfp4_scale_inv_min is 0 as well."""
+    import numpy as np
+
+    from tests.policy.te_logs import LoggedLayer, e8m0_bytes, noisy, parse, write_tree
+
+    rng = np.random.default_rng(11)
+    n = 40
+    layers = []
+    for block in range(1, 5):
+        series = {}
+        for tensor in ("activation", "gradient", "weight"):
+            series[(tensor, "underflows%")] = noisy(0.05, n, rng)
+            series[(tensor, "scale_inv_min")] = np.zeros(n)
+            series[(tensor, "scale_inv_max")] = e8m0_bytes(n, rng, 124)
+        layers.append(LoggedLayer(f"model.module.decoder.layers.{block}.mlp.linear_fc1", series))
+    if nvfp4:
+        fp4 = {(t, "nvfp4_underflows%"): noisy(7.0, n, rng) for t in ("activation", "gradient")}
+        fp4[("activation", "nvfp4_scale_inv_min")] = np.zeros(n)
+        fp4[("activation", "nvfp4_scale_inv_max")] = noisy(0.002, n, rng)
+        layers.append(LoggedLayer("model.module.decoder.layers.5.mlp.linear_fc1", fp4))
+    write_tree(tmp_path, layers, np.arange(n) * 10)
+    meta = {"recipe": "MXFP8BlockScaling", "gpu": "B200"}
+    return parse(tmp_path, {**meta, "te_version": te_version} if te_version else meta)
+
+
+@pytest.mark.parametrize("te_version", [None, "2.16.1"])
+def test_scale_inv_min_zero_of_a_te_before_2_17_is_a_te_bug_not_a_signal(tmp_path, te_version) -> None:
+    analysis = analyze(_mxfp8_min_zero_run(tmp_path, te_version, nvfp4=True))
+    assert analysis.training.te_scale_inv_min_zeros == 4 * 3 * 40 + 40
+    assert not analysis.training.excluded  # counted once, not one named point each
+    note = next(n for n in analysis.notes if "TE #3041" in n)
+    assert "13 MXFP8/NVFP4 series" in note and "not a signal" in note
+    assert not analysis.by_pattern(Pattern.SCALE_INSTABILITY)
+    assert [f.pattern for f in analysis.findings] == [Pattern.HEALTHY]
+
+
+def test_with_a_fixed_te_a_zero_is_still_no_scale(tmp_path) -> None:
+    analysis = analyze(_mxfp8_min_zero_run(tmp_path, "2.20.2"))
+    assert analysis.training.te_scale_inv_min_zeros == 0
+    assert len(analysis.training.excluded) == 4 * 3 * 40  # an E8M0 byte 0 is no scale: named, left out
+    assert not any("TE #3041" in n for n in analysis.notes)
+    assert not analysis.by_pattern(Pattern.SCALE_INSTABILITY)

@@ -7,6 +7,7 @@ from fp8_policy.policy.recommend.megatron import megatron_section
 from fp8_policy.policy.recommend.recipe import KWARGS
 from fp8_policy.policy.recommend.skiplist import SkipPlan
 from fp8_policy.policy.records import RECIPE_CLASSES, GemmOverride, RecipeChoice
+from fp8_policy.policy.render.options import RenderOptions
 from tests.policy.analysis.factories import FAMILIES, Spec, build_run, heads, name
 
 
@@ -77,6 +78,9 @@ def test_middle_block_needs_a_precision_config_not_first_last() -> None:
     assert section["blocks_needing_precision_config"] == [5]  # logged 1-based block 6 = Megatron layer 5
     assert "--te-precision-config-file" in section["extra_args"] and section["fp8_recipe"] == "mxfp8"
     assert any("1-based" in note for note in section["notes"])
+    # the file the JSON names is the one the rendered script writes (RenderOptions.precision_config_file)
+    flag = section["extra_args"].index("--te-precision-config-file")
+    assert section["extra_args"][flag + 1] == RenderOptions().precision_config_file == "fp8_precision_config.yaml"
 
 
 def test_existing_bf16_tail_counts_for_the_flags() -> None:

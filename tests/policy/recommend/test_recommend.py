@@ -25,6 +25,7 @@ KEYS = {
     "formats",
     "history",
     "parallel",
+    "schedule",
 }
 SUBS = tuple(FAMILIES["megatron"]["subs"])  # type: ignore[arg-type]
 

@@ -182,3 +182,35 @@ def test_a_head_the_decision_keeps_in_bf16_leaves_hydra_exact():
         assert comments(decision).splitlines()[1] == (
             "# Applies the recommendation exactly (same BF16 layers and GEMMs as the JSON recommendation)."
         )
+
+
+def test_the_taken_along_count_is_every_layer_a_bf16_block_moves_out_of_low_precision():
+    """A block leaves fp8_layers for one skipped layer: the count names each of its layers the decision runs in low
+    precision (a cheaper-rung one included, and no longer listed as running at the outer recipe), never a layer
+    that already ran in BF16."""
+    from dataclasses import replace
+
+    from fp8_policy.policy.records import Precision
+    from fp8_policy.policy.render import applied_by_format
+
+    prefix = "model.esm.encoder.layers"
+    layers = [
+        f.body(
+            name, int(name.split(".")[4]), Precision.HIGH if name == f"{prefix}.2.layernorm_mlp.fc1" else Precision.FP8
+        )
+        for name in (x.name for x in f.family_layers("esm2", 4) if x.structure.index is not None)
+    ]
+    base = f.decision(layers, [f"{prefix}.2.layernorm_mlp.fc2"])
+    decision = f.with_ladder(
+        base, {f"{prefix}.2.self_attention.proj": "nvfp4", f"{prefix}.3.self_attention.proj": "nvfp4"}
+    )
+    decision = replace(decision, recipe=f.recipe("current"))
+    formats = applied_by_format(decision)["hydra"]
+    assert (
+        "block(s) 2 run wholly in BF16 for 1 skipped/overridden layer(s), taking 2 healthy layer(s)"
+        in formats["approximation"]
+    )
+    assert (
+        f"1 layer(s) at a cheaper ladder rung run at current (fp8_layers holds one recipe per block): {prefix}.3"
+        in (formats["approximation"])
+    )

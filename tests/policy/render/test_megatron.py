@@ -131,7 +131,7 @@ def test_gemm_overrides_are_approximated_by_whole_modules(tmp_path):
     ]
     text, args, config = run(f.decision(layers, (), overrides), tmp_path)
     assert bf16_paths(config, 6) == {"decoder.layers.2.mlp.linear_fc2", "decoder.layers.3.mlp.linear_fc1"}
-    assert "approximated by running the whole module in BF16" in text
+    assert "approximated by running them wholly in BF16" in text
     assert "# Alternative: drop those matchers and pass --no-fp8-wgrad" in text
     assert "--no-fp8-wgrad" not in args
 

@@ -12,11 +12,13 @@ EXPECTED = {
     "megatron": ("text/x-shellscript", "megatron_fp8_policy.sh"),
     "hydra": ("text/plain", "bionemo_fp8_overrides.txt"),
     "torchao": ("text/x-python", "torchao_fp8_filter.py"),
+    "te-recipe": ("text/x-python", "fp8_policy_recipe.py"),
+    "torchtitan": ("text/x-python", "torchtitan_converters.py"),
 }
 
 
 def test_formats():
-    assert FORMATS == ("te-yaml", "megatron", "hydra", "torchao")
+    assert FORMATS == ("te-yaml", "megatron", "hydra", "torchao", "te-recipe", "torchtitan")
 
 
 def test_unknown_format():

@@ -164,3 +164,27 @@ def test_te_monitor_for_every_family_keeps_skips_and_bf16_heads_on_log_tensor_st
         got = set(te_features(manager, layer.name))
         kept = layer.name in skip or layer.precision is Precision.HIGH
         assert got == ({"LogTensorStats"} if kept else {"LogFp8TensorStats"}), layer.name
+
+
+@pytest.mark.parametrize("recipe", ["Float8CurrentScaling", "MXFP8BlockScaling", "NVFP4BlockScaling"])
+def test_a_run_without_weight_series_gets_no_weight_stat_te_refuses(nvdlfw_config, recipe, tmp_path):
+    """FP8 primary weights without `fp8_param` in the metadata: the run logged activations and gradients only, so the
+    monitoring never asks for weight underflows%/mse (TE refuses them without a high-precision weight)."""
+    from bench.eval_ingest import parse_tree
+    from fp8_policy.policy.recommend import RecommendOptions, recommend
+    from fp8_policy.policy.synthetic import SyntheticRun, write_run
+
+    nvfp4 = recipe == "NVFP4BlockScaling"
+    stats = ("nvfp4_underflows%", "nvfp4_mse") if nvfp4 else ("underflows%", "scale_inv_min", "scale_inv_max", "mse")
+    run = SyntheticRun(family="megatron", num_layers=4, tensors=("activation", "gradient"), stats=stats)
+    write_run(run, tmp_path)
+    data = parse_tree(tmp_path)
+    data.metadata.update({"recipe": recipe, "gpu": "B200", "te_version": "2.20.2"})
+    decision = recommend(data, options=RecommendOptions.from_metadata(data.metadata)).decision
+    assert decision.weights_logged is False and decision.fp8_param is False
+    for fmt in ("te-monitor", "te-yaml"):
+        text = render(decision, fmt).content
+        assert "logged no weight statistics" in text
+        manager = nvdlfw_config(text)
+        for name, rung in precision_of(decision).items():
+            assert config_errors(te_features(manager, name), rung, fp8_param=True) == [], (fmt, name)
