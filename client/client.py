@@ -8,7 +8,6 @@ of `service/`, `db/` or `policy/`: the client talks to the service over HTTP onl
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -18,7 +17,7 @@ from typing import Any, Literal, TypeVar, overload
 
 from fp8_policy.client._http import DEFAULT_TIMEOUT, HttpSession, json_object
 from fp8_policy.client.errors import ApiError, IngestFailed, NotFound, WaitTimeout
-from fp8_policy.client.packing import ProgressReader, StderrBar, pack_directory
+from fp8_policy.client.packing import ProgressReader, StderrBar, pack_directory, upload_fields
 
 RUNS = "/api/v1/runs"
 LIVE_RUNS = "/api/v1/live/runs"
@@ -117,7 +116,7 @@ class PolicyClient:
             raise ValueError("scalars go with a log directory (packed together); pack them into your archive")
         if scalars is not None and not Path(scalars).is_file():
             raise FileNotFoundError(f"{scalars} does not exist")
-        fields = _upload_fields(name, project, tags, metadata)
+        fields = upload_fields(name, project, tags, metadata)
         return _retrying(lambda: self._upload_once(path, fields, progress, scalars), _clock() + retry_for)
 
     def _upload_once(
@@ -391,19 +390,3 @@ class PolicyClient:
     def finalize_live_run(self, run_id: int) -> dict[str, Any]:
         """Ingest what the live run received, like an upload (the run goes `queued`, then `ready` or `failed`)."""
         return self._http.json_object("POST", f"{LIVE_RUNS}/{int(run_id)}/finalize")
-
-
-def _upload_fields(
-    name: str | None, project: str | None, tags: Sequence[str] | str | None, metadata: Mapping[str, Any] | None
-) -> dict[str, str]:
-    """The multipart form fields the service reads next to `file` (tags comma-separated, metadata JSON)."""
-    fields: dict[str, str] = {}
-    if name:
-        fields["name"] = name
-    if project:
-        fields["project"] = project
-    if tags:
-        fields["tags"] = tags if isinstance(tags, str) else ",".join(tags)
-    if metadata is not None:
-        fields["metadata"] = json.dumps(dict(metadata))
-    return fields

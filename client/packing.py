@@ -1,4 +1,5 @@
-"""What an upload body is made of: a log directory packed into a tar.gz on disk, and a byte-counting reader.
+"""What an upload body is made of: a log directory packed into a tar.gz on disk, a byte-counting reader, and the
+form fields sent beside it.
 
 Belongs here: recognising nvdlfw_inspect log paths (the same grammar as the service's `policy/log_files.py`,
 repeated because the client never imports `policy/`), packing only those files (and the training scalars,
@@ -11,14 +12,15 @@ twice sends the same bytes and the service answers with the existing run.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 import sys
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, TextIO
+from typing import IO, Any, TextIO
 
 from fp8_policy.client.errors import NoLogFiles
 
@@ -147,3 +149,19 @@ class StderrBar:
         if self._last >= 0:
             self.stream.write("\n")
             self.stream.flush()
+
+
+def upload_fields(
+    name: str | None, project: str | None, tags: Sequence[str] | str | None, metadata: Mapping[str, Any] | None
+) -> dict[str, str]:
+    """The multipart form fields the service reads next to `file` (tags comma-separated, metadata JSON)."""
+    fields: dict[str, str] = {}
+    if name:
+        fields["name"] = name
+    if project:
+        fields["project"] = project
+    if tags:
+        fields["tags"] = tags if isinstance(tags, str) else ",".join(tags)
+    if metadata is not None:
+        fields["metadata"] = json.dumps(dict(metadata))
+    return fields

@@ -56,7 +56,20 @@ class ParallelInfo:
     def to_json(self) -> dict[str, Any]:
         layout = self.layout
         sizes: dict[str, Any] = {"tp": 1, "pp": 1, "vpp": None, "dp": 1, "ep": 1, "cp": 1}
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = dict.fromkeys(
+            (
+                "etp",
+                "num_layers",
+                "num_moe_experts",
+                "first_stage_layers",
+                "last_stage_layers",
+                "stage_counts",
+                "embedding_in_split",
+                "loss_in_split",
+                "world_size",
+                "describe",
+            )
+        )  # the same keys with or without a layout: readers never test for presence
         if layout is not None:
             sizes = {"tp": layout.tp, "pp": layout.pp, "vpp": layout.vpp, "dp": layout.dp, "ep": layout.ep}
             sizes["cp"] = layout.cp

@@ -194,6 +194,20 @@ def by_position(decision: PolicyDecision, fmt: str) -> str | None:
     )
 
 
+def by_debug_name(decision: PolicyDecision, fmt: str) -> str | None:
+    """The caveat of a format that names modules as TE's debug API does (`te-recipe`: a QuantizerRole's name is the
+    name nvdlfw_inspect assigned): exact on every stage when those names are global (`layer_number`, `global`);
+    under local names every stage's blocks carry the same names, and one file cannot tell them apart."""
+    where = placement(decision)
+    if where is None or where.naming in (LAYER_NUMBER, GLOBAL):
+        return None
+    return (
+        f"pipeline parallel ({where.layout.describe()}) with blocks named locally: each stage's modules carry the "
+        f"same names, so one {fmt} file would give local block K of every stage block K's precision; on one stage "
+        "use apply_policy(model, policy, pp_rank=K)"
+    )
+
+
 def policy_json(info: ParallelInfo | None) -> dict[str, Any] | None:
     """The recommendation's `parallel` section: what `apply_policy` needs to map one stage's modules to the
     policy's global names (the client reads it without the layout rules: `stages` lists each pipeline rank's

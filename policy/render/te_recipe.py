@@ -30,7 +30,7 @@ TE 2.19, #2817):
 from __future__ import annotations
 
 from fp8_policy.policy.records import GEMMS, PRECISIONS, LayerGroup, PolicyDecision, Precision
-from fp8_policy.policy.render import grouped, precision
+from fp8_policy.policy.render import grouped, pipeline, precision
 from fp8_policy.policy.render.applied import AppliedPolicy, names
 from fp8_policy.policy.render.layout import is_one_based, layer_index, merged_overrides, torch_fqn
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
@@ -115,7 +115,8 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
     if grouped_overrides:
         parts.append(f"expert GEMM overrides apply to every expert of their module: {names(grouped_overrides)}")
         layers = tuple(dict.fromkeys((*layers, *grouped_overrides)))  # reported as whole layers: the safe reading
-    return AppliedPolicy("te-recipe", layers, gemms, (), "; ".join(parts) + "." if parts else None)
+    result = AppliedPolicy("te-recipe", layers, gemms, (), "; ".join(parts) + "." if parts else None)
+    return pipeline.qualify(result, decision, pipeline.by_debug_name(decision, "te-recipe"))
 
 
 def _keys(decision: PolicyDecision, plan: dict[str, Mix]) -> dict[str, str]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from fp8_policy.policy.records import PRECISIONS, LayerGroup, PolicyDecision
-from fp8_policy.policy.render import grouped, precision
+from fp8_policy.policy.render import grouped, pipeline, precision
 from fp8_policy.policy.render.applied import AppliedPolicy, names, whole_module_overrides
 from fp8_policy.policy.render.layout import is_one_based, layer_index, merged_overrides, torch_fqn
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
@@ -111,7 +111,8 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
     experts = tuple(plan.experts) if plan.experts and plan.grouped is None else ()
     layers = tuple(dict.fromkeys((*base.bf16_layers, *experts)))
     parts = [part.rstrip(".") for part in (base.approximation, *plan.notes) if part]
-    return AppliedPolicy("torchtitan", layers, {}, (), "; ".join(parts) + "." if parts else None)
+    result = AppliedPolicy("torchtitan", layers, {}, (), "; ".join(parts) + "." if parts else None)
+    return pipeline.qualify(result, decision, pipeline.by_position(decision, "torchtitan"))
 
 
 def _converters(plan: Plan) -> list[str]:

@@ -16,23 +16,16 @@ Source = Literal["metadata", "inferred", "unknown"]
 Naming = Literal["layer_number", "global", "local"]
 
 
-class RankCoordRead(ApiModel):
-    """One rank's place in the job (only the coordinates that could be told: an inferred stage gives `pp` alone)."""
-
-    tp: int | None = None
-    pp: int | None = None
-    dp: int | None = None
-    ep: int | None = None
-    cp: int | None = None
-
-
 class ReplicaMismatchRead(ApiModel):
     """Ranks of one data-parallel group whose statistics differ from what the rest of the group agrees on."""
 
     group: list[int]
     agreeing: list[int]
     differing: list[int]
-    what: str = Field(description="'dense layers' or 'experts'.")
+    what: str = Field(
+        description="What was compared: 'dense layers', 'experts', or the activation and gradient statistics of the "
+        "dense layers (over a stage's tensor- and data-parallel group)."
+    )
 
 
 class ParallelRead(ApiModel):
@@ -61,11 +54,17 @@ class ParallelRead(ApiModel):
     loss_in_split: bool | None = None
     world_size: int | None = None
     describe: str | None = Field(None, description="e.g. 'TP2 x PP4 x DP2'.")
-    ranks: dict[str, RankCoordRead] = Field(description="Rank -> its coordinates.")
+    ranks: dict[str, dict[str, int]] = Field(
+        description="Rank -> its coordinates (tp, pp, dp, ep, cp; only those that could be told: an inferred stage "
+        "gives pp alone)."
+    )
     replicas: dict[str, int] = Field(description="Rank -> the rank whose statistics it repeats (stored once).")
     mismatches: list[ReplicaMismatchRead]
     unreduced: bool
     missing_ranks: list[int]
+    outside_ranks: list[int] = Field(
+        default_factory=list, description="Ranks past the stated world size: the layout was taken from the logs."
+    )
     notes: list[str]
 
 

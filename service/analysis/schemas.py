@@ -16,6 +16,7 @@ from fp8_policy.policy.records import GEMMS, PRECISIONS, RECIPE_CLASSES, LayerGr
 from fp8_policy.policy.thresholds import Severity
 from fp8_policy.policy.vocabulary import LayerStatus, Pattern
 from fp8_policy.service.analysis.parallel_schemas import ParallelRead, PipelineRead
+from fp8_policy.service.analysis.schedule_schemas import SchedulePhaseRead
 from fp8_policy.service.schema_base import ApiModel, threshold_fields
 
 Gemm = Literal[GEMMS]  # type: ignore[valid-type]
@@ -297,31 +298,6 @@ class MovedProblemRead(ApiModel):
     base_level: float | None
     head_level: float | None
     summary: str
-
-
-class ScheduleTriggerRead(ApiModel):
-    """A series a live run watches: reaching `level` raises `switch_now` for its phase."""
-
-    layer: str
-    tensor: str
-    stat: str
-    level: float
-
-
-class SchedulePolicyRead(ApiModel):
-    fp8_skip_layers: list[str]
-    gemm_overrides: list[dict[str, Any]]
-    layer_precisions: dict[str, str] = Field(description="Layers at another precision than the outer recipe.")
-
-
-class SchedulePhaseRead(ApiModel):
-    """One phase of a schedule: a whole policy from `from_step` on (a restart with its own configuration)."""
-
-    from_step: int
-    restart: bool
-    reason: str
-    policy: SchedulePolicyRead
-    triggers: list[ScheduleTriggerRead]
 
 
 class HistoryRead(ApiModel):

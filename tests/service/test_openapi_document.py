@@ -127,7 +127,7 @@ def test_hand_validated_parameters_are_documented_exactly(document) -> None:
         "phase",
         *analysis_routes._GET_OPTION_KEYS,
     }
-    assert _query_names(document, "/api/v1/runs/{run_id}/recommendation", "post") == {"format", "pp_stage"}
+    assert _query_names(document, "/api/v1/runs/{run_id}/recommendation", "post") == {"format", "phase", "pp_stage"}
     formats = next(
         p
         for p in document["paths"]["/api/v1/runs/{run_id}/recommendation"]["get"]["parameters"]
