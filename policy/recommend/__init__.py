@@ -35,6 +35,7 @@ from fp8_policy.policy.recommend.recipe import (
 from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
 from fp8_policy.policy.records import PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format
+from fp8_policy.policy.render.precision import ran_in_bf16
 from fp8_policy.policy.thresholds import Thresholds
 
 # Run-metadata keys saying the run keeps FP8/FP4 parameters (TE `quantized_model_init`; Megatron
@@ -70,6 +71,7 @@ class Recommendation:
             "gemm_overrides": [
                 {"layer": o.layer, "gemms": list(o.gemms), "reason": o.reason} for o in self.decision.gemm_overrides
             ],
+            "kept_bf16": [n for n in ran_in_bf16(self.decision) if n not in self.decision.skip_layers],
             "precision_ladder": self.ladder.to_dict(self.ladder_cost) if self.ladder is not None else None,
             "fp8_param": self.decision.fp8_param,
             "recipe": {

@@ -126,7 +126,7 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
 def _skipped(decision: PolicyDecision) -> list[str]:
     """Skipped layers that need a Megatron setting: heads run in BF16 without one (`megatron_head`)."""
     heads = set(megatron_head.heads(decision))
-    return [name for name in precision.skipped_layers(decision) if name not in heads]
+    return [name for name in precision.whole_bf16_layers(decision) if name not in heads]
 
 
 def _overrides(decision: PolicyDecision) -> dict[str, tuple[str, ...]]:
@@ -256,7 +256,7 @@ def precision_config_yaml(decision: PolicyDecision) -> str:
 def keeps_block_layers_bf16(decision: PolicyDecision) -> bool:
     """Does the Megatron path run a transformer-block layer outside the outer FP8 recipe (BF16 or a ladder rung)?"""
     groups = {layer.name: layer.structure.group for layer in decision.layers}
-    moved = [*precision.skipped_layers(decision), *merged_overrides(decision), *precision.layer_recipes(decision)]
+    moved = [*precision.whole_bf16_layers(decision), *merged_overrides(decision), *precision.layer_recipes(decision)]
     return any(groups.get(name) is LayerGroup.BODY for name in moved)
 
 
@@ -321,7 +321,7 @@ def _header(decision: PolicyDecision, edges: tuple[int, int] | None) -> list[str
     ]
     if not _skipped(decision) and not _overrides(decision):
         lines.append("# No layer needs BF16: every transformer block stays in FP8.")
-    asked = {*precision.skipped_layers(decision), *merged_overrides(decision)}
+    asked = {*precision.whole_bf16_layers(decision), *merged_overrides(decision)}
     kept_heads = [name for name in megatron_head.heads(decision) if name in asked]  # no matcher for them
     if kept_heads:
         lines.append(

@@ -338,6 +338,11 @@ class RecommendationRead(ApiModel):
     run_id: int
     fp8_skip_layers: list[str] = Field(description="Layers to run entirely in BF16 (exact logged names).")
     gemm_overrides: list[GemmOverrideRead]
+    kept_bf16: list[str] = Field(
+        default_factory=list,
+        description="Layers that ran in BF16 in this run and stay in BF16 (every format and apply_policy keep them "
+        "there; not in fp8_skip_layers, which lists the layers the recommendation moves).",
+    )
     precision_ladder: PrecisionLadderRead | None = Field(
         None, description="Per-layer precisions beside fp8_skip_layers / gemm_overrides (which stay for old clients)."
     )

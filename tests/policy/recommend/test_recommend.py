@@ -13,6 +13,7 @@ from tests.policy.analysis.factories import FAMILIES, Spec, build_run, name, pla
 KEYS = {
     "fp8_skip_layers",
     "gemm_overrides",
+    "kept_bf16",
     "precision_ladder",
     "fp8_param",
     "recipe",
