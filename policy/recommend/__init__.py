@@ -15,11 +15,12 @@ from typing import Any
 
 from fp8_policy.policy.analysis import analyze
 from fp8_policy.policy.analysis.findings import Finding, LayerAssessment, Pattern
+from fp8_policy.policy.analysis.layout import LayerStatus
 from fp8_policy.policy.analysis.recipes import RECIPE_LABELS, normalize_recipe
 from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.policy_version import POLICY_VERSION as POLICY_VERSION  # re-exported; bump it there
 from fp8_policy.policy.recommend.confidence import confidence
-from fp8_policy.policy.recommend.cost import expected_cost, ladder_cost
+from fp8_policy.policy.recommend.cost import answer_cost, ladder_view
 from fp8_policy.policy.recommend.history import History, HistoryEffect, history_effect
 from fp8_policy.policy.recommend.ladder import Ladder, build_ladder, lifted_layers
 from fp8_policy.policy.recommend.megatron import megatron_section
@@ -35,7 +36,7 @@ from fp8_policy.policy.recommend.recipe import (
 from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
 from fp8_policy.policy.records import PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format
-from fp8_policy.policy.render.precision import ran_in_bf16
+from fp8_policy.policy.render.precision import effective_rung, ran_in_bf16
 from fp8_policy.policy.thresholds import Thresholds
 
 # Run-metadata keys saying the run keeps FP8/FP4 parameters (TE `quantized_model_init`; Megatron
@@ -137,11 +138,11 @@ def recommend(
             build_ladder(run, analysis, plan, decision.choice.name, current, decision.capability), lifted=plan.lifted
         )
     layout = analysis.layout
-    cost = expected_cost(layout, plan, decision.choice.name, options.dims)
+    outer = decision.choice.name
+    runs_at = applied_rungs(ladder, plan, outer)
+    cost = answer_cost(layout, runs_at, plan.overrides, outer, decision.trained_in, options.dims, decision.capability)
     conf = confidence(analysis, plan, decision)
     te_version = options.te_version or _text(run.metadata.get("te_version"))
-    rungs = {r.layer: r.precision for r in ladder.rungs}
-    lcost = ladder_cost(layout, rungs, plan.overrides, current, options.dims, decision.capability)
     megatron = megatron_section(layout, plan, decision.choice, ladder.rungs)  # rungs of another recipe: config file
     policy = PolicyDecision(
         plan.skip_layers,
@@ -153,7 +154,9 @@ def recommend(
         fp8_param=fp8_param(run.metadata),
     )
     rationale = build_rationale(analysis, plan, decision, cost, megatron, conf)
-    rationale.insert(-1, _ladder_line(ladder, lcost, current))
+    unobserved = sum(1 for lv in layout.levels.values() if lv.status is LayerStatus.UNOBSERVED)
+    tail = f" {unobserved} layer(s) without stats run at {outer}." if unobserved else ""
+    rationale.insert(-1, ladder.summary(current) + tail)
     if effect is not None:
         rationale += effect.advice() or [
             f"Compared with run {effect.previous_run}: no problem followed a moved BF16 boundary."
@@ -174,7 +177,7 @@ def recommend(
         list(analysis.findings),
         effect,
         ladder,
-        lcost,
+        ladder_view(cost),
         basis,
         tuple(analysis.layers),
         analysis.requested_thresholds,
@@ -193,16 +196,17 @@ def fp8_param(metadata: dict[str, object]) -> bool:
     return False
 
 
-def _ladder_line(ladder: Ladder, cost: dict[str, Any], training: str) -> str:
-    share = cost.get("gemm_share", {})
-    tail = (
-        f" GEMM FLOPs {share.get('fp4', 0.0):.1%} FP4 / {share.get('fp8', 0.0):.1%} FP8 / "
-        f"{share.get('bf16', 0.0):.1%} BF16: {cost['gemm_speedup_vs_all_bf16']:.2f}x faster than all-BF16 GEMMs, "
-        f"GEMM time x{cost['gemm_time_vs_as_logged']:.2f} of the run as logged ({cost['source']})."
-        if "gemm_speedup_vs_all_bf16" in cost
-        else ""
-    )
-    return ladder.summary(training) + tail
+def applied_rungs(ladder: Ladder, plan: SkipPlan, outer: str) -> dict[str, str]:
+    """Layer -> the precision the answer runs it at (as apply_policy's TE backend and policy/render/precision.py
+    apply it): BF16 for the plan's BF16 set, a ladder `bf16` rung outside it at `outer` (not applied: the plan
+    decided otherwise), any other rung as `effective_rung` runs it under `outer`."""
+    kept = set(plan.bf16_layers)
+    out = dict.fromkeys(kept, "bf16")
+    for rung in ladder.rungs:
+        if rung.layer in kept:
+            continue
+        out[rung.layer] = outer if rung.precision == "bf16" else effective_rung(rung.precision, outer)
+    return out
 
 
 def _final_plan(

@@ -219,10 +219,17 @@ class MegatronRead(ApiModel):
     notes: list[str]
 
 
+class LadderSpeedupRead(ApiModel):
+    vs_bf16: float
+    measured_on: str
+
+
 class ExpectedCostRead(ApiModel):
-    """Estimated GEMM time of the policy. Only `method` and `bf16_gemm_share` are always present."""
+    """The answer's one cost (every layer at the precision it runs at, one speedup table). Only `method`,
+    `bf16_gemm_share` and `gemm_share` are always present."""
 
     method: Literal["dims", "layer_count"] = Field(description="FLOP weights from model dims, or one per layer.")
+    gemm_share: dict[Literal["fp4", "fp8", "bf16"], float] = Field(description="Shares of GEMM FLOPs per class.")
     bf16_gemm_share: float
     bf16_gemm_share_as_logged: float | None = None
     moved_to_bf16_share: float | None = None
@@ -232,6 +239,9 @@ class ExpectedCostRead(ApiModel):
     gemm_time_vs_all_fp8: float | None = None
     gemm_slowdown_vs_all_fp8_pct: float | None = None
     gemm_speedup_vs_all_bf16: float | None = None
+    gemm_time_vs_as_logged: float | None = None
+    as_logged_recipe: str | None = None
+    speedups: dict[PrecisionName, LadderSpeedupRead] | None = None
     source: str | None = None
     assumptions: str | None = None
     gemm_flops_per_sequence: float | None = None
@@ -298,13 +308,8 @@ class LadderRungRead(ApiModel):
     confidence: float = Field(description="0-1: lower where evidence was missing or inferred.")
 
 
-class LadderSpeedupRead(ApiModel):
-    vs_bf16: float
-    measured_on: str
-
-
 class LadderCostRead(ApiModel):
-    """FP4 / FP8 / BF16 shares of GEMM FLOPs under the ladder and the GEMM speedup they imply."""
+    """The answer's cost as the ladder counts it: the same figures as `expected_cost` (its source there)."""
 
     method: Literal["dims", "layer_count"]
     gemm_share: dict[Literal["fp4", "fp8", "bf16"], float]

@@ -1,4 +1,4 @@
-"""The per-layer precision ladder (recommend/ladder.py) and its cost (recommend/cost.py `ladder_cost`)."""
+"""The per-layer precision ladder (recommend/ladder.py) and the answer's one cost (recommend/cost.py `answer_cost`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fp8_policy.policy.recommend import RecommendOptions, fp8_param, recommend
-from fp8_policy.policy.recommend.cost import ladder_speedup
+from fp8_policy.policy.recommend.cost import speedup as ladder_speedup
 from fp8_policy.policy.records import PRECISIONS, Precision
 from fp8_policy.policy.render.precision import disagreements, precision_of
 from tests.policy.frontier_runs import SUBS, frontier_run, layer_name, noisy
@@ -53,7 +53,8 @@ def test_an_fp8_run_learns_which_layers_can_go_nvfp4_which_stay_fp8_and_which_bf
     assert cost["gemm_share"] == {"fp4": round(29 / 32, 4), "fp8": round(2 / 32, 4), "bf16": round(1 / 32, 4)}
     expected = 1.0 / (29 / 32 / 2.03 + 2 / 32 / 1.41 + 1 / 32)
     assert cost["gemm_speedup_vs_all_bf16"] == pytest.approx(expected, abs=1e-4)
-    assert "speedups.html" in cost["source"]
+    assert "speedups.html" in data["expected_cost"]["source"] and "source" not in cost  # one table, cited once
+    assert cost["gemm_speedup_vs_all_bf16"] == data["expected_cost"]["gemm_speedup_vs_all_bf16"]  # one figure
 
 
 def test_no_nvfp4_rung_without_nvfp4_evidence() -> None:
