@@ -141,9 +141,11 @@ def _layers_table(layers: list[dict[str, Any]]) -> list[str]:
 def change_section(rec: dict[str, Any]) -> list[str]:
     """Markdown bullets of a recommendation: skip list, GEMM overrides, recipe, expected cost, confidence."""
     skips = rec.get("fp8_skip_layers") or []
+    headline = (rec.get("headline") or {}).get("text")
     lines = [
         "### Recommended change",
         "",
+        *([f"- **{_cell(headline)}**"] if headline else []),
         f"- Keep in BF16 (`fp8_skip_layers`, {len(skips)}): {_names(skips) if skips else 'none'}",
     ]
     for override in rec.get("gemm_overrides") or []:

@@ -19,6 +19,7 @@ Rules:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -363,12 +364,9 @@ def _sentences(
 
 def _sharing_groups(runs: Sequence[RunVerdict], layers: list[dict[str, Any]], most: int) -> str:
     """'26 layer(s) in #1, #2, #3': the run sets that share the most layers, largest first."""
-    sets: dict[tuple[str, ...], int] = {}
-    for row in layers:
-        present = tuple(f"#{run.run_id}" for run, cell in zip(runs, row["cells"], strict=True) if cell is not None)
-        if len(present) == most:
-            sets[present] = sets.get(present, 0) + 1
-    return "; ".join(f"{n} layer(s) in {', '.join(ids)}" for ids, n in sorted(sets.items(), key=lambda x: -x[1]))
+    present = [tuple(f"#{r.run_id}" for r, c in zip(runs, row["cells"], strict=True) if c) for row in layers]
+    sets = Counter(ids for ids in present if len(ids) == most)
+    return "; ".join(f"{n} layer(s) in {', '.join(ids)}" for ids, n in sets.most_common())
 
 
 def _grouped(what: str, values: list[str | None], runs: Sequence[RunVerdict]) -> str:

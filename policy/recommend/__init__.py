@@ -21,6 +21,7 @@ from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.policy_version import POLICY_VERSION as POLICY_VERSION  # re-exported; bump it there
 from fp8_policy.policy.recommend.confidence import confidence
 from fp8_policy.policy.recommend.cost import answer_cost, ladder_view
+from fp8_policy.policy.recommend.headline import headline
 from fp8_policy.policy.recommend.history import History, HistoryEffect, history_effect
 from fp8_policy.policy.recommend.ladder import Ladder, build_ladder, lifted_layers
 from fp8_policy.policy.recommend.megatron import megatron_section
@@ -64,10 +65,12 @@ class Recommendation:
     layer_rows: tuple[LayerAssessment, ...] = field(default=(), repr=False)
     thresholds: Thresholds | None = None
     stat_prefix: str | None = None
+    headline: dict[str, Any] = field(default_factory=dict)  # recommend/headline.py: what the views read
 
     def to_dict(self) -> dict[str, Any]:
         recipe = self.decision.recipe
         return {
+            "headline": self.headline,
             "fp8_skip_layers": list(self.decision.skip_layers),
             "gemm_overrides": [
                 {"layer": o.layer, "gemms": list(o.gemms), "reason": o.reason} for o in self.decision.gemm_overrides
@@ -167,6 +170,17 @@ def recommend(
         "changed_from": decision.trained_in if decision.switches else None,
         "apply_paths": dict(decision.apply_paths),
     }
+    kept = [n for n in ran_in_bf16(policy) if n not in policy.skip_layers]
+    head = headline(
+        layout,
+        runs_at,
+        outer,
+        to_bf16=plan.skip_layers,
+        kept_bf16=kept,
+        overrides={o.layer: o.gemms for o in plan.overrides},
+        lifted=ladder.lifted,
+        cost=cost,
+    )
     return Recommendation(
         policy,
         megatron,
@@ -182,6 +196,7 @@ def recommend(
         tuple(analysis.layers),
         analysis.requested_thresholds,
         analysis.signals.stat_prefix,
+        head,
     )
 
 

@@ -337,10 +337,29 @@ class PrecisionLadderRead(ApiModel):
     expected_cost: LadderCostRead | None = None
 
 
+class HeadlineRead(ApiModel):
+    """The answer in one record, the one every view reads (policy/recommend/headline.py)."""
+
+    recipe: str = Field(description="The recommended (outer) recipe.")
+    recipe_label: str
+    precision_mix: dict[PrecisionName, int] = Field(description="GEMM layers per recommended precision.")
+    precision_by_layer: dict[str, PrecisionName] = Field(
+        description="Every GEMM layer -> the precision the answer runs it at (its ladder rung, bf16 for the BF16 "
+        "set, the recipe for a layer without stats), as apply_policy's TE backend applies it."
+    )
+    to_bf16: int = Field(description="Layers moved to BF16 (fp8_skip_layers).")
+    kept_bf16: int = Field(description="Layers that ran in BF16 and stay there (kept_bf16).")
+    gemm_overrides: int = Field(description="Layers with single GEMMs in BF16.")
+    lifted: int = Field(description="Layers failing NVFP4 lifted to an FP8 rung instead of BF16.")
+    gemm_speedup_vs_all_bf16: float | None = Field(description="The answer's one GEMM speedup (expected_cost).")
+    text: str = Field(description="One sentence: the recipe, the mix, what moves to BF16 and the speedup.")
+
+
 class RecommendationRead(ApiModel):
     """`GET|POST /api/v1/runs/{run_id}/recommendation` with `format=json`."""
 
     run_id: int
+    headline: HeadlineRead | None = Field(None, description="The answer in one record: what every view shows.")
     fp8_skip_layers: list[str] = Field(description="Layers to run entirely in BF16 (exact logged names).")
     gemm_overrides: list[GemmOverrideRead]
     kept_bf16: list[str] = Field(

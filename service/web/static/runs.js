@@ -1,5 +1,5 @@
 // Runs list view (#/runs): server filters (project/tag/status), text search, sortable columns, the stored summary
-// (severity, leading pattern, layers to BF16) per row, tick 2-8 runs to compare, delete for admins, poll busy runs.
+// (severity, leading pattern, layers to BF16, precision mix) per row, tick 2-8 runs to compare, delete for admins, poll busy runs.
 //
 // Hash parameters: project, tag, status (sent to the API); q (search over name, project, tags and notes), sort, dir.
 
@@ -11,6 +11,7 @@ import { sevBadge, statusBadge, chip, loading, selectField } from "./widgets.js"
 import { go, replaceHash, setTitle } from "./router.js";
 import { whoAmI } from "./session.js";
 import { armDelete } from "./run_actions.js";
+import { precisionMix } from "./precision.js";
 
 const PAGE = 200;
 const COMPARE_MAX = 8; // the compare page shows 2-8 runs
@@ -21,6 +22,7 @@ const COLUMNS = [ // key, label, value for sorting (higher = "more"), numeric
   ["status", "Status", (r) => r.status, false],
   ["severity", "Severity", (r) => (r.summary ? SEVERITIES.indexOf(r.summary.severity) : null), true],
   ["to_bf16", "To BF16", (r) => (r.summary ? r.summary.to_bf16 * 1000 + r.summary.gemm_overrides : null), true],
+  ["precision", "Precision", (r) => (r.summary && typeof r.summary.gemm_speedup === "number" ? r.summary.gemm_speedup : null), true],
   ["layers", "Layers", (r) => (r.status === "ready" ? r.layer_count : null), true],
   ["points", "Points", (r) => (r.status === "ready" ? r.points : null), true],
   ["iterations", "Iterations", (r) => r.iteration_max, true],
@@ -126,10 +128,23 @@ export async function runsView(ctx, query) {
       replace(cell, h("span", { class: "muted small summary-pending" }, h("span", { class: "spinner", "aria-hidden": "true" }), " analysing"));
     } else if (run.status === "failed") {
       replace(cell, h("span", { class: "muted", title: run.error || "" }, "—"));
+    } else if (run.status === "live") {
+      replace(cell, h("span", { class: "muted small", title: "training: early warnings on the run page; the verdict comes when it is finalized" }, "training"));
     } else {
       replace(cell, h("span", { class: "muted" }, "pending"));
     }
     return cell;
+  }
+
+  function precisionCell(run) {
+    const s = run.status === "ready" ? run.summary : null;
+    const mix = s ? precisionMix(s.precision_mix) : null;
+    if (!mix) {
+      const why = run.status === "live" ? "after it is finalized" : "—";
+      return h("td", { class: "col-precision" }, h("span", { class: "muted small" }, why));
+    }
+    return h("td", { class: "col-precision", title: "Layers per recommended precision and the GEMM speed-up over all-BF16 (default recommendation)" },
+      mix, typeof s.gemm_speedup === "number" ? h("span", { class: "muted small" }, ` ${s.gemm_speedup.toFixed(2)}× vs BF16`) : null);
   }
 
   function bf16Cell(run) {
@@ -174,6 +189,7 @@ export async function runsView(ctx, query) {
         ? h("div", { class: "small error-text", title: run.error }, run.error.split(":")[0]) : null),
       severityCell(run),
       bf16Cell(run),
+      precisionCell(run),
       h("td", { class: "num" }, run.status === "ready" ? fmtInt(run.layer_count) : "—"),
       h("td", { class: "num" }, run.status === "ready" ? fmtInt(run.points) : "—"),
       h("td", { class: "num nowrap" }, iters),

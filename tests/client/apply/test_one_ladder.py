@@ -40,7 +40,7 @@ from fp8_policy.client.apply.plan import RECIPE_CLASSES
 from fp8_policy.policy.analysis import analyze
 from fp8_policy.policy.compare.runs import RunVerdict
 from fp8_policy.policy.recommend import RecommendOptions, recommend
-from fp8_policy.policy.records import LayerGroup, LayerInfo, MetricName, Precision, RunData, Series
+from fp8_policy.policy.records import PRECISIONS, LayerGroup, LayerInfo, MetricName, Precision, RunData, Series
 from fp8_policy.policy.render import FORMATS, RenderOptions, render
 from fp8_policy.policy.render.layout import is_one_based, layer_index, module_index, torch_fqn
 from fp8_policy.policy.render.megatron import megatron_path
@@ -173,6 +173,7 @@ def assert_one_ladder(run: RunData, tmp_path: Path) -> None:
     decision = rec.decision
     runs_at, whole, overrides = expected(body, decision)
     outer = decision.recipe.name
+    _headline(body, runs_at, overrides)
     _formats_section(body, whole, overrides)
     _te_yaml(decision, whole, overrides, tmp_path)
     _torchao_snippet(decision, whole, overrides)
@@ -185,6 +186,24 @@ def assert_one_ladder(run: RunData, tmp_path: Path) -> None:
     if unapplied_bf16(decision):  # a ladder bf16 rung not applied yet is said in every file
         for fmt in FORMATS:
             assert "NOT applied" in render(decision, fmt).content, fmt
+
+
+def _headline(body: dict, runs_at: dict[str, str], overrides: dict[str, tuple[str, ...]]) -> None:
+    """The record the cards, the layer table, the heatmap marks and the runs list read tells the same story (a layer
+    with GEMM overrides keeps its rung there; the apply paths run it whole in BF16, a stated approximation)."""
+    head = body["headline"]
+    by_layer = head["precision_by_layer"]
+    assert {n: p for n, p in by_layer.items() if n not in overrides} == {
+        n: p for n, p in runs_at.items() if n not in overrides
+    }
+    assert all(by_layer[n] != "bf16" for n in overrides) and set(by_layer) == set(runs_at)
+    assert head["precision_mix"] == {p: n for p in PRECISIONS if (n := list(by_layer.values()).count(p))}
+    assert head["recipe"] == body["recipe"]["name"]
+    assert head["gemm_speedup_vs_all_bf16"] == body["expected_cost"]["gemm_speedup_vs_all_bf16"]
+    assert (head["to_bf16"], head["kept_bf16"]) == (len(body["fp8_skip_layers"]), len(body["kept_bf16"]))
+    moved = head["to_bf16"] + head["kept_bf16"]
+    assert head["precision_mix"].get("bf16", 0) == moved
+    assert ("no layer moves to BF16" in head["text"]) is (moved == 0)
 
 
 def _formats_section(body: dict, whole: set[str], overrides: dict[str, tuple[str, ...]]) -> None:

@@ -14,6 +14,7 @@ KEYS = {
     "fp8_skip_layers",
     "gemm_overrides",
     "kept_bf16",
+    "headline",
     "precision_ladder",
     "fp8_param",
     "recipe",
