@@ -5,11 +5,17 @@ an increment is proportional to its new points, not to the run so far. Storing t
 `db/`'s, receiving the log bytes `service/live/`'s, delivering alerts `service/alerts/`'s.
 
 Events (kinds):
-- `band_crossing`: an underflows% series enters a worse band (warning / critical / severe of `Thresholds`).
+- `band_crossing`: an underflows% series' level enters a worse band (warning / critical / severe of `Thresholds`).
+  The level is the median of its last `min_points` finite points, the batch analysis' smallest window
+  (policy/analysis/signals.py): one point never crosses a band, a sustained level does (up to two spikes in five
+  points are noise), so a warm-up point - delayed scaling's first iteration, logged with its scale still exactly
+  1.0 (bionemo: 21.47 % gradient underflow at iteration 0 on every layer) - raises nothing.
 - `projected_crossing`: a rising underflows% series is projected to cross `critical` within `horizon_steps`
   iterations (Theil–Sen slope over the recent window: a median of pairwise slopes, robust to single spikes).
 - `scale_inv_drop` / `scale_inv_rise`: consecutive scale_inv points differ by at least `scale_jump_factor`
-  (default 8×, three binades). A scaling factor that collapses or explodes step to step precedes NaNs or
+  (default 8×, three binades), once the scale has moved: a series' first departure from exactly 1.0 is delayed
+  scaling's warm-up ending (the first scale computed from an amax), as the batch analysis' warm-up rule reads it,
+  not a jump. A scaling factor that collapses or explodes step to step precedes NaNs or
   underflow (see NVIDIA's FP8 primer on per-tensor scaling,
   https://docs.nvidia.com/deeplearning/transformer-engine/user-guide/examples/fp8_primer.html).
 - `nonfinite`: the first NaN or ±inf in a series.
@@ -74,6 +80,7 @@ class SeriesState:
     nonfinite: bool = False
     diverging: bool = False
     window: list[list[float]] = field(default_factory=list)  # [[iteration, value], ...] recent finite points
+    moved: bool = False  # a scale_inv series has left exactly 1.0 (delayed scaling's warm-up is over)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +91,7 @@ class SeriesState:
             "n": self.nonfinite,
             "d": self.diverging,
             "w": self.window,
+            "m": self.moved,
         }
 
     @classmethod
@@ -96,6 +104,7 @@ class SeriesState:
             bool(data.get("n")),
             bool(data.get("d")),
             [list(p) for p in data.get("w", [])],
+            bool(data.get("m")),
         )
 
     def level(self) -> float | None:
@@ -174,10 +183,14 @@ def advance(
             last = np.nan if state.last_value is None else state.last_value
             before = np.concatenate(([last], good[:-1]))  # the last finite value before each finite point
             if _is_scale_inv(metric):
-                found += _scale_jumps(state, metric, rank, name, thresholds, at, good, before, its, previous_its)
+                moved = state.moved | (np.cumsum(good != 1.0) - (good != 1.0) > 0)  # moved before each point
+                found += _scale_jumps(state, metric, rank, name, thresholds, at, good, before, its, previous_its, moved)
+                state.moved = bool(state.moved or (good != 1.0).any())
             if _is_underflow(metric):
-                bands = _band_ranks(good, thresholds)
-                found += _band_crossings(state, metric, rank, name, thresholds, at, good, bands, its)
+                window = np.asarray([v for _i, v in state.window], dtype=np.float64)
+                levels = sustained_levels(window, good, level_points(thresholds))
+                bands = _band_ranks(levels, thresholds)
+                found += _band_crossings(state, metric, rank, name, thresholds, at, levels, bands, its, good)
                 state.band = _BY_RANK[int(bands[-1])].value
                 if (bands >= Severity.CRITICAL.rank).any():
                     state.projected = False
@@ -211,8 +224,24 @@ def _new_points(last: int | None, its: np.ndarray, vals: np.ndarray) -> tuple[np
     return (its, vals) if keep.all() else (its[keep], vals[keep])
 
 
+def level_points(thresholds: Thresholds) -> int:
+    """How many recent points a band crossing's level is the median of (`min_points`, at most the window)."""
+    return max(1, min(thresholds.min_points, WINDOW))
+
+
+def sustained_levels(window: np.ndarray, new: np.ndarray, points: int) -> np.ndarray:
+    """For each new finite point, the median of the last `points` finite points up to it (`window`: the series'
+    earlier ones, oldest first); NaN while fewer than `points` were seen."""
+    combined = np.concatenate((window, new))
+    ends = window.shape[0] + np.arange(new.shape[0])  # each new point's position in `combined`
+    idx = ends[:, None] + np.arange(1 - points, 1)[None, :]
+    levels = np.median(combined[np.maximum(idx, 0)], axis=1) if new.size else np.zeros(0)
+    levels[idx[:, 0] < 0] = np.nan
+    return levels
+
+
 def _band_ranks(values: np.ndarray, thresholds: Thresholds) -> np.ndarray:
-    """`Thresholds.band(value).rank` of each finite value."""
+    """`Thresholds.band(value).rank` of each value (NaN: no level yet, ok)."""
     ranks = np.zeros(values.shape, dtype=np.int8)
     ranks[values >= thresholds.warning] = Severity.WARNING.rank
     ranks[values >= thresholds.critical] = Severity.CRITICAL.rank
@@ -231,11 +260,12 @@ def _scale_jumps(
     before: np.ndarray,
     its: np.ndarray,
     previous_its: np.ndarray,
+    moved: np.ndarray,
 ) -> list[tuple[int, int, LiveEvent]]:
     factor = thresholds.scale_jump_factor
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = good / before
-    jumps = (before > 0) & (good > 0) & ((ratios >= factor) | (ratios <= 1.0 / factor))
+    jumps = moved & (before > 0) & (good > 0) & ((ratios >= factor) | (ratios <= 1.0 / factor))
     found = []
     for j in np.flatnonzero(jumps).tolist():
         k = int(at[j])
@@ -263,24 +293,40 @@ def _band_crossings(
     name: str,
     thresholds: Thresholds,
     at: np.ndarray,
-    good: np.ndarray,
+    levels: np.ndarray,
     bands: np.ndarray,
     its: np.ndarray,
+    points: np.ndarray,
 ) -> list[tuple[int, int, LiveEvent]]:
     before = np.concatenate(([Severity(state.band).rank], bands[:-1]))
     found = []
     for j in np.flatnonzero((bands > before) & (bands >= Severity.WARNING.rank)).tolist():
         k, band, previous = int(at[j]), _BY_RANK[int(bands[j])], _BY_RANK[int(before[j])]
-        it, value = int(its[k]), float(good[j])
-        message = (
-            f"{name}: underflows {value:.2f} % at iteration {it}, {band.value} band "
-            f"(≥ {_band_floor(band, thresholds):g} %)"
-        )
-        event = _event(
-            "band_crossing", band, metric, rank, it, value, message, band=band.value, previous_band=previous.value
+        event = band_event(
+            name, metric, rank, int(its[k]), float(levels[j]), float(points[j]), band, previous, thresholds
         )
         found.append((k, 2, event))
     return found
+
+
+def band_event(
+    name: str,
+    metric: MetricName,
+    rank: int,
+    it: int,
+    level: float,
+    point: float,
+    band: Severity,
+    previous: Severity,
+    thresholds: Thresholds,
+) -> LiveEvent:
+    """`band_crossing` of a sustained level (also raised by policy/live_batch.py)."""
+    message = (
+        f"{name}: underflows at {level:.2f} % (median of the last {level_points(thresholds)} points) at iteration "
+        f"{it}, {band.value} band (≥ {_band_floor(band, thresholds):g} %)"
+    )
+    detail = {"band": band.value, "previous_band": previous.value, "point_value": point}
+    return _event("band_crossing", band, metric, rank, it, level, message, **detail)
 
 
 def _band_floor(band: Severity, thresholds: Thresholds) -> float:
