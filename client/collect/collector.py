@@ -90,6 +90,17 @@ class Overhead:
         return 1000.0 * self.seconds / self.steps if self.steps else 0.0
 
 
+def default_stats(recipe: str) -> tuple[str, ...]:
+    """The stats logged when none are given: what TE logs for that training recipe - LogNvfp4TensorStats'
+    `underflows%` / `mse` (written `nvfp4_*`) under NVFP4, LogFp8TensorStats' with `overflows%` under delayed
+    scaling (the only recipe TE logs it for), `DEFAULT_STATS` otherwise."""
+    if recipe == "nvfp4":
+        return ("nvfp4_underflows%", "nvfp4_mse")
+    if recipe == "delayed":
+        return ("underflows%", "overflows%", "scale_inv_min", "scale_inv_max", "mse")
+    return DEFAULT_STATS
+
+
 class FP8StatsCollector:
     """Write TE LogFp8TensorStats-format logs for `model` into `<log_dir>/rank_N/` while it trains.
 
@@ -99,7 +110,8 @@ class FP8StatsCollector:
             collector.step()                                       # like debug_api.step()
         collector.close()                                          # or use it as a context manager
 
-    Options mirror TE's YAML: `layers` (regex, `re.search` on the logged name), `tensors`, `stats`, `freq`,
+    Options mirror TE's YAML: `layers` (regex, `re.search` on the logged name), `tensors`, `stats` (default: what
+    TE logs for the recipe, `default_stats`), `freq`,
     `start_step`, `end_step`, `start_end_list`, or per-tensor `tensors_struct` (see
     `options_from_te_config`). Plain models: `recipe` "current" (default) or "delayed", `fp8_format`
     "HYBRID" (E4M3 forward, E5M2 gradients, TE's default) or "E4M3", `bf16_layers` (regex or exact names)
@@ -113,7 +125,7 @@ class FP8StatsCollector:
         *,
         layers: str = ".*",
         tensors: Iterable[str] = TENSORS,
-        stats: Sequence[str] = DEFAULT_STATS,
+        stats: Sequence[str] | None = None,
         freq: int = 1,
         start_step: int | None = None,
         end_step: int | None = None,
@@ -133,15 +145,6 @@ class FP8StatsCollector:
         self.log_dir = Path(log_dir)
         self.iteration = int(init_training_step)
         self.overhead = Overhead()
-        self._specs: dict[str, TensorSpec] = build_specs(
-            tensors=tensors,
-            stats=stats,
-            freq=freq,
-            start_step=start_step,
-            end_step=end_step,
-            start_end_list=start_end_list,
-            tensors_struct=tensors_struct,
-        )
         self._layer_pattern = re.compile(layers)
         float8_linear = float8_linear_class()
         named = assigned_names(model)
@@ -153,6 +156,15 @@ class FP8StatsCollector:
             else "emulated"
         )
         self.recipe = self._resolve_recipe(recipe)
+        self._specs: dict[str, TensorSpec] = build_specs(
+            tensors=tensors,
+            stats=default_stats(self.recipe) if stats is None else stats,
+            freq=freq,
+            start_step=start_step,
+            end_step=end_step,
+            start_end_list=start_end_list,
+            tensors_struct=tensors_struct,
+        )
         if self.backend == "torchao":
             if bf16_layers is not None:
                 raise ValueError(

@@ -6,7 +6,7 @@ Rules:
   fc1 2·h·ffn (×2 when gated), fc2 2·ffn·h, a LayerNormMLP fc1+fc2, head 2·h·vocab (a head `dense` 2·h·h).
   The sequence length multiplies every GEMM alike, so shares do not depend on it.
 * Without the dims a layer needs (or for an unknown sublayer), every GEMM layer counts equally.
-* Every GEMM layer of the run counts, each at the precision the answer runs it at (`runs_at`, as apply_policy's TE
+* Every GEMM layer of the run counts (named as one, or given a precision by the answer), each at the precision the answer runs it at (`runs_at`, as apply_policy's TE
   backend applies the ladder: its rung, BF16 for the BF16 set, the recommended recipe for layers without a rung);
   a GEMM override counts its GEMMs as BF16. GEMM time = sum(share / speedup) with ONE table of speedups over BF16
   (`SPEEDUPS`, `SOURCE`): Blackwell runs take the B300 figures, others the H200 ones, and a precision missing on
@@ -92,6 +92,12 @@ def _weights(layers: list[LayerLevels], dims: ModelDims) -> tuple[dict[str, floa
     return {lv.name: 1.0 for lv in layers}, "layer_count", missing
 
 
+def counted(lv: LayerLevels, runs_at: dict[str, str]) -> bool:
+    """A GEMM layer of the answer: one named as a GEMM (`is_gemm_layer`), or one the answer gives a precision (its
+    FP8 statistics say it is a GEMM whatever its name: `model.0` of an nn.Sequential)."""
+    return lv.status is not LayerStatus.IGNORED and (is_gemm_layer(lv.info) or lv.name in runs_at)
+
+
 def speedup(precision: str, capability: float | None) -> tuple[float, str]:
     """(GEMM speedup over BF16, GPU it was measured on) for one precision on a GPU of this capability."""
     if precision == "bf16":
@@ -114,7 +120,7 @@ def answer_cost(
 ) -> dict[str, Any]:
     """The answer's cost (module rules). `runs_at`: layer -> the precision it runs at (layers not in it: `outer`, or
     BF16 when they ran in BF16); `as_logged`: the recipe the run trained in (`bf16` for a run in high precision)."""
-    layers = [lv for lv in layout.levels.values() if lv.status is not LayerStatus.IGNORED and is_gemm_layer(lv.info)]
+    layers = [lv for lv in layout.levels.values() if counted(lv, runs_at)]
     weights, method, missing = _weights(layers, dims)
     total = 3.0 * sum(weights.values())
     if total == 0:

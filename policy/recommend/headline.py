@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fp8_policy.policy.analysis.layout import LayerStatus, Layout, is_gemm_layer
+from fp8_policy.policy.analysis.layout import LayerStatus, Layout
 from fp8_policy.policy.analysis.recipes import RECIPE_LABELS
+from fp8_policy.policy.recommend.cost import counted
 from fp8_policy.policy.records import PRECISIONS
 
 _WORDS = {"nvfp4": "NVFP4", "mxfp8": "MXFP8", "block": "FP8 block", "current": "FP8 current", "delayed": "FP8 delayed"}
@@ -27,7 +28,7 @@ def precision_by_layer(layout: Layout, runs_at: dict[str, str], outer: str) -> d
     """GEMM layer -> its recommended precision (module rules), in run order."""
     out = {}
     for lv in layout.levels.values():
-        if lv.status is LayerStatus.IGNORED or not is_gemm_layer(lv.info):
+        if not counted(lv, runs_at):
             continue
         out[lv.name] = runs_at.get(lv.name, "bf16" if lv.status is LayerStatus.BF16 else outer)
     return out

@@ -1,4 +1,4 @@
-"""A healthy run raises no critical or severe live event: the live detectors read warm-up and noise as the batch
+"""A run the batch analysis finds nothing critical in raises no critical or severe live event: the live detectors read warm-up and noise as the batch
 analysis does (policy/live_events.py, policy/scalar_events.py).
 
 The runs are the CPU collector's delayed-scaling ones (`FP8StatsCollector(model, dir, recipe="delayed")` on a plain
@@ -65,7 +65,9 @@ def test_a_healthy_delayed_scaling_run_raises_no_critical_live_event(
     assert wait_for_run(client, run["id"])["status"] == "ready"
     analysis = client.get(f"/api/v1/runs/{run['id']}/analysis").json()
 
-    assert [f["pattern"] for f in analysis["findings"]] == ["healthy"]  # the batch analysis: healthy
+    # the batch analysis: nothing critical (delayed scaling's weights overflow a little as AdamW grows them: the
+    # `overflow` finding is a warning); the live detectors must not say more
+    assert {f["severity"] for f in analysis["findings"]} <= {"ok", "warning"}, analysis["findings"]
     assert analysis["training_recipe"]["recipe"] == "delayed"
     loud = [(e["kind"], e["severity"], e["iteration"], e["message"]) for e in events if e["severity"] != "warning"]
     assert loud == []
