@@ -33,6 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from fp8_policy.policy.live_levels import _band_floor as _band_floor  # re-exported: the reference test's
+from fp8_policy.policy.live_levels import band_event, level_points, sustained_levels
+from fp8_policy.policy.live_record import LiveEvent as LiveEvent  # re-exported: where the detectors' users import it
+from fp8_policy.policy.live_record import _event as _event
 from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.thresholds import Severity, Thresholds
 from fp8_policy.policy.vocabulary import EVENT_KINDS as EVENT_KINDS  # re-exported: defined there for the API
@@ -41,32 +45,6 @@ WINDOW = 32  # recent finite points kept per series for trends and rank levels
 LEVEL_POINTS = 4  # points averaged for a series' "recent level" (rank divergence)
 MIN_TREND_POINTS = 8
 DEFAULT_HORIZON_STEPS = 2_000
-
-
-@dataclass(frozen=True, slots=True)
-class LiveEvent:
-    kind: str
-    severity: str
-    layer: str
-    tensor: str
-    stat: str
-    rank: int
-    iteration: int
-    value: float | None
-    message: str
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """dataclasses.asdict without its deepcopy of every leaf (each stored event becomes a dict for the alerts)."""
-        return {name: _plain(getattr(self, name)) for name in self.__slots__}
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_plain(v) for v in value)
-    return value
 
 
 @dataclass(slots=True)
@@ -119,30 +97,6 @@ def _is_underflow(metric: MetricName) -> bool:
 
 def _is_scale_inv(metric: MetricName) -> bool:
     return metric.stat in ("scale_inv_min", "scale_inv_max")
-
-
-def _event(
-    kind: str,
-    severity: Severity | str,
-    metric: MetricName,
-    rank: int,
-    iteration: int,
-    value: float | None,
-    message: str,
-    **detail: Any,
-) -> LiveEvent:
-    return LiveEvent(
-        kind,
-        Severity(severity).value,
-        metric.layer,
-        metric.tensor,
-        metric.stat_key,
-        rank,
-        iteration,
-        value,
-        message,
-        detail,
-    )
 
 
 def _fmt(value: float) -> str:
@@ -224,22 +178,6 @@ def _new_points(last: int | None, its: np.ndarray, vals: np.ndarray) -> tuple[np
     return (its, vals) if keep.all() else (its[keep], vals[keep])
 
 
-def level_points(thresholds: Thresholds) -> int:
-    """How many recent points a band crossing's level is the median of (`min_points`, at most the window)."""
-    return max(1, min(thresholds.min_points, WINDOW))
-
-
-def sustained_levels(window: np.ndarray, new: np.ndarray, points: int) -> np.ndarray:
-    """For each new finite point, the median of the last `points` finite points up to it (`window`: the series'
-    earlier ones, oldest first); NaN while fewer than `points` were seen."""
-    combined = np.concatenate((window, new))
-    ends = window.shape[0] + np.arange(new.shape[0])  # each new point's position in `combined`
-    idx = ends[:, None] + np.arange(1 - points, 1)[None, :]
-    levels = np.median(combined[np.maximum(idx, 0)], axis=1) if new.size else np.zeros(0)
-    levels[idx[:, 0] < 0] = np.nan
-    return levels
-
-
 def _band_ranks(values: np.ndarray, thresholds: Thresholds) -> np.ndarray:
     """`Thresholds.band(value).rank` of each value (NaN: no level yet, ok)."""
     ranks = np.zeros(values.shape, dtype=np.int8)
@@ -307,34 +245,6 @@ def _band_crossings(
         )
         found.append((k, 2, event))
     return found
-
-
-def band_event(
-    name: str,
-    metric: MetricName,
-    rank: int,
-    it: int,
-    level: float,
-    point: float,
-    band: Severity,
-    previous: Severity,
-    thresholds: Thresholds,
-) -> LiveEvent:
-    """`band_crossing` of a sustained level (also raised by policy/live_batch.py)."""
-    message = (
-        f"{name}: underflows at {level:.2f} % (median of the last {level_points(thresholds)} points) at iteration "
-        f"{it}, {band.value} band (≥ {_band_floor(band, thresholds):g} %)"
-    )
-    detail = {"band": band.value, "previous_band": previous.value, "point_value": point}
-    return _event("band_crossing", band, metric, rank, it, level, message, **detail)
-
-
-def _band_floor(band: Severity, thresholds: Thresholds) -> float:
-    return {
-        Severity.WARNING: thresholds.warning,
-        Severity.CRITICAL: thresholds.critical,
-        Severity.SEVERE: thresholds.severe,
-    }.get(band, 0.0)
 
 
 _PAIRS: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # n -> the index pairs i < j (a window has at most 32 points)

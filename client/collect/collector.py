@@ -47,7 +47,7 @@ from torch import nn
 from fp8_policy.client.collect.delayed import DelayedScaler
 from fp8_policy.client.collect.fp8 import E4M3, E5M2, Fp8Format
 from fp8_policy.client.collect.naming import assigned_names, gemm_layers, name_matcher
-from fp8_policy.client.collect.options import DEFAULT_STATS, TENSORS, TensorSpec, build_specs
+from fp8_policy.client.collect.options import TENSORS, TensorSpec, build_specs, default_stats
 from fp8_policy.client.collect.quantizers import Quantized, quantize_current, quantize_per_tensor
 from fp8_policy.client.collect.stats import (
     QuantSums,
@@ -88,17 +88,6 @@ class Overhead:
     @property
     def per_step_ms(self) -> float:
         return 1000.0 * self.seconds / self.steps if self.steps else 0.0
-
-
-def default_stats(recipe: str) -> tuple[str, ...]:
-    """The stats logged when none are given: what TE logs for that training recipe - LogNvfp4TensorStats'
-    `underflows%` / `mse` (written `nvfp4_*`) under NVFP4, LogFp8TensorStats' with `overflows%` under delayed
-    scaling (the only recipe TE logs it for), `DEFAULT_STATS` otherwise."""
-    if recipe == "nvfp4":
-        return ("nvfp4_underflows%", "nvfp4_mse")
-    if recipe == "delayed":
-        return ("underflows%", "overflows%", "scale_inv_min", "scale_inv_max", "mse")
-    return DEFAULT_STATS
 
 
 class FP8StatsCollector:
