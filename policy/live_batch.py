@@ -18,6 +18,7 @@ import numpy as np
 
 from fp8_policy.policy import live_events as ref
 from fp8_policy.policy.live_events import WINDOW, LiveEvent
+from fp8_policy.policy.live_levels import band_event, level_points
 from fp8_policy.policy.live_table import KIND_SCALE, KIND_UNDERFLOW, NO_ITERATION, SeriesTable
 from fp8_policy.policy.live_trends import projections, rank_divergence
 from fp8_policy.policy.thresholds import Severity, Thresholds
@@ -202,14 +203,14 @@ def _bands(
     windows."""
     urow, useg = row[at], seg[at]
     ufirst, ulast = _starts(useg), _ends(useg)
-    levels = _levels(table, urow, ufirst, good, ref.level_points(thresholds))
+    levels = _levels(table, urow, ufirst, good, level_points(thresholds))
     bands = ref._band_ranks(levels, thresholds)
     before = _shifted(bands, ufirst, table.band[urow[ufirst]])
     found = []
     for j in np.flatnonzero((bands > before) & (bands >= _WARNING)).tolist():
         k, r = int(at[j]), int(urow[j])
         band, previous = ref._BY_RANK[int(bands[j])], ref._BY_RANK[int(before[j])]
-        event = ref.band_event(
+        event = band_event(
             table.label(r),
             table.metric(r),
             rank,
