@@ -96,3 +96,34 @@ def test_the_runs_list_shows_each_runs_precision_mix(page, live_server, nvfp4_ru
     expect(cell).to_contain_text(re.compile(r"\d+ NVFP4 · \d+ MXFP8"), timeout=30_000)
     expect(cell).to_contain_text(f"{head['gemm_speedup_vs_all_bf16']:.2f}× vs BF16")
     shot(page, "one-story-runs-list")
+
+
+def test_the_runs_list_shows_filters_and_groups_by_the_runs_metadata(page, live_server, make_archive, shot) -> None:
+    """GPU, recipe, TE version and git commit from each run's metadata: columns, found by the search, and groups."""
+    with live_server.api() as client:
+        ids = {}
+        for scenario, gpu in (("healthy", "H100"), ("head_only", "B200")):
+            archive = make_archive(scenario)
+            metadata = {"gpu": gpu, "recipe": "delayed", "te_version": "2.20", "git_commit": f"abc{gpu}0123456789"}
+            response = client.post(
+                "/api/v1/runs",
+                data={"name": f"meta-{gpu}", "project": "bt-meta", "metadata": json.dumps(metadata)},
+                files={"file": (archive.name, archive.read_bytes(), "application/gzip")},
+            )
+            assert response.status_code in (200, 202), response.text
+            ids[gpu] = wait_ready(client, response.json()["id"])["id"]
+    page.goto(f"{live_server.url}/#/runs?project=bt-meta")
+    row = page.locator(f'tr[data-run-id="{ids["B200"]}"]')
+    expect(row.locator(".col-gpu")).to_have_text("B200", timeout=30_000)
+    expect(row.locator(".col-recipe")).to_have_text("delayed")
+    expect(row.locator(".col-te")).to_have_text("2.20")
+    expect(row.locator(".col-commit")).to_have_text("abcB200012")
+    page.fill("#runs-search", "B200")
+    expect(page.locator("#runs-table tbody tr[data-run-id]")).to_have_count(1)
+    page.fill("#runs-search", "")
+    page.select_option("#runs-group", "gpu")
+    groups = page.locator("#runs-table tbody tr.group-row")
+    expect(groups).to_have_count(2)
+    expect(groups.first).to_contain_text("GPU:")
+    assert "group=gpu" in page.url
+    shot(page, "one-story-runs-grouped")
