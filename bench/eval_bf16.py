@@ -10,7 +10,7 @@ Readers (one per format; the names of the run's layers are mapped the way each t
   in every script (output_layer is a plain ColumnParallelLinear, not a TE module: policy/render/megatron_head.py).
 * hydra: the blocks missing from `fp8_layers` run wholly in BF16; heads are BF16 in bionemo by default.
 * torchao: the snippet is executed and `module_filter_fn(nn.Linear, fqn)` asked for every layer.
-The check: every skipped layer is wholly BF16 and every overridden GEMM is BF16 (its layer wholly, or that GEMM),
+The check: every skipped layer and every layer that ran in BF16 (`precision.whole_bf16_layers`) is wholly BF16 and every overridden GEMM is BF16 (its layer wholly, or that GEMM),
 except the layers the format states it cannot apply (`not_applied` in its `AppliedPolicy`); and what the artifact
 applies equals what the JSON's `formats` section says it applies.
 """
@@ -30,6 +30,7 @@ from fp8_policy.policy.render import applied
 from fp8_policy.policy.render.applied import AppliedPolicy, missing
 from fp8_policy.policy.render.layout import body_blocks, is_one_based, layer_index, module_index, torch_fqn
 from fp8_policy.policy.render.megatron import megatron_path
+from fp8_policy.policy.render.precision import whole_bf16_layers
 
 Applied = tuple[set[str], dict[str, set[str]]]  # (whole layers in BF16, layer -> GEMMs in BF16)
 
@@ -100,7 +101,11 @@ def torchao_applied(keep: Callable[[Any, str], bool], linear: Any, decision: Pol
     one_based = is_one_based(decision)
     index = layer_index(decision)
     names = dict.fromkeys(
-        [*(layer.name for layer in decision.layers), *decision.skip_layers, *(o.layer for o in decision.gemm_overrides)]
+        [
+            *(layer.name for layer in decision.layers),
+            *whole_bf16_layers(decision),
+            *(o.layer for o in decision.gemm_overrides),
+        ]
     )
     return {name for name in names if not keep(linear, torch_fqn(name, index.get(name), one_based))}, {}
 

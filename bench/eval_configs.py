@@ -17,6 +17,7 @@ from bench.te_config_manager import TeConfigManager
 from fp8_policy.policy.records import GEMMS, LayerGroup, PolicyDecision
 from fp8_policy.policy.render import FORMATS, render
 from fp8_policy.policy.render.layout import is_one_based, torch_fqn
+from fp8_policy.policy.render.precision import whole_bf16_layers
 
 LAYER_DISABLE = frozenset({"DisableFP8Layer", "DisableQuantizationLayer"})
 GEMM_DISABLE = frozenset({"DisableFP8GEMM", "DisableQuantizationGEMM"})
@@ -36,7 +37,7 @@ class ConfigChecker(TeConfigManager):
         except Exception as exc:  # AssertionError for unknown features / missing fields, yaml errors, ...
             return [f"ConfigManager rejected the file: {type(exc).__name__}: {exc}"]
         errors: list[str] = []
-        skip = set(decision.skip_layers)
+        skip = set(whole_bf16_layers(decision))  # skipped, and layers that ran in BF16 (kept there)
         overrides = {o.layer: o for o in decision.gemm_overrides if o.layer not in skip}
         names = dict.fromkeys([*(layer.name for layer in decision.layers), *skip, *overrides])
         resolved: dict[str, dict] = {}
@@ -139,9 +140,9 @@ class ConfigChecker(TeConfigManager):
         errors = [f"{fqn}: converted although listed" for fqn in skip_fqns if keep(self._torch_linear, fqn)]
         if not keep(self._torch_linear, "fp8_policy_eval.some.other.linear"):
             errors.append("an unlisted nn.Linear is not converted")
-        covered = set(decision.skip_layers) | {o.layer for o in decision.gemm_overrides}
+        covered = set(whole_bf16_layers(decision)) | {o.layer for o in decision.gemm_overrides}
         if len(skip_fqns) != len(covered):
-            errors.append(f"SKIP_FQNS has {len(skip_fqns)} entries for {len(covered)} skipped/overridden layers")
+            errors.append(f"SKIP_FQNS has {len(skip_fqns)} entries for {len(covered)} skipped/overridden/BF16 layers")
         got = eval_bf16.torchao_applied(keep, self._torch_linear, decision)
         return errors + eval_bf16.compare("torchao", got, decision)
 

@@ -54,9 +54,23 @@ def error_from_response(response: httpx.Response) -> ApiError:
         error, detail = "ValidationError", "; ".join(parts) or "invalid request"
     else:
         error = f"HTTP{status}"
-        detail = (response.text or response.reason_phrase or "").strip()[:300] or f"HTTP {status}"
+        detail = _foreign_answer(response)
     cls = _ERRORS_BY_STATUS.get(status, ApiError)
     return cls(status, error, detail, retry_after=retry_after(response.headers.get("retry-after")))
+
+
+def _foreign_answer(response: httpx.Response) -> str:
+    """The detail of an error that is not the service's `{"error", "detail"}` JSON: another server answered (a
+    proxy, another service on that port, a URL with a path), so say so instead of printing its page."""
+    status = response.status_code
+    kind = response.headers.get("content-type", "").split(";")[0].strip() or "no content type"
+    if kind == "text/plain" and len(response.text) <= 300 and "<" not in response.text:
+        return response.text.strip() or f"HTTP {status}"
+    return (
+        f"{response.request.url} answered HTTP {status} with {kind}, not the fp8-policy API's JSON: is the URL an "
+        "fp8-policy service (its root, e.g. http://host:8000, with no /api/v1), and not a proxy's or another "
+        "server's page?"
+    )
 
 
 def retry_after(value: str | None) -> float | None:

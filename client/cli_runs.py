@@ -104,7 +104,15 @@ def upload(
         if duplicate_of:
             click.echo(duplicate_note(duplicate_of, name), err=True)
         if wait_:
-            run = {**client.wait(run["id"], timeout=timeout), "duplicate_of": duplicate_of}
+            try:
+                run = {**client.wait(run["id"], timeout=timeout), "duplicate_of": duplicate_of}
+            except KeyboardInterrupt:  # the bytes are stored: say which run they became (click prints "Aborted!")
+                click.echo(
+                    f"\nstopped waiting: run {run['id']} ({run.get('project')}/{run.get('name')}) was uploaded and "
+                    f"is still analysed by the service; `fp8-policy status {run['id']}` follows it",
+                    err=True,
+                )
+                raise SystemExit(130) from None
     if as_json:
         return echo_json(run)
     click.echo(run_summary(run))
@@ -133,7 +141,7 @@ def status(run_ref: int | tuple[str, str], url: str, token: str | None, as_json:
 
 @click.command()
 @click.option("--project")
-@click.option("--status", "status_", type=click.Choice(["queued", "processing", "ready", "failed"]))
+@click.option("--status", "status_", type=click.Choice(["queued", "processing", "ready", "failed", "live"]))
 @click.option("--tag")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 200))
 @client_options
@@ -146,7 +154,15 @@ def runs(
     if as_json:
         return echo_json(page)
     rows = [
-        [r["id"], r.get("name"), r.get("project"), r.get("status"), r.get("layer_count"), r.get("created_at")]
+        [
+            r["id"],
+            r.get("name"),
+            r.get("project"),
+            r.get("status"),
+            verdict(r),
+            r.get("layer_count"),
+            r.get("created_at"),
+        ]
         for r in page["items"]
     ]
     none = (
@@ -154,7 +170,24 @@ def runs(
         if project or status_ or tag
         else "no runs yet: `fp8-policy upload LOG_DIR` sends one"
     )
-    echo_rows(["id", "name", "project", "status", "layers", "created"], rows, none)
+    echo_rows(["id", "name", "project", "status", "verdict", "layers", "created"], rows, none)
+
+
+def verdict(run: dict[str, Any]) -> str:
+    """The runs list's verdict, as the dashboard shows it: severity and leading pattern, layers to BF16, the
+    precision mix; "training" for a live run, "-" while there is none."""
+    summary = run.get("summary")
+    if run.get("status") == "live":
+        return "training"
+    if not isinstance(summary, dict):
+        return "-"
+    pattern = summary.get("pattern")
+    text = str(summary.get("severity")) + (f" {pattern}" if pattern and pattern != "healthy" else "")
+    text += f", {summary.get('to_bf16', 0)} to BF16"
+    mix = summary.get("precision_mix") or {}
+    if mix:
+        text += ", " + " ".join(f"{n} {p}" for p, n in mix.items())
+    return text
 
 
 @click.command()

@@ -62,6 +62,16 @@ def backoff_delays(initial: float = 0.2, maximum: float = 2.0, factor: float = 2
         delay = min(maximum, delay * factor)
 
 
+def service_root(url: str) -> str:
+    """The service's root URL: `http://host:8000/api/v1` (the API's prefix, as the docs show every route) is read as
+    `http://host:8000`; a trailing slash is dropped."""
+    root = url.rstrip("/")
+    for suffix in ("/api/v1", "/api"):
+        if root.endswith(suffix):
+            return root[: -len(suffix)]
+    return root
+
+
 class PolicyClient:
     """Client of one fp8-policy service; use as a context manager (it owns one HTTP connection pool).
 
@@ -73,7 +83,7 @@ class PolicyClient:
     def __init__(
         self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT, *, transport: Any = None
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = service_root(base_url)
         if token is None:
             token = os.environ.get(TOKEN_ENV) or None
         self._http = HttpSession(self.base_url, token=token, timeout=timeout, transport=transport)

@@ -141,9 +141,11 @@ def _layers_table(layers: list[dict[str, Any]]) -> list[str]:
 def change_section(rec: dict[str, Any]) -> list[str]:
     """Markdown bullets of a recommendation: skip list, GEMM overrides, recipe, expected cost, confidence."""
     skips = rec.get("fp8_skip_layers") or []
+    headline = (rec.get("headline") or {}).get("text")
     lines = [
         "### Recommended change",
         "",
+        *([f"- **{_cell(headline)}**"] if headline else []),
         f"- Keep in BF16 (`fp8_skip_layers`, {len(skips)}): {_names(skips) if skips else 'none'}",
     ]
     for override in rec.get("gemm_overrides") or []:
@@ -154,12 +156,25 @@ def change_section(rec: dict[str, Any]) -> list[str]:
     recipe = rec.get("recipe") or {}
     if recipe:
         lines.append(f"- Recipe: **{recipe.get('name')}** (`{recipe.get('class')}`): {_cell(recipe.get('reason', ''))}")
+    ladder = ((rec.get("precision_ladder") or {}).get("counts")) or {}
+    if any(ladder.values()):
+        mix = ", ".join(f"{n} {p}" for p, n in ladder.items() if n)
+        lines.append(f"- Precision per layer (`precision_ladder`): {mix}")
+    kept = rec.get("kept_bf16") or []
+    if kept:
+        lines.append(f"- Already BF16, kept there (`kept_bf16`, {len(kept)}): {_names(kept)}")
     cost = rec.get("expected_cost") or {}
     if cost:
+        share = cost.get("gemm_share") or {}
+        mix = (
+            " / ".join(f"{_fmt(_number(share.get(k)) * 100)}% {k.upper()}" for k in ("fp4", "fp8", "bf16"))
+            if share
+            else f"{_fmt(_number(cost.get('bf16_gemm_share')) * 100)}% BF16"
+        )
         lines.append(
-            f"- Expected cost: {_fmt(_number(cost.get('bf16_gemm_share')) * 100)}% of GEMMs in BF16, GEMM "
-            f"time {_signed_pct(cost.get('gemm_slowdown_vs_all_fp8_pct'))} vs all-FP8 "
-            f"({_fmt(cost.get('gemm_speedup_vs_all_bf16'))}x faster than all-BF16)"
+            f"- Expected cost: GEMM FLOPs {mix}: {_fmt(cost.get('gemm_speedup_vs_all_bf16'))}x faster than "
+            f"all-BF16 GEMMs, GEMM time {_signed_pct(cost.get('gemm_slowdown_vs_all_fp8_pct'))} vs every layer at "
+            f"{cost.get('fp8_recipe') or 'the recipe'}"
         )
     if rec.get("confidence") is not None:
         lines.append(f"- Confidence: {_confidence(rec['confidence'])}")

@@ -23,11 +23,21 @@ class SummaryRecord:
     headline: str | None
     to_bf16: int
     gemm_overrides: int
+    precision_mix: dict[str, int] | None = None
+    gemm_speedup: float | None = None
 
 
 def _record(row: RunSummary) -> SummaryRecord:
     return SummaryRecord(
-        row.run_id, row.policy_version, row.severity, row.pattern, row.headline, row.to_bf16, row.gemm_overrides
+        row.run_id,
+        row.policy_version,
+        row.severity,
+        row.pattern,
+        row.headline,
+        row.to_bf16,
+        row.gemm_overrides,
+        row.precision_mix,
+        row.gemm_speedup,
     )
 
 

@@ -2,7 +2,7 @@
 
 One row per ready run, written after ingest (or on first read) and keyed by the policy version that computed
 it: when the rules change (a new `POLICY_VERSION`), a stale row is recomputed, never served. The runs list reads
-`severity`, `pattern`, `headline` and `to_bf16` from here instead of analysing every run it lists; GET /analysis
+`severity`, `pattern`, `headline`, `to_bf16` and `precision_mix` from here instead of analysing every run it lists; GET /analysis
 with default thresholds returns `analysis` as stored, and GET /recommendation without options its stored
 `recommendation` (NULL when the run's metadata could not be read or the row predates the column).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from fp8_policy.db.base import Base, UTCDateTime
@@ -28,6 +28,9 @@ class RunSummary(Base):
     headline: Mapped[str | None] = mapped_column(Text)  # that finding's one-sentence summary
     to_bf16: Mapped[int] = mapped_column(Integer)  # layers the recommendation keeps in BF16
     gemm_overrides: Mapped[int] = mapped_column(Integer)  # layers with per-GEMM overrides
+    # layers per recommended precision (the recommendation's headline.precision_mix) and its one GEMM speedup
+    precision_mix: Mapped[dict[str, int] | None] = mapped_column(JSON, nullable=True)
+    gemm_speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
     analysis: Mapped[dict[str, Any]] = mapped_column(JSON)  # the default-threshold analysis as GET /analysis returns it
     # the default-options recommendation: {"run": what it was computed from, "json": the JSON answer,
     # "rendered": {format: {content, media_type, filename}}} (service/analysis/summary.py)

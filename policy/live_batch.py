@@ -18,6 +18,7 @@ import numpy as np
 
 from fp8_policy.policy import live_events as ref
 from fp8_policy.policy.live_events import WINDOW, LiveEvent
+from fp8_policy.policy.live_levels import band_event, level_points
 from fp8_policy.policy.live_table import KIND_SCALE, KIND_UNDERFLOW, NO_ITERATION, SeriesTable
 from fp8_policy.policy.live_trends import projections, rank_divergence
 from fp8_policy.policy.thresholds import Severity, Thresholds
@@ -130,7 +131,10 @@ def _point_events(
         before = _shifted(good, ffirst, table.last_value[frow[ffirst]])
         scale = table.kind[frow] == KIND_SCALE
         if scale.any():
-            found += _scale_jumps(table, rank, thresholds, at, good, before, scale, first, row, seg, its, previous_its)
+            moved = _moved_before(table, frow, fseg, ffirst, good, scale)
+            found += _scale_jumps(
+                table, rank, thresholds, at, good, before, scale & moved, first, row, seg, its, previous_its
+            )
         underflow = np.flatnonzero(table.kind[frow] == KIND_UNDERFLOW)
         if underflow.size:
             found += _bands(table, rank, thresholds, at[underflow], good[underflow], row, seg, its)
@@ -138,6 +142,21 @@ def _point_events(
     table.nonfinite[row[last]] = bad[last]
     table.last_it[row[last]] = its[last]
     return found
+
+
+def _moved_before(
+    table: SeriesTable, frow: np.ndarray, fseg: np.ndarray, ffirst: np.ndarray, good: np.ndarray, scale: np.ndarray
+) -> np.ndarray:
+    """Per finite point: had its scale_inv series left exactly 1.0 before it (live_events' warm-up rule)? Updates
+    the table's `moved` for the series."""
+    off = (good != 1.0) & scale
+    count = np.cumsum(off)
+    start = np.flatnonzero(ffirst)
+    before_series = np.repeat(count[start] - off[start], np.diff(np.append(start, good.size)))
+    moved: np.ndarray = table.moved[frow] | (count - off - before_series > 0)
+    ends = _ends(fseg) & scale
+    table.moved[frow[ends]] |= moved[ends] | off[ends]
+    return moved
 
 
 def _scale_jumps(
@@ -184,33 +203,46 @@ def _bands(
     windows."""
     urow, useg = row[at], seg[at]
     ufirst, ulast = _starts(useg), _ends(useg)
-    bands = ref._band_ranks(good, thresholds)
+    levels = _levels(table, urow, ufirst, good, level_points(thresholds))
+    bands = ref._band_ranks(levels, thresholds)
     before = _shifted(bands, ufirst, table.band[urow[ufirst]])
     found = []
     for j in np.flatnonzero((bands > before) & (bands >= _WARNING)).tolist():
         k, r = int(at[j]), int(urow[j])
         band, previous = ref._BY_RANK[int(bands[j])], ref._BY_RANK[int(before[j])]
-        it, value = int(its[k]), float(good[j])
-        message = (
-            f"{table.label(r)}: underflows {value:.2f} % at iteration {it}, {band.value} band "
-            f"(≥ {ref._band_floor(band, thresholds):g} %)"
-        )
-        event = ref._event(
-            "band_crossing",
-            band,
+        event = band_event(
+            table.label(r),
             table.metric(r),
             rank,
-            it,
-            value,
-            message,
-            band=band.value,
-            previous_band=previous.value,
+            int(its[k]),
+            float(levels[j]),
+            float(good[j]),
+            band,
+            previous,
+            thresholds,
         )
         found.append((int(seg[k]), k, event))
     table.band[urow[ulast]] = bands[ulast]
     table.projected[np.unique(urow[bands >= _CRITICAL])] = False
     _extend_windows(table, urow, ufirst, ulast, its[at], good)
     return found
+
+
+def _levels(table: SeriesTable, urow: np.ndarray, ufirst: np.ndarray, good: np.ndarray, points: int) -> np.ndarray:
+    """live_events.sustained_levels for every series at once: per new finite point, the median of the last `points`
+    finite points of its series (its earlier new points, then the newest of its stored window); NaN while fewer."""
+    start = np.flatnonzero(ufirst)
+    position = np.arange(good.size) - np.repeat(start, np.diff(np.append(start, good.size)))  # within its series
+    back = np.arange(points)[None, :]  # 0: the point itself, 1: the one before, ...
+    from_new = back <= position[:, None]
+    older = back - position[:, None]  # 1: the newest window point, ...
+    have = table.win_len[urow].astype(np.int64)[:, None]
+    window = np.take_along_axis(table.win_val[urow], np.clip(WINDOW - older, 0, WINDOW - 1), 1)
+    values = np.where(from_new, good[np.maximum(np.arange(good.size)[:, None] - back, 0)], window)
+    valid = (from_new | (older <= have)).all(axis=1)
+    levels = np.median(values, axis=1) if good.size else np.zeros(0)
+    levels[~valid] = np.nan
+    return levels
 
 
 def _extend_windows(

@@ -5,11 +5,17 @@ an increment is proportional to its new points, not to the run so far. Storing t
 `db/`'s, receiving the log bytes `service/live/`'s, delivering alerts `service/alerts/`'s.
 
 Events (kinds):
-- `band_crossing`: an underflows% series enters a worse band (warning / critical / severe of `Thresholds`).
+- `band_crossing`: an underflows% series' level enters a worse band (warning / critical / severe of `Thresholds`).
+  The level is the median of its last `min_points` finite points, the batch analysis' smallest window
+  (policy/analysis/signals.py): one point never crosses a band, a sustained level does (up to two spikes in five
+  points are noise), so a warm-up point - delayed scaling's first iteration, logged with its scale still exactly
+  1.0 (bionemo: 21.47 % gradient underflow at iteration 0 on every layer) - raises nothing.
 - `projected_crossing`: a rising underflows% series is projected to cross `critical` within `horizon_steps`
   iterations (Theil–Sen slope over the recent window: a median of pairwise slopes, robust to single spikes).
 - `scale_inv_drop` / `scale_inv_rise`: consecutive scale_inv points differ by at least `scale_jump_factor`
-  (default 8×, three binades). A scaling factor that collapses or explodes step to step precedes NaNs or
+  (default 8×, three binades), once the scale has moved: a series' first departure from exactly 1.0 is delayed
+  scaling's warm-up ending (the first scale computed from an amax), as the batch analysis' warm-up rule reads it,
+  not a jump. A scaling factor that collapses or explodes step to step precedes NaNs or
   underflow (see NVIDIA's FP8 primer on per-tensor scaling,
   https://docs.nvidia.com/deeplearning/transformer-engine/user-guide/examples/fp8_primer.html).
 - `nonfinite`: the first NaN or ±inf in a series.
@@ -27,6 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from fp8_policy.policy.live_levels import _band_floor as _band_floor  # re-exported: the reference test's
+from fp8_policy.policy.live_levels import band_event, level_points, sustained_levels
+from fp8_policy.policy.live_record import LiveEvent as LiveEvent  # re-exported: where the detectors' users import it
+from fp8_policy.policy.live_record import _event as _event
 from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.thresholds import Severity, Thresholds
 from fp8_policy.policy.vocabulary import EVENT_KINDS as EVENT_KINDS  # re-exported: defined there for the API
@@ -35,32 +45,6 @@ WINDOW = 32  # recent finite points kept per series for trends and rank levels
 LEVEL_POINTS = 4  # points averaged for a series' "recent level" (rank divergence)
 MIN_TREND_POINTS = 8
 DEFAULT_HORIZON_STEPS = 2_000
-
-
-@dataclass(frozen=True, slots=True)
-class LiveEvent:
-    kind: str
-    severity: str
-    layer: str
-    tensor: str
-    stat: str
-    rank: int
-    iteration: int
-    value: float | None
-    message: str
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """dataclasses.asdict without its deepcopy of every leaf (each stored event becomes a dict for the alerts)."""
-        return {name: _plain(getattr(self, name)) for name in self.__slots__}
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_plain(v) for v in value)
-    return value
 
 
 @dataclass(slots=True)
@@ -74,6 +58,7 @@ class SeriesState:
     nonfinite: bool = False
     diverging: bool = False
     window: list[list[float]] = field(default_factory=list)  # [[iteration, value], ...] recent finite points
+    moved: bool = False  # a scale_inv series has left exactly 1.0 (delayed scaling's warm-up is over)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +69,7 @@ class SeriesState:
             "n": self.nonfinite,
             "d": self.diverging,
             "w": self.window,
+            "m": self.moved,
         }
 
     @classmethod
@@ -96,6 +82,7 @@ class SeriesState:
             bool(data.get("n")),
             bool(data.get("d")),
             [list(p) for p in data.get("w", [])],
+            bool(data.get("m")),
         )
 
     def level(self) -> float | None:
@@ -110,30 +97,6 @@ def _is_underflow(metric: MetricName) -> bool:
 
 def _is_scale_inv(metric: MetricName) -> bool:
     return metric.stat in ("scale_inv_min", "scale_inv_max")
-
-
-def _event(
-    kind: str,
-    severity: Severity | str,
-    metric: MetricName,
-    rank: int,
-    iteration: int,
-    value: float | None,
-    message: str,
-    **detail: Any,
-) -> LiveEvent:
-    return LiveEvent(
-        kind,
-        Severity(severity).value,
-        metric.layer,
-        metric.tensor,
-        metric.stat_key,
-        rank,
-        iteration,
-        value,
-        message,
-        detail,
-    )
 
 
 def _fmt(value: float) -> str:
@@ -174,10 +137,14 @@ def advance(
             last = np.nan if state.last_value is None else state.last_value
             before = np.concatenate(([last], good[:-1]))  # the last finite value before each finite point
             if _is_scale_inv(metric):
-                found += _scale_jumps(state, metric, rank, name, thresholds, at, good, before, its, previous_its)
+                moved = state.moved | (np.cumsum(good != 1.0) - (good != 1.0) > 0)  # moved before each point
+                found += _scale_jumps(state, metric, rank, name, thresholds, at, good, before, its, previous_its, moved)
+                state.moved = bool(state.moved or (good != 1.0).any())
             if _is_underflow(metric):
-                bands = _band_ranks(good, thresholds)
-                found += _band_crossings(state, metric, rank, name, thresholds, at, good, bands, its)
+                window = np.asarray([v for _i, v in state.window], dtype=np.float64)
+                levels = sustained_levels(window, good, level_points(thresholds))
+                bands = _band_ranks(levels, thresholds)
+                found += _band_crossings(state, metric, rank, name, thresholds, at, levels, bands, its, good)
                 state.band = _BY_RANK[int(bands[-1])].value
                 if (bands >= Severity.CRITICAL.rank).any():
                     state.projected = False
@@ -212,7 +179,7 @@ def _new_points(last: int | None, its: np.ndarray, vals: np.ndarray) -> tuple[np
 
 
 def _band_ranks(values: np.ndarray, thresholds: Thresholds) -> np.ndarray:
-    """`Thresholds.band(value).rank` of each finite value."""
+    """`Thresholds.band(value).rank` of each value (NaN: no level yet, ok)."""
     ranks = np.zeros(values.shape, dtype=np.int8)
     ranks[values >= thresholds.warning] = Severity.WARNING.rank
     ranks[values >= thresholds.critical] = Severity.CRITICAL.rank
@@ -231,11 +198,12 @@ def _scale_jumps(
     before: np.ndarray,
     its: np.ndarray,
     previous_its: np.ndarray,
+    moved: np.ndarray,
 ) -> list[tuple[int, int, LiveEvent]]:
     factor = thresholds.scale_jump_factor
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = good / before
-    jumps = (before > 0) & (good > 0) & ((ratios >= factor) | (ratios <= 1.0 / factor))
+    jumps = moved & (before > 0) & (good > 0) & ((ratios >= factor) | (ratios <= 1.0 / factor))
     found = []
     for j in np.flatnonzero(jumps).tolist():
         k = int(at[j])
@@ -263,32 +231,20 @@ def _band_crossings(
     name: str,
     thresholds: Thresholds,
     at: np.ndarray,
-    good: np.ndarray,
+    levels: np.ndarray,
     bands: np.ndarray,
     its: np.ndarray,
+    points: np.ndarray,
 ) -> list[tuple[int, int, LiveEvent]]:
     before = np.concatenate(([Severity(state.band).rank], bands[:-1]))
     found = []
     for j in np.flatnonzero((bands > before) & (bands >= Severity.WARNING.rank)).tolist():
         k, band, previous = int(at[j]), _BY_RANK[int(bands[j])], _BY_RANK[int(before[j])]
-        it, value = int(its[k]), float(good[j])
-        message = (
-            f"{name}: underflows {value:.2f} % at iteration {it}, {band.value} band "
-            f"(≥ {_band_floor(band, thresholds):g} %)"
-        )
-        event = _event(
-            "band_crossing", band, metric, rank, it, value, message, band=band.value, previous_band=previous.value
+        event = band_event(
+            name, metric, rank, int(its[k]), float(levels[j]), float(points[j]), band, previous, thresholds
         )
         found.append((k, 2, event))
     return found
-
-
-def _band_floor(band: Severity, thresholds: Thresholds) -> float:
-    return {
-        Severity.WARNING: thresholds.warning,
-        Severity.CRITICAL: thresholds.critical,
-        Severity.SEVERE: thresholds.severe,
-    }.get(band, 0.0)
 
 
 _PAIRS: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # n -> the index pairs i < j (a window has at most 32 points)

@@ -35,7 +35,9 @@ _COLUMNS = {  # name -> dtype of the per-row columns (windows are stored for und
     "nonfinite": np.bool_,
     "diverging": np.bool_,
     "win_len": np.int16,
+    "moved": np.bool_,  # a scale_inv series has left exactly 1.0 (live_events.SeriesState.moved)
 }
+_ADDED_COLUMNS = ("moved",)  # absent from documents written before it: all False
 _METRICS: dict[str, tuple[MetricName, int] | None] = {}  # the names seen by this process: (metric, kind)
 _MAX_CACHED = 200_000
 
@@ -78,6 +80,7 @@ class SeriesTable:
         self.nonfinite: np.ndarray
         self.diverging: np.ndarray
         self.win_len: np.ndarray
+        self.moved: np.ndarray
         self.win_it = np.zeros((0, WINDOW), dtype=np.int64)
         self.win_val = np.zeros((0, WINDOW), dtype=np.float64)
 
@@ -172,6 +175,7 @@ class SeriesTable:
             bool(self.nonfinite[row]),
             bool(self.diverging[row]),
             window,
+            bool(self.moved[row]),
         )
 
     def set_state(self, row: int, state: SeriesState) -> None:
@@ -183,6 +187,7 @@ class SeriesTable:
             state.nonfinite,
             state.diverging,
         )
+        self.moved[row] = state.moved
         window = state.window[-WINDOW:] if self.kind[row] == KIND_UNDERFLOW else []
         self.win_len[row] = len(window)
         self.win_it[row], self.win_val[row] = 0, 0.0
@@ -213,8 +218,10 @@ class SeriesTable:
         table.metrics = [k[0] for k in known if k is not None]
         table.name_kind = np.asarray([k[1] for k in known if k is not None], dtype=np.int8)
         columns = doc["columns"]
+        rows = _array(columns["rank"], np.int64).shape[0]
         for column, dtype in _COLUMNS.items():
-            setattr(table, column, _array(columns[column], dtype))
+            missing = column in _ADDED_COLUMNS and column not in columns
+            setattr(table, column, np.zeros(rows, dtype=dtype) if missing else _array(columns[column], dtype))
         n = len(table)
         if any(getattr(table, column).shape[0] != n for column in _COLUMNS):
             raise ValueError("live state columns of different lengths")

@@ -12,6 +12,9 @@ event shape with: `layer` is "training", `tensor` the scalar's name, `stat` "val
   AND `SPIKE_RATIO` times above the expected level: a trailing-window median alone misses a 3× jump on a
   decaying loss (the window's own spread is the decay), and the ratio keeps batch noise on a very smooth
   curve from paging anyone.
+  A `loss` spike is critical, a `grad_norm` spike a warning: on small batches the grad norm spikes now and then
+  on a healthy run (what the loss does next is what matters). Warm-up: while a logged `lr` still rises (the
+  learning-rate warm-up) the values only fill the window; the batch analysis likewise leaves a run's start out.
 - `nonfinite`: `loss` or `grad_norm` logged as NaN or ±inf (JSON's NaN / Infinity, as Python's json writes them),
   once per episode, as the statistics series' `nonfinite` (policy/live_events.py): a diverged step, which every
   other detector leaves out.
@@ -61,7 +64,8 @@ class ScalarState:
     count: int = 0  # records with both loss and grad_norm
     history: list[list[float]] = field(default_factory=list)  # [[center step, loss median, grad_norm median]]
     steps: list[int] = field(default_factory=list)  # steps of the current block's records
-    nonfinite: dict[str, bool] = field(default_factory=dict)  # the series' last value was NaN or ±inf
+    nonfinite: dict[str, bool] = field(default_factory=dict)  # the last value of a scalar was NaN/inf
+    lr_peak: float | None = None  # the largest lr logged so far (a larger one: still warming up)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +79,7 @@ class ScalarState:
             "h": self.history,
             "b": self.steps,
             "n": self.nonfinite,
+            "r": self.lr_peak,
         }
 
     @classmethod
@@ -90,6 +95,7 @@ class ScalarState:
             [list(h) for h in data.get("h", [])],
             list(data.get("b", [])),
             dict(data.get("n", {})),
+            data.get("r"),
         )
 
 
@@ -161,6 +167,7 @@ def advance(state: ScalarState, records: list[dict[str, Any]]) -> list[LiveEvent
         state.last_step = step
         if state.first_step is None:
             state.first_step = step
+        warming = _lr_warming_up(state, record.get("lr"))
         seen = 0
         for name in WATCHED:
             value = record.get(name)
@@ -175,13 +182,13 @@ def advance(state: ScalarState, records: list[dict[str, Any]]) -> list[LiveEvent
                 continue
             state.nonfinite[name] = False
             window = state.windows.setdefault(name, [])
-            if len(window) >= MIN_POINTS:
+            if len(window) >= MIN_POINTS and not warming:
                 spiking, z, level = _is_spike(window, float(value))
                 if spiking and not state.spiking.get(name):
                     events.append(
                         _event(
                             "scalar_spike",
-                            Severity.CRITICAL,
+                            Severity.CRITICAL if name == "loss" else Severity.WARNING,
                             name,
                             step,
                             float(value),
@@ -218,6 +225,15 @@ def advance(state: ScalarState, records: list[dict[str, Any]]) -> list[LiveEvent
             state.plateau_level = plateau["loss"]
         state.plateau = plateau is not None
     return events
+
+
+def _lr_warming_up(state: ScalarState, lr: object) -> bool:
+    """Whether this record's `lr` is above every earlier one (the learning-rate warm-up); remembers the peak."""
+    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr):
+        return False
+    rising = state.lr_peak is None or lr > state.lr_peak
+    state.lr_peak = max(float(lr), state.lr_peak or float(lr))
+    return rising
 
 
 def _remember(state: ScalarState, step: int) -> None:

@@ -43,7 +43,7 @@ class PolicyView:
     skip_layers: tuple[str, ...]
     gemm_overrides: dict[str, tuple[str, ...]]  # layer -> GEMMs, merged per layer, in GEMMS order
     recipe_name: str | None = None
-    kept_bf16: frozenset[str] = frozenset()  # optional: layers that already ran in BF16
+    kept_bf16: tuple[str, ...] = ()  # layers that already ran in BF16 and stay there (kept like skips)
     layer_precisions: dict[str, str] = field(default_factory=dict)  # precision_ladder: layer -> rung
 
     @classmethod
@@ -64,7 +64,7 @@ class PolicyView:
             skip_layers=tuple(dict.fromkeys(skips)),
             gemm_overrides={k: tuple(g for g in GEMMS if g in v) for k, v in merged.items()},
             recipe_name=_recipe_name(policy.get("recipe")),
-            kept_bf16=frozenset(_names(policy.get("kept_bf16", []), "kept_bf16")),
+            kept_bf16=tuple(dict.fromkeys(_names(policy.get("kept_bf16", []), "kept_bf16"))),
             layer_precisions=_ladder(policy.get("precision_ladder")),
         )
 
@@ -146,6 +146,9 @@ def make_plan(
     view = PolicyView.from_dict(policy)
     report = ApplyReport(backend=backend, recipe=view.recipe_name)
     reasons = dict.fromkeys(view.skip_layers, "skip")
+    # layers that ran in BF16 stay there: torchao converts every nn.Linear its filter lets through, and TE runs a
+    # module in FP8 under the outer autocast unless it is wrapped, whatever the analysed run did with it
+    reasons.update({name: "ran in BF16" for name in view.kept_bf16 if name not in reasons})
     if gemm_overrides == "whole_module":
         reasons.update(dict.fromkeys(view.override_only, "gemm override"))
     resolved, unmatched = resolve_names(NameIndex(model), reasons)
@@ -194,7 +197,7 @@ def _drop_already_bf16(
 
 def _warnings(view: PolicyView, targets: list[Target], mode: str) -> list[str]:
     out = []
-    if not view.skip_layers and not view.gemm_overrides:
+    if not view.skip_layers and not view.gemm_overrides and not view.kept_bf16:
         out.append("the policy skips nothing: every layer stays in FP8")
     for target in targets:
         full = fused_parts(target.module)

@@ -19,7 +19,7 @@ class MatchedLayer:
     fqn: the module's `named_modules()` path (the fused module for `layernorm_mlp.fc1`);
     how: `exact`, `wrapper levels` (DDP/FSDP `.module` levels differ between logs and model) or
     `fused` (a GEMM of TE's LayerNormMLP: the whole fused module is affected);
-    reason: `skip` (fp8_skip_layers) or `gemm override` (applied to the whole module).
+    reason: `skip` (fp8_skip_layers), `ran in BF16` (kept_bf16) or `gemm override` (applied to the whole module).
     """
 
     name: str

@@ -78,9 +78,12 @@ def _ladder(model: nn.Module, plan: Any, report: ApplyReport, allow_unmatched: b
         raise UnmatchedLayers(unmatched)
     report.unmatched += unmatched
     unapplied, mx, fp8 = [], [], []
+    kept = [t.fqn for t in plan.targets]
     for name, (found, _how) in resolved.items():
         rung = effective_rung(rungs[name], outer)
         for entry in found:
+            if _under(entry.fqn, kept):
+                continue  # kept in high precision by the policy's BF16 set (skips, layers that ran in BF16)
             if rungs[name] == "bf16":
                 unapplied.append(entry.fqn)
             elif rung == "mxfp8":

@@ -47,7 +47,7 @@ from torch import nn
 from fp8_policy.client.collect.delayed import DelayedScaler
 from fp8_policy.client.collect.fp8 import E4M3, E5M2, Fp8Format
 from fp8_policy.client.collect.naming import assigned_names, gemm_layers, name_matcher
-from fp8_policy.client.collect.options import DEFAULT_STATS, TENSORS, TensorSpec, build_specs
+from fp8_policy.client.collect.options import TENSORS, TensorSpec, build_specs, default_stats
 from fp8_policy.client.collect.quantizers import Quantized, quantize_current, quantize_per_tensor
 from fp8_policy.client.collect.stats import (
     QuantSums,
@@ -99,7 +99,8 @@ class FP8StatsCollector:
             collector.step()                                       # like debug_api.step()
         collector.close()                                          # or use it as a context manager
 
-    Options mirror TE's YAML: `layers` (regex, `re.search` on the logged name), `tensors`, `stats`, `freq`,
+    Options mirror TE's YAML: `layers` (regex, `re.search` on the logged name), `tensors`, `stats` (default: what
+    TE logs for the recipe, `default_stats`), `freq`,
     `start_step`, `end_step`, `start_end_list`, or per-tensor `tensors_struct` (see
     `options_from_te_config`). Plain models: `recipe` "current" (default) or "delayed", `fp8_format`
     "HYBRID" (E4M3 forward, E5M2 gradients, TE's default) or "E4M3", `bf16_layers` (regex or exact names)
@@ -113,7 +114,7 @@ class FP8StatsCollector:
         *,
         layers: str = ".*",
         tensors: Iterable[str] = TENSORS,
-        stats: Sequence[str] = DEFAULT_STATS,
+        stats: Sequence[str] | None = None,
         freq: int = 1,
         start_step: int | None = None,
         end_step: int | None = None,
@@ -133,15 +134,6 @@ class FP8StatsCollector:
         self.log_dir = Path(log_dir)
         self.iteration = int(init_training_step)
         self.overhead = Overhead()
-        self._specs: dict[str, TensorSpec] = build_specs(
-            tensors=tensors,
-            stats=stats,
-            freq=freq,
-            start_step=start_step,
-            end_step=end_step,
-            start_end_list=start_end_list,
-            tensors_struct=tensors_struct,
-        )
         self._layer_pattern = re.compile(layers)
         float8_linear = float8_linear_class()
         named = assigned_names(model)
@@ -153,6 +145,15 @@ class FP8StatsCollector:
             else "emulated"
         )
         self.recipe = self._resolve_recipe(recipe)
+        self._specs: dict[str, TensorSpec] = build_specs(
+            tensors=tensors,
+            stats=default_stats(self.recipe) if stats is None else stats,
+            freq=freq,
+            start_step=start_step,
+            end_step=end_step,
+            start_end_list=start_end_list,
+            tensors_struct=tensors_struct,
+        )
         if self.backend == "torchao":
             if bf16_layers is not None:
                 raise ValueError(

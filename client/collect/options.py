@@ -164,3 +164,14 @@ def _entries(feature: Mapping[str, Any]) -> list[dict[str, Any]]:
     else:
         struct = [{"tensor": t} for t in feature.get("tensors", TENSORS)]
     return [{**shared, **entry} for entry in struct]
+
+
+def default_stats(recipe: str) -> tuple[str, ...]:
+    """The stats logged when none are given: what TE logs for that training recipe - LogNvfp4TensorStats'
+    `underflows%` / `mse` (written `nvfp4_*`) under NVFP4, LogFp8TensorStats' with `overflows%` under delayed
+    scaling (the only recipe TE logs it for), `DEFAULT_STATS` otherwise."""
+    if recipe == "nvfp4":
+        return ("nvfp4_underflows%", "nvfp4_mse")
+    if recipe == "delayed":
+        return ("underflows%", "overflows%", "scale_inv_min", "scale_inv_max", "mse")
+    return DEFAULT_STATS

@@ -3,8 +3,12 @@
 Rules (a layer fails when one of its tensors' level is at or above `critical`):
 * `uniform`: more than `uniform_fraction` of the observed FP8 layers fail (at least `uniform_min_layers`
   observed), and so do more than `uniform_fraction` of those in the middle blocks (outside the first and last
-  `edge` blocks; skipped when there is no middle). Failures concentrated at the ends stay positional (a wide
-  U-shape is a layer problem). It replaces the positional and single_tensor findings: it is a recipe problem.
+  `edge` blocks; skipped when there is no middle), and the layers fail together: in more than half of the body's
+  sublayer kinds (qkv, proj, fc1, ...; when it has two or more) more than `uniform_fraction` of that kind's layers
+  fail. Failures concentrated at the ends stay positional (a wide U-shape is a layer problem), failures confined to
+  one or two kinds (every fc1's gradient under NVFP4) are a problem of those layers, answered per layer (skips,
+  overrides, the ladder's lift), not by a recipe change for the whole model. It replaces the positional and
+  single_tensor findings: it is a recipe problem.
 * `boundary`: an FP8 layer whose block neighbours a BF16 block (or, for the last block, a BF16 head) has a tensor
   at or above `warning`, exceeding its peers' median (same tensor and sublayer, away from any boundary) by
   `warning` and by the factor `boundary_ratio`, and degrading: rising by `trend_min_rise` from the first to the
@@ -137,6 +141,9 @@ def _uniform(
     middle = [lv for lv in fp8 if lv.block in layout.positions and layout.region(lv.block) == "middle"]
     if middle and sum(1 for lv in middle if lv.failing) <= thresholds.uniform_fraction * len(middle):
         return None
+    kinds = _kinds_failing(fp8, thresholds)
+    if len(kinds) >= 2 and sum(kinds.values()) <= len(kinds) / 2:
+        return None  # failures confined to a few sublayer kinds: a layer problem (module rules)
     share = len(failing) / len(fp8)
     top = sorted(failing, key=lambda lv: -_worst(lv)[1].level)
     tensor, summary = _worst(top[0])
@@ -149,6 +156,16 @@ def _uniform(
     return Finding(
         Pattern.UNIFORM, worst(lv.severity for lv in failing), tuple(lv.name for lv in failing), tuple(evidence), text
     )
+
+
+def _kinds_failing(fp8: list[LayerLevels], thresholds: Thresholds) -> dict[str, bool]:
+    """Body sublayer kind -> whether more than `uniform_fraction` of its FP8 layers fail."""
+    by_kind: dict[str, list[bool]] = {}
+    for lv in fp8:
+        structure = lv.info.structure
+        if structure.group is LayerGroup.BODY and structure.sublayer:
+            by_kind.setdefault(structure.sublayer, []).append(bool(lv.failing))
+    return {kind: sum(flags) > thresholds.uniform_fraction * len(flags) for kind, flags in by_kind.items()}
 
 
 def _boundary(layout: Layout, fp8: list[LayerLevels], thresholds: Thresholds) -> list[Finding]:
@@ -296,6 +313,25 @@ def _finding(pattern: Pattern, layers: list[LayerLevels], layout: Layout, thresh
     text = (
         f"{pattern.value}: {len(layers)} failing layer(s) in {where} of {len(layout.blocks)} blocks; worst "
         f"{tensor} underflows% {summary.level:.2f}% at {top.name} (critical >= {thresholds.critical:g}%)."
+        + _kinds_clause(layers, layout)
     )
     evidence = [ev for lv in layers for ev in failing_evidence(lv, thresholds)]
     return Finding(pattern, worst(lv.severity for lv in layers), tuple(lv.name for lv in layers), tuple(evidence), text)
+
+
+def _kinds_clause(layers: list[LayerLevels], layout: Layout) -> str:
+    """' Only fc1 (2 of 2), fc2 (1 of 2) of the 4 sublayer kinds fail.' when the failing body layers leave some
+    sublayer kinds out (the structure of the failure: a problem of those layers), else ''."""
+    total: dict[str, int] = {}
+    for lv in layout.fp8():
+        if lv.info.structure.group is LayerGroup.BODY and lv.info.structure.sublayer:
+            total[lv.info.structure.sublayer] = total.get(lv.info.structure.sublayer, 0) + 1
+    failing: dict[str, int] = {}
+    for lv in layers:
+        kind = lv.info.structure.sublayer
+        if lv.info.structure.group is LayerGroup.BODY and kind in total:
+            failing[kind] = failing.get(kind, 0) + 1
+    if not failing or len(failing) == len(total):
+        return ""
+    listed = ", ".join(f"{kind} ({n} of {total[kind]})" for kind, n in failing.items())
+    return f" Only {listed} of the {len(total)} sublayer kinds fail."

@@ -19,6 +19,7 @@ Rules:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -185,12 +186,14 @@ def compare_verdicts(runs: Sequence[RunVerdict]) -> dict[str, Any]:
         raise ValueError(f"compare takes {MIN_RUNS}-{MAX_RUNS} runs, got {len(runs)}")
     layers = _layer_rows(runs)
     common = sum(1 for row in layers if all(cell is not None for cell in row["cells"]))
+    shared = sum(1 for row in layers if sum(cell is not None for cell in row["cells"]) >= 2)
     table = _table(runs)
     return {
         "table": table,
         "layers": layers,
         "common_layers": common,
-        "comparable": common > 0,
+        "shared_layers": shared,
+        "comparable": shared > 0,
         "focus": _focus(runs, layers),
         "summary": _sentences(runs, table, layers, common),
     }
@@ -309,14 +312,15 @@ def _layer_rows(runs: Sequence[RunVerdict]) -> list[dict[str, Any]]:
 
 def _focus(runs: Sequence[RunVerdict], layers: list[dict[str, Any]]) -> dict[str, Any] | None:
     """What the overlay shows first: the worst run's focus (its worst layer, tensor and stat) among the layers the
-    most runs have; else the first layer every run has, gradient underflows%."""
+    most runs have; else the first layer the most runs (at least two) have, gradient underflows%."""
     coverage = {row["name"]: sum(cell is not None for cell in row["cells"]) for row in layers}
     ranked = sorted(runs, key=lambda run: -_SEVERITY_ORDER.index(run.severity))
     candidates = [run.focus for run in ranked if run.focus and run.focus.get("layer") in coverage]
     if candidates:
         best = max(candidates, key=lambda focus: coverage[focus["layer"]])
         return {"layer": best["layer"], "tensor": best["tensor"], "stat": best["stat"]}
-    common = next((row["name"] for row in layers if coverage[row["name"]] == len(runs)), None)
+    most = max(coverage.values(), default=0)
+    common = next((row["name"] for row in layers if coverage[row["name"]] == most), None) if most >= 2 else None
     return {"layer": common, "tensor": "gradient", "stat": "underflows%"} if common else None
 
 
@@ -326,10 +330,19 @@ def _sentences(
 ) -> list[str]:
     rows = {row["key"]: row for row in table}
     out = []
-    if not common:
+    coverage = [sum(cell is not None for cell in row["cells"]) for row in layers]
+    shared = sum(1 for n in coverage if n >= 2)
+    if not shared:
         out.append(
-            f"incomparable: the {len(runs)} runs have no layer in common (layers match by exact name), so the "
-            "per-layer rows compare nothing"
+            f"incomparable: no two of the {len(runs)} runs have a layer in common (layers match by exact name), so "
+            "the per-layer rows compare nothing"
+        )
+    elif not common:
+        most = max(coverage)
+        groups = _sharing_groups(runs, layers, most)
+        out.append(
+            f"layers match by exact name: no layer is in all {len(runs)} runs; {shared} layer(s) are in 2 or more "
+            f"runs and are compared where present (most shared: {most} runs, {groups})"
         )
     elif any(None in row["cells"] for row in layers):
         partial = sum(1 for row in layers if None in row["cells"])
@@ -347,6 +360,13 @@ def _sentences(
     if missing:
         out.append(f"no recommendation for {', '.join(missing)}")
     return out
+
+
+def _sharing_groups(runs: Sequence[RunVerdict], layers: list[dict[str, Any]], most: int) -> str:
+    """'26 layer(s) in #1, #2, #3': the run sets that share the most layers, largest first."""
+    present = [tuple(f"#{r.run_id}" for r, c in zip(runs, row["cells"], strict=True) if c) for row in layers]
+    sets = Counter(ids for ids in present if len(ids) == most)
+    return "; ".join(f"{n} layer(s) in {', '.join(ids)}" for ids, n in sets.most_common())
 
 
 def _grouped(what: str, values: list[str | None], runs: Sequence[RunVerdict]) -> str:

@@ -15,11 +15,13 @@ from typing import Any
 
 from fp8_policy.policy.analysis import analyze
 from fp8_policy.policy.analysis.findings import Finding, LayerAssessment, Pattern
+from fp8_policy.policy.analysis.layout import LayerStatus
 from fp8_policy.policy.analysis.recipes import RECIPE_LABELS, normalize_recipe
 from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.policy_version import POLICY_VERSION as POLICY_VERSION  # re-exported; bump it there
 from fp8_policy.policy.recommend.confidence import confidence
-from fp8_policy.policy.recommend.cost import expected_cost, ladder_cost
+from fp8_policy.policy.recommend.cost import answer_cost, ladder_view
+from fp8_policy.policy.recommend.headline import headline
 from fp8_policy.policy.recommend.history import History, HistoryEffect, history_effect
 from fp8_policy.policy.recommend.ladder import Ladder, build_ladder, lifted_layers
 from fp8_policy.policy.recommend.megatron import megatron_section
@@ -37,6 +39,7 @@ from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
 from fp8_policy.policy.records import QUANT_STATS, PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format, megatron_pipeline, pipeline
 from fp8_policy.policy.render.megatron import staged_globs
+from fp8_policy.policy.render.precision import effective_rung, ran_in_bf16
 from fp8_policy.policy.thresholds import Thresholds
 
 # Run-metadata keys saying the run keeps FP8/FP4 parameters (TE `quantized_model_init`; Megatron
@@ -66,14 +69,17 @@ class Recommendation:
     stat_prefix: str | None = None
     # precision that changes over the run: phases, each a whole policy from a step on (schedule.py); () when none
     schedule: tuple[Phase, ...] = ()
+    headline: dict[str, Any] = field(default_factory=dict)  # recommend/headline.py: what the views read
 
     def to_dict(self) -> dict[str, Any]:
         recipe = self.decision.recipe
         return {
+            "headline": self.headline,
             "fp8_skip_layers": list(self.decision.skip_layers),
             "gemm_overrides": [
                 {"layer": o.layer, "gemms": list(o.gemms), "reason": o.reason} for o in self.decision.gemm_overrides
             ],
+            "kept_bf16": [n for n in ran_in_bf16(self.decision) if n not in self.decision.skip_layers],
             "precision_ladder": self.ladder.to_dict(self.ladder_cost) if self.ladder is not None else None,
             "fp8_param": self.decision.fp8_param,
             "recipe": {
@@ -143,10 +149,10 @@ def recommend(
             lifted=plan.lifted,
         )
     layout = analysis.layout
-    cost = expected_cost(layout, plan, decision.choice.name, options.dims)
+    outer = decision.choice.name
+    runs_at = applied_rungs(ladder, plan, outer)
+    cost = answer_cost(layout, runs_at, plan.overrides, outer, decision.trained_in, options.dims, decision.capability)
     conf = confidence(analysis, plan, decision)
-    rungs = {r.layer: r.precision for r in ladder.rungs}
-    lcost = ladder_cost(layout, rungs, plan.overrides, current, options.dims, decision.capability)
     te_version = options.te_version or _text(run.metadata.get("te_version"))
     megatron = megatron_section(layout, plan, decision.choice, ladder.rungs, te_version)  # rungs, custom: config file
     policy = PolicyDecision(
@@ -162,7 +168,9 @@ def recommend(
     )
     megatron = megatron_pipeline.annotate(megatron, policy, staged_globs(policy))  # a glob hits every stage
     rationale = build_rationale(analysis, plan, decision, cost, megatron, conf)
-    rationale.insert(-1, _ladder_line(ladder, lcost, current))
+    unobserved = sum(1 for lv in layout.levels.values() if lv.status is LayerStatus.UNOBSERVED)
+    tail = f" {unobserved} layer(s) without stats run at {outer}." if unobserved else ""
+    rationale.insert(-1, ladder.summary(current) + tail)
     schedule = build_schedule(analysis, policy, options.lr_decay_start)
     if schedule:
         steps = "; ".join(f"from step {p.from_step}: {p.reason}" for p in schedule)
@@ -178,6 +186,17 @@ def recommend(
         "changed_from": decision.trained_in if decision.switches else None,
         "apply_paths": dict(decision.apply_paths),
     }
+    kept = [n for n in ran_in_bf16(policy) if n not in policy.skip_layers]
+    head = headline(
+        layout,
+        runs_at,
+        outer,
+        to_bf16=plan.skip_layers,
+        kept_bf16=kept,
+        overrides={o.layer: o.gemms for o in plan.overrides},
+        lifted=ladder.lifted,
+        cost=cost,
+    )
     return Recommendation(
         policy,
         megatron,
@@ -188,12 +207,13 @@ def recommend(
         list(analysis.findings),
         effect,
         ladder,
-        lcost,
+        ladder_view(cost),
         basis,
         tuple(analysis.layers),
         analysis.requested_thresholds,
         analysis.signals.stat_prefix,
         schedule=schedule,
+        headline=head,
     )
 
 
@@ -215,16 +235,17 @@ def weights_logged(run: RunData) -> bool:
     return not quant or "weight" in quant
 
 
-def _ladder_line(ladder: Ladder, cost: dict[str, Any], training: str) -> str:
-    share = cost.get("gemm_share", {})
-    tail = (
-        f" GEMM FLOPs {share.get('fp4', 0.0):.1%} FP4 / {share.get('fp8', 0.0):.1%} FP8 / "
-        f"{share.get('bf16', 0.0):.1%} BF16: {cost['gemm_speedup_vs_all_bf16']:.2f}x faster than all-BF16 GEMMs, "
-        f"GEMM time x{cost['gemm_time_vs_as_logged']:.2f} of the run as logged ({cost['source']})."
-        if "gemm_speedup_vs_all_bf16" in cost
-        else ""
-    )
-    return ladder.summary(training) + tail
+def applied_rungs(ladder: Ladder, plan: SkipPlan, outer: str) -> dict[str, str]:
+    """Layer -> the precision the answer runs it at (as apply_policy's TE backend and policy/render/precision.py
+    apply it): BF16 for the plan's BF16 set, a ladder `bf16` rung outside it at `outer` (not applied: the plan
+    decided otherwise), any other rung as `effective_rung` runs it under `outer`."""
+    kept = set(plan.bf16_layers)
+    out = dict.fromkeys(kept, "bf16")
+    for rung in ladder.rungs:
+        if rung.layer in kept:
+            continue
+        out[rung.layer] = outer if rung.precision == "bf16" else effective_rung(rung.precision, outer)
+    return out
 
 
 def _final_plan(

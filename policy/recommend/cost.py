@@ -1,4 +1,4 @@
-"""Expected cost of a plan: share of GEMM FLOPs moved to BF16 and the GEMM throughput change it implies.
+"""The one cost of an answer: shares of GEMM FLOPs in FP4 / FP8 / BF16 and the GEMM speed they imply.
 
 Rules:
 * FLOPs per token of one GEMM (fprop; dgrad and wgrad cost the same, so a layer is 3 equal GEMMs), from model dims:
@@ -6,18 +6,17 @@ Rules:
   fc1 2·h·ffn (×2 when gated), fc2 2·ffn·h, a LayerNormMLP fc1+fc2, head 2·h·vocab (a head `dense` 2·h·h).
   The sequence length multiplies every GEMM alike, so shares do not depend on it.
 * Without the dims a layer needs (or for an unknown sublayer), every GEMM layer counts equally.
-* GEMM time ∝ fp8_share / speedup + bf16_share, with TE's published GEMM speedups vs BF16 (cost.SOURCE):
-  Delayed 1.69×, Current 1.58×, Block 1.40× on H200; MXFP8 1.42×, NVFP4 2.03× on B300 (5B config, autocast).
-  Reported: the slowdown vs all-low-precision GEMMs and the speedup left vs all-BF16 GEMMs. End-to-end gains are
-  smaller (non-GEMM time).
-* `ladder_cost`: the precision ladder's shares of GEMM FLOPs in FP4 / FP8 / BF16 (GEMM overrides count their
-  GEMMs as BF16) with the per-GPU speedups of TE's current speedups page (Blackwell: B300 figures; Hopper: H200;
-  a rung missing on one GPU's page takes the other's figure, named in `speedups`).
-* Each cost is stated once, not per format, so its `assumptions` say which application it counts and where a format
-  runs otherwise (the JSON `formats` say what each runs): `expected_cost` counts the BF16 set as the TE debug YAML
-  applies it, `ladder_cost` the rungs as apply_policy's TE backend runs them; the Megatron script runs every head in
-  BF16 whatever is asked (output_layer is not a TE module, policy/render/megatron_head.py), bionemo's Hydra recipe
-  too (policy/render/hydra.py): those heads are named there.
+* Every GEMM layer of the run counts (named as one, or given a precision by the answer), each at the precision the answer runs it at (`runs_at`, as apply_policy's TE
+  backend applies the ladder: its rung, BF16 for the BF16 set, the recommended recipe for layers without a rung);
+  a GEMM override counts its GEMMs as BF16. GEMM time = sum(share / speedup) with ONE table of speedups over BF16
+  (`SPEEDUPS`, `SOURCE`): Blackwell runs take the B300 figures, others the H200 ones, and a precision missing on
+  one GPU's row takes the other's (named in `speedups`). Reported once per answer (`expected_cost`): the speedup
+  over all-BF16 GEMMs, the time against every layer at the recommended recipe and against the run as logged.
+  End-to-end gains are smaller (non-GEMM time).
+* The cost is stated once, not per format, so its `assumptions` say which application it counts and where a format
+  runs otherwise (the JSON `formats` say what each runs); the Megatron script runs every head in BF16 whatever is
+  asked (output_layer is not a TE module, policy/render/megatron_head.py), bionemo's Hydra recipe too
+  (policy/render/hydra.py): those heads are named there.
 """
 
 from __future__ import annotations
@@ -26,22 +25,30 @@ from typing import Any
 
 from fp8_policy.policy.analysis.layout import LayerLevels, LayerStatus, Layout, is_gemm_layer
 from fp8_policy.policy.recommend.options import ModelDims
-from fp8_policy.policy.recommend.skiplist import SkipPlan
 from fp8_policy.policy.records import GEMMS, GemmOverride, LayerGroup
 from fp8_policy.policy.render.applied import names
 
-SPEEDUPS: dict[str, tuple[float, str]] = {
-    "delayed": (1.69, "H200"),
-    "current": (1.58, "H200"),
-    "block": (1.40, "H200"),
-    "mxfp8": (1.42, "B300"),
-    "nvfp4": (2.03, "B300"),  # the same page, current version (below)
+# Autocast GEMM speedups over BF16 for a 5B config (hidden 4096, intermediate 16384, 24 layers), Transformer Engine
+# docs/features/low_precision_training/speedups.rst ("GEMM Speedups Across Precisions"): B300: NVFP4 ~2.03x,
+# DelayedScaling 1.61x, MXFP8 ~1.44x, CurrentScaling 1.41x; H200 NVL: DelayedScaling ~1.69x, CurrentScaling ~1.57x,
+# Block scaling ~1.41x. The one table every figure of an answer comes from.
+SPEEDUPS: dict[str, dict[str, float]] = {
+    "B300": {"nvfp4": 2.03, "delayed": 1.61, "mxfp8": 1.44, "current": 1.41},
+    "H200": {"delayed": 1.69, "current": 1.57, "block": 1.41},
 }
 SOURCE = (
-    "Transformer Engine docs, 'GEMM Speedups Across Precisions' (5B config, autocast): Delayed 1.69x, "
-    "Current 1.58x, Block 1.40x on H200; MXFP8 1.42x, NVFP4 2.03x on B300 - "
+    "Transformer Engine docs, 'GEMM Speedups Across Precisions' (5B config, autocast): B300 NVFP4 2.03x, "
+    "Delayed 1.61x, MXFP8 1.44x, Current 1.41x; H200 Delayed 1.69x, Current 1.57x, Block 1.41x - "
     "https://nvidia.github.io/TransformerEngine/features/low_precision_training/speedups.html"
 )
+PRECISION_CLASS: dict[str, str] = {
+    "nvfp4": "fp4",
+    "mxfp8": "fp8",
+    "block": "fp8",
+    "current": "fp8",
+    "delayed": "fp8",
+    "bf16": "bf16",
+}
 
 
 def gemm_flops(lv: LayerLevels, dims: ModelDims) -> float | None:
@@ -85,35 +92,82 @@ def _weights(layers: list[LayerLevels], dims: ModelDims) -> tuple[dict[str, floa
     return {lv.name: 1.0 for lv in layers}, "layer_count", missing
 
 
-def expected_cost(layout: Layout, plan: SkipPlan, recipe: str, dims: ModelDims) -> dict[str, Any]:
-    layers = [lv for lv in layout.levels.values() if lv.status is not LayerStatus.IGNORED and is_gemm_layer(lv.info)]
+def counted(lv: LayerLevels, runs_at: dict[str, str]) -> bool:
+    """A GEMM layer of the answer: one named as a GEMM (`is_gemm_layer`), or one the answer gives a precision (its
+    FP8 statistics say it is a GEMM whatever its name: `model.0` of an nn.Sequential)."""
+    return lv.status is not LayerStatus.IGNORED and (is_gemm_layer(lv.info) or lv.name in runs_at)
+
+
+def speedup(precision: str, capability: float | None) -> tuple[float, str]:
+    """(GEMM speedup over BF16, GPU it was measured on) for one precision on a GPU of this capability."""
+    if precision == "bf16":
+        return 1.0, "-"
+    blackwell = capability is not None and capability >= 10.0
+    gpu, other = ("B300", "H200") if blackwell else ("H200", "B300")
+    if precision in SPEEDUPS[gpu]:
+        return SPEEDUPS[gpu][precision], gpu
+    return SPEEDUPS[other][precision], other
+
+
+def answer_cost(
+    layout: Layout,
+    runs_at: dict[str, str],
+    overrides: tuple[GemmOverride, ...],
+    outer: str,
+    as_logged: str,
+    dims: ModelDims,
+    capability: float | None,
+) -> dict[str, Any]:
+    """The answer's cost (module rules). `runs_at`: layer -> the precision it runs at (layers not in it: `outer`, or
+    BF16 when they ran in BF16); `as_logged`: the recipe the run trained in (`bf16` for a run in high precision)."""
+    layers = [lv for lv in layout.levels.values() if counted(lv, runs_at)]
     weights, method, missing = _weights(layers, dims)
     total = 3.0 * sum(weights.values())
     if total == 0:
-        return {"method": method, "bf16_gemm_share": 0.0, "note": "no GEMM layers"}
-    as_logged = 3.0 * sum(weights[lv.name] for lv in layers if lv.status is LayerStatus.BF16) / total
-    share = _bf16_flops(weights, plan.bf16_layers, plan.overrides) / total
-    speedup, gpu = SPEEDUPS[recipe]
-    time_now = (1.0 - share) / speedup + share
+        share0 = {"fp4": 0.0, "fp8": 0.0, "bf16": 0.0}
+        return {"method": method, "bf16_gemm_share": 0.0, "gemm_share": share0, "note": "no GEMM layers"}
+    overridden = {o.layer: len(set(o.gemms) & set(GEMMS)) for o in overrides}
+    shares = {"fp4": 0.0, "fp8": 0.0, "bf16": 0.0}
+    time = time_outer = time_logged = logged_bf16 = 0.0
+    used: dict[str, tuple[float, str]] = {}
+    for lv in layers:
+        ran_bf16 = lv.status is LayerStatus.BF16
+        precision = runs_at.get(lv.name, "bf16" if ran_bf16 else outer)
+        bf16_gemms = 3 if precision == "bf16" else overridden.get(lv.name, 0)
+        weight = weights[lv.name] / total
+        factor, gpu = speedup(precision, capability)
+        used[precision] = (factor, gpu)
+        shares[PRECISION_CLASS[precision]] += (3 - bf16_gemms) * weight
+        shares["bf16"] += bf16_gemms * weight
+        time += (3 - bf16_gemms) * weight / factor + bf16_gemms * weight
+        time_outer += 3 * weight / speedup(outer, capability)[0]
+        time_logged += 3 * weight / speedup("bf16" if ran_bf16 else as_logged, capability)[0]
+        logged_bf16 += 3 * weight if ran_bf16 else 0.0
+    outer_factor, outer_gpu = speedup(outer, capability)
     out: dict[str, Any] = {
         "method": method,
-        "bf16_gemm_share": round(share, 4),
-        "bf16_gemm_share_as_logged": round(as_logged, 4),
-        "moved_to_bf16_share": round(share - as_logged, 4),
-        "fp8_recipe": recipe,
-        "fp8_gemm_speedup": speedup,
-        "speedup_measured_on": gpu,
-        "gemm_time_vs_all_fp8": round(time_now * speedup, 4),
-        "gemm_slowdown_vs_all_fp8_pct": round(100.0 * (time_now * speedup - 1.0), 2),
-        "gemm_speedup_vs_all_bf16": round(1.0 / time_now, 4),
+        "gemm_share": {key: round(value, 4) for key, value in shares.items()},
+        "bf16_gemm_share": round(shares["bf16"], 4),
+        "bf16_gemm_share_as_logged": round(logged_bf16, 4),
+        "moved_to_bf16_share": round(shares["bf16"] - logged_bf16, 4),
+        "fp8_recipe": outer,
+        "fp8_gemm_speedup": outer_factor,
+        "speedup_measured_on": outer_gpu,
+        "gemm_speedup_vs_all_bf16": round(1.0 / time, 4),
+        "gemm_time_vs_all_fp8": round(time / time_outer, 4),
+        "gemm_slowdown_vs_all_fp8_pct": round(100.0 * (time / time_outer - 1.0), 2),
+        "gemm_time_vs_as_logged": round(time / time_logged, 4),
+        "as_logged_recipe": as_logged,
+        "speedups": {p: {"vs_bf16": f, "measured_on": g} for p, (f, g) in sorted(used.items())},
         "source": SOURCE,
-        "assumptions": "GEMM time ∝ fp8_share/speedup + bf16_share; fprop, dgrad and wgrad cost the same; "
-        "layers already in BF16 stay in BF16; non-GEMM time is not included, so end-to-end "
-        "changes are smaller; the BF16 set counted is the TE debug YAML's (skipped layers whole, overrides per "
-        "GEMM): torchao and the Megatron script run overridden modules whole in BF16, bionemo's fp8_layers whole "
-        "blocks"
-        + _megatron_heads(layers, set(plan.bf16_layers) | {o.layer for o in plan.overrides})
-        + ", so their BF16 shares are higher (the JSON formats say what each runs)",
+        "assumptions": "GEMM time = sum(share / speedup); fprop, dgrad and wgrad cost the same; speedups are "
+        "TE's autocast figures for one 5B config (shape-dependent); non-GEMM time is not included, so end-to-end "
+        "changes are smaller; all-FP8 means every GEMM layer at the recommended recipe; each layer counts at the "
+        "precision apply_policy's TE backend runs it at (its ladder rung under its own te.autocast, overrides per "
+        "GEMM): the TE debug YAML applies only the BF16 set, torchao and the Megatron script run overridden modules "
+        "whole in BF16, torchao runs nvfp4 rungs as float8, bionemo's fp8_layers applies rungs per block"
+        + _megatron_heads(layers, {name for name, p in runs_at.items() if p == "bf16"})
+        + "; their shares differ (the JSON formats say what each runs)",
     }
     if method == "dims" and dims.seq_len:
         out["gemm_flops_per_sequence"] = total * dims.seq_len
@@ -124,97 +178,11 @@ def expected_cost(layout: Layout, plan: SkipPlan, recipe: str, dims: ModelDims) 
     return out
 
 
-def _bf16_flops(weights: dict[str, float], skips: tuple[str, ...], overrides: tuple[GemmOverride, ...]) -> float:
-    flops = sum(3.0 * weights.get(name, 0.0) for name in skips)
-    return flops + sum(len(set(o.gemms) & set(GEMMS)) * weights.get(o.layer, 0.0) for o in overrides)
-
-
-# --- the precision ladder's cost: FP4 / FP8 / BF16 shares of GEMM FLOPs --------------------------------------------
-
-# Autocast GEMM speedups over BF16 for a 5B config (hidden 4096, ffn 16384, 24 layers) from Transformer Engine's
-# "GEMM Speedups Across Precisions" page (docs/features/low_precision_training/speedups.rst):
-# B300: NVFP4 ~2.03x, FP8 DelayedScaling 1.61x, MXFP8 ~1.44x, FP8 CurrentScaling 1.41x;
-# H200 NVL: DelayedScaling ~1.69x, CurrentScaling ~1.57x, Block scaling ~1.41x.
-LADDER_SOURCE = (
-    "Transformer Engine docs, 'GEMM Speedups Across Precisions' (5B config, autocast): B300 NVFP4 2.03x, "
-    "Delayed 1.61x, MXFP8 1.44x, Current 1.41x; H200 Delayed 1.69x, Current 1.57x, Block 1.41x - "
-    "https://nvidia.github.io/TransformerEngine/features/low_precision_training/speedups.html"
-)
-BLACKWELL_SPEEDUPS: dict[str, float] = {"nvfp4": 2.03, "delayed": 1.61, "mxfp8": 1.44, "current": 1.41}
-HOPPER_SPEEDUPS: dict[str, float] = {"delayed": 1.69, "current": 1.57, "block": 1.41}
-PRECISION_CLASS: dict[str, str] = {
-    "nvfp4": "fp4",
-    "mxfp8": "fp8",
-    "block": "fp8",
-    "current": "fp8",
-    "delayed": "fp8",
-    "bf16": "bf16",
-}
-
-
-def ladder_speedup(precision: str, capability: float | None) -> tuple[float, str]:
-    """(GEMM speedup over BF16, GPU it was measured on) for one rung on a GPU of this capability."""
-    if precision == "bf16":
-        return 1.0, "-"
-    blackwell = capability is not None and capability >= 10.0
-    table, gpu = (BLACKWELL_SPEEDUPS, "B300") if blackwell else (HOPPER_SPEEDUPS, "H200")
-    if precision in table:
-        return table[precision], gpu
-    other, other_gpu = (HOPPER_SPEEDUPS, "H200") if blackwell else (BLACKWELL_SPEEDUPS, "B300")
-    return other[precision], other_gpu
-
-
-def ladder_cost(
-    layout: Layout,
-    rungs: dict[str, str],
-    overrides: tuple[GemmOverride, ...],
-    as_logged: str,
-    dims: ModelDims,
-    capability: float | None,
-) -> dict[str, Any]:
-    """Shares of GEMM FLOPs per precision class under the ladder (`rungs`: layer -> precision; GEMM overrides run
-    their GEMMs in BF16), the GEMM speedup over all-BF16 and the GEMM time against the run as logged (every
-    ladder layer at `as_logged`, layers already BF16 in BF16). GEMM time is sum(share / speedup)."""
-    layers = [lv for lv in layout.levels.values() if lv.name in rungs and is_gemm_layer(lv.info)]
-    weights, method, missing = _weights(layers, dims)
-    total = 3.0 * sum(weights.values())
-    if total == 0:
-        return {"method": method, "gemm_share": {"fp4": 0.0, "fp8": 0.0, "bf16": 0.0}, "note": "no GEMM layers"}
-    overridden = {o.layer: len(set(o.gemms) & set(GEMMS)) for o in overrides}
-    shares = {"fp4": 0.0, "fp8": 0.0, "bf16": 0.0}
-    time_ladder = time_logged = 0.0
-    used: dict[str, tuple[float, str]] = {}
-    for lv in layers:
-        precision = rungs[lv.name]
-        bf16_gemms = 3 if precision == "bf16" else overridden.get(lv.name, 0)
-        low = (3 - bf16_gemms) * weights[lv.name] / total
-        high = bf16_gemms * weights[lv.name] / total
-        speedup, gpu = ladder_speedup(precision, capability)
-        used[precision] = (speedup, gpu)
-        shares[PRECISION_CLASS[precision]] += low
-        shares["bf16"] += high
-        time_ladder += low / speedup + high
-        logged = "bf16" if lv.status is LayerStatus.BF16 else as_logged
-        time_logged += 3 * weights[lv.name] / total / ladder_speedup(logged, capability)[0]
-    out: dict[str, Any] = {
-        "method": method,
-        "gemm_share": {key: round(value, 4) for key, value in shares.items()},
-        "gemm_speedup_vs_all_bf16": round(1.0 / time_ladder, 4),
-        "gemm_time_vs_as_logged": round(time_ladder / time_logged, 4),
-        "as_logged_recipe": as_logged,
-        "speedups": {p: {"vs_bf16": s, "measured_on": g} for p, (s, g) in sorted(used.items())},
-        "source": LADDER_SOURCE,
-        "assumptions": "GEMM time = sum(share / speedup); fprop, dgrad and wgrad cost the same; speedups are "
-        "TE's autocast figures for one 5B config (shape-dependent); non-GEMM time is not included; each layer counts "
-        "at its rung as apply_policy's TE backend runs the ladder (a te.autocast per rung): the TE debug YAML "
-        "applies only its BF16 set, torchao runs nvfp4 rungs as float8, bionemo's fp8_layers applies rungs per block"
-        + _megatron_heads(layers, {name for name, rung in rungs.items() if rung == "bf16"})
-        + "; their shares differ (the JSON formats say what each runs)",
-    }
-    if missing and dims.hidden_size:
-        out["missing_dims_for"] = missing[:5]
-    elif method == "layer_count":
-        out["note"] = "no model dims given: every GEMM layer counts equally"
+def ladder_view(cost: dict[str, Any]) -> dict[str, Any]:
+    """`precision_ladder.expected_cost`: the same figures as the answer's `expected_cost` (cited there once)."""
+    keys = ("method", "gemm_share", "gemm_speedup_vs_all_bf16", "gemm_time_vs_as_logged", "as_logged_recipe")
+    out = {key: cost[key] for key in (*keys, "speedups", "missing_dims_for") if key in cost}
+    out["note"] = "the answer's one cost: the same figures as expected_cost, whose source and assumptions apply"
     return out
 
 

@@ -123,10 +123,12 @@ class RecommendOptions:
                 if not _DIM_SPELLINGS.isdisjoint(item):
                     ignored.append(f"Run metadata ignored: {exc}.")
                 continue
-        return replace(_apply(options, overrides), ignored=tuple(ignored))
+        return replace(_apply(options, overrides, strict=True), ignored=tuple(ignored))
 
 
-def _apply(options: RecommendOptions, data: Mapping[str, Any]) -> RecommendOptions:
+def _apply(options: RecommendOptions, data: Mapping[str, Any], *, strict: bool = False) -> RecommendOptions:
+    """`data` on top of `options`; `strict` (a request's overrides): a GPU that is not recognised is refused too
+    (metadata is advisory: its unknown GPU is named in the rationale and Hopper assumed)."""
     changes: dict[str, Any] = {}
     if "thresholds" in data:
         changes["thresholds"] = Thresholds.from_overrides(data["thresholds"], base=options.thresholds)
@@ -136,6 +138,11 @@ def _apply(options: RecommendOptions, data: Mapping[str, Any]) -> RecommendOptio
         if data.get(key) is not None:
             _text(key, data[key])  # a GPU must be a non-empty string or number
     gpu = gpu_from(data)
+    if gpu is not None and strict and gpu.capability is None:
+        raise ValueError(
+            f"{gpu.key} {gpu.text!r} is not a GPU fp8-policy knows; give a product (H100, H200, B200, GB200, L40S, "
+            "A100, RTX 4090, ...), an architecture (hopper, blackwell) or a compute capability (9.0, sm_100)"
+        )
     if gpu is not None:
         changes["gpu"], changes["gpu_arch"] = gpu, gpu.text
     if data.get("te_version") is not None:

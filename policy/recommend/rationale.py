@@ -118,14 +118,17 @@ def _failing(analysis: Analysis, name: str) -> str:
 
 
 def _cost_line(cost: dict[str, Any]) -> str:
-    if "gemm_time_vs_all_fp8" not in cost:
+    """The answer's one cost sentence (recommend/cost.py): the precision mix and what it buys, from one table."""
+    if "gemm_speedup_vs_all_bf16" not in cost:
         return "Expected cost: no GEMM layers to weigh."
+    share = cost["gemm_share"]
     return (
-        f"{cost['bf16_gemm_share']:.1%} of GEMM FLOPs run in BF16 ({cost['moved_to_bf16_share']:+.1%} vs the "
-        f"run as logged, by {cost['method'].replace('_', ' ')}); with {cost['fp8_recipe']} at "
-        f"{cost['fp8_gemm_speedup']}x ({cost['speedup_measured_on']}) GEMM time is "
-        f"{cost['gemm_slowdown_vs_all_fp8_pct']:.1f}% above all-FP8 and {cost['gemm_speedup_vs_all_bf16']:.2f}x "
-        f"faster than all-BF16 ({cost['source']})."
+        f"Expected cost: GEMM FLOPs {share['fp4']:.1%} FP4 / {share['fp8']:.1%} FP8 / {share['bf16']:.1%} BF16 "
+        f"({cost['moved_to_bf16_share']:+.1%} BF16 vs the run as logged, by {cost['method'].replace('_', ' ')}): "
+        f"{cost['gemm_speedup_vs_all_bf16']:.2f}x faster than all-BF16 GEMMs, GEMM time "
+        f"{cost['gemm_slowdown_vs_all_fp8_pct']:+.1f}% vs every layer at {cost['fp8_recipe']} "
+        f"({cost['fp8_gemm_speedup']}x, {cost['speedup_measured_on']}) and x{cost['gemm_time_vs_as_logged']:.2f} of "
+        f"the run as logged ({cost['source']})."
     )
 
 

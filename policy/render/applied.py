@@ -1,7 +1,7 @@
 """What one dialect really keeps in BF16 for a decision, compared with what the decision asked for.
 
 Belongs here: the `AppliedPolicy` record, the comparison with the request (the recommendation's BF16 set:
-`skip_layers` whole, `gemm_overrides` per GEMM) and the one-line statement every rendered file starts with.
+`skip_layers` and the layers that ran in BF16 (`kept_bf16`) whole, `gemm_overrides` per GEMM) and the one-line statement every rendered file starts with.
 Each dialect module builds its own `AppliedPolicy` in `applied(decision)`; the recommendation's JSON carries
 them per format, and `bench/eval_bf16.py` checks them against the parsed artifacts.
 
@@ -18,6 +18,7 @@ from typing import Any
 
 from fp8_policy.policy.records import GEMMS, PolicyDecision
 from fp8_policy.policy.render.layout import merged_overrides
+from fp8_policy.policy.render.precision import whole_bf16_layers
 
 MAX_NAMED = 4
 
@@ -44,7 +45,7 @@ class AppliedPolicy:
         return f"Approximation: {self.approximation}"
 
     def to_dict(self, decision: PolicyDecision) -> dict[str, Any]:
-        requested = set(decision.skip_layers) | set(merged_overrides(decision))
+        requested = set(whole_bf16_layers(decision)) | set(merged_overrides(decision))
         order = {layer.name: i for i, layer in enumerate(decision.layers)}
         extra = sorted(set(self.bf16_layers) - requested, key=lambda n: order.get(n, len(order)))
         promoted = [n for n in merged_overrides(decision) if n in self.bf16_layers]
@@ -65,8 +66,8 @@ def missing(applied: AppliedPolicy, decision: PolicyDecision) -> list[str]:
     whole = set(applied.bf16_layers)
     stated = set(applied.not_applied)
     out = [
-        f"{name}: skipped but not in BF16"
-        for name in dict.fromkeys(decision.skip_layers)
+        f"{name}: {'skipped' if name in decision.skip_layers else 'ran in BF16'} but not in BF16"
+        for name in whole_bf16_layers(decision)
         if name not in whole and name not in stated
     ]
     for name, gemms in merged_overrides(decision).items():
@@ -85,9 +86,10 @@ def names(items: list[str] | tuple[str, ...]) -> str:
 
 
 def whole_module_overrides(decision: PolicyDecision, fmt: str, why: str) -> AppliedPolicy:
-    """The torchao / Megatron rule: skips exact, every GEMM override promoted to its whole module in BF16."""
+    """The torchao / Megatron rule: skips and layers that ran in BF16 exact, every GEMM override promoted to its
+    whole module in BF16."""
     overrides = merged_overrides(decision)
-    layers = tuple(dict.fromkeys((*decision.skip_layers, *overrides)))
+    layers = tuple(dict.fromkeys((*whole_bf16_layers(decision), *overrides)))
     approximation = None
     if overrides:
         gemms = sorted({g for gs in overrides.values() for g in gs}, key=GEMMS.index)

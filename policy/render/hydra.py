@@ -62,8 +62,8 @@ def hydra_value(value: object) -> str:
 
 
 def _requested(decision: PolicyDecision) -> set[str]:
-    """Layers the recommendation keeps (wholly or partly) in BF16."""
-    return set(decision.skip_layers) | set(merged_overrides(decision))
+    """Layers the recommendation keeps (wholly or partly) in BF16, those that ran in BF16 included."""
+    return set(precision.whole_bf16_layers(decision)) | set(merged_overrides(decision))
 
 
 def ladder_rungs(decision: PolicyDecision) -> tuple[dict[str, str], dict[str, str]]:
@@ -104,7 +104,7 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
     body = {name for members in blocks.values() for name in members}
     not_applied = tuple(
         n
-        for n in dict.fromkeys((*decision.skip_layers, *merged_overrides(decision)))
+        for n in dict.fromkeys((*precision.whole_bf16_layers(decision), *merged_overrides(decision)))
         if n not in body and n not in heads
     )
     parts = []
@@ -173,7 +173,8 @@ def _head_note(decision: PolicyDecision) -> str:
     heads = head_rules.heads(decision)
     if not heads:
         return "no head layer was logged."
-    if set(heads) & _requested(decision):
+    asked = set(decision.skip_layers) | set(merged_overrides(decision))
+    if set(heads) & asked:
         return "the recommended head BF16 (skip or GEMM override) needs no override."
     if all(_precision(decision, h) is Precision.HIGH for h in heads):
         return "it ran in BF16 in the analysed run too (no FP8 evidence for it)."

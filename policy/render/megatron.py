@@ -144,7 +144,7 @@ def staged_globs(decision: PolicyDecision) -> megatron_pipeline.StageGlobs | Non
 def _skipped(decision: PolicyDecision) -> list[str]:
     """Skipped layers that need a Megatron setting: heads run in BF16 without one (`megatron_head`)."""
     heads = set(megatron_head.heads(decision))
-    return [name for name in precision.skipped_layers(decision) if name not in heads]
+    return [name for name in precision.whole_bf16_layers(decision) if name not in heads]
 
 
 def _overrides(decision: PolicyDecision) -> dict[str, tuple[str, ...]]:
@@ -329,7 +329,7 @@ def _header(decision: PolicyDecision, edges: tuple[int, int] | None) -> list[str
     ]
     if not _skipped(decision) and not _overrides(decision):
         lines.append("# No layer needs BF16: every transformer block stays in FP8.")
-    asked = {*precision.skipped_layers(decision), *merged_overrides(decision)}
+    asked = {*precision.whole_bf16_layers(decision), *merged_overrides(decision)}
     kept_heads = [name for name in megatron_head.heads(decision) if name in asked]  # no matcher for them
     if kept_heads:
         lines.append(

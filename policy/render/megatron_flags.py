@@ -26,7 +26,7 @@ _DELAYED_KWARG_FLAGS = {
 def keeps_block_layers_bf16(decision: PolicyDecision) -> bool:
     """Does the Megatron path run a transformer-block layer outside the outer FP8 recipe (BF16 or a ladder rung)?"""
     groups = {layer.name: layer.structure.group for layer in decision.layers}
-    moved = [*precision.skipped_layers(decision), *merged_overrides(decision), *precision.layer_recipes(decision)]
+    moved = [*precision.whole_bf16_layers(decision), *merged_overrides(decision), *precision.layer_recipes(decision)]
     return any(groups.get(name) is LayerGroup.BODY for name in moved)
 
 

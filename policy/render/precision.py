@@ -6,7 +6,8 @@ names TE's debug features accept for a recipe. Must not be here: emission of any
 
 Rules (the JSON's BF16 set is the contract: every format applies at least it, and the ladder never widens it):
 * BF16 ("kept") layers: `skip_layers`, layers with GEMM overrides (the apply paths keep the whole module) and
-  layers that already ran in high precision in the analysed run. The skip list wins over a ladder rung for the
+  layers that already ran in high precision in the analysed run (`ran_in_bf16`: every format and both apply paths
+  keep them in BF16, unless the ladder gives one a low-precision rung on evidence). The skip list wins over a ladder rung for the
   same layer; the recommender never emits such a pair (a layer failing NVFP4 that the ladder lifts to an FP8 rung
   leaves `fp8_skip_layers`: recommend/ladder.py, the lift rule), so `disagreements` is empty for its decisions
   and only a hand-edited decision meets this rule. A ladder `bf16` rung outside that set is not applied (`unapplied_bf16`): the plan decided otherwise
@@ -36,18 +37,34 @@ NVFP4_STATS = ("underflows%", "mse")  # LogNvfp4TensorStats' config names (the l
 _NEEDS_HIGH_PRECISION = ("underflows%", "overflows%", "mse")
 
 
+def ran_in_bf16(decision: PolicyDecision) -> list[str]:
+    """Layers that ran in high precision in the analysed run (plan lines) and stay there: all of them, except one
+    the ladder gives a low-precision rung (evidence), in decision order; skipped ones included."""
+    rungs = ladder(decision)
+    return [
+        layer.name
+        for layer in decision.layers
+        if layer.precision is Precision.HIGH and rungs.get(layer.name, BF16) == BF16
+    ]
+
+
 def kept_layers(decision: PolicyDecision) -> list[str]:
     """Layers that run wholly outside FP8/FP4 once the policy is applied, in decision order (see module rules)."""
     out: dict[str, None] = dict.fromkeys(decision.skip_layers)
     out.update(dict.fromkeys(merged_overrides(decision)))
-    out.update(dict.fromkeys(layer.name for layer in decision.layers if layer.precision is Precision.HIGH))
+    out.update(dict.fromkeys(ran_in_bf16(decision)))
     return list(out)
 
 
 def skipped_layers(decision: PolicyDecision) -> list[str]:
-    """Layers a renderer puts in BF16 whole: the skip list (layers that ran in high precision stay the model's own
-    business, layers with GEMM overrides keep their exact GEMMs where a format can say so)."""
+    """Layers the recommendation skips: the skip list (layers that ran in high precision are `ran_in_bf16`,
+    layers with GEMM overrides keep their exact GEMMs where a format can say so)."""
     return list(dict.fromkeys(decision.skip_layers))
+
+
+def whole_bf16_layers(decision: PolicyDecision) -> list[str]:
+    """Layers a format must keep wholly in BF16: the skip list, then the layers that ran in BF16 (`ran_in_bf16`)."""
+    return list(dict.fromkeys((*decision.skip_layers, *ran_in_bf16(decision))))
 
 
 def unapplied_bf16(decision: PolicyDecision) -> list[str]:

@@ -1,8 +1,8 @@
 """Transformer Engine debug-API config (nvdlfw_inspect YAML) for a `PolicyDecision`.
 
 Belongs here: the sections of the TE debug YAML — layers disabled whole, one section per distinct
-GEMM set of the per-GEMM overrides, a LogTensorStats section for layers that already ran in high
-precision, and FP8-stats monitoring for every remaining layer — plus their YAML emission.
+GEMM set of the per-GEMM overrides, a section for layers that already ran in high precision (disabled too, with
+LogTensorStats), and FP8-stats monitoring for every remaining layer — plus their YAML emission.
 Must not be here: regex construction (see `regex`), other dialects.
 
 Rules followed (TE debug features in transformer_engine/debug/features, https://github.com/NVIDIA/TransformerEngine, and nvdlfw_inspect's ConfigManager): names are matched with anchored, escaped
@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from fp8_policy.policy.records import QUANTIZED_TENSORS, PolicyDecision, Precision
+from fp8_policy.policy.records import QUANTIZED_TENSORS, PolicyDecision
 from fp8_policy.policy.render import pipeline, precision, regex
 from fp8_policy.policy.render.applied import AppliedPolicy
 from fp8_policy.policy.render.layout import merged_overrides, te_version_tuple
@@ -76,8 +76,9 @@ def gemm_overrides(decision: PolicyDecision) -> dict[str, tuple[str, ...]]:
 
 
 def applied(decision: PolicyDecision) -> AppliedPolicy:
-    """Exact: DisableFP8Layer for skipped layers, DisableFP8GEMM with exactly the overridden GEMMs."""
-    result = AppliedPolicy("te-yaml", tuple(precision.skipped_layers(decision)), gemm_overrides(decision))
+    """Exact: DisableFP8Layer for skipped layers and for layers that ran in BF16, DisableFP8GEMM with exactly the
+    overridden GEMMs."""
+    result = AppliedPolicy("te-yaml", tuple(precision.whole_bf16_layers(decision)), gemm_overrides(decision))
     return pipeline.qualify(result, decision)  # names not known to be global blocks: never exact
 
 
@@ -139,8 +140,9 @@ def _covered(decision: PolicyDecision) -> set[str]:
 
 
 def _already_high_precision(decision: PolicyDecision, covered: set[str]) -> list[str]:
-    """Layers that ran in high precision without being skipped (e.g. a head under autocast(enabled=False))."""
-    return [layer.name for layer in decision.layers if layer.precision is Precision.HIGH and layer.name not in covered]
+    """Layers that ran in high precision without being skipped (e.g. a head under autocast(enabled=False)) and stay
+    there (`precision.ran_in_bf16`)."""
+    return [name for name in precision.ran_in_bf16(decision) if name not in covered]
 
 
 def build_sections(decision: PolicyDecision, options: RenderOptions) -> list[tuple[str, str, dict[str, Any]]]:
@@ -164,8 +166,11 @@ def build_sections(decision: PolicyDecision, options: RenderOptions) -> list[tup
     covered = _covered(decision)
     high = _already_high_precision(decision, covered)
     if high:
-        comment = "already ran in high precision in the analysed run: high-precision stats only"
-        features = {"LogTensorStats": log_tensor_stats(freq)}
+        # The disable feature keeps them in BF16 even if the model stops doing so; on a layer that already runs in
+        # high precision TE never consults it (transformer_engine/debug/pytorch/debug_quantization.py,
+        # DebugQuantizer.get_tensors_plan asks fp8_gemm_enabled only with a parent quantizer).
+        comment = "already ran in high precision in the analysed run: kept there, high-precision stats only"
+        features = {layer_feature: {"enabled": True}, "LogTensorStats": log_tensor_stats(freq)}
         sections.append(("high_precision_layers_stats", comment, section(high, features)))
     remaining = rest_section(covered | set(high), quant_stats_feature(decision, decision.recipe.name, freq))
     comment = "every other TE linear layer stays quantized; keep monitoring its quantization stats"
@@ -237,7 +242,7 @@ def _header(decision: PolicyDecision, options: RenderOptions, high: int) -> list
     if high:
         lines.append(
             f"# {high} layer(s) already ran in high precision without being skipped (e.g. a head under"
-            " te.autocast(enabled=False)): they get LogTensorStats, not LogFp8TensorStats."
+            f" te.autocast(enabled=False)): kept there ({layer_feature}), with LogTensorStats, not LogFp8TensorStats."
         )
     recipes = precision.layer_recipes(decision)
     if recipes:

@@ -22,6 +22,8 @@ from fp8_policy.policy.render import grouped, pipeline, torchao_classes
 from fp8_policy.policy.render.applied import AppliedPolicy, whole_module_overrides
 from fp8_policy.policy.render.layout import is_one_based, layer_index, merged_overrides, torch_fqn
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
+from fp8_policy.policy.render.precision import whole_bf16_layers
+from fp8_policy.policy.render.te_yaml import unapplied_note
 from fp8_policy.policy.vocabulary import MEDIA_TYPES
 
 MEDIA_TYPE = MEDIA_TYPES["torchao"]
@@ -43,7 +45,7 @@ GROUPED_WHY = "torchao converts a grouped expert module whole"
 
 
 def applied(decision: PolicyDecision) -> AppliedPolicy:
-    """Skipped layers exact; overridden modules wholly in high precision (torchao converts whole modules); an
+    """Skipped layers and layers that ran in BF16 exact; overridden modules wholly in high precision (torchao converts whole modules); an
     expert GEMM (`.gemm_<i>`) takes its whole grouped module, and the experts in it, along (grouped.py)."""
     base = whole_module_overrides(decision, "torchao", "torchao converts whole nn.Linear modules")
     layers = grouped.whole_module_bf16(decision, base.bf16_layers)
@@ -55,13 +57,17 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
 
 
 def skip_fqns(decision: PolicyDecision) -> dict[str, str]:
-    """FQN -> why it stays in high precision (skipped layers, then modules with per-GEMM overrides)."""
+    """FQN -> why it stays in high precision (skipped layers, layers that ran in BF16, then modules with per-GEMM
+    overrides). A layer that ran in BF16 must be named: `convert_to_float8_training` converts every nn.Linear the
+    filter lets through, whatever the analysed run did with it."""
     one_based = is_one_based(decision)
     index = layer_index(decision)
     out: dict[str, str] = {}
-    for name in dict.fromkeys(decision.skip_layers):
+    skipped = set(decision.skip_layers)
+    for name in whole_bf16_layers(decision):
+        why = f"skipped: {name}" if name in skipped else f"ran in BF16 in the analysed run, stays BF16: {name}"
         whole = " (the whole grouped expert module)" if grouped.split(name) else ""
-        out.setdefault(grouped.module_of(torch_fqn(name, index.get(name), one_based)), f"skipped: {name}{whole}")
+        out.setdefault(grouped.module_of(torch_fqn(name, index.get(name), one_based)), why + whole)
     for name, gemms in merged_overrides(decision).items():
         note = f"{'/'.join(gemms)} requested in high precision, whole module kept: {name}"
         out.setdefault(grouped.module_of(torch_fqn(name, index.get(name), one_based)), note)
@@ -84,6 +90,7 @@ def _docstring(decision: PolicyDecision) -> list[str]:
         f"index {numbering}.",
         "TE sublayer names (e.g. `layernorm_mlp.fc1`) are kept as logged: map them to your own module",
         "names if your torch model names them differently.",
+        *(line.removeprefix("# ") for line in unapplied_note(decision)),
         '"""',
     ]
 

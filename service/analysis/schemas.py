@@ -238,10 +238,17 @@ class MegatronRead(ApiModel):
     notes: list[str]
 
 
+class LadderSpeedupRead(ApiModel):
+    vs_bf16: float
+    measured_on: str
+
+
 class ExpectedCostRead(ApiModel):
-    """Estimated GEMM time of the policy. Only `method` and `bf16_gemm_share` are always present."""
+    """The answer's one cost (every layer at the precision it runs at, one speedup table). Only `method`,
+    `bf16_gemm_share` and `gemm_share` are always present."""
 
     method: Literal["dims", "layer_count"] = Field(description="FLOP weights from model dims, or one per layer.")
+    gemm_share: dict[Literal["fp4", "fp8", "bf16"], float] = Field(description="Shares of GEMM FLOPs per class.")
     bf16_gemm_share: float
     bf16_gemm_share_as_logged: float | None = None
     moved_to_bf16_share: float | None = None
@@ -251,6 +258,9 @@ class ExpectedCostRead(ApiModel):
     gemm_time_vs_all_fp8: float | None = None
     gemm_slowdown_vs_all_fp8_pct: float | None = None
     gemm_speedup_vs_all_bf16: float | None = None
+    gemm_time_vs_as_logged: float | None = None
+    as_logged_recipe: str | None = None
+    speedups: dict[PrecisionName, LadderSpeedupRead] | None = None
     source: str | None = None
     assumptions: str | None = None
     gemm_flops_per_sequence: float | None = None
@@ -317,13 +327,8 @@ class LadderRungRead(ApiModel):
     confidence: float = Field(description="0-1: lower where evidence was missing or inferred.")
 
 
-class LadderSpeedupRead(ApiModel):
-    vs_bf16: float
-    measured_on: str
-
-
 class LadderCostRead(ApiModel):
-    """FP4 / FP8 / BF16 shares of GEMM FLOPs under the ladder and the GEMM speedup they imply."""
+    """The answer's cost as the ladder counts it: the same figures as `expected_cost` (its source there)."""
 
     method: Literal["dims", "layer_count"]
     gemm_share: dict[Literal["fp4", "fp8", "bf16"], float]
@@ -351,12 +356,36 @@ class PrecisionLadderRead(ApiModel):
     expected_cost: LadderCostRead | None = None
 
 
+class HeadlineRead(ApiModel):
+    """The answer in one record, the one every view reads (policy/recommend/headline.py)."""
+
+    recipe: str = Field(description="The recommended (outer) recipe.")
+    recipe_label: str
+    precision_mix: dict[PrecisionName, int] = Field(description="GEMM layers per recommended precision.")
+    precision_by_layer: dict[str, PrecisionName] = Field(
+        description="Every GEMM layer -> the precision the answer runs it at (its ladder rung, bf16 for the BF16 "
+        "set, the recipe for a layer without stats), as apply_policy's TE backend applies it."
+    )
+    to_bf16: int = Field(description="Layers moved to BF16 (fp8_skip_layers).")
+    kept_bf16: int = Field(description="Layers that ran in BF16 and stay there (kept_bf16).")
+    gemm_overrides: int = Field(description="Layers with single GEMMs in BF16.")
+    lifted: int = Field(description="Layers failing NVFP4 lifted to an FP8 rung instead of BF16.")
+    gemm_speedup_vs_all_bf16: float | None = Field(description="The answer's one GEMM speedup (expected_cost).")
+    text: str = Field(description="One sentence: the recipe, the mix, what moves to BF16 and the speedup.")
+
+
 class RecommendationRead(ApiModel):
     """`GET|POST /api/v1/runs/{run_id}/recommendation` with `format=json`."""
 
     run_id: int
+    headline: HeadlineRead | None = Field(None, description="The answer in one record: what every view shows.")
     fp8_skip_layers: list[str] = Field(description="Layers to run entirely in BF16 (exact logged names).")
     gemm_overrides: list[GemmOverrideRead]
+    kept_bf16: list[str] = Field(
+        default_factory=list,
+        description="Layers that ran in BF16 in this run and stay in BF16 (every format and apply_policy keep them "
+        "there; not in fp8_skip_layers, which lists the layers the recommendation moves).",
+    )
     precision_ladder: PrecisionLadderRead | None = Field(
         None, description="Per-layer precisions beside fp8_skip_layers / gemm_overrides (which stay for old clients)."
     )

@@ -78,6 +78,8 @@ def compute(run: Run, data: RunData) -> Computed:
         headline=lead.summary if lead else None,
         to_bf16=len(recommendation.get("fp8_skip_layers") or []),
         gemm_overrides=len(recommendation.get("gemm_overrides") or {}),
+        precision_mix=dict(rec.headline.get("precision_mix") or {}),
+        gemm_speedup=rec.headline.get("gemm_speedup_vs_all_bf16"),
     )
     return record, {"run_id": run_id, **analysis.to_dict()}, answers
 

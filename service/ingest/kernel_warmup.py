@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -152,5 +153,7 @@ def _end_with(parent: int) -> None:
 if __name__ == "__main__":  # `python -m ...kernel_warmup [--parent PID]`: compile_in_child, `make run`, the bench
     logging.basicConfig(level=logging.INFO)
     if len(sys.argv) == 3 and sys.argv[1] == "--parent":
+        # Ctrl-C reaches the whole process group: the service decides (this child ends with it), no traceback here
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         threading.Thread(target=_end_with, args=(int(sys.argv[2]),), daemon=True).start()
     warm_parser()

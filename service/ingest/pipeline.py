@@ -46,6 +46,7 @@ from fp8_policy.service.analysis.summary import refresh as refresh_summary
 from fp8_policy.service.ingest.archive import ArchiveError, ExtractLimits
 from fp8_policy.service.ingest.archive.stream import read_members, scan_archive
 from fp8_policy.service.ingest.job_context import JobContext as JobContext  # re-exported: tests, bench
+from fp8_policy.service.ingest.junk import forget_junk_upload
 from fp8_policy.service.ingest.kernel_warmup import kernels_for
 from fp8_policy.service.ingest.metadata_codec import metadata_from_json
 from fp8_policy.service.ingest.parallel_ranks import settle
@@ -342,6 +343,8 @@ def _fail(ctx: JobContext, job: ClaimedJob, error: str) -> None:
             RankStore(session).clear_metrics(job.run_id)
             RunRepository(session).mark_failed(job.run_id, error)
             plan = jobs.result_of(job.run_id, "plan")
+            failed = RunRepository(session).get(job.run_id)
+            upload_path = failed.upload_path if failed is not None else None
     except LeaseLost as exc:
         log.info("not failing run %s: %s", job.run_id, exc)
         return
@@ -357,6 +360,7 @@ def _fail(ctx: JobContext, job: ClaimedJob, error: str) -> None:
             log.exception("run %s could not be marked failed; its job will be retried", job.run_id)
         return
     forget_scalars(ctx.store, job.run_id, plan)  # the scalars the plan job kept go with the rest
+    forget_junk_upload(ctx.store, job.run_id, upload_path, error)  # an upload that never held a log keeps no bytes
     log.warning("run %s failed: %s", job.run_id, error)
 
 

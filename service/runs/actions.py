@@ -22,6 +22,7 @@ from fp8_policy.policy.vocabulary import Pattern
 from fp8_policy.service import limits
 from fp8_policy.service.auth.actions import Principal
 from fp8_policy.service.errors import NotFound, NotReady
+from fp8_policy.service.ingest import junk
 from fp8_policy.service.runs.ownership import NotRunOwner, may_write
 from fp8_policy.service.runs.schemas import (
     LayerRead,
@@ -47,10 +48,9 @@ else:  # imported on first use (a run's series, its CSV): start-up path, tests/s
 MAX_TAGS = limits.MAX_TAGS
 
 
-# Failures of uploads that never held a log (service/ingest/archive/errors.py): not an archive nor a log, empty
-# once decompressed, an archive without a statistics file. Such a run stays readable by id (the uploader's
-# `--wait` reads why it failed) but is not listed among the runs.
-NEVER_HELD_A_LOG = ("NotAnArchive", "EmptyUpload", "NoStatsFile")
+# Failures of uploads that never held a log (service/ingest/junk.py): such a run stays readable by id (the
+# uploader's `--wait` reads why it failed) but is not listed among the runs, and keeps no bytes.
+NEVER_HELD_A_LOG = junk.NEVER_HELD_A_LOG
 
 
 def run_read(run: Run, *, with_report: bool = False) -> RunRead:

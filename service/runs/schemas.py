@@ -102,6 +102,10 @@ class RunSummaryRead(Schema):
     headline: str | None = Field(description="That finding's one-sentence summary.")
     to_bf16: int = Field(description="Layers the default recommendation keeps in BF16 (fp8_skip_layers).")
     gemm_overrides: int = Field(description="Layers with per-GEMM overrides in the default recommendation.")
+    precision_mix: dict[str, int] | None = Field(
+        None, description="GEMM layers per recommended precision (the recommendation's headline.precision_mix)."
+    )
+    gemm_speedup: float | None = Field(None, description="The recommendation's GEMM speedup over all-BF16.")
     policy_version: str
 
 

@@ -26,6 +26,7 @@ from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.db.repositories import NewRun, RunRepository
 from fp8_policy.service import limits
 from fp8_policy.service.errors import NotFound
+from fp8_policy.service.ingest.junk import never_held_a_log
 from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
 
@@ -144,6 +145,8 @@ def needs_its_bytes_again(run: Run, store: ArchiveStore) -> bool:
     """A run that another upload of the same bytes should re-queue instead of answering as it is."""
     if run.status == RunStatus.failed and (run.error or "").split(":", 1)[0] in RETRY_ERRORS:
         return True
+    if run.status == RunStatus.failed and never_held_a_log(run.error):
+        return False  # its bytes were deleted when it failed (service/ingest/junk.py): they can never be a run
     # A run left behind without its upload (by an older version, or a crash) can never finish on its own.
     return run.status in (RunStatus.queued, RunStatus.failed) and not (
         run.upload_path and store.exists(run.upload_path)

@@ -1,18 +1,15 @@
 """Use cases behind the heatmap endpoints: load only the series drawn, build the matrix, render, describe.
 
 Only the selected (tensor, stat[, rank]) series are read (a SQL filter on the indexed columns), decoded and
-placed with numpy; the recommended skip set (`show_skip`) comes from `recommendation_for` and is cached per run
-and thresholds, so a repeated render costs the query, the matrix and the drawing only.
+placed with numpy; the recommendation's marks (`show_skip`) come from service/visual/marks.py, cached per run and
+thresholds, so a repeated render costs the query, the matrix and the drawing only.
 `render_heatmap_for(session, run_id, params)` is the hook `bench` times.
 """
 
 from __future__ import annotations
 
 import functools
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,18 +33,14 @@ from fp8_policy.policy.heatmap import (
 )
 from fp8_policy.policy.recommend import POLICY_VERSION
 from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, Series
-from fp8_policy.policy.thresholds import Severity, Thresholds
-from fp8_policy.service.analysis.actions import recommendation_for
+from fp8_policy.policy.thresholds import Severity
 from fp8_policy.service.analysis.summary import view_analysis
 from fp8_policy.service.errors import ImageTooLarge, InvalidParameter, NoData, UnknownFormat
 from fp8_policy.service.runs.actions import get_ready_run, known_ranks, stored_rank
 from fp8_policy.service.visual.job import Rendered, RenderJob, render_job
+from fp8_policy.service.visual.marks import Recommended, recommended, run_identity
 from fp8_policy.service.visual.panel import MEDIA_TYPES, Panel, Style, fit_columns
 from fp8_policy.service.visual.params import HeatmapParams, parse_heatmap_params
-
-_SKIP_CACHE: OrderedDict[tuple[object, ...], Recommended] = OrderedDict()
-_SKIP_CACHE_SIZE = 128
-_SKIP_LOCK = threading.Lock()
 
 
 def render_heatmap_for(
@@ -79,11 +72,6 @@ def heatmap_cache_key(session: Session, run_id: int, params: HeatmapParams, fmt:
     return ("heatmap", run_identity(session, get_ready_run(session, run_id)), params, fmt, POLICY_VERSION)
 
 
-def run_identity(session: Session, run: Run) -> tuple[str, int, str, str]:
-    """A stored run as it is now: database, id, uploaded bytes and when its ingest finished."""
-    return str(session.get_bind().engine.url), run.id, run.sha256, str(run.finished_at)
-
-
 def heatmap_layout(session: Session, run_id: int, params: HeatmapParams, *, cell_columns: int = 0) -> dict[str, Any]:
     """The rows, columns, summary and pixel geometry of the heatmap, without drawing it (JSON); with
     `cell_columns` > 0 also its values, reduced to at most that many columns as the image reduces them."""
@@ -97,6 +85,8 @@ def heatmap_layout(session: Session, run_id: int, params: HeatmapParams, *, cell
         skip_layers=panel.skip_layers,
         gemm_overrides=panel.gemm_overrides,
         cell_columns=cell_columns,
+        precisions=panel.precisions,
+        recipe=panel.recipe,
     )
 
 
@@ -109,8 +99,12 @@ def layout_body(
     skip_layers: frozenset[str] | None = None,
     gemm_overrides: Mapping[str, tuple[str, ...]] | None = None,
     cell_columns: int = 0,
+    precisions: Mapping[str, str] | None = None,
+    recipe: str | None = None,
 ) -> dict[str, Any]:
-    """heatmap.json of a stored or a live run; `skip_layers` None: no recommendation to mark (a live run)."""
+    """heatmap.json of a stored or a live run; `skip_layers` None: no recommendation to mark (a live run);
+    `precisions`: each layer's recommended precision (the recommendation's headline), marked right of its row."""
+    recommended = precisions or {}
     geometry = geometry_for([matrix], params)
     skip = skip_layers or frozenset()
     overrides = gemm_overrides or {}
@@ -127,6 +121,7 @@ def layout_body(
             "boxed": k in boxed,
             "skip": row.layer in skip,
             "gemm_override": list(overrides.get(row.layer, ())) or None,
+            "recommended": recommended.get(row.layer),
         }
         for k, row in enumerate(matrix.rows)
     ]
@@ -142,6 +137,7 @@ def layout_body(
         "iterations": {"first": int(its[0]), "last": int(its[-1]), "count": int(its.shape[0])},
         "summary": summary.to_dict(),
         "skip_layers": sorted(skip) if skip_layers is not None else None,
+        "recommended_recipe": recipe,
         "image": {
             "width_px": geometry.pixels[0],
             "height_px": geometry.pixels[1],
@@ -238,6 +234,8 @@ def build_panel(session: Session, run: Run, params: HeatmapParams, *, title: str
         _subtitle(run, matrix, params),
         marks.skip_layers if marks else None,
         marks.gemm_overrides if marks else {},
+        marks.precisions if marks else {},
+        marks.recipe if marks else None,
     )
 
 
@@ -266,41 +264,6 @@ def layer_info(layer: Layer) -> LayerInfo:
         precision=Precision(layer.precision),
         has_fp8_stats=layer.has_fp8_stats,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Recommended:
-    """What the recommendation (default options) changes: whole layers to BF16 and per-layer GEMM overrides."""
-
-    skip_layers: frozenset[str]
-    gemm_overrides: dict[str, tuple[str, ...]]  # layer -> GEMMs kept in high precision
-    verdict_rows: tuple[dict[str, Any], ...] | None = None  # its analysis's layer rows (series verdicts)
-    thresholds: Thresholds | None = None  # ... and the thresholds that analysis used
-    stat_prefix: str | None = None
-
-
-def recommended(session: Session, run: Run, overrides: tuple[tuple[str, float], ...]) -> Recommended:
-    """`recommendation_for` with these threshold overrides, cached per run (database, id, bytes, finish time)."""
-    key = (*run_identity(session, run), overrides)
-    with _SKIP_LOCK:
-        if key in _SKIP_CACHE:
-            _SKIP_CACHE.move_to_end(key)
-            return _SKIP_CACHE[key]
-    request = {"thresholds": dict(overrides)} if overrides else None
-    rec = recommendation_for(session, run.id, request)
-    decision = rec.decision
-    result = Recommended(
-        frozenset(decision.skip_layers),
-        {o.layer: o.gemms for o in decision.gemm_overrides},
-        tuple(row.to_dict() for row in rec.layer_rows) if rec.layer_rows else None,
-        rec.thresholds,
-        rec.stat_prefix,
-    )
-    with _SKIP_LOCK:
-        _SKIP_CACHE[key] = result
-        while len(_SKIP_CACHE) > _SKIP_CACHE_SIZE:
-            _SKIP_CACHE.popitem(last=False)
-    return result
 
 
 def style_for(params: HeatmapParams, matrices: list[HeatmapMatrix]) -> Style:

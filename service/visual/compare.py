@@ -29,8 +29,9 @@ from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service import lanes
 from fp8_policy.service.analysis.actions import load_and_analyze
 from fp8_policy.service.runs.actions import get_ready_run
-from fp8_policy.service.visual.actions import build_panel, plan_render, run_identity, style_for
+from fp8_policy.service.visual.actions import build_panel, plan_render, style_for
 from fp8_policy.service.visual.job import Rendered, RenderJob, render_job
+from fp8_policy.service.visual.marks import run_identity
 from fp8_policy.service.visual.params import HeatmapParams
 from fp8_policy.service.visual.sentences import summary_sentences
 

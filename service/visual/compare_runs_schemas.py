@@ -96,7 +96,8 @@ class CompareRunsRead(ApiModel):
     table: list[VerdictRow]
     layers: list[LayerPrecisionRow] = Field(description="Every layer of any run, in model order.")
     common_layers: int = Field(description="Layers every run has.")
-    comparable: bool = Field(description="False when no layer is in every run (said first in `summary`).")
+    shared_layers: int = Field(0, description="Layers at least two of the runs have (compared where present).")
+    comparable: bool = Field(description="False when no two runs have a layer in common (said first in `summary`).")
     focus: Focus | None = Field(description="What the overlay shows first: the worst run's worst layer and stat.")
     metrics: list[MetricCount]
     summary: list[str]

@@ -28,6 +28,8 @@ class Panel:
     subtitle: str
     skip_layers: frozenset[str] | None  # None: the recommendation is not shown
     gemm_overrides: dict[str, tuple[str, ...]] = field(default_factory=dict)  # layer -> GEMMs kept in BF16
+    precisions: dict[str, str] = field(default_factory=dict)  # layer -> recommended precision (the headline's)
+    recipe: str | None = None  # the recommended (outer) recipe
 
 
 @dataclass(frozen=True, slots=True)

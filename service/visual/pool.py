@@ -31,6 +31,7 @@ import logging
 import multiprocessing
 import os
 import select
+import signal
 import sys
 import threading
 import time
@@ -318,7 +319,11 @@ PARENT_POLL_SECONDS = 1.0
 
 
 def exit_with_parent(parent_pid: int) -> None:
-    """In a worker: end this process as soon as `parent_pid` (the API process) has ended (a daemon thread)."""
+    """In a worker: end this process as soon as `parent_pid` (the API process) has ended (a daemon thread). Ctrl-C
+    in a terminal reaches the whole process group: the API process stops its workers, so a worker ignores SIGINT
+    instead of printing a KeyboardInterrupt traceback from its task loop (the forkserver hands its children the
+    default handler back, multiprocessing/forkserver.py `_serve_one`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         watch = os.pidfd_open(parent_pid)
     except ProcessLookupError:

@@ -39,6 +39,11 @@ class HeatmapRowRead(ApiModel):
     boxed: bool = Field(description="Boxed as one of the worst rows at or above the critical band.")
     skip: bool = Field(description="In the recommended skip set.")
     gemm_override: list[Gemm] | None = Field(description="GEMMs the recommendation keeps in high precision.")
+    recommended: str | None = Field(
+        None,
+        description="The precision the recommendation runs this layer at (its headline.precision_by_layer: the "
+        "ladder's rung, bf16 for the BF16 set); null without a recommendation or for a non-GEMM row.",
+    )
 
 
 class HeatmapIterations(ApiModel):
@@ -96,6 +101,9 @@ class HeatmapLayoutRead(ApiModel):
     iterations: HeatmapIterations
     summary: HeatmapSummaryRead
     skip_layers: list[str] | None = Field(description="The recommended skip set; null with show_skip=false.")
+    recommended_recipe: str | None = Field(
+        None, description="The recommended recipe; rows whose `recommended` precision differs are marked."
+    )
     image: HeatmapImageRead
     cells: HeatmapCellsRead | None = Field(None, description="The values, with `?cells=N`; null otherwise.")
     colormap: list[str] = Field(description="The image's colour map from 0 to `vmax`, as evenly spaced #rrggbb.")

@@ -130,7 +130,7 @@ def test_runs_without_a_common_layer_are_incomparable_up_front(page, live_server
         (el) => el.id || el.className)""")
     assert order[:2] == ["sides", "compare-incomparable"], order
     first = page.locator("#compare-result > *").first
-    expect(first.locator("#compare-multi-incomparable")).to_contain_text("share no layer")
+    expect(first.locator("#compare-multi-incomparable")).to_contain_text("share a layer")
     expect(page.locator("#compare-layers")).to_have_count(0)
     expect(page.locator("#compare-img")).to_have_count(0)
     expect(page.locator("#compare-recs")).to_have_count(0)

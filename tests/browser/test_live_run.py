@@ -74,10 +74,16 @@ def test_the_live_page_follows_the_logs_without_reload(page, live_server, shot) 
         send("scalars.jsonl", scalars(range(0, 30)))
 
         page.goto(f"{live_server.url}/#/runs?project=bt-live")
-        badge = page.locator("#view table tbody tr", has_text="live-browser").locator(".status-live")
+        row = page.locator("#view table tbody tr", has_text="live-browser")
+        badge = row.locator(".status-live")
         expect(badge).to_have_text("live", timeout=20_000)
+        expect(row.locator(".col-sev")).to_have_text("training")  # not "pending" / "—"
+        expect(row.locator(".col-precision")).to_have_text("after it is finalized")
 
         page.goto(f"{live_server.url}/#/runs/{run['id']}")
+        expect(page.locator("#live-updated")).to_have_text(
+            re.compile(r"updated [0-2]\d:[0-5]\d:[0-5]\d$"), timeout=20_000
+        )
         heatmap = page.locator("#live-heatmap")
         expect(heatmap).to_have_attribute("data-iterations", "30", timeout=30_000)
         expect(heatmap).to_have_attribute("data-rows", str(len(LAYERS)))

@@ -57,7 +57,7 @@ def test_runs_lists_the_page_as_a_table(invoke) -> None:
 
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["ID", "NAME", "PROJECT", "STATUS", "LAYERS", "CREATED"]
+    assert lines[0].split() == ["ID", "NAME", "PROJECT", "STATUS", "VERDICT", "LAYERS", "CREATED"]
     assert [line.split()[:2] for line in lines[1:]] == [["7", "esm2-650m"], ["8", "healthy"]]
     assert result.stderr == ""
 
@@ -68,3 +68,15 @@ def test_alert_rules_and_log_without_entries_say_so(invoke) -> None:
 
     assert (rules.exit_code, rules.stdout, rules.stderr) == (0, "", "no alert rules for project esm2\n")
     assert (log.exit_code, log.stdout, log.stderr) == (0, "", "no alerts raised for run 3\n")
+
+
+def test_runs_shows_each_runs_verdict_and_a_live_run_as_training(invoke) -> None:
+    summary = {"severity": "critical", "pattern": "u_shape", "to_bf16": 3, "precision_mix": {"nvfp4": 41, "mxfp8": 8}}
+    runs = [run_body(7, summary=summary), run_body(8, status="live", name="job"), run_body(9, status="queued")]
+
+    result = invoke({"/api/v1/runs": runs}, "runs", "--status", "live")
+
+    assert result.exit_code == 0, result.output
+    rows = result.stdout.splitlines()[1:]
+    assert "critical u_shape, 3 to BF16, 41 nvfp4 8 mxfp8" in rows[0]
+    assert "training" in rows[1] and rows[2].split()[4] == "-"

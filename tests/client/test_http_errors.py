@@ -51,11 +51,26 @@ def test_a_non_json_error_body_still_gives_a_typed_error(mock_client) -> None:
     with pytest.raises(ApiError) as caught:
         client.run(1)
 
-    assert (caught.value.status, caught.value.error, caught.value.detail) == (
-        502,
-        "HTTP502",
-        "<html>Bad Gateway</html>",
+    assert (caught.value.status, caught.value.error) == (502, "HTTP502")
+    assert caught.value.detail == (  # another server's page is not printed: the URL is named instead
+        "http://fp8.test/api/v1/runs/1 answered HTTP 502 with text/plain, not the fp8-policy API's JSON: is the URL "
+        "an fp8-policy service (its root, e.g. http://host:8000, with no /api/v1), and not a proxy's or another "
+        "server's page?"
     )
+
+
+def test_a_url_ending_in_the_api_prefix_is_read_as_the_service_root(mock_client) -> None:
+    seen = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        return httpx.Response(200, json={"id": 1})
+
+    client = PolicyClient("http://fp8.test/api/v1/", transport=httpx.MockTransport(answer))
+    client.run(1)
+    client.close()
+
+    assert seen == ["/api/v1/runs/1"]
 
 
 def test_unreachable_service_raises_connection_failed_naming_the_url(mock_client) -> None:

@@ -27,6 +27,7 @@ from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.thresholds import Severity, Thresholds
 
 T = Thresholds()
+POINTS = T.min_points  # a band crossing's level: the median of this many recent points
 UF = MetricName("model.layers.3.mlp.fc2", "gradient", "underflows%")
 SCALE = MetricName("model.layers.3.mlp.fc2", "activation", "scale_inv_min")
 OTHER = MetricName("model.layers.3.mlp.fc2", "activation", "overflows%")
@@ -65,7 +66,8 @@ def advance_per_point(
             state.last_iteration = it
             continue
         state.nonfinite = False
-        if _is_scale_inv(metric) and state.last_value is not None and state.last_value > 0 and value > 0:
+        scale = _is_scale_inv(metric)
+        if scale and state.moved and state.last_value is not None and state.last_value > 0 and value > 0:
             ratio = value / state.last_value
             factor = thresholds.scale_jump_factor
             if ratio >= factor or ratio <= 1.0 / factor:
@@ -85,9 +87,13 @@ def advance_per_point(
                         previous_iteration=state.last_iteration,
                     )
                 )
+        if scale and value != 1.0:
+            state.moved = True  # the first departure from exactly 1.0 ends delayed scaling's warm-up
         if _is_underflow(metric):
-            band = thresholds.band(value)
+            recent = [v for _i, v in state.window][-(POINTS - 1) :] + [value] if POINTS > 1 else [value]
+            band = thresholds.band(float(np.median(recent))) if len(recent) >= POINTS else Severity.OK
             if band > Severity(state.band) and band >= Severity.WARNING:
+                level = float(np.median(recent))
                 events.append(
                     _event(
                         "band_crossing",
@@ -95,11 +101,12 @@ def advance_per_point(
                         metric,
                         rank,
                         it,
-                        value,
-                        f"{name}: underflows {value:.2f} % at iteration {it}, {band.value} band "
-                        f"(≥ {_band_floor(band, thresholds):g} %)",
+                        level,
+                        f"{name}: underflows at {level:.2f} % (median of the last {POINTS} points) at iteration "
+                        f"{it}, {band.value} band (≥ {_band_floor(band, thresholds):g} %)",
                         band=band.value,
                         previous_band=state.band,
+                        point_value=value,
                     )
                 )
             state.band = band.value
@@ -166,7 +173,7 @@ def test_the_work_per_increment_does_not_grow_with_its_points() -> None:
     def lines_run(points: int) -> int:
         its = np.arange(points, dtype=np.int64) * 10
         vals = np.full(points, 0.2)
-        vals[points // 2] = 3.0
+        vals[points // 2 :] = 3.0  # a sustained rise
         count = 0
 
         def tracer(frame, event, _arg):

@@ -157,3 +157,43 @@ def test_a_nan_or_infinite_loss_raises_nonfinite_once_per_episode() -> None:
     assert first[0].message == "loss is nan at step 10" and first[1].detail == {"value_text": "-inf"}
     assert [(e.kind, e.tensor, e.iteration) for e in rest] == [("nonfinite", "loss", 13)]  # after a finite 1.9
     assert all(math.isfinite(v) for v in resumed.windows["loss"])
+
+
+def test_a_nonfinite_loss_or_grad_norm_is_an_event_once_per_episode() -> None:
+    loss = [3.0, 2.9, float("nan"), float("nan"), 2.8, float("inf")]
+    grad = [1.0, 1.0, 1.0, float("inf"), 1.0, 1.0]
+
+    events = advance(ScalarState(), records(loss, grad))
+
+    assert [(e.kind, e.tensor, e.iteration, e.severity) for e in events] == [
+        ("nonfinite", "loss", 2, "severe"),
+        ("nonfinite", "grad_norm", 3, "severe"),
+        ("nonfinite", "loss", 5, "severe"),
+    ]
+    assert events[0].detail["value_text"] == "nan"
+
+
+def test_a_grad_norm_spike_is_a_warning_a_loss_spike_critical() -> None:
+    rng = np.random.default_rng(4)
+    grad = 1.0 + rng.normal(0, 0.02, 40)
+    loss = np.linspace(3.0, 2.0, 40) + rng.normal(0, 0.005, 40)
+    grad[20], loss[30] = 5.0, 9.0
+
+    events = advance(ScalarState(), records(loss, grad))
+
+    assert [(e.tensor, e.severity) for e in events] == [("grad_norm", "warning"), ("loss", "critical")]
+
+
+def test_no_spike_while_the_learning_rate_warms_up() -> None:
+    """The loss falls fast and jumps while lr still rises; once lr stops rising spikes count again."""
+    rng = np.random.default_rng(5)
+    loss = np.concatenate([np.linspace(10.0, 4.0, 30), np.linspace(4.0, 3.0, 30)]) + rng.normal(0, 0.01, 60)
+    grad = 1.0 + rng.normal(0, 0.02, 60)
+    loss[20], loss[45] = 30.0, 30.0
+    rows = records(loss, grad)
+    for k, row in enumerate(rows):
+        row["lr"] = 3e-4 * min(1.0, (k + 1) / 30)
+
+    events = advance(ScalarState(), rows)
+
+    assert [(e.kind, e.iteration) for e in events] == [("scalar_spike", 45)]

@@ -56,16 +56,17 @@ def test_a_rolled_back_piece_is_detected_again(live, monkeypatch) -> None:
     assert append(lines(0, [0.1, 0.2])) == []
     assert append(lines(2, [0.1, 0.2])) == [] and len(reads) == 1  # the second piece used the kept table
 
-    assert append(lines(4, [0.6, 0.7]), fail=True) == []  # saved, then rolled back: the warning is not stored
-    assert append(lines(4, [0.6, 0.7])) == ["band_crossing:warning:4"]
+    # three of the last five points in the warning band: the level (their median) crosses it at iteration 6
+    assert append(lines(4, [0.6, 0.7, 0.6]), fail=True) == []  # saved, then rolled back: the warning is not stored
+    assert append(lines(4, [0.6, 0.7, 0.6])) == ["band_crossing:warning:6"]
     assert len(reads) == 2  # read again: the stored stamp was not the rolled-back piece's
 
 
 def test_a_document_saved_elsewhere_is_read_again(live) -> None:
     append, factory, run_id = live
-    assert append(lines(0, [0.6])) == ["band_crossing:warning:0"]
+    assert append(lines(0, [0.6] * 5)) == ["band_crossing:warning:4"]
     with session_scope(factory) as session:  # another process: the state as if nothing had been seen
         repo = LiveRepository(session)
         repo.state_for_update(run_id)
         repo.save_state(run_id, {})
-    assert append(lines(1, [0.7])) == ["band_crossing:warning:1"]
+    assert append(lines(5, [0.7] * 5)) == ["band_crossing:warning:9"]

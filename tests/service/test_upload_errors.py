@@ -19,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
+from fp8_policy.service.ingest.junk import never_held_a_log
 from fp8_policy.service.settings import Settings
 from tests.archives import (
     TS,
@@ -75,8 +76,10 @@ def assert_failed_cleanly(
         assert refused.status_code == 409
         assert refused.json() == {"error": "NotReady", "detail": f"run {run_id} is failed: {run['error']}"}
     assert row_counts(db_engine, run_id) == {"runs": 1, "run_tags": 0, "layers": 0, "series": 0}
-    # only the kept upload is new: nothing extracted, nothing in uploads/ or work/, nothing outside data/
-    assert files_under(tmp_path) - before == {f"data/runs/{run_id}/upload.bin"}
+    # only the kept upload is new: nothing extracted, nothing in uploads/ or work/, nothing outside data/; an upload
+    # that never held a log keeps not even its bytes (service/ingest/junk.py)
+    kept = set() if never_held_a_log(run["error"]) else {f"data/runs/{run_id}/upload.bin"}
+    assert files_under(tmp_path) - before == kept
     return run
 
 
@@ -282,6 +285,21 @@ class TestCreateRunIngestFailures:
             upload(client, case.data, project, case.filename, case.content_type),
             case.error,
         )
+
+    def test_junk_uploaded_again_answers_the_failed_run_and_stores_nothing(
+        self, client: TestClient, db_engine: Engine, project: str, tmp_path: Path, snapshot: set[str]
+    ) -> None:
+        """Junk keeps no bytes once failed (up to 2 GiB stayed on disk, unlisted); the same bytes again are that
+        failed run, not a new copy and not a new ingest."""
+        junk = b"not a log at all\n" * 1000
+        run = assert_failed_cleanly(
+            client, db_engine, tmp_path, snapshot, upload(client, junk, project), NOT_AN_ARCHIVE
+        )
+
+        again = upload(client, junk, project)
+
+        assert again.status_code == 200 and again.json()["id"] == run["id"] and again.json()["status"] == "failed"
+        assert files_under(tmp_path) == snapshot
 
     def test_the_zip_bomb_is_a_small_upload(self) -> None:
         assert len(ZIP_BOMB.data) < 64 * 1024

@@ -124,7 +124,7 @@ function summaryCard(cmp) {
   const incomparable = cmp.summary.find((x) => x.startsWith("incomparable"));
   return card("Summary", { id: "compare-multi-summary" },
     incomparable ? h("div", { class: "alert alert-warning", role: "alert", id: "compare-multi-incomparable" },
-      h("div", { class: "alert-body" }, h("strong", { class: "alert-title" }, "These runs share no layer"),
+      h("div", { class: "alert-body" }, h("strong", { class: "alert-title" }, "No two of these runs share a layer"),
         h("div", null, incomparable.replace(/^incomparable:\s*/, "")))) : null,
     h("ul", { class: "sentences", id: "compare-multi-sentences" }, cmp.summary.filter((x) => x !== incomparable).map((x) => h("li", null, x))),
     cmp.runs.some((r) => r.recommendation_note) ? h("ul", { class: "sentences muted small" },

@@ -57,6 +57,12 @@ export function fmtDate(iso) {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
+/* A time of day on the 24-hour clock fmtDate uses (toLocaleTimeString() gave "3:04:05 PM" beside "2026-12-02 15:04"). */
+export function fmtTime(date = new Date()) {
+  const pad = (x) => String(x).padStart(2, "0");
+  return `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
+}
+
 export function fmtAgo(iso) {
   if (!iso) return "";
   const seconds = (Date.now() - new Date(iso).getTime()) / 1000;

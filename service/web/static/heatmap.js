@@ -10,7 +10,8 @@ import { h, replace } from "./dom.js";
 import { API, api, qs, errorBox } from "./api.js";
 import { fmtInt, fmtNum, plural } from "./format.js";
 import { card, selectField, loading } from "./widgets.js";
-import { SKIP, drawHeatmap } from "./heatmap_draw.js";
+import { RUNG, SKIP, drawHeatmap, rungMark } from "./heatmap_draw.js";
+import { precisionWord } from "./precision.js";
 
 /* The series the run page opens the heatmap on: the worst finding's tensor and stat (the analysis's `focus`, or
  * the first evidence of the worst finding that names a tensor; findings come worst first), so the map shows the
@@ -66,7 +67,10 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer, onSe
     h("span", { class: "mark-swatch mark-skip", style: { background: SKIP, borderColor: SKIP }, "aria-hidden": "true" }),
     " right of a row: the recommendation keeps that layer in BF16 (its label is green too); ",
     h("span", { class: "mark-swatch", style: { borderColor: SKIP }, "aria-hidden": "true" }),
-    " outlined: single GEMMs of that layer in BF16 (a GEMM override).");
+    " outlined: single GEMMs of that layer in BF16 (a GEMM override); ",
+    h("span", { class: "mark-swatch", style: { background: RUNG.nvfp4, borderColor: RUNG.nvfp4 }, "aria-hidden": "true" }), " / ",
+    h("span", { class: "mark-swatch", style: { background: RUNG.mxfp8, borderColor: RUNG.mxfp8 }, "aria-hidden": "true" }),
+    " further right: the layer runs at another precision than the recipe, FP4 / FP8 (the precision ladder; hover the row).");
   const openPng = h("a", { class: "btn btn-small btn-ghost", id: "heatmap-png", target: "_blank", rel: "noopener" }, "PNG");
   const openSvg = h("a", { class: "btn btn-small btn-ghost", id: "heatmap-svg", target: "_blank", rel: "noopener" }, "SVG");
 
@@ -127,7 +131,7 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer, onSe
     const merged = cells && cells.first.length < data.iterations.count
       ? ` Each column averages ${fmtInt(Math.round(data.iterations.count / cells.first.length))} logged iterations.` : "";
     aggregation.textContent = `Colour: ${data.tensor} ${data.stat} of each layer${sub} at each iteration, ${ranks}.${merged}`;
-    marksNote.hidden = !(data.skip_layers && data.rows.some((r) => r.skip || r.gemm_override));
+    marksNote.hidden = !(data.skip_layers && data.rows.some((r) => r.skip || r.gemm_override || rungMark(data, r)));
     const s = data.summary;
     const verdicts = s.boxed_by ? s.boxed_by === "analysis verdict" : data.rows.some((r) => r.severity !== null && r.severity !== undefined);
     if (verdicts) {
@@ -202,6 +206,7 @@ export function heatmapCard(ctx, run, analysis, layersInfo, state, onLayer, onSe
     if (row.level !== null) lines.push(h("div", null, `row level (p95): ${fmtNum(row.level, 4)}${data.stat.includes("%") ? "%" : ""}${row.boxed ? " · boxed" : ""}`));
     if (row.skip) lines.push(h("div", null, "recommended: whole layer in BF16"));
     else if (row.gemm_override) lines.push(h("div", null, `recommended: ${row.gemm_override.join(", ")} in BF16`));
+    else if (row.recommended) lines.push(h("div", null, `recommended: ${precisionWord(row.recommended)}${rungMark(data, row) ? ` (the recipe is ${precisionWord(data.recommended_recipe)})` : ""}`));
     lines.push(h("div", { class: "muted small" }, hit.c === null ? "Enter: plot this layer" : "click: plot this layer"));
     replace(tip, lines);
     tip.hidden = false;

@@ -8,6 +8,14 @@ import { fmtInt, fmtNum } from "./format.js";
 
 const BOX = "#0a6cff"; // the images' box colour (service/visual/style.py)
 export const SKIP = "#1b9e77";
+// A row the recommendation runs at another precision than its recipe: FP4 / FP8 (precision.js's colours).
+export const RUNG = { nvfp4: "#7b3fb5", mxfp8: "#1f6fb2", block: "#1f6fb2", current: "#1f6fb2", delayed: "#1f6fb2" };
+
+/* The precision a row is marked with right of it (none: runs at the recipe, or no recommendation). */
+export function rungMark(data, row) {
+  if (!data.recommended_recipe || !row.recommended || row.recommended === "bf16") return null;
+  return row.recommended !== data.recommended_recipe ? row.recommended : null;
+}
 
 function cssVar(name) {
   return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
@@ -56,7 +64,7 @@ export function drawHeatmap(canvas, frame, data, thresholds, kbRow) {
   ctx2.font = "11px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace";
   const labelW = Math.min(300, Math.max(...rows.map((r) => ctx2.measureText(r.label).width), 40)) + 10;
   const legendW = 150;
-  const strip = data.skip_layers ? 18 : 0;
+  const strip = data.skip_layers ? 30 : 0;
   const left = labelW;
   const top = 8;
   const plotW = width - left - legendW - strip - 12;
@@ -102,6 +110,11 @@ export function drawHeatmap(canvas, frame, data, thresholds, kbRow) {
       const sx = left + plotW + 5;
       if (row.skip) g.fillRect(sx, y + 1, 10, Math.max(2, rowH - 2));
       else g.strokeRect(sx + 1, y + 1.5, 8, Math.max(1, rowH - 3));
+    }
+    const rung = strip ? rungMark(data, row) : null;
+    if (rung) { // the precision ladder: this row runs at another precision than the recipe
+      g.fillStyle = RUNG[rung] || BOX;
+      g.fillRect(left + plotW + 18, y + 1, 8, Math.max(2, rowH - 2));
     }
   });
   // group separators

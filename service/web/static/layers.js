@@ -12,6 +12,7 @@ import { isNum, toNum, fmtNum, fmtPct, plural } from "./format.js";
 import { api, qs, errorBox, sevRank } from "./api.js";
 import { sevBadge, layerName, card, loading, selectField, sortableTable } from "./widgets.js";
 import { lineChart } from "./chart.js";
+import { PRECISION_ORDER, precisionChip } from "./precision.js";
 
 const NA_REASON = {
   bf16: "ran in BF16: no FP8 statistics to assess",
@@ -69,7 +70,7 @@ export async function rankSpread(run, signal) {
 }
 
 /* onPick(name | ""): after a layer is selected (a row clicked, select()) or closed, once the URL's `layer` says so. */
-export function layersCard(ctx, run, analysis, layersInfo, state, spread, onPick = () => {}) {
+export function layersCard(ctx, run, analysis, layersInfo, state, spread, onPick = () => {}, recPromise = null) {
   const th = analysis.thresholds || {};
   const outliers = outlierRanks(analysis, th);
   // the analysis's verdict per layer when it gives one ("n/a": nothing of the layer was assessed), else its status
@@ -147,6 +148,13 @@ export function layersCard(ctx, run, analysis, layersInfo, state, spread, onPick
       },
     } : null,
     { key: "patterns", label: "Patterns", get: (r) => (r.patterns || []).join(","), render: (r) => (r.patterns || []).map((p) => h("span", { class: "chip chip-small" }, patternName(analysis, p))) },
+    recPromise ? {
+      key: "recommended", label: "Recommended", title: "The precision the recommendation runs this layer at (its headline: the ladder's rung, BF16 for the BF16 set, the recipe for a layer without stats)",
+      get: (r) => (r.recommended ? PRECISION_ORDER.indexOf(r.recommended) : 99),
+      render: (r) => (r.recommended === undefined ? h("span", { class: "muted" }, "…")
+        : r.recommended ? h("span", { class: "nowrap" }, precisionChip(r.recommended), r.gemms ? h("span", { class: "muted small", title: "these GEMMs in BF16 (a GEMM override)" }, ` ${r.gemms.join("+")} BF16`) : null)
+          : h("span", { class: "muted", title: "not a quantized GEMM layer" }, "—")),
+    } : null,
   ].filter(Boolean);
   const statsOf = new Map((layersInfo || []).map((l) => [l.name, l.stats || []]));
   let selected = null;
@@ -192,6 +200,20 @@ export function layersCard(ctx, run, analysis, layersInfo, state, spread, onPick
     empty: "No layer matches.",
   });
   applyFilter();
+  if (recPromise) {
+    recPromise.then((rec) => {
+      const byLayer = (rec.headline || {}).precision_by_layer || {};
+      const gemms = new Map((rec.gemm_overrides || []).map((o) => [o.layer, o.gemms || []]));
+      for (const r of rows) {
+        r.recommended = byLayer[r.name] || null;
+        r.gemms = gemms.get(r.name) || null;
+      }
+      if (ctx.alive()) applyFilter();
+    }).catch(() => {
+      for (const r of rows) r.recommended = null;
+      if (ctx.alive()) applyFilter();
+    });
+  }
 
   let token = 0;
   let redraw = null;

@@ -15,7 +15,7 @@
 
 import { h, replace, $ } from "./dom.js";
 import { api, qs, errorBox, ApiError } from "./api.js";
-import { fmtInt, fmtBytes, fmtDate, fmtNum, plural, runLabel } from "./format.js";
+import { fmtInt, fmtBytes, fmtDate, fmtNum, fmtTime, plural, runLabel } from "./format.js";
 import { statusBadge, figure, card, selectField, chip } from "./widgets.js";
 import { route, setTitle } from "./router.js";
 import { colorAt, sizedCanvas } from "./heatmap_draw.js";
@@ -91,7 +91,7 @@ export async function liveView(ctx, run, state) {
         grown || more ? curves.refresh({ scalars: more, stats: grown }) : null]);
       await timeline.loadAlerts();
       showFigures(live);
-      updated.textContent = `updated ${new Date().toLocaleTimeString()}`;
+      updated.textContent = `updated ${fmtTime()}`;
     } catch (err) {
       if (err.name === "AbortError" || !ctx.alive()) return;
       updated.textContent = `update failed (${err instanceof ApiError ? err.error : err.message}); retrying`;

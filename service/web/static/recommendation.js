@@ -4,6 +4,7 @@ import { h, replace } from "./dom.js";
 import { isNum, fmtSigned, fmtInt, fmtRatio, fmtShare, plural } from "./format.js";
 import { API, apiFetch, errorBox } from "./api.js";
 import { figure, card, loading, toast, copyText, tabs } from "./widgets.js";
+import { precisionChip, precisionMix } from "./precision.js";
 
 const FORMATS = [
   { id: "json", label: "JSON", ext: "json" },
@@ -13,6 +14,7 @@ const FORMATS = [
   { id: "torchao", label: "torchao", ext: "py" },
   { id: "te-recipe", label: "TE recipe", ext: "py" },
   { id: "torchtitan", label: "torchtitan", ext: "py" },
+  { id: "te-monitor", label: "TE monitor", ext: "yaml" },
 ];
 
 /* The recommendation as JSON or rendered: GET with no overrides, else POST {thresholds, gpu, te_version}
@@ -25,9 +27,15 @@ function fetchRecommendation(run, overrides, format, signal) {
   return apiFetch(url, { signal, as, method: "POST", body: overrides });
 }
 
-/* state: the page's hashState (`rec` is the selected format); settings: null or the POST body (overrides). */
-export async function recommendationCard(ctx, run, state, settings) {
-  const rec = await fetchRecommendation(run, settings, "json", ctx.signal);
+/* The recommendation JSON the run page's views share (the cards, the layer table's recommended column). */
+export function recommendationJson(ctx, run, settings) {
+  return fetchRecommendation(run, settings, "json", ctx.signal);
+}
+
+/* state: the page's hashState (`rec` is the selected format); settings: null or the POST body (overrides);
+ * recPromise: the JSON (recommendationJson), fetched once for every view of the page. */
+export async function recommendationCard(ctx, run, state, settings, recPromise = null) {
+  const rec = await (recPromise || recommendationJson(ctx, run, settings));
   const cache = new Map([["json", { text: JSON.stringify(rec, null, 2), filename: `run_${run.id}_recommendation.json` }]]);
   const code = h("code", { id: "rec-code" });
   const pre = h("pre", { class: "code code-block" }, code);
@@ -80,22 +88,35 @@ export async function recommendationCard(ctx, run, state, settings) {
   });
 
   const skip = rec.fp8_skip_layers || [];
+  const kept = rec.kept_bf16 || [];
   const overrides = rec.gemm_overrides || [];
   const cost = rec.expected_cost || {};
+  const head = rec.headline || {};
   const conf = typeof rec.confidence === "number" ? rec.confidence : null;
+  const byLayer = head.precision_by_layer || {};
+  const moved = Object.entries(byLayer).filter(([, p]) => p !== head.recipe && p !== "bf16");
+  // The headline cards: the same record (`headline`) the layer table, the heatmap marks and the runs list read.
   const summary = h("div", { class: "rec-summary" },
+    h("p", { class: "rec-headline", id: "rec-headline" }, head.text || ""),
     h("div", { class: "rec-figures" },
-      figure("Layers to BF16", fmtInt(skip.length), overrides.length ? `+${plural(overrides.length, "GEMM override")}` : null),
       figure("Recipe", h("span", { class: "recipe-label" }, rec.recipe ? rec.recipe.label || rec.recipe.name : "—"), rec.recipe && rec.recipe.class ? h("span", { class: "mono recipe-class", title: rec.recipe.class }, rec.recipe.class.split(".").pop()) : null),
-      figure("GEMM time vs all-FP8", isNum(cost.gemm_slowdown_vs_all_fp8_pct) ? fmtSigned(cost.gemm_slowdown_vs_all_fp8_pct, 1, "%") : "—",
-        isNum(cost.gemm_speedup_vs_all_bf16) ? `${fmtRatio(cost.gemm_speedup_vs_all_bf16)} faster than BF16` : null),
+      figure("Precision per layer", precisionMix(head.precision_mix, { id: "rec-mix" }) || "—",
+        head.lifted ? `${plural(head.lifted, "layer")} lifted from NVFP4` : null),
+      figure("Layers to BF16", fmtInt(skip.length), [kept.length ? `+${kept.length} kept (ran in BF16)` : null, overrides.length ? `+${plural(overrides.length, "GEMM override")}` : null].filter(Boolean).join(", ") || null),
+      figure("GEMM speed-up", isNum(cost.gemm_speedup_vs_all_bf16) ? `${fmtRatio(cost.gemm_speedup_vs_all_bf16)} vs BF16` : "—",
+        isNum(cost.gemm_slowdown_vs_all_fp8_pct) ? `GEMM time ${fmtSigned(cost.gemm_slowdown_vs_all_fp8_pct, 1, "%")} vs all ${cost.fp8_recipe || "FP8"}` : null),
       figure("Confidence", conf === null ? "—" : fmtShare(conf),
         conf === null ? null : h("span", { class: "meter", role: "meter", "aria-valuemin": "0", "aria-valuemax": "1", "aria-valuenow": conf, "aria-label": "confidence" },
           h("span", { style: { width: `${Math.round(conf * 100)}%` } })))),
-    skip.length
-      ? h("div", { class: "chips", "aria-label": "Layers to keep in BF16" }, h("span", { class: "muted small" }, "Keep in BF16:"), skip.map((l) => h("span", { class: "chip mono" }, l)))
-      : h("p", { class: "muted" }, overrides.length ? "No whole layer needs BF16; single GEMMs do:" : "No layer needs to leave FP8."),
-    overrides.length ? h("div", { class: "chips", "aria-label": "GEMMs to run in BF16" }, skip.length ? h("span", { class: "muted small" }, "GEMMs in BF16:") : null,
+    skip.length || kept.length
+      ? h("div", { class: "chips", "aria-label": "Layers to keep in BF16" }, h("span", { class: "muted small" }, "Keep in BF16:"),
+        skip.map((l) => h("span", { class: "chip mono" }, l)), kept.map((l) => h("span", { class: "chip mono", title: "ran in BF16 in this run" }, l)))
+      : null,
+    moved.length ? h("div", { class: "chips", id: "rec-rungs", "aria-label": "Layers at another precision than the recipe" },
+      h("span", { class: "muted small" }, `At another precision than ${rec.recipe ? rec.recipe.name : "the recipe"}:`),
+      moved.slice(0, 12).map(([l, p]) => h("span", { class: "chip-pair" }, h("span", { class: "chip mono" }, l), precisionChip(p))),
+      moved.length > 12 ? h("span", { class: "muted small" }, `+${moved.length - 12} more (layer table)`) : null) : null,
+    overrides.length ? h("div", { class: "chips", "aria-label": "GEMMs to run in BF16" }, h("span", { class: "muted small" }, "GEMMs in BF16:"),
       overrides.slice(0, 8).map((o) => h("span", { class: "chip mono", title: o.reason || "" }, `${o.layer}: ${(o.gemms || []).join(", ")}`)),
       overrides.length > 8 ? h("span", { class: "muted small" }, `+${overrides.length - 8} more`) : null) : null,
     (rec.rationale || []).length ? h("details", { class: "rationale" }, h("summary", null, "Rationale"),

@@ -15,7 +15,7 @@ import { route, go, setTitle } from "./router.js";
 import { hashState } from "./hashstate.js";
 import { heatmapCard } from "./heatmap.js";
 import { findingsCard } from "./findings.js";
-import { recommendationCard } from "./recommendation.js";
+import { recommendationCard, recommendationJson } from "./recommendation.js";
 import { layersCard, rankSpread } from "./layers.js";
 import { liveView } from "./live.js";
 import { storyCard } from "./story.js";
@@ -93,6 +93,7 @@ export async function runView(ctx, runId, query) {
   const ingest = ingestCard(run);
   const storySlot = h("div", { id: "live-story-slot" }); // a run streamed live: its events (story.js)
   const analysisPromise = analysisOf(run.id, ctx.signal, Object.keys(thresholds).length ? thresholds : null);
+  const recPromise = recommendationJson(ctx, run, overrides); // one answer for the cards and the layer table
   const curves = curvesCard(ctx, run, state, { analysisPromise }); // its read-out follows the heatmap (curves.follow)
   replace(view, head, ingestWarning(run, ingest), figures, paramsCard(run), notesCard(ctx, run), settingsForm(run, state, thresholds, options), heatmapSlot,
     curves.el, findingsSlot, recSlot, layersSlot, storySlot, ingest);
@@ -121,7 +122,7 @@ export async function runView(ctx, runId, query) {
     const [layersInfo, spread] = await Promise.all([layersPromise, spreadPromise]);
     if (!ctx.alive()) return;
     replace(heatmapSlot, heatmapCard(ctx, run, analysis, layersInfo, state, openLayer, curves.follow));
-    layersApi = layersCard(ctx, run, analysis, layersInfo, state, spread, () => curves.reread()); // a row clicked too
+    layersApi = layersCard(ctx, run, analysis, layersInfo, state, spread, () => curves.reread(), recPromise); // a row clicked too
     layersSlot.replaceWith(layersApi.el);
   }).catch((err) => {
     if (err.name === "AbortError" || !ctx.alive()) return;
@@ -130,7 +131,7 @@ export async function runView(ctx, runId, query) {
     layersPromise.then((layersInfo) => replace(heatmapSlot, heatmapCard(ctx, run, null, layersInfo, state, null, curves.follow)));
   });
 
-  recommendationCard(ctx, run, state, overrides).then((el) => {
+  recommendationCard(ctx, run, state, overrides, recPromise).then((el) => {
     if (ctx.alive()) recSlot.replaceWith(el);
   }).catch((err) => {
     if (err.name === "AbortError" || !ctx.alive()) return;

@@ -1,5 +1,5 @@
 // Runs list view (#/runs): server filters (project/tag/status), text search, sortable columns, the stored summary
-// (severity, leading pattern, layers to BF16) per row, tick 2-8 runs to compare, delete for admins, poll busy runs.
+// (severity, leading pattern, layers to BF16, precision mix) per row, tick 2-8 runs to compare, delete for admins, poll busy runs.
 //
 // Hash parameters: project, tag, status (sent to the API); q (search over name, project, tags and notes), sort, dir.
 
@@ -11,6 +11,7 @@ import { sevBadge, statusBadge, chip, loading, selectField } from "./widgets.js"
 import { go, replaceHash, setTitle } from "./router.js";
 import { whoAmI } from "./session.js";
 import { armDelete } from "./run_actions.js";
+import { precisionMix } from "./precision.js";
 
 const PAGE = 200;
 const COMPARE_MAX = 8; // the compare page shows 2-8 runs
@@ -21,15 +22,38 @@ const COLUMNS = [ // key, label, value for sorting (higher = "more"), numeric
   ["status", "Status", (r) => r.status, false],
   ["severity", "Severity", (r) => (r.summary ? SEVERITIES.indexOf(r.summary.severity) : null), true],
   ["to_bf16", "To BF16", (r) => (r.summary ? r.summary.to_bf16 * 1000 + r.summary.gemm_overrides : null), true],
+  ["precision", "Precision", (r) => (r.summary && typeof r.summary.gemm_speedup === "number" ? r.summary.gemm_speedup : null), true],
+  ["gpu", "GPU", (r) => meta(r, "gpu"), false],
+  ["recipe", "Recipe", (r) => meta(r, "recipe"), false],
+  ["te", "TE", (r) => meta(r, "te"), false],
+  ["commit", "Commit", (r) => meta(r, "commit"), false],
   ["layers", "Layers", (r) => (r.status === "ready" ? r.layer_count : null), true],
   ["points", "Points", (r) => (r.status === "ready" ? r.points : null), true],
   ["iterations", "Iterations", (r) => r.iteration_max, true],
   ["created", "Created", (r) => r.id, true],
 ];
 
+// Metadata columns (what the uploader sent, advisory): the first key present of each, as the service reads them.
+const META_KEYS = {
+  gpu: ["gpu", "gpu_name", "gpu_arch", "compute_capability"],
+  recipe: ["recipe", "fp8_recipe"],
+  te: ["te_version"],
+  commit: ["git_commit", "commit", "git_sha"],
+};
+const GROUPS = [["", "No grouping"], ["project", "Project"], ["gpu", "GPU"], ["recipe", "Recipe"], ["te", "TE version"], ["commit", "Commit"]];
+
+export function meta(run, column) {
+  const data = run.metadata || {};
+  const key = META_KEYS[column].find((k) => data[k] !== undefined && data[k] !== null && data[k] !== "");
+  if (key === undefined) return null;
+  const text = String(data[key]);
+  return column === "commit" ? text.slice(0, 10) : text;
+}
+
 export function matchesSearch(run, text) {
   if (!text) return true;
-  const hay = [runLabel(run), run.project, ...run.tags, run.notes || "", `#${run.id}`].join(" ").toLowerCase();
+  const metaText = Object.keys(META_KEYS).map((c) => meta(run, c) || "");
+  const hay = [runLabel(run), run.project, ...run.tags, run.notes || "", `#${run.id}`, ...metaText].join(" ").toLowerCase();
   return text.toLowerCase().split(/\s+/).filter(Boolean).every((word) => hay.includes(word));
 }
 
@@ -37,7 +61,8 @@ export async function runsView(ctx, query) {
   setTitle("Runs");
   const view = $("#view");
   const filters = { project: query.get("project") || "", tag: query.get("tag") || "", status: query.get("status") || "" };
-  const state = { q: query.get("q") || "", sort: query.get("sort") || "created", dir: query.get("dir") === "asc" ? 1 : -1 };
+  const state = { q: query.get("q") || "", sort: query.get("sort") || "created", dir: query.get("dir") === "asc" ? 1 : -1, group: query.get("group") || "" };
+  if (!GROUPS.some(([key]) => key === state.group)) state.group = "";
   if (!COLUMNS.some(([key]) => key === state.sort)) state.sort = "created";
   const filtered = Boolean(filters.project || filters.tag || filters.status);
   replace(view, h("div", { class: "page-head" }, h("h1", null, "Runs")), loading("Loading runs…"));
@@ -56,12 +81,12 @@ export async function runsView(ctx, query) {
 
   // The hash mirrors the view's state; replaceState, so typing in the search box does not re-render the view.
   const syncHash = () => {
-    const params = { ...filters, q: state.q, sort: state.sort === "created" ? "" : state.sort, dir: state.dir === 1 ? "asc" : "" };
+    const params = { ...filters, q: state.q, sort: state.sort === "created" ? "" : state.sort, dir: state.dir === 1 ? "asc" : "", group: state.group };
     replaceHash(ctx, `#/runs${qs(params)}`);
   };
   const setFilter = (key, value) => go("/runs", { ...filters, [key]: value, q: state.q });
   const search = h("input", {
-    type: "search", id: "runs-search", placeholder: "name, project, tag or notes", autocomplete: "off", value: state.q,
+    type: "search", id: "runs-search", placeholder: "name, project, tag, notes, GPU, recipe, commit", autocomplete: "off", value: state.q,
     "aria-label": "Search runs by name, project or tag",
     oninput: () => {
       state.q = search.value.trim();
@@ -76,6 +101,11 @@ export async function runsView(ctx, query) {
     selectField("Tag", "filter-tag", [["", "Any tag"], ...tags.map((t) => [t, t])], filters.tag, (v) => setFilter("tag", v)),
     selectField("Status", "filter-status", [["", "Any status"], ...["live", "ready", "processing", "queued", "failed"].map((x) => [x, x])],
       filters.status, (v) => setFilter("status", v)),
+    selectField("Group by", "runs-group", GROUPS, state.group, (v) => {
+      state.group = v;
+      syncHash();
+      render();
+    }),
     filtered || state.q ? h("button", { type: "button", class: "btn btn-ghost", onclick: () => go("/runs") }, "Clear filters") : null);
 
   const selected = new Set(); // compare 2..COMPARE_MAX of them: #/compare?runs=a,b,... oldest first (the reference)
@@ -126,10 +156,23 @@ export async function runsView(ctx, query) {
       replace(cell, h("span", { class: "muted small summary-pending" }, h("span", { class: "spinner", "aria-hidden": "true" }), " analysing"));
     } else if (run.status === "failed") {
       replace(cell, h("span", { class: "muted", title: run.error || "" }, "—"));
+    } else if (run.status === "live") {
+      replace(cell, h("span", { class: "muted small", title: "training: early warnings on the run page; the verdict comes when it is finalized" }, "training"));
     } else {
       replace(cell, h("span", { class: "muted" }, "pending"));
     }
     return cell;
+  }
+
+  function precisionCell(run) {
+    const s = run.status === "ready" ? run.summary : null;
+    const mix = s ? precisionMix(s.precision_mix) : null;
+    if (!mix) {
+      const why = run.status === "live" ? "after it is finalized" : "—";
+      return h("td", { class: "col-precision" }, h("span", { class: "muted small" }, why));
+    }
+    return h("td", { class: "col-precision", title: "Layers per recommended precision and the GEMM speed-up over all-BF16 (default recommendation)" },
+      mix, typeof s.gemm_speedup === "number" ? h("span", { class: "muted small" }, ` ${s.gemm_speedup.toFixed(2)}× vs BF16`) : null);
   }
 
   function bf16Cell(run) {
@@ -174,6 +217,9 @@ export async function runsView(ctx, query) {
         ? h("div", { class: "small error-text", title: run.error }, run.error.split(":")[0]) : null),
       severityCell(run),
       bf16Cell(run),
+      precisionCell(run),
+      ...["gpu", "recipe", "te"].map((c) => h("td", { class: `col-meta col-${c}` }, meta(run, c) || h("span", { class: "muted" }, "—"))),
+      h("td", { class: "col-meta col-commit mono", title: (run.metadata || {}).git_commit || null }, meta(run, "commit") || h("span", { class: "muted" }, "—")),
       h("td", { class: "num" }, run.status === "ready" ? fmtInt(run.layer_count) : "—"),
       h("td", { class: "num" }, run.status === "ready" ? fmtInt(run.points) : "—"),
       h("td", { class: "num nowrap" }, iters),
@@ -214,8 +260,20 @@ export async function runsView(ctx, query) {
         h("a", { class: "btn btn-primary", href: narrowed ? "#/runs" : "#/upload" }, narrowed ? "Clear filters" : "Upload a run")));
       return;
     }
-    replace(tbody, list.map(row));
+    replace(tbody, state.group ? grouped(list) : list.map(row));
     if (!body.contains(table)) replace(body, h("div", { class: "table-scroll" }, table));
+  }
+
+  /* Rows under one header row per value of the grouping column (in the sorted order's first appearance). */
+  function grouped(list) {
+    const label = GROUPS.find(([key]) => key === state.group)[1];
+    const keyOf = (r) => (state.group === "project" ? r.project : meta(r, state.group)) || "not given";
+    const groups = new Map();
+    for (const r of list) groups.set(keyOf(r), [...(groups.get(keyOf(r)) || []), r]);
+    const span = 1 + COLUMNS.length + (canDelete ? 1 : 0);
+    return [...groups].flatMap(([value, runs]) => [
+      h("tr", { class: "group-row", "data-group": value }, h("th", { scope: "colgroup", colspan: String(span) }, `${label}: ${value} (${plural(runs.length, "run")})`)),
+      ...runs.map(row)]);
   }
 
   const more = h("button", {

@@ -153,3 +153,21 @@ def test_findings_are_ordered_by_severity() -> None:
 def test_block_ranges() -> None:
     assert block_ranges([7, 1, 2, 3, 9, 10]) == "1-3, 7, 9-10"
     assert block_ranges([]) == ""
+
+
+def test_failures_confined_to_one_sublayer_kind_are_not_a_recipe_problem() -> None:
+    """Every fc1 and fc2 of a 4-block model fails its gradient (8 of 16 layers, 50 %, above uniform_fraction): the
+    failure follows two of the four sublayer kinds, so it is answered per layer, never as `uniform`; the finding
+    says which kinds fail. The same share spread over every kind is `uniform`."""
+    spec = Spec(family="megatron", n_blocks=4, with_heads=False)
+    confined = [name("megatron", b, sub) for b in blocks("megatron", 4) for sub in ("fc1", "fc2")]
+    plant(spec, confined, "gradient", 4.0)
+    analysis = analyze(build_run(spec))
+    assert "uniform" not in analysis.patterns()
+    assert {n for f in analysis.findings for n in f.layers} == set(confined)
+    assert any("Only fc1 (4 of 4), fc2 (4 of 4) of the 4 sublayer kinds fail." in f.summary for f in analysis.findings)
+
+    spread = Spec(family="megatron", n_blocks=4, with_heads=False)
+    every_kind = [name("megatron", b, sub) for b in blocks("megatron", 4)[:3] for sub in ("qkv", "proj", "fc1", "fc2")]
+    plant(spread, every_kind, "gradient", 4.0)
+    assert analyze(build_run(spread)).patterns() == {"uniform"}

@@ -135,7 +135,22 @@ def test_layers_only_in_some_runs_and_runs_without_a_common_layer() -> None:
     assert "no recommendation for #2 run-2" in body["summary"]
 
     apart = compare_verdicts([a, verdict(3, [layer(HEAD)], recommendation())])
-    assert not apart["comparable"] and apart["summary"][0].startswith("incomparable: the 2 runs have no layer")
+    assert not apart["comparable"] and apart["summary"][0].startswith("incomparable: no two of the 2 runs have a layer")
+
+
+def test_runs_sharing_layers_in_some_but_not_all_runs_are_compared_where_present() -> None:
+    """Three ESM-2 runs and one Llama run: no layer is in all four, yet 3 runs share every ESM-2 layer; the page used
+    to say the runs share no layer and compare nothing above a table comparing them."""
+    esm = [layer(QKV), layer(PROJ), layer(FC1)]
+    runs = [verdict(i, esm, recommendation()) for i in (1, 2, 3)] + [verdict(4, [layer(HEAD)], recommendation())]
+    body = compare_verdicts(runs)
+    assert body["common_layers"] == 0 and body["shared_layers"] == 3 and body["comparable"]
+    assert not any(line.startswith("incomparable") for line in body["summary"])
+    assert body["summary"][0] == (
+        "layers match by exact name: no layer is in all 4 runs; 3 layer(s) are in 2 or more runs and are compared "
+        "where present (most shared: 3 runs, 3 layer(s) in #1, #2, #3)"
+    )
+    assert body["focus"] == {"layer": QKV, "tensor": "gradient", "stat": "underflows%"}
 
 
 def test_focus_is_the_worst_runs_focus_on_the_layers_most_runs_have() -> None:

@@ -1,4 +1,4 @@
-"""The per-layer precision ladder (recommend/ladder.py) and its cost (recommend/cost.py `ladder_cost`)."""
+"""The per-layer precision ladder (recommend/ladder.py) and the answer's one cost (recommend/cost.py `answer_cost`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fp8_policy.policy.recommend import RecommendOptions, fp8_param, recommend
-from fp8_policy.policy.recommend.cost import ladder_speedup
+from fp8_policy.policy.recommend.cost import speedup as ladder_speedup
 from fp8_policy.policy.records import PRECISIONS, Precision
 from fp8_policy.policy.render.precision import disagreements, precision_of
 from tests.policy.frontier_runs import SUBS, frontier_run, layer_name, noisy
@@ -53,7 +53,8 @@ def test_an_fp8_run_learns_which_layers_can_go_nvfp4_which_stay_fp8_and_which_bf
     assert cost["gemm_share"] == {"fp4": round(29 / 32, 4), "fp8": round(2 / 32, 4), "bf16": round(1 / 32, 4)}
     expected = 1.0 / (29 / 32 / 2.03 + 2 / 32 / 1.41 + 1 / 32)
     assert cost["gemm_speedup_vs_all_bf16"] == pytest.approx(expected, abs=1e-4)
-    assert "speedups.html" in cost["source"]
+    assert "speedups.html" in data["expected_cost"]["source"] and "source" not in cost  # one table, cited once
+    assert cost["gemm_speedup_vs_all_bf16"] == data["expected_cost"]["gemm_speedup_vs_all_bf16"]  # one figure
 
 
 def test_no_nvfp4_rung_without_nvfp4_evidence() -> None:
@@ -236,3 +237,35 @@ def test_a_bf16_run_with_nvfp4_whatifs_reports_them_but_keeps_every_layer_bf16()
     assert set(precision_of(rec.decision).values()) == {"bf16"}
     assert "fits below NVFP4's critical bands. Not offered" in layers[layer_name(0, "mlp.linear_fc1")]["evidence"][0]
     assert "fails on gradient" in layers[layer_name(3, "mlp.linear_fc1")]["evidence"][0]
+
+
+def nvfp4_fc1_and_head_failing():  # type: ignore[no-untyped-def]
+    """The trial's NVFP4/B200 run: every fc1's gradient (21-22 %), one fc2 and the LM head (33 %) fail NVFP4: 4 of 9
+    layers, but in two sublayer kinds and the head only."""
+    from fp8_policy.policy.names import layer_structure
+    from fp8_policy.policy.records import LayerInfo, MetricName, Series
+
+    def values(layer, block, sub, tensor, key, rng):  # type: ignore[no-untyped-def]
+        if tensor == "gradient" and (sub == "mlp.linear_fc1" or layer == layer_name(1, "mlp.linear_fc2")):
+            return noisy(21.5 if sub == "mlp.linear_fc1" else 14.5, rng)
+        return noisy(10.0 if tensor == "weight" else 7.0, rng)
+
+    run = frontier_run(values, ("nvfp4_underflows%",), n_blocks=2, metadata={"fp8_recipe": "NVFP4BlockScaling"})
+    head = "model.module.output_layer"
+    iterations = run.series[0].iterations
+    for tensor in ("activation", "gradient", "weight"):
+        level = 33.0 if tensor == "gradient" else 7.0
+        run.series.append(Series(0, MetricName(head, tensor, "underflows%", "nvfp4"), iterations, np.full(40, level)))
+    run.layers[head] = LayerInfo(head, layer_structure(head), Precision.FP8, True)
+    return run
+
+
+def test_a_failure_of_some_layer_kinds_keeps_the_recipe_and_the_ladder_tells_the_same_story() -> None:
+    """It used to be `uniform` (4 of 9 > 40 %) with a whole-model switch to MXFP8 'instead of a skip list' while the
+    ladder kept 5 layers at NVFP4: now the recipe stays NVFP4 and the 4 failing layers are lifted to MXFP8."""
+    rec, data = ladder(nvfp4_fc1_and_head_failing())
+    assert "uniform" not in {f["pattern"] for f in data["findings"]}
+    assert data["recipe"]["name"] == "nvfp4" and data["recipe"]["changed_from"] is None
+    assert data["precision_ladder"]["counts"]["nvfp4"] == 5 and data["precision_ladder"]["counts"]["mxfp8"] == 4
+    assert data["fp8_skip_layers"] == [] and len(data["precision_ladder"]["lifted"]) == 4
+    assert "Precision ladder (NVFP4 run): 5 layer(s) stay NVFP4; lift 4 to MXFP8." in rec.rationale

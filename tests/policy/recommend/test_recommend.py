@@ -13,6 +13,8 @@ from tests.policy.analysis.factories import FAMILIES, Spec, build_run, name, pla
 KEYS = {
     "fp8_skip_layers",
     "gemm_overrides",
+    "kept_bf16",
+    "headline",
     "precision_ladder",
     "fp8_param",
     "recipe",
@@ -113,7 +115,7 @@ def test_rationale_sentences_carry_the_numbers() -> None:
     text = "\n".join(recommend(u_shape_run(), None, opts).rationale)
     assert "Skip 8 layer(s) to BF16" in text and "gradient 3." in text
     # the recipe stays delayed (no evidence for a switch): delayed's GEMM speedup, tensorwise for Megatron only
-    assert "of GEMM FLOPs run in BF16" in text and "1.69x (H200)" in text
+    assert "Expected cost: GEMM FLOPs 0.0% FP4 / " in text and "(1.69x, H200)" in text
     assert (
         "Megatron: --first-last-layers-bf16 with 1 layer(s) at the start and 1 at the end, --fp8-recipe tensorwise"
         in text

@@ -133,15 +133,17 @@ def test_stats_frequency_option_reaches_every_section(nvdlfw_config):
             assert freqs == {25}
 
 
-def test_a_bf16_rung_on_a_layer_that_already_ran_in_high_precision_is_not_disabled(nvdlfw_config):
-    """The ladder gives bionemo's BF16 LM head a `bf16` rung; the YAML watches it with LogTensorStats, as before the
-    ladder, and does not add a Disable section the recommendation never asked for."""
+def test_a_layer_that_already_ran_in_high_precision_is_kept_there_and_watched_in_high_precision(nvdlfw_config):
+    """The ladder gives bionemo's BF16 LM head a `bf16` rung; the YAML keeps it in BF16 explicitly (TE consults the
+    disable feature only for a layer that quantizes, so it changes nothing while the model keeps the head in BF16)
+    and watches it with LogTensorStats, never LogFp8TensorStats."""
     layers = f.family_layers("esm2", 2, head_precision=Precision.HIGH)
     decision = f.with_ladder(f.decision(layers), {"model.lm_head.dense": "bf16"})
     manager = nvdlfw_config(render(decision, "te-yaml").content)
-    assert set(te_features(manager, "model.lm_head.dense")) == {"LogTensorStats"}
+    assert set(te_features(manager, "model.lm_head.dense")) == {"DisableFP8Layer", "LogTensorStats"}
     megatron = render(decision, "megatron").content
-    assert "--te-precision-config-file" not in megatron and "output_layer" not in megatron
+    assert "--te-precision-config-file" not in megatron  # Megatron runs output_layer in BF16: nothing to add
+    assert "Head layer(s) ['model.lm_head.dense'] stay BF16 as asked" in megatron
 
 
 def test_a_bf16_rung_on_a_layer_with_gemm_overrides_keeps_the_exact_gemms(nvdlfw_config):

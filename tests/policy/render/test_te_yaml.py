@@ -168,7 +168,7 @@ def test_layers_already_in_high_precision_get_high_precision_stats(nvdlfw_config
     layers = f.family_layers("esm2", 3, head_precision=Precision.HIGH)
     text = te_yaml(f.decision(layers, f.block_names("esm2", 3)))
     manager = nvdlfw_config(text)
-    assert set(features(manager, "model.lm_head.dense")) == {"LogTensorStats"}
+    assert set(features(manager, "model.lm_head.dense")) == {"DisableFP8Layer", "LogTensorStats"}
     assert "1 layer(s) already ran in high precision" in text
 
 
