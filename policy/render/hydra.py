@@ -115,7 +115,10 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
     widened = [n for n in bf16 if n in in_blocks and runs_at.get(n) != precision.BF16 and n not in finer]
     if widened or finer:
         lifted = f"{len(finer)} layer(s) whose ladder rung needs more than {decision.recipe.name} ({_rungs(finer)})"
-        reasons = [f"{len(requested & in_blocks)} skipped/overridden layer(s)"] if requested & in_blocks else []
+        ran = set(precision.ran_in_bf16(decision)) & in_blocks  # kept where they ran, not moved by the advice
+        moved = (requested & in_blocks) - ran
+        reasons = [f"{len(moved)} skipped/overridden layer(s)"] if moved else []
+        reasons += [f"{len(ran)} layer(s) that ran in BF16"] if ran else []
         parts.append(
             f"fp8_layers works per block, so block(s) {_numbers(decision, leave)} run wholly in BF16 "
             f"for {' and '.join(reasons + ([lifted] if finer else []))}, taking {len(widened)} "

@@ -106,7 +106,7 @@ def mixes(decision: PolicyDecision) -> list[Mix]:
 def applied(decision: PolicyDecision) -> AppliedPolicy:
     """Exact per (layer, GEMM), except TE GroupedLinear experts, which share their module's plan."""
     overrides = {n: g for n, g in merged_overrides(decision).items() if n not in decision.skip_layers}
-    layers = grouped.whole_module_bf16(decision, tuple(precision.skipped_layers(decision)))
+    layers = grouped.whole_module_bf16(decision, tuple(precision.whole_bf16_layers(decision)))
     experts = grouped.approximation(decision, GROUPED_WHY)
     in_groups = {n for members in grouped.groups(decision).values() for n in members}
     gemms = {n: g for n, g in overrides.items() if n not in layers and n not in in_groups}
