@@ -48,7 +48,7 @@ def hadamard_16() -> torch.Tensor:
 def _rht_last_dim(x: torch.Tensor) -> torch.Tensor:
     pad = (-x.shape[-1]) % NVFP4_BLOCK
     padded = F.pad(x, (0, pad)) if pad else x
-    blocks = padded.reshape(*padded.shape[:-1], -1, NVFP4_BLOCK) @ hadamard_16()
+    blocks = padded.reshape(*padded.shape[:-1], -1, NVFP4_BLOCK) @ hadamard_16().to(x.device, x.dtype)
     return blocks.reshape(padded.shape)
 
 
@@ -76,25 +76,42 @@ def fake_quantize(
     raise ValueError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
 
 
+def emulated_fprop(x: torch.Tensor, w: torch.Tensor, precision: str) -> torch.Tensor:
+    """fprop `y = Q(x) Q(w)^T` on 2-D `x` [tokens, in] and `w` [out, in] (module docstring)."""
+    return fake_quantize(x, precision, "input") @ fake_quantize(w, precision, "weight").t()
+
+
+def emulated_dgrad(
+    dy: torch.Tensor, w: torch.Tensor, precision: str, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """dgrad `dx = Q(dy) Q(w)` with the weight's columnwise copy (blocks along `out`)."""
+    w_col = fake_quantize(w.t().contiguous(), precision, "weight").t()
+    return fake_quantize(dy.contiguous(), precision, "grad", generator=generator) @ w_col
+
+
+def emulated_wgrad(
+    dy: torch.Tensor, x: torch.Tensor, precision: str, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """wgrad `dw = Q(dy^T) Q(x^T)^T` on the columnwise copies (blocks along tokens; RHT first under NVFP4)."""
+    dy_t, x_t = dy.t().contiguous(), x.t().contiguous()
+    if precision == "nvfp4":  # RHT over the token dimension of both wgrad operands
+        dy_t, x_t = _rht_last_dim(dy_t), _rht_last_dim(x_t)
+    return fake_quantize(dy_t, precision, "grad", generator=generator) @ fake_quantize(x_t, precision, "input").t()
+
+
 class _EmulatedMatmul(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, precision: str, generator: Any) -> torch.Tensor:
         ctx.save_for_backward(x, w)
         ctx.precision, ctx.generator = precision, generator
-        return fake_quantize(x, precision, "input") @ fake_quantize(w, precision, "weight").t()
+        return emulated_fprop(x, w, precision)
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None]:
         x, w = ctx.saved_tensors
         precision, generator = ctx.precision, ctx.generator
-        dy = dy.contiguous()
-        w_col = fake_quantize(w.t().contiguous(), precision, "weight").t()
-        dx = fake_quantize(dy, precision, "grad", generator=generator) @ w_col
-        dy_t, x_t = dy.t().contiguous(), x.t().contiguous()
-        if precision == "nvfp4":  # RHT over the token dimension of both wgrad operands
-            dy_t, x_t = _rht_last_dim(dy_t), _rht_last_dim(x_t)
-        dw = fake_quantize(dy_t, precision, "grad", generator=generator) @ fake_quantize(x_t, precision, "input").t()
-        return dx, dw, None, None
+        dx = emulated_dgrad(dy, w, precision, generator)
+        return dx, emulated_wgrad(dy.contiguous(), x, precision, generator), None, None
 
 
 class EmulatedLinear(nn.Linear):

@@ -22,6 +22,7 @@ from fp8_policy.policy.recommend.confidence import confidence
 from fp8_policy.policy.recommend.cost import expected_cost, ladder_cost
 from fp8_policy.policy.recommend.history import History, HistoryEffect, history_effect
 from fp8_policy.policy.recommend.ladder import Ladder, build_ladder, lifted_layers
+from fp8_policy.policy.recommend.ladder_evidence import lift_blockers
 from fp8_policy.policy.recommend.megatron import megatron_section
 from fp8_policy.policy.recommend.options import ModelDims, RecommendOptions
 from fp8_policy.policy.recommend.rationale import build_rationale
@@ -32,9 +33,11 @@ from fp8_policy.policy.recommend.recipe import (
     resolve_capability,
     resolve_current,
 )
+from fp8_policy.policy.recommend.sensitive_plan import SensitivePlan
 from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
 from fp8_policy.policy.records import PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format
+from fp8_policy.policy.sensitivity import SensitivityJudge, read_sensitivity
 from fp8_policy.policy.thresholds import Thresholds
 
 # Run-metadata keys saying the run keeps FP8/FP4 parameters (TE `quantized_model_init`; Megatron
@@ -109,11 +112,14 @@ def recommend(
     no_promote = effect.no_promote if effect is not None else frozenset()
     capability = resolve_capability(options.gpu or options.gpu_arch, analysis)[0]
     current, current_source = resolve_current(options.current_recipe, analysis, capability)
+    judge = SensitivityJudge(read_sensitivity(run, analysis.signals.warmup_cut))
+    blockers = lift_blockers(analysis) if judge else {}
     first = plan_skips(
         analysis,
         keep_existing_bf16=options.keep_existing_bf16,
         skip_projected=options.skip_projected,
         no_promote=no_promote,
+        sensitive=SensitivePlan(judge, current, blockers) if judge else None,
     )
     decision = choose_recipe(
         analysis, first, current=current, gpu_arch=options.gpu or options.gpu_arch, current_source=current_source
@@ -126,13 +132,15 @@ def recommend(
             f"the problem followed the BF16 boundary since run "
             f"{effect.previous_run}: a finer-grained recipe instead of a wider BF16 edge",
         )
-    plan = _final_plan(analysis, options, first, decision, no_promote)
-    ladder = build_ladder(run, analysis, plan, decision.choice.name, current, decision.capability)
+    sensitive = SensitivePlan(judge, decision.choice.name, blockers) if judge else None
+    plan = _final_plan(analysis, options, first, decision, no_promote, sensitive=sensitive)
+    ladder = build_ladder(run, analysis, plan, decision.choice.name, current, decision.capability, judge)
     lifted = lifted_layers(ladder, plan)
     if lifted:  # one verdict: a layer the ladder lifts to an FP8 rung leaves the skip list (ladder.py, lift rule)
-        plan = _final_plan(analysis, options, first, decision, no_promote, lifted)
+        plan = _final_plan(analysis, options, first, decision, no_promote, lifted, sensitive)
         ladder = replace(
-            build_ladder(run, analysis, plan, decision.choice.name, current, decision.capability), lifted=plan.lifted
+            build_ladder(run, analysis, plan, decision.choice.name, current, decision.capability, judge),
+            lifted=plan.lifted,
         )
     layout = analysis.layout
     cost = expected_cost(layout, plan, decision.choice.name, options.dims)
@@ -210,6 +218,7 @@ def _final_plan(
     decision: RecipeDecision,
     no_promote: frozenset[str] = frozenset(),
     lifted: frozenset[str] = frozenset(),
+    sensitive: SensitivePlan | None = None,
 ) -> SkipPlan:
     plan = functools.partial(
         plan_skips,
@@ -218,15 +227,16 @@ def _final_plan(
         skip_projected=options.skip_projected,
         no_promote=no_promote,
         lifted=lifted,
+        sensitive=sensitive,
     )
     if not decision.changed:
-        return plan() if lifted else first
+        return plan() if lifted or sensitive is not None else first
     levels = decision.level_fn()
     if levels is not None:  # each level judged with the band of the recipe it measures (an FP8 what-if: FP8's)
         return plan(levels=levels, bands=decision.bands(analysis))
     if analysis.by_pattern(Pattern.UNIFORM):
         return plan(defer=True)
-    return plan() if lifted else first
+    return plan() if lifted or sensitive is not None else first
 
 
 def _analysis_view(run: RunData, options: RecommendOptions) -> RunData:
