@@ -20,6 +20,8 @@ from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.policy_version import POLICY_VERSION as POLICY_VERSION  # re-exported; bump it there
 from fp8_policy.policy.recommend.confidence import confidence
 from fp8_policy.policy.recommend.cost import expected_cost, ladder_cost
+from fp8_policy.policy.recommend.frontier import Frontier, build_frontier
+from fp8_policy.policy.recommend.gpu import ASSUMED_CAPABILITY
 from fp8_policy.policy.recommend.history import History, HistoryEffect, history_effect
 from fp8_policy.policy.recommend.ladder import Ladder, build_ladder, lifted_layers
 from fp8_policy.policy.recommend.ladder_evidence import lift_blockers
@@ -35,6 +37,7 @@ from fp8_policy.policy.recommend.recipe import (
 )
 from fp8_policy.policy.recommend.sensitive_plan import SensitivePlan
 from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
+from fp8_policy.policy.recommend.target import RetargetContext, compact_layout
 from fp8_policy.policy.records import PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format
 from fp8_policy.policy.sensitivity import SensitivityJudge, read_sensitivity
@@ -65,9 +68,21 @@ class Recommendation:
     layer_rows: tuple[LayerAssessment, ...] = field(default=(), repr=False)
     thresholds: Thresholds | None = None
     stat_prefix: str | None = None
+    frontier: Frontier | None = field(default=None, repr=False)  # speed/risk frontier (recommend/frontier.py)
+    context: RetargetContext | None = field(default=None, repr=False)  # what re-solving a target needs
+    target: dict[str, Any] | None = None  # set by recommend/target.py `retarget`
 
     def to_dict(self) -> dict[str, Any]:
         recipe = self.decision.recipe
+        extra: dict[str, Any] = {}
+        if self.frontier is not None:
+            chosen = None
+            if self.target is not None:
+                keys = ("frontier_point", "speedup", "predicted_risk", "spec", "met")
+                chosen = {"source": "target", **{k: self.target[k] for k in keys}}
+            extra["frontier"] = self.frontier.to_dict(chosen)
+        if self.target is not None:
+            extra["target"] = self.target
         return {
             "fp8_skip_layers": list(self.decision.skip_layers),
             "gemm_overrides": [
@@ -91,6 +106,7 @@ class Recommendation:
             "policy_version": self.policy_version,
             "findings": [f.brief() for f in self.findings],
             "history": self.history.to_dict() if self.history is not None else None,
+            **extra,
         }
 
 
@@ -148,6 +164,12 @@ def recommend(
     te_version = options.te_version or _text(run.metadata.get("te_version"))
     rungs = {r.layer: r.precision for r in ladder.rungs}
     lcost = ladder_cost(layout, rungs, plan.overrides, current, options.dims, decision.capability)
+    cap = decision.capability if decision.capability is not None else ASSUMED_CAPABILITY
+    speedup = float(lcost.get("gemm_speedup_vs_all_bf16", 1.0))
+    frontier = build_frontier(
+        layout, rungs, plan.overrides, speedup, judge.table, decision.choice.name, cap, options.dims
+    )
+    context = RetargetContext(compact_layout(layout), plan, options.dims, decision.capability, current, judge.table)
     megatron = megatron_section(layout, plan, decision.choice, ladder.rungs)  # rungs of another recipe: config file
     policy = PolicyDecision(
         plan.skip_layers,
@@ -185,6 +207,8 @@ def recommend(
         tuple(analysis.layers),
         analysis.requested_thresholds,
         analysis.signals.stat_prefix,
+        frontier,
+        context,
     )
 
 

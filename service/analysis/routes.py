@@ -20,10 +20,11 @@ from fp8_policy.service.openapi import error_responses, query_param, threshold_p
 if TYPE_CHECKING:
     from fp8_policy.policy.recommend import Recommendation
     from fp8_policy.policy.render import RenderedPolicy
-    from fp8_policy.service.analysis import actions, summary
+    from fp8_policy.service.analysis import actions, summary, target
 else:  # imported on first use: start-up path, tests/service/test_start_up_imports.py
     actions = lazy_module("fp8_policy.service.analysis.actions")
     summary = lazy_module("fp8_policy.service.analysis.summary")
+    target = lazy_module("fp8_policy.service.analysis.target")
 
 # Every route reads, the POST recommendation included: it recomputes from stored data and stores nothing.
 router = APIRouter(prefix="/api/v1/runs", tags=["analysis"], dependencies=[READ])
@@ -33,12 +34,12 @@ FORMAT_HELP = (
     " whose policy was applied with apply_policy: kept layers get LogTensorStats only)"
 )
 FORMAT_QUERY = Query(description=FORMAT_HELP, json_schema_extra={"enum": ["json", *OUTPUT_FORMATS]})
-_GET_OPTION_KEYS = ("gpu_arch", "gpu", "te_version", "current_recipe", "previous_run")
+_GET_OPTION_KEYS = ("gpu_arch", "gpu", "te_version", "current_recipe", "previous_run", "target")
 OVERRIDES_HELP = (
     "Any of: `thresholds` (name -> number, as in GET .../analysis), `gpu_arch`, `model_dims` "
     "(hidden_size, ffn_hidden_size, num_layers, seq_len, vocab_size, num_attention_heads, "
     "num_query_groups, gated_mlp), `te_version`, `current_recipe`, `keep_existing_bf16`, "
-    "`skip_projected`. Unknown keys or bad values are a 400 InvalidOverrides."
+    "`skip_projected`, `target`. Unknown keys or bad values are a 400 InvalidOverrides (InvalidTarget)."
 )
 # Documentation of each non-threshold GET parameter in _GET_OPTION_KEYS (tests/service/test_openapi_document.py
 # fails when one is missing here).
@@ -54,6 +55,12 @@ _OPTION_HELP = {
         ["delayed", "current", "mxfp8"],
     ),
     "previous_run": ("Id of the run this one follows: the recommendation then says what changed (`history`).", ["41"]),
+    "target": (
+        "A budget re-solved on the stored frontier: speedup:<x> (GEMM-time speedup over all-BF16, 1-10: the least "
+        "predicted risk reaching it) or risk:<x> (nats per step, 0-1e6: the fastest point within it). 400 "
+        "InvalidTarget on anything else; 409 NoSensitivity when the run logged no loss sensitivity.",
+        ["speedup:1.6", "risk:0.01"],
+    ),
 }
 _OPTION_PARAMS = [
     query_param(key, {"type": "string", "examples": _OPTION_HELP[key][1]}, _OPTION_HELP[key][0])
@@ -175,14 +182,20 @@ def recompute_recommendation(
 def _respond(
     request: Request, session: Session, run_id: int, overrides: dict[str, Any], fmt: str
 ) -> RecommendationRead | Response:
+    # a target re-solves the recommendation computed without it (cached): no second load of the run's series
+    overrides = dict(overrides)
+    budget = target.parse(overrides.pop("target")) if "target" in overrides else None
     # computed once per (run as stored, options, policy version), and each answer serialized once per format;
     # identical concurrent requests wait for the one computing it (service/analysis/recommendation_cache.py)
-    key = recommendation_key(session, run_id, overrides)
+    base_key = recommendation_key(session, run_id, overrides)
+    key = (*base_key, "target", budget.text) if budget is not None else base_key
     # one cache for recommendations, their JSON bodies and their rendered files: the key's tail says which
     cache: SingleFlightCache[Any] = request.app.state.recommendations
 
     def recommendation() -> Recommendation:
-        rec: Recommendation = cache.get(key, lambda: actions.recommendation_for(session, run_id, overrides))
+        rec: Recommendation = cache.get(base_key, lambda: actions.recommendation_for(session, run_id, overrides))
+        if budget is not None:
+            rec = cache.get(key, lambda: target.apply(rec, budget))
         return rec
 
     # without options, the answers stored with the run's summary when it was ingested (service/analysis/summary.py),
@@ -192,7 +205,7 @@ def _respond(
     stored: list[dict[str, Any] | None] = []
 
     def from_summary() -> dict[str, Any] | None:
-        if overrides:
+        if overrides or budget is not None:
             return None
         if not stored:
             stored.append(summary.recommendation_answers(request.app.state.session_factory, session, run_id))

@@ -15,6 +15,7 @@ from pydantic import Field, create_model
 from fp8_policy.policy.records import GEMMS, PRECISIONS, RECIPE_CLASSES, LayerGroup, Precision
 from fp8_policy.policy.thresholds import Severity
 from fp8_policy.policy.vocabulary import LayerStatus, Pattern
+from fp8_policy.service.analysis.frontier_schemas import FrontierRead, TargetRead, VerificationRead
 from fp8_policy.service.schema_base import ApiModel, threshold_fields
 
 Gemm = Literal[GEMMS]  # type: ignore[valid-type]
@@ -353,3 +354,6 @@ class RecommendationRead(ApiModel):
     policy_version: str = Field(description="Changes whenever a rule changes.")
     findings: list[FindingBrief]
     history: HistoryRead | None = Field(None, description="Set when `previous_run` was given.")
+    frontier: FrontierRead | None = Field(None, description="The speed/risk frontier with the rules on it.")
+    target: TargetRead | None = Field(None, description="Set when `target` was given.")
+    verification: VerificationRead | None = Field(None, description="Set once an experiment was posted.")
