@@ -84,6 +84,15 @@ class Frontier:
     unmeasured: tuple[str, ...]
     reason: str = ""  # why there are no points (no sensitivity)
     time_of: Callable[[Mapping[str, str]], float] = field(default=lambda a: 1.0, repr=False)
+    risk_of: Callable[[str, str], float | None] = field(default=lambda layer, p: None, repr=False)
+
+    def evaluate(self, assignment: Mapping[str, str]) -> tuple[float, float | None]:
+        """(speedup, risk) of any per-layer assignment of the frontier's layers (missing ones: their all-BF16 point
+        rung); risk None when a low-precision layer has no sensitivity at its precision."""
+        full = {**self.start, **{k: v for k, v in assignment.items() if k in self.start}}
+        risks = [self.risk_of(n, p) for n, p in full.items()]
+        risk = None if any(r is None for r in risks) else sum(r or 0.0 for r in risks)
+        return 1.0 / self.time_of(full), risk
 
     def assignment(self, index: int) -> dict[str, str]:
         out = dict(self.start)
@@ -174,7 +183,8 @@ def build_frontier(
     baselines = tuple(_baseline(name, layout, layers, outer, time_of, risk_of) for name in RULES)
     if not hulls:
         reason = "no loss-sensitivity statistics for these layers" if not table else "too few measured rungs per layer"
-        return Frontier(dict(fixed), (), baselines, recommended, outer, unmeasured, reason, time_of)
+        start = {lv.name: fixed.get(lv.name, "bf16") for lv in layers}
+        return Frontier(start, (), baselines, recommended, outer, unmeasured, reason, time_of, risk_of)
     state = {**fixed, **{name: hull[0][2] for name, hull in hulls.items()}}
     order = {name: i for i, name in enumerate(hulls)}
     segments = sorted(
@@ -195,7 +205,7 @@ def build_frontier(
     points = tuple(
         Point(*metrics[last - j], (lifts[last - j],) if j else ()) for j in range(last + 1)
     )  # point j is state last - j; from point j - 1 it undoes lift last - j
-    return Frontier(dict(state), points, baselines, recommended, outer, unmeasured, "", time_of)
+    return Frontier(dict(state), points, baselines, recommended, outer, unmeasured, "", time_of, risk_of)
 
 
 def _lower_hull(options: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:

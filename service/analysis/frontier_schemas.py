@@ -1,5 +1,5 @@
 """Response models of the recommendation's speed/risk frontier, target and verification (policy/recommend/frontier.py,
-policy/recommend/target.py, service/experiments/verification.py); RecommendationRead (schemas.py) holds them."""
+policy/recommend/target.py, policy/recommend/verification.py); RecommendationRead (schemas.py) holds them."""
 
 from __future__ import annotations
 
@@ -77,11 +77,28 @@ class MeasuredArmRead(ApiModel):
     predicted_risk: float | None = None
 
 
+class LiftRead(ApiModel):
+    layer: str
+    from_: str = Field(alias="from")
+    to: str
+    predicted_risk: float | None = None
+
+
+class NextStepRead(ApiModel):
+    text: str
+    lift: list[LiftRead]
+    rerun: list[str] = Field(description="The arms to run again (same steps, seed and data order).")
+
+
 class VerificationRead(ApiModel):
-    """The newest experiment's verdict on the recommended arm (service/experiments/verification.py)."""
+    """The newest experiment's verdict on the recommended arm (policy/recommend/verification.py)."""
 
     status: Literal["confirmed", "contradicted", "unverified"]
     experiment_id: int | None
     detail: str
-    next_step: str | None = None
+    recommended_gap: float | None = None
+    predicted_gap: float | None = None
+    best_rule_gap: float | None = None
+    tolerance: float | None = None
+    next_step: NextStepRead | None = None
     measured: list[MeasuredArmRead] = Field(default_factory=list)

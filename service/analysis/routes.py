@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from fp8_policy._lazy import lazy_module
 from fp8_policy.policy.vocabulary import MEDIA_TYPES, OUTPUT_FORMATS
-from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache, recommendation_key
+from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
 from fp8_policy.service.analysis.schemas import AnalysisRead, RecommendationRead
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep
@@ -21,10 +21,12 @@ if TYPE_CHECKING:
     from fp8_policy.policy.recommend import Recommendation
     from fp8_policy.policy.render import RenderedPolicy
     from fp8_policy.service.analysis import actions, summary, target
+    from fp8_policy.service.experiments import actions as experiments
 else:  # imported on first use: start-up path, tests/service/test_start_up_imports.py
     actions = lazy_module("fp8_policy.service.analysis.actions")
     summary = lazy_module("fp8_policy.service.analysis.summary")
     target = lazy_module("fp8_policy.service.analysis.target")
+    experiments = lazy_module("fp8_policy.service.experiments.actions")
 
 # Every route reads, the POST recommendation included: it recomputes from stored data and stores nothing.
 router = APIRouter(prefix="/api/v1/runs", tags=["analysis"], dependencies=[READ])
@@ -183,20 +185,15 @@ def _respond(
     request: Request, session: Session, run_id: int, overrides: dict[str, Any], fmt: str
 ) -> RecommendationRead | Response:
     # a target re-solves the recommendation computed without it (cached): no second load of the run's series
-    overrides = dict(overrides)
-    budget = target.parse(overrides.pop("target")) if "target" in overrides else None
+    overrides, budget = target.split_target(overrides)
     # computed once per (run as stored, options, policy version), and each answer serialized once per format;
     # identical concurrent requests wait for the one computing it (service/analysis/recommendation_cache.py)
-    base_key = recommendation_key(session, run_id, overrides)
-    key = (*base_key, "target", budget.text) if budget is not None else base_key
+    key = target.keys(session, run_id, overrides, budget)[1]
     # one cache for recommendations, their JSON bodies and their rendered files: the key's tail says which
     cache: SingleFlightCache[Any] = request.app.state.recommendations
 
     def recommendation() -> Recommendation:
-        rec: Recommendation = cache.get(base_key, lambda: actions.recommendation_for(session, run_id, overrides))
-        if budget is not None:
-            rec = cache.get(key, lambda: target.apply(rec, budget))
-        return rec
+        return target.cached(cache, session, run_id, overrides, budget)
 
     # without options, the answers stored with the run's summary when it was ingested (service/analysis/summary.py),
     # read at most once per request and only when this process has not cached the answer yet; when none is stored
@@ -219,8 +216,8 @@ def _respond(
         kept = summary.stored_rendering(from_summary(), fmt)
         return kept if kept is not None else actions.render_recommendation(recommendation(), fmt)
 
-    if fmt == "json":
-        body = cache.get((*key, "json"), json_body)
+    if fmt == "json":  # the newest experiment's verdict is read per request (one indexed query): never stale
+        body = experiments.with_verification(session, run_id, cache.get((*key, "json"), json_body))
         return Response(body, media_type="application/json")
     rendered = cache.get((*key, fmt), rendering)
     return Response(

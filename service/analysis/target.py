@@ -4,8 +4,14 @@ decides, this module only maps its refusals to HTTP errors."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from sqlalchemy.orm import Session
+
 from fp8_policy.policy.recommend import Recommendation
 from fp8_policy.policy.recommend.target import NoFrontier, Target, TargetError, parse_target, retarget
+from fp8_policy.service.analysis import actions
+from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache, recommendation_key
 from fp8_policy.service.errors import BadRequest, Conflict
 
 
@@ -31,3 +37,32 @@ def apply(rec: Recommendation, target: Target) -> Recommendation:
         return retarget(rec, rec.context, target)
     except NoFrontier as exc:
         raise NoSensitivity(str(exc)) from exc
+
+
+def split_target(overrides: dict[str, Any]) -> tuple[dict[str, Any], Target | None]:
+    """The overrides without `target`, and the target parsed (400 InvalidTarget on junk)."""
+    rest = dict(overrides)
+    return rest, parse(rest.pop("target")) if "target" in rest else None
+
+
+def keys(
+    session: Session, run_id: int, overrides: dict[str, Any], budget: Target | None
+) -> tuple[tuple[object, ...], tuple[object, ...]]:
+    """(the untargeted recommendation's cache key, this request's): a target re-solves the cached recommendation."""
+    base = recommendation_key(session, run_id, overrides)
+    return base, (*base, "target", budget.text) if budget is not None else base
+
+
+def cached(
+    cache: SingleFlightCache[Any],
+    session: Session,
+    run_id: int,
+    overrides: dict[str, Any],
+    budget: Target | None,
+) -> Recommendation:
+    """The recommendation for `overrides` (computed once per key), re-solved for `budget` when given."""
+    base_key, key = keys(session, run_id, overrides, budget)
+    rec: Recommendation = cache.get(base_key, lambda: actions.recommendation_for(session, run_id, overrides))
+    if budget is not None:
+        rec = cache.get(key, lambda: apply(rec, budget))
+    return rec

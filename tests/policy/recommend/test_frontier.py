@@ -28,7 +28,9 @@ def test_points_run_from_all_bf16_to_all_cheapest_with_speed_and_risk_rising() -
     points = frontier.points
     assert (points[0].speedup, points[0].risk) == (1.0, 0.0) and set(frontier.assignment(0).values()) == {"bf16"}
     assert set(frontier.assignment(len(points) - 1).values()) == {"nvfp4"}  # NVFP4 is the cheapest rung on a B200
-    assert all(a.speedup <= b.speedup + 1e-12 and a.risk <= b.risk + 1e-12 for a, b in zip(points, points[1:]))
+    assert all(
+        a.speedup <= b.speedup + 1e-12 and a.risk <= b.risk + 1e-12 for a, b in zip(points, points[1:], strict=False)
+    )
     assert all(len(p.moves) == 1 for p in points[1:])
     # one cost model: every point's speedup is the ladder's figure for that assignment
     layout = rec.context.layout
@@ -134,7 +136,7 @@ def test_junk_targets_are_refused(text: str) -> None:
 
 
 def test_without_sensitivity_the_rules_have_speed_but_no_risk_and_a_target_is_refused() -> None:
-    run = frontier_run(lambda l, b, s, t, k, rng: noisy(7.0, rng), ("nvfp4_underflows%",), metadata={"recipe": "nvfp4"})
+    run = frontier_run(lambda *args: noisy(7.0, args[-1]), ("nvfp4_underflows%",), metadata={"recipe": "nvfp4"})
     rec = rec_of(run)
     data = json.loads(json.dumps(rec.to_dict()))
     frontier = data["frontier"]
