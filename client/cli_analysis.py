@@ -92,6 +92,7 @@ def analysis(run_ref: int | tuple[str, str], wide: bool, url: str, token: str | 
     help="The run before this one (id or project/name): a problem that "
     "followed a moved BF16 boundary is not answered with a wider one.",
 )
+@click.option("--target", help="speedup:<x> or risk:<x>: re-solve for that budget on the run's frontier.")
 @policy_options
 @client_options
 def recommend(
@@ -100,6 +101,7 @@ def recommend(
     output: Path | None,
     summary: bool,
     previous_run: int | tuple[str, str] | None,
+    target: str | None,
     thresholds: tuple[str, ...],
     gpu: str | None,
     te_version: str | None,
@@ -108,11 +110,15 @@ def recommend(
     as_json: bool,
 ) -> None:
     """The recommended precision policy, as JSON (stdout) or a ready-to-use config (TE YAML, Megatron, Hydra,
-    torchao). RUN is an id or project/name; --threshold/--gpu/--te-version/--previous-run recompute it."""
+    torchao). RUN is an id or project/name; --threshold/--gpu/--te-version/--previous-run recompute it; --target
+    re-solves it for a budget on the stored frontier (which layers changed: the JSON's `target`)."""
     with connect(url, token) as client:
         run_id = resolve_run(client, run_ref)
         previous = resolve_run(client, previous_run) if previous_run is not None else None
-        overrides = policy_overrides(thresholds, gpu, te_version, previous)
+        overrides = {
+            **policy_overrides(thresholds, gpu, te_version, previous),
+            **({"target": target} if target else {}),
+        }
         result = client.recommendation(run_id, format=fmt, overrides=overrides or None)
     text = json.dumps(result, indent=2) + "\n" if fmt == "json" else str(result)
     if output is not None:

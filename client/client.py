@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
 from fp8_policy.client._http import DEFAULT_TIMEOUT, HttpSession, json_object
+from fp8_policy.client.client_experiments import ExperimentCalls
 from fp8_policy.client.errors import ApiError, IngestFailed, NotFound, WaitTimeout
 from fp8_policy.client.packing import ProgressReader, StderrBar, pack_directory
 
@@ -63,7 +64,7 @@ def backoff_delays(initial: float = 0.2, maximum: float = 2.0, factor: float = 2
         delay = min(maximum, delay * factor)
 
 
-class PolicyClient:
+class PolicyClient(ExperimentCalls):
     """Client of one fp8-policy service; use as a context manager (it owns one HTTP connection pool).
 
     `token` is sent as `Authorization: Bearer <token>`; left out, FP8_POLICY_TOKEN is used when set.

@@ -167,7 +167,7 @@ def recommend(
     cap = decision.capability if decision.capability is not None else ASSUMED_CAPABILITY
     speedup = float(lcost.get("gemm_speedup_vs_all_bf16", 1.0))
     frontier = build_frontier(
-        layout, rungs, plan.overrides, speedup, judge.table, decision.choice.name, cap, options.dims
+        layout, rungs, plan.overrides, speedup, judge.table, decision.choice.name, cap, options.dims, current
     )
     context = RetargetContext(compact_layout(layout), plan, options.dims, decision.capability, current, judge.table)
     megatron = megatron_section(layout, plan, decision.choice, ladder.rungs)  # rungs of another recipe: config file

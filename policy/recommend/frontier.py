@@ -15,7 +15,8 @@ rungs, then bf16) whose sensitivity is logged and finite; the lower convex hull 
 candidates gives its useful moves; from all-cheapest, moves are applied in order of risk removed per unit of time
 added, until all-BF16. Each point is one move; `points` runs from all-BF16 to all-cheapest. Layers that ran in
 BF16 stay BF16 (every output keeps them); layers without sensitivity stay at their recommended rung, listed.
-Rules (`RULES`), each with every other layer at the recommended recipe (`low_precision`): `last_15pct` (torchtitan's
+Rules (`RULES`), each with every other layer at the run's own low precision (`low_precision`: the recipe it trained
+with when the GPU runs it, else the recommended one): `last_15pct` (torchtitan's
 NVFP4 recipe: the last ceil(15 %) of blocks and the head in BF16), `last_n_nvidia` (NVIDIA's Llama-3-8B NVFP4
 recipe, the last 4 of 32 blocks, scaled: max(1, n / 8 rounded half up), and the head), `first_last` (Megatron's
 --first-last-layers-bf16: one block at each end; Megatron runs the output layer in BF16 anyway), `all_low`.
@@ -24,7 +25,7 @@ recipe, the last 4 of 32 blocks, scaled: max(1, n / 8 rounded half up), and the 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +49,7 @@ RULE_TEXT = {
     "last_15pct": "torchtitan llama3_8b_nvfp4_mixed: the last ceil(15%) of blocks and the LM head in BF16",
     "last_n_nvidia": "NVIDIA's Llama-3-8B NVFP4 recipe: the last 4 of 32 blocks in BF16, scaled to the depth",
     "first_last": "Megatron --first-last-layers-bf16: the first and the last block in BF16 (and its BF16 head)",
-    "all_low": "every layer at the recommended recipe",
+    "all_low": "every layer at the run's own low precision",
 }
 
 
@@ -83,16 +84,27 @@ class Frontier:
     low_precision: str
     unmeasured: tuple[str, ...]
     reason: str = ""  # why there are no points (no sensitivity)
-    time_of: Callable[[Mapping[str, str]], float] = field(default=lambda a: 1.0, repr=False)
-    risk_of: Callable[[str, str], float | None] = field(default=lambda layer, p: None, repr=False)
+    gemm_time: Callable[[str, str], float] = field(default=lambda layer, p: 0.0, repr=False)
+    gemm_risk: Callable[[str, str, str], float | None] = field(default=lambda layer, p, g: None, repr=False)
 
-    def evaluate(self, assignment: Mapping[str, str]) -> tuple[float, float | None]:
+    def evaluate(
+        self, assignment: Mapping[str, str], bf16_gemms: Mapping[str, Iterable[str]] | None = None
+    ) -> tuple[float, float | None]:
         """(speedup, risk) of any per-layer assignment of the frontier's layers (missing ones: their all-BF16 point
-        rung); risk None when a low-precision layer has no sensitivity at its precision."""
+        rung), GEMMs in `bf16_gemms` (layer -> fprop/dgrad/wgrad) counted in BF16; risk None when a low-precision
+        GEMM has no sensitivity at its precision."""
         full = {**self.start, **{k: v for k, v in assignment.items() if k in self.start}}
-        risks = [self.risk_of(n, p) for n, p in full.items()]
-        risk = None if any(r is None for r in risks) else sum(r or 0.0 for r in risks)
-        return 1.0 / self.time_of(full), risk
+        kept = {layer: set(gemms) for layer, gemms in (bf16_gemms or {}).items()}
+        time, risk = 0.0, 0.0
+        unknown = False
+        for layer, precision in full.items():
+            for gemm in GEMMS:
+                low = precision != "bf16" and gemm not in kept.get(layer, ())
+                time += self.gemm_time(layer, precision if low else "bf16")
+                value = self.gemm_risk(layer, precision, gemm) if low else 0.0
+                unknown = unknown or value is None
+                risk += value or 0.0
+        return 1.0 / time if time > 0 else 1.0, None if unknown else risk
 
     def assignment(self, index: int) -> dict[str, str]:
         out = dict(self.start)
@@ -152,20 +164,30 @@ def build_frontier(
     outer: str,
     capability: float,
     dims: ModelDims,
+    training: str | None = None,
 ) -> Frontier:
-    """The frontier for a recommendation whose ladder is `rungs` (module docstring)."""
+    """The frontier for a recommendation whose ladder is `rungs` (module docstring); the rules run their other layers
+    at `training` (the recipe the run trained with: the user's low precision) when the GPU runs it, else `outer`."""
     layers = [lv for lv in layout.levels.values() if lv.name in rungs and is_gemm_layer(lv.info)]
     weights, _method, _missing = _weights(layers, dims)
     total = 3.0 * sum(weights.values()) or 1.0
 
+    def gemm_time(layer: str, precision: str) -> float:
+        return weights[layer] / total / ladder_speedup(precision, capability)[0]
+
     def time_of(assignment: Mapping[str, str]) -> float:
-        return sum(3.0 * weights[n] / total / ladder_speedup(p, capability)[0] for n, p in assignment.items())
+        return sum(3.0 * gemm_time(n, p) for n, p in assignment.items())
+
+    def gemm_risk(layer: str, precision: str, gemm: str) -> float | None:
+        value = table.gemm(layer, precision, gemm) if precision != "bf16" else 0.0
+        return None if value is None else value / 1e6
 
     def risk_of(layer: str, precision: str) -> float | None:
         value = table.risk(layer, precision)
         return None if value is None else value / 1e6
 
     options = candidates(outer, capability)
+    low = training if training in options and training != "bf16" else outer
     hulls: dict[str, list[tuple[float, float, str]]] = {}
     fixed: dict[str, str] = {}
     for lv in layers:
@@ -180,11 +202,11 @@ def build_frontier(
             hulls[lv.name] = _lower_hull(measured)
     unmeasured = tuple(n for n, p in fixed.items() if p != "bf16" and risk_of(n, p) is None)
     recommended = (recommended_speedup, _recommended_risk(rungs, overrides, table, layers))
-    baselines = tuple(_baseline(name, layout, layers, outer, time_of, risk_of) for name in RULES)
+    baselines = tuple(_baseline(name, layout, layers, low, time_of, risk_of) for name in RULES)
     if not hulls:
         reason = "no loss-sensitivity statistics for these layers" if not table else "too few measured rungs per layer"
         start = {lv.name: fixed.get(lv.name, "bf16") for lv in layers}
-        return Frontier(start, (), baselines, recommended, outer, unmeasured, reason, time_of, risk_of)
+        return Frontier(start, (), baselines, recommended, low, unmeasured, reason, gemm_time, gemm_risk)
     state = {**fixed, **{name: hull[0][2] for name, hull in hulls.items()}}
     order = {name: i for i, name in enumerate(hulls)}
     segments = sorted(
@@ -205,7 +227,7 @@ def build_frontier(
     points = tuple(
         Point(*metrics[last - j], (lifts[last - j],) if j else ()) for j in range(last + 1)
     )  # point j is state last - j; from point j - 1 it undoes lift last - j
-    return Frontier(dict(state), points, baselines, recommended, outer, unmeasured, "", time_of, risk_of)
+    return Frontier(dict(state), points, baselines, recommended, low, unmeasured, "", gemm_time, gemm_risk)
 
 
 def _lower_hull(options: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:

@@ -52,14 +52,21 @@ def arm_assignment(arm: Mapping[str, Any], frontier: Frontier, recommended: Mapp
 
 
 def place_arms(
-    arms: Sequence[Mapping[str, Any]], frontier: Frontier, recommended: Mapping[str, str]
+    arms: Sequence[Mapping[str, Any]],
+    frontier: Frontier,
+    recommended: Mapping[str, str],
+    recommended_bf16_gemms: Mapping[str, Sequence[str]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Each arm with `gemm_speedup` and `predicted_risk` (None when its precisions cannot be placed)."""
+    """Each arm with `gemm_speedup` and `predicted_risk` (None when its precisions cannot be placed) and the
+    `assignment` it ran; an arm's `bf16_gemms` (the recommended arm without precisions: the recommendation's GEMM
+    overrides) count those GEMMs in BF16."""
     out = []
     for arm in arms:
         assignment = arm_assignment(arm, frontier, recommended)
-        speedup, risk = frontier.evaluate(assignment) if assignment is not None else (None, None)
-        out.append({**arm, "gemm_speedup": speedup, "predicted_risk": risk})
+        implied = arm["kind"] == "recommended" and not arm.get("precisions")
+        overrides = recommended_bf16_gemms if implied else arm.get("bf16_gemms")
+        placed = frontier.evaluate(assignment, overrides) if assignment is not None else (None, None)
+        out.append({**arm, "gemm_speedup": placed[0], "predicted_risk": placed[1], "assignment": assignment or {}})
     return out
 
 

@@ -46,7 +46,10 @@ class FrontierRead(ApiModel):
     reason: str | None = None
     risk_unit: str
     predicted_risk_definition: str
-    low_precision: str = Field(description="The recommended recipe: the rules' other layers run in it.")
+    low_precision: str = Field(
+        description="The run's own low precision (its training recipe, else the recommended one): the rules' other "
+        "layers run in it."
+    )
     points: list[FrontierPointRead]
     chosen: FrontierChosenRead
     baselines: list[FrontierBaselineRead]

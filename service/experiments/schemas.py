@@ -23,6 +23,7 @@ class ArmRead(ApiModel):
     frontier_point: int | None = None
     default_precision: str | None = None
     precisions: dict[str, str] | None = None
+    bf16_gemms: dict[str, list[str]] | None = None
     heldout_gap: float | None = Field(description="Held-out loss minus the bf16 arm's (nats).")
     gemm_speedup: float | None = Field(description="On the run's frontier: GEMM-time speedup over all-BF16.")
     predicted_risk: float | None = Field(description="On the run's frontier: nats per step (null: not placeable).")

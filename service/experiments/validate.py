@@ -2,7 +2,7 @@
 
 Body: `{"name"?, "run_id"?, "project"?, "seed"?, "tolerance"?, "setup"?, "arms": [...]}`; each arm `{"name", "kind":
 bf16|all_low|rule|recommended|frontier, "steps", "heldout_loss", "step_time_s", "train_loss"?, "rule"?,
-"frontier_point"?, "precisions"? {layer: precision}, "default_precision"?}`.
+"frontier_point"?, "precisions"? {layer: precision}, "default_precision"?, "bf16_gemms"? {layer: [gemm]}}`.
 Refused with a 400 (nothing stored): another run or project (`run_id` / `project` not this run's, or `precisions`
 naming layers the run does not have: `ExperimentForOtherRun`), arms with unequal steps (`UnequalSteps`), a non-finite
 number where a number is required (`NonFiniteNumber`: steps, step_time_s, tolerance, seed, frontier_point), and
@@ -29,7 +29,7 @@ MAX_TEXT_CHARS = 500
 MAX_STEPS = 10**9
 ARM_KEYS = frozenset(
     {"name", "kind", "steps", "heldout_loss", "step_time_s", "train_loss", "rule", "frontier_point", "precisions"}
-    | {"default_precision"}
+    | {"default_precision", "bf16_gemms"}
 )
 BODY_KEYS = frozenset({"name", "run_id", "project", "seed", "tolerance", "setup", "arms", "steps"})
 
@@ -181,4 +181,14 @@ def _arm(arm: Any, index: int, layers: set[str]) -> dict[str, Any]:
                 "was the experiment made for another model?"
             )
         out["precisions"] = dict(precisions)
+    overrides = arm.get("bf16_gemms")
+    if overrides is not None:
+        if not isinstance(overrides, dict) or any(
+            not isinstance(g, list) or not set(g) <= {"fprop", "dgrad", "wgrad"} for g in overrides.values()
+        ):
+            raise InvalidExperiment(f"{where}.bf16_gemms must be an object {{layer: [fprop|dgrad|wgrad, ...]}}")
+        foreign = sorted(name for name in overrides if name not in layers)
+        if foreign:
+            raise ExperimentForOtherRun(f"{where}.bf16_gemms names a layer this run does not have: {foreign[0]!r}")
+        out["bf16_gemms"] = {name: list(gemms) for name, gemms in overrides.items()}
     return out
