@@ -171,8 +171,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="two tiny cases (the test suite runs this)")
     parser.add_argument("--out", type=Path, help="write the result JSON here")
     parser.add_argument("--only", nargs="*", help="run only these case names")
+    parser.add_argument("--merge", nargs="*", type=Path, help="combine the --out files of runs split with --only")
     args = parser.parse_args(argv)
-    result = evaluate(args.quick, args.only)
+    if args.merge:
+        parts = [json.loads(path.read_text()) for path in args.merge]
+        results = [case for part in parts for case in part["cases"]]
+        result = {"quick": parts[0]["quick"], "seconds": sum(p["seconds"] for p in parts), "cases": results}
+        result.update(summarize(results))
+    else:
+        result = evaluate(args.quick, args.only)
     print(table(result["cases"], result))
     if args.out is not None:
         args.out.write_text(json.dumps(result, indent=2, default=str))
