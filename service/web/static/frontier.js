@@ -7,7 +7,7 @@ import { API, apiFetch } from "./api.js";
 import { isNum, fmtNum } from "./format.js";
 import { card } from "./widgets.js";
 
-const W = 640, H = 300, M = { left: 64, right: 64, top: 16, bottom: 40 };
+const W = 640, H = 310, M = { left: 64, right: 64, top: 30, bottom: 40 };
 const RULE_MARK = { last_15pct: "▲", last_n_nvidia: "■", first_last: "◆", all_low: "✕" };
 
 function scale(lo, hi, a, b) {
@@ -47,7 +47,7 @@ function chart(frontier, measured) {
   }
   svg.append(s("text", { x: (M.left + W - M.right) / 2, y: H - 6, "text-anchor": "middle", class: "label" },
     "GEMM-time speedup over all-BF16 (cost model)"));
-  svg.append(s("text", { x: 12, y: M.top + 8, class: "label" }, `risk (${frontier.risk_unit})`));
+  svg.append(s("text", { x: 12, y: 12, class: "label" }, `predicted risk (${frontier.risk_unit})`));
   if (points.length) {
     const path = points.map((p, i) => `${i ? "L" : "M"}${x(p.speedup).toFixed(1)},${y(p.predicted_risk).toFixed(1)}`).join(" ");
     svg.append(s("path", { d: path, class: "frontier-line" }));
@@ -57,11 +57,17 @@ function chart(frontier, measured) {
         s("title", null, `point ${i}: ${p.speedup.toFixed(3)}×, risk ${fmtNum(p.predicted_risk, 4)}${moved ? ` (${moved})` : ""}`)));
     }
   }
+  const labels = new Map(); // rules on the same spot share one label
   for (const b of rules) {
     const ry = y(isNum(b.predicted_risk) ? b.predicted_risk : 0);
     svg.append(s("text", { x: x(b.speedup), y: ry + 4, "text-anchor": "middle", class: "rule-mark", "data-rule": b.name },
       RULE_MARK[b.name] || "●", s("title", null, `${b.name}: ${b.rule}; ${b.speedup.toFixed(3)}×, risk ${isNum(b.predicted_risk) ? fmtNum(b.predicted_risk, 4) : "not measured"}`)));
-    svg.append(s("text", { x: x(b.speedup) + 6, y: ry - 6, class: "tick" }, b.name));
+    const spot = `${x(b.speedup).toFixed(0)},${ry.toFixed(0)}`;
+    labels.set(spot, [...(labels.get(spot) || []), b.name]);
+  }
+  for (const [spot, names] of labels) {
+    const [lx, ly] = spot.split(",").map(Number);
+    svg.append(s("text", { x: lx - 6, y: ly - 8, "text-anchor": "end", class: "tick" }, names.join(" = ")));
   }
   if (isNum(chosen.predicted_risk)) {
     svg.append(s("text", { x: x(chosen.speedup), y: y(chosen.predicted_risk) + 6, "text-anchor": "middle", class: "chosen-mark", id: "frontier-chosen" },
@@ -70,7 +76,7 @@ function chart(frontier, measured) {
   if (gaps.length) {
     svg.append(s("line", { x1: W - M.right, y1: M.top, x2: W - M.right, y2: H - M.bottom, class: "axis" }));
     for (const t of [g0, g1]) svg.append(s("text", { x: W - M.right + 6, y: yg(t) + 4, class: "tick" }, fmtNum(t, 3)));
-    svg.append(s("text", { x: W - 12, y: M.top + 8, "text-anchor": "end", class: "label" }, "measured gap (nats)"));
+    svg.append(s("text", { x: W - 12, y: 12, "text-anchor": "end", class: "label" }, "○ measured held-out gap (nats)"));
     for (const m of measured) {
       if (!isNum(m.heldout_gap) || !isNum(m.gemm_speedup)) continue;
       svg.append(s("circle", { cx: x(m.gemm_speedup), cy: yg(m.heldout_gap), r: 5, class: "measured-point", "data-arm": m.name },
