@@ -8,7 +8,6 @@ import math
 from typing import Any
 
 import httpx
-
 from fastapi.testclient import TestClient
 
 from tests.service.sensitivity_runs import LAYERS, SENSITIVE, upload_sensitivity_run
