@@ -116,7 +116,7 @@ def test_the_rebuild_keeps_every_index_foreign_key_constraint_and_column(tmp_pat
     upgrade(url, "summary_recommendation")
     before = shape(tmp_path / "rebuilt.db")
 
-    upgrade(url)
+    upgrade(url, "ids_never_reused")  # later revisions add tables of their own
 
     assert autoincrement_tables(tmp_path / "rebuilt.db") == set(NEVER_REUSED)
     assert shape(tmp_path / "rebuilt.db") == before

@@ -24,6 +24,7 @@ KEYS = {
     "findings",
     "formats",
     "history",
+    "frontier",  # recommend/frontier.py: the speed/risk frontier and the rules on it
 }
 SUBS = tuple(FAMILIES["megatron"]["subs"])  # type: ignore[arg-type]
 
