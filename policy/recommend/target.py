@@ -101,36 +101,14 @@ def _retarget(rec: Any, context: RetargetContext, target: Target) -> Any:
             "fp8_policy.collect (sensitivity=[...]) or the LogQuantizationSensitivity TE feature"
         )
     index, met = choose(frontier, target)
-    point = frontier.points[index]
-    assignment = frontier.assignment(index)
-    changed = [
-        (r.layer, r.precision, assignment[r.layer])
-        for r in rec.ladder.rungs
-        if r.layer in assignment and assignment[r.layer] != r.precision
-    ]
-    moved = {layer for layer, _, _ in changed}
-    said = f"Set to {{}} by target {target.text} (frontier point {index} of {len(frontier.points) - 1})."
-    rungs = tuple(
-        replace(r, precision=assignment[r.layer], evidence=(*r.evidence, said.format(assignment[r.layer])))
-        if r.layer in moved
-        else r
-        for r in rec.ladder.rungs
-    )
-    status = {name: lv.status for name, lv in context.layout.levels.items()}
-    ran_bf16 = [n for n in rec.decision.skip_layers if status.get(n) is LayerStatus.BF16]
-    skips = tuple(
-        n for n in context.layout.levels if (assignment.get(n) == "bf16" and status[n] is not LayerStatus.BF16)
-    )
-    overrides = tuple(
-        o for o in rec.decision.gemm_overrides if o.layer not in moved and assignment.get(o.layer) != "bf16"
-    )
-    plan = replace(context.plan, skip_layers=(*skips, *ran_bf16), failing_skips=skips, overrides=overrides)
-    rung_of = {r.layer: r.precision for r in rungs}
-    recipe = rec.decision.recipe
-    lcost = ladder_cost(context.layout, rung_of, overrides, context.current, context.dims, context.capability)
-    layers = [lv for lv in context.layout.levels.values() if lv.name in rung_of]
-    applied_speedup = float(lcost.get("gemm_speedup_vs_all_bf16", point.speedup))
-    applied_risk = _recommended_risk(rung_of, overrides, context.table, layers)
+    solved = _solve(rec, context, frontier, index, target.text)
+    while (
+        target.kind == "speedup" and met and solved.speedup < target.value - 1e-9 and index + 1 < len(frontier.points)
+    ):
+        index += 1  # the GEMM overrides kept on unchanged layers cost a little: the next point reaches the budget
+        solved = _solve(rec, context, frontier, index, target.text)
+    point, changed, rungs, overrides, lcost = solved.point, solved.changed, solved.rungs, solved.overrides, solved.lcost
+    plan, recipe, applied_speedup, applied_risk = solved.plan, rec.decision.recipe, solved.speedup, solved.risk
     info: dict[str, Any] = {
         "spec": target.text,
         "kind": target.kind,
@@ -159,6 +137,60 @@ def _retarget(rec: Any, context: RetargetContext, target: Target) -> Any:
         ladder_cost=lcost,
         rationale=[*rec.rationale, line],
         target=info,
+    )
+
+
+@dataclass(frozen=True)
+class _Solved:
+    point: Any
+    changed: list[tuple[str, str, str]]
+    rungs: tuple[Any, ...]
+    overrides: tuple[Any, ...]
+    plan: SkipPlan
+    lcost: dict[str, Any]
+    speedup: float
+    risk: float | None
+
+
+def _solve(rec: Any, context: RetargetContext, frontier: Frontier, index: int, text: str) -> _Solved:
+    """The decision at frontier point `index` as applied: its rungs, skip list, the overrides kept, cost and risk."""
+    point = frontier.points[index]
+    assignment = frontier.assignment(index)
+    changed = [
+        (r.layer, r.precision, assignment[r.layer])
+        for r in rec.ladder.rungs
+        if r.layer in assignment and assignment[r.layer] != r.precision
+    ]
+    moved = {layer for layer, _, _ in changed}
+    said = f"Set to {{}} by target {text} (frontier point {index} of {len(frontier.points) - 1})."
+    rungs = tuple(
+        replace(r, precision=assignment[r.layer], evidence=(*r.evidence, said.format(assignment[r.layer])))
+        if r.layer in moved
+        else r
+        for r in rec.ladder.rungs
+    )
+    status = {name: lv.status for name, lv in context.layout.levels.items()}
+    ran_bf16 = [n for n in rec.decision.skip_layers if status.get(n) is LayerStatus.BF16]
+    skips = tuple(
+        n for n in context.layout.levels if (assignment.get(n) == "bf16" and status[n] is not LayerStatus.BF16)
+    )
+    overrides = tuple(
+        o for o in rec.decision.gemm_overrides if o.layer not in moved and assignment.get(o.layer) != "bf16"
+    )
+    plan = replace(context.plan, skip_layers=(*skips, *ran_bf16), failing_skips=skips, overrides=overrides)
+    rung_of = {r.layer: r.precision for r in rungs}
+    lcost = ladder_cost(context.layout, rung_of, overrides, context.current, context.dims, context.capability)
+    layers = [lv for lv in context.layout.levels.values() if lv.name in rung_of]
+    speedup = float(lcost.get("gemm_speedup_vs_all_bf16", point.speedup))
+    return _Solved(
+        point,
+        changed,
+        rungs,
+        overrides,
+        plan,
+        lcost,
+        speedup,
+        _recommended_risk(rung_of, overrides, context.table, layers),
     )
 
 

@@ -147,3 +147,15 @@ def test_without_sensitivity_the_rules_have_speed_but_no_risk_and_a_target_is_re
     with pytest.raises(NoFrontier):
         retarget(rec, rec.context, parse_target("speedup:1.5"))
     assert not math.isnan(frontier["chosen"]["speedup"])
+
+
+def test_a_met_speedup_target_holds_as_applied_with_the_gemm_overrides_it_keeps() -> None:
+    from tests.policy.recommend.test_sensitivity_ladder import fp8_run
+
+    rec = rec_of(fp8_run())
+    assert rec.context is not None and rec.frontier is not None and rec.decision.gemm_overrides
+    for point in rec.frontier.points[1:-1]:  # a budget right at a point: the override it keeps must not undercut it
+        value = float(f"{point.speedup:.6f}")
+        solved = retarget(rec, rec.context, parse_target(f"speedup:{value}"))
+        assert solved.target is not None and solved.target["met"], value
+        assert solved.target["speedup"] >= round(value, 4) - 1e-4, (value, solved.target)
