@@ -17,7 +17,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 export FP8_POLICY_DATA_DIR ?= $(CURDIR)/data
 
-.PHONY: setup setup-server bytecode run test lint system-deps typecheck-tree bench eval gpu-check clean
+.PHONY: setup setup-server bytecode run test lint system-deps typecheck-tree bench eval eval-outcomes gpu-check clean
 
 setup: $(STAMP)
 setup-server: $(RUN_STAMP)
@@ -89,6 +89,11 @@ bench: setup bytecode
 
 eval: setup
 	$(BIN)/python -m bench.eval
+
+# Closed loops on CPU (bench/eval_outcomes.py): the recommendation against the rules of thumb in measured held-out
+# loss, and the Spearman correlation of predicted risk and measured gap. QUICK=1: two tiny cases; OUT=FILE: JSON.
+eval-outcomes: setup
+	$(BIN)/python -m bench.eval_outcomes $(if $(QUICK),--quick) $(if $(OUT),--out $(OUT))
 
 # TE verification kit (examples/gpu_check.py): the collector against TE's own LogFp8TensorStats, apply_policy's
 # precision check and a short TE closed loop, on a CUDA machine with Transformer Engine (`pip install

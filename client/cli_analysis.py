@@ -103,6 +103,7 @@ def analysis(run_ref: int | tuple[str, str], wide: bool, url: str, token: str | 
     "--phase", type=click.IntRange(min=0), help="Render phase K of the recommendation's schedule (restart at its step)."
 )
 @click.option("--lr-decay-start", type=click.IntRange(min=1), help="The step the learning rate starts to decay.")
+@click.option("--target", help="speedup:<x> or risk:<x>: re-solve for that budget on the run's frontier.")
 @policy_options
 @client_options
 def recommend(
@@ -114,6 +115,7 @@ def recommend(
     pp_stage: int | None,
     phase: int | None,
     lr_decay_start: int | None,
+    target: str | None,
     thresholds: tuple[str, ...],
     gpu: str | None,
     te_version: str | None,
@@ -122,13 +124,16 @@ def recommend(
     as_json: bool,
 ) -> None:
     """The recommended precision policy, as JSON (stdout) or a ready-to-use config (TE YAML, Megatron, Hydra,
-    torchao). RUN is an id or project/name; --threshold/--gpu/--te-version/--previous-run recompute it."""
+    torchao). RUN is an id or project/name; --threshold/--gpu/--te-version/--previous-run recompute it; --target
+    re-solves it for a budget on the stored frontier (which layers changed: the JSON's `target`)."""
     with connect(url, token) as client:
         run_id = resolve_run(client, run_ref)
         previous = resolve_run(client, previous_run) if previous_run is not None else None
-        overrides = policy_overrides(thresholds, gpu, te_version, previous)
-        if lr_decay_start is not None:
-            overrides["lr_decay_start"] = lr_decay_start
+        overrides = {
+            **policy_overrides(thresholds, gpu, te_version, previous),
+            **({"lr_decay_start": lr_decay_start} if lr_decay_start is not None else {}),
+            **({"target": target} if target else {}),
+        }
         result = client.recommendation(run_id, format=fmt, overrides=overrides or None, pp_stage=pp_stage, phase=phase)
     text = json.dumps(result, indent=2) + "\n" if fmt == "json" else str(result)
     if output is not None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
 from fp8_policy.client._http import DEFAULT_TIMEOUT, HttpSession, json_object
+from fp8_policy.client.client_experiments import ExperimentCalls
 from fp8_policy.client.errors import ApiError, IngestFailed, NotFound, WaitTimeout
 from fp8_policy.client.packing import ProgressReader, StderrBar, pack_directory, upload_fields
 
@@ -72,7 +73,7 @@ def service_root(url: str) -> str:
     return root
 
 
-class PolicyClient:
+class PolicyClient(ExperimentCalls):
     """Client of one fp8-policy service; use as a context manager (it owns one HTTP connection pool).
 
     `token` is sent as `Authorization: Bearer <token>`; left out, FP8_POLICY_TOKEN is used when set.

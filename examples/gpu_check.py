@@ -12,6 +12,8 @@ On a CUDA machine with Transformer Engine and nvdlfw_inspect installed (`pip ins
    recipe and must match it).
 3. closed loop (examples/gpu_check_loop.py): TE training with LogFp8TensorStats -> the service -> policy ->
    apply_policy + the te-monitor config -> retraining -> compare, as a table.
+4. sensitivity (examples/gpu_check_sensitivity.py): the project's TE debug feature LogQuantizationSensitivity loaded
+   through `feature_dirs` writes the CPU formulas' values on the GPU.
 Without CUDA, TE or nvdlfw_inspect it says what is missing and exits 0 (nothing verified). Exit status 1 when a
 check fails. TE calls follow NVIDIA/TransformerEngine 2.20 (pytorch/quantization.py `autocast`, pytorch/module/*.py,
 debug/features/log_fp8_tensor_stats.py) and docs/debug/1_getting_started.rst for the debug API.
@@ -211,6 +213,9 @@ def main(argv: list[str]) -> int:
         rows = check_collector(work / "collector")
         rows += check_apply_precision()
         rows += closed_loop(work / "loop", args.steps)
+        from examples.gpu_check_sensitivity import check_sensitivity
+
+        rows += check_sensitivity(work / "sensitivity")
         print_table(rows)
     return 0 if all(passed for _, passed, _ in rows) else 1
 

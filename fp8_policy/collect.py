@@ -20,8 +20,10 @@ __all__ = [
     "FP8StatsCollector",
     "Overhead",
     "QuantSums",
+    "SENSITIVITY_FORMATS",
     "TensorSpec",
     "convert_to_emulated_training",
+    "layer_sensitivity",
     "options_from_te_config",
     "parse_stat_name",
     "quantization_stats",
@@ -31,6 +33,7 @@ __all__ = [
 if TYPE_CHECKING:
     from fp8_policy.client.collect import (
         DEFAULT_STATS,
+        SENSITIVITY_FORMATS,
         TENSORS,
         DelayedScaler,
         FP8StatsCollector,
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
         QuantSums,
         TensorSpec,
         convert_to_emulated_training,
+        layer_sensitivity,
         options_from_te_config,
         parse_stat_name,
         quantization_stats,

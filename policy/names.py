@@ -19,8 +19,10 @@ import re
 from collections.abc import Collection
 
 from fp8_policy.policy.records import (
+    GEMM_OUTPUTS,
     QUANT_STATS,
     RECIPE_PREFIXES,
+    SENSITIVITY_STAT,
     TENSOR_STATS,
     TENSORS,
     LayerGroup,
@@ -34,6 +36,8 @@ _QSTAT = re.compile(
     rf"(?P<base>{'|'.join(map(re.escape, QUANT_STATS))})"
     r"(?P<columnwise>_columnwise)?$"
 )
+# Loss sensitivity of a GEMM output to a format (records.SENSITIVITY_STAT): the recipe prefix is required.
+_SENSITIVITY = re.compile(rf"^(?P<recipe>{'|'.join(RECIPE_PREFIXES)})_{SENSITIVITY_STAT}$")
 # TE LogTensorStats: plain stats plus str(BlockwiseDynamicRangeStat).
 _TE_STAT = re.compile(
     rf"^(?:{'|'.join(TENSOR_STATS)}"
@@ -65,6 +69,9 @@ def _split_standard(name: str, *, strict: bool) -> MetricName | None:
     quant = _QSTAT.match(stat)
     if quant is not None:
         return MetricName(layer, tensor, quant["base"], quant["recipe"], quant["columnwise"] is not None)
+    sensitivity = _SENSITIVITY.match(stat) if tensor in GEMM_OUTPUTS.values() else None
+    if sensitivity is not None:
+        return MetricName(layer, tensor, SENSITIVITY_STAT, sensitivity["recipe"])
     if _TE_STAT.match(stat) or not strict:
         return MetricName(layer, tensor, stat)
     return None

@@ -55,6 +55,11 @@ TENSOR_STATS: tuple[str, ...] = (
 
 GEMMS: tuple[str, ...] = ("fprop", "dgrad", "wgrad")
 
+# Loss sensitivity (policy/sensitivity/): `<layer>_<output|dgrad|wgrad>_<recipe prefix>_sensitivity`, logged on TE's
+# names of the three GEMM outputs (fprop -> output), in micro-nats; a recipe prefix is required.
+SENSITIVITY_STAT = "sensitivity"
+GEMM_OUTPUTS: dict[str, str] = {"fprop": "output", "dgrad": "dgrad", "wgrad": "wgrad"}
+
 # Longest parts of a metric name accepted as a layer / tensor / stat (the database columns use the
 # same limits). TE layer names are ~100 characters; anything longer is no layer name.
 MAX_LAYER_CHARS = 500

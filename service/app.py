@@ -27,6 +27,7 @@ from fp8_policy.service.auth.routes import AUTH_ERRORS as AUTH_RESPONSES
 from fp8_policy.service.auth.routes import router as auth_router
 from fp8_policy.service.docs.routes import router as docs_router
 from fp8_policy.service.errors import install_error_handlers
+from fp8_policy.service.experiments.routes import router as experiments_router
 from fp8_policy.service.health import HEALTH_RESPONSES, HealthRead
 from fp8_policy.service.ingest.kernel_warmup import cache_complete
 from fp8_policy.service.ingest.worker import IngestWorker, warm_parser, warm_up_process
@@ -46,6 +47,7 @@ from fp8_policy.service.transport.body_cap import BodyCapMiddleware
 from fp8_policy.service.transport.overload import install_overload_handlers
 from fp8_policy.service.transport.uploads import UploadGate
 from fp8_policy.service.visual.compare_runs_routes import router as compare_runs_router
+from fp8_policy.service.visual.frontier_routes import router as frontier_router
 from fp8_policy.service.visual.pool import Renderer
 from fp8_policy.service.visual.routes import router as visual_router
 from fp8_policy.service.web.routes import router as web_router
@@ -221,6 +223,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(alerts_router, responses=AUTH_RESPONSES)
     app.include_router(live_heatmap_router, responses=AUTH_RESPONSES)
     app.include_router(live_story_router, responses=AUTH_RESPONSES)
+    app.include_router(experiments_router, responses=AUTH_RESPONSES)
+    app.include_router(frontier_router, responses=AUTH_RESPONSES)
     app.include_router(auth_router)
     app.include_router(web_router)
     app.include_router(docs_router)

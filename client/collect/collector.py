@@ -49,6 +49,7 @@ from fp8_policy.client.collect.fp8 import E4M3, E5M2, Fp8Format
 from fp8_policy.client.collect.naming import assigned_names, gemm_layers, name_matcher
 from fp8_policy.client.collect.options import TENSORS, TensorSpec, build_specs, default_stats
 from fp8_policy.client.collect.quantizers import Quantized, quantize_current, quantize_per_tensor
+from fp8_policy.client.collect.sensitivity import SensitivityTap, check_formats
 from fp8_policy.client.collect.stats import (
     QuantSums,
     StatName,
@@ -59,7 +60,7 @@ from fp8_policy.client.collect.stats import (
     sums_of,
 )
 from fp8_policy.client.collect.torchao_tap import float8_linear_class
-from fp8_policy.client.collect.writer import LogWriter
+from fp8_policy.client.collect.writer import LogWriter, Overhead
 
 RECIPES = ("current", "delayed", "nvfp4")
 FORMAT_CHOICES = ("HYBRID", "E4M3")
@@ -78,18 +79,6 @@ class _Layer:
     last_gradient: Any = None  # weakref to the grad_output tensor last counted (torchao re-casts it)
 
 
-@dataclass(slots=True)
-class Overhead:
-    """Time spent inside the collector (hooks, casts, statistics, writing) over the steps so far."""
-
-    seconds: float = 0.0
-    steps: int = 0
-
-    @property
-    def per_step_ms(self) -> float:
-        return 1000.0 * self.seconds / self.steps if self.steps else 0.0
-
-
 class FP8StatsCollector:
     """Write TE LogFp8TensorStats-format logs for `model` into `<log_dir>/rank_N/` while it trains.
 
@@ -104,7 +93,9 @@ class FP8StatsCollector:
     `start_step`, `end_step`, `start_end_list`, or per-tensor `tensors_struct` (see
     `options_from_te_config`). Plain models: `recipe` "current" (default) or "delayed", `fp8_format`
     "HYBRID" (E4M3 forward, E5M2 gradients, TE's default) or "E4M3", `bf16_layers` (regex or exact names)
-    for layers to treat as high precision (logged as such in the plan lines, no statistics).
+    for layers to treat as high precision (logged as such in the plan lines, no statistics). `sensitivity`: formats
+    (nvfp4, mxfp8, current, delayed, block) whose per-GEMM loss sensitivity is logged on the same schedule as the
+    activation's (`sensitivity` module).
     """
 
     def __init__(
@@ -129,6 +120,7 @@ class FP8StatsCollector:
         init_training_step: int = 0,
         nvfp4_stochastic_rounding: bool = True,
         seed: int = 0,
+        sensitivity: Iterable[str] = (),
     ) -> None:
         self.model = model
         self.log_dir = Path(log_dir)
@@ -188,6 +180,10 @@ class FP8StatsCollector:
         self._handles: list[Any] = []
         self._writer: LogWriter | None = None
         self._tapped = False
+        schedule = self._specs.get("activation") or next(iter(self._specs.values()))
+        self._sensitivity = SensitivityTap(
+            check_formats(sensitivity), self._generator, lambda: schedule.enabled(self.iteration)
+        )
 
     # --- configuration ------------------------------------------------------------------------------------------
 
@@ -235,6 +231,8 @@ class FP8StatsCollector:
                 layer.scalers = {t: self._new_scaler(self._formats[t]) for t in self._specs}
             self._layers[name] = layer
             self._attach(layer)
+            if self._sensitivity.formats:
+                self._sensitivity.attach(name, layer.module)
         if self.backend == "torchao" and self._layers:
             from fp8_policy.client.collect import torchao_tap
 
@@ -247,6 +245,7 @@ class FP8StatsCollector:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        self._sensitivity.detach()
         if self._tapped:
             from fp8_policy.client.collect import torchao_tap
 
@@ -391,6 +390,7 @@ class FP8StatsCollector:
                     f"{layer}_{tensor}_{stat}", bucket[self._key(parsed)].value(parsed.base), self.iteration
                 )
         self._buffers.clear()
+        self.overhead.seconds += self._sensitivity.flush(self._writer, self.iteration)
         for watched in self._layers.values():
             watched.weight_fed = False
             watched.forward_depth = 0

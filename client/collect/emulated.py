@@ -21,7 +21,7 @@ The GEMMs themselves run in float32 on the dequantized values (TE accumulates in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 import torch
@@ -34,6 +34,7 @@ from fp8_policy.client.collect.nvfp4 import NVFP4_BLOCK, quantize_nvfp4
 from fp8_policy.client.collect.quantizers import quantize_block, quantize_current, quantize_mxfp8
 
 PRECISIONS = ("nvfp4", "mxfp8", "block", "current", "delayed", "bf16")
+GEMMS = ("fprop", "dgrad", "wgrad")
 _RHT_SIGNS = (1.0, 1.0, 1.0, -1.0, 1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, 1.0, -1.0, 1.0, -1.0, -1.0)
 
 
@@ -48,7 +49,7 @@ def hadamard_16() -> torch.Tensor:
 def _rht_last_dim(x: torch.Tensor) -> torch.Tensor:
     pad = (-x.shape[-1]) % NVFP4_BLOCK
     padded = F.pad(x, (0, pad)) if pad else x
-    blocks = padded.reshape(*padded.shape[:-1], -1, NVFP4_BLOCK) @ hadamard_16()
+    blocks = padded.reshape(*padded.shape[:-1], -1, NVFP4_BLOCK) @ hadamard_16().to(x.device, x.dtype)
     return blocks.reshape(padded.shape)
 
 
@@ -76,60 +77,91 @@ def fake_quantize(
     raise ValueError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
 
 
+def emulated_fprop(x: torch.Tensor, w: torch.Tensor, precision: str) -> torch.Tensor:
+    """fprop `y = Q(x) Q(w)^T` on 2-D `x` [tokens, in] and `w` [out, in] (module docstring)."""
+    return fake_quantize(x, precision, "input") @ fake_quantize(w, precision, "weight").t()
+
+
+def emulated_dgrad(
+    dy: torch.Tensor, w: torch.Tensor, precision: str, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """dgrad `dx = Q(dy) Q(w)` with the weight's columnwise copy (blocks along `out`)."""
+    w_col = fake_quantize(w.t().contiguous(), precision, "weight").t()
+    return fake_quantize(dy.contiguous(), precision, "grad", generator=generator) @ w_col
+
+
+def emulated_wgrad(
+    dy: torch.Tensor, x: torch.Tensor, precision: str, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """wgrad `dw = Q(dy^T) Q(x^T)^T` on the columnwise copies (blocks along tokens; RHT first under NVFP4)."""
+    dy_t, x_t = dy.t().contiguous(), x.t().contiguous()
+    if precision == "nvfp4":  # RHT over the token dimension of both wgrad operands
+        dy_t, x_t = _rht_last_dim(dy_t), _rht_last_dim(x_t)
+    return fake_quantize(dy_t, precision, "grad", generator=generator) @ fake_quantize(x_t, precision, "input").t()
+
+
 class _EmulatedMatmul(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, precision: str, generator: Any) -> torch.Tensor:
+    def forward(
+        ctx: Any, x: torch.Tensor, w: torch.Tensor, precisions: tuple[str, ...], generator: Any
+    ) -> torch.Tensor:
         ctx.save_for_backward(x, w)
-        ctx.precision, ctx.generator = precision, generator
-        return fake_quantize(x, precision, "input") @ fake_quantize(w, precision, "weight").t()
+        ctx.precisions, ctx.generator = precisions, generator
+        return emulated_fprop(x, w, precisions[0])
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None]:
         x, w = ctx.saved_tensors
-        precision, generator = ctx.precision, ctx.generator
-        dy = dy.contiguous()
-        w_col = fake_quantize(w.t().contiguous(), precision, "weight").t()
-        dx = fake_quantize(dy, precision, "grad", generator=generator) @ w_col
-        dy_t, x_t = dy.t().contiguous(), x.t().contiguous()
-        if precision == "nvfp4":  # RHT over the token dimension of both wgrad operands
-            dy_t, x_t = _rht_last_dim(dy_t), _rht_last_dim(x_t)
-        dw = fake_quantize(dy_t, precision, "grad", generator=generator) @ fake_quantize(x_t, precision, "input").t()
-        return dx, dw, None, None
+        (_fprop, dgrad, wgrad), generator = ctx.precisions, ctx.generator
+        dx = emulated_dgrad(dy, w, dgrad, generator)
+        return dx, emulated_wgrad(dy.contiguous(), x, wgrad, generator), None, None
 
 
 class EmulatedLinear(nn.Linear):
-    """`nn.Linear` whose GEMMs run on operands fake-quantized as `precision` (see the module docstring)."""
+    """`nn.Linear` whose GEMMs run on operands fake-quantized as `precision` (see the module docstring); GEMMs named
+    in `bf16_gemms` (fprop, dgrad, wgrad) run in high precision instead, as a TE GEMM override does."""
 
     precision: str = "bf16"
+    bf16_gemms: frozenset[str] = frozenset()
     generator: torch.Generator | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.precision == "bf16":
+        precisions = tuple("bf16" if g in self.bf16_gemms else self.precision for g in GEMMS)
+        if set(precisions) == {"bf16"}:
             return F.linear(x, self.weight, self.bias)
         x2d = x.reshape(-1, x.shape[-1])
         y: torch.Tensor = _EmulatedMatmul.apply(  # type: ignore[no-untyped-call]  # torch leaves apply untyped
-            x2d, self.weight, self.precision, self.generator
+            x2d, self.weight, precisions, self.generator
         )
         y = y.reshape(*x.shape[:-1], self.out_features)
         return y + self.bias if self.bias is not None else y
 
 
 def convert_to_emulated_training(
-    model: nn.Module, precisions: Mapping[str, str] | None = None, *, default: str = "nvfp4", seed: int = 0
+    model: nn.Module,
+    precisions: Mapping[str, str] | None = None,
+    *,
+    default: str = "nvfp4",
+    seed: int = 0,
+    bf16_gemms: Mapping[str, Iterable[str]] | None = None,
 ) -> dict[str, str]:
     """Turn every `nn.Linear` of `model` into an `EmulatedLinear`, in place; returns {layer name: precision}.
 
     Layer names are nvdlfw_inspect's (`model.decoder.layers.1.mlp.linear_fc1`), as logs and recommendations
-    spell them; `precisions` maps some of them to a precision, the rest get `default`. Parameters are kept
-    (same tensors), so an optimizer built before or after sees the same ones. A name that is no linear layer
+    spell them; `precisions` maps some of them to a precision, the rest get `default`; `bf16_gemms` maps some to
+    the GEMMs (fprop, dgrad, wgrad) they run in high precision (a recommendation's `gemm_overrides`). Parameters are
+    kept (same tensors), so an optimizer built before or after sees the same ones. A name that is no linear layer
     of the model raises, so a recommendation for another model cannot be applied silently.
     """
     precisions = dict(precisions or {})
+    overrides = {name: frozenset(gemms) for name, gemms in (bf16_gemms or {}).items()}
     for precision in [default, *precisions.values()]:
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
+    if any(not gemms <= set(GEMMS) for gemms in overrides.values()):
+        raise ValueError(f"bf16_gemms: GEMMs are {', '.join(GEMMS)}")
     layers = gemm_layers(assigned_names(model))
-    unknown = sorted(set(precisions) - set(layers))
+    unknown = sorted((set(precisions) | set(overrides)) - set(layers))
     if unknown:
         raise ValueError(f"no linear layer named {', '.join(unknown)} in the model")
     generator = torch.Generator().manual_seed(seed)
@@ -140,6 +172,7 @@ def convert_to_emulated_training(
         module.__class__ = EmulatedLinear  # same parameters and hooks; only forward changes
         emulated = cast(EmulatedLinear, module)
         emulated.precision = precisions.get(name, default)
+        emulated.bf16_gemms = overrides.get(name, frozenset())
         emulated.generator = generator
         applied[name] = emulated.precision
     return applied

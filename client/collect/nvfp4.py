@@ -85,7 +85,7 @@ def e2m1_codes(
         above = (below + 1).clamp(max=len(E2M1_VALUES) - 1)
         lo, hi = grid[below], grid[above]
         gap = torch.where(hi > lo, hi - lo, torch.ones_like(hi))
-        draw = torch.rand(magnitude.shape, generator=generator, dtype=torch.float32)
+        draw = torch.rand(magnitude.shape, generator=generator, dtype=torch.float32, device=magnitude.device)
         index = torch.where(draw < (magnitude - lo) / gap, above, below)
     else:
         # Count the midpoints passed; at a midpoint itself step up only when that lands on an even code

@@ -18,6 +18,7 @@ handlers it added when closed.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from nvdlfw_inspect import api as debug_api
@@ -36,6 +37,18 @@ PLAN_GEMMS = (
 QUANTIZE, HIGH_PRECISION = "Quantize", "High Precision"
 _LOGGER_NAMES = ("nvdlfw_inspect", "Default Statistics")
 _active: list[LogWriter] = []
+
+
+@dataclass(slots=True)
+class Overhead:
+    """Time spent inside a collector (hooks, casts, statistics, writing) over the steps so far."""
+
+    seconds: float = 0.0
+    steps: int = 0
+
+    @property
+    def per_step_ms(self) -> float:
+        return 1000.0 * self.seconds / self.steps if self.steps else 0.0
 
 
 def rank_of_process() -> int:

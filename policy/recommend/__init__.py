@@ -21,9 +21,12 @@ from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.policy_version import POLICY_VERSION as POLICY_VERSION  # re-exported; bump it there
 from fp8_policy.policy.recommend.confidence import confidence
 from fp8_policy.policy.recommend.cost import answer_cost, ladder_view
+from fp8_policy.policy.recommend.frontier import Frontier, build_frontier
+from fp8_policy.policy.recommend.gpu import ASSUMED_CAPABILITY
 from fp8_policy.policy.recommend.headline import headline
 from fp8_policy.policy.recommend.history import History, HistoryEffect, history_effect
 from fp8_policy.policy.recommend.ladder import Ladder, build_ladder, lifted_layers
+from fp8_policy.policy.recommend.ladder_evidence import lift_blockers
 from fp8_policy.policy.recommend.megatron import megatron_section
 from fp8_policy.policy.recommend.options import ModelDims, RecommendOptions
 from fp8_policy.policy.recommend.rationale import build_rationale
@@ -34,12 +37,16 @@ from fp8_policy.policy.recommend.recipe import (
     resolve_capability,
     resolve_current,
 )
+from fp8_policy.policy.recommend.runs_at import applied_rungs, counted_rungs
 from fp8_policy.policy.recommend.schedule import Phase, build_schedule
+from fp8_policy.policy.recommend.sensitive_plan import SensitivePlan
 from fp8_policy.policy.recommend.skiplist import SkipPlan, plan_skips
+from fp8_policy.policy.recommend.target import RetargetContext, compact_layout
 from fp8_policy.policy.records import QUANT_STATS, PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format, megatron_pipeline, pipeline
 from fp8_policy.policy.render.megatron import staged_globs
-from fp8_policy.policy.render.precision import effective_rung, ran_in_bf16
+from fp8_policy.policy.render.precision import ran_in_bf16
+from fp8_policy.policy.sensitivity import SensitivityJudge, read_sensitivity
 from fp8_policy.policy.thresholds import Thresholds
 
 # Run-metadata keys saying the run keeps FP8/FP4 parameters (TE `quantized_model_init`; Megatron
@@ -70,9 +77,21 @@ class Recommendation:
     # precision that changes over the run: phases, each a whole policy from a step on (schedule.py); () when none
     schedule: tuple[Phase, ...] = ()
     headline: dict[str, Any] = field(default_factory=dict)  # recommend/headline.py: what the views read
+    frontier: Frontier | None = field(default=None, repr=False)  # speed/risk frontier (recommend/frontier.py)
+    context: RetargetContext | None = field(default=None, repr=False)  # what re-solving a target needs
+    target: dict[str, Any] | None = None  # set by recommend/target.py `retarget`
 
     def to_dict(self) -> dict[str, Any]:
         recipe = self.decision.recipe
+        extra: dict[str, Any] = {}
+        if self.frontier is not None:
+            chosen = None
+            if self.target is not None:
+                keys = ("frontier_point", "speedup", "predicted_risk", "spec", "met")
+                chosen = {"source": "target", **{k: self.target[k] for k in keys}}
+            extra["frontier"] = self.frontier.to_dict(chosen)
+        if self.target is not None:
+            extra["target"] = self.target
         return {
             "headline": self.headline,
             "fp8_skip_layers": list(self.decision.skip_layers),
@@ -100,6 +119,7 @@ class Recommendation:
             "findings": [f.brief() for f in self.findings],
             "history": self.history.to_dict() if self.history is not None else None,
             "schedule": [phase.to_dict() for phase in self.schedule] or None,
+            **extra,
         }
 
 
@@ -121,11 +141,14 @@ def recommend(
     no_promote = effect.no_promote if effect is not None else frozenset()
     capability = resolve_capability(options.gpu or options.gpu_arch, analysis)[0]
     current, current_source = resolve_current(options.current_recipe, analysis, capability)
+    judge = SensitivityJudge(read_sensitivity(run, analysis.signals.warmup_cut))
+    blockers = lift_blockers(analysis) if judge else {}
     first = plan_skips(
         analysis,
         keep_existing_bf16=options.keep_existing_bf16,
         skip_projected=options.skip_projected,
         no_promote=no_promote,
+        sensitive=SensitivePlan(judge, current, blockers) if judge else None,
     )
     decision = choose_recipe(
         analysis, first, current=current, gpu_arch=options.gpu or options.gpu_arch, current_source=current_source
@@ -138,23 +161,39 @@ def recommend(
             f"the problem followed the BF16 boundary since run "
             f"{effect.previous_run}: a finer-grained recipe instead of a wider BF16 edge",
         )
-    plan = _final_plan(analysis, options, first, decision, no_promote)
+    sensitive = SensitivePlan(judge, decision.choice.name, blockers) if judge else None
+    plan = _final_plan(analysis, options, first, decision, no_promote, sensitive=sensitive)
     evidence = analysis.data if analysis.data is not None else run  # a parallel job's shards combined (analysis)
-    ladder = build_ladder(evidence, analysis, plan, decision.choice.name, current, decision.capability)
+    ladder = build_ladder(evidence, analysis, plan, decision.choice.name, current, decision.capability, judge)
     lifted = lifted_layers(ladder, plan)
     if lifted:  # one verdict: a layer the ladder lifts to an FP8 rung leaves the skip list (ladder.py, lift rule)
-        plan = _final_plan(analysis, options, first, decision, no_promote, lifted)
+        plan = _final_plan(analysis, options, first, decision, no_promote, lifted, sensitive)
         ladder = replace(
-            build_ladder(evidence, analysis, plan, decision.choice.name, current, decision.capability),
+            build_ladder(evidence, analysis, plan, decision.choice.name, current, decision.capability, judge),
             lifted=plan.lifted,
         )
     layout = analysis.layout
     outer = decision.choice.name
-    runs_at = applied_rungs(ladder, plan, outer)
+    runs_at = applied_rungs(ladder.rungs, plan.bf16_layers, outer)
     cost = answer_cost(layout, runs_at, plan.overrides, outer, decision.trained_in, options.dims, decision.capability)
     conf = confidence(analysis, plan, decision)
     te_version = options.te_version or _text(run.metadata.get("te_version"))
     megatron = megatron_section(layout, plan, decision.choice, ladder.rungs, te_version)  # rungs, custom: config file
+    cap = decision.capability if decision.capability is not None else ASSUMED_CAPABILITY
+    frontier = build_frontier(
+        layout,
+        counted_rungs(layout, runs_at, outer),
+        plan.overrides,
+        float(cost.get("gemm_speedup_vs_all_bf16", 1.0)),
+        judge.table,
+        outer,
+        cap,
+        options.dims,
+        current,
+    )
+    context = RetargetContext(
+        compact_layout(layout), plan, options.dims, decision.capability, current, judge.table, decision.trained_in
+    )
     policy = PolicyDecision(
         plan.skip_layers,
         plan.overrides,
@@ -214,6 +253,8 @@ def recommend(
         analysis.signals.stat_prefix,
         schedule=schedule,
         headline=head,
+        frontier=frontier,
+        context=context,
     )
 
 
@@ -235,19 +276,6 @@ def weights_logged(run: RunData) -> bool:
     return not quant or "weight" in quant
 
 
-def applied_rungs(ladder: Ladder, plan: SkipPlan, outer: str) -> dict[str, str]:
-    """Layer -> the precision the answer runs it at (as apply_policy's TE backend and policy/render/precision.py
-    apply it): BF16 for the plan's BF16 set, a ladder `bf16` rung outside it at `outer` (not applied: the plan
-    decided otherwise), any other rung as `effective_rung` runs it under `outer`."""
-    kept = set(plan.bf16_layers)
-    out = dict.fromkeys(kept, "bf16")
-    for rung in ladder.rungs:
-        if rung.layer in kept:
-            continue
-        out[rung.layer] = outer if rung.precision == "bf16" else effective_rung(rung.precision, outer)
-    return out
-
-
 def _final_plan(
     analysis: Analysis,
     options: RecommendOptions,
@@ -255,6 +283,7 @@ def _final_plan(
     decision: RecipeDecision,
     no_promote: frozenset[str] = frozenset(),
     lifted: frozenset[str] = frozenset(),
+    sensitive: SensitivePlan | None = None,
 ) -> SkipPlan:
     plan = functools.partial(
         plan_skips,
@@ -263,15 +292,16 @@ def _final_plan(
         skip_projected=options.skip_projected,
         no_promote=no_promote,
         lifted=lifted,
+        sensitive=sensitive,
     )
     if not decision.changed:
-        return plan() if lifted else first
+        return plan() if lifted or sensitive is not None else first
     levels = decision.level_fn()
     if levels is not None:  # each level judged with the band of the recipe it measures (an FP8 what-if: FP8's)
         return plan(levels=levels, bands=decision.bands(analysis))
     if analysis.by_pattern(Pattern.UNIFORM):
         return plan(defer=True)
-    return plan() if lifted else first
+    return plan() if lifted or sensitive is not None else first
 
 
 def _analysis_view(run: RunData, options: RecommendOptions) -> RunData:

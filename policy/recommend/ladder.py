@@ -39,7 +39,6 @@ than `min_points`. Layers with no stats at all (fp8_unobserved) are not in the l
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -49,6 +48,7 @@ from fp8_policy.policy.analysis.recipes import STAT_PREFIX, supported
 from fp8_policy.policy.analysis.result import Analysis
 from fp8_policy.policy.recommend.gpu import ASSUMED_CAPABILITY
 from fp8_policy.policy.recommend.ladder_evidence import (
+    Verdict,
     dynamic_ranges,
     lift_blockers,
     training_nvfp4_weights,
@@ -56,8 +56,10 @@ from fp8_policy.policy.recommend.ladder_evidence import (
 )
 from fp8_policy.policy.recommend.ladder_record import FP8_FINEST_FIRST
 from fp8_policy.policy.recommend.ladder_record import Ladder as Ladder  # re-exported
+from fp8_policy.policy.recommend.ladder_sensitivity import with_sensitivity
 from fp8_policy.policy.recommend.skiplist import SkipPlan
 from fp8_policy.policy.records import PRECISIONS, QUANTIZED_TENSORS, LayerPrecision, RunData
+from fp8_policy.policy.sensitivity import SensitivityJudge
 
 PROXY_MAX_BINADES = math.log2(6.0 / (1.0 + 2.0**-4) / 0.25)  # 4.497
 _INFER: dict[str, tuple[tuple[str, ...], float]] = {  # rung -> (rungs it may be inferred from, confidence factor)
@@ -68,22 +70,20 @@ _INFER: dict[str, tuple[tuple[str, ...], float]] = {  # rung -> (rungs it may be
 LIFT_FACTOR = 0.6
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """One rung for one layer: fit (True / False / None = no evidence), why, and the tensors it rests on."""
-
-    fit: bool | None
-    sentence: str
-    tensors: int = 0
-    factor: float = 1.0
-
-
 def build_ladder(
-    run: RunData, analysis: Analysis, plan: SkipPlan, outer: str, training: str, capability: float | None
+    run: RunData,
+    analysis: Analysis,
+    plan: SkipPlan,
+    outer: str,
+    training: str,
+    capability: float | None,
+    sensitivity: SensitivityJudge | None = None,
 ) -> Ladder:
-    """The ladder for the run's layers (`outer`: the recommended recipe; `training`: the recipe the run used)."""
+    """The ladder for the run's layers (`outer`: the recommended recipe; `training`: the recipe the run used;
+    `sensitivity`: the run's loss-sensitivity verdicts, which adjust each rung's verdict, ladder_sensitivity.py)."""
     cap = capability if capability is not None else ASSUMED_CAPABILITY
     ctx = _Context(run, analysis, plan, outer, training, cap)
+    ctx.sensitivity = sensitivity
     rungs = [ctx.rung(lv) for lv in analysis.layout.levels.values() if lv.status in (LayerStatus.FP8, LayerStatus.BF16)]
     rungs += unobserved_own_rungs(analysis, outer)
     return Ladder(tuple(rungs), tuple(ctx.assumptions(capability)))
@@ -103,6 +103,7 @@ class _Context:
         self._nvfp4_levels: dict[str, dict[str, float]] = {}
         self.few_points = float(analysis.stats.get("median_points_per_series", 0.0)) < self.fp8.min_points
         self.lift_blockers = lift_blockers(analysis)
+        self.sensitivity: SensitivityJudge | None = None
 
     # --- levels ------------------------------------------------------------------------------------------------
 
@@ -139,6 +140,10 @@ class _Context:
     # --- verdicts ----------------------------------------------------------------------------------------------
 
     def nvfp4(self, lv: LayerLevels) -> Verdict:
+        blocker = self.lift_blockers.get(lv.name)
+        return with_sensitivity(self._nvfp4_underflow(lv), self.sensitivity, lv.name, "nvfp4", blocker)
+
+    def _nvfp4_underflow(self, lv: LayerLevels) -> Verdict:
         levels = self._nvfp4(lv)
         source = "training stats" if self.trained(lv) == "nvfp4" else "nvfp4_ what-if"
         if not levels:
@@ -188,6 +193,10 @@ class _Context:
         )
 
     def fp8_rung(self, lv: LayerLevels, precision: str) -> Verdict:
+        blocker = self.lift_blockers.get(lv.name)
+        return with_sensitivity(self._fp8_underflow(lv, precision), self.sensitivity, lv.name, precision, blocker)
+
+    def _fp8_underflow(self, lv: LayerLevels, precision: str) -> Verdict:
         levels = self.levels(lv, precision)
         source = "training stats" if precision == self.trained(lv) else f"{STAT_PREFIX[precision]}_ what-if"
         if not levels:

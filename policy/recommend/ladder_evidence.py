@@ -1,5 +1,6 @@
 """The ladder's evidence readers (recommend/ladder.py): NVFP4 weight levels under NVFP4 training, the block-16
-dynamic range, and which layers fail for more than underflow (the lift rule's blockers).
+dynamic range, and which layers fail for more than underflow (the lift rule's blockers); `Verdict`, one rung's
+verdict for one layer.
 
 Belongs here: reading series and findings into per-layer numbers and reasons. Must not be here: rung rules.
 """
@@ -7,6 +8,7 @@ Belongs here: reading series and findings into per-layer numbers and reasons. Mu
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from fp8_policy.policy.analysis.findings import Pattern
 from fp8_policy.policy.analysis.layout import LayerStatus
@@ -23,6 +25,16 @@ _NOT_UNDERFLOW: dict[Pattern, str] = {
     Pattern.SCALE_INSTABILITY: "its scales are unstable",
     Pattern.UNASSESSED: "part of its stats could not be assessed",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One rung for one layer: fit (True / False / None = no evidence), why, and the tensors it rests on."""
+
+    fit: bool | None
+    sentence: str
+    tensors: int = 0
+    factor: float = 1.0
 
 
 def lift_blockers(analysis: Analysis) -> dict[str, str]:

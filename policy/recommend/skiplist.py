@@ -19,6 +19,9 @@ Rules:
 * Rising-trend layers below critical are only watched, unless `skip_projected` asks to treat them as failing.
 * `lifted`: layers failing NVFP4 under an NVFP4 recipe that the precision ladder lifts to an FP8 rung
   (recommend/ladder.py, the lift rule) are not skipped: they run at that rung, which every output renders.
+* `sensitive` (recommend/sensitive_plan.py): with loss-sensitivity statistics, an underflow-only failure whose
+  sensitivity is negligible is kept, and a layer below the band whose sensitivity is high gets its sensitive GEMMs
+  (or the whole layer) in BF16; each said in `sensitivity_notes`.
 * A tensor the analysis could not assess (its `unassessed` verdict: scale_inv stuck at 1.0, no point after warm-up)
   whose raw underflows% is at or above critical fails too; with no level to re-measure under another recipe, its
   layer is skipped whole.
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from fp8_policy.policy.analysis.findings import Pattern
 from fp8_policy.policy.analysis.layout import LayerLevels, LayerStatus, Layout
 from fp8_policy.policy.analysis.result import Analysis
+from fp8_policy.policy.recommend.sensitive_plan import SensitivePlan
 from fp8_policy.policy.records import GEMMS, QUANTIZED_TENSORS, TENSOR_GEMMS, GemmOverride
 from fp8_policy.policy.thresholds import Severity
 
@@ -60,6 +64,7 @@ class SkipPlan:
     critical: float | None = None  # the band the levels were judged with when not the analysis' (a recipe switch)
     band: str = ""  # which levels and band, when not the analysis' own (said in the rationale and evidence)
     failing_levels: tuple[tuple[str, str], ...] = ()  # (skipped layer, its failing tensors and levels as judged)
+    sensitivity_notes: tuple[tuple[str, str], ...] = ()  # (layer, what loss sensitivity changed for it)
 
     @property
     def bf16_layers(self) -> tuple[str, ...]:
@@ -81,6 +86,7 @@ def plan_skips(
     no_promote: frozenset[str] = frozenset(),
     lifted: frozenset[str] = frozenset(),
     bands: Bands | None = None,
+    sensitive: SensitivePlan | None = None,
 ) -> SkipPlan:
     """The plan (module docstring); blocks holding a `no_promote` layer never become whole BF16 blocks (a problem
     that followed a moved BF16 boundary: see recommend/history.py); `lifted` layers are left to their FP8 rung;
@@ -95,6 +101,7 @@ def plan_skips(
     deferred: list[str] = []
     unassessed = _unassessed_failing(analysis)
     detail: dict[str, str] = {}
+    notes: list[tuple[str, str]] = []
     for lv in layout.fp8():
         if lv.name in lifted:
             continue
@@ -104,6 +111,15 @@ def plan_skips(
             if levels(lv, t) >= critical_of(lv, t) or (skip_projected and (lv.name, t) in trending)
         ]
         raw = [t for t in unassessed.get(lv.name, ()) if t not in failing]
+        adjustment = sensitive.adjust(lv.name, failing, raw) if sensitive is not None and not defer else None
+        if adjustment is not None:
+            notes.append((lv.name, adjustment.note))
+            if adjustment.kind == "sensitive" and len(adjustment.gemms) < len(GEMMS):
+                overrides.append(GemmOverride(lv.name, adjustment.gemms, adjustment.note))
+            elif adjustment.kind == "sensitive":
+                skips.append(lv.name)
+                detail[lv.name] = adjustment.note
+            continue
         if not failing and not raw:
             continue
         if defer:
@@ -133,6 +149,7 @@ def plan_skips(
         bands.critical if bands is not None else None,
         bands.text if bands is not None else "",
         tuple((name, detail[name]) for name in skips if name in detail) if bands is not None else (),
+        tuple(notes),
     )
 
 

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from fp8_policy._lazy import lazy_module
 from fp8_policy.policy.vocabulary import MEDIA_TYPES, OUTPUT_FORMATS, STAGED_FORMATS
 from fp8_policy.service import lanes
-from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache, recommendation_key
+from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
 from fp8_policy.service.analysis.schemas import AnalysisRead, RecommendationRead
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep
@@ -22,10 +22,13 @@ from fp8_policy.service.openapi import error_responses, query_param, threshold_p
 if TYPE_CHECKING:
     from fp8_policy.policy.recommend import Recommendation
     from fp8_policy.policy.render import RenderedPolicy
-    from fp8_policy.service.analysis import actions, summary
+    from fp8_policy.service.analysis import actions, summary, target
+    from fp8_policy.service.experiments import actions as experiments
 else:  # imported on first use: start-up path, tests/service/test_start_up_imports.py
     actions = lazy_module("fp8_policy.service.analysis.actions")
     summary = lazy_module("fp8_policy.service.analysis.summary")
+    target = lazy_module("fp8_policy.service.analysis.target")
+    experiments = lazy_module("fp8_policy.service.experiments.actions")
 
 # Every route reads, the POST recommendation included: it recomputes from stored data and stores nothing.
 router = APIRouter(prefix="/api/v1/runs", tags=["analysis"], dependencies=[READ])
@@ -37,7 +40,7 @@ FORMAT_HELP = (
     " LogTensorStats only)"
 )
 FORMAT_QUERY = Query(description=FORMAT_HELP, json_schema_extra={"enum": ["json", *OUTPUT_FORMATS]})
-_GET_OPTION_KEYS = ("gpu_arch", "gpu", "te_version", "current_recipe", "previous_run", "lr_decay_start")
+_GET_OPTION_KEYS = ("gpu_arch", "gpu", "te_version", "current_recipe", "previous_run", "lr_decay_start", "target")
 PHASE_QUERY = Query(
     ge=0,
     le=1000,  # a schedule has a few phases; a number past any is refused by FastAPI, not looked up
@@ -48,7 +51,8 @@ OVERRIDES_HELP = (
     "Any of: `thresholds` (name -> number, as in GET .../analysis), `gpu_arch`, `model_dims` "
     "(hidden_size, ffn_hidden_size, num_layers, seq_len, vocab_size, num_attention_heads, "
     "num_query_groups, gated_mlp), `te_version`, `current_recipe`, `keep_existing_bf16`, "
-    "`skip_projected`, `lr_decay_start`. Unknown keys or bad values are a 400 InvalidOverrides."
+    "`skip_projected`, `lr_decay_start`, `target`. Unknown keys or bad values are a 400 InvalidOverrides "
+    "(InvalidTarget)."
 )
 # Documentation of each non-threshold GET parameter in _GET_OPTION_KEYS (tests/service/test_openapi_document.py
 # fails when one is missing here).
@@ -67,6 +71,12 @@ _OPTION_HELP = {
     "lr_decay_start": (
         "The step the learning rate starts to decay: an NVFP4 policy gets a later phase (`schedule`) from there.",
         ["90000"],
+    ),
+    "target": (
+        "A budget re-solved on the stored frontier: speedup:<x> (GEMM-time speedup over all-BF16, 1-10: the least "
+        "predicted risk reaching it) or risk:<x> (nats per step, 0-1e6: the fastest point within it). 400 "
+        "InvalidTarget on anything else; 409 NoSensitivity when the run logged no loss sensitivity.",
+        ["speedup:1.6", "risk:0.01"],
     ),
 }
 _OPTION_PARAMS = [
@@ -217,22 +227,23 @@ def recompute_recommendation(
 def _respond(
     request: Request, session: Session, run_id: int, overrides: dict[str, Any], fmt: str, phase: int | None = None
 ) -> RecommendationRead | Response:
+    # a target re-solves the recommendation computed without it (cached): no second load of the run's series
+    overrides, budget = target.split_target(overrides)
     # computed once per (run as stored, options, policy version), and each answer serialized once per format;
     # identical concurrent requests wait for the one computing it (service/analysis/recommendation_cache.py)
     if overrides:  # refused before it takes a place in the analysis lane
         actions.check_overrides(overrides)
     stage = _pp_stage(request, fmt)
-    key = recommendation_key(session, run_id, overrides)
+    key = target.keys(session, run_id, overrides, budget)[1]
     # one cache for recommendations, their JSON bodies and their rendered files: the key's tail says which
     cache: SingleFlightCache[Any] = request.app.state.recommendations
     # with options, a request that computes or waits for an identical one computing holds a place in the analysis
     # lane (service/lanes.py: 429 beyond), so a flood of them holds a bounded number of request threads; without,
     # the answer is the one stored with the run's summary
-    admit = lanes.ANALYSIS.admission if overrides else None
+    admit = lanes.ANALYSIS.admission if overrides or budget is not None else None
 
     def recommendation() -> Recommendation:
-        rec: Recommendation = cache.get(key, lambda: actions.recommendation_for(session, run_id, overrides), admit)
-        return rec
+        return target.cached(cache, session, run_id, overrides, budget, admit)
 
     # without options, the answers stored with the run's summary when it was ingested (service/analysis/summary.py),
     # read at most once per request and only when this process has not cached the answer yet; when none is stored
@@ -241,7 +252,7 @@ def _respond(
     stored: list[dict[str, Any] | None] = []
 
     def from_summary() -> dict[str, Any] | None:
-        if overrides:
+        if overrides or budget is not None:
             return None
         if not stored:
             stored.append(summary.recommendation_answers(request.app.state.session_factory, session, run_id))
@@ -258,7 +269,8 @@ def _respond(
     if fmt == "json":
         if phase is not None:
             raise InvalidParameter("phase renders one phase of the schedule: give a rendered format, not json")
-        body = cache.get((*key, "json"), json_body, admit)
+        # the newest experiment's verdict is read per request (one indexed query): never stale
+        body = experiments.with_verification(session, run_id, cache.get((*key, "json"), json_body, admit))
         return Response(body, media_type="application/json")
     if phase is not None:
         rendered = cache.get(

@@ -15,6 +15,7 @@ from pydantic import Field, create_model
 from fp8_policy.policy.records import GEMMS, PRECISIONS, RECIPE_CLASSES, LayerGroup, Precision
 from fp8_policy.policy.thresholds import Severity
 from fp8_policy.policy.vocabulary import LayerStatus, Pattern
+from fp8_policy.service.analysis.frontier_schemas import FrontierRead, TargetRead, VerificationRead
 from fp8_policy.service.analysis.parallel_schemas import ParallelRead, PipelineRead
 from fp8_policy.service.analysis.schedule_schemas import SchedulePhaseRead
 from fp8_policy.service.schema_base import ApiModel, threshold_fields
@@ -409,3 +410,6 @@ class RecommendationRead(ApiModel):
         description="Precision that changes over the run (a late failure, a projected one, the LR decay with NVFP4): "
         "phases from a step on, each rendered on its own with `phase=K`; null when the policy holds throughout.",
     )
+    frontier: FrontierRead | None = Field(None, description="The speed/risk frontier with the rules on it.")
+    target: TargetRead | None = Field(None, description="Set when `target` was given.")
+    verification: VerificationRead | None = Field(None, description="Set once an experiment was posted.")

@@ -53,7 +53,7 @@ from fp8_policy.service.settings import Settings
 
 if TYPE_CHECKING:
     from fp8_policy.service.visual import job as visual_job
-    from fp8_policy.service.visual.job import Rendered, RenderJob
+    from fp8_policy.service.visual.job import Job, Rendered
 else:  # imported on first use (the first image; the worker processes preload it): start-up path,
     # tests/service/test_start_up_imports.py
     visual_job = lazy_module("fp8_policy.service.visual.job")
@@ -188,7 +188,7 @@ class RenderLane:
             except RendererUnavailable:  # closed (stop_starting, close): no worker any more
                 return
 
-    def submit(self, job: RenderJob) -> Future[Rendered]:
+    def submit(self, job: Job) -> Future[Rendered]:
         with self._lock:
             if self.admitted >= self.capacity:
                 raise RenderQueueFull(
@@ -266,7 +266,7 @@ class Renderer:
         self,
         unit_of_work: UnitOfWork,
         cache_key: Callable[[Session], CacheKey],
-        build: Callable[[Session, int], RenderJob],
+        build: Callable[[Session, int], Job],
     ) -> Rendered:
         """`cache_key(session)` (raises 404/409), then the cached image or `build(session, max_pixels)` drawn in
         its lane. The database work runs in the threadpool, the drawing in the lane's worker."""
@@ -287,8 +287,8 @@ class Renderer:
         self,
         unit_of_work: UnitOfWork,
         cache_key: Callable[[Session], CacheKey],
-        build: Callable[[Session, int], RenderJob],
-    ) -> tuple[CacheKey, Rendered | RenderJob]:
+        build: Callable[[Session, int], Job],
+    ) -> tuple[CacheKey, Rendered | Job]:
         with unit_of_work() as session:
             key = cache_key(session)
             hit = self.cache.get(key)

@@ -28,6 +28,7 @@ from tests.authutil import BACKENDS, bearer, in_the_past, make_token, private_da
 EXPECTED_SCOPES = {
     ("POST", "/api/v1/runs"): "upload",
     ("POST", "/api/v1/runs/{run_id}/retry"): "upload",
+    ("POST", "/api/v1/runs/{run_id}/experiments"): "upload",
     ("PATCH", "/api/v1/runs/{run_id}"): "upload",
     ("DELETE", "/api/v1/runs/{run_id}"): "admin",
     ("POST", "/api/v1/runs/{run_id}/recommendation"): "read",  # a recompute from stored data; stores nothing

@@ -16,6 +16,7 @@ import { hashState } from "./hashstate.js";
 import { heatmapCard } from "./heatmap.js";
 import { findingsCard } from "./findings.js";
 import { recommendationCard, recommendationJson } from "./recommendation.js";
+import { frontierCard } from "./frontier.js";
 import { layersCard, rankSpread } from "./layers.js";
 import { liveView } from "./live.js";
 import { storyCard } from "./story.js";
@@ -89,6 +90,7 @@ export async function runView(ctx, runId, query) {
   const heatmapSlot = h("div");
   const findingsSlot = card("Findings", { id: "findings" }, loading("Analysing…"));
   const recSlot = card("Recommendation", { id: "recommendation" }, loading("Computing the recommendation…"));
+  const frontierSlot = card("Speed and risk", { id: "frontier" }, loading("Placing the recommendation on its frontier…"));
   const layersSlot = card("Layers", { id: "layers" }, loading("Loading layers…"));
   const ingest = ingestCard(run);
   const storySlot = h("div", { id: "live-story-slot" }); // a run streamed live: its events (story.js)
@@ -96,7 +98,7 @@ export async function runView(ctx, runId, query) {
   const recPromise = recommendationJson(ctx, run, overrides); // one answer for the cards and the layer table
   const curves = curvesCard(ctx, run, state, { analysisPromise }); // its read-out follows the heatmap (curves.follow)
   replace(view, head, ingestWarning(run, ingest), figures, paramsCard(run), notesCard(ctx, run), settingsForm(run, state, thresholds, options), heatmapSlot,
-    curves.el, findingsSlot, recSlot, layersSlot, storySlot, ingest);
+    curves.el, findingsSlot, recSlot, frontierSlot, layersSlot, storySlot, ingest);
   curves.refresh();
   storyCard(ctx, run).then((el) => {
     if (el && ctx.alive()) replace(storySlot, el);
@@ -131,6 +133,12 @@ export async function runView(ctx, runId, query) {
     layersPromise.then((layersInfo) => replace(heatmapSlot, heatmapCard(ctx, run, null, layersInfo, state, null, curves.follow)));
   });
 
+  frontierCard(ctx, run, overrides, recPromise).then((el) => {
+    if (ctx.alive()) frontierSlot.replaceWith(el);
+  }).catch((err) => {
+    if (err.name === "AbortError" || !ctx.alive()) return;
+    replace(frontierSlot.querySelector(".card-body"), errorBox(err, { title: "No frontier" }));
+  });
   recommendationCard(ctx, run, state, overrides, recPromise).then((el) => {
     if (ctx.alive()) recSlot.replaceWith(el);
   }).catch((err) => {

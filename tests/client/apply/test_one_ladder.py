@@ -351,3 +351,27 @@ def test_the_esm2_heads_that_ran_in_bf16_stay_bf16_in_every_format(tmp_path: Pat
     assert_one_ladder(run, tmp_path)
     snippet = render(rec.decision, "torchao").content
     assert "'lm_head.decoder',  # ran in BF16 in the analysed run" in snippet
+
+
+@pytest.mark.parametrize("text", ["speedup:1.6", "risk:0.001"])
+def test_a_targeted_answer_tells_one_story_in_every_view(text: str, tmp_path: Path) -> None:
+    """A budget re-solved on the frontier (recommend/target.py) changes rungs and the skip list: the headline, the one
+    cost, every format and both apply paths follow it, as they follow an untargeted answer."""
+    from fp8_policy.policy.recommend.target import parse_target, retarget
+    from tests.policy.recommend.test_sensitivity_ladder import nvfp4_run
+
+    run = nvfp4_run()
+    rec = recommend(run, analyze(run), RecommendOptions.from_metadata(run.metadata))
+    assert rec.context is not None
+    solved = retarget(rec, rec.context, parse_target(text))
+    body = json.loads(json.dumps(solved.to_dict()))
+    assert body["target"]["layers_changed"], "the budget should move some layer off the recommendation"
+    assert body["headline"] != rec.to_dict()["headline"]
+    speedup = body["expected_cost"]["gemm_speedup_vs_all_bf16"]
+    assert body["headline"]["gemm_speedup_vs_all_bf16"] == speedup == body["target"]["speedup"]
+    runs_at, whole, overrides = expected(body, solved.decision)
+    _headline(body, runs_at, overrides)
+    _formats_section(body, whole, overrides)
+    _te_yaml(solved.decision, whole, overrides, tmp_path)
+    _torchao_snippet(solved.decision, whole, overrides)
+    _compare(body, solved.decision, runs_at, overrides)

@@ -28,6 +28,7 @@ KEYS = {
     "history",
     "parallel",
     "schedule",
+    "frontier",  # recommend/frontier.py: the speed/risk frontier and the rules on it
 }
 SUBS = tuple(FAMILIES["megatron"]["subs"])  # type: ignore[arg-type]
 

@@ -208,8 +208,7 @@ def test_the_taken_along_count_is_every_layer_a_bf16_block_moves_out_of_low_prec
     formats = applied_by_format(decision)["hydra"]
     assert (
         "block(s) 2 run wholly in BF16 for 1 skipped/overridden layer(s) and 1 layer(s) that ran in BF16, "
-        "taking 2 healthy layer(s)"
-        in formats["approximation"]
+        "taking 2 healthy layer(s)" in formats["approximation"]
     )
     assert (
         f"1 layer(s) at a cheaper ladder rung run at current (fp8_layers holds one recipe per block): {prefix}.3"

@@ -1,0 +1,77 @@
+"""`make eval-outcomes QUICK=1 OUT=...` end to end (slow: two tiny closed loops on CPU, about a minute on a quiet
+2-core machine), and the eval's Spearman and per-case judgement on hand-made numbers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.eval_outcomes import judge, spearman
+
+ROOT = Path(__file__).resolve().parents[2]
+KINDS = {"bf16", "all_low", "rule", "recommended"}
+
+
+def test_spearman_uses_average_ranks_and_needs_variation() -> None:
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 1, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486833)  # ties share their average rank
+    assert spearman([1, 2], [1, 2]) is None and spearman([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_the_judgement_compares_each_recommended_arm_with_the_best_rule() -> None:
+    arm = lambda name, kind, gap, cost, risk: {  # noqa: E731
+        "name": name, "kind": kind, "heldout_gap": gap, "gemm_cost": cost, "predicted_risk": risk
+    }  # fmt: skip
+    case = {
+        "arms": [
+            arm("bf16", "bf16", 0.0, 1.0, 0.0),
+            arm("all", "all_low", 0.10, 0.5, 0.3),
+            arm("last_15pct", "rule", 0.05, 0.6, 0.2),
+            arm("first_last", "rule", 0.03, 0.7, 0.1),
+            arm("recommended", "recommended", 0.02, 0.55, 0.05),
+            arm("recommended@first_last", "recommended", 0.04, 0.7, 0.08),
+        ]
+    }
+    j = judge(case)
+    assert j["best_rule"] == "first_last"
+    assert j["recommended"] == {"as_good_in_loss": True, "no_more_cost": True, "strictly_better": True}
+    assert j["recommended@first_last"]["as_good_in_loss"] is False
+    assert j["spearman"] == pytest.approx(
+        spearman([0.0, 0.3, 0.2, 0.1, 0.05, 0.08], [0.0, 0.1, 0.05, 0.03, 0.02, 0.04])
+    )
+
+
+@pytest.mark.slow
+def test_quick_eval_outcomes_writes_the_documented_json(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.eval_outcomes", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Spearman (predicted risk vs measured gap" in done.stdout
+    result = json.loads(out.read_text())
+    assert result["quick"] is True and len(result["cases"]) == 2
+    assert result["spearman"] is None or -1.0 <= result["spearman"] <= 1.0
+    for case in result["cases"]:
+        assert case["lines_skipped"] == 0 and case["name"]
+        arms = case["arms"]
+        assert {a["kind"] for a in arms} <= KINDS and {"bf16", "all_low", "rule", "recommended"} <= {
+            a["kind"] for a in arms
+        }
+        for arm in arms:
+            assert {"name", "kind", "heldout_gap", "gemm_cost", "predicted_risk"} <= set(arm)
+        bf16 = next(a for a in arms if a["kind"] == "bf16")
+        assert bf16["heldout_gap"] == 0.0 and bf16["predicted_risk"] == 0.0 and bf16["gemm_cost"] == 1.0
+        low = next(a for a in arms if a["kind"] == "all_low")
+        assert all(a["predicted_risk"] <= low["predicted_risk"] for a in arms if a["kind"] == "rule")
+        assert all(a["gemm_cost"] >= low["gemm_cost"] for a in arms if a["kind"] in ("rule", "bf16"))
+        assert case["verification"]["status"] in ("confirmed", "contradicted")

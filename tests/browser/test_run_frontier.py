@@ -1,0 +1,52 @@
+"""The run page's Speed and risk card in a real headless Chromium: the frontier drawn with the rule recipes and the
+recommendation, and after an experiment is posted the measured arms beside them with the verdict.
+Screenshots: test-artifacts/browser/frontier-*."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from tests.archives import stats_log
+from tests.browser.conftest import LiveServer, wait_ready
+from tests.service.sensitivity_runs import METADATA, points
+from tests.service.test_experiments_api import arms
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # the chromium_executable fixture reports it
+    expect = None
+
+pytestmark = pytest.mark.browser
+
+
+def test_the_frontier_card_draws_rules_the_recommendation_and_measured_arms(
+    page, live_server: LiveServer, shot
+) -> None:
+    with live_server.api() as client:
+        response = client.post(
+            "/api/v1/runs",
+            data={"name": "frontier", "project": "bt-frontier", "metadata": json.dumps(METADATA)},
+            files={"file": ("frontier.log.gz", gzip.compress(stats_log(points())), "application/gzip")},
+        )
+        assert response.status_code == 202, response.text
+        run_id = wait_ready(client, response.json()["id"])["id"]
+    page.goto(f"{live_server.url}/#/runs/{run_id}")
+    card = page.locator("#frontier")
+    expect(card.locator("#frontier-chart")).to_be_visible(timeout=30_000)
+    expect(card.locator(".rule-mark")).to_have_count(4)
+    expect(card.locator("#frontier-chosen")).to_have_count(1)
+    expect(card.locator(".measured-point")).to_have_count(0)
+    expect(card).to_contain_text("No experiment yet")
+    shot(card, "frontier-01-predicted")
+
+    with live_server.api() as client:
+        posted = client.post(f"/api/v1/runs/{run_id}/experiments", json={"arms": arms(recommended_loss=2.95)})
+        assert posted.status_code == 201, posted.text
+    page.reload()
+    expect(card.locator(".measured-point")).to_have_count(4, timeout=30_000)
+    expect(card.locator("#frontier-verdict")).to_have_text("contradicted")
+    expect(card).to_contain_text("Next step: Lift the next most sensitive layers")
+    shot(card, "frontier-02-measured")
