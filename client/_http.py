@@ -26,6 +26,16 @@ USER_AGENT = f"fp8-policy-client/{__version__}"
 DEFAULT_TIMEOUT = 60.0
 
 
+def service_root(url: str) -> str:
+    """The service's root URL: `http://host:8000/api/v1` (the API's prefix, as the docs show every route) is read as
+    `http://host:8000`; a trailing slash is dropped."""
+    root = url.rstrip("/")
+    for suffix in ("/api/v1", "/api"):
+        if root.endswith(suffix):
+            return root[: -len(suffix)]
+    return root
+
+
 def _clean(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """Query parameters without the ones left as None."""
     if params is None:

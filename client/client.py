@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
-from fp8_policy.client._http import DEFAULT_TIMEOUT, HttpSession, json_object
+from fp8_policy.client._http import DEFAULT_TIMEOUT, HttpSession, json_object, service_root
 from fp8_policy.client.client_experiments import ExperimentCalls
 from fp8_policy.client.errors import ApiError, IngestFailed, NotFound, WaitTimeout
 from fp8_policy.client.packing import ProgressReader, StderrBar, pack_directory, upload_fields
@@ -61,16 +61,6 @@ def backoff_delays(initial: float = 0.2, maximum: float = 2.0, factor: float = 2
     while True:
         yield delay
         delay = min(maximum, delay * factor)
-
-
-def service_root(url: str) -> str:
-    """The service's root URL: `http://host:8000/api/v1` (the API's prefix, as the docs show every route) is read as
-    `http://host:8000`; a trailing slash is dropped."""
-    root = url.rstrip("/")
-    for suffix in ("/api/v1", "/api"):
-        if root.endswith(suffix):
-            return root[: -len(suffix)]
-    return root
 
 
 class PolicyClient(ExperimentCalls):

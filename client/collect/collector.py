@@ -89,11 +89,10 @@ class FP8StatsCollector:
         collector.close()                                          # or use it as a context manager
 
     Options mirror TE's YAML: `layers` (regex, `re.search` on the logged name), `tensors`, `stats` (default: what
-    TE logs for the recipe, `default_stats`), `freq`,
-    `start_step`, `end_step`, `start_end_list`, or per-tensor `tensors_struct` (see
-    `options_from_te_config`). Plain models: `recipe` "current" (default) or "delayed", `fp8_format`
-    "HYBRID" (E4M3 forward, E5M2 gradients, TE's default) or "E4M3", `bf16_layers` (regex or exact names)
-    for layers to treat as high precision (logged as such in the plan lines, no statistics). `sensitivity`: formats
+    TE logs for the recipe, `default_stats`), `freq`, `start_step`, `end_step`, `start_end_list`, or per-tensor
+    `tensors_struct` (see `options_from_te_config`). Plain models: `recipe` "current" (default) or "delayed",
+    `fp8_format` "HYBRID" (E4M3 forward, E5M2 gradients, TE's default) or "E4M3", `bf16_layers` (regex or exact
+    names) for layers to treat as high precision (logged as such in the plan lines, no statistics). `sensitivity`: formats
     (nvfp4, mxfp8, current, delayed, block) whose per-GEMM loss sensitivity is logged on the same schedule as the
     activation's (`sensitivity` module).
     """

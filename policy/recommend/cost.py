@@ -6,9 +6,9 @@ Rules:
   fc1 2·h·ffn (×2 when gated), fc2 2·ffn·h, a LayerNormMLP fc1+fc2, head 2·h·vocab (a head `dense` 2·h·h).
   The sequence length multiplies every GEMM alike, so shares do not depend on it.
 * Without the dims a layer needs (or for an unknown sublayer), every GEMM layer counts equally.
-* Every GEMM layer of the run counts (named as one, or given a precision by the answer), each at the precision the answer runs it at (`runs_at`, as apply_policy's TE
-  backend applies the ladder: its rung, BF16 for the BF16 set, the recommended recipe for layers without a rung);
-  a GEMM override counts its GEMMs as BF16. GEMM time = sum(share / speedup) with ONE table of speedups over BF16
+* Every GEMM layer of the run counts (named as one, or given a precision by the answer), each at the precision the
+  answer runs it at (`runs_at`, recommend/runs_at.py, as apply_policy's TE backend applies the ladder: its rung,
+  BF16 for the BF16 set, the recommended recipe for layers without a rung); a GEMM override counts its GEMMs as BF16. GEMM time = sum(share / speedup) with ONE table of speedups over BF16
   (`SPEEDUPS`, `SOURCE`): Blackwell runs take the B300 figures, others the H200 ones, and a precision missing on
   one GPU's row takes the other's (named in `speedups`). Reported once per answer (`expected_cost`): the speedup
   over all-BF16 GEMMs, the time against every layer at the recommended recipe and against the run as logged.

@@ -92,7 +92,7 @@ def test_recommendation_endpoint_calls_the_run_bf16(client: TestClient, project:
 
 
 def test_lifted_layers_are_a_declared_field_of_the_api_ladder() -> None:
-    from fp8_policy.service.analysis.schemas import PrecisionLadderRead
+    from fp8_policy.service.analysis.cost_schemas import PrecisionLadderRead
     from tests.policy.recommend.test_ladder import ladder, nvfp4_block7_failing
 
     rec, data = ladder(nvfp4_block7_failing())
