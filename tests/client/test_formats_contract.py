@@ -12,7 +12,7 @@ from fp8_policy.service.settings import Settings
 
 
 def test_the_client_offers_exactly_the_formats_the_service_renders() -> None:
-    assert CLIENT_FORMATS == ("json", *OUTPUT_FORMATS)
+    assert ("json", *OUTPUT_FORMATS) == CLIENT_FORMATS
     assert RENDERED == OUTPUT_FORMATS  # the renderers' table (DIALECTS, MONITORS) is the vocabulary's list
 
 
