@@ -61,6 +61,15 @@ def split_metric_name(name: str, known_layers: Collection[str] = ()) -> MetricNa
     return _split_custom(name, known_layers) or standard or _split_standard(name, strict=False)
 
 
+def metric_of(layer: str, tensor: str, stat_key: str) -> MetricName:
+    """The MetricName of a stored series from its stat as logged after the tensor (`mxfp8_underflows%_columnwise`
+    -> stat `underflows%`, recipe `mxfp8`, columnwise); a stat outside the quantization grammar is kept whole."""
+    quant = _QSTAT.match(stat_key)
+    if quant is None:
+        return MetricName(layer, tensor, stat_key)
+    return MetricName(layer, tensor, quant["base"], quant["recipe"], quant["columnwise"] is not None)
+
+
 def _split_standard(name: str, *, strict: bool) -> MetricName | None:
     match = _METRIC.match(name)
     if match is None:

@@ -162,6 +162,18 @@ def _combined(members: list[Series], rank: int, size: int) -> tuple[Series | Non
     return Series(rank, first.metric, common, np.asarray(values, dtype=np.float64)), whole
 
 
+def drawn_series(info: ParallelInfo | None, series: list[Series]) -> list[Series]:
+    """A parallel job's series as every view draws them across ranks (the heatmap's cells): the replicas that
+    disagree left out and shards combined with their statistic's rule, as `parallel_view` reads them for the
+    analysis, so a cell's colour is the level the layer table and the boxes judge (not the worst shard's)."""
+    if info is None:
+        return series
+    left_out = {rank for m in info.mismatches for rank in m.differing}
+    kept = [s for s in series if s.rank not in left_out] if left_out else series
+    groups = shard_groups(info, {s.rank for s in kept})
+    return combine_shards(kept, groups)[0] if groups else kept
+
+
 def parallel_findings(view: ParallelView, cut: float, thresholds: Thresholds, fp8_layers: list[str]) -> list[Finding]:
     """Replica mismatches (evidence summarised from iteration `cut` on) and shards that stand out."""
     if view.info is None:

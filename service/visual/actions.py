@@ -19,6 +19,7 @@ from fp8_policy.db.codec import decode_iterations, decode_values
 from fp8_policy.db.models import Layer, Run
 from fp8_policy.db.repositories import RunRepository
 from fp8_policy.db.summaries import SummaryRepository
+from fp8_policy.policy.analysis.shards import drawn_series
 from fp8_policy.policy.heatmap import (
     HeatmapGeometry,
     HeatmapMatrix,
@@ -31,8 +32,10 @@ from fp8_policy.policy.heatmap import (
     summarize,
     verdict_severities,
 )
+from fp8_policy.policy.names import metric_of
+from fp8_policy.policy.parallel.info import ParallelInfo
 from fp8_policy.policy.recommend import POLICY_VERSION
-from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, Series
+from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, Precision, Series
 from fp8_policy.policy.thresholds import Severity
 from fp8_policy.service.analysis.summary import view_analysis
 from fp8_policy.service.errors import ImageTooLarge, InvalidParameter, NoData, UnknownFormat
@@ -250,9 +253,11 @@ def load_matrix(session: Session, run: Run, params: HeatmapParams) -> HeatmapMat
             f"run {run.id} logged no {params.tensor} {params.stat!r}; it has: {', '.join(f'{t}/{s}' for t, s in keys)}"
         )
     series = [
-        Series(rank, MetricName(layer, params.tensor, params.stat), decode_iterations(its), decode_values(vals))
+        Series(rank, metric_of(layer, params.tensor, params.stat), decode_iterations(its), decode_values(vals))
         for layer, rank, its, vals in rows
     ]
+    if params.rank is None and run.parallel:  # every rank: shards combined, as the analysis reads them
+        series = drawn_series(ParallelInfo.from_json(run.parallel), series)
     return matrix_for(f"run {run.id}", infos, series, params)
 
 

@@ -94,7 +94,10 @@ class HeatmapLayoutRead(ApiModel):
     run_id: int
     tensor: str
     stat: str
-    rank: int | None = Field(description="null: the maximum over ranks per iteration.")
+    rank: int | None = Field(
+        description="null: every rank, the maximum over ranks per iteration (a parallel job's tensor-parallel shards "
+        "first combined with their statistic's rule, as the analysis reads them)."
+    )
     sublayer: str | None
     vmax: float = Field(description="Top of the colour scale.")
     rows: list[HeatmapRowRead] = Field(description="Top to bottom, in model order.")
