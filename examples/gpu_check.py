@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -32,12 +31,11 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for `examples.*`
+from examples.gpu_check_data import STATS_LOG, parity_tensors, read_log  # noqa: E402
 from examples.gpu_check_te import autocast, te_features_dir, tiny_te_gpt  # noqa: E402
 
 Row = tuple[str, bool, str]  # (check, passed, detail)
 STATS = ["underflows%", "scale_inv_min", "scale_inv_max", "mse"]
-LINE = re.compile(r" - INFO - (?P<name>\S+) \t\t\t\t iteration=(?P<it>\d+) \t\t\t\t value=(?P<value>\S+)$")
-STATS_LOG = Path("nvdlfw_inspect_statistics_logs") / "nvdlfw_inspect_globalrank-0.log"
 
 
 def missing() -> str | None:
@@ -53,27 +51,6 @@ def missing() -> str | None:
         except ImportError as exc:
             return f"{hint} is not importable ({exc})"
     return None
-
-
-def read_log(path: Path) -> dict[tuple[str, int], str]:
-    out = {}
-    for line in path.read_text().splitlines():
-        match = LINE.search(line)
-        if match:
-            out[(match["name"], int(match["it"]))] = match["value"]
-    return out
-
-
-def parity_tensors() -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """x0, w, g0 per layer as the TE H100 parity fixture's README builds them (CPU, float32)."""
-    g = torch.Generator().manual_seed(1234)
-    out = {}
-    for name, (fin, fout) in (("fc1", (256, 512)), ("fc2", (512, 256))):
-        x0 = torch.randn(128, fin, generator=g) * torch.exp(torch.randn(128, fin, generator=g) * 2.5)
-        w = torch.randn(fout, fin, generator=g) * 0.02 * torch.exp(torch.randn(fout, fin, generator=g) * 1.5)
-        g0 = torch.randn(128, fout, generator=g) * torch.exp(torch.randn(128, fout, generator=g) * 3.0) * 1e-3
-        out[name] = (x0, w, g0)
-    return out
 
 
 def _run_pair(model: torch.nn.Module, tensors: dict, device: str, recipe: Any, on_step: Any) -> None:

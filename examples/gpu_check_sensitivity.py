@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from examples.gpu_check import STATS_LOG, parity_tensors, read_log
+from examples.gpu_check_data import STATS_LOG, parity_tensors, read_log
 from examples.gpu_check_te import autocast, te_features_dir
 
 FORMATS = ("mxfp8", "current")
