@@ -8,4 +8,4 @@ import the rules themselves (issue 21, tests/service/test_start_up_imports.py).
 
 from __future__ import annotations
 
-POLICY_VERSION = "2026.12.02-parallel"  # bounded model dimensions; parallel jobs (shards, replica faults, stages)
+POLICY_VERSION = "2026.12.02-mixed-bands"  # mixed-format runs judged per layer in every view (boundary, outliers, ...)

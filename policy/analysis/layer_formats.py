@@ -24,18 +24,17 @@ Rules, from TE's own debug features (transformer_engine/debug/features/):
 
 from __future__ import annotations
 
-import fnmatch
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from fp8_policy.policy.analysis.recipes import FP8_RECIPES, normalize_recipe
+from fp8_policy.policy.analysis.recipes import FP8_RECIPES
+from fp8_policy.policy.format_bands import stated_patterns, stated_recipe
 from fp8_policy.policy.records import QUANT_STATS, Precision, RunData, Series
 
 SCALE_STATS = ("scale_inv_min", "scale_inv_max")
-METADATA_KEY = "layer_recipes"
 MAX_NAMED = 4
 
 
@@ -141,15 +140,13 @@ def is_e8m0(scales: list[Series]) -> bool:
 
 
 def _stated(metadata: Mapping[str, object], layers: Mapping[str, object]) -> dict[str, LayerFormat]:
-    """Layers the run metadata's `layer_recipes` names (exact names first, then globs in the order given)."""
-    given = metadata.get(METADATA_KEY)
-    if not isinstance(given, Mapping):
+    """Layers the run metadata's `layer_recipes` names (the first entry naming a layer wins; format_bands.py)."""
+    patterns = stated_patterns(metadata)
+    if not patterns:
         return {}
     out: dict[str, LayerFormat] = {}
-    patterns = [(str(k), normalize_recipe(v)) for k, v in given.items()]
     for name in layers:
-        for pattern, recipe in patterns:
-            if recipe is not None and (pattern == name or fnmatch.fnmatchcase(name, pattern)):
-                out[name] = LayerFormat(recipe, f"the run metadata's layer_recipes ({pattern!r})")
-                break
+        found = stated_recipe(patterns, name)
+        if found is not None:
+            out[name] = LayerFormat(found[0], f"the run metadata's layer_recipes ({found[1]!r})")
     return out

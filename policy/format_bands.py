@@ -1,0 +1,97 @@
+"""Which underflow bands judge a series: the one rule every view reads (analysis, heatmap, live events).
+
+Belongs here: NVFP4's bands as a `Thresholds`, a recipe's bands, the recipe the run metadata's `layer_recipes`
+states for a layer, and `SeriesBands` (the bands of one logged series from its name and the run's metadata, for the
+views that have no analysis: the live detectors and the heatmap's row levels). Must not be here: reading a layer's
+recipe from its statistics (analysis/layer_formats.py), the derivation of the NVFP4 numbers (analysis/formats.py).
+Light on purpose (no numpy-heavy or scikit-learn import): the live path imports it per piece.
+
+Rule: a series is judged with the bands of the format it measures. `nvfp4_*` stats are NVFP4 casts
+(LogNvfp4TensorStats, TE transformer_engine/debug/features/log_nvfp4_tensor_stats.py: a share of all elements, a
+16-element block sharing one scale), so NVFP4's bands; any other prefix names an FP8 recipe's cast, so the FP8
+bands; a bare stat is the layer's own quantizer (LogFp8TensorStats' bare stats use the layer's recipe and raise
+under NVFP4), so the bands of the recipe the metadata states for that layer, else FP8's. The batch analysis reaches
+the same bands per layer (analysis/formats.py `TrainingFormat.layer_bands`, analysis/layout.py `own_bands`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from fp8_policy.policy.analysis.recipes import PREFIX_RECIPE, normalize_recipe
+from fp8_policy.policy.records import MetricName
+from fp8_policy.policy.thresholds import Thresholds
+
+METADATA_KEY = "layer_recipes"  # run metadata: {layer name or fnmatch glob over logged names: recipe}
+
+
+def nvfp4_bands(thresholds: Thresholds) -> Thresholds:
+    """`thresholds` with NVFP4's warning / critical / severe underflow bands."""
+    return replace(
+        thresholds,
+        warning=thresholds.nvfp4_warning,
+        critical=thresholds.nvfp4_critical,
+        severe=thresholds.nvfp4_severe,
+    )
+
+
+def recipe_bands(recipe: str | None, thresholds: Thresholds) -> Thresholds:
+    """The bands a layer that trained in `recipe` is judged with: NVFP4's for NVFP4, `thresholds` (FP8's) else."""
+    return nvfp4_bands(thresholds) if recipe == "nvfp4" else thresholds
+
+
+def stated_patterns(metadata: Mapping[str, object]) -> list[tuple[str, str]]:
+    """(pattern, recipe) of the metadata's `layer_recipes`, in the order given (unknown recipes left out)."""
+    given = metadata.get(METADATA_KEY)
+    if not isinstance(given, Mapping):
+        return []
+    return [(str(k), recipe) for k, v in given.items() if (recipe := normalize_recipe(v)) is not None]
+
+
+def stated_recipe(patterns: list[tuple[str, str]], layer: str) -> tuple[str, str] | None:
+    """(recipe, pattern) of the first `layer_recipes` entry naming `layer` (exact name or fnmatch glob)."""
+    for pattern, recipe in patterns:
+        if pattern == layer or fnmatch.fnmatchcase(layer, pattern):
+            return recipe, pattern
+    return None
+
+
+@dataclass(slots=True)
+class SeriesBands:
+    """The bands of each series of one run (module docstring), from its metadata; `choices` lists the distinct
+    bands in use, `index` gives a series' position in it (the live detectors' per-row arrays)."""
+
+    thresholds: Thresholds
+    patterns: list[tuple[str, str]] = field(default_factory=list)
+    choices: list[Thresholds] = field(init=False)
+    _index: dict[tuple[str, str | None], int] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.choices = [self.thresholds, nvfp4_bands(self.thresholds)]
+
+    @classmethod
+    def from_metadata(cls, thresholds: Thresholds, metadata: Mapping[str, object] | None) -> SeriesBands:
+        return cls(thresholds, stated_patterns(metadata or {}))
+
+    def recipe(self, metric: MetricName) -> str | None:
+        """The format the series measures: its prefix's recipe, else the layer's stated recipe (None: FP8)."""
+        if metric.recipe is not None:
+            return PREFIX_RECIPE.get(metric.recipe, "current")
+        found = stated_recipe(self.patterns, metric.layer) if self.patterns else None
+        return found[0] if found is not None else None
+
+    def index(self, metric: MetricName) -> int:
+        key = (metric.layer, metric.recipe)
+        found = self._index.get(key)
+        if found is None:
+            found = self._index[key] = int(self.recipe(metric) == "nvfp4")
+        return found
+
+    def of(self, metric: MetricName) -> Thresholds:
+        return self.choices[self.index(metric)]
+
+    def layer(self, layer: str, stat_recipe: str | None = None) -> Thresholds:
+        """The bands of `layer`'s series logged with prefix `stat_recipe` (None: bare)."""
+        return self.of(MetricName(layer, "activation", "underflows%", stat_recipe, False))
