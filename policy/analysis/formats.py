@@ -46,11 +46,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from fp8_policy.policy.analysis.format_bands import nvfp4_bands as nvfp4_bands  # re-exported: defined with the rule
+from fp8_policy.policy.analysis.format_bands import recipe_bands
 from fp8_policy.policy.analysis.layer_formats import layer_formats, mixed, mixed_note
 from fp8_policy.policy.analysis.recipes import STAT_PREFIX, normalize_recipe
 from fp8_policy.policy.analysis.signals import Signals
-from fp8_policy.policy.format_bands import nvfp4_bands as nvfp4_bands  # re-exported: defined with the rule
-from fp8_policy.policy.format_bands import recipe_bands
 from fp8_policy.policy.records import QUANT_STATS, MetricName, Precision, RunData, Series
 from fp8_policy.policy.thresholds import Thresholds
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fp8_policy.policy.analysis.format_bands import stated_patterns, stated_recipe
 from fp8_policy.policy.analysis.recipes import FP8_RECIPES
-from fp8_policy.policy.format_bands import stated_patterns, stated_recipe
 from fp8_policy.policy.records import QUANT_STATS, Precision, RunData, Series
 
 SCALE_STATS = ("scale_inv_min", "scale_inv_max")

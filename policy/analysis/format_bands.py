@@ -4,7 +4,7 @@ Belongs here: NVFP4's bands as a `Thresholds`, a recipe's bands, the recipe the 
 states for a layer, and `SeriesBands` (the bands of one logged series from its name and the run's metadata, for the
 views that have no analysis: the live detectors and the heatmap's row levels). Must not be here: reading a layer's
 recipe from its statistics (analysis/layer_formats.py), the derivation of the NVFP4 numbers (analysis/formats.py).
-Light on purpose (no numpy-heavy or scikit-learn import): the live path imports it per piece.
+Lives in analysis/ (next to recipes.py, whose names it reads); the live path and the heatmap import it too.
 
 Rule: a series is judged with the bands of the format it measures. `nvfp4_*` stats are NVFP4 casts
 (LogNvfp4TensorStats, TE transformer_engine/debug/features/log_nvfp4_tensor_stats.py: a share of all elements, a
@@ -92,6 +92,11 @@ class SeriesBands:
     def of(self, metric: MetricName) -> Thresholds:
         return self.choices[self.index(metric)]
 
-    def layer(self, layer: str, stat_recipe: str | None = None) -> Thresholds:
-        """The bands of `layer`'s series logged with prefix `stat_recipe` (None: bare)."""
-        return self.of(MetricName(layer, "activation", "underflows%", stat_recipe, False))
+    def for_key(self, layer: str, stat_key: str) -> Thresholds:
+        """The bands of `layer`'s series logged as `stat_key` (`nvfp4_underflows%`, `underflows%_columnwise`, ...)."""
+        return self.of(MetricName(layer, "activation", "underflows%", stat_key_prefix(stat_key), False))
+
+
+def stat_key_prefix(stat_key: str) -> str | None:
+    """The recipe prefix of a logged stat key (`mxfp8_underflows%` -> `mxfp8`), None for a bare one."""
+    return next((prefix for prefix in PREFIX_RECIPE if stat_key.startswith(prefix + "_")), None)
