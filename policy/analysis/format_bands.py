@@ -24,6 +24,7 @@ from fp8_policy.policy.analysis.recipes import PREFIX_RECIPE, normalize_recipe
 from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.thresholds import Thresholds
 
+UNDECIDED, E8M0, LINEAR = 0, 1, 2  # how a scale_inv series' values are read (policy/live_scales.py)
 METADATA_KEY = "layer_recipes"  # run metadata: {layer name or fnmatch glob over logged names: recipe}
 
 
@@ -65,6 +66,7 @@ class SeriesBands:
 
     thresholds: Thresholds
     patterns: list[tuple[str, str]] = field(default_factory=list)
+    run_recipe: str | None = None  # the metadata's `recipe` / `fp8_recipe`
     choices: list[Thresholds] = field(init=False)
     _index: dict[tuple[str, str | None], int] = field(init=False, default_factory=dict)
 
@@ -73,7 +75,8 @@ class SeriesBands:
 
     @classmethod
     def from_metadata(cls, thresholds: Thresholds, metadata: Mapping[str, object] | None) -> SeriesBands:
-        return cls(thresholds, stated_patterns(metadata or {}))
+        given = metadata or {}
+        return cls(thresholds, stated_patterns(given), normalize_recipe(given.get("recipe") or given.get("fp8_recipe")))
 
     def recipe(self, metric: MetricName) -> str | None:
         """The format the series measures: its prefix's recipe, else the layer's stated recipe (None: FP8)."""
@@ -91,6 +94,18 @@ class SeriesBands:
 
     def of(self, metric: MetricName) -> Thresholds:
         return self.choices[self.index(metric)]
+
+    def scale_form(self, metric: MetricName) -> int:
+        """How a scale_inv series is read before any value says more (policy/live_scales.py): E8M0 bytes when
+        its format is MXFP8 (an `mxfp8_` prefix, a layer stated MXFP8, a bare stat of an MXFP8 run with no stated
+        recipe for the layer), linear when it is another (another prefix, another stated recipe), else undecided
+        (its first value off 1.0 decides, as the batch analysis reads a layer's bytes: layer_formats.py)."""
+        if metric.recipe is not None:
+            return E8M0 if metric.recipe == "mxfp8" else LINEAR
+        stated = stated_recipe(self.patterns, metric.layer) if self.patterns else None
+        if stated is not None:
+            return E8M0 if stated[0] == "mxfp8" else LINEAR
+        return E8M0 if self.run_recipe == "mxfp8" else UNDECIDED
 
     def for_key(self, layer: str, stat_key: str) -> Thresholds:
         """The bands of `layer`'s series logged as `stat_key` (`nvfp4_underflows%`, `underflows%_columnwise`, ...)."""
