@@ -43,6 +43,7 @@ from fp8_policy.policy.live_scales import read_scales
 from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.thresholds import Severity, Thresholds
 from fp8_policy.policy.vocabulary import EVENT_KINDS as EVENT_KINDS  # re-exported: defined there for the API
+from fp8_policy.policy.vocabulary import STATS_EVENT_KINDS as STATS_EVENT_KINDS  # the kinds raised here
 
 WINDOW = 32  # recent finite points kept per series for trends and rank levels
 LEVEL_POINTS = 4  # points averaged for a series' "recent level" (rank divergence)
