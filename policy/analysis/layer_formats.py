@@ -18,7 +18,9 @@ Rules, from TE's own debug features (transformer_engine/debug/features/):
   run's recipe when it is an FP8 recipe with per-tensor scales, else per-tensor current scaling, stated as an
   assumption (an MXFP8 run's layer whose scales are not E8M0 bytes, or an NVFP4 run's FP8 layer without them).
 * Run metadata `layer_recipes` ({layer name or fnmatch glob over logged names: recipe}) wins over all of the above
-  for the layers it names (the precision config the job trained with, as the uploader states it).
+  for the layers it names (the precision config the job trained with, as the uploader states it); then a Megatron
+  `--te-precision-config-file` given as metadata `megatron_precision_config` (megatron_config.py), its matchers
+  applied to each layer's Megatron module path as Megatron applies them.
 * Anything else (no quantization stats): the run's recipe.
 """
 
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fp8_policy.policy.analysis.format_bands import stated_patterns, stated_recipe
+from fp8_policy.policy.analysis.format_bands import Stated
 from fp8_policy.policy.analysis.recipes import FP8_RECIPES
 from fp8_policy.policy.records import QUANT_STATS, Precision, RunData, Series
 
@@ -140,13 +142,14 @@ def is_e8m0(scales: list[Series]) -> bool:
 
 
 def _stated(metadata: Mapping[str, object], layers: Mapping[str, object]) -> dict[str, LayerFormat]:
-    """Layers the run metadata's `layer_recipes` names (the first entry naming a layer wins; format_bands.py)."""
-    patterns = stated_patterns(metadata)
-    if not patterns:
+    """Layers the run metadata states a recipe for: `layer_recipes`, then a Megatron precision config
+    (format_bands.py `Stated`)."""
+    stated = Stated.from_metadata(metadata, layers)
+    if not stated:
         return {}
     out: dict[str, LayerFormat] = {}
     for name in layers:
-        found = stated_recipe(patterns, name)
+        found = stated.recipe(name)
         if found is not None:
-            out[name] = LayerFormat(found[0], f"the run metadata's layer_recipes ({found[1]!r})")
+            out[name] = LayerFormat(found[0], found[1])
     return out

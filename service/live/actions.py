@@ -278,7 +278,7 @@ def _detect(
         others = {key: data for key, data in stored.items() if "\t" not in key and key != SERIES_STATE_KEY}
         files = {}
     metric_names = global_names(metadata, rank, parsed.names)  # as the finalized run names them (live/naming.py)
-    bands = SeriesBands.from_metadata(thresholds, metadata)  # each series' format: its bands, its scale reading
+    bands = SeriesBands.from_metadata(thresholds, metadata, metric_names)  # each series' bands and scale reading
     events = advance_piece(
         table, rank, metric_names, parsed.offsets, parsed.iterations, parsed.values, thresholds, bands=bands
     )

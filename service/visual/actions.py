@@ -177,7 +177,7 @@ def summary_for(
     """The row levels and boxed rows under the requested thresholds, each row in the bands of the format its drawn
     series measures (the run's `metadata` states a mixed-format run's layer recipes; policy/analysis/format_bands.py);
     `severities` (the analysis's verdicts of the drawn series) decide the boxes when given."""
-    bands = SeriesBands.from_metadata(params.thresholds, metadata)
+    bands = SeriesBands.from_metadata(params.thresholds, metadata, [row.layer for row in matrix.rows])
     return summarize(
         matrix,
         params.thresholds,
