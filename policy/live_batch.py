@@ -56,9 +56,8 @@ def advance_piece(
     if rows.size == 0:
         return []
     seg = np.repeat(np.arange(rows.size), counts)
+    its, vals, seg = _read_scales(table, rows, seg, its, vals, bands)  # as live_events.advance: before new points
     its, vals, seg = _new_points(table, rows, seg, its, vals)
-    if its.size:
-        its, vals, seg = _read_scales(table, rows, seg, its, vals, bands)
     choice = np.fromiter((bands.index(m) for m in table.metrics), dtype=np.int64, count=len(table.metrics))
     found: list[tuple[int, int, LiveEvent]] = []  # (series position in the piece, point or end, event)
     if its.size:

@@ -132,14 +132,14 @@ def advance(
     name = f"{metric.layer} {metric.tensor} {metric.stat_key} (rank {rank})"
     its = np.asarray(iterations, dtype=np.int64)
     vals = np.asarray(values, dtype=np.float64)
-    if its.size:
-        its, vals = _new_points(state.last_iteration, its, vals)
-    if its.size and _is_scale_inv(metric):
+    if its.size and _is_scale_inv(metric):  # read (E8M0 bytes converted, impossible ones out) before anything else
         form = np.array([state.form or scale_form], dtype=np.int8)
         vals, keep = read_scales(np.zeros(its.size, dtype=np.int64), vals, form)
         state.form = int(form[0])
         if not keep.all():
             its, vals = its[keep], vals[keep]
+    if its.size:
+        its, vals = _new_points(state.last_iteration, its, vals)
     found: list[tuple[int, int, LiveEvent]] = []  # (point, order within the point, event)
     if its.size:
         previous_its = np.concatenate(([-1 if state.last_iteration is None else state.last_iteration], its[:-1]))

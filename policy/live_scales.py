@@ -15,7 +15,9 @@ Rules (the batch analysis' reading, policy/analysis/formats.py and layer_formats
   TE #3041): a byte of at least 64 makes it E8M0 from that point (a per-tensor FP8 scale_inv of 64 would mean an
   amax of 28672; layer_formats.is_e8m0), anything else linear.
 * Bytes 0 (padding, TE masks it) and 255 (NaN) of an E8M0 series are impossible scales: those points are left out
-  of the detectors, as the batch leaves them out of every statistic.
+  of the detectors, as the batch leaves them out of every statistic, as if never logged (read before the detectors'
+  "already seen" rule; every point of a piece is read, a re-sent one too, so a series is read alike however its
+  points are cut into pieces).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def read_scales(series: np.ndarray, values: np.ndarray, form: np.ndarray) -> tup
     np.minimum.at(stop, series[not_byte], index[not_byte])
     e8m0 = after & (index < stop[series])
     scales = values.copy()
-    scales[e8m0] = np.exp2(values[e8m0] - E8M0_BIAS)
+    powers = e8m0 & finite  # NaN / inf stay as logged (the nonfinite event's)
+    scales[powers] = np.exp2(values[powers] - E8M0_BIAS)
     keep = ~(e8m0 & ((values == 0.0) | (values == 255.0)))
     form[(stop < _NEVER) | (undecided & decided & ~says_e8m0)] = LINEAR
     form[(start < _NEVER) & (stop == _NEVER)] = E8M0
