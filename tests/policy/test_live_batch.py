@@ -101,7 +101,8 @@ def _value_text(value: float) -> str:
 def random_log(rng: np.random.Generator, rank: int, ranks: int) -> bytes:
     """One rank's statistics log: iterations in steps, a resumed session now and then, one name no metric."""
     names = [f"{layer}_{tensor}_{stat}" for layer in LAYERS for tensor in ("activation", "gradient") for stat in STATS]
-    names = [n for n in names if rng.random() < 0.6] + ["not a metric name"]
+    fewer = ("nvfp4_", "mxfp8_")  # the format-specific series: fewer of them, the piece stays small
+    names = [n for n in names if rng.random() < (0.3 if any(p in n for p in fewer) else 0.6)] + ["not a metric name"]
     steps = int(rng.integers(20, 90))
     its = np.cumsum(rng.integers(1, 40, size=steps))
     if rng.random() < 0.5:  # resumed from a checkpoint: some iterations come again
