@@ -17,13 +17,16 @@ from __future__ import annotations
 import numpy as np
 
 from fp8_policy.policy import live_events as ref
+from fp8_policy.policy.analysis.format_bands import UNDECIDED, SeriesBands
 from fp8_policy.policy.live_events import WINDOW, LiveEvent
 from fp8_policy.policy.live_levels import band_event, level_points
+from fp8_policy.policy.live_scales import read_scales
 from fp8_policy.policy.live_table import KIND_SCALE, KIND_UNDERFLOW, NO_ITERATION, SeriesTable
 from fp8_policy.policy.live_trends import projections, rank_divergence
 from fp8_policy.policy.thresholds import Severity, Thresholds
 
 _WARNING, _CRITICAL = Severity.WARNING.rank, Severity.CRITICAL.rank
+Choices = tuple[list[Thresholds], np.ndarray]  # the distinct bands, and each metric name's index into them
 
 
 def advance_piece(
@@ -35,9 +38,13 @@ def advance_piece(
     values: np.ndarray,
     thresholds: Thresholds,
     horizon_steps: int = ref.DEFAULT_HORIZON_STEPS,
+    bands: SeriesBands | None = None,
 ) -> list[LiveEvent]:
     """Feed one rank's piece (series k = names[k], points offsets[k]:offsets[k+1], iterations ascending within a
-    series) and return the events it raises, rank divergence included."""
+    series) and return the events it raises, rank divergence included. `bands`: each series' bands and how its
+    scale_inv is read, from the run's metadata (policy/analysis/format_bands.py; default: `thresholds`, NVFP4's for
+    `nvfp4_*` stats, scales undecided until their values say)."""
+    bands = bands or SeriesBands(thresholds)
     rows = table.rows_for(rank, names)  # -1: a name that is no metric (skipped, as the per-series path does)
     its = np.asarray(iterations, dtype=np.int64)
     vals = np.asarray(values, dtype=np.float64)
@@ -49,13 +56,15 @@ def advance_piece(
     if rows.size == 0:
         return []
     seg = np.repeat(np.arange(rows.size), counts)
+    its, vals, seg = _read_scales(table, rows, seg, its, vals, bands)  # as live_events.advance: before new points
     its, vals, seg = _new_points(table, rows, seg, its, vals)
+    choice = np.fromiter((bands.index(m) for m in table.metrics), dtype=np.int64, count=len(table.metrics))
     found: list[tuple[int, int, LiveEvent]] = []  # (series position in the piece, point or end, event)
     if its.size:
-        found += _point_events(table, rank, rows, seg, its, vals, thresholds)
+        found += _point_events(table, rank, rows, seg, its, vals, thresholds, (bands.choices, choice))
     underflow = rows[table.kind[rows] == KIND_UNDERFLOW]
     positions = {int(r): k for k, r in enumerate(rows.tolist())}
-    for row, event in projections(table, underflow, thresholds, horizon_steps).items():
+    for row, event in projections(table, underflow, thresholds, horizon_steps, (bands.choices, choice)).items():
         found.append((positions[row], its.size + 1, event))
     found.sort(key=lambda item: (item[0], item[1]))
     events = [event for _k, _at, event in found]
@@ -78,6 +87,28 @@ def _new_points(
             keep[at] = its[at] > seen
     if keep.all():
         return its, vals, seg
+    return its[keep], vals[keep], seg[keep]
+
+
+def _read_scales(
+    table: SeriesTable, rows: np.ndarray, seg: np.ndarray, its: np.ndarray, vals: np.ndarray, bands: SeriesBands
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The scale_inv points read as live_events.advance reads them (policy/live_scales.py: E8M0 bytes as powers of
+    two, impossible bytes out); updates the rows' `form`."""
+    scale = table.kind[rows] == KIND_SCALE
+    points = scale[seg]
+    if not points.any():
+        return its, vals, seg
+    form = table.form[rows].copy()
+    for k in np.flatnonzero(scale & (form == UNDECIDED)).tolist():
+        form[k] = bands.scale_form(table.metric(int(rows[k])))
+    vals = vals.copy()
+    vals[points], keep_scale = read_scales(seg[points], vals[points], form)
+    table.form[rows[scale]] = form[scale]
+    if keep_scale.all():
+        return its, vals, seg
+    keep = np.ones(vals.shape, dtype=bool)
+    keep[np.flatnonzero(points)[~keep_scale]] = False
     return its[keep], vals[keep], seg[keep]
 
 
@@ -109,8 +140,10 @@ def _point_events(
     its: np.ndarray,
     vals: np.ndarray,
     thresholds: Thresholds,
+    bands: Choices,
 ) -> list[tuple[int, int, LiveEvent]]:
-    """nonfinite, scale jumps and band crossings of the new points, and the state after them."""
+    """nonfinite, scale jumps and band crossings (each series in its own `bands`) of the new points, and the state
+    after them."""
     row = rows[seg]
     first, last = _starts(seg), _ends(seg)
     had_last = table.last_it[row[first]] != NO_ITERATION
@@ -137,7 +170,7 @@ def _point_events(
             )
         underflow = np.flatnonzero(table.kind[frow] == KIND_UNDERFLOW)
         if underflow.size:
-            found += _bands(table, rank, thresholds, at[underflow], good[underflow], row, seg, its)
+            found += _bands(table, rank, thresholds, bands, at[underflow], good[underflow], row, seg, its)
         table.last_value[frow[flast]] = good[flast]
     table.nonfinite[row[last]] = bad[last]
     table.last_it[row[last]] = its[last]
@@ -193,6 +226,7 @@ def _bands(
     table: SeriesTable,
     rank: int,
     thresholds: Thresholds,
+    bands: Choices,
     at: np.ndarray,
     good: np.ndarray,
     row: np.ndarray,
@@ -204,12 +238,16 @@ def _bands(
     urow, useg = row[at], seg[at]
     ufirst, ulast = _starts(useg), _ends(useg)
     levels = _levels(table, urow, ufirst, good, level_points(thresholds))
-    bands = ref._band_ranks(levels, thresholds)
-    before = _shifted(bands, ufirst, table.band[urow[ufirst]])
+    choices, choice = bands
+    own = choice[table.name[urow]]  # each point's series' bands
+    ranks = np.zeros(levels.shape, dtype=np.int8)
+    for c, th in enumerate(choices):
+        ranks[own == c] = ref._band_ranks(levels[own == c], th)
+    before = _shifted(ranks, ufirst, table.band[urow[ufirst]])
     found = []
-    for j in np.flatnonzero((bands > before) & (bands >= _WARNING)).tolist():
+    for j in np.flatnonzero((ranks > before) & (ranks >= _WARNING)).tolist():
         k, r = int(at[j]), int(urow[j])
-        band, previous = ref._BY_RANK[int(bands[j])], ref._BY_RANK[int(before[j])]
+        band, previous = ref._BY_RANK[int(ranks[j])], ref._BY_RANK[int(before[j])]
         event = band_event(
             table.label(r),
             table.metric(r),
@@ -219,11 +257,11 @@ def _bands(
             float(good[j]),
             band,
             previous,
-            thresholds,
+            choices[int(own[j])],
         )
         found.append((int(seg[k]), k, event))
-    table.band[urow[ulast]] = bands[ulast]
-    table.projected[np.unique(urow[bands >= _CRITICAL])] = False
+    table.band[urow[ulast]] = ranks[ulast]
+    table.projected[np.unique(urow[ranks >= _CRITICAL])] = False
     _extend_windows(table, urow, ufirst, ulast, its[at], good)
     return found
 

@@ -5,14 +5,16 @@ an increment is proportional to its new points, not to the run so far. Storing t
 `db/`'s, receiving the log bytes `service/live/`'s, delivering alerts `service/alerts/`'s.
 
 Events (kinds):
-- `band_crossing`: an underflows% series' level enters a worse band (warning / critical / severe of `Thresholds`).
+- `band_crossing`: an underflows% series' level enters a worse band (warning / critical / severe of the bands of
+  the format the series measures: NVFP4's for `nvfp4_*`, a stated layer recipe's; policy/analysis/format_bands.py).
   The level is the median of its last `min_points` finite points, the batch analysis' smallest window
   (policy/analysis/signals.py): one point never crosses a band, a sustained level does (up to two spikes in five
   points are noise), so a warm-up point - delayed scaling's first iteration, logged with its scale still exactly
   1.0 (bionemo: 21.47 % gradient underflow at iteration 0 on every layer) - raises nothing.
 - `projected_crossing`: a rising underflows% series is projected to cross `critical` within `horizon_steps`
   iterations (Theil–Sen slope over the recent window: a median of pairwise slopes, robust to single spikes).
-- `scale_inv_drop` / `scale_inv_rise`: consecutive scale_inv points differ by at least `scale_jump_factor`
+- `scale_inv_drop` / `scale_inv_rise`: consecutive scale_inv points differ by at least `scale_jump_factor` (MXFP8's
+  E8M0 bytes read as the powers of two they encode first, as the batch analysis reads them: policy/live_scales.py)
   (default 8×, three binades), once the scale has moved: a series' first departure from exactly 1.0 is delayed
   scaling's warm-up ending (the first scale computed from an amax), as the batch analysis' warm-up rule reads it,
   not a jump. A scaling factor that collapses or explodes step to step precedes NaNs or
@@ -37,9 +39,11 @@ from fp8_policy.policy.live_levels import _band_floor as _band_floor  # re-expor
 from fp8_policy.policy.live_levels import band_event, level_points, sustained_levels
 from fp8_policy.policy.live_record import LiveEvent as LiveEvent  # re-exported: where the detectors' users import it
 from fp8_policy.policy.live_record import _event as _event
+from fp8_policy.policy.live_scales import read_scales
 from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.thresholds import Severity, Thresholds
 from fp8_policy.policy.vocabulary import EVENT_KINDS as EVENT_KINDS  # re-exported: defined there for the API
+from fp8_policy.policy.vocabulary import STATS_EVENT_KINDS as STATS_EVENT_KINDS  # the kinds raised here
 
 WINDOW = 32  # recent finite points kept per series for trends and rank levels
 LEVEL_POINTS = 4  # points averaged for a series' "recent level" (rank divergence)
@@ -59,6 +63,7 @@ class SeriesState:
     diverging: bool = False
     window: list[list[float]] = field(default_factory=list)  # [[iteration, value], ...] recent finite points
     moved: bool = False  # a scale_inv series has left exactly 1.0 (delayed scaling's warm-up is over)
+    form: int = 0  # how a scale_inv series is read: undecided / E8M0 bytes / linear (policy/live_scales.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +75,7 @@ class SeriesState:
             "d": self.diverging,
             "w": self.window,
             "m": self.moved,
+            "f": self.form,
         }
 
     @classmethod
@@ -83,6 +89,7 @@ class SeriesState:
             bool(data.get("d")),
             [list(p) for p in data.get("w", [])],
             bool(data.get("m")),
+            int(data.get("f", 0)),
         )
 
     def level(self) -> float | None:
@@ -111,8 +118,13 @@ def advance(
     values: np.ndarray,
     thresholds: Thresholds,
     horizon_steps: int = DEFAULT_HORIZON_STEPS,
+    scale_form: int = 0,
 ) -> list[LiveEvent]:
     """Feed one series' new points (iteration order, newer than the state's) and return the events they raise.
+
+    `thresholds`: the bands this series is judged with (policy/analysis/format_bands.py `SeriesBands.of`: an
+    `nvfp4_*` stat with NVFP4's); `scale_form`: how a scale_inv series starts to be read (`SeriesBands.scale_form`:
+    MXFP8's E8M0 bytes as powers of two, policy/live_scales.py).
 
     Vectorised over the points (numpy): which points are new, which raise an event and the state after them are
     array operations; Python only formats the few events. Same results as visiting the points one by one
@@ -120,6 +132,12 @@ def advance(
     name = f"{metric.layer} {metric.tensor} {metric.stat_key} (rank {rank})"
     its = np.asarray(iterations, dtype=np.int64)
     vals = np.asarray(values, dtype=np.float64)
+    if its.size and _is_scale_inv(metric):  # read (E8M0 bytes converted, impossible ones out) before anything else
+        form = np.array([state.form or scale_form], dtype=np.int8)
+        vals, keep = read_scales(np.zeros(its.size, dtype=np.int64), vals, form)
+        state.form = int(form[0])
+        if not keep.all():
+            its, vals = its[keep], vals[keep]
     if its.size:
         its, vals = _new_points(state.last_iteration, its, vals)
     found: list[tuple[int, int, LiveEvent]] = []  # (point, order within the point, event)

@@ -36,8 +36,9 @@ _COLUMNS = {  # name -> dtype of the per-row columns (windows are stored for und
     "diverging": np.bool_,
     "win_len": np.int16,
     "moved": np.bool_,  # a scale_inv series has left exactly 1.0 (live_events.SeriesState.moved)
+    "form": np.int8,  # how a scale_inv series is read (live_events.SeriesState.form, policy/live_scales.py)
 }
-_ADDED_COLUMNS = ("moved",)  # absent from documents written before it: all False
+_ADDED_COLUMNS = ("moved", "form")  # absent from documents written before them: all False / undecided
 _METRICS: dict[str, tuple[MetricName, int] | None] = {}  # the names seen by this process: (metric, kind)
 _MAX_CACHED = 200_000
 
@@ -81,6 +82,7 @@ class SeriesTable:
         self.diverging: np.ndarray
         self.win_len: np.ndarray
         self.moved: np.ndarray
+        self.form: np.ndarray
         self.win_it = np.zeros((0, WINDOW), dtype=np.int64)
         self.win_val = np.zeros((0, WINDOW), dtype=np.float64)
 
@@ -176,6 +178,7 @@ class SeriesTable:
             bool(self.diverging[row]),
             window,
             bool(self.moved[row]),
+            int(self.form[row]),
         )
 
     def set_state(self, row: int, state: SeriesState) -> None:
@@ -188,6 +191,7 @@ class SeriesTable:
             state.diverging,
         )
         self.moved[row] = state.moved
+        self.form[row] = state.form
         window = state.window[-WINDOW:] if self.kind[row] == KIND_UNDERFLOW else []
         self.win_len[row] = len(window)
         self.win_it[row], self.win_val[row] = 0, 0.0

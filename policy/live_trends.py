@@ -43,9 +43,16 @@ def _row_medians(matrix: np.ndarray) -> np.ndarray:
 
 
 def projections(
-    table: SeriesTable, rows: np.ndarray, thresholds: Thresholds, horizon_steps: int
+    table: SeriesTable,
+    rows: np.ndarray,
+    thresholds: Thresholds,
+    horizon_steps: int,
+    bands: tuple[list[Thresholds], np.ndarray] | None = None,
 ) -> dict[int, LiveEvent]:
-    """The projected_crossing event of each underflows% row of `rows` that raises one now (and its state)."""
+    """The projected_crossing event of each underflows% row of `rows` that raises one now (and its state);
+    `bands`: the distinct bands and each metric name's index into them (each series' critical bound is its own)."""
+    choices, choice = bands if bands is not None else ([thresholds], np.zeros(len(table.names), dtype=np.int64))
+    critical_of = np.array([th.critical for th in choices], dtype=np.float64)
     open_rows = rows[
         ~table.projected[rows] & (table.band[rows] < _CRITICAL) & (table.win_len[rows] >= MIN_TREND_POINTS)
     ]
@@ -67,7 +74,7 @@ def projections(
             intercept[exact] = _row_medians(residuals[exact])
             last_it = x[:, -1]
             rise = slope * (x[:, -1] - x[:, 0])
-            crossing = (thresholds.critical - intercept) / slope
+            crossing = (critical_of[choice[table.name[group]]] - intercept) / slope
             fires = (
                 ~(slope <= 0)
                 & ~(rise < thresholds.trend_min_rise)
@@ -78,7 +85,8 @@ def projections(
     for row in sorted(fired):
         state = table.state(row)
         metric = table.metric(row)
-        event = ref._projection(state, metric, int(table.rank[row]), thresholds, horizon_steps, table.label(row))
+        own = choices[int(choice[int(table.name[row])])]
+        event = ref._projection(state, metric, int(table.rank[row]), own, horizon_steps, table.label(row))
         if event is not None:
             events[row] = event
             table.projected[row] = True

@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from fp8_policy.policy.lr_schedule import LrDecay
+
 SCALARS_NAME = "scalars.jsonl"
 MEMBER = re.compile(r"^(?:[^/]+/)?scalars\.jsonl(?:\.gz)?$")
 MAX_SCALARS_BYTES = 32 * 1024**2  # decompressed; ~250k steps of six scalars
@@ -110,6 +112,7 @@ class ScalarsCheck:
     last_step: int | None = None
     samples: list[str] = field(default_factory=list)  # the first unreadable lines, as "line N: ..."
     broken: str | None = None  # why the member's bytes could not be read to their end (a damaged gzip)
+    lr: LrDecay = field(default_factory=LrDecay)  # where the logged `lr` starts to decay (policy/lr_schedule.py)
 
     def line(self, raw: bytes) -> bool:
         """Count one line (with its newline); True when it is a record (the caller keeps it). Past
@@ -135,6 +138,8 @@ class ScalarsCheck:
         step = int(record["step"])
         self.first_step = step if self.first_step is None else min(self.first_step, step)
         self.last_step = step if self.last_step is None else max(self.last_step, step)
+        if "lr" in record:
+            self.lr.add(step, record["lr"])
         return True
 
     def overlong(self, head: bytes, size: int) -> None:
@@ -153,7 +158,7 @@ class ScalarsCheck:
 
     def verdict(self) -> dict[str, Any]:
         """The ingest report's `scalars` entry: {member, kept, records, unreadable_lines, negative_steps, steps,
-        warning}. Kept when it holds at least one record with a step of 0 or more and is within MAX_SCALARS_BYTES;
+        warning, and `lr` ({points, peak, decay_start}: policy/lr_schedule.py) when kept records log an lr}. Kept when it holds at least one record with a step of 0 or more and is within MAX_SCALARS_BYTES;
         `warning` names what is wrong (ScalarsTooLarge, ScalarsUnreadable, ScalarsNegativeSteps when every step
         is below 0: nothing kept; ScalarsPartlyUnreadable, ScalarsNegativeSteps: kept, those lines left out; both
         of these, '; ' between them)."""
@@ -204,6 +209,7 @@ class ScalarsCheck:
             "negative_steps": self.negative_steps,
             "steps": [self.first_step, self.last_step] if kept else None,
             "warning": warning,
+            **({"lr": self.lr.report()} if kept and self.lr.points else {}),
         }
 
 

@@ -96,8 +96,10 @@ MEDIA_TYPES: dict[str, str] = {
     "te-monitor": "application/yaml",
 }
 
-# The kinds of event policy/live_events.py raises on a live run (alert rules name them: service/alerts/).
-EVENT_KINDS: tuple[str, ...] = (
+# The kinds of event a live run raises (alert rules name them: service/alerts/): the statistics detectors'
+# (policy/live_events.py), the training scalars' (policy/scalar_events.py) and a precision schedule's
+# (policy/live_switch.py: a planned switch is due). tests/policy/test_event_kinds.py checks each against its detector.
+STATS_EVENT_KINDS: tuple[str, ...] = (
     "band_crossing",
     "projected_crossing",
     "scale_inv_drop",
@@ -105,3 +107,6 @@ EVENT_KINDS: tuple[str, ...] = (
     "nonfinite",
     "rank_divergence",
 )
+SCALAR_EVENT_KINDS: tuple[str, ...] = ("scalar_spike", "loss_plateau")
+SCHEDULE_EVENT_KINDS: tuple[str, ...] = ("switch_now",)
+EVENT_KINDS: tuple[str, ...] = (*STATS_EVENT_KINDS, *SCALAR_EVENT_KINDS, *SCHEDULE_EVENT_KINDS)

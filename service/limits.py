@@ -245,7 +245,21 @@ def parse_metadata(raw: str | None) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _invalid("must be a JSON object")
     _check_value(value, 1)
+    _check_precision_config(value)
     return value
+
+
+def _check_precision_config(metadata: dict[str, Any]) -> None:
+    """A Megatron precision config stated as metadata (`megatron_precision_config`) must read as Megatron reads it
+    (policy/analysis/megatron_config.py): the per-layer recipes of the analysis come from it."""
+    if metadata.get("megatron_precision_config") is None:
+        return
+    from fp8_policy.policy.analysis.megatron_config import parse_precision_config  # only runs that state one
+
+    try:
+        parse_precision_config(metadata["megatron_precision_config"])
+    except ValueError as exc:
+        raise _invalid(f"megatron_precision_config {exc}") from None
 
 
 class _MetadataRefused(ValueError):

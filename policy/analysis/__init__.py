@@ -69,15 +69,16 @@ def _analyze(run: RunData, thresholds: Thresholds) -> Analysis:
     training.uncensor(signals)
     statuses = layer_statuses(run)
     fp8_layers = [name for name, status in statuses.items() if status is LayerStatus.FP8]
-    outliers, excluded = detect_rank_outliers(fp8_layers, signals, thresholds)
-    layout = build_layout(run, signals, thresholds, statuses, excluded, training.layer_bands(requested))
+    layer_bands = training.layer_bands(requested)  # a mixed-format run: layers judged with their own format's bands
+    outliers, excluded = detect_rank_outliers(fp8_layers, signals, thresholds, layer_bands)
+    layout = build_layout(run, signals, thresholds, statuses, excluded, layer_bands)
     trends = detect_rising_trends(layout, thresholds)
     findings = [
         *detect_layer_patterns(layout, thresholds, frozenset(crossed_layers(trends, thresholds, layout))),
         *trends,
         *outliers,
         *detect_overflow(layout, signals, thresholds),
-        *detect_scale_instability(layout, signals, thresholds, exact=training.e8m0_series > 0),
+        *detect_scale_instability(layout, signals, thresholds, exact=training.e8m0_layers),
         *detect_nonfinite(layout, signals, thresholds),
         *detect_unassessed(layout, signals, thresholds),
         *parallel_findings(parallel, signals.warmup_cut, thresholds, fp8_layers),

@@ -61,7 +61,7 @@ def series_verdicts(layout: Layout, signals: Signals, thresholds: Thresholds) ->
                 if top is not None:
                     _merge(
                         found,
-                        SeriesVerdict(metric.tensor, _stat(metric), overflow_band(top.max, thresholds), top.max, True),
+                        SeriesVerdict(metric.tensor, _stat(metric), overflow_band(top.max, bands), top.max, True),
                     )
         for (layer, tensor, stat), series in excluded.items():
             if layer == lv.name:

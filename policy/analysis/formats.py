@@ -46,6 +46,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from fp8_policy.policy.analysis.format_bands import nvfp4_bands as nvfp4_bands  # re-exported: defined with the rule
+from fp8_policy.policy.analysis.format_bands import recipe_bands
 from fp8_policy.policy.analysis.layer_formats import layer_formats, mixed, mixed_note
 from fp8_policy.policy.analysis.recipes import STAT_PREFIX, normalize_recipe
 from fp8_policy.policy.analysis.signals import Signals
@@ -87,6 +89,7 @@ class TrainingFormat:
     # layers that trained in another recipe than the run's, from their own evidence (layer_formats.py)
     layer_recipes: dict[str, str] = field(default_factory=dict)
     te_scale_inv_min_zeros: int = 0  # MXFP8/NVFP4 scale_inv_min zeros of a TE before 2.17 left out (TE #3041)
+    e8m0_layers: frozenset[str] = frozenset()  # layers whose bare scale_inv series were E8M0 bytes (exact scales)
 
     def recipe_of(self, layer: str) -> str | None:
         """The recipe `layer` trained in: its own (a mixed-format run) or the run's."""
@@ -94,14 +97,14 @@ class TrainingFormat:
 
     def bands(self, thresholds: Thresholds) -> Thresholds:
         """The thresholds the run's underflow levels are judged with: NVFP4's bands under NVFP4 training."""
-        return nvfp4_bands(thresholds) if self.recipe == "nvfp4" else thresholds
+        return recipe_bands(self.recipe, thresholds)
 
     def layer_bands(self, thresholds: Thresholds) -> dict[str, Thresholds]:
         """Layers judged with other bands than the run's (`thresholds`: the requested, FP8 ones): an NVFP4 layer of
         an FP8 run gets NVFP4's bands, an FP8 layer of an NVFP4 run FP8's."""
         run_fp4 = self.recipe == "nvfp4"
         return {
-            name: nvfp4_bands(thresholds) if recipe == "nvfp4" else thresholds
+            name: recipe_bands(recipe, thresholds)
             for name, recipe in self.layer_recipes.items()
             if (recipe == "nvfp4") != run_fp4
         }
@@ -125,16 +128,6 @@ class TrainingFormat:
             "layer_recipes": dict(self.layer_recipes),
             "te_scale_inv_min_zeros": self.te_scale_inv_min_zeros,
         }
-
-
-def nvfp4_bands(thresholds: Thresholds) -> Thresholds:
-    """`thresholds` with NVFP4's warning / critical / severe underflow bands."""
-    return replace(
-        thresholds,
-        warning=thresholds.nvfp4_warning,
-        critical=thresholds.nvfp4_critical,
-        severe=thresholds.nvfp4_severe,
-    )
 
 
 def detect_training_recipe(run: RunData) -> tuple[str | None, str]:
@@ -186,6 +179,7 @@ def format_view(run: RunData) -> tuple[RunData, TrainingFormat]:
     excluded: list[ExcludedPoint] = []
     notes: list[str] = mixed_note(formats, recipe)
     converted = te_zeros = te_zero_series = 0
+    e8m0_layers: set[str] = set()
     te_bug = _scale_inv_min_bug(run.metadata.get("te_version"))
     series: list[Series] = []
     weights_left = 0
@@ -210,6 +204,8 @@ def format_view(run: RunData) -> tuple[RunData, TrainingFormat]:
         te_zeros += zeros
         te_zero_series += int(zeros > 0)
         converted += int(e8m0)
+        if e8m0 and m.recipe is None:
+            e8m0_layers.add(m.layer)
         if screened.values.size:
             series.append(screened)
     if converted:
@@ -247,7 +243,9 @@ def format_view(run: RunData) -> tuple[RunData, TrainingFormat]:
         metadata = {**metadata, "recipe": recipe}
     view = replace(run, series=series, metadata=metadata)
     high = recipe is None and trained_in_high_precision(run)
-    return view, TrainingFormat(recipe, source, converted, tuple(excluded), tuple(notes), high, own, te_zeros)
+    return view, TrainingFormat(
+        recipe, source, converted, tuple(excluded), tuple(notes), high, own, te_zeros, frozenset(e8m0_layers)
+    )
 
 
 def band_note(training: TrainingFormat, thresholds: Thresholds) -> list[str]:

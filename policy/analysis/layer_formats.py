@@ -18,24 +18,25 @@ Rules, from TE's own debug features (transformer_engine/debug/features/):
   run's recipe when it is an FP8 recipe with per-tensor scales, else per-tensor current scaling, stated as an
   assumption (an MXFP8 run's layer whose scales are not E8M0 bytes, or an NVFP4 run's FP8 layer without them).
 * Run metadata `layer_recipes` ({layer name or fnmatch glob over logged names: recipe}) wins over all of the above
-  for the layers it names (the precision config the job trained with, as the uploader states it).
+  for the layers it names (the precision config the job trained with, as the uploader states it); then a Megatron
+  `--te-precision-config-file` given as metadata `megatron_precision_config` (megatron_config.py), its matchers
+  applied to each layer's Megatron module path as Megatron applies them.
 * Anything else (no quantization stats): the run's recipe.
 """
 
 from __future__ import annotations
 
-import fnmatch
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from fp8_policy.policy.analysis.recipes import FP8_RECIPES, normalize_recipe
+from fp8_policy.policy.analysis.format_bands import Stated
+from fp8_policy.policy.analysis.recipes import FP8_RECIPES
 from fp8_policy.policy.records import QUANT_STATS, Precision, RunData, Series
 
 SCALE_STATS = ("scale_inv_min", "scale_inv_max")
-METADATA_KEY = "layer_recipes"
 MAX_NAMED = 4
 
 
@@ -141,15 +142,14 @@ def is_e8m0(scales: list[Series]) -> bool:
 
 
 def _stated(metadata: Mapping[str, object], layers: Mapping[str, object]) -> dict[str, LayerFormat]:
-    """Layers the run metadata's `layer_recipes` names (exact names first, then globs in the order given)."""
-    given = metadata.get(METADATA_KEY)
-    if not isinstance(given, Mapping):
+    """Layers the run metadata states a recipe for: `layer_recipes`, then a Megatron precision config
+    (format_bands.py `Stated`)."""
+    stated = Stated.from_metadata(metadata, layers)
+    if not stated:
         return {}
     out: dict[str, LayerFormat] = {}
-    patterns = [(str(k), normalize_recipe(v)) for k, v in given.items()]
     for name in layers:
-        for pattern, recipe in patterns:
-            if recipe is not None and (pattern == name or fnmatch.fnmatchcase(name, pattern)):
-                out[name] = LayerFormat(recipe, f"the run metadata's layer_recipes ({pattern!r})")
-                break
+        found = stated.recipe(name)
+        if found is not None:
+            out[name] = LayerFormat(found[0], found[1])
     return out

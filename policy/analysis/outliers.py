@@ -2,7 +2,8 @@
 
 Rules:
 * A feature is one observed FP8 layer's un-prefixed underflows% of one tensor; its values are the ranks' levels.
-* Pre-filter (numpy): at least `rank_outlier_min_ranks` ranks, the highest rank level at least `warning`, and some
+* Pre-filter (numpy): at least `rank_outlier_min_ranks` ranks, the highest rank level at least the layer's
+  `warning`, and some
   rank at least `rank_outlier_gap` away from the median of the other ranks. At most `rank_outlier_max_features`
   features are tested, largest gap first.
 * Model: LocalOutlierFactor with n_neighbors = min(n - 1, max(2, n // 2)) on the ranks' levels. A rank is an
@@ -14,7 +15,8 @@ Rules:
 * Consistency: a rank is reported only when it is an outlier on at least 2 series and on at least
   `rank_outlier_min_share` of the (layer, tensor) series assessed across ranks. A rank whose data or hardware
   is off disagrees on many layers; independent rank-to-rank noise produces isolated disagreements instead.
-* One finding per outlier rank, severity = band of its worst outlying level (at least warning). A rank that is
+* One finding per outlier rank, severity = band of its worst outlying level (at least warning; each level in its
+  layer's own bands: a mixed-format run's NVFP4 layer with NVFP4's, FP8 layer with FP8's). A rank that is
   a high outlier for a (layer, tensor) is left out of that tensor's per-layer level (the worst of the other
   ranks): one disagreeing rank points at that rank's data or hardware, not at the layer's precision.
 """
@@ -22,7 +24,7 @@ Rules:
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -72,18 +74,20 @@ def _features(
     fp8_layers: Iterable[str],
     signals: Signals,
     thresholds: Thresholds,
+    layer_bands: Mapping[str, Thresholds],
 ) -> tuple[list[tuple[list[SeriesSummary], np.ndarray]], int]:
     """The features to test (largest gap first) and how many (layer, tensor) series were assessed."""
     scored = []
     assessed = 0
     for layer in fp8_layers:
+        warning = layer_bands.get(layer, thresholds).warning
         for tensor in QUANTIZED_TENSORS:
             series = signals.get(MetricName(layer, tensor, "underflows%"))
             if len(series) < thresholds.rank_outlier_min_ranks:
                 continue
             assessed += 1
             levels = np.array([s.level for s in series])
-            if not levels.max() >= thresholds.warning:
+            if not levels.max() >= warning:
                 continue
             gap = max_gap(levels)
             if gap >= thresholds.rank_outlier_gap:
@@ -96,13 +100,16 @@ def detect_rank_outliers(
     fp8_layers: Iterable[str],
     signals: Signals,
     thresholds: Thresholds,
+    layer_bands: Mapping[str, Thresholds] | None = None,
 ) -> tuple[list[Finding], frozenset[tuple[str, str, int]]]:
-    """Findings per outlier rank, and the (layer, tensor, rank) series of high outliers to leave out of levels."""
+    """Findings per outlier rank, and the (layer, tensor, rank) series of high outliers to leave out of levels;
+    `layer_bands`: the layers judged with other bands than `thresholds` (a mixed-format run: formats.py)."""
+    own = layer_bands or {}
     if len(signals.ranks) < thresholds.rank_outlier_min_ranks:
         return [], frozenset()
     by_rank: dict[int, list[Evidence]] = {}
     high: dict[int, set[tuple[str, str, int]]] = {}
-    features, assessed = _features(fp8_layers, signals, thresholds)
+    features, assessed = _features(fp8_layers, signals, thresholds, own)
     for series, levels in features:
         for index, score in lof_outliers(levels, thresholds):
             summary, reference = series[index], others_median(levels, index)
@@ -112,16 +119,18 @@ def detect_rank_outliers(
     needed = max(2, thresholds.rank_outlier_min_share * assessed)
     confirmed = {rank: evidence for rank, evidence in by_rank.items() if len(evidence) >= needed}
     findings = [
-        _finding(rank, evidence, len(signals.ranks), thresholds) for rank, evidence in sorted(confirmed.items())
+        _finding(rank, evidence, len(signals.ranks), thresholds, own) for rank, evidence in sorted(confirmed.items())
     ]
     excluded = set().union(*(high.get(rank, set()) for rank in confirmed))
     return findings, frozenset(excluded)
 
 
-def _finding(rank: int, evidence: list[Evidence], n_ranks: int, thresholds: Thresholds) -> Finding:
+def _finding(
+    rank: int, evidence: list[Evidence], n_ranks: int, thresholds: Thresholds, own: Mapping[str, Thresholds]
+) -> Finding:
     evidence.sort(key=lambda ev: -abs((ev.level or 0.0) - (ev.reference or 0.0)))
     top = evidence[0]
-    severity = max(Severity.WARNING, worst(thresholds.band(ev.level or 0.0) for ev in evidence))
+    severity = max(Severity.WARNING, worst(own.get(ev.layer, thresholds).band(ev.level or 0.0) for ev in evidence))
     text = (
         f"rank {rank} disagrees with the other {n_ranks - 1} ranks on {len(evidence)} series; largest: "
         f"{top.layer} {top.tensor} underflows% {top.level:.2f}% vs the others' median {top.reference:.2f}% "

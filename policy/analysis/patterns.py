@@ -12,7 +12,8 @@ Rules (a layer fails when one of its tensors' level is at or above `critical`):
 * `boundary`: an FP8 layer whose block neighbours a BF16 block (or, for the last block, a BF16 head) has a tensor
   at or above `warning`, exceeding its peers' median (same tensor and sublayer, away from any boundary) by
   `warning` and by the factor `boundary_ratio`, and degrading: rising by `trend_min_rise` from the first to the
-  last third of the run, or already critical. Boundary layers are left out of the positional patterns.
+  last third of the run, or already critical. Boundary layers are left out of the positional patterns. A
+  mixed-format run's layer is judged with its own format's bands against peers of its own format.
 * Positional groups are anchored at the ends: the start group is every failing block in the first `edge` blocks
   plus failing blocks contiguous with them (and failing embeddings); the end group likewise from the last block.
   Start and end (or heads) → `u_shape`; start only → `early_layers`; end (with or without heads) → `late_layers`;
@@ -173,10 +174,11 @@ def _boundary(layout: Layout, fp8: list[LayerLevels], thresholds: Thresholds) ->
     findings = []
     for lv in fp8:
         neighbours = layout.bf16_neighbours(lv)
+        bands = lv.bands(thresholds)  # a mixed-format run's layer: its own format's bands, its own format's peers
         evidence = [
-            s.evidence(onset=onset(s, thresholds.warning), reference=ref)
+            s.evidence(onset=onset(s, bands.warning), reference=ref)
             for t, s in (lv.tensors.items() if neighbours else ())
-            if _degrading(s.level, s.start_level, s.end_level, ref := _peer_median(layout, lv, t), thresholds)
+            if _degrading(s.level, s.start_level, s.end_level, ref := _peer_median(layout, lv, t, thresholds), bands)
         ]
         if not evidence:
             continue
@@ -186,7 +188,7 @@ def _boundary(layout: Layout, fp8: list[LayerLevels], thresholds: Thresholds) ->
             f"{top.start_level:.2f}% -> {top.end_level:.2f}% (level {top.level:.2f}%, peers' median "
             f"{top.reference:.2f}%)" + (f", onset iteration {top.onset}." if top.onset is not None else ".")
         )
-        severity = max(Severity.WARNING, worst(thresholds.band(ev.level or 0.0) for ev in evidence))
+        severity = max(Severity.WARNING, worst(bands.band(ev.level or 0.0) for ev in evidence))
         findings.append(Finding(Pattern.BOUNDARY, severity, (lv.name,), tuple(evidence), text))
     return findings
 
@@ -200,12 +202,18 @@ def _degrading(level: float, start: float, end: float, reference: float, thresho
     return stands_out and (end - start >= thresholds.trend_min_rise or level >= thresholds.critical)
 
 
-def _peer_median(layout: Layout, target: LayerLevels, tensor: str) -> float:
-    """Median level of the same tensor in body layers away from BF16 blocks (same sublayer when possible)."""
+def _peer_median(layout: Layout, target: LayerLevels, tensor: str, thresholds: Thresholds) -> float:
+    """Median level of the same tensor in body layers away from BF16 blocks judged with the target's bands (a
+    mixed-format run: layers of its own format), same sublayer when possible."""
+    bands = target.bands(thresholds)
     peers = [
         lv
         for lv in layout.fp8()
-        if lv is not target and lv.block is not None and tensor in lv.tensors and not layout.bf16_neighbours(lv)
+        if lv is not target
+        and lv.block is not None
+        and tensor in lv.tensors
+        and lv.bands(thresholds) == bands
+        and not layout.bf16_neighbours(lv)
     ]
     same = [lv for lv in peers if lv.info.structure.sublayer == target.info.structure.sublayer]
     values = sorted(lv.tensors[tensor].level for lv in (same or peers))

@@ -2,16 +2,20 @@
 
 Rules:
 * `overflow`: any post-warm-up overflows% (un-prefixed or `fp8_delayed_scaling_`, which TE only computes under
-  delayed scaling) strictly above `overflow_pct`. Severity = band of the worst max, at least warning.
+  delayed scaling) strictly above `overflow_pct`. Severity = band of the worst max in that layer's own bands (a
+  mixed-format run: a delayed-scaling layer of an NVFP4 run with FP8's), at least warning.
 * `scale_instability`: a jump between consecutive un-prefixed scale_inv_min/max points by at least
   `scale_jump_factor`, measured with the print interval: each logged value v stands for [v − r/2, v + r/2]
   (r = `print_resolution`), and the smallest ratio those intervals allow must reach the factor. Points printed as
   0.0000 (below r/2) are censored: "< 5e-5" is not zero and cannot be sized, so they are left out rather than
   read as a drop to zero. Severity: critical with at least `scale_jumps_critical` jumps in one series. MXFP8's
-  E8M0 bytes are converted to exact powers of two first (formats.py): no print interval, no censoring.
+  E8M0 bytes are converted to exact powers of two first (formats.py): no print interval, no censoring, for the
+  layers whose series were bytes only (a mixed-format run's FP8 layers keep their print interval).
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 import numpy as np
 
@@ -43,14 +47,16 @@ def scale_jumps(
 
 
 def detect_scale_instability(
-    layout: Layout, signals: Signals, thresholds: Thresholds, *, exact: bool = False
+    layout: Layout, signals: Signals, thresholds: Thresholds, *, exact: bool | Collection[str] = False
 ) -> list[Finding]:
-    """`exact`: the bare scale_inv series were E8M0 bytes, converted to exact powers of two (formats.py)."""
+    """`exact`: the layers whose bare scale_inv series were E8M0 bytes, converted to exact powers of two
+    (formats.py; a mixed-format run's MXFP8 layers, not its FP8 ones), or True / False for every layer."""
     evidence: list[Evidence] = []
     for name in _fp8_layers(layout):
+        powers = exact if isinstance(exact, bool) else name in exact
         for metric in _scale_metrics(signals, name):
             for summary in signals.get(metric):
-                count, ratio, first = scale_jumps(summary, thresholds, exact=exact)
+                count, ratio, first = scale_jumps(summary, thresholds, exact=powers)
                 if count:
                     evidence.append(
                         summary.evidence(rank=len(signals.ranks) > 1, count=count, ratio=ratio, onset=first)
@@ -81,13 +87,19 @@ def detect_overflow(layout: Layout, signals: Signals, thresholds: Thresholds) ->
         return []
     evidence.sort(key=lambda ev: -(ev.max or 0.0))
     top = evidence[0]
-    severity = max(Severity.WARNING, worst(thresholds.band(ev.max or 0.0) for ev in evidence))
+    severity = max(Severity.WARNING, worst(_bands(layout, ev.layer, thresholds).band(ev.max or 0.0) for ev in evidence))
     layers = tuple(dict.fromkeys(ev.layer for ev in evidence))
     text = (
         f"overflows% above {thresholds.overflow_pct:g} under delayed scaling in {len(layers)} layer(s); worst "
         f"{top.layer} {top.tensor} max {top.max:.4f}% (mean {top.mean:.4f}%), first at iteration {top.onset}."
     )
     return [Finding(Pattern.OVERFLOW, severity, layers, tuple(evidence), text)]
+
+
+def _bands(layout: Layout, layer: str, thresholds: Thresholds) -> Thresholds:
+    """The bands `layer` is judged with (its own in a mixed-format run: layout.py `own_bands`)."""
+    lv = layout.levels.get(layer)
+    return lv.bands(thresholds) if lv is not None else thresholds
 
 
 def _fp8_layers(layout: Layout) -> list[str]:

@@ -5,7 +5,9 @@
   verdict of that row's series (`severities`, from `Analysis` layers' `series`: the same verdict the findings,
   the layer table and gate use) when one is given: rows at critical or above, worst verdict first, at most
   `boxes` of them (the bionemo heatmap boxes the top 5 layers above 2 %). Without verdicts (a live run still
-  being received, a stat the analysis does not band) the row level decides, as the bionemo heatmap does.
+  being received, a stat the analysis does not band) the row level decides, as the bionemo heatmap does, each
+  row against its own bands (`row_bands`: an `nvfp4_*` stat with NVFP4's; policy/analysis/format_bands.py), and
+  `critical_threshold` is the critical bound the drawn rows share (the requested one when they differ).
 * The summary: components with data, BF16 rows, the max and mean over every finite point, and the number of
   rows whose level is at or above `critical`. Severity bands, boxes and the critical count only apply to
   percentage stats (underflows%, overflows%); other stats (scale_inv_*, mse) get the plain numbers.
@@ -90,9 +92,15 @@ def summarize(
     percent: bool,
     boxes: int = DEFAULT_BOXES,
     severities: Mapping[str, Severity] | None = None,
+    row_bands: Mapping[str, Thresholds] | None = None,
 ) -> HeatSummary:
-    """`severities`: layer -> the analysis's verdict of the drawn series; given, it alone decides the boxes."""
+    """`severities`: layer -> the analysis's verdict of the drawn series; given, it alone decides the boxes.
+    `row_bands`: layer -> the bands its drawn series is judged with when not `thresholds` (policy/analysis/format_bands.py:
+    an `nvfp4_*` stat with NVFP4's, a mixed-format run's layer with its own format's)."""
     data = matrix.data_rows()
+    bands = [(row_bands or {}).get(row.layer, thresholds) for row in matrix.rows]
+    shared = {b.critical for k, b in enumerate(bands) if data[k]}
+    critical_at = shared.pop() if len(shared) == 1 else thresholds.critical
     levels = row_levels(matrix.values)
     points = matrix.values[data]
     finite = points[np.isfinite(points)]
@@ -105,7 +113,8 @@ def summarize(
         critical = len(hot_rows)
         boxed = tuple(hot_rows[:boxes])
     elif percent:
-        hot = np.flatnonzero(levels >= thresholds.critical)  # NaN compares False
+        critical_of = np.array([b.critical for b in bands], dtype=np.float64)
+        hot = np.flatnonzero(levels >= critical_of)  # NaN compares False; each row against its own bands
         critical = int(hot.shape[0])
         boxed = tuple(int(k) for k in hot[np.argsort(-levels[hot], kind="stable")][:boxes])
     return HeatSummary(
@@ -114,7 +123,7 @@ def summarize(
         max=float(finite.max()) if finite.size else None,
         mean=float(finite.mean()) if finite.size else None,
         critical=critical,
-        critical_threshold=thresholds.critical if percent else None,
+        critical_threshold=critical_at if percent else None,
         boxed=boxed or (),
         levels=levels,
         severities=per_row,

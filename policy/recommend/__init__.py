@@ -210,7 +210,7 @@ def recommend(
     unobserved = sum(1 for lv in layout.levels.values() if lv.status is LayerStatus.UNOBSERVED)
     tail = f" {unobserved} layer(s) without stats run at {outer}." if unobserved else ""
     rationale.insert(-1, ladder.summary(current) + tail)
-    schedule = build_schedule(analysis, policy, options.lr_decay_start)
+    schedule = build_schedule(analysis, policy, options.lr_decay_start, run.lr_decay_from_scalars)
     if schedule:
         steps = "; ".join(f"from step {p.from_step}: {p.reason}" for p in schedule)
         rationale.insert(-1, f"Schedule ({len(schedule)} phases, each a restart with its own configuration): {steps}.")

@@ -80,7 +80,8 @@ def dynamic_ranges(run: RunData, analysis: Analysis) -> dict[str, dict[str, floa
 
 def unobserved_own_rungs(analysis: Analysis, outer: str) -> list[LayerPrecision]:
     """Layers without statistics that trained in another recipe than `outer` (a mixed-format run whose metadata
-    `layer_recipes` names them): they keep the recipe they trained in, never a cheaper one without evidence."""
+    `layer_recipes` or Megatron precision config names them): they keep the recipe they trained in, never a cheaper
+    one without evidence."""
     own = analysis.training.layer_recipes
     out = []
     for lv in analysis.layout.levels.values():
@@ -91,7 +92,7 @@ def unobserved_own_rungs(analysis: Analysis, outer: str) -> list[LayerPrecision]
                     lv.name,
                     recipe,
                     (
-                        f"Kept at {recipe}, the recipe it trained in (run metadata layer_recipes): no statistics logged.",
+                        f"Kept at {recipe}, the recipe it trained in (stated in the run metadata): no statistics logged.",
                     ),
                     0.5,
                 )

@@ -14,7 +14,9 @@ step; the schedule says when the cheaper or the safer configuration holds:
 * Projected failures (a rising series still below critical, projected to cross it; the plan only watches it): a
   later phase from the projected crossing keeps those layers in BF16 (one rising tensor of three logged: its GEMMs
   only, as the skip list does); its triggers are what a live run watches to raise `switch_now` (live_switch.py).
-* The learning-rate schedule (`lr_decay_start`, given by the user): with NVFP4 layers, a phase from the decay start
+* The learning-rate schedule: its decay start read from the `lr` of the run's uploaded scalars.jsonl
+  (policy/lr_schedule.py), else `lr_decay_start` (option or run metadata), the phase's reason saying which: with
+  NVFP4 layers, a phase from the decay start
   runs their fprop in BF16 (the NVFP4 pretraining paper, arXiv 2509.25149, App. D: switching to higher precision
   shortly before the decay recovers most of the gap; torchtitan's NVFP4 notes prefer the forward pass).
 Phases accumulate their changes in step order; a step already covered by an earlier phase merges with it.
@@ -70,8 +72,13 @@ class Phase:
         }
 
 
-def build_schedule(analysis: Analysis, decision: Decision, lr_decay_start: int | None = None) -> tuple[Phase, ...]:
-    """The phases (module docstring); empty when the recommendation holds for the whole run."""
+def build_schedule(
+    analysis: Analysis, decision: Decision, lr_decay_start: int | None = None, lr_from_scalars: int | None = None
+) -> tuple[Phase, ...]:
+    """The phases (module docstring); empty when the recommendation holds for the whole run. `lr_from_scalars`:
+    the decay start the run's uploaded scalars.jsonl lr curve shows (policy/lr_schedule.py), used before
+    `lr_decay_start` (the option / run metadata)."""
+    lr_step, lr_source = lr_decay(lr_from_scalars, lr_decay_start)
     trends = [ev for f in analysis.by_pattern(Pattern.RISING_TREND) for ev in f.evidence]
     levels = analysis.layout.levels
     critical = {n: lv.bands(analysis.thresholds).critical for n, lv in levels.items()}
@@ -88,8 +95,8 @@ def build_schedule(analysis: Analysis, decision: Decision, lr_decay_start: int |
     fp4 = [n for n, r in precision.layer_recipes(decision).items() if r == "nvfp4"]
     if decision.recipe.name == "nvfp4":
         fp4 = [n for n, r in precision.precision_of(decision).items() if r == "nvfp4"]
-    if lr_decay_start is not None and fp4:
-        changes.append((lr_decay_start, "lr", fp4))
+    if lr_step is not None and fp4:
+        changes.append((lr_step, "lr", fp4))
     if not changes:
         return ()
     start = _without(decision, set(late)) if late else decision
@@ -108,13 +115,23 @@ def build_schedule(analysis: Analysis, decision: Decision, lr_decay_start: int |
             triggers = tuple(Trigger(ev.layer, ev.tensor, critical.get(ev.layer, 0.0)) for ev in payload)
         else:
             current = _with_fprop_bf16(current, payload)
-            reason = f"LR decay starts (lr_decay_start): fprop of {len(payload)} NVFP4 layer(s) in BF16"
+            reason = f"LR decay starts ({lr_source}): fprop of {len(payload)} NVFP4 layer(s) in BF16"
             triggers = ()
         if phases[-1].from_step >= step:
             phases[-1] = Phase(phases[-1].from_step, current, f"{phases[-1].reason}; {reason}", triggers)
         else:
             phases.append(Phase(step, current, reason, triggers))
     return tuple(phases)
+
+
+def lr_decay(from_scalars: int | None, given: int | None) -> tuple[int | None, str]:
+    """(decay start, which source gave it): the uploaded scalars.jsonl lr curve first, else `lr_decay_start`."""
+    if from_scalars is not None:
+        unused = f"; lr_decay_start {given} given, not used" if given is not None and given != from_scalars else ""
+        return from_scalars, f"detected in the uploaded scalars.jsonl lr curve{unused}"
+    if given is not None:
+        return given, "lr_decay_start option / run metadata; no lr decay in uploaded scalars"
+    return None, ""
 
 
 def _late_layers(decision: Decision, trends: list[Any], critical: dict[str, float], early: float) -> dict[str, int]:

@@ -22,9 +22,7 @@ from fp8_policy.service import limits
 from fp8_policy.service.alerts.targets import parse_webhook
 from fp8_policy.service.errors import InvalidAlertRule, NotFound
 
-SCALAR_EVENT_KINDS = ("scalar_spike", "loss_plateau")
-SCHEDULE_EVENT_KINDS = ("switch_now",)  # policy/live_switch.py: a planned precision switch is due
-ALL_EVENT_KINDS = (*EVENT_KINDS, *SCALAR_EVENT_KINDS, *SCHEDULE_EVENT_KINDS)
+ALL_EVENT_KINDS = EVENT_KINDS  # every kind a live run raises (policy/vocabulary.py: statistics, scalars, schedule)
 FORMATS = ("slack", "json")
 MAX_COOLDOWN_SECONDS = 7 * 24 * 3600
 

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from fp8_policy.db.codec import decode_iterations, decode_values
 from fp8_policy.db.repositories import RunRepository
 from fp8_policy.policy.analysis import Analysis, analyze
+from fp8_policy.policy.lr_schedule import decay_start_of
 from fp8_policy.policy.parallel.info import ParallelInfo
 from fp8_policy.policy.recommend import History, Recommendation, RecommendOptions, recommend, schedule
 from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, RunData, Series
@@ -55,6 +56,7 @@ def load_run_data(session: Session, run_id: int) -> RunData:
         metadata=dict(run.run_metadata or {}),
         session_offsets=session_offsets(run.ingest_report),
         parallel=ParallelInfo.from_json(run.parallel) if run.parallel else None,
+        lr_decay_from_scalars=decay_start_of(run.ingest_report),  # the uploaded scalars.jsonl's lr curve
     )
 
 

@@ -34,6 +34,7 @@ from fp8_policy.db.live import LiveRepository, StoredEvent
 from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.db.repositories import NewRun, RunRepository
 from fp8_policy.policy import live_switch, scalar_events, scalars_file
+from fp8_policy.policy.analysis.format_bands import SeriesBands
 from fp8_policy.policy.live_batch import advance_piece
 from fp8_policy.policy.live_events import LiveEvent
 from fp8_policy.policy.live_grouping import group_events
@@ -277,7 +278,10 @@ def _detect(
         others = {key: data for key, data in stored.items() if "\t" not in key and key != SERIES_STATE_KEY}
         files = {}
     metric_names = global_names(metadata, rank, parsed.names)  # as the finalized run names them (live/naming.py)
-    events = advance_piece(table, rank, metric_names, parsed.offsets, parsed.iterations, parsed.values, thresholds)
+    bands = SeriesBands.from_metadata(thresholds, metadata, metric_names)  # each series' bands and scale reading
+    events = advance_piece(
+        table, rank, metric_names, parsed.offsets, parsed.iterations, parsed.values, thresholds, bands=bands
+    )
     if schedule:
         switch = others.setdefault(live_switch.STATE_KEY, {})
         events += live_switch.advance(

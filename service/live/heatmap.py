@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,9 +101,10 @@ class LiveHeatmaps:
         files: list[LiveFileRecord],
         params: HeatmapParams,
         cell_columns: int,
+        metadata: Mapping[str, object] | None = None,
     ) -> dict[str, Any]:
         """heatmap.json of the live run (created at `created`) whose received files (`files`, acknowledged sizes)
-        lie under `root`."""
+        lie under `root`; `metadata`: the run's (a mixed-format run's `layer_recipes` choose rows' bands)."""
         state = self._run((run_id, str(root), created))
         sizes = tuple((f.path, f.size) for f in files if f.kind in ("stats", "metadata"))
         key = (sizes, params, cell_columns)
@@ -117,7 +119,7 @@ class LiveHeatmaps:
                 elif f.kind == "metadata" and state.metadata_sizes.get(f.path) != f.size:
                     state.metadata_sizes[f.path] = f.size
                     state.metadata = _read_metadata(root, state.metadata_sizes)
-            answer = _layout(run_id, state, params, cell_columns)
+            answer = _layout(run_id, state, params, cell_columns, metadata)
             state.layouts[key] = answer
             while len(state.layouts) > MAX_LAYOUTS:
                 state.layouts.popitem(last=False)
@@ -174,7 +176,9 @@ def _series(chunks: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np
     return chunks[0]
 
 
-def _layout(run_id: int, state: _RunPoints, params: HeatmapParams, cell_columns: int) -> dict[str, Any]:
+def _layout(
+    run_id: int, state: _RunPoints, params: HeatmapParams, cell_columns: int, metadata: Mapping[str, object] | None
+) -> dict[str, Any]:
     label = f"live run {run_id} (received so far)"
     known = state.metadata.known_layers()
     metrics: dict[str, MetricName | None] = {}
@@ -203,5 +207,6 @@ def _layout(run_id: int, state: _RunPoints, params: HeatmapParams, cell_columns:
             f"{', '.join(logged) or 'nothing attributable'}",
         )
     matrix = visual.matrix_for(label, infos, series, params)
-    body = visual.layout_body(run_id, params, matrix, visual.summary_for(matrix, params), cell_columns=cell_columns)
+    summary = visual.summary_for(matrix, params, metadata=metadata)
+    body = visual.layout_body(run_id, params, matrix, summary, cell_columns=cell_columns)
     return {**body, "ranks": ranks}

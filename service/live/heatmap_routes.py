@@ -55,5 +55,5 @@ def live_heatmap_json(run_id: int, request: Request, session: SessionDep, settin
         )
     files = LiveRepository(session).files(run_id)
     root = actions.live_dir(settings.data_dir, run_id)
-    layout = live_heatmaps.layout(run_id, str(run.created_at), root, files, params, columns)
+    layout = live_heatmaps.layout(run_id, str(run.created_at), root, files, params, columns, run.run_metadata)
     return LiveHeatmapRead.model_validate(layout)

@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from fp8_policy.policy.vocabulary import EVENT_KINDS
+
 
 class LiveRunCreate(BaseModel):
     name: str | None = Field(None, description="Run name, e.g. the training job's name.")
@@ -19,8 +21,10 @@ class LiveRunCreate(BaseModel):
 class LiveEventRead(BaseModel):
     id: int
     kind: str = Field(
-        description="band_crossing | projected_crossing | scale_inv_drop | scale_inv_rise | "
-        "nonfinite | rank_divergence (policy/live_events.py)."
+        description="One of policy/vocabulary.py EVENT_KINDS: "
+        + " | ".join(EVENT_KINDS)
+        + " (statistics: policy/live_events.py; training scalars: policy/scalar_events.py; a precision "
+        "schedule's switch: policy/live_switch.py)."
     )
     severity: str
     layer: str

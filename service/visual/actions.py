@@ -19,6 +19,7 @@ from fp8_policy.db.codec import decode_iterations, decode_values
 from fp8_policy.db.models import Layer, Run
 from fp8_policy.db.repositories import RunRepository
 from fp8_policy.db.summaries import SummaryRepository
+from fp8_policy.policy.analysis.format_bands import SeriesBands
 from fp8_policy.policy.analysis.shards import drawn_series
 from fp8_policy.policy.heatmap import (
     HeatmapGeometry,
@@ -171,12 +172,22 @@ def matrix_for(run_label: str, infos: list[LayerInfo], series: list[Series], par
 
 
 def summary_for(
-    matrix: HeatmapMatrix, params: HeatmapParams, severities: Mapping[str, Severity] | None = None
+    matrix: HeatmapMatrix,
+    params: HeatmapParams,
+    severities: Mapping[str, Severity] | None = None,
+    metadata: Mapping[str, object] | None = None,
 ) -> HeatSummary:
-    """The row levels and boxed rows under the requested thresholds; `severities` (the analysis's verdicts of
-    the drawn series) decide the boxes when given."""
+    """The row levels and boxed rows under the requested thresholds, each row in the bands of the format its drawn
+    series measures (the run's `metadata` states a mixed-format run's layer recipes; policy/analysis/format_bands.py);
+    `severities` (the analysis's verdicts of the drawn series) decide the boxes when given."""
+    bands = SeriesBands.from_metadata(params.thresholds, metadata, [row.layer for row in matrix.rows])
     return summarize(
-        matrix, params.thresholds, percent=is_percent_stat(params.stat), boxes=params.boxes, severities=severities
+        matrix,
+        params.thresholds,
+        percent=is_percent_stat(params.stat),
+        boxes=params.boxes,
+        severities=severities,
+        row_bands={row.layer: bands.for_key(row.layer, params.stat) for row in matrix.rows},
     )
 
 
@@ -229,7 +240,7 @@ def build_panel(session: Session, run: Run, params: HeatmapParams, *, title: str
     matrix = load_matrix(session, run, params)
     _check_mark(matrix, params)
     marks = recommended(session, run, params.threshold_overrides) if params.show_skip else None
-    summary = summary_for(matrix, params, run_severities(session, run, params, marks))
+    summary = summary_for(matrix, params, run_severities(session, run, params, marks), run.run_metadata)
     return Panel(
         matrix,
         summary,

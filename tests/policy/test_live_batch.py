@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pytest
 
+from fp8_policy.policy.analysis.format_bands import SeriesBands
 from fp8_policy.policy.live_batch import advance_piece
 from fp8_policy.policy.live_events import LiveEvent, SeriesState, advance, rank_divergence
 from fp8_policy.policy.live_table import KIND_UNDERFLOW, SeriesTable
@@ -22,9 +23,27 @@ from fp8_policy.policy.stats_log import NoStatsLines, ParsedStats, StatsLogParse
 from fp8_policy.policy.thresholds import Thresholds
 
 T = Thresholds()
+BANDS = SeriesBands(T)  # each series' bands and scale reading (nvfp4_* with NVFP4's bands, E8M0 bytes decided)
 KEY = "__series__"
 LAYERS = [f"model.layers.{i}.mlp.fc{j}" for i in range(3) for j in (1, 2)]
-STATS = ["underflows%", "scale_inv_min", "scale_inv_max", "overflows%"]
+STATS = ["underflows%", "scale_inv_min", "scale_inv_max", "overflows%", "nvfp4_underflows%", "mxfp8_scale_inv_max"]
+BYTES_LAYER = "model.layers.2.mlp.fc1"  # its bare scale_inv are E8M0 bytes (an MXFP8 layer; read as powers of two)
+
+
+def _bytes(rng: np.random.Generator, n: int) -> np.ndarray:
+    """E8M0 exponent bytes: a walk around 120 with swings of several binades, now and then a 0 or 255 byte."""
+    vals = np.clip(120 + np.cumsum(rng.choice([0, 0, 0, 1, -1, 5, -5], size=n)), 70, 160).astype(np.float64)
+    vals[rng.random(n) < 0.03] = 0.0
+    vals[rng.random(n) < 0.02] = 255.0
+    return vals
+
+
+def _values(rng: np.random.Generator, name: str, n: int, offset: float) -> np.ndarray:
+    if "mxfp8_scale_inv" in name or (name.startswith(BYTES_LAYER) and "_scale_inv_" in name):
+        return _bytes(rng, n)
+    if "nvfp4_underflows" in name:  # NVFP4's bands: 10 / 13 / 19.5 %
+        return np.round(_series_values(rng, "underflows%", n, offset) * 4 + 6.0, 4)
+    return _series_values(rng, name.rsplit("_", 1)[-1] if "underflows" not in name else "underflows%", n, offset)
 
 
 def reference_piece(stored: dict, rank: int, parsed: ParsedStats) -> tuple[list[LiveEvent], dict]:
@@ -46,7 +65,7 @@ def reference_piece(stored: dict, rank: int, parsed: ParsedStats) -> tuple[list[
         its, vals = parsed.series(k)
         state = states.setdefault((rank, metric), SeriesState())
         keys[(rank, metric)] = f"{rank}\t{name}"
-        events += advance(state, metric, rank, its, vals, T)
+        events += advance(state, metric, rank, its, vals, BANDS.of(metric), scale_form=BANDS.scale_form(metric))
         touched.add(metric)
     events += rank_divergence(states, T, touched)
     return events, json.loads(json.dumps({keys[key]: state.to_dict() for key, state in states.items()}))
@@ -82,7 +101,8 @@ def _value_text(value: float) -> str:
 def random_log(rng: np.random.Generator, rank: int, ranks: int) -> bytes:
     """One rank's statistics log: iterations in steps, a resumed session now and then, one name no metric."""
     names = [f"{layer}_{tensor}_{stat}" for layer in LAYERS for tensor in ("activation", "gradient") for stat in STATS]
-    names = [n for n in names if rng.random() < 0.6] + ["not a metric name"]
+    fewer = ("nvfp4_", "mxfp8_")  # the format-specific series: fewer of them, the piece stays small
+    names = [n for n in names if rng.random() < (0.3 if any(p in n for p in fewer) else 0.6)] + ["not a metric name"]
     steps = int(rng.integers(20, 90))
     its = np.cumsum(rng.integers(1, 40, size=steps))
     if rng.random() < 0.5:  # resumed from a checkpoint: some iterations come again
@@ -91,8 +111,7 @@ def random_log(rng: np.random.Generator, rank: int, ranks: int) -> bytes:
         its = np.concatenate((its[:cut], its[back:]))
     offset = 2.5 if ranks >= 3 and rank == ranks - 1 and rng.random() < 0.7 else 0.0  # a diverging rank
     lines = []
-    values = {name: _series_values(rng, name.rsplit("_", 1)[-1] if "underflows" not in name else "underflows%",
-                                   its.size, offset) for name in names}  # fmt: skip
+    values = {name: _values(rng, name, its.size, offset) for name in names}
     for k, it in enumerate(its.tolist()):
         for name in names:
             stamp = "2026-01-15 23:06:40,060"

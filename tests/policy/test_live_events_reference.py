@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 
+from fp8_policy.policy.analysis.format_bands import E8M0, LINEAR, UNDECIDED
 from fp8_policy.policy.live_events import (
     DEFAULT_HORIZON_STEPS,
     WINDOW,
@@ -46,6 +47,10 @@ def advance_per_point(
     events: list[LiveEvent] = []
     name = f"{metric.layer} {metric.tensor} {metric.stat_key} (rank {rank})"
     for it, value in zip(iterations.tolist(), values.tolist(), strict=True):
+        if _is_scale_inv(metric):
+            value = read_point(state, value)
+            if value is None:
+                continue  # an impossible E8M0 byte: as if never logged
         if state.last_iteration is not None and it <= state.last_iteration:
             continue  # a re-sent or out-of-order point: already seen
         if not math.isfinite(value):
@@ -122,14 +127,35 @@ def advance_per_point(
     return events
 
 
+def read_point(state: SeriesState, value: float) -> float | None:
+    """policy/live_scales.py one point at a time: an undecided series is decided by its first finite value off 1.0
+    and 0 (a byte >= 64: E8M0), an E8M0 one turns linear at its first finite non-byte value; E8M0 bytes become
+    2^(b - 127), bytes 0 and 255 are left out (None)."""
+    byte = math.isfinite(value) and value == round(value) and 0 <= value <= 255
+    if state.form == UNDECIDED and math.isfinite(value) and value not in (0.0, 1.0):
+        state.form = E8M0 if byte and value >= 64 else LINEAR
+    if state.form == E8M0 and math.isfinite(value) and not byte:
+        state.form = LINEAR
+    if state.form != E8M0:
+        return value
+    if value in (0.0, 255.0):
+        return None
+    return 2.0 ** (value - 127) if math.isfinite(value) else value
+
+
 def _random_increments(rng: np.random.Generator, metric: MetricName) -> list[tuple[np.ndarray, np.ndarray]]:
     pieces, it = [], 0
+    bytes_ = rng.random() < 0.5
     for _ in range(rng.integers(1, 6)):
         n = int(rng.integers(0, 40))
         steps = rng.integers(-3, 12, size=n)  # some go backwards or repeat: already seen
         its = it + np.cumsum(steps)
         it = int(its.max()) if n else it
-        if metric is SCALE:
+        if metric is SCALE and bytes_:  # E8M0 bytes: swings of several binades, now and then byte 0 or 255
+            vals = rng.choice([118.0, 120.0, 121.0, 128.0, 0.0, 255.0, 130.0], size=n)
+            if rng.random() < 0.1:
+                vals[rng.integers(0, max(n, 1)) if n else 0 :] = 0.01  # turns linear
+        elif metric is SCALE:
             vals = 10.0 ** rng.choice([-2.0, -2.0, -2.5, -4.0, 0.0, -1.0], size=n)
             vals[rng.random(n) < 0.05] = 0.0
         else:

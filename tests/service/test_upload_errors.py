@@ -431,6 +431,23 @@ REFUSED_AT_ONCE = [  # (send(client, project), status, error, detail): answered 
         "metadata is not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
         id="metadata-not-json",
     ),
+    pytest.param(
+        _form(metadata='{"megatron_precision_config": "configs: [unclosed"}'),
+        400,
+        "BadRequest",
+        "metadata megatron_precision_config is not valid YAML: while parsing a flow sequence",
+        id="precision-config-not-yaml",
+    ),
+    pytest.param(
+        _form(
+            metadata='{"megatron_precision_config": {"configs": {}, "matchers": {"all": '
+            '{"type": "glob", "pattern": "*", "config": "fp4", "enabled": true}}}}'
+        ),
+        400,
+        "BadRequest",
+        "metadata megatron_precision_config matcher 'all' names config 'fp4', which 'configs' does not define",
+        id="precision-config-unknown-config",
+    ),
     pytest.param(_form(metadata="[1, 2]"), 400, "BadRequest", NOT_AN_OBJECT, id="metadata-list"),
     pytest.param(_form(metadata='"gpu"'), 400, "BadRequest", NOT_AN_OBJECT, id="metadata-string"),
     pytest.param(_form(name="n" * 201), 400, "BadRequest", "name is longer than 200 characters", id="long-name"),
