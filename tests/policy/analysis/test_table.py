@@ -75,5 +75,7 @@ def test_analyze_1600_series_of_3660_points_quickly() -> None:
     assert len(run.series) >= 1600 and run.series[0].values.size == 3660
     start = time.perf_counter()
     analysis = analyze(run)
-    assert time.perf_counter() - start < 10.0  # generous: the real budget (2 s) is the benchmark's business
+    # a guard against a quadratic blow-up only (0.3 s here on a quiet machine, 10 s seen under a load of 15): the
+    # real budget (2 s) is the benchmark's business (make bench)
+    assert time.perf_counter() - start < 60.0
     assert analysis.patterns() == {"healthy"}
