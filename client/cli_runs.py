@@ -143,14 +143,29 @@ def status(run_ref: int | tuple[str, str], url: str, token: str | None, as_json:
 @click.option("--project")
 @click.option("--status", "status_", type=click.Choice(["queued", "processing", "ready", "failed", "live"]))
 @click.option("--tag")
+@click.option("--gpu", help='Only runs whose metadata names this GPU ("H100" finds "NVIDIA H100 80GB HBM3").')
+@click.option("--recipe", help='Only runs whose metadata names this recipe ("mxfp8", "DelayedScaling", ...).')
+@click.option("--te-version", help='Only runs on this TE version or one under it ("2.8" finds 2.8.0+cu128).')
+@click.option("--commit", "git_commit", help="Only runs whose metadata's git commit starts with this.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 200))
 @client_options
 def runs(
-    project: str | None, status_: str | None, tag: str | None, limit: int, url: str, token: str | None, as_json: bool
+    project: str | None,
+    status_: str | None,
+    tag: str | None,
+    gpu: str | None,
+    recipe: str | None,
+    te_version: str | None,
+    git_commit: str | None,
+    limit: int,
+    url: str,
+    token: str | None,
+    as_json: bool,
 ) -> None:
     """The newest runs (one page)."""
+    facets = {"gpu": gpu, "recipe": recipe, "te_version": te_version, "git_commit": git_commit}
     with connect(url, token) as client:
-        page = client.runs(project=project, status=status_, tag=tag, limit=limit)
+        page = client.runs(project=project, status=status_, tag=tag, limit=limit, **facets)
     if as_json:
         return echo_json(page)
     rows = [
@@ -167,7 +182,7 @@ def runs(
     ]
     none = (
         "no runs match these filters"
-        if project or status_ or tag
+        if project or status_ or tag or any(facets.values())
         else "no runs yet: `fp8-policy upload LOG_DIR` sends one"
     )
     echo_rows(["id", "name", "project", "status", "verdict", "layers", "created"], rows, none)

@@ -147,13 +147,21 @@ def list_runs(
     tag: str | None,
     cursor: str | None,
     limit: int,
+    facets: dict[str, str] | None = None,
 ) -> tuple[RunList, list[int]]:
-    """A page of runs with their stored summaries, and the ready runs on it whose summary is still to compute."""
+    """A page of runs with their stored summaries, and the ready runs on it whose summary is still to compute.
+    `facets`: metadata filters already checked and keyed (service/runs/facets.py `facet_filters`)."""
     limits.check_filters(project=project, tag=tag)
     project, tag = limits.nfc(project), limits.nfc(tag)  # as labels are stored (limits.check_label)
     after = limits.parse_cursor(cursor)
     runs = RunRepository(session).list(
-        project=project, status=status, tag=tag, after_id=after, limit=limit + 1, unlisted_errors=NEVER_HELD_A_LOG
+        project=project,
+        status=status,
+        tag=tag,
+        after_id=after,
+        limit=limit + 1,
+        unlisted_errors=NEVER_HELD_A_LOG,
+        facets=facets,
     )
     page, more = runs[:limit], len(runs) > limit
     items = [run_read(r) for r in page]

@@ -127,3 +127,9 @@ def test_the_runs_list_shows_filters_and_groups_by_the_runs_metadata(page, live_
     expect(groups.first).to_contain_text("GPU:")
     assert "group=gpu" in page.url
     shot(page, "one-story-runs-grouped")
+    # the GPU filter runs on the server (GET /runs?gpu=B200), any spelling of the product matching
+    page.select_option("#filter-gpu", "B200")
+    expect(page).to_have_url(re.compile(r"gpu=B200"))
+    expect(page.locator("#runs-table tbody tr[data-run-id]")).to_have_count(1)
+    expect(page.locator(f'tr[data-run-id="{ids["B200"]}"]')).to_be_visible()
+    shot(page, "one-story-runs-gpu-filter")

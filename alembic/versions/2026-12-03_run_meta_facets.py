@@ -1,0 +1,74 @@
+"""runs.meta_gpu, runs.meta_recipe, runs.meta_te_version, runs.meta_git_commit
+
+The runs list filters by the GPU, recipe, TE version and git commit a run's metadata names (`?gpu=H100`), in one
+spelling (policy/run_facets.py `run_facets`: "NVIDIA H100 80GB HBM3" and "h100" are both `h100`), so a filter is
+a plain comparison on both databases instead of reading every run's JSON. Existing runs get theirs from their
+stored metadata here; new runs when their row is written. Indexes with the id for the two equality filters (the
+list is newest first).
+
+The backfill calls `run_facets` as it is when this migration runs: a later change of that spelling applies to
+runs stored after it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import sqlalchemy as sa
+from alembic import op
+
+from fp8_policy.policy.run_facets import MAX_FACET_CHARS, run_facets
+
+revision = "run_meta_facets"
+down_revision = "summary_precision_mix"
+
+COLUMNS = ("meta_gpu", "meta_recipe", "meta_te_version", "meta_git_commit")
+BATCH = 500
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("runs", schema=None) as batch_op:
+        for column in COLUMNS:
+            batch_op.add_column(sa.Column(column, sa.String(length=MAX_FACET_CHARS), nullable=True))
+        batch_op.create_index("ix_runs_meta_gpu_id", ["meta_gpu", "id"], unique=False)
+        batch_op.create_index("ix_runs_meta_recipe_id", ["meta_recipe", "id"], unique=False)
+    _backfill(op.get_bind())
+
+
+def _backfill(bind: sa.Connection) -> None:
+    runs = sa.table("runs", sa.column("id", sa.Integer()), sa.column("metadata", sa.Text()))
+    update = sa.text(
+        "UPDATE runs SET meta_gpu = :gpu, meta_recipe = :recipe, meta_te_version = :te_version,"
+        " meta_git_commit = :git_commit WHERE id = :id"
+    )
+    after = 0
+    while True:
+        # the JSON column read as text on both databases (SQLite stores text, PostgreSQL's json casts to it)
+        rows = bind.execute(
+            sa.select(runs.c.id, sa.cast(runs.c.metadata, sa.Text()))
+            .where(runs.c.id > after)
+            .order_by(runs.c.id)
+            .limit(BATCH)
+        ).all()
+        if not rows:
+            return
+        values = []
+        for run_id, text in rows:
+            try:
+                metadata = json.loads(text) if text else {}
+            except ValueError:
+                metadata = {}
+            facets = run_facets(metadata if isinstance(metadata, dict) else {})
+            if any(facets.values()):
+                values.append({"id": run_id, **facets})
+        if values:
+            bind.execute(update, values)
+        after = rows[-1][0]
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("runs", schema=None, table_kwargs={"sqlite_autoincrement": True}) as batch_op:
+        batch_op.drop_index("ix_runs_meta_recipe_id")
+        batch_op.drop_index("ix_runs_meta_gpu_id")
+        for column in reversed(COLUMNS):
+            batch_op.drop_column(column)
