@@ -1,5 +1,6 @@
 """`PolicyClient`: one method per fp8-policy endpoint, over one HTTP session, plus `upload` and `wait`; the live-run
-and alert endpoints' methods are in client/live_alert_methods.py (a base class).
+and alert endpoints' methods are in client/live_alert_methods.py, the kept configs' in client/config_methods.py
+(base classes).
 
 Belongs here: endpoint paths, request parameters, upload (directory packing, progress) and polling.
 Results are the service's JSON as plain dicts/lists (rendered configs as str, files as Path).
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
 from fp8_policy.client._http import DEFAULT_TIMEOUT, HttpSession, json_object
+from fp8_policy.client.config_methods import ConfigMethods
 from fp8_policy.client.errors import ApiError, IngestFailed, NotFound, WaitTimeout
 from fp8_policy.client.live_alert_methods import LiveAndAlertMethods
 from fp8_policy.client.packing import ProgressReader, StderrBar, pack_directory, upload_fields
@@ -72,7 +74,7 @@ def service_root(url: str) -> str:
     return root
 
 
-class PolicyClient(LiveAndAlertMethods):
+class PolicyClient(LiveAndAlertMethods, ConfigMethods):
     """Client of one fp8-policy service; use as a context manager (it owns one HTTP connection pool).
 
     `token` is sent as `Authorization: Bearer <token>`; left out, FP8_POLICY_TOKEN is used when set.

@@ -192,6 +192,7 @@ class ServiceSecret(Base):
 
 # The ingest job queue lives in its own module; imported here so every table is on Base.metadata.
 from fp8_policy.db.alert_models import AlertDelivery, AlertRule  # noqa: E402,F401
+from fp8_policy.db.config_models import RunConfig  # noqa: E402,F401
 from fp8_policy.db.job_models import IngestJob  # noqa: E402,F401
 from fp8_policy.db.live_models import LiveEventRow, LiveFile, LiveState  # noqa: E402,F401
 from fp8_policy.db.summary_models import RunSummary  # noqa: E402,F401

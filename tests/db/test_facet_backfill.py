@@ -1,4 +1,4 @@
-"""The run_meta_facets migration fills the runs list's facet columns from the metadata of runs stored before it
+"""The run_facets_configs migration fills the runs list's facet columns from the metadata of runs stored before it
 (SQLite and PostgreSQL), and its downgrade drops them again."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def test_existing_runs_get_their_facets(fresh_url: str, fresh_engine: Engine) ->
                 {"sha": f"{k}" * 64, "metadata": json.dumps(metadata)},
             )
 
-    upgrade(fresh_url, "run_meta_facets")
+    upgrade(fresh_url, "run_facets_configs")
 
     with fresh_engine.connect() as connection:
         rows = connection.execute(

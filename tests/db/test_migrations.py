@@ -30,6 +30,7 @@ TABLES = {
     "live_events",
     "alert_rules",
     "alert_deliveries",
+    "run_configs",
 }
 
 

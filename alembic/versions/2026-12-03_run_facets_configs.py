@@ -1,4 +1,8 @@
-"""runs.meta_gpu, runs.meta_recipe, runs.meta_te_version, runs.meta_git_commit
+"""runs.meta_gpu, runs.meta_recipe, runs.meta_te_version, runs.meta_git_commit; the run_configs table
+
+run_configs: rendered configs kept with their run, versioned per format, with the policy version and options of the
+recommendation they came from (db/config_models.py).
+
 
 The runs list filters by the GPU, recipe, TE version and git commit a run's metadata names (`?gpu=H100`), in one
 spelling (policy/run_facets.py `run_facets`: "NVIDIA H100 80GB HBM3" and "h100" are both `h100`), so a filter is
@@ -17,9 +21,10 @@ import json
 import sqlalchemy as sa
 from alembic import op
 
+from fp8_policy.db import migration_ops
 from fp8_policy.policy.run_facets import MAX_FACET_CHARS, run_facets
 
-revision = "run_meta_facets"
+revision = "run_facets_configs"
 down_revision = "summary_precision_mix"
 
 COLUMNS = ("meta_gpu", "meta_recipe", "meta_te_version", "meta_git_commit")
@@ -33,6 +38,28 @@ def upgrade() -> None:
         batch_op.create_index("ix_runs_meta_gpu_id", ["meta_gpu", "id"], unique=False)
         batch_op.create_index("ix_runs_meta_recipe_id", ["meta_recipe", "id"], unique=False)
     _backfill(op.get_bind())
+    op.create_table(  # migration_ops.create_run_table's shape, with ids never reused on SQLite either
+        "run_configs",
+        migration_ops.id_column(),
+        sa.Column("run_id", sa.Integer(), nullable=False),
+        sa.Column("format", sa.String(length=32), nullable=False),
+        sa.Column("version", sa.Integer(), nullable=False),
+        sa.Column("filename", sa.String(length=255), nullable=False),
+        sa.Column("media_type", sa.String(length=100), nullable=False),
+        sa.Column("content", sa.Text(), nullable=False),
+        sa.Column("sha256", sa.String(length=64), nullable=False),
+        sa.Column("size", sa.Integer(), nullable=False),
+        sa.Column("policy_version", sa.String(length=32), nullable=False),
+        sa.Column("options", sa.JSON(), nullable=False),
+        sa.Column("recommendation_sha256", sa.String(length=64), nullable=False),
+        migration_ops.timestamp("created_at"),
+        sa.Column("created_by", sa.String(length=100), nullable=True),
+        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_run_configs_run_id_runs"), ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_run_configs")),
+        sa.UniqueConstraint("run_id", "format", "version", name=op.f("uq_run_configs_run_id_format_version")),
+        sqlite_autoincrement=True,
+    )
+    op.create_index("ix_run_configs_run_id_id", "run_configs", ["run_id", "id"], unique=False)
 
 
 def _backfill(bind: sa.Connection) -> None:
@@ -67,6 +94,8 @@ def _backfill(bind: sa.Connection) -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_run_configs_run_id_id", table_name="run_configs")
+    op.drop_table("run_configs")
     with op.batch_alter_table("runs", schema=None, table_kwargs={"sqlite_autoincrement": True}) as batch_op:
         batch_op.drop_index("ix_runs_meta_recipe_id")
         batch_op.drop_index("ix_runs_meta_gpu_id")
