@@ -208,12 +208,20 @@ class PolicyClient(LiveAndAlertMethods, ConfigMethods):
         raise NotFound(404, "NotFound", f"no run named {name!r} in project {project!r}")
 
     def update_run(
-        self, run_id: int, *, notes: str | None | _Unset = UNSET, tags: Sequence[str] | None = None
+        self,
+        run_id: int,
+        *,
+        notes: str | None | _Unset = UNSET,
+        tags: Sequence[str] | None = None,
+        training_run: Mapping[str, str] | None | _Unset = UNSET,
     ) -> dict[str, Any]:
-        """Edit a run's notes and/or tags (an upload or admin token) and return the run as stored. `notes`: the
-        new text, None (or blank) to clear, left out to keep; `tags`: the run's new tags (replacing the present
-        ones; [] clears them), None to keep. The service checks both before storing either (ApiError 400)."""
+        """Edit a run's notes, tags and/or training-run link (an upload or admin token) and return the run as
+        stored. `notes`: the new text, None (or blank) to clear, left out to keep; `tags`: the run's new tags
+        (replacing the present ones; [] clears them), None to keep; `training_run`: {"kind": "mlflow" | "wandb",
+        "ref", "url"}, None to remove. The service checks all before storing any (ApiError 400)."""
         body: dict[str, Any] = {}
+        if not isinstance(training_run, _Unset):
+            body["training_run"] = dict(training_run) if training_run is not None else None
         if not isinstance(notes, _Unset):
             body["notes"] = notes
         if tags is not None:

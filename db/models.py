@@ -93,6 +93,9 @@ class Run(Base):
     meta_recipe: Mapped[str | None] = mapped_column(String(MAX_FACET_CHARS))
     meta_te_version: Mapped[str | None] = mapped_column(String(MAX_FACET_CHARS))
     meta_git_commit: Mapped[str | None] = mapped_column(String(MAX_FACET_CHARS))
+    # the experiment-tracker run this run belongs to: {"kind": "mlflow" | "wandb", "ref": its id or path, "url"}
+    # (PATCH .../runs/{id}; `fp8-policy upload --mlflow-run-id / --wandb-run` sets it); NULL when none
+    training_run: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     tags: Mapped[list[RunTag]] = relationship(
         back_populates="run", cascade="all, delete-orphan", passive_deletes=True, lazy="selectin"

@@ -1,4 +1,6 @@
-"""runs.meta_gpu, runs.meta_recipe, runs.meta_te_version, runs.meta_git_commit; the run_configs table
+"""runs.meta_gpu, runs.meta_recipe, runs.meta_te_version, runs.meta_git_commit, runs.training_run; run_configs
+
+runs.training_run: the experiment-tracker run (MLflow, W&B) a run belongs to, {"kind", "ref", "url"}.
 
 run_configs: rendered configs kept with their run, versioned per format, with the policy version and options of the
 recommendation they came from (db/config_models.py).
@@ -35,6 +37,7 @@ def upgrade() -> None:
     with op.batch_alter_table("runs", schema=None) as batch_op:
         for column in COLUMNS:
             batch_op.add_column(sa.Column(column, sa.String(length=MAX_FACET_CHARS), nullable=True))
+        batch_op.add_column(sa.Column("training_run", sa.JSON(), nullable=True))
         batch_op.create_index("ix_runs_meta_gpu_id", ["meta_gpu", "id"], unique=False)
         batch_op.create_index("ix_runs_meta_recipe_id", ["meta_recipe", "id"], unique=False)
     _backfill(op.get_bind())
@@ -99,5 +102,6 @@ def downgrade() -> None:
     with op.batch_alter_table("runs", schema=None, table_kwargs={"sqlite_autoincrement": True}) as batch_op:
         batch_op.drop_index("ix_runs_meta_recipe_id")
         batch_op.drop_index("ix_runs_meta_gpu_id")
+        batch_op.drop_column("training_run")
         for column in reversed(COLUMNS):
             batch_op.drop_column(column)

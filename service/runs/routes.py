@@ -148,8 +148,9 @@ def read_run(run_id: int, session: SessionDep) -> RunRead:
 
 @router.patch("/{run_id}", response_model=RunRead, dependencies=[UPLOAD], responses=error_responses(400, 403, 404, 409))
 def edit_run(run_id: int, body: RunEdit, session: SessionDep, principal: PrincipalDep) -> RunRead:
-    """Edit a run's notes and tags: `{"notes": "...", "tags": ["a", "b"]}`, either field optional; `tags` replaces
-    the run's tags. Both are checked before anything is stored (400 otherwise). The token that uploaded the run, or
+    """Edit a run's notes, tags and training-run link: `{"notes": "...", "tags": ["a", "b"], "training_run":
+    {"kind": "mlflow", "ref": "<run id>", "url": "http://..."}}`, each field optional; `tags` replaces the run's
+    tags. All are checked before anything is stored (400 otherwise). The token that uploaded the run, or
     an admin token, edits it (403 `NotRunOwner` for any other, as for a live run's finalize)."""
     return actions.edit_run(session, run_id, body, principal)
 

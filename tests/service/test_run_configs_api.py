@@ -109,3 +109,27 @@ def test_a_run_that_is_not_ready_keeps_nothing_and_a_deleted_run_takes_its_confi
     assert deleted.status_code == 204
     with Session(db_engine) as session:
         assert session.scalar(select(func.count()).select_from(RunConfig).where(RunConfig.run_id == run_id)) == 0
+
+
+def test_the_training_run_link_is_checked_stored_and_removed(client: TestClient, project: str) -> None:
+    run_id = ready_run(client, project, seed=4)
+    link = {"kind": "wandb", "ref": "team/fp8/abc123", "url": "https://wandb.ai/team/fp8/runs/abc123"}
+
+    stored = client.patch(f"{RUNS}/{run_id}", json={"training_run": link})
+    bad = [
+        client.patch(f"{RUNS}/{run_id}", json={"training_run": body})
+        for body in (
+            {"kind": "tensorboard", "ref": "x"},
+            {"kind": "mlflow", "ref": "abc", "url": "javascript:alert(1)"},
+            {"kind": "mlflow", "ref": " "},
+            {"kind": "mlflow", "ref": "abc", "extra": "1"},
+            {"kind": "mlflow", "ref": "abc\n"},
+        )
+    ]
+    listed = client.get(RUNS, params={"project": project}).json()["items"]
+    removed = client.patch(f"{RUNS}/{run_id}", json={"training_run": None})
+
+    assert stored.status_code == 200 and stored.json()["training_run"] == link
+    assert [(r.status_code, r.json()["error"]) for r in bad] == [(400, "InvalidParameter")] * len(bad)
+    assert [r["training_run"] for r in listed if r["id"] == run_id] == [link]  # the runs list shows it too
+    assert removed.status_code == 200 and removed.json()["training_run"] is None

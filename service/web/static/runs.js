@@ -12,6 +12,7 @@ import { go, replaceHash, setTitle } from "./router.js";
 import { whoAmI } from "./session.js";
 import { armDelete } from "./run_actions.js";
 import { precisionMix } from "./precision.js";
+import { trainingRunLink } from "./params.js";
 
 const PAGE = 200;
 const COMPARE_MAX = 8; // the compare page shows 2-8 runs
@@ -27,6 +28,7 @@ const COLUMNS = [ // key, label, value for sorting (higher = "more"), numeric
   ["recipe", "Recipe", (r) => meta(r, "recipe"), false],
   ["te", "TE", (r) => meta(r, "te"), false],
   ["commit", "Commit", (r) => meta(r, "commit"), false],
+  ["training", "Training run", (r) => (r.training_run ? `${r.training_run.kind} ${r.training_run.ref}` : null), false],
   ["layers", "Layers", (r) => (r.status === "ready" ? r.layer_count : null), true],
   ["points", "Points", (r) => (r.status === "ready" ? r.points : null), true],
   ["iterations", "Iterations", (r) => r.iteration_max, true],
@@ -231,6 +233,7 @@ export async function runsView(ctx, query) {
       precisionCell(run),
       ...["gpu", "recipe", "te"].map((c) => h("td", { class: `col-meta col-${c}` }, meta(run, c) || h("span", { class: "muted" }, "—"))),
       h("td", { class: "col-meta col-commit mono", title: (run.metadata || {}).git_commit || null }, meta(run, "commit") || h("span", { class: "muted" }, "—")),
+      h("td", { class: "col-meta col-training" }, trainingRunLink(run) || h("span", { class: "muted" }, "—")),
       h("td", { class: "num" }, run.status === "ready" ? fmtInt(run.layer_count) : "—"),
       h("td", { class: "num" }, run.status === "ready" ? fmtInt(run.points) : "—"),
       h("td", { class: "num nowrap" }, iters),
