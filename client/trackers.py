@@ -83,6 +83,11 @@ def hand_off(
     `mlflow_run_id`, `wandb_run` = "ENTITY/PROJECT/RUN_ID") and store that run's link with ours."""
     if (mlflow_run_id is None) == (wandb_run is None):
         raise ValueError("give exactly one of mlflow_run_id and wandb_run")
+    # the tracker's package first: without it nothing is kept with the run nor linked
+    if mlflow_run_id is not None:
+        _module("mlflow.tracking", "mlflow")
+    else:
+        _module("wandb", "wandb")
     verdict = verdict_of(client, run_id, fail_on)
     kept = client.keep_configs(run_id, formats)
     files = {f"v{item['version']}-{item['filename']}": client.config_content(run_id, item["id"]) for item in kept}
