@@ -1,11 +1,12 @@
-"""The client commands of the `fp8-policy` console script: upload, status, runs, analysis, recommend, gate, compare,
-heatmap, frontier, verify, delete, watch, alert.
+"""The client commands of the `fp8-policy` console script: upload, status, runs, analysis, recommend, configs, gate,
+compare, heatmap, frontier, verify, delete, watch, alert.
 
 Belongs here: only the composition of the client command modules and the `--version` option. The commands live
 in client/cli_runs.py (upload, status, runs, edit, delete), client/cli_analysis.py (analysis, recommend, gate,
-compare, heatmap), client/cli_frontier.py (frontier, verify) and client/cli_live.py (watch, alert); the shared options, run references, tables and error
-handling in client/cli_common.py. Exit codes: 0 ok, 1 when `gate` fails the bar, 2 for usage errors and every
-`PolicyError` (printed as `error: <Code>: <detail>` on stderr, no traceback). `register_client_commands(group)`
+compare, heatmap), client/cli_configs.py (configs), client/cli_frontier.py (frontier, verify) and client/cli_live.py
+(watch, alert); the shared options, run references, tables and error handling in client/cli_common.py. Exit codes:
+0 ok, 1 when `gate` fails the bar, 2 for usage errors and every `PolicyError` (printed as `error: <Code>:
+<detail>` on stderr, no traceback). `register_client_commands(group)`
 adds them to the server's group (`service/cli.py`); `cli` is a stand-alone group with only these. Tests inject
 a `PolicyClient` as `CliRunner.invoke(obj=...)`.
 """
@@ -20,6 +21,7 @@ import click
 from fp8_policy._version import __version__
 from fp8_policy.client.cli_analysis import analysis, compare, gate, heatmap, recommend
 from fp8_policy.client.cli_common import ClosedPipeGroup
+from fp8_policy.client.cli_configs import configs
 from fp8_policy.client.cli_frontier import frontier, verify
 from fp8_policy.client.cli_live import alert, watch
 from fp8_policy.client.cli_runs import delete, edit, runs, status, upload
@@ -33,6 +35,7 @@ COMMANDS = (
     edit,
     analysis,
     recommend,
+    configs,
     gate,
     compare,
     heatmap,

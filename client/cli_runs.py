@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from fp8_policy.client import trackers
 from fp8_policy.client.cli_common import (
     RUN_REF,
     cell,
@@ -32,6 +33,9 @@ def run_summary(run: dict[str, Any]) -> str:
     ]
     if run.get("notes"):
         rows.append(["notes", run["notes"]])
+    link = run.get("training_run")
+    if isinstance(link, dict):
+        rows.append(["training", f"{link.get('kind')} {link.get('url') or link.get('ref')}"])
     if run.get("error"):
         rows.append(["error", run["error"]])
     if run.get("status") == "ready":
@@ -70,6 +74,21 @@ def run_summary(run: dict[str, Any]) -> str:
     help="Training scalars as JSON lines ({step, loss, grad_norm, lr, ...}) to pack with a log directory "
     "(default: DIR/scalars.jsonl when present); the run page draws them as curves.",
 )
+@click.option(
+    "--mlflow-run-id",
+    help="Once ready, log the verdict, gate result and rendered configs into this MLflow run and link the two "
+    "(implies --wait; needs fp8-policy[mlflow]).",
+)
+@click.option(
+    "--mlflow-tracking-uri",
+    envvar="MLFLOW_TRACKING_URI",
+    help="The MLflow tracking server of --mlflow-run-id (default: $MLFLOW_TRACKING_URI).",
+)
+@click.option(
+    "--wandb-run",
+    metavar="ENTITY/PROJECT/RUN_ID",
+    help="As --mlflow-run-id, into this Weights & Biases run (needs fp8-policy[wandb]; WANDB_MODE=offline works).",
+)
 @client_options
 def upload(
     path: Path,
@@ -81,6 +100,9 @@ def upload(
     timeout: float,
     progress: bool | None,
     scalars: Path | None,
+    mlflow_run_id: str | None,
+    mlflow_tracking_uri: str | None,
+    wandb_run: str | None,
     url: str,
     token: str | None,
     as_json: bool,
@@ -89,6 +111,9 @@ def upload(
     archive/log file."""
     if scalars is not None and not path.is_dir():
         raise click.UsageError("--scalars goes with a log directory; put scalars.jsonl into your archive instead")
+    if mlflow_run_id and wandb_run:
+        raise click.UsageError("--mlflow-run-id and --wandb-run: one tracker run per upload")
+    wait_ = wait_ or bool(mlflow_run_id or wandb_run)  # the verdict needs the ready run
     with connect(url, token) as client:
         run = client.upload(
             path,
@@ -113,6 +138,17 @@ def upload(
                     err=True,
                 )
                 raise SystemExit(130) from None
+        if mlflow_run_id or wandb_run:
+            handed = trackers.hand_off(
+                client,
+                run["id"],
+                mlflow_run_id=mlflow_run_id,
+                mlflow_tracking_uri=mlflow_tracking_uri,
+                wandb_run=wandb_run,
+            )
+            run = {**run, "training_run": handed.link}
+            where = handed.link.get("url") or handed.link["ref"]
+            click.echo(f"logged the verdict, gate result and {len(handed.configs)} configs into {where}", err=True)
     if as_json:
         return echo_json(run)
     click.echo(run_summary(run))
@@ -143,14 +179,29 @@ def status(run_ref: int | tuple[str, str], url: str, token: str | None, as_json:
 @click.option("--project")
 @click.option("--status", "status_", type=click.Choice(["queued", "processing", "ready", "failed", "live"]))
 @click.option("--tag")
+@click.option("--gpu", help='Only runs whose metadata names this GPU ("H100" finds "NVIDIA H100 80GB HBM3").')
+@click.option("--recipe", help='Only runs whose metadata names this recipe ("mxfp8", "DelayedScaling", ...).')
+@click.option("--te-version", help='Only runs on this TE version or one under it ("2.8" finds 2.8.0+cu128).')
+@click.option("--commit", "git_commit", help="Only runs whose metadata's git commit starts with this.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 200))
 @client_options
 def runs(
-    project: str | None, status_: str | None, tag: str | None, limit: int, url: str, token: str | None, as_json: bool
+    project: str | None,
+    status_: str | None,
+    tag: str | None,
+    gpu: str | None,
+    recipe: str | None,
+    te_version: str | None,
+    git_commit: str | None,
+    limit: int,
+    url: str,
+    token: str | None,
+    as_json: bool,
 ) -> None:
     """The newest runs (one page)."""
+    facets = {"gpu": gpu, "recipe": recipe, "te_version": te_version, "git_commit": git_commit}
     with connect(url, token) as client:
-        page = client.runs(project=project, status=status_, tag=tag, limit=limit)
+        page = client.runs(project=project, status=status_, tag=tag, limit=limit, **facets)
     if as_json:
         return echo_json(page)
     rows = [
@@ -167,7 +218,7 @@ def runs(
     ]
     none = (
         "no runs match these filters"
-        if project or status_ or tag
+        if project or status_ or tag or any(facets.values())
         else "no runs yet: `fp8-policy upload LOG_DIR` sends one"
     )
     echo_rows(["id", "name", "project", "status", "verdict", "layers", "created"], rows, none)

@@ -1,4 +1,6 @@
-"""`PolicyClient`: one method per fp8-policy endpoint, over one HTTP session, plus `upload` and `wait`.
+"""`PolicyClient`: one method per fp8-policy endpoint, over one HTTP session, plus `upload` and `wait`; the live-run
+and alert endpoints' methods are in client/live_alert_methods.py, the kept configs' in client/config_methods.py
+(base classes).
 
 Belongs here: endpoint paths, request parameters, upload (directory packing, progress) and polling.
 Results are the service's JSON as plain dicts/lists (rendered configs as str, files as Path).
@@ -17,12 +19,12 @@ from typing import Any, Literal, TypeVar, overload
 
 from fp8_policy.client._http import DEFAULT_TIMEOUT, HttpSession, json_object, service_root
 from fp8_policy.client.client_experiments import ExperimentCalls
+from fp8_policy.client.config_methods import ConfigMethods
 from fp8_policy.client.errors import ApiError, IngestFailed, NotFound, WaitTimeout
+from fp8_policy.client.live_alert_methods import LiveAndAlertMethods
 from fp8_policy.client.packing import ProgressReader, StderrBar, pack_directory, upload_fields
 
 RUNS = "/api/v1/runs"
-LIVE_RUNS = "/api/v1/live/runs"
-ALERTS = "/api/v1/alerts"
 TOKEN_ENV = "FP8_POLICY_TOKEN"
 # `te-monitor`: the debug YAML for watching a run the policy was applied to with apply_policy (see monitor_config)
 # Seams for tests (monkeypatch these, not the time module).
@@ -63,7 +65,7 @@ def backoff_delays(initial: float = 0.2, maximum: float = 2.0, factor: float = 2
         delay = min(maximum, delay * factor)
 
 
-class PolicyClient(ExperimentCalls):
+class PolicyClient(LiveAndAlertMethods, ConfigMethods, ExperimentCalls):
     """Client of one fp8-policy service; use as a context manager (it owns one HTTP connection pool).
 
     `token` is sent as `Authorization: Bearer <token>`; left out, FP8_POLICY_TOKEN is used when set.
@@ -172,9 +174,11 @@ class PolicyClient(ExperimentCalls):
         tag: str | None = None,
         cursor: str | None = None,
         limit: int | None = None,
+        **facets: str | None,
     ) -> dict[str, Any]:
-        """One page of runs, newest first: {"items": [...], "next_cursor": str | None}."""
-        params = {"project": project, "status": status, "tag": tag, "cursor": cursor, "limit": limit}
+        """One page of runs, newest first: {"items": [...], "next_cursor": str | None}. `facets`: the metadata
+        filters gpu=, recipe=, te_version=, git_commit= (the service answers 400 for any other or a bad value)."""
+        params = {"project": project, "status": status, "tag": tag, "cursor": cursor, "limit": limit, **facets}
         return self._http.json_object("GET", RUNS, params=params)
 
     def iter_runs(self, **filters: Any) -> Iterator[dict[str, Any]]:
@@ -195,12 +199,20 @@ class PolicyClient(ExperimentCalls):
         raise NotFound(404, "NotFound", f"no run named {name!r} in project {project!r}")
 
     def update_run(
-        self, run_id: int, *, notes: str | None | _Unset = UNSET, tags: Sequence[str] | None = None
+        self,
+        run_id: int,
+        *,
+        notes: str | None | _Unset = UNSET,
+        tags: Sequence[str] | None = None,
+        training_run: Mapping[str, str] | None | _Unset = UNSET,
     ) -> dict[str, Any]:
-        """Edit a run's notes and/or tags (an upload or admin token) and return the run as stored. `notes`: the
-        new text, None (or blank) to clear, left out to keep; `tags`: the run's new tags (replacing the present
-        ones; [] clears them), None to keep. The service checks both before storing either (ApiError 400)."""
+        """Edit a run's notes, tags and/or training-run link (an upload or admin token) and return the run as
+        stored. `notes`: the new text, None (or blank) to clear, left out to keep; `tags`: the run's new tags
+        (replacing the present ones; [] clears them), None to keep; `training_run`: {"kind": "mlflow" | "wandb",
+        "ref", "url"}, None to remove. The service checks all before storing any (ApiError 400)."""
         body: dict[str, Any] = {}
+        if not isinstance(training_run, _Unset):
+            body["training_run"] = dict(training_run) if training_run is not None else None
         if not isinstance(notes, _Unset):
             body["notes"] = notes
         if tags is not None:
@@ -324,70 +336,3 @@ class PolicyClient(ExperimentCalls):
     def health(self) -> dict[str, Any]:
         """The service's /healthz answer (raises ApiError when the database is down)."""
         return self._http.json_object("GET", "/healthz")
-
-    # ------------------------------------------------------------------------------------------------ live
-    def create_live_run(
-        self,
-        *,
-        name: str | None = None,
-        project: str | None = None,
-        tags: Sequence[str] = (),
-        metadata: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Start a live run (status `live`); its logs are then sent with `append_live` (see `LiveUploader`)."""
-        body = {"name": name, "project": project or "default", "tags": list(tags), "metadata": dict(metadata or {})}
-        return self._http.json_object("POST", LIVE_RUNS, json=body)
-
-    def append_live(self, run_id: int, path: str, offset: int, data: bytes) -> dict[str, Any]:
-        """Send `data` as bytes `offset..` of the live run's file `path`; returns {path, size, events}."""
-        return self._http.json_object(
-            "PUT",
-            f"{LIVE_RUNS}/{int(run_id)}/files/{path}",
-            params={"offset": offset},
-            content=data,
-            headers={"Content-Type": "application/octet-stream"},
-        )
-
-    def live_run(self, run_id: int, *, after: int = 0) -> dict[str, Any]:
-        """A live run's received files and its early-warning events with ids above `after`."""
-        return self._http.json_object("GET", f"{LIVE_RUNS}/{int(run_id)}", params={"after": after})
-
-    # ------------------------------------------------------------------------------------------------ alerts
-    def add_alert_rule(
-        self,
-        project: str,
-        webhook: str,
-        *,
-        format: str = "slack",
-        events: Sequence[str] = (),
-        min_severity: str = "warning",
-        cooldown_seconds: int = 600,
-    ) -> dict[str, Any]:
-        """Send `project`'s early-warning events to `webhook` (admin token)."""
-        body = {
-            "project": project,
-            "webhook": webhook,
-            "format": format,
-            "events": list(events),
-            "min_severity": min_severity,
-            "cooldown_seconds": cooldown_seconds,
-        }
-        return self._http.json_object("POST", f"{ALERTS}/rules", json=body)
-
-    def alert_rules(self, project: str | None = None) -> list[dict[str, Any]]:
-        return self._http.json_list("GET", f"{ALERTS}/rules", params={"project": project})
-
-    def remove_alert_rule(self, rule_id: int) -> None:
-        self._http.request("DELETE", f"{ALERTS}/rules/{int(rule_id)}")
-
-    def alert_log(
-        self, *, project: str | None = None, run_id: int | None = None, limit: int = 200
-    ) -> list[dict[str, Any]]:
-        """Alerts raised (sent, pending, failed, suppressed), newest first."""
-        return self._http.json_list(
-            "GET", f"{ALERTS}/log", params={"project": project, "run_id": run_id, "limit": limit}
-        )
-
-    def finalize_live_run(self, run_id: int) -> dict[str, Any]:
-        """Ingest what the live run received, like an upload (the run goes `queued`, then `ready` or `failed`)."""
-        return self._http.json_object("POST", f"{LIVE_RUNS}/{int(run_id)}/finalize")

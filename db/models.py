@@ -30,6 +30,7 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from fp8_policy.db.base import Base, UTCDateTime
 from fp8_policy.policy.records import MAX_LAYER_CHARS, MAX_STAT_CHARS, MAX_TENSOR_CHARS
+from fp8_policy.policy.run_facets import MAX_FACET_CHARS
 
 
 class RunStatus(StrEnum):
@@ -51,6 +52,8 @@ class Run(Base):
     __table_args__ = (
         UniqueConstraint("project", "sha256"),
         Index("ix_runs_project_id", "project", "id"),
+        Index("ix_runs_meta_gpu_id", "meta_gpu", "id"),
+        Index("ix_runs_meta_recipe_id", "meta_recipe", "id"),
         {"sqlite_autoincrement": True},
     )
 
@@ -84,6 +87,15 @@ class Run(Base):
     # for runs ingested before it was kept (an unknown layout). Deferred: it grows with the job's ranks (60 KB at
     # 1,024 ranks, ~1 MB at 16,384) and only the analysis and rank lookups read it, not every load of a run row.
     parallel: Mapped[dict[str, Any] | None] = mapped_column(JSON, deferred=True)
+    # the metadata's GPU, recipe, TE version and git commit in the spelling the runs list filters by
+    # (policy/run_facets.py `run_facets`), written with the row; NULL where the metadata does not say
+    meta_gpu: Mapped[str | None] = mapped_column(String(MAX_FACET_CHARS))
+    meta_recipe: Mapped[str | None] = mapped_column(String(MAX_FACET_CHARS))
+    meta_te_version: Mapped[str | None] = mapped_column(String(MAX_FACET_CHARS))
+    meta_git_commit: Mapped[str | None] = mapped_column(String(MAX_FACET_CHARS))
+    # the experiment-tracker run this run belongs to: {"kind": "mlflow" | "wandb", "ref": its id or path, "url"}
+    # (PATCH .../runs/{id}; `fp8-policy upload --mlflow-run-id / --wandb-run` sets it); NULL when none
+    training_run: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     tags: Mapped[list[RunTag]] = relationship(
         back_populates="run", cascade="all, delete-orphan", passive_deletes=True, lazy="selectin"
@@ -183,6 +195,7 @@ class ServiceSecret(Base):
 
 # The ingest job queue lives in its own module; imported here so every table is on Base.metadata.
 from fp8_policy.db.alert_models import AlertDelivery, AlertRule  # noqa: E402,F401
+from fp8_policy.db.config_models import RunConfig  # noqa: E402,F401
 from fp8_policy.db.experiment_models import ExperimentRow  # noqa: E402,F401
 from fp8_policy.db.job_models import IngestJob  # noqa: E402,F401
 from fp8_policy.db.live_models import LiveEventRow, LiveFile, LiveState  # noqa: E402,F401

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import CursorResult, Select, and_, delete, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, CursorResult, Select, and_, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from fp8_policy._lazy import lazy_module
@@ -16,6 +16,7 @@ from fp8_policy.db.run_rows import IngestCounts as IngestCounts  # re-exported: 
 from fp8_policy.db.run_rows import LayerStatSummary, SeriesPoints
 from fp8_policy.db.run_rows import NewRun as NewRun  # re-exported: callers import it from here
 from fp8_policy.db.series_rows import encode_series, insert_series
+from fp8_policy.policy.run_facets import run_facets
 from fp8_policy.policy.safe_text import displayable
 
 # annotations only: the parser they belong to is not on the start-up path (tests/service/test_start_up_imports.py)
@@ -50,6 +51,7 @@ class RunRepository:
 
     # --- runs -------------------------------------------------------------------------------
     def add(self, new: NewRun) -> Run:
+        facets = run_facets(new.metadata)
         run = Run(
             name=new.name,
             project=new.project,
@@ -60,6 +62,10 @@ class RunRepository:
             upload_path=new.upload_path,
             uploaded_by=new.uploaded_by,
             run_metadata=new.metadata,
+            meta_gpu=facets["gpu"],
+            meta_recipe=facets["recipe"],
+            meta_te_version=facets["te_version"],
+            meta_git_commit=facets["git_commit"],
             created_at=utcnow(),
             rank_count=0,
             layer_count=0,
@@ -100,10 +106,14 @@ class RunRepository:
         after_id: int | None,
         limit: int,
         unlisted_errors: tuple[str, ...] = (),
+        facets: dict[str, str] | None = None,
     ) -> builtins.list[Run]:
         """Newest first; `after_id` is the cursor (ids below it). Failed runs whose error ('<Code>: <detail>')
-        has one of the codes in `unlisted_errors` are left out."""
+        has one of the codes in `unlisted_errors` are left out. `facets`: facet -> key (policy/run_facets.py
+        `facet_key`), all of which a run's metadata must match (`facet_filter`)."""
         query: Select[Run] = select(Run).order_by(Run.id.desc()).limit(limit)
+        for facet, key in (facets or {}).items():
+            query = query.where(facet_filter(facet, key))
         if unlisted_errors:
             query = query.where(
                 or_(
@@ -324,6 +334,22 @@ class RunRepository:
             .order_by(Series.tensor, Series.stat_key)
         )
         return builtins.list(self.session.execute(query))
+
+
+def facet_filter(facet: str, key: str) -> ColumnElement[bool]:
+    """Runs whose stored facet matches `key`: the same GPU or recipe; a TE version equal to it or under it
+    ("2.8" finds 2.8, 2.8.0 and 2.8.0+cu128, not 2.80); a commit starting with it (an abbreviated SHA)."""
+    if facet == "gpu":
+        return Run.meta_gpu == key
+    if facet == "recipe":
+        return Run.meta_recipe == key
+    if facet == "te_version":
+        column = Run.meta_te_version
+        under = (column.startswith(key + mark, autoescape=True) for mark in (".", "+"))
+        return or_(column == key, *under)
+    if facet == "git_commit":
+        return Run.meta_git_commit.startswith(key, autoescape=True)
+    raise ValueError(f"unknown facet {facet!r}")
 
 
 def layer_row(run_id: int, layer: AssembledLayer) -> dict[str, Any]:

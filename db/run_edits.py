@@ -1,4 +1,5 @@
-"""What a user edits on a stored run after its upload: its notes (a description) and its tags.
+"""What a user edits on a stored run after its upload: its notes (a description), its tags and the link to its
+experiment-tracker run.
 
 Belongs here: the SQL of those edits. The caller checks the values (service/limits.py) and locks the run's row
 first (RunRepository.lock), so an edit never interleaves with an ingest, a live append or a delete of the run.
@@ -16,6 +17,11 @@ from fp8_policy.db.models import Run, RunTag
 
 def set_notes(session: Session, run: Run, notes: str | None) -> None:
     run.notes = notes
+    session.flush()
+
+
+def set_training_run(session: Session, run: Run, link: dict[str, str] | None) -> None:
+    run.training_run = link
     session.flush()
 
 

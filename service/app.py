@@ -36,6 +36,7 @@ from fp8_policy.service.live.heatmap_routes import router as live_heatmap_router
 from fp8_policy.service.live.pieces import PieceGate
 from fp8_policy.service.live.routes import router as live_router
 from fp8_policy.service.live.story_routes import router as live_story_router
+from fp8_policy.service.runs.configs import router as configs_router
 from fp8_policy.service.runs.orphans import sweep_orphan_uploads
 from fp8_policy.service.runs.retry import router as retry_router
 from fp8_policy.service.runs.routes import router as runs_router
@@ -216,6 +217,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.include_router(runs_router, responses=AUTH_RESPONSES)
     app.include_router(retry_router, responses=AUTH_RESPONSES)
+    app.include_router(configs_router, responses=AUTH_RESPONSES)
     app.include_router(analysis_router, responses=AUTH_RESPONSES)
     app.include_router(visual_router, responses=AUTH_RESPONSES)
     app.include_router(compare_runs_router, responses=AUTH_RESPONSES)

@@ -81,14 +81,53 @@ def compute_capability(text: str | None) -> float | None:
     """ "hopper" / "H100" / "sm_90" / "sm100a" / "9.0" / "90" / "RTX 4090" / "NVIDIA H100 80GB HBM3" → 9.0 / 9.0 /
     9.0 / 10.0 / 9.0 / 9.0 / 8.9 / 9.0; None when not recognised (case, spaces, dashes and vendor words do not
     matter). The whole text is tried first, then its words and runs of two or three words."""
-    if text is None or not str(text).strip():
-        return None
-    words = [w for w in re.split(r"[\s\-()/,]+", str(text).lower()) if w and w not in _NOISE]
-    candidates = ["".join(words)] + ["".join(words[i : i + n]) for n in (3, 2, 1) for i in range(len(words) - n + 1)]
-    for candidate in dict.fromkeys(candidates):
-        cap = _capability(candidate.replace("_", ""))
+    for candidate in _candidates(text):
+        cap = _capability(candidate)
         if cap is not None:
             return cap
+    return None
+
+
+def gpu_key(text: str | None) -> str | None:
+    """The GPU a text names, in one spelling, to compare two texts by (the runs list's `gpu` filter): the product or
+    architecture as in the table above ("NVIDIA H100 80GB HBM3", "h100-sxm" -> "h100"; "Hopper" -> "hopper"),
+    "rtx4090" for GeForce cards, "sm90" for a compute capability ("sm_90", "9.0"); text it does not recognise
+    lowercased, vendor words dropped ("NVIDIA Foo-X" -> "foo x"). None when blank."""
+    words = _words(text)
+    if not words:
+        return None
+    for candidate in _candidates(text):
+        name = _named(candidate)
+        if name is not None:
+            return name
+        if re.fullmatch(r"rtx\d{4}(?:ti|super|d)*", candidate) and _capability(candidate) is not None:
+            return candidate
+        cap = _capability(candidate)
+        if cap is not None:
+            return f"sm{round(cap * 10)}"
+    return " ".join(words)
+
+
+def _words(text: str | None) -> list[str]:
+    if text is None:
+        return []
+    return [w for w in re.split(r"[\s\-()/,]+", str(text).lower()) if w and w not in _NOISE]
+
+
+def _candidates(text: str | None) -> list[str]:
+    """The whole text, then its runs of three, two and one words, each without spaces and underscores."""
+    words = _words(text)
+    if not words:
+        return []
+    grams = ["".join(words)] + ["".join(words[i : i + n]) for n in (3, 2, 1) for i in range(len(words) - n + 1)]
+    return list(dict.fromkeys(gram.replace("_", "") for gram in grams))
+
+
+def _named(key: str) -> str | None:
+    """The name of the table a key spells (itself, or it followed by a non-digit: "h100sxm" -> "h100")."""
+    for name in sorted(_NAMES, key=len, reverse=True):
+        if key == name or (key.startswith(name) and not key[len(name)].isdigit()):
+            return name
     return None
 
 
@@ -104,10 +143,8 @@ def _capability(key: str) -> float | None:
     rtx = re.fullmatch(r"rtx(\d{2})\d{2}(?:ti|super|d)*", key)
     if rtx and rtx[1] in _RTX_SERIES:
         return _RTX_SERIES[rtx[1]]
-    for name, cap in sorted(_NAMES.items(), key=lambda kv: -len(kv[0])):
-        if key == name or (key.startswith(name) and not key[len(name)].isdigit()):
-            return cap
-    return None
+    name = _named(key)
+    return _NAMES[name] if name is not None else None
 
 
 def gpu_from(data: Mapping[str, Any]) -> GpuSpec | None:

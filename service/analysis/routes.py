@@ -188,7 +188,7 @@ def read_recommendation(
     run the policy was applied to with `apply_policy` (no Disable* feature, kept layers on LogTensorStats only).
     Thresholds, `gpu_arch`, `te_version` and `current_recipe` may be given as query parameters; `pp_stage` asks
     for one pipeline stage's te-yaml / te-monitor file (needed when the job's stages name their blocks locally)."""
-    return _respond(request, session, run_id, _query_overrides(request), format, phase)
+    return respond_recommendation(request, session, run_id, _query_overrides(request), format, phase)
 
 
 @router.post(
@@ -221,10 +221,10 @@ def recompute_recommendation(
 ) -> RecommendationRead | Response:
     """Recompute the recommendation from stored data with overrides (thresholds, GPU arch, model dims,
     TE version, current recipe) without re-ingesting."""
-    return _respond(request, session, run_id, overrides, format, phase)
+    return respond_recommendation(request, session, run_id, overrides, format, phase)
 
 
-def _respond(
+def respond_recommendation(
     request: Request, session: Session, run_id: int, overrides: dict[str, Any], fmt: str, phase: int | None = None
 ) -> RecommendationRead | Response:
     # a target re-solves the recommendation computed without it (cached): no second load of the run's series

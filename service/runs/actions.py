@@ -34,6 +34,7 @@ from fp8_policy.service.runs.schemas import (
     SeriesRead,
     StatSummary,
 )
+from fp8_policy.service.runs.training_link import check_training_run
 
 if TYPE_CHECKING:
     import numpy as np
@@ -86,6 +87,7 @@ def run_read(run: Run, *, with_report: bool = False) -> RunRead:
         ingest_report=report,
         uploaded_by=run.uploaded_by,
         notes=shown(run.notes),
+        training_run=run.training_run,
     )
 
 
@@ -147,13 +149,21 @@ def list_runs(
     tag: str | None,
     cursor: str | None,
     limit: int,
+    facets: dict[str, str] | None = None,
 ) -> tuple[RunList, list[int]]:
-    """A page of runs with their stored summaries, and the ready runs on it whose summary is still to compute."""
+    """A page of runs with their stored summaries, and the ready runs on it whose summary is still to compute.
+    `facets`: metadata filters already checked and keyed (service/runs/facets.py `facet_filters`)."""
     limits.check_filters(project=project, tag=tag)
     project, tag = limits.nfc(project), limits.nfc(tag)  # as labels are stored (limits.check_label)
     after = limits.parse_cursor(cursor)
     runs = RunRepository(session).list(
-        project=project, status=status, tag=tag, after_id=after, limit=limit + 1, unlisted_errors=NEVER_HELD_A_LOG
+        project=project,
+        status=status,
+        tag=tag,
+        after_id=after,
+        limit=limit + 1,
+        unlisted_errors=NEVER_HELD_A_LOG,
+        facets=facets,
     )
     page, more = runs[:limit], len(runs) > limit
     items = [run_read(r) for r in page]
@@ -169,13 +179,14 @@ def list_runs(
 
 
 def edit_run(session: Session, run_id: int, edit: RunEdit, caller: Principal) -> RunRead:
-    """Replace a run's notes and/or tags (those `edit` sets): both checked before anything is written, one
+    """Replace a run's notes, tags and/or training-run link (those `edit` sets): all checked before anything is written, one
     transaction, the run's row locked first as every writer does (a run deleted meanwhile is 404). Only the token
     that uploaded the run, or an admin token, edits it (403 `NotRunOwner`: service/runs/ownership.py), a live
     run's as any other."""
     limits.check_run_id(run_id)
     notes = limits.check_notes(edit.notes) if "notes" in edit.model_fields_set else None
     tags = limits.check_tags(edit.tags) if edit.tags is not None else None
+    link = check_training_run(edit.training_run) if "training_run" in edit.model_fields_set else None
     run = RunRepository(session).lock(run_id, "write")
     if run is None:
         raise NotFound(f"run {run_id} does not exist")
@@ -185,6 +196,8 @@ def edit_run(session: Session, run_id: int, edit: RunEdit, caller: Principal) ->
         run_edits.set_notes(session, run, notes)
     if tags is not None:
         run_edits.replace_tags(session, run, tags)
+    if "training_run" in edit.model_fields_set:
+        run_edits.set_training_run(session, run, link)
     return run_read(run, with_report=True)
 
 

@@ -17,6 +17,7 @@ from fp8_policy.service.ingest.upload import ReceivedUpload, new_upload_path, re
 from fp8_policy.service.limits import check_rank
 from fp8_policy.service.openapi import error_responses
 from fp8_policy.service.runs import actions, writes
+from fp8_policy.service.runs.facets import FACET_HELP, facet_filters
 from fp8_policy.service.runs.schemas import (
     DuplicateOf,
     LayerRead,
@@ -116,11 +117,23 @@ def list_runs(
     tag: Annotated[str | None, Query(description="Only runs carrying this tag.")] = None,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
     limit: Annotated[int, Query(ge=1, le=200, description="Runs per page.")] = 50,
+    gpu: Annotated[str | None, Query(description=FACET_HELP["gpu"])] = None,
+    recipe: Annotated[str | None, Query(description=FACET_HELP["recipe"])] = None,
+    te_version: Annotated[str | None, Query(description=FACET_HELP["te_version"])] = None,
+    git_commit: Annotated[str | None, Query(description=FACET_HELP["git_commit"])] = None,
 ) -> RunList:
-    """Runs, newest first, filtered by project, status and tag; follow `next_cursor` for more. Ready runs carry
-    their stored `summary` (severity, leading finding, layers to BF16); one still being computed is null."""
+    """Runs, newest first, filtered by project, status, tag and the metadata's GPU, recipe, TE version and git
+    commit; follow `next_cursor` for more. Ready runs carry their stored `summary` (severity, leading finding,
+    layers to BF16); one still being computed is null."""
+    facets = facet_filters(gpu=gpu, recipe=recipe, te_version=te_version, git_commit=git_commit)
     page, missing = actions.list_runs(
-        session, project=project, status=status, tag=tag, cursor=cursor, limit=min(limit, settings.page_size_max)
+        session,
+        project=project,
+        status=status,
+        tag=tag,
+        cursor=cursor,
+        limit=min(limit, settings.page_size_max),
+        facets=facets,
     )
     if missing:
         request.app.state.summaries.request(missing)  # computed in the background, never in this request
@@ -135,8 +148,9 @@ def read_run(run_id: int, session: SessionDep) -> RunRead:
 
 @router.patch("/{run_id}", response_model=RunRead, dependencies=[UPLOAD], responses=error_responses(400, 403, 404, 409))
 def edit_run(run_id: int, body: RunEdit, session: SessionDep, principal: PrincipalDep) -> RunRead:
-    """Edit a run's notes and tags: `{"notes": "...", "tags": ["a", "b"]}`, either field optional; `tags` replaces
-    the run's tags. Both are checked before anything is stored (400 otherwise). The token that uploaded the run, or
+    """Edit a run's notes, tags and training-run link: `{"notes": "...", "tags": ["a", "b"], "training_run":
+    {"kind": "mlflow", "ref": "<run id>", "url": "http://..."}}`, each field optional; `tags` replaces the run's
+    tags. All are checked before anything is stored (400 otherwise). The token that uploaded the run, or
     an admin token, edits it (403 `NotRunOwner` for any other, as for a live run's finalize)."""
     return actions.edit_run(session, run_id, body, principal)
 

@@ -53,6 +53,9 @@ class RunRead(Schema):
         None, description="Name of the access token that uploaded the run; null when the service was open (no token)."
     )
     notes: str | None = Field(None, description="The run's notes (a description, multi-line text); null when none.")
+    training_run: dict[str, str] | None = Field(
+        None, description='Its experiment-tracker run: {"kind": "mlflow" | "wandb", "ref", "url"}; null when none.'
+    )
     summary: RunSummaryRead | None = Field(
         None,
         description="Stored summary of a ready run (runs list only); null "
@@ -72,6 +75,11 @@ class RunEdit(BaseModel):
     tags: list[str] | None = Field(
         None,
         description="The run's tags, replacing the present ones (blank ones dropped, duplicates once); [] clears them.",
+    )
+    training_run: dict[str, Any] | None = Field(
+        None,
+        description='The experiment-tracker run this run belongs to: {"kind": "mlflow" | "wandb", "ref": the MLflow '
+        'run id or the W&B entity/project/run, "url": its http(s) page}; null removes the link.',
     )
 
 

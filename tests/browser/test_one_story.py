@@ -127,3 +127,19 @@ def test_the_runs_list_shows_filters_and_groups_by_the_runs_metadata(page, live_
     expect(groups.first).to_contain_text("GPU:")
     assert "group=gpu" in page.url
     shot(page, "one-story-runs-grouped")
+    # the GPU filter runs on the server (GET /runs?gpu=B200), any spelling of the product matching
+    page.select_option("#filter-gpu", "B200")
+    expect(page).to_have_url(re.compile(r"gpu=B200"))
+    expect(page.locator("#runs-table tbody tr[data-run-id]")).to_have_count(1)
+    expect(page.locator(f'tr[data-run-id="{ids["B200"]}"]')).to_be_visible()
+    shot(page, "one-story-runs-gpu-filter")
+    # the link to the run's experiment-tracker run (PATCH training_run; `upload --mlflow-run-id` sets it)
+    link = {"kind": "mlflow", "ref": "0123456789abcdef0123", "url": "http://127.0.0.1:5000/#/experiments/1/runs/0123"}
+    with live_server.api() as client:
+        assert client.patch(f"/api/v1/runs/{ids['B200']}", json={"training_run": link}).status_code == 200
+    page.goto(f"{live_server.url}/#/runs?project=bt-meta")
+    cell = page.locator(f'tr[data-run-id="{ids["B200"]}"] .col-training a')
+    expect(cell).to_have_attribute("href", link["url"], timeout=30_000)
+    expect(cell).to_have_text("MLflow 0123456789ab…")
+    page.goto(f"{live_server.url}/#/runs/{ids['B200']}")
+    expect(page.locator('#params-run tr[data-key="training-run"] a')).to_have_attribute("href", link["url"])

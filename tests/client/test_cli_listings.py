@@ -80,3 +80,23 @@ def test_runs_shows_each_runs_verdict_and_a_live_run_as_training(invoke) -> None
     rows = result.stdout.splitlines()[1:]
     assert "critical u_shape, 3 to BF16, 41 nvfp4 8 mxfp8" in rows[0]
     assert "training" in rows[1] and rows[2].split()[4] == "-"
+
+
+def test_runs_sends_the_metadata_filters_and_says_when_none_match(mock_client) -> None:
+    seen: list[httpx.URL] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url)
+        return httpx.Response(200, json={"items": [], "next_cursor": None})
+
+    args = ["runs", "--gpu", "H100", "--recipe", "mxfp8", "--te-version", "2.8", "--commit", "3f2a"]
+    result = CliRunner().invoke(cli, args, obj=mock_client(handler))
+
+    assert (result.exit_code, result.stderr) == (0, "no runs match these filters\n")
+    params = dict(seen[0].params)
+    assert {k: params[k] for k in ("gpu", "recipe", "te_version", "git_commit")} == {
+        "gpu": "H100",
+        "recipe": "mxfp8",
+        "te_version": "2.8",
+        "git_commit": "3f2a",
+    }

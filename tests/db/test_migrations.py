@@ -31,6 +31,7 @@ TABLES = {
     "alert_rules",
     "alert_deliveries",
     "experiments",
+    "run_configs",
 }
 
 

@@ -33,6 +33,7 @@ from tests.service.api_runs import NONFINITE_LAYERS, live_server, sqlite_client,
 EXAMPLES = int(os.environ.get("FP8_POLICY_FUZZ_EXAMPLES", "10"))
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 RUN_IDS: list[int] = []  # the stored runs, filled by the `server` fixture
+CONFIGS: dict[int, int] = {}  # run id -> the id of the config kept with it
 NONFINITE: list[int] = []  # the run of tests.service.api_runs.nonfinite_log (its layer names are known)
 STATUSES: dict[str, set[int]] = {}  # "METHOD /path" -> statuses seen
 # Operations the stored runs cannot make succeed, and why.
@@ -55,6 +56,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     for client in sqlite_client(root):  # store the runs first, then serve the same database over HTTP
         ids = upload_runs(client, root, "fuzz")
         RUN_IDS[:], NONFINITE[:] = sorted(ids.values()), [ids["nonfinite"]]
+        for name in ("u_shape", "rank_outlier", "overflow", "rising_trend", "nonfinite"):  # a kept config each
+            kept = client.post(f"/api/v1/runs/{ids[name]}/configs", json={"formats": ["hydra"]})
+            assert kept.status_code == 201, kept.text
+            CONFIGS[ids[name]] = kept.json()["items"][0]["id"]
     with live_server(sqlite_settings(root)) as url:
         yield url
 
@@ -94,6 +99,10 @@ def _known_run(value: object) -> object:
 def test_every_operation_answers_within_its_documented_schema(case, server: str) -> None:
     if case.path_parameters and "run_id" in case.path_parameters:
         case.path_parameters["run_id"] = _known_run(case.path_parameters["run_id"])
+        if "config_id" in case.path_parameters and len(str(case.path_parameters["config_id"])) % 2 == 1:
+            # half of the kept-config requests name a config with its own run (the others stay as drawn)
+            run_id = min(CONFIGS)
+            case.path_parameters.update(run_id=run_id, config_id=CONFIGS[run_id])
     if case.path.endswith("/series") and case.query and len(str(case.query.get("layer", ""))) % 2 == 0:
         # half of the series requests ask for a series that exists (with NaN and ±inf points)
         layer = NONFINITE_LAYERS[len(str(case.query.get("tensor", ""))) % len(NONFINITE_LAYERS)]

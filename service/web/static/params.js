@@ -41,6 +41,19 @@ export function metadataRows(metadata) {
   return rows;
 }
 
+const TRACKERS = { mlflow: "MLflow", wandb: "W&B" };
+
+/* The run's experiment-tracker run (`training_run`, set by `fp8-policy upload --mlflow-run-id / --wandb-run`): a
+   link to its page (the service accepts only http(s) addresses), or its id when no page is known; null when none. */
+export function trainingRunLink(run) {
+  const link = run.training_run;
+  if (!link) return null;
+  const label = `${TRACKERS[link.kind] || link.kind} ${link.ref.length > 14 ? `${link.ref.slice(0, 12)}…` : link.ref}`;
+  return link.url
+    ? h("a", { href: link.url, target: "_blank", rel: "noopener noreferrer", class: "training-run-link", title: `${link.kind} run ${link.ref}` }, label)
+    : h("span", { class: "mono training-run-link", title: `${link.kind} run ${link.ref}` }, label);
+}
+
 export function paramsCard(run) {
   const row = (label, value, attrs = {}) => h("tr", attrs, h("th", { scope: "row" }, label), h("td", null, value));
   const meta = metadataRows(run.metadata);
@@ -55,6 +68,7 @@ export function paramsCard(run) {
       h("table", { class: "table params-table", id: "params-run", "aria-label": "Run facts" },
         h("tbody", null,
           row("Owner", owner, { "data-key": "owner" }),
+          row("Training run", trainingRunLink(run) || h("span", { class: "muted" }, "none linked (fp8-policy upload --mlflow-run-id ID / --wandb-run ENTITY/PROJECT/RUN_ID)"), { "data-key": "training-run" }),
           row("Created", fmtDate(run.created_at), { "data-key": "created" }),
           row("Ingest took", ingest, { "data-key": "duration" }),
           row("Upload", `${run.upload_filename || "raw body"} · ${fmtBytes(run.upload_bytes)}`, { "data-key": "upload" }),

@@ -12,6 +12,7 @@ import { go, replaceHash, setTitle } from "./router.js";
 import { whoAmI } from "./session.js";
 import { armDelete } from "./run_actions.js";
 import { precisionMix } from "./precision.js";
+import { trainingRunLink } from "./params.js";
 
 const PAGE = 200;
 const COMPARE_MAX = 8; // the compare page shows 2-8 runs
@@ -27,6 +28,7 @@ const COLUMNS = [ // key, label, value for sorting (higher = "more"), numeric
   ["recipe", "Recipe", (r) => meta(r, "recipe"), false],
   ["te", "TE", (r) => meta(r, "te"), false],
   ["commit", "Commit", (r) => meta(r, "commit"), false],
+  ["training", "Training run", (r) => (r.training_run ? `${r.training_run.kind} ${r.training_run.ref}` : null), false],
   ["layers", "Layers", (r) => (r.status === "ready" ? r.layer_count : null), true],
   ["points", "Points", (r) => (r.status === "ready" ? r.points : null), true],
   ["iterations", "Iterations", (r) => r.iteration_max, true],
@@ -35,11 +37,13 @@ const COLUMNS = [ // key, label, value for sorting (higher = "more"), numeric
 
 // Metadata columns (what the uploader sent, advisory): the first key present of each, as the service reads them.
 const META_KEYS = {
-  gpu: ["gpu", "gpu_name", "gpu_arch", "compute_capability"],
+  gpu: ["gpu", "gpu_name", "gpu_model", "gpu_arch", "compute_capability"],
   recipe: ["recipe", "fp8_recipe"],
   te: ["te_version"],
   commit: ["git_commit", "commit", "git_sha"],
 };
+// query key, label, META_KEYS column: the runs list's server-side metadata filters
+const SERVER_FACETS = [["gpu", "GPU", "gpu", "Any GPU"], ["recipe", "Recipe", "recipe", "Any recipe"], ["te_version", "TE", "te", "Any TE version"], ["git_commit", "Commit", "commit", "Any commit"]];
 const GROUPS = [["", "No grouping"], ["project", "Project"], ["gpu", "GPU"], ["recipe", "Recipe"], ["te", "TE version"], ["commit", "Commit"]];
 
 export function meta(run, column) {
@@ -60,11 +64,11 @@ export function matchesSearch(run, text) {
 export async function runsView(ctx, query) {
   setTitle("Runs");
   const view = $("#view");
-  const filters = { project: query.get("project") || "", tag: query.get("tag") || "", status: query.get("status") || "" };
+  const filters = Object.fromEntries(["project", "tag", "status", ...SERVER_FACETS.map(([key]) => key)].map((k) => [k, query.get(k) || ""]));
   const state = { q: query.get("q") || "", sort: query.get("sort") || "created", dir: query.get("dir") === "asc" ? 1 : -1, group: query.get("group") || "" };
   if (!GROUPS.some(([key]) => key === state.group)) state.group = "";
   if (!COLUMNS.some(([key]) => key === state.sort)) state.sort = "created";
-  const filtered = Boolean(filters.project || filters.tag || filters.status);
+  const filtered = Object.values(filters).some(Boolean);
   replace(view, h("div", { class: "page-head" }, h("h1", null, "Runs")), loading("Loading runs…"));
 
   const [page, all, me] = await Promise.all([
@@ -78,6 +82,14 @@ export async function runsView(ctx, query) {
   const tags = [...new Set(facetRuns.flatMap((r) => r.tags))].sort();
   if (filters.project && !projects.includes(filters.project)) projects.push(filters.project);
   if (filters.tag && !tags.includes(filters.tag)) tags.push(filters.tag);
+  // the metadata filters run on the server (GET /runs?gpu=...: any spelling of the same GPU or recipe matches);
+  // the choices offered are the values on the unfiltered first page, plus the one chosen
+  const facetField = ([key, label, column, any]) => {
+    const usable = key === "te_version" ? (v) => /^v?\d[^\s]*$/.test(v) : key === "git_commit" ? (v) => !/\s/.test(v) : Boolean;
+    const values = [...new Set(facetRuns.map((r) => meta(r, column)).filter((v) => v && usable(v)))].sort();
+    if (filters[key] && !values.includes(filters[key])) values.push(filters[key]);
+    return selectField(label, `filter-${key}`, [["", any], ...values.map((v) => [v, v])], filters[key], (v) => setFilter(key, v));
+  };
 
   // The hash mirrors the view's state; replaceState, so typing in the search box does not re-render the view.
   const syncHash = () => {
@@ -101,6 +113,7 @@ export async function runsView(ctx, query) {
     selectField("Tag", "filter-tag", [["", "Any tag"], ...tags.map((t) => [t, t])], filters.tag, (v) => setFilter("tag", v)),
     selectField("Status", "filter-status", [["", "Any status"], ...["live", "ready", "processing", "queued", "failed"].map((x) => [x, x])],
       filters.status, (v) => setFilter("status", v)),
+    SERVER_FACETS.map(facetField),
     selectField("Group by", "runs-group", GROUPS, state.group, (v) => {
       state.group = v;
       syncHash();
@@ -220,6 +233,7 @@ export async function runsView(ctx, query) {
       precisionCell(run),
       ...["gpu", "recipe", "te"].map((c) => h("td", { class: `col-meta col-${c}` }, meta(run, c) || h("span", { class: "muted" }, "—"))),
       h("td", { class: "col-meta col-commit mono", title: (run.metadata || {}).git_commit || null }, meta(run, "commit") || h("span", { class: "muted" }, "—")),
+      h("td", { class: "col-meta col-training" }, trainingRunLink(run) || h("span", { class: "muted" }, "—")),
       h("td", { class: "num" }, run.status === "ready" ? fmtInt(run.layer_count) : "—"),
       h("td", { class: "num" }, run.status === "ready" ? fmtInt(run.points) : "—"),
       h("td", { class: "num nowrap" }, iters),
