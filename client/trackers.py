@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from fp8_policy.client.client import PolicyClient
 
 DEFAULT_FORMATS = ("json", "te-yaml", "megatron", "hydra", "torchao")
+# TE debug-API files: one per pipeline stage when the job's stages name their blocks locally (the service answers
+# 400 PipelineStageRequired without `pp_stage`; policy/render/pipeline.py `for_stage`)
+STAGED = ("te-yaml", "te-monitor")
 PREFIX = "fp8_policy"
 
 
@@ -89,7 +92,7 @@ def hand_off(
     else:
         _module("wandb", "wandb")
     verdict = verdict_of(client, run_id, fail_on)
-    kept = client.keep_configs(run_id, formats)
+    kept = keep_for_hand_off(client, run_id, formats)
     files = {f"v{item['version']}-{item['filename']}": client.config_content(run_id, item["id"]) for item in kept}
     our_page = f"{client.base_url}/#/runs/{run_id}"
     if mlflow_run_id is not None:
@@ -98,6 +101,19 @@ def hand_off(
         link = _to_wandb(str(wandb_run), verdict, files, our_page, run_id)
     client.update_run(run_id, training_run=link)
     return HandOff(link=link, verdict=verdict, configs=kept)
+
+
+def keep_for_hand_off(client: PolicyClient, run_id: int, formats: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Keep `formats` with the run; a TE debug-API file of a job whose pipeline stages name their blocks locally is
+    kept once per stage (`pp_stage=K`, its own file name), as each stage needs its own."""
+    parallel = client.recommendation(run_id).get("parallel") or {}
+    stages = int(parallel.get("pp") or 1) if parallel.get("naming") == "local" else 1
+    staged = [fmt for fmt in formats if fmt in STAGED] if stages > 1 else []
+    rest = [fmt for fmt in formats if fmt not in staged]
+    kept = client.keep_configs(run_id, rest) if rest else []
+    for stage in range(stages if staged else 0):
+        kept += client.keep_configs(run_id, staged, pp_stage=stage)
+    return kept
 
 
 def _module(name: str, extra: str) -> Any:

@@ -120,7 +120,7 @@ def _query_overrides(request: Request) -> dict[str, Any]:
     return overrides
 
 
-def _pp_stage(request: Request, fmt: str) -> int | None:
+def pp_stage_of(request: Request, fmt: str) -> int | None:
     """`pp_stage` as a stage number (0 to MAX_PP_STAGE, ASCII digits), only for the per-stage formats."""
     text = request.query_params.get(PP_STAGE)
     if text is None:
@@ -188,7 +188,8 @@ def read_recommendation(
     run the policy was applied to with `apply_policy` (no Disable* feature, kept layers on LogTensorStats only).
     Thresholds, `gpu_arch`, `te_version` and `current_recipe` may be given as query parameters; `pp_stage` asks
     for one pipeline stage's te-yaml / te-monitor file (needed when the job's stages name their blocks locally)."""
-    return respond_recommendation(request, session, run_id, _query_overrides(request), format, phase)
+    stage = pp_stage_of(request, format)
+    return respond_recommendation(request, session, run_id, _query_overrides(request), format, phase, stage)
 
 
 @router.post(
@@ -221,19 +222,26 @@ def recompute_recommendation(
 ) -> RecommendationRead | Response:
     """Recompute the recommendation from stored data with overrides (thresholds, GPU arch, model dims,
     TE version, current recipe) without re-ingesting."""
-    return respond_recommendation(request, session, run_id, overrides, format, phase)
+    return respond_recommendation(request, session, run_id, overrides, format, phase, pp_stage_of(request, format))
 
 
 def respond_recommendation(
-    request: Request, session: Session, run_id: int, overrides: dict[str, Any], fmt: str, phase: int | None = None
+    request: Request,
+    session: Session,
+    run_id: int,
+    overrides: dict[str, Any],
+    fmt: str,
+    phase: int | None = None,
+    stage: int | None = None,
 ) -> RecommendationRead | Response:
+    """The answer in `fmt` (`stage`: one pipeline stage's te-yaml / te-monitor, `pp_stage_of`), as GET/POST
+    .../recommendation gives it; service/runs/configs.py keeps these bytes."""
     # a target re-solves the recommendation computed without it (cached): no second load of the run's series
     overrides, budget = target.split_target(overrides)
     # computed once per (run as stored, options, policy version), and each answer serialized once per format;
     # identical concurrent requests wait for the one computing it (service/analysis/recommendation_cache.py)
     if overrides:  # refused before it takes a place in the analysis lane
         actions.check_overrides(overrides)
-    stage = _pp_stage(request, fmt)
     key = target.keys(session, run_id, overrides, budget)[1]
     # one cache for recommendations, their JSON bodies and their rendered files: the key's tail says which
     cache: SingleFlightCache[Any] = request.app.state.recommendations

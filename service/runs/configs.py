@@ -18,8 +18,8 @@ from fp8_policy.db.config_models import RunConfig
 from fp8_policy.db.repositories import RunRepository
 from fp8_policy.db.run_configs import NewConfig, RunConfigRepository
 from fp8_policy.policy.policy_version import POLICY_VERSION
-from fp8_policy.policy.vocabulary import MEDIA_TYPES, OUTPUT_FORMATS
-from fp8_policy.service.analysis.routes import PP_STAGE, respond_recommendation
+from fp8_policy.policy.vocabulary import MEDIA_TYPES, OUTPUT_FORMATS, STAGED_FORMATS
+from fp8_policy.service.analysis.routes import PP_STAGE, pp_stage_of, respond_recommendation
 from fp8_policy.service.auth.actions import Principal
 from fp8_policy.service.auth.deps import READ, UPLOAD, PrincipalDep
 from fp8_policy.service.deps import SessionDep
@@ -78,10 +78,20 @@ def keep(
     if unknown:
         raise UnknownFormat(f"unknown format {unknown[0]!r}; expected one of: {', '.join(KEEPABLE)}")
     actions.get_ready_run(session, run_id)
+    # `?pp_stage=K` is one stage's TE debug-API files (STAGED_FORMATS); the other formats serve every stage
+    staged = [fmt for fmt in formats if fmt in STAGED_FORMATS]
+    stage = pp_stage_of(request, staged[0] if staged else formats[0])
     answer = _body(respond_recommendation(request, session, run_id, body.overrides, "json"))
-    rendered = [(fmt, respond_recommendation(request, session, run_id, body.overrides, fmt)) for fmt in formats]
-    stage = request.query_params.get(PP_STAGE)
-    options = {**body.overrides, **({PP_STAGE: int(stage)} if stage is not None else {})}
+    rendered = [
+        (
+            fmt,
+            respond_recommendation(
+                request, session, run_id, body.overrides, fmt, None, stage if fmt in staged else None
+            ),
+        )
+        for fmt in formats
+    ]
+    options = {**body.overrides, **({PP_STAGE: stage} if stage is not None else {})}
     if RunRepository(session).lock(run_id, "write") is None:  # deleted meanwhile
         raise NotFound(f"run {run_id} does not exist")
     repo = RunConfigRepository(session)

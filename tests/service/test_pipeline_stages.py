@@ -144,3 +144,26 @@ def test_the_csv_has_each_rank_s_coordinates(client: TestClient, staged_run: int
     assert {int(row[6].split(".")[4]) for row in rows} == {4, 5, 6, 7}  # stage 1's global blocks
     plain = client.get(f"/api/v1/runs/{staged_run}/metrics.csv", params={"layout": "bionemo", "rank": 0})
     assert plain.text.splitlines()[0] == "metric_name,iteration,value"
+
+
+def test_a_tracker_hand_off_keeps_one_te_yaml_per_stage(client: TestClient, staged_run: int) -> None:
+    """The MLflow / W&B hand-off keeps its configs with the run first: a job named locally per stage gets one TE
+    debug YAML per stage (each in its stage's names), not a 400 that loses the whole hand-off."""
+    from fp8_policy.client.trackers import keep_for_hand_off
+
+    def forward(request: httpx.Request) -> httpx.Response:
+        kind = {"content-type": request.headers["content-type"]} if "content-type" in request.headers else {}
+        answer = client.request(request.method, request.url.raw_path.decode(), content=request.content, headers=kind)
+        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+
+    with PolicyClient("http://fp8.test", transport=httpx.MockTransport(forward)) as policy:
+        kept = keep_for_hand_off(policy, staged_run, ("json", "te-yaml", "megatron"))
+        names = sorted(item["filename"] for item in kept)
+        assert names == sorted(
+            ["fp8_debug_config.pp0.yaml", "fp8_debug_config.pp1.yaml", *(i["filename"] for i in kept[:2])]
+        )
+        by_name = {item["filename"]: item for item in kept}
+        stage0 = policy.config_content(staged_run, by_name["fp8_debug_config.pp0.yaml"]["id"]).decode()
+        stage1 = policy.config_content(staged_run, by_name["fp8_debug_config.pp1.yaml"]["id"]).decode()
+        assert _disabled(stage0) == r"^(model\.module\.decoder\.layers\.3\.mlp\.linear_fc2)$"  # global 3 = stage 0's 3
+        assert "fp8_disabled" not in stage1
