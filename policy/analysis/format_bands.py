@@ -18,11 +18,11 @@ the same bands per layer (analysis/formats.py `TrainingFormat.layer_bands`, anal
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from fp8_policy.policy.analysis.megatron_config import METADATA_KEY as MEGATRON_KEY
-from fp8_policy.policy.analysis.megatron_config import module_path, one_based, parse_precision_config
+from fp8_policy.policy.analysis.megatron_config import module_path, one_based, parse_precision_config, stage_local
 from fp8_policy.policy.analysis.recipes import PREFIX_RECIPE, normalize_recipe
 from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.thresholds import Thresholds
@@ -71,6 +71,7 @@ class Stated:
     patterns: tuple[tuple[str, str], ...] = ()
     megatron: tuple[tuple[str, str | None], ...] = ()
     one_based: bool = False
+    local: Callable[[int], int] | None = None  # global block -> its index on its pipeline stage (megatron_config)
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, object] | None, layers: Iterable[str] = ()) -> Stated:
@@ -83,7 +84,8 @@ class Stated:
                 megatron = tuple(parse_precision_config(given[MEGATRON_KEY]))
             except ValueError:
                 megatron = ()
-        return cls(tuple(stated_patterns(given)), megatron, one_based(layers) if megatron else False)
+        local = stage_local(given) if megatron else None  # Megatron's matchers see each stage's local paths
+        return cls(tuple(stated_patterns(given)), megatron, one_based(layers) if megatron else False, local)
 
     def __bool__(self) -> bool:
         return bool(self.patterns or self.megatron)
@@ -94,7 +96,7 @@ class Stated:
         if found is not None:
             return found[0], f"the run metadata's layer_recipes ({found[1]!r})"
         if self.megatron:
-            path = module_path(layer, self.one_based)
+            path = module_path(layer, self.one_based, self.local)
             for pattern, recipe in self.megatron:
                 if fnmatch.fnmatchcase(path, pattern):  # megatron quant_config.GlobMatcher: first enabled match
                     if recipe is None:

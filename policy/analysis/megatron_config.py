@@ -25,7 +25,7 @@ factory whose formats the config does not say) match a module but state no recip
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 METADATA_KEY = "megatron_precision_config"
@@ -78,16 +78,45 @@ def parse_precision_config(given: object) -> list[tuple[str, str | None]]:
     return out
 
 
-def module_path(layer: str, one_based: bool) -> str:
+def module_path(layer: str, one_based: bool, local: Callable[[int], int] | None = None) -> str:
     """The Megatron `named_modules()` path a logged layer name stands for: from `decoder.` on (root and wrapper
     levels dropped), the block index made 0-based when the logs use TE's 1-based layer numbers, a GroupedLinear's
-    `.gemm_<i>` folded into its module; a name without `decoder.layers.` as logged."""
+    `.gemm_<i>` folded into its module; a name without `decoder.layers.` as logged. `local`: global 0-based block ->
+    its index on its pipeline stage (`stage_local`): under pipeline parallelism each stage's `TransformerBlock`
+    numbers its ModuleList from 0 (megatron/core/transformer/transformer_block.py `_build_layers`), and those are
+    the paths the matchers see."""
     found = _BLOCK.search(layer)
     if found is None:
         return _GEMM.sub("", layer)
     index = int(found.group(1)) - (1 if one_based else 0)
+    if local is not None:
+        index = local(index)
     rest = layer[found.end() :]
     return _GEMM.sub("", f"decoder.layers.{index}{rest}")
+
+
+def stage_local(metadata: Mapping[str, object]) -> Callable[[int], int] | None:
+    """Global 0-based block -> its ModuleList index on its pipeline stage (its model chunk under VPP), from the
+    layout the metadata states (policy/parallel: `layout_from_metadata`, `block_home`); None without pipeline
+    parallelism or when the stated layout does not place every block (the global index is kept)."""
+    from fp8_policy.policy.parallel.layout import layout_from_metadata
+    from fp8_policy.policy.parallel.stages import StageError, block_home, check_stages
+
+    layout = layout_from_metadata(metadata).layout
+    if layout is None or layout.pp <= 1 or not layout.num_layers:
+        return None
+    try:
+        check_stages(layout)
+    except StageError:
+        return None
+
+    def local(block: int) -> int:
+        try:
+            return block_home(layout, block)[2]
+        except StageError:
+            return block
+
+    return local
 
 
 def one_based(layers: Any) -> bool:

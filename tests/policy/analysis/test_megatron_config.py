@@ -145,3 +145,35 @@ def test_live_and_heatmap_bands_follow_the_config() -> None:
     qkv = MetricName(name(2, SUBS[0]), "gradient", "underflows%")
     assert bands.of(fc1).critical == 13.0 and bands.of(qkv).critical == 2.0
     assert Stated.from_metadata({"megatron_precision_config": "configs: ["}).recipe(fc1.layer) is None
+
+
+def test_under_pipeline_parallelism_the_matchers_see_each_stages_local_paths() -> None:
+    """PP2 over 8 blocks: stage 1 builds global blocks 4-7 as its ModuleList 0-3 (Megatron `_build_layers`), and its
+    precision-config matchers see those local paths. `decoder.layers.3.*` therefore hits global blocks 3 and 7 (the
+    last block of each stage), `decoder.layers.[4-7].*` hits none. Logged names (TE's layer_number) are global."""
+    config = """
+configs:
+  fp8_block:
+    transformer_engine_config_type: TEQuantizationParams
+    training_recipe:
+      fp8_quantization_recipe: blockwise
+matchers:
+  last_of_each_stage:
+    type: glob
+    pattern: "decoder.layers.3.*"
+    config: fp8_block
+    enabled: true
+  never_local:
+    type: glob
+    pattern: "decoder.layers.[4-7].*"
+    config: fp8_block
+    enabled: true
+"""
+    logged = [name(block, "mlp.linear_fc1") for block in range(1, 9)]  # layer_number: global, 1-based
+    staged = {"megatron_precision_config": config, "pipeline_model_parallel_size": 2, "num_layers": 8}
+    stated = Stated.from_metadata(staged, logged)
+    hit = [layer for layer in logged if stated.recipe(layer) is not None]
+    assert hit == [name(4, "mlp.linear_fc1"), name(8, "mlp.linear_fc1")]  # global 0-based blocks 3 and 7
+    assert "decoder.layers.3.mlp.linear_fc1" in stated.recipe(name(8, "mlp.linear_fc1"))[1]  # type: ignore[index]
+    flat = Stated.from_metadata({"megatron_precision_config": config, "num_layers": 8}, logged)
+    assert [layer for layer in logged if flat.recipe(layer) is not None] == logged[3:]  # no PP: global = local
