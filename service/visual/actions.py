@@ -19,7 +19,8 @@ from fp8_policy.db.codec import decode_iterations, decode_values
 from fp8_policy.db.models import Layer, Run
 from fp8_policy.db.repositories import RunRepository
 from fp8_policy.db.summaries import SummaryRepository
-from fp8_policy.policy.analysis.format_bands import SeriesBands
+from fp8_policy.policy.analysis.format_bands import SeriesBands, recipe_bands, stat_key_prefix
+from fp8_policy.policy.analysis.recipes import PREFIX_RECIPE
 from fp8_policy.policy.analysis.shards import drawn_series
 from fp8_policy.policy.heatmap import (
     HeatmapGeometry,
@@ -286,9 +287,10 @@ def style_for(params: HeatmapParams, matrices: list[HeatmapMatrix]) -> Style:
     """One colour scale for every panel: the requested cap, else 6 % (percent stats) or the largest value."""
     percent = is_percent_stat(params.stat)
     vmax = params.vmax or max(default_vmax(m.values, percent) for m in matrices)
+    prefix = stat_key_prefix(params.stat)  # an nvfp4_ stat is drawn against NVFP4's bands, as its rows are judged
     return Style(
         vmax=vmax,
-        thresholds=params.thresholds,
+        thresholds=recipe_bands(PREFIX_RECIPE[prefix], params.thresholds) if prefix else params.thresholds,
         percent=percent,
         value_label=f"{params.tensor} {params.stat}",
         mark_iteration=params.mark_iteration,

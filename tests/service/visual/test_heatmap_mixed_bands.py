@@ -56,3 +56,15 @@ def test_row_bands_reach_the_policy_summary_directly() -> None:
     assert summarize(drawn, thresholds, percent=True, row_bands=rows).critical == 1
     assert summarize(drawn, thresholds, percent=True).critical == 2
     assert stat_key_prefix("mxfp8_underflows%_columnwise") == "mxfp8" and stat_key_prefix("underflows%") is None
+
+
+def test_the_legend_of_an_nvfp4_stat_draws_nvfp4_bands() -> None:
+    """The colour bar's band labels and ticks (service/visual/legend.py, from `Style.thresholds`) follow the bands
+    the rows are judged with: NVFP4's for an nvfp4_ stat, the requested (FP8) ones for a bare stat."""
+    from fp8_policy.service.visual.actions import style_for
+
+    nvfp4 = parse_heatmap_params({"tensor": "gradient", "stat": "nvfp4_underflows%", "vmax": "20"})
+    style = style_for(nvfp4, [matrix("nvfp4_underflows%", {1: 7.0})])
+    assert (style.thresholds.warning, style.thresholds.critical) == (Thresholds().nvfp4_warning, 13.0)
+    bare = parse_heatmap_params({"tensor": "gradient", "stat": "underflows%"})
+    assert style_for(bare, [matrix("underflows%", {1: 3.0})]).thresholds.critical == 2.0
