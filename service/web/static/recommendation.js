@@ -119,6 +119,7 @@ export async function recommendationCard(ctx, run, state, settings, recPromise =
     overrides.length ? h("div", { class: "chips", "aria-label": "GEMMs to run in BF16" }, h("span", { class: "muted small" }, "GEMMs in BF16:"),
       overrides.slice(0, 8).map((o) => h("span", { class: "chip mono", title: o.reason || "" }, `${o.layer}: ${(o.gemms || []).join(", ")}`)),
       overrides.length > 8 ? h("span", { class: "muted small" }, `+${overrides.length - 8} more`) : null) : null,
+    scheduleBlock(rec.schedule),
     (rec.rationale || []).length ? h("details", { class: "rationale" }, h("summary", null, "Rationale"),
       h("ul", null, rec.rationale.map((r) => h("li", null, r)))) : null);
 
@@ -129,4 +130,25 @@ export async function recommendationCard(ctx, run, state, settings, recPromise =
   const initial = FORMATS.findIndex((f) => f.id === state.get("rec"));
   t.select(initial > 0 ? initial : 0);
   return el;
+}
+
+/* The recommendation's `schedule` (policy/recommend/schedule.py): precision that changes over the run, each phase a
+ * whole policy from a step on (a restart from that checkpoint), rendered alone with ?phase=K / --phase K. */
+function scheduleBlock(schedule) {
+  if (!schedule || !schedule.length) return null;
+  const phase = (p, k) => {
+    const policy = p.policy || {};
+    const moved = (policy.fp8_skip_layers || []).length;
+    const gemms = (policy.gemm_overrides || []).length;
+    const rungs = Object.keys(policy.layer_precisions || {}).length;
+    const what = [`${plural(moved, "layer")} in BF16`, gemms ? plural(gemms, "GEMM override") : null,
+      rungs ? `${plural(rungs, "layer")} at another precision` : null].filter(Boolean).join(", ");
+    return h("li", { "data-phase": String(k) },
+      h("strong", null, k === 0 ? "From the start" : `From step ${fmtInt(p.from_step)} (restart)`), `: ${p.reason}. ${what}. `,
+      h("span", { class: "muted small mono" }, `?phase=${k} · fp8-policy recommend RUN --format te-yaml --phase ${k}`));
+  };
+  return h("div", { class: "rec-schedule", id: "rec-schedule" },
+    h("p", { class: "small" }, h("strong", null, `Schedule: ${schedule.length} phases.`),
+      " The policy changes over the run; each phase is a configuration of its own, applied by restarting from its step's checkpoint."),
+    h("ol", null, schedule.map(phase)));
 }
