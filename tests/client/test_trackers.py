@@ -148,7 +148,9 @@ def test_upload_hands_the_answer_to_a_wandb_run_offline(
     # offline, W&B writes the run as records of its transaction log (protobuf); the summary's keys and JSON values
     # and the artifact manifest's file names with their base64 MD5 digests are stored as they are
     (run_dir,) = (tmp_path / "wandb").glob("offline-run-*-abc123")
-    records = (run_dir / "run-abc123.wandb").read_bytes()
+    records = _written(
+        run_dir / "run-abc123.wandb", (b"fp8_policy.gate_passed", f"fp8-policy-run{ours['id']}".encode())
+    )
     with PolicyClient(service) as client:
         gate = json.loads(CliRunner().invoke(cli, ["gate", str(ours["id"]), "--url", service, "--json"]).stdout)
         kept = client.configs(ours["id"])
@@ -160,6 +162,18 @@ def test_upload_hands_the_answer_to_a_wandb_run_offline(
     for name, data in contents.items():
         digest = base64.b64encode(hashlib.md5(data).digest())
         assert name.encode() + b"\x12\x18" + digest in records, name  # the manifest entry: path, then its digest
+
+
+def _written(path: Path, needles: tuple[bytes, ...], timeout: float = 60.0) -> bytes:
+    """The offline transaction log once W&B's writer has put every one of `needles` in it: `finish()`
+    returns when the run is handed to the wandb service process, which writes the file on its own (it stays up for
+    the test process, as it would not for the one-shot CLI)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = path.read_bytes()
+        if all(needle in records for needle in needles) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.2)
 
 
 def test_one_tracker_per_upload(service: str, tmp_path: Path) -> None:

@@ -27,8 +27,10 @@ ESM2_LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" /
 
 
 @pytest.fixture
-def recommend_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Every `recommend()` made (the ingest's own count too: tests clear it once the run is ready)."""
+def recommend_calls(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every `recommend()` made (the ingest's own count too: tests clear it once the run is ready), counted once the
+    app's start-up catch-up of earlier tests' runs (the database is shared per backend) is done."""
+    assert client.app.state.summaries.wait_idle()
     calls: list[int] = []
     for module in (actions, summary_module):
         real = module.recommend
