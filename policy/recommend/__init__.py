@@ -23,7 +23,7 @@ from fp8_policy.policy.recommend.confidence import confidence
 from fp8_policy.policy.recommend.cost import answer_cost, ladder_view
 from fp8_policy.policy.recommend.frontier import Frontier, build_frontier
 from fp8_policy.policy.recommend.gpu import ASSUMED_CAPABILITY
-from fp8_policy.policy.recommend.headline import headline
+from fp8_policy.policy.recommend.headline import decision_headline
 from fp8_policy.policy.recommend.history import History, HistoryEffect, history_effect
 from fp8_policy.policy.recommend.ladder import Ladder, build_ladder, lifted_layers
 from fp8_policy.policy.recommend.ladder_evidence import lift_blockers
@@ -45,7 +45,7 @@ from fp8_policy.policy.recommend.target import RetargetContext, compact_layout
 from fp8_policy.policy.records import QUANT_STATS, PolicyDecision, RunData
 from fp8_policy.policy.render import applied_by_format, megatron_pipeline, pipeline
 from fp8_policy.policy.render.megatron import staged_globs
-from fp8_policy.policy.render.precision import ran_in_bf16
+from fp8_policy.policy.render.precision import kept_bf16
 from fp8_policy.policy.sensitivity import SensitivityJudge, read_sensitivity
 from fp8_policy.policy.thresholds import Thresholds
 
@@ -98,7 +98,7 @@ class Recommendation:
             "gemm_overrides": [
                 {"layer": o.layer, "gemms": list(o.gemms), "reason": o.reason} for o in self.decision.gemm_overrides
             ],
-            "kept_bf16": [n for n in ran_in_bf16(self.decision) if n not in self.decision.skip_layers],
+            "kept_bf16": kept_bf16(self.decision),
             "precision_ladder": self.ladder.to_dict(self.ladder_cost) if self.ladder is not None else None,
             "fp8_param": self.decision.fp8_param,
             "recipe": {
@@ -225,17 +225,7 @@ def recommend(
         "changed_from": decision.trained_in if decision.switches else None,
         "apply_paths": dict(decision.apply_paths),
     }
-    kept = [n for n in ran_in_bf16(policy) if n not in policy.skip_layers]
-    head = headline(
-        layout,
-        runs_at,
-        outer,
-        to_bf16=plan.skip_layers,
-        kept_bf16=kept,
-        overrides={o.layer: o.gemms for o in plan.overrides},
-        lifted=ladder.lifted,
-        cost=cost,
-    )
+    head = decision_headline(layout, runs_at, policy, ladder.lifted, cost)
     return Recommendation(
         policy,
         megatron,

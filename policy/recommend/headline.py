@@ -19,7 +19,8 @@ from typing import Any
 from fp8_policy.policy.analysis.layout import LayerStatus, Layout
 from fp8_policy.policy.analysis.recipes import RECIPE_LABELS
 from fp8_policy.policy.recommend.cost import counted
-from fp8_policy.policy.records import PRECISIONS
+from fp8_policy.policy.records import PRECISIONS, PolicyDecision
+from fp8_policy.policy.render.precision import kept_bf16
 
 _WORDS = {"nvfp4": "NVFP4", "mxfp8": "MXFP8", "block": "FP8 block", "current": "FP8 current", "delayed": "FP8 delayed"}
 
@@ -88,3 +89,20 @@ def _sentence(
     if speedup is not None:
         text += f" GEMMs {speedup:.2f}x faster than all-BF16."
     return text
+
+
+def decision_headline(
+    layout: Layout, runs_at: dict[str, str], decision: PolicyDecision, lifted: tuple[str, ...], cost: dict[str, Any]
+) -> dict[str, Any]:
+    """`headline` of a decision as the answer applies it (`runs_at`: recommend/runs_at.py): recommend() and a
+    re-solved target (target.py) build it the same way."""
+    return headline(
+        layout,
+        runs_at,
+        decision.recipe.name,
+        to_bf16=decision.skip_layers,
+        kept_bf16=kept_bf16(decision),
+        overrides={o.layer: o.gemms for o in decision.gemm_overrides},
+        lifted=lifted,
+        cost=cost,
+    )

@@ -21,14 +21,13 @@ from typing import Any, TypeVar
 from fp8_policy.policy.analysis.layout import LayerLevels, LayerStatus, Layout
 from fp8_policy.policy.recommend.cost import answer_cost, ladder_view
 from fp8_policy.policy.recommend.frontier import Frontier, _recommended_risk, _risk
-from fp8_policy.policy.recommend.headline import headline
+from fp8_policy.policy.recommend.headline import decision_headline
 from fp8_policy.policy.recommend.megatron import megatron_section
 from fp8_policy.policy.recommend.options import ModelDims
 from fp8_policy.policy.recommend.runs_at import applied_rungs, counted_rungs
 from fp8_policy.policy.recommend.skiplist import SkipPlan
 from fp8_policy.policy.render import megatron_pipeline
 from fp8_policy.policy.render.megatron import staged_globs
-from fp8_policy.policy.render.precision import ran_in_bf16
 from fp8_policy.policy.sensitivity import Sensitivity
 from fp8_policy.policy.thresholds import Severity
 
@@ -143,17 +142,7 @@ def _retarget(rec: Any, context: RetargetContext, target: Target) -> Any:
             "The recommendation's schedule is not re-solved for a target: this answer holds for the whole run "
             "(ask without a target for the phases)."
         )
-    kept = [n for n in ran_in_bf16(decision) if n not in decision.skip_layers]
-    head = headline(
-        context.layout,
-        solved.runs_at,
-        recipe.name,
-        to_bf16=plan.skip_layers,
-        kept_bf16=kept,
-        overrides={o.layer: o.gemms for o in overrides},
-        lifted=rec.ladder.lifted,
-        cost=lcost,
-    )
+    head = decision_headline(context.layout, solved.runs_at, decision, rec.ladder.lifted, lcost)
     return replace(
         rec,
         decision=decision,

@@ -56,6 +56,11 @@ def kept_layers(decision: PolicyDecision) -> list[str]:
     return list(out)
 
 
+def kept_bf16(decision: PolicyDecision) -> list[str]:
+    """Layers that ran in BF16 and stay there without being on the skip list (the JSON's `kept_bf16`)."""
+    return [name for name in ran_in_bf16(decision) if name not in decision.skip_layers]
+
+
 def skipped_layers(decision: PolicyDecision) -> list[str]:
     """Layers the recommendation skips: the skip list (layers that ran in high precision are `ran_in_bf16`,
     layers with GEMM overrides keep their exact GEMMs where a format can say so)."""
