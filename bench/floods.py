@@ -36,7 +36,7 @@ import httpx
 import numpy as np
 
 from bench.service import running_service, vm_hwm_mb, wait_idle, wait_run
-from bench.trees import OUT
+from bench.trees import OUT, write_results
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
 
 PROBE_P99_TARGET_S = 2.0
@@ -197,11 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     results = measure(args.points, args.scalars_mib, args.seconds, args.clients)
-    targets = report(results)
-    for label, ok in targets.items():
-        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
-    (OUT / "floods.json").write_text(json.dumps({**results, "targets_met": targets}, indent=2))
-    return 0 if all(targets.values()) else 1
+    return write_results("floods", results, report(results))
 
 
 if __name__ == "__main__":

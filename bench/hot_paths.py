@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
-import json
 import tarfile
 import tempfile
 import threading
@@ -33,7 +32,7 @@ import httpx
 import numpy as np
 
 from bench.service import running_service, vm_hwm_mb, wait_idle, wait_run
-from bench.trees import OUT
+from bench.trees import OUT, write_results
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
 
 STATS_PATH = "rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log"
@@ -228,11 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             pieces=args.pieces,
             piece_mib=args.piece_mib,
         )
-    targets = report(results)
-    for label, ok in targets.items():
-        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
-    (OUT / "hot_paths.json").write_text(json.dumps({**results, "targets_met": targets}, indent=2))
-    return 0 if all(targets.values()) else 1
+    return write_results("hot_paths", results, report(results))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ uploader are stopped at the end; the run is not finalized (finalize = the normal
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -36,7 +35,7 @@ import httpx
 
 from bench.live_hook import Receiver, planted_arrivals
 from bench.service import cpu_seconds, machine_busy_seconds, start_service, stop_service, vm_hwm_mb, wait_idle
-from bench.trees import OUT, ensure_log_tree
+from bench.trees import OUT, ensure_log_tree, write_results
 from fp8_policy.client.client import PolicyClient
 from fp8_policy.client.live import LiveUploader
 
@@ -386,11 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         results = run_live_bench(
             tree, Path(tmp), interval=args.interval, trials=args.trials, max_seconds=args.max_seconds
         )
-    targets = report(results)
-    for label, ok in targets.items():
-        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
-    (OUT / "live.json").write_text(json.dumps({**results, "targets_met": targets}, indent=2))
-    return 0 if all(targets.values()) else 1
+    return write_results("live", results, report(results))
 
 
 if __name__ == "__main__":

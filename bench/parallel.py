@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 
 from bench.service import ROOT, cpu_seconds, start_service, stop_service, vm_hwm_mb, wait_idle, wait_run
-from bench.trees import OUT
+from bench.trees import OUT, write_results
 
 TP, PP, DP, LAYERS = 8, 8, 16, 64
 ITERATIONS = 90  # 10 logged iterations x 384 series = 3,840 lines a rank, 3.93 M lines in all
@@ -285,11 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="fp8-parallel-") as tmp:
         results = measure_all(Path(tmp), quick=args.quick)
-    checks = report(results)
-    for label, ok in checks.items():
-        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
-    (OUT / "parallel.json").write_text(json.dumps({**results, "targets_met": checks}, indent=2))
-    return 0 if all(checks.values()) else 1
+    return write_results("parallel", results, report(results))
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ import httpx
 import bench.hot_paths as hot_paths
 from bench import first_touch, floods, live, load, parallel, scale
 from bench.service import start_service, stop_service, vm_hwm_mb, wait_idle
-from bench.trees import OUT, ROOT, parse_target
+from bench.trees import OUT, ROOT, parse_target, print_targets
 
 TARGETS = {"parse_store_speedup": 15.0, "upload_seconds": 10.0, "service_rss_mb": 1024.0, "csv_rows_per_second": 2e6}
 
@@ -208,8 +208,13 @@ def report(results: dict) -> None:
             f"   (long layout, no HTTP)"
         )
     print(f"ratio (d)/(a): {speedup:.1f}x")
-    for label, ok in checks.items():
-        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
+    print_targets(checks)
+
+
+def _add_targets(results: dict, targets: dict[str, bool]) -> None:
+    """Another benchmark's targets, printed and kept in `results["targets_met"]`."""
+    results["targets_met"].update(targets)
+    print_targets(targets)
 
 
 def _line_count(path: Path) -> int:
@@ -250,28 +255,14 @@ def main(argv: list[str] | None = None) -> int:
     results["first_touch"] = first_touch.measure_cold_and_warm()
     report(results)
     load.report(results["mixed_load"])
-    for label, ok in load.targets_met(results["mixed_load"]).items():
-        results["targets_met"][label] = ok
-        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
+    _add_targets(results, load.targets_met(results["mixed_load"]))
     print()
-    for label, ok in scale.report(
-        results["scale"], results["baseline"]["seconds"], results["upload"]["seconds"]
-    ).items():
-        results["targets_met"][label] = ok
-        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
-    for label, ok in live.report(results["live"], results["baseline"]["seconds"]).items():
-        results["targets_met"][label] = ok
-        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
-    for label, ok in hot_paths.report(results["hot_paths"]).items():
-        results["targets_met"][label] = ok
-        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
-    for label, ok in floods.report(results["floods"]).items():
-        results["targets_met"][label] = ok
-        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
+    _add_targets(results, scale.report(results["scale"], results["baseline"]["seconds"], results["upload"]["seconds"]))
+    _add_targets(results, live.report(results["live"], results["baseline"]["seconds"]))
+    _add_targets(results, hot_paths.report(results["hot_paths"]))
+    _add_targets(results, floods.report(results["floods"]))
     print()
-    for label, ok in parallel.report(results["parallel"]).items():
-        results["targets_met"][label] = ok
-        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
+    _add_targets(results, parallel.report(results["parallel"]))
     print()
     first_touch.print_table(results["first_touch"])
     for label, ok in results["first_touch"]["met"].items():

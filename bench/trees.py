@@ -1,15 +1,18 @@
 """Where the benchmarks keep their inputs and outputs: `OUT` (bench/out) and the generated log trees.
 
-Belongs here: paths and `ensure_log_tree`, shared by bench/run.py, bench/live.py and bench/scale.py (each of
+Belongs here: paths, `ensure_log_tree` and the end every benchmark shares (`print_targets`, `write_results`), shared by bench/run.py, bench/live.py and bench/scale.py (each of
 those imports this module, never each other, so the benchmark modules form no import cycle).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -38,3 +41,17 @@ def parse_target(parser: argparse.ArgumentParser, argv: list[str] | None) -> tup
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     return args, ensure_log_tree(args.target)
+
+
+def print_targets(targets: Mapping[str, bool]) -> None:
+    """One line a target: `[ok]` or `[MISSED]`, then its label."""
+    for label, ok in targets.items():
+        print(f"  [{'ok' if ok else 'MISSED'}] {label}")
+
+
+def write_results(name: str, results: Mapping[str, Any], targets: Mapping[str, bool]) -> int:
+    """A benchmark's end: `targets` printed, bench/out/<name>.json written (the results, the targets under
+    `targets_met`) and the exit status, 0 when every target is met."""
+    print_targets(targets)
+    (OUT / f"{name}.json").write_text(json.dumps({**results, "targets_met": dict(targets)}, indent=2))
+    return 0 if all(targets.values()) else 1
