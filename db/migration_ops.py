@@ -7,6 +7,8 @@ order): add a new helper or keyword instead. Not here: the ORM models (db/*model
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -40,3 +42,22 @@ def create_run_table(
         sa.PrimaryKeyConstraint(*key, name=op.f(f"pk_{name}")),
         *([sa.UniqueConstraint(*unique, name=op.f(f"uq_{name}_{'_'.join(unique)}"))] if unique else []),
     )
+
+
+def added_columns(table: str, **types: sa.types.TypeEngine[object]) -> tuple[Callable[[], None], Callable[[], None]]:
+    """`upgrade, downgrade` of a migration that only adds nullable columns to `table` (existing rows have no value
+    for them), one a keyword: name=type, in order. The upgrade adds them in one batch (a table rebuild on SQLite),
+    the downgrade drops them in reverse order in one batch, so the two cannot disagree about which columns the
+    migration owns. Each upgrade builds new Column objects: Alembic attaches a column to the table it alters."""
+
+    def upgrade() -> None:
+        with op.batch_alter_table(table, schema=None) as batch_op:
+            for name, type_ in types.items():
+                batch_op.add_column(sa.Column(name, type_, nullable=True))
+
+    def downgrade() -> None:
+        with op.batch_alter_table(table, schema=None) as batch_op:
+            for name in reversed(types):
+                batch_op.drop_column(name)
+
+    return upgrade, downgrade

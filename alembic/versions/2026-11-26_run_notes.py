@@ -6,17 +6,11 @@ A run's editable description (PATCH /api/v1/runs/{id}), plain text; NULL when no
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from fp8_policy.db import migration_ops
 
 revision = "run_notes"
 down_revision = "alerts"
 
 
-def upgrade() -> None:
-    with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("notes", sa.Text(), nullable=True))
-
-
-def downgrade() -> None:
-    with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.drop_column("notes")
+upgrade, downgrade = migration_ops.added_columns("runs", notes=sa.Text())

@@ -7,17 +7,11 @@ NULL for summaries computed before this column or for runs whose metadata the re
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from fp8_policy.db import migration_ops
 
 revision = "summary_recommendation"
 down_revision = "run_notes"
 
 
-def upgrade() -> None:
-    with op.batch_alter_table("run_summaries", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("recommendation", sa.JSON(), nullable=True))
-
-
-def downgrade() -> None:
-    with op.batch_alter_table("run_summaries", schema=None) as batch_op:
-        batch_op.drop_column("recommendation")
+upgrade, downgrade = migration_ops.added_columns("run_summaries", recommendation=sa.JSON())

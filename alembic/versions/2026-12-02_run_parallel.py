@@ -8,17 +8,11 @@ notes. NULL for runs ingested before this column (read as an unknown layout).
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from fp8_policy.db import migration_ops
 
 revision = "run_parallel"
 down_revision = "ids_never_reused"
 
 
-def upgrade() -> None:
-    with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("parallel", sa.JSON(), nullable=True))
-
-
-def downgrade() -> None:
-    with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.drop_column("parallel")
+upgrade, downgrade = migration_ops.added_columns("runs", parallel=sa.JSON())

@@ -8,19 +8,11 @@ computed before these columns (recomputed with the next policy version).
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from fp8_policy.db import migration_ops
 
 revision = "summary_precision_mix"
 down_revision = "run_parallel"
 
 
-def upgrade() -> None:
-    with op.batch_alter_table("run_summaries", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("precision_mix", sa.JSON(), nullable=True))
-        batch_op.add_column(sa.Column("gemm_speedup", sa.Float(), nullable=True))
-
-
-def downgrade() -> None:
-    with op.batch_alter_table("run_summaries", schema=None) as batch_op:
-        batch_op.drop_column("gemm_speedup")
-        batch_op.drop_column("precision_mix")
+upgrade, downgrade = migration_ops.added_columns("run_summaries", precision_mix=sa.JSON(), gemm_speedup=sa.Float())
