@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 import yaml
-from torch import nn
 
 from fp8_policy.client.gate import evaluate
 from fp8_policy.policy.analysis import analyze
 from fp8_policy.policy.compare.recommendations import compare_recommendations
 from fp8_policy.policy.heatmap import build_matrix
-from fp8_policy.policy.parallel import LAYER_NUMBER, LOCAL, ParallelLayout, rank_chunks
+from fp8_policy.policy.parallel import LAYER_NUMBER, LOCAL, ParallelLayout
 from fp8_policy.policy.recommend import recommend
 from fp8_policy.policy.render import FORMATS, RenderOptions, pipeline, render
 from fp8_policy.policy.synthetic import Scenario, SyntheticRun, all_of, blocks, level, roles
 from fp8_policy.policy.synthetic.parallel import ParallelJob
 from tests.policy.parallel.job_data import JobData, job_run_data
+from tests.policy.parallel.megatron_chunks import stage_names
 
 BLOCKS = "model.module.decoder.layers"
 LAYOUT = ParallelLayout(pp=2, dp=2, num_layers=8)
@@ -124,38 +124,6 @@ def test_edge_blocks_use_the_global_flags_exactly(tmp_path: Path) -> None:
 _SUBS = ("self_attention.linear_qkv", "self_attention.linear_proj", "mlp.linear_fc1", "mlp.linear_fc2")
 
 
-class _Layer(nn.Module):
-    def __init__(self, layer_number: int | None) -> None:
-        super().__init__()
-        if layer_number is not None:
-            self.layer_number = layer_number
-        self.self_attention = nn.Module()
-        self.self_attention.linear_qkv = nn.Linear(2, 2)
-        self.self_attention.linear_proj = nn.Linear(2, 2)
-        self.mlp = nn.Module()
-        self.mlp.linear_fc1 = nn.Linear(2, 2)
-        self.mlp.linear_fc2 = nn.Linear(2, 2)
-
-
-class _Chunk(nn.Module):
-    def __init__(self, numbers: list[int], numbered: bool) -> None:
-        super().__init__()
-        self.module = nn.Module()
-        self.module.decoder = nn.Module()
-        self.module.decoder.layers = nn.ModuleList(_Layer(n if numbered else None) for n in numbers)
-
-
-def _stage_names(pp_rank: int, numbered: bool, tmp: Path) -> set[str]:
-    """The names the real nvdlfw_inspect gives stage `pp_rank`'s GEMM modules."""
-    import nvdlfw_inspect.api as debug_api
-    from nvdlfw_inspect.logging import initialize_logger
-
-    chunks = [_Chunk([b + 1 for b in blocks], numbered) for blocks in rank_chunks(LAYOUT, pp_rank)]
-    initialize_logger(str(tmp))
-    debug_api.infer_and_assign_layer_names(chunks)
-    return {m.name for chunk in chunks for m in chunk.modules() if isinstance(m, nn.Linear)}
-
-
 def _disabled(content: str) -> re.Pattern[str]:
     sections = yaml.safe_load(content)
     return re.compile(sections["fp8_disabled_layers"]["layers"]["layer_name_regex_pattern"])
@@ -173,7 +141,7 @@ def test_local_names_need_one_file_per_stage(middle: dict[str, JobData], fmt: st
         assert rendered.filename.endswith(f".pp{stage}.yaml")
         if fmt == "te-monitor":
             continue
-        names = _stage_names(stage, numbered=False, tmp=tmp_path / str(stage))
+        names = stage_names(LAYOUT, stage, numbered=False, log_dir=tmp_path / str(stage))
         hit = {name for name in names if _disabled(rendered.content).search(name)} if stage == 0 else set()
         if stage == 1:
             assert "fp8_disabled_layers" not in rendered.content
@@ -185,7 +153,7 @@ def test_layer_number_names_need_one_file(middle: dict[str, JobData], tmp_path: 
     content = render(decision, "te-yaml").content
     assert "exact on every stage" in content
     for stage in (0, 1):
-        names = _stage_names(stage, numbered=True, tmp=tmp_path / str(stage))
+        names = stage_names(LAYOUT, stage, numbered=True, log_dir=tmp_path / str(stage))
         hit = {name for name in names if _disabled(content).search(name)}
         assert hit == ({f"{BLOCKS}.4.mlp.linear_fc2"} if stage == 0 else set())
     assert render(decision, "te-yaml", RenderOptions(pp_stage=1)).content.count("layers\\.4\\.mlp") >= 1
