@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.service import free_port, vm_hwm_mb, wait_healthy
+from bench.service import free_port, stop_service, vm_hwm_mb, wait_healthy
 from tests.archives import tar_bytes
 from tests.service.test_uploaded_scalars import logs, records
 
@@ -65,12 +65,7 @@ def capped_service(migrated_url: str, tmp_path: Path) -> Iterator[tuple[subproce
         wait_healthy(url, server, timeout=120)
         yield server, url
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_service(server, timeout=30)
         log.close()
 
 

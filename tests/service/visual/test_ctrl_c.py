@@ -5,34 +5,19 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 
-from bench.service import free_port, stop_service, wait_healthy
+from bench.service import stop_service, wait_healthy
 from tests.archives import esm2_tar_gz
-from tests.service.visual.processes import started_by, wait_gone
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.service.visual.processes import serve_logged, started_by, wait_gone
 
 
 def test_sigint_to_the_process_group_stops_the_service_without_a_traceback(tmp_path: Path) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "FP8_POLICY_DATA_DIR": str(tmp_path / "data")}
-    env.pop("FP8_POLICY_DATABASE_URL", None)
-    with (tmp_path / "serve.err").open("w") as stderr:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "fp8_policy.service.cli", "serve", "--port", str(port), "--no-demo"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            start_new_session=True,  # its own process group, as a terminal's foreground job is
-        )
+    # its own process group, as a terminal's foreground job is
+    server, url, env = serve_logged(tmp_path, start_new_session=True)
     try:
         wait_healthy(url, server, timeout=120)
         with httpx.Client(base_url=url, timeout=120) as client:

@@ -9,10 +9,7 @@ shutdown" on every such stop (make bench's restarts printed it six times).
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -23,14 +20,12 @@ import httpx
 import pytest
 import uvicorn
 
-from bench.service import free_port, stop_service, wait_healthy
+from bench.service import stop_service, wait_healthy
 from fp8_policy.service.settings import Settings
 from fp8_policy.service.transport.shutdown import BoundedShutdownServer
 from fp8_policy.service.visual import pool
 from tests.archives import esm2_tar_gz
-from tests.service.visual.processes import started_by, wait_gone
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.service.visual.processes import serve_logged, started_by, wait_gone
 
 
 def test_a_closed_renderer_starts_no_worker_and_refuses_images() -> None:
@@ -125,18 +120,7 @@ def _wait_for(found: Any, timeout: float = 10.0) -> Any:
 def test_sigterm_soon_after_an_upload_leaves_no_leaked_semaphores(tmp_path: Path) -> None:
     """As make bench's restarts: serve, upload the ESM-2 fixture, SIGTERM before the warm-up has started the
     render worker (it starts none after the signal) while the ingest makes the stop outlast that moment."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "FP8_POLICY_DATA_DIR": str(tmp_path / "data")}
-    env.pop("FP8_POLICY_DATABASE_URL", None)
-    with (tmp_path / "serve.err").open("w") as stderr:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "fp8_policy.service.cli", "serve", "--port", str(port), "--no-demo"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
+    server, url, env = serve_logged(tmp_path)
     try:
         wait_healthy(url, server, timeout=120)
         with httpx.Client(base_url=url, timeout=60) as client:
