@@ -4,6 +4,9 @@ Fixtures:
   live_server   the app (own SQLite database and data_dir, migrated first) served by uvicorn in a thread
   seeded_runs   ready runs uploaded through the API: {"healthy": id, "u_shape": id, "head_only": id}
   make_archive  make_archive(scenario) -> Path of a small synthetic fp8_log_dir .tar.gz
+
+Helpers: logs_tar_gz (a tree's logs as a .tar.gz), upload_ready (an archive uploaded, once its run is ready),
+wait_ready, box_of.
   page          a fresh Chromium page; uncaught JavaScript errors fail the test, and a failed test's report gets
                 what the page showed then (#view's text, requests still waiting, the slowest ones, console
                 warnings) and a screenshot, test-artifacts/browser/failed-<test>.png
@@ -280,12 +283,27 @@ def make_archive(_archive_dir: Path) -> Callable[[str], Path]:
             return archive
         tree = _archive_dir / scenario
         write_run(dataclasses.replace(SCENARIOS[scenario].run, iterations=200), tree)
-        with tarfile.open(archive, "w:gz") as tar:
-            for path in sorted(tree.rglob("*.log")):
-                tar.add(path, arcname=str(path.relative_to(tree)))
-        return archive
+        return logs_tar_gz(tree, archive)
 
     return build
+
+
+def logs_tar_gz(tree: Path, archive: Path) -> Path:
+    """`archive` written: a .tar.gz of the *.log files under `tree` (member names relative to it)."""
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(tree.rglob("*.log")):
+            tar.add(path, arcname=str(path.relative_to(tree)))
+    return archive
+
+
+def upload_ready(client: httpx.Client, archive: Path, **fields: str) -> dict:
+    """POST `archive` (a .tar.gz) as a new run with the form `fields` (name, project, metadata, tags); the run's
+    body once it is ready."""
+    response = client.post(
+        "/api/v1/runs", data=fields, files={"file": (archive.name, archive.read_bytes(), "application/gzip")}
+    )
+    assert response.status_code in (200, 202), response.text
+    return wait_ready(client, response.json()["id"])
 
 
 def wait_ready(client: httpx.Client, run_id: int, timeout: float = 60.0) -> dict:

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import json
 import re
-import tarfile
 
 import pytest
 
 from fp8_policy.policy.synthetic import FRONTIER_SCENARIOS, write_run
 from fp8_policy.service.demo import NVFP4_DEMO
-from tests.browser.conftest import wait_ready
+from tests.browser.conftest import logs_tar_gz, upload_ready
 
 try:
     from playwright.sync_api import expect
@@ -36,18 +35,12 @@ def nvfp4_run(live_server, tmp_path_factory) -> int:
     scenario, metadata = NVFP4_DEMO
     root = tmp_path_factory.mktemp("nvfp4-demo")
     write_run(FRONTIER_SCENARIOS[scenario].run, root / "tree")
-    archive = root / "nvfp4.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        for path in sorted((root / "tree").rglob("*.log")):
-            tar.add(path, arcname=str(path.relative_to(root / "tree")))
+    archive = logs_tar_gz(root / "tree", root / "nvfp4.tar.gz")
     with live_server.api() as client:
-        response = client.post(
-            "/api/v1/runs",
-            data={"name": "demo-nvfp4-b200", "project": "bt-frontier", "metadata": json.dumps(metadata)},
-            files={"file": (archive.name, archive.read_bytes(), "application/gzip")},
+        run = upload_ready(
+            client, archive, name="demo-nvfp4-b200", project="bt-frontier", metadata=json.dumps(metadata)
         )
-        assert response.status_code in (200, 202), response.text
-        return wait_ready(client, response.json()["id"])["id"]
+        return run["id"]
 
 
 def test_the_cards_the_layer_table_and_the_heatmap_tell_the_headline(page, live_server, nvfp4_run, shot) -> None:
@@ -105,13 +98,8 @@ def test_the_runs_list_shows_filters_and_groups_by_the_runs_metadata(page, live_
         for scenario, gpu in (("healthy", "H100"), ("head_only", "B200")):
             archive = make_archive(scenario)
             metadata = {"gpu": gpu, "recipe": "delayed", "te_version": "2.20", "git_commit": f"abc{gpu}0123456789"}
-            response = client.post(
-                "/api/v1/runs",
-                data={"name": f"meta-{gpu}", "project": "bt-meta", "metadata": json.dumps(metadata)},
-                files={"file": (archive.name, archive.read_bytes(), "application/gzip")},
-            )
-            assert response.status_code in (200, 202), response.text
-            ids[gpu] = wait_ready(client, response.json()["id"])["id"]
+            run = upload_ready(client, archive, name=f"meta-{gpu}", project="bt-meta", metadata=json.dumps(metadata))
+            ids[gpu] = run["id"]
     page.goto(f"{live_server.url}/#/runs?project=bt-meta")
     row = page.locator(f'tr[data-run-id="{ids["B200"]}"]')
     expect(row.locator(".col-gpu")).to_have_text("B200", timeout=30_000)

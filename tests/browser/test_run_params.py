@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import LiveServer, wait_ready
+from tests.browser.conftest import LiveServer, upload_ready
 
 try:
     from playwright.sync_api import expect
@@ -35,15 +35,8 @@ METADATA = {
 def run_with_metadata(live_server: LiveServer, make_archive: Callable[[str], Path]) -> int:
     archive = make_archive("boundary")
     with live_server.api() as client:
-        response = client.post(
-            "/api/v1/runs",
-            data={"name": "with-params", "project": "bt-params", "metadata": json.dumps(METADATA)},
-            files={"file": (archive.name, archive.read_bytes(), "application/gzip")},
-        )
-        assert response.status_code in (200, 202), response.text
-        run_id = response.json()["id"]
-        wait_ready(client, run_id)
-    return run_id
+        run = upload_ready(client, archive, name="with-params", project="bt-params", metadata=json.dumps(METADATA))
+    return run["id"]
 
 
 def test_the_parameters_card_shows_metadata_owner_and_duration(

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import json
 import re
-import tarfile
 
 import pytest
 
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
 from tests.archives import meta_relpath, metadata_log, stats_log, stats_relpath
-from tests.browser.conftest import wait_ready
+from tests.browser.conftest import logs_tar_gz, upload_ready
 from tests.service.test_live_runs import LIVE, appender
 
 try:
@@ -37,18 +36,9 @@ def boundary_demo(live_server, tmp_path_factory) -> int:
     """The boundary demo run exactly as `make run` loads it (service/demo.py: the scenario's whole run)."""
     root = tmp_path_factory.mktemp("boundary-demo")
     write_run(SCENARIOS["boundary"].run, root / "tree")
-    archive = root / "boundary.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        for path in sorted((root / "tree").rglob("*.log")):
-            tar.add(path, arcname=str(path.relative_to(root / "tree")))
+    archive = logs_tar_gz(root / "tree", root / "boundary.tar.gz")
     with live_server.api() as client:
-        response = client.post(
-            "/api/v1/runs",
-            data={"name": "demo-boundary", "project": "bt-demo"},
-            files={"file": (archive.name, archive.read_bytes(), "application/gzip")},
-        )
-        assert response.status_code in (200, 202), response.text
-        return wait_ready(client, response.json()["id"])["id"]
+        return upload_ready(client, archive, name="demo-boundary", project="bt-demo")["id"]
 
 
 def test_the_boundary_demo_opens_on_its_severe_activation_row(page, live_server, boundary_demo, shot) -> None:
