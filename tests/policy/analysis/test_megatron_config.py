@@ -62,36 +62,24 @@ def test_the_config_reads_as_megatron_reads_it() -> None:
     assert module_path(name(0, SUBS[0]), one_based=False) == "decoder.layers.0.self_attention.linear_qkv"
 
 
+def _match_all(training_recipe: dict[str, str]) -> dict[str, object]:
+    """A precision config whose one TE config (`training_recipe`) every module matches."""
+    return {
+        "configs": {
+            "x": {"transformer_engine_config_type": "TEQuantizationParams", "training_recipe": training_recipe}
+        },
+        "matchers": {"a": {"type": "glob", "pattern": "*", "config": "x", "enabled": True}},
+    }
+
+
 @pytest.mark.parametrize(
     "config, detail",
     [
         ("configs: [", "is not valid YAML"),
         ({"matchers": {"a": {"type": "regex", "pattern": "*", "config": "x", "enabled": True}}}, "type must be 'glob'"),
         ({"configs": {"x": {"training_recipe": {}}}, "matchers": {}}, None),  # no enabled matcher: nothing read
-        (
-            {
-                "configs": {
-                    "x": {
-                        "transformer_engine_config_type": "TEQuantizationParams",
-                        "training_recipe": {"fp8_quantization_recipe": "delayed"},
-                    }
-                },
-                "matchers": {"a": {"type": "glob", "pattern": "*", "config": "x", "enabled": True}},
-            },
-            "delayed scaling is not allowed",
-        ),
-        (
-            {
-                "configs": {
-                    "x": {
-                        "transformer_engine_config_type": "TEQuantizationParams",
-                        "training_recipe": {"fp8_recipe": "mxfp8"},
-                    }
-                },
-                "matchers": {"a": {"type": "glob", "pattern": "*", "config": "x", "enabled": True}},
-            },
-            "field(s) fp8_recipe not valid",
-        ),
+        (_match_all({"fp8_quantization_recipe": "delayed"}), "delayed scaling is not allowed"),
+        (_match_all({"fp8_recipe": "mxfp8"}), "field(s) fp8_recipe not valid"),
         ("- a list", "must be the precision config's YAML text or a mapping"),
     ],
 )
