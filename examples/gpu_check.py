@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for `examples.*`
 from examples.gpu_check_data import STATS_LOG, parity_tensors, read_log  # noqa: E402
-from examples.gpu_check_te import autocast, te_features_dir, tiny_te_gpt  # noqa: E402
+from examples.gpu_check_te import autocast, parity_te_model, te_features_dir, tiny_te_gpt  # noqa: E402
 
 Row = tuple[str, bool, str]  # (check, passed, detail)
 STATS = ["underflows%", "scale_inv_min", "scale_inv_max", "mse"]
@@ -67,7 +67,6 @@ def _run_pair(model: torch.nn.Module, tensors: dict, device: str, recipe: Any, o
 
 def check_collector(work: Path) -> list[Row]:
     import nvdlfw_inspect.api as debug_api
-    import transformer_engine.pytorch as te
     from transformer_engine.common.recipe import Float8CurrentScaling, Format
 
     from fp8_policy.collect import FP8StatsCollector
@@ -81,13 +80,7 @@ def check_collector(work: Path) -> list[Row]:
     )
     debug_api.initialize(config_file=str(config), feature_dirs=[te_features_dir()], log_dir=str(work / "te"))
     try:
-        model = torch.nn.Module()
-        for name, (_x0, w, _) in tensors.items():
-            layer = te.Linear(w.shape[1], w.shape[0], bias=False, params_dtype=torch.float32, device="cuda")
-            with torch.no_grad():
-                layer.weight.copy_(w.cuda())
-            setattr(model, name, layer)
-        debug_api.infer_and_assign_layer_names(model)
+        model = parity_te_model(tensors)
         _run_pair(model, tensors, "cuda", Float8CurrentScaling(fp8_format=Format.HYBRID), debug_api.step)
     finally:
         debug_api.end_debug()

@@ -13,17 +13,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from examples.gpu_check_data import STATS_LOG, parity_tensors, read_log
-from examples.gpu_check_te import autocast, te_features_dir
+from examples.gpu_check_te import autocast, parity_te_model, te_features_dir
 
 FORMATS = ("mxfp8", "current")
 
 
 def check_sensitivity(work: Path) -> list[tuple[str, bool, str]]:
     import nvdlfw_inspect.api as debug_api
-    import transformer_engine.pytorch as te
     from transformer_engine.common.recipe import Float8CurrentScaling, Format
 
     from fp8_policy.client.collect.sensitivity import layer_sensitivity, stat_name
@@ -41,13 +38,7 @@ def check_sensitivity(work: Path) -> list[tuple[str, bool, str]]:
         config_file=str(config), feature_dirs=[te_features_dir(), TE_FEATURE_DIR], log_dir=str(work / "te")
     )
     try:
-        model = torch.nn.Module()
-        for name, (_x0, w, _) in tensors.items():
-            layer = te.Linear(w.shape[1], w.shape[0], bias=False, params_dtype=torch.float32, device="cuda")
-            with torch.no_grad():
-                layer.weight.copy_(w.cuda())
-            setattr(model, name, layer)
-        debug_api.infer_and_assign_layer_names(model)
+        model = parity_te_model(tensors)
         recipe: Any = Float8CurrentScaling(fp8_format=Format.HYBRID)
         for step in range(4):
             with autocast(True, recipe):

@@ -1,7 +1,8 @@
-"""Transformer Engine helpers the verification kit's checks share (examples/gpu_check.py, gpu_check_loop.py).
+"""Transformer Engine helpers the verification kit's checks share (examples/gpu_check*.py).
 
-Belongs here: the TE debug features folder, an autocast that works on TE 2.8 and later, and the small TE GPT the
-checks train. Needs CUDA and Transformer Engine; imported only once examples/gpu_check.py found both.
+Belongs here: the TE debug features folder, an autocast that works on TE 2.8 and later, the parity model (one
+te.Linear per parity tensor) and the small TE GPT the checks train. Needs CUDA and Transformer Engine; imported
+only once examples/gpu_check.py found both.
 """
 
 from __future__ import annotations
@@ -24,6 +25,23 @@ def autocast(enabled: bool, recipe: Any) -> Any:
     if hasattr(te, "autocast"):
         return te.autocast(enabled=enabled, recipe=recipe)
     return te.fp8_autocast(enabled=enabled, fp8_recipe=recipe)
+
+
+def parity_te_model(tensors: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> torch.nn.Module:
+    """One bias-free FP32 te.Linear on CUDA per parity tensor (examples/gpu_check_data.py `parity_tensors`: name ->
+    (input, weight, output gradient)), holding that weight, named by nvdlfw_inspect (`model.<name>`): call it
+    inside a debug session (after `debug_api.initialize`)."""
+    import nvdlfw_inspect.api as debug_api
+    import transformer_engine.pytorch as te
+
+    model = torch.nn.Module()
+    for name, (_x0, w, _) in tensors.items():
+        layer = te.Linear(w.shape[1], w.shape[0], bias=False, params_dtype=torch.float32, device="cuda")
+        with torch.no_grad():
+            layer.weight.copy_(w.cuda())
+        setattr(model, name, layer)
+    debug_api.infer_and_assign_layer_names(model)
+    return model
 
 
 def tiny_te_gpt(d: int = 256, layers: int = 4, vocab: int = 128, logit_scale: float = 1.0) -> torch.nn.Module:
