@@ -32,6 +32,22 @@ _TE_GEMMS = (
     ("fc2", "layernorm_mlp.fc2"),
 )
 
+# Shared by the Megatron-Core families below (DDP-wrapped GPTModel, `model.module`): the modules the two MoE families
+# assign before the first block, what every Megatron family assigns after the last one, and the 8 routed experts'
+# TEGroupedMLP GEMMs.
+_MCORE_MOE_BEFORE = (
+    "model",
+    "model.module",
+    "model.module.embedding",
+    "model.module.embedding.word_embeddings",
+    "model.module.decoder",
+)
+_MCORE_AFTER = ("model.module.decoder.final_layernorm", "model.module.output_layer")
+_MCORE_EXPERT_GEMMS = (
+    *(("fc1", f"mlp.experts.linear_fc1.gemm_{e}") for e in range(8)),
+    *(("fc2", f"mlp.experts.linear_fc2.gemm_{e}") for e in range(8)),
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Family:
@@ -101,7 +117,7 @@ FAMILIES: dict[str, Family] = {
             "mlp.linear_fc1",
             "mlp.linear_fc2",
         ),
-        ("model.module.decoder.final_layernorm", "model.module.output_layer"),
+        _MCORE_AFTER,
     ),
     # Megatron-Core MoE (TEGroupedMLP): each expert GEMM of TE's GroupedLinear logs as `<module>.gemm_<i>`
     # (megatron/core/transformer/moe/experts.py); 8 experts, numbered globally here (a parallel job's writer
@@ -111,17 +127,10 @@ FAMILIES: dict[str, Family] = {
         (
             ("qkv", "self_attention.linear_qkv"),
             ("proj", "self_attention.linear_proj"),
-            *(("fc1", f"mlp.experts.linear_fc1.gemm_{e}") for e in range(8)),
-            *(("fc2", f"mlp.experts.linear_fc2.gemm_{e}") for e in range(8)),
+            *_MCORE_EXPERT_GEMMS,
         ),
         ("model.module.output_layer",),
-        (
-            "model",
-            "model.module",
-            "model.module.embedding",
-            "model.module.embedding.word_embeddings",
-            "model.module.decoder",
-        ),
+        _MCORE_MOE_BEFORE,
         (
             "",
             "input_layernorm",
@@ -136,7 +145,7 @@ FAMILIES: dict[str, Family] = {
             "mlp.experts.linear_fc1",
             "mlp.experts.linear_fc2",
         ),
-        ("model.module.decoder.final_layernorm", "model.module.output_layer"),
+        _MCORE_AFTER,
     ),
     # A DeepSeek-style Megatron-Core MoE block: multi-latent attention (megatron/core/transformer/
     # multi_latent_attention.py: linear_q_down_proj / linear_q_up_proj / linear_kv_down_proj / linear_kv_up_proj /
@@ -152,17 +161,10 @@ FAMILIES: dict[str, Family] = {
             ("proj", "self_attention.linear_proj"),
             ("shared_fc1", "mlp.shared_experts.linear_fc1"),
             ("shared_fc2", "mlp.shared_experts.linear_fc2"),
-            *(("fc1", f"mlp.experts.linear_fc1.gemm_{e}") for e in range(8)),
-            *(("fc2", f"mlp.experts.linear_fc2.gemm_{e}") for e in range(8)),
+            *_MCORE_EXPERT_GEMMS,
         ),
         ("model.module.output_layer",),
-        (
-            "model",
-            "model.module",
-            "model.module.embedding",
-            "model.module.embedding.word_embeddings",
-            "model.module.decoder",
-        ),
+        _MCORE_MOE_BEFORE,
         (
             "",
             "input_layernorm",
@@ -183,7 +185,7 @@ FAMILIES: dict[str, Family] = {
             "mlp.shared_experts.linear_fc1",
             "mlp.shared_experts.linear_fc2",
         ),
-        ("model.module.decoder.final_layernorm", "model.module.output_layer"),
+        _MCORE_AFTER,
     ),
     "gpt": Family(
         "model.transformer.h",
