@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.service import ROOT, cpu_seconds, start_service, stop_service, vm_hwm_mb, wait_idle, wait_run
+from bench.service import ROOT, cluster_env, cpu_seconds, start_service, stop_service, vm_hwm_mb, wait_idle, wait_run
 from bench.trees import OUT, write_results
 
 TP, PP, DP, LAYERS = 8, 8, 16, 64
@@ -168,18 +168,11 @@ def measure_rank_jobs(out: Path, work: Path) -> dict:
 
 def measure_postgres(job: Path, work: Path) -> dict:
     """(s): the 1,024-rank job on a throwaway PostgreSQL, one API process, 2 workers."""
-    from fp8_policy.db.migrate import upgrade
     from tests.cluster import Cluster
     from tests.pg_cluster import ThrowawayPostgres
 
     with ThrowawayPostgres() as pg:
-        database = pg.create_database()
-        upgrade(database)
-        env = {
-            "FP8_POLICY_DATABASE_URL": database,
-            "FP8_POLICY_ARCHIVE_URL": str(work / "store"),
-            "FP8_POLICY_JOB_POLL_SECONDS": "0.1",
-        }
+        env = cluster_env(pg, work / "store", 0.1)
         with Cluster(work / "pg", env) as cluster:
             api = cluster.start_api()
             workers = [cluster.start_worker(), cluster.start_worker()]

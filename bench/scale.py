@@ -23,9 +23,8 @@ import httpx
 from isal import igzip
 
 from bench.load import P99_TARGET_MS, p99_met, print_endpoints, print_uploads
-from bench.service import wait_run
+from bench.service import cluster_env, wait_run
 from bench.trees import OUT, parse_target
-from fp8_policy.db.migrate import upgrade
 from tests.cluster import Cluster
 from tests.pg_cluster import ThrowawayPostgres
 
@@ -84,12 +83,8 @@ def _upload_until_ready(url: str, archive: Path, project: str) -> tuple[float, d
 def measure_ranks(archive: Path, work: Path, pg: ThrowawayPostgres, workers: int, parse_threads: int = 2) -> dict:
     """(e) one API process, `workers` worker processes (each scanning with `parse_threads` threads), one upload
     of the 8-rank archive."""
-    database = pg.create_database()
-    upgrade(database)
     env = {
-        "FP8_POLICY_DATABASE_URL": database,
-        "FP8_POLICY_ARCHIVE_URL": str(work / f"store-{workers}"),
-        "FP8_POLICY_JOB_POLL_SECONDS": "0.2",
+        **cluster_env(pg, work / f"store-{workers}", 0.2),
         "FP8_POLICY_PARSE_THREADS": str(parse_threads),
         "FP8_POLICY_SCAN_PARSE_BYTES": "0",  # a job per rank, for the workers to share
     }
@@ -134,13 +129,7 @@ def measure_load(work: Path, pg: ThrowawayPostgres, seconds: float = 60.0, reade
     mixed-load pieces of bench/load.py (runs, recorder)."""
     from bench.load import READER_TARGETS, Recorder, _post, run_window, synthetic_upload, upload_outcome, window_result
 
-    database = pg.create_database()
-    upgrade(database)
-    env = {
-        "FP8_POLICY_DATABASE_URL": database,
-        "FP8_POLICY_ARCHIVE_URL": str(work / "store-f"),
-        "FP8_POLICY_JOB_POLL_SECONDS": "0.2",
-    }
+    env = cluster_env(pg, work / "store-f", 0.2)
     print(f"generating {READER_TARGETS + uploads} synthetic runs ...", flush=True)
     archives = [synthetic_upload(work / "f-logs", k) for k in range(READER_TARGETS + uploads)]
     seeds, loads = archives[:READER_TARGETS], archives[READER_TARGETS:]

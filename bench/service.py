@@ -2,7 +2,8 @@
 directory (SQLite there unless the caller's environment says otherwise), waited for until /healthz answers,
 stopped at the end, and its peak RSS read from /proc.
 
-Belongs here: starting, waiting for and stopping the service process, and reading its memory; what is measured
+Belongs here: starting, waiting for and stopping the service process, the environment of a cluster of service
+processes on PostgreSQL (`cluster_env`), and reading its memory; what is measured
 against it stays in the bench module that measures it (run.py, live.py, load.py).
 """
 
@@ -22,6 +23,21 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVE = [sys.executable, "-m", "fp8_policy.service.cli", "serve"]
+
+
+def cluster_env(pg: Any, store: Path, poll_seconds: float) -> dict[str, str]:
+    """The environment every process of a tests/cluster.py `Cluster` shares: a fresh database on the throwaway
+    PostgreSQL `pg` (tests/pg_cluster.py), migrated to head, the archive store in `store`, workers polling for jobs
+    every `poll_seconds`."""
+    from fp8_policy.db.migrate import upgrade
+
+    database = pg.create_database()
+    upgrade(database)
+    return {
+        "FP8_POLICY_DATABASE_URL": database,
+        "FP8_POLICY_ARCHIVE_URL": str(store),
+        "FP8_POLICY_JOB_POLL_SECONDS": str(poll_seconds),
+    }
 
 
 def free_port() -> int:
