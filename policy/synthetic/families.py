@@ -33,8 +33,8 @@ _TE_GEMMS = (
 )
 
 # Shared by the Megatron-Core families below (DDP-wrapped GPTModel, `model.module`): the modules the two MoE families
-# assign before the first block, what every Megatron family assigns after the last one, and the 8 routed experts'
-# TEGroupedMLP GEMMs.
+# assign before the first block and in a block's MoE MLP, what every Megatron family assigns after the last block,
+# and the 8 routed experts' TEGroupedMLP GEMMs.
 _MCORE_MOE_BEFORE = (
     "model",
     "model.module",
@@ -43,6 +43,14 @@ _MCORE_MOE_BEFORE = (
     "model.module.decoder",
 )
 _MCORE_AFTER = ("model.module.decoder.final_layernorm", "model.module.output_layer")
+_MCORE_MOE_MLP = (  # a block's MoE MLP modules: router, then the TEGroupedMLP experts
+    "pre_mlp_layernorm",
+    "mlp",
+    "mlp.router",
+    "mlp.experts",
+    "mlp.experts.linear_fc1",
+    "mlp.experts.linear_fc2",
+)
 _MCORE_EXPERT_GEMMS = (
     *(("fc1", f"mlp.experts.linear_fc1.gemm_{e}") for e in range(8)),
     *(("fc2", f"mlp.experts.linear_fc2.gemm_{e}") for e in range(8)),
@@ -59,6 +67,30 @@ class Family:
     before: tuple[str, ...]  # modules assigned before the first block
     block_modules: tuple[str, ...]  # modules inside a block in named_children order ("" = the block itself)
     after: tuple[str, ...]  # modules assigned after the last block
+
+
+def _mcore_moe(
+    gemms: tuple[tuple[str, str], ...], attention: tuple[str, ...], after_mlp: tuple[str, ...] = ()
+) -> Family:
+    """A Megatron-Core MoE GPTModel: `gemms` (attention, shared experts) then the routed experts' GEMMs in each
+    block; a block's modules are its input layernorm, self_attention with its core attention and `attention`
+    modules, the MoE MLP, then `after_mlp`."""
+    return Family(
+        "model.module.decoder.layers",
+        (*gemms, *_MCORE_EXPERT_GEMMS),
+        ("model.module.output_layer",),
+        _MCORE_MOE_BEFORE,
+        (
+            "",
+            "input_layernorm",
+            "self_attention",
+            "self_attention.core_attention",
+            *attention,
+            *_MCORE_MOE_MLP,
+            *after_mlp,
+        ),
+        _MCORE_AFTER,
+    )
 
 
 FAMILIES: dict[str, Family] = {
@@ -122,37 +154,15 @@ FAMILIES: dict[str, Family] = {
     # Megatron-Core MoE (TEGroupedMLP): each expert GEMM of TE's GroupedLinear logs as `<module>.gemm_<i>`
     # (megatron/core/transformer/moe/experts.py); 8 experts, numbered globally here (a parallel job's writer
     # numbers them per expert-parallel rank, as TE does).
-    "megatron_moe": Family(
-        "model.module.decoder.layers",
-        (
-            ("qkv", "self_attention.linear_qkv"),
-            ("proj", "self_attention.linear_proj"),
-            *_MCORE_EXPERT_GEMMS,
-        ),
-        ("model.module.output_layer",),
-        _MCORE_MOE_BEFORE,
-        (
-            "",
-            "input_layernorm",
-            "self_attention",
-            "self_attention.core_attention",
-            "self_attention.linear_proj",
-            "self_attention.linear_qkv",
-            "pre_mlp_layernorm",
-            "mlp",
-            "mlp.router",
-            "mlp.experts",
-            "mlp.experts.linear_fc1",
-            "mlp.experts.linear_fc2",
-        ),
-        _MCORE_AFTER,
+    "megatron_moe": _mcore_moe(
+        (("qkv", "self_attention.linear_qkv"), ("proj", "self_attention.linear_proj")),
+        ("self_attention.linear_proj", "self_attention.linear_qkv"),
     ),
     # A DeepSeek-style Megatron-Core MoE block: multi-latent attention (megatron/core/transformer/
     # multi_latent_attention.py: linear_q_down_proj / linear_q_up_proj / linear_kv_down_proj / linear_kv_up_proj /
     # linear_proj), shared experts (moe/shared_experts.py SharedExpertMLP under `mlp.shared_experts`) and 8 routed
     # experts as TEGroupedMLP GEMMs `<module>.gemm_<i>`.
-    "megatron_moe_mla": Family(
-        "model.module.decoder.layers",
+    "megatron_moe_mla": _mcore_moe(
         (
             ("q_down", "self_attention.linear_q_down_proj"),
             ("q_up", "self_attention.linear_q_up_proj"),
@@ -161,31 +171,15 @@ FAMILIES: dict[str, Family] = {
             ("proj", "self_attention.linear_proj"),
             ("shared_fc1", "mlp.shared_experts.linear_fc1"),
             ("shared_fc2", "mlp.shared_experts.linear_fc2"),
-            *_MCORE_EXPERT_GEMMS,
         ),
-        ("model.module.output_layer",),
-        _MCORE_MOE_BEFORE,
         (
-            "",
-            "input_layernorm",
-            "self_attention",
-            "self_attention.core_attention",
             "self_attention.linear_q_down_proj",
             "self_attention.linear_q_up_proj",
             "self_attention.linear_kv_down_proj",
             "self_attention.linear_kv_up_proj",
             "self_attention.linear_proj",
-            "pre_mlp_layernorm",
-            "mlp",
-            "mlp.router",
-            "mlp.experts",
-            "mlp.experts.linear_fc1",
-            "mlp.experts.linear_fc2",
-            "mlp.shared_experts",
-            "mlp.shared_experts.linear_fc1",
-            "mlp.shared_experts.linear_fc2",
         ),
-        _MCORE_AFTER,
+        ("mlp.shared_experts", "mlp.shared_experts.linear_fc1", "mlp.shared_experts.linear_fc2"),
     ),
     "gpt": Family(
         "model.transformer.h",
