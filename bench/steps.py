@@ -24,7 +24,7 @@ def parse_store(tree: Path, url: str) -> dict:
     from fp8_policy.db.models import Series
     from fp8_policy.db.repositories import NewRun, RunRepository
     from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
-    from fp8_policy.policy.log_files import classify_log_path
+    from fp8_policy.policy.parse.log_files import classify_log_path
     from fp8_policy.service.ingest.parse import parse_files
     from fp8_policy.service.ingest.worker import warm_parser
 

@@ -22,7 +22,7 @@ from fp8_policy.policy.safe_text import displayable
 # annotations only: the parser they belong to is not on the start-up path (tests/service/test_start_up_imports.py)
 if TYPE_CHECKING:
     from fp8_policy.db import codec
-    from fp8_policy.policy.assemble import AssembledLayer, AssembledRun
+    from fp8_policy.policy.parse.assemble import AssembledLayer, AssembledRun
 else:  # imported on first use (numpy, isal): start-up path, tests/service/test_start_up_imports.py
     codec = lazy_module("fp8_policy.db.codec")
 

@@ -28,7 +28,7 @@ from fp8_policy.db.models import Series
 
 if TYPE_CHECKING:
     from fp8_policy.db import codec
-    from fp8_policy.policy.assemble import SeriesRecord
+    from fp8_policy.policy.parse.assemble import SeriesRecord
 else:  # imported on first use (numpy, isal): start-up path, tests/service/test_start_up_imports.py
     codec = lazy_module("fp8_policy.db.codec")
 

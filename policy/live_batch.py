@@ -1,6 +1,6 @@
 """The live detectors over every series of a piece at once: one pass of array operations per piece, not per series.
 
-Belongs here: feeding a piece's parsed points (policy/stats_log.ParsedStats of one rank: series grouped, iterations
+Belongs here: feeding a piece's parsed points (policy/parse/stats_log.ParsedStats of one rank: series grouped, iterations
 ascending) to the detectors of policy/live_events.py for all its series together, on `SeriesTable`, the detector
 state of a whole run as arrays (one row per (rank, metric) series). The events and the state after a piece are
 exactly those of `live_events.advance` called series by series in the piece's series order, then

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from fp8_policy.policy.scalars_file import MAX_SCALARS_LINES, is_negative_step, last_lines_start, record_of
+from fp8_policy.policy.parse.scalars_file import MAX_SCALARS_LINES, is_negative_step, last_lines_start, record_of
 from fp8_policy.policy.thresholds import Severity
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ class ScalarState:
 class ParsedScalars(NamedTuple):
     records: list[dict[str, Any]]
     unreadable: int  # lines that are no JSON object with an integer `step`
-    negative_steps: int  # records whose step is below 0: skipped (policy/scalars_file.py's docstring)
+    negative_steps: int  # records whose step is below 0: skipped (policy/parse/scalars_file.py's docstring)
 
 
 def parse_lines(text: bytes) -> ParsedScalars:

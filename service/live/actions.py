@@ -33,15 +33,16 @@ from sqlalchemy.orm import Session
 from fp8_policy.db.live import LiveRepository, StoredEvent
 from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.db.repositories import NewRun, RunRepository
-from fp8_policy.policy import live_switch, scalar_events, scalars_file
+from fp8_policy.policy import live_switch, scalar_events
 from fp8_policy.policy.analysis.format_bands import SeriesBands
 from fp8_policy.policy.live_batch import advance_piece
 from fp8_policy.policy.live_events import LiveEvent
 from fp8_policy.policy.live_grouping import group_events
 from fp8_policy.policy.live_table import SeriesTable
-from fp8_policy.policy.log_files import classify_log_path
-from fp8_policy.policy.stats_log import NoStatsLines, ParsedStats, StatsLogParser, TooManyMetrics
-from fp8_policy.policy.stats_names import KnownNames
+from fp8_policy.policy.parse import scalars_file
+from fp8_policy.policy.parse.log_files import classify_log_path
+from fp8_policy.policy.parse.stats_log import NoStatsLines, ParsedStats, StatsLogParser, TooManyMetrics
+from fp8_policy.policy.parse.stats_names import KnownNames
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service import limits
 from fp8_policy.service.alerts.actions import queue_for_events

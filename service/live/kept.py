@@ -4,7 +4,7 @@ file's metric names, valid only while the stored state document is the one it sa
 The table (policy/live_table.SeriesTable) is kept with the stamp of the state document it was saved as: the run's
 next piece finds the same stamp stored (one small locked read) and skips reading and decoding the document (~5 ms
 of an 8 MiB piece's ~60). Another process's save, or a rolled-back one, changes the stamp; a deleted run's state
-goes with it, so a run made again finds no stamp. Each statistics file's names (policy/stats_names.KnownNames, by
+goes with it, so a run made again finds no stamp. Each statistics file's names (policy/parse/stats_names.KnownNames, by
 path) ride with the table and are dropped with it: the file's next piece is parsed with them registered and
 predicted (~2.5 ms of the ~17 ms parse of an 8 MiB piece).
 
@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from fp8_policy.policy.live_table import SeriesTable
-from fp8_policy.policy.stats_names import KnownNames
+from fp8_policy.policy.parse.stats_names import KnownNames
 
 # (stamp of the saved document, its keys besides the table, the table, the names of each statistics file)
 KeptTable = tuple[datetime, dict[str, Any], SeriesTable, dict[str, KnownNames]]

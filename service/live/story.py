@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from fp8_policy._lazy import lazy_module
 from fp8_policy.db.live import LiveRepository, StoredEvent
 from fp8_policy.db.models import Run, RunStatus
-from fp8_policy.policy import scalars_file
+from fp8_policy.policy.parse import scalars_file
 from fp8_policy.service import lanes
 from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
 from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
@@ -71,7 +71,7 @@ def keep_scalars(store: ArchiveStore, data_dir: Path, run_id: int) -> bool:
 
 
 def _tail(handle: BinaryIO) -> bytes:
-    """The file's whole lines within its last MAX_SCALARS_BYTES (policy/scalars_file.py, the bound an upload's
+    """The file's whole lines within its last MAX_SCALARS_BYTES (policy/parse/scalars_file.py, the bound an upload's
     scalars are kept under): a live run's streamed file is refused past that bound (service/limits.py), but one
     received before the bound existed may be larger, and a read must not hold it all."""
     size = handle.seek(0, os.SEEK_END)

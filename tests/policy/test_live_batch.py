@@ -18,8 +18,8 @@ from fp8_policy.policy.live_batch import advance_piece
 from fp8_policy.policy.live_events import LiveEvent, SeriesState, advance, rank_divergence
 from fp8_policy.policy.live_table import KIND_UNDERFLOW, SeriesTable
 from fp8_policy.policy.names import split_metric_name
+from fp8_policy.policy.parse.stats_log import NoStatsLines, ParsedStats, StatsLogParser
 from fp8_policy.policy.records import MetricName
-from fp8_policy.policy.stats_log import NoStatsLines, ParsedStats, StatsLogParser
 from fp8_policy.policy.thresholds import Thresholds
 
 T = Thresholds()

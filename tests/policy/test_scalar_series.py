@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from fp8_policy.policy import scalar_series
+from fp8_policy.policy.parse.scalars_file import last_lines_start
 from fp8_policy.policy.scalar_events import SCALAR_KEYS, parse_lines
 from fp8_policy.policy.scalar_series import NO_SCALARS, parse_scalars
-from fp8_policy.policy.scalars_file import last_lines_start
 
 
 def reference(text: bytes, limit: int) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from fp8_policy.db.jobs import JobRepository
 from fp8_policy.db.models import Layer, Run, Series
 from fp8_policy.db.repositories import utcnow
 from fp8_policy.db.session import create_session_factory, session_scope
-from fp8_policy.policy.log_files import classify_log_path
+from fp8_policy.policy.parse.log_files import classify_log_path
 from fp8_policy.service.ingest.parse import parse_files
 from fp8_policy.service.ingest.pipeline import JobContext, run_job
 from fp8_policy.service.ingest.store import ArchiveStore

@@ -1,7 +1,7 @@
 """The arrays of one rank's metric-name table and their sizes, without the kernels that read and fill them.
 
 Belongs here: the table's shape (`NameTable`, `MAX_NAMES`, ...), which the parser needs at import time. The
-kernels that hash, look up and insert names are policy/_name_kernel.py's and are loaded only when a log is
+kernels that hash, look up and insert names are policy/parse/_name_kernel.py's and are loaded only when a log is
 parsed: importing numba costs about 0.3 s of CPU, which `fp8-policy serve` would otherwise pay before it can
 answer its first request (bench/first_touch.py measures that start).
 """
@@ -18,7 +18,7 @@ ARENA_BYTES = 8 * 1024 * 1024  # name bytes kept for predictions; a name that do
 
 class NameTable:
     """The arrays of one rank's table (counter[0]: ids handed out, counter[1]: arena bytes used); filled by
-    `_name_kernel.id_for` and the scan kernel (policy/kernels.py `name_id`)."""
+    `_name_kernel.id_for` and the scan kernel (policy/parse/kernels.py `name_id`)."""
 
     def __init__(self) -> None:
         self.keys = np.zeros(TABLE_SIZE, dtype=np.uint64)

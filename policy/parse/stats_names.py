@@ -1,7 +1,7 @@
 """The metric names a parse of one file hands to the next parse of the same file, and the series order that keeps.
 
 A live run's statistics log arrives piece by piece (service/live/actions.py) and each piece is parsed on its own
-(policy/stats_log.StatsLogParser). A fresh parser registers every name of the rank again (hashed, copied into the
+(policy/parse/stats_log.StatsLogParser). A fresh parser registers every name of the rank again (hashed, copied into the
 table's arena, decoded) and scans its first lines without name predictions. `KnownNames` carries the table (with
 the decoded names) and the predictions (scan_block's `successor`) to the next piece's parser instead.
 
@@ -12,7 +12,7 @@ those the reference regex takes (the slow path), in line order; a later block on
 so its new names are all the regex's, in line order. Where a block had no slow-path line and no over-long line,
 both rules are "in order of first appearance", and the walk stops once every name of the block was met.
 
-Belongs here: what is carried between parses and that order. Parsing is policy/stats_log.py's; which file's names
+Belongs here: what is carried between parses and that order. Parsing is policy/parse/stats_log.py's; which file's names
 may be carried to which parse is the caller's (service/live/actions.py keeps them per run and file).
 """
 
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fp8_policy.policy.name_table import MAX_NAMES, NameTable
+from fp8_policy.policy.parse.name_table import MAX_NAMES, NameTable
 
-_OK, _SLOW = 0, 2  # the kernel's line statuses (policy/_stats_kernel.py STATUS_OK, STATUS_SLOW)
+_OK, _SLOW = 0, 2  # the kernel's line statuses (policy/parse/_stats_kernel.py STATUS_OK, STATUS_SLOW)
 _WALK_LINES = 4096  # lines looked at per step of PieceOrder.add (a log names every series once per iteration)
 
 

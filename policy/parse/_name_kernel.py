@@ -16,7 +16,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from fp8_policy.policy.name_table import MAX_NAMES, TABLE_SIZE, NameTable
+from fp8_policy.policy.parse.name_table import MAX_NAMES, TABLE_SIZE, NameTable
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)

@@ -1,23 +1,23 @@
 """Scanning one block of whole lines with the compiled kernels: the parser's per-block work and its buffers.
 
-Belongs here: calling policy/_stats_kernel.py on a block (`scan`: status, series id, iteration and value per
+Belongs here: calling policy/parse/_stats_kernel.py on a block (`scan`: status, series id, iteration and value per
 line, resumed in a larger scratch set when the block holds more lines than expected), grouping a scanned block
 by series into staging (`Scratch.group`), and the scratch sets and staging chunks kept between parses
-(policy/buffer_pool.py, `prefault_buffers`). Runs in the parser's pool threads. What happens to a block's
-results (slow-path lines, sessions, the join in file order) is policy/stats_log.py's; reading the blocks is
-policy/stats_blocks.py's.
+(policy/parse/buffer_pool.py, `prefault_buffers`). Runs in the parser's pool threads. What happens to a block's
+results (slow-path lines, sessions, the join in file order) is policy/parse/stats_log.py's; reading the blocks is
+policy/parse/stats_blocks.py's.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from fp8_policy.policy import kernels
-from fp8_policy.policy.buffer_pool import FreeList
-from fp8_policy.policy.name_table import MAX_NAMES, NameTable
-from fp8_policy.policy.stats_blocks import _READ_BUFFERS, DEFAULT_BLOCK_BYTES, DEFAULT_MAX_LINE_BYTES
+from fp8_policy.policy.parse import kernels
+from fp8_policy.policy.parse.buffer_pool import FreeList
+from fp8_policy.policy.parse.name_table import MAX_NAMES, NameTable
+from fp8_policy.policy.parse.stats_blocks import _READ_BUFFERS, DEFAULT_BLOCK_BYTES, DEFAULT_MAX_LINE_BYTES
 
-kernel = kernels.stats  # compiled once loaded in this process, interpreted before (policy/kernels.py)
+kernel = kernels.stats  # compiled once loaded in this process, interpreted before (policy/parse/kernels.py)
 
 _LIT_ITER = np.frombuffer(b"iteration=", dtype=np.uint8)
 _LIT_VALUE = np.frombuffer(b"value=", dtype=np.uint8)
@@ -128,8 +128,8 @@ def _scratch_lines(lines: int) -> int:
     return max(lines, 1024) * 5 // 4  # room for the next blocks' usual spread
 
 
-# Buffers kept between parses in this process (policy/buffer_pool.py); a parse with `workers` scan threads has
-# about `workers + 2` scratch sets in flight (and as many read buffers, policy/stats_blocks.py), and staging for
+# Buffers kept between parses in this process (policy/parse/buffer_pool.py); a parse with `workers` scan threads has
+# about `workers + 2` scratch sets in flight (and as many read buffers, policy/parse/stats_blocks.py), and staging for
 # all its points until `finish`.
 _SCRATCH_SETS: FreeList[Scratch] = FreeList(6, lambda scratch: scratch.lines)
 _STAGING_CHUNKS: FreeList[tuple[np.ndarray, np.ndarray]] = FreeList(12, lambda chunk: int(chunk[0].shape[0]))
@@ -172,7 +172,7 @@ def scan(buf: np.ndarray, table: NameTable, insert: bool, successor: np.ndarray 
 def prefault_buffers(workers: int = 2, staging_points: int = 8 * _STAGING_POINTS) -> None:
     """Put one parse's buffers (`workers` scan threads, `staging_points` points staged) in the free lists, every
     page touched: for a serving process's start-up, so its first ingest does not page-fault them in (see
-    policy/buffer_pool.py). About 250 MB resident with the defaults."""
+    policy/parse/buffer_pool.py). About 250 MB resident with the defaults."""
     for _ in range(workers + 2):
         buf = np.empty(DEFAULT_BLOCK_BYTES + DEFAULT_MAX_LINE_BYTES, dtype=np.uint8)
         buf.fill(0)

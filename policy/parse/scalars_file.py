@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from fp8_policy.policy.lr_schedule import LrDecay
+from fp8_policy.policy.parse.lr_schedule import LrDecay
 
 SCALARS_NAME = "scalars.jsonl"
 MEMBER = re.compile(r"^(?:[^/]+/)?scalars\.jsonl(?:\.gz)?$")
@@ -112,7 +112,7 @@ class ScalarsCheck:
     last_step: int | None = None
     samples: list[str] = field(default_factory=list)  # the first unreadable lines, as "line N: ..."
     broken: str | None = None  # why the member's bytes could not be read to their end (a damaged gzip)
-    lr: LrDecay = field(default_factory=LrDecay)  # where the logged `lr` starts to decay (policy/lr_schedule.py)
+    lr: LrDecay = field(default_factory=LrDecay)  # where the logged `lr` starts to decay (policy/parse/lr_schedule.py)
 
     def line(self, raw: bytes) -> bool:
         """Count one line (with its newline); True when it is a record (the caller keeps it). Past
@@ -158,7 +158,7 @@ class ScalarsCheck:
 
     def verdict(self) -> dict[str, Any]:
         """The ingest report's `scalars` entry: {member, kept, records, unreadable_lines, negative_steps, steps,
-        warning, and `lr` ({points, peak, decay_start}: policy/lr_schedule.py) when kept records log an lr}. Kept when it holds at least one record with a step of 0 or more and is within MAX_SCALARS_BYTES;
+        warning, and `lr` ({points, peak, decay_start}: policy/parse/lr_schedule.py) when kept records log an lr}. Kept when it holds at least one record with a step of 0 or more and is within MAX_SCALARS_BYTES;
         `warning` names what is wrong (ScalarsTooLarge, ScalarsUnreadable, ScalarsNegativeSteps when every step
         is below 0: nothing kept; ScalarsPartlyUnreadable, ScalarsNegativeSteps: kept, those lines left out; both
         of these, '; ' between them)."""

@@ -1,7 +1,7 @@
 """Which implementation of the numba kernels runs: the compiled one, or the same source run by the interpreter.
 
 Belongs here: the choice between the two, the compiled kernels' readiness, and building the interpreted twin.
-The kernels themselves stay in `policy/_*_kernel.py`, written once.
+The kernels themselves stay in `policy/parse/_*_kernel.py`, written once.
 
 Why two: numba compiles a kernel on its first call (about 30-100 s for all of them on a 2-core machine, once per
 machine: `cache=True` keeps the result on disk, NUMBA_CACHE_DIR). A service must not make a user's first upload
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 _KERNEL_MODULES = ("_name_kernel", "_line_kernel", "_stats_kernel", "_summary_kernel", "_csv_kernel")
-_PACKAGE = "fp8_policy.policy"
+_PACKAGE = "fp8_policy.policy.parse"
 SMALL_UPLOAD_BYTES = 4 * 1024 * 1024  # uploads the interpreted kernels take while the compiled ones are not loaded
 
 _ready = threading.Event()
@@ -136,7 +136,7 @@ def twin(name: str) -> types.ModuleType:
 
 
 def name_id(table: Any, name: np.ndarray) -> int:
-    """`id_for(table, name)` (policy/_name_kernel.py) with the kernels in use. A read-only `name` (np.frombuffer of
+    """`id_for(table, name)` (policy/parse/_name_kernel.py) with the kernels in use. A read-only `name` (np.frombuffer of
     bytes) is copied: numba compiles a separate specialisation per array writability, and the warm-up
     (service/ingest/kernel_warmup.py) compiles the writable one only."""
     if not name.flags.writeable:

@@ -1,6 +1,6 @@
 """Join one run's parsed statistics (per rank) and metadata into layers and summarised series.
 
-Input: `ParsedStats` per rank (policy/stats_log.py) and the merged `MetadataLog` (policy/metadata_log.py).
+Input: `ParsedStats` per rank (policy/parse/stats_log.py) and the merged `MetadataLog` (policy/parse/metadata_log.py).
 Output: `AssembledRun`, ready to store: layers in model order with structure and precision, and one
 `SeriesRecord` per (rank, metric) with its summary over finite points. Pure: no I/O, no web or DB.
 """
@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fp8_policy.policy import kernels
-from fp8_policy.policy.metadata_log import MetadataLog
 from fp8_policy.policy.names import layer_structure, order_key, split_metric_name
+from fp8_policy.policy.parse import kernels
+from fp8_policy.policy.parse.metadata_log import MetadataLog
+from fp8_policy.policy.parse.stats_log import ParsedStats, map_series_ranges
 from fp8_policy.policy.records import (
     MAX_LAYER_CHARS,
     MAX_STAT_CHARS,
@@ -27,7 +28,6 @@ from fp8_policy.policy.records import (
     Precision,
     nonfinite_text,
 )
-from fp8_policy.policy.stats_log import ParsedStats, map_series_ranges
 
 MAX_NAME_SAMPLES = 10
 SUMMARY_THREADS = 2
@@ -88,7 +88,7 @@ def summarize(iterations: np.ndarray, values: np.ndarray) -> SeriesSummary:
 
 def summaries(offsets: np.ndarray, iterations: np.ndarray, values: np.ndarray) -> list[SeriesSummary]:
     """Summaries of the series [offsets[k]:offsets[k+1]]: counts, and min/max/mean/p95 over the finite points
-    (equal to NumPy's per series, computed in one compiled pass: policy/_summary_kernel.py)."""
+    (equal to NumPy's per series, computed in one compiled pass: policy/parse/_summary_kernel.py)."""
     parts = map_series_ranges(
         offsets,
         SUMMARY_THREADS,

@@ -1,7 +1,7 @@
 """Free lists of large buffers, kept for the next parse in the same process.
 
 Belongs here: the bounded, thread-safe keeping of buffers between uses; what a buffer is and how it is sized
-stays with its user (policy/stats_blocks.py: block buffers; policy/stats_scan.py: scratch sets, staging chunks).
+stays with its user (policy/parse/stats_blocks.py: block buffers; policy/parse/stats_scan.py: scratch sets, staging chunks).
 
 Why keep them: a fresh buffer page-faults on its first touch, and a virtual machine that hands freed guest
 pages back to its host (virtio-balloon free page reporting, Linux Documentation/mm/free_page_reporting.rst)

@@ -1,7 +1,7 @@
 """Where a run's learning rate starts to decay, read from the `lr` of its training scalars (scalars.jsonl).
 
 Belongs here: `LrDecay`, fed the (step, lr) records one at a time as the ingest checks the file
-(policy/scalars_file.py `ScalarsCheck`), so a million-line file costs a few numbers of memory, and its report. What a
+(policy/parse/scalars_file.py `ScalarsCheck`), so a million-line file costs a few numbers of memory, and its report. What a
 schedule does with the decay start is policy/recommend/schedule.py's.
 
 Rule: the peak is the highest lr logged; the plateau at it are the steps within `PEAK_TOLERANCE` (relative) of it

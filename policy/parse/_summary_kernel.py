@@ -1,7 +1,7 @@
 """Compiled per-series summaries (numba, nogil): counts of non-finite points, min, max, mean and p95 over the
 finite points of every series of a rank in one call.
 
-Belongs here: the arithmetic of `policy.assemble.summarize`, which stores these numbers with every series.
+Belongs here: the arithmetic of `policy.parse.assemble.summarize`, which stores these numbers with every series.
 They equal what NumPy computes per series, bit for bit (tests/policy/test_summary_kernel.py):
 * the mean is NumPy's `add.reduce` (pairwise summation, numpy/_core/src/umath/loops_utils.h.src,
   `pairwise_sum`: fewer than 8 terms in order, up to 128 with 8 accumulators, larger halves recursively,

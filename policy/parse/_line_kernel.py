@@ -1,18 +1,18 @@
-"""Compiled parsers of ONE statistics line (numba, inlined into `scan_block` of policy/_stats_kernel.py).
+"""Compiled parsers of ONE statistics line (numba, inlined into `scan_block` of policy/parse/_stats_kernel.py).
 
 Belongs here: byte-level reads of a single line as nvdlfw_inspect writes it, each `inline="always"`: the header
 (`_header_end`: ``YYYY-MM-DD HH:MM:SS,mmm - LEVEL - ``, the timestamp checked 8 bytes at a time), the tail read
 forwards after a predicted name (`_tail_fast`), the exact nvdlfw form read backwards from the line's end
 (`_parse_exact`), the general fast-path form (`_parse_line`, `_parse_number`), and where a line ends or whether it
-is blank. Walking a block line by line, name ids and line statuses stay in policy/_stats_kernel.py; what a line
-means when none of these accepts it is policy/stats_log.py's (the reference regex).
+is blank. Walking a block line by line, name ids and line statuses stay in policy/parse/_stats_kernel.py; what a line
+means when none of these accepts it is policy/parse/stats_log.py's (the reference regex).
 
 Each parser either returns exactly what the reference regex gives the line, or says no (the caller then tries
 the next one, and finally hands the line to Python). Keep this module free of anything but numba/numpy.
 
 Numba keys a cached kernel on its own source file only: `scan_block`'s cache entry does not notice an edit here
 (the functions here are inlined into it, never compiled on their own). After changing this file, change or touch
-policy/_stats_kernel.py too, as for policy/_name_kernel.py (tests/policy/test_kernels.py compares the compiled
+policy/parse/_stats_kernel.py too, as for policy/parse/_name_kernel.py (tests/policy/test_kernels.py compares the compiled
 kernels with their interpreted twins, which always run the current source).
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from fp8_policy.policy._name_kernel import load_u64
+from fp8_policy.policy.parse._name_kernel import load_u64
 
 _POW10 = np.array([10.0**k for k in range(23)], dtype=np.float64)
 _MAX_EXACT = 1 << 53

@@ -19,8 +19,8 @@ Line rules (the statistics lines nvdlfw_inspect writes, https://github.com/NVIDI
 
 No I/O besides reading the given streams; no web or database imports.
 
-Where the rest lives: reading the streams into blocks of whole lines in policy/stats_blocks.py, scanning a
-block with the compiled kernels (and the buffers that takes) in policy/stats_scan.py; this module keeps the
+Where the rest lives: reading the streams into blocks of whole lines in policy/parse/stats_blocks.py, scanning a
+block with the compiled kernels (and the buffers that takes) in policy/parse/stats_scan.py; this module keeps the
 parser's state: the names, the files' reports, sessions, the slow path, and the join in file order.
 """
 
@@ -36,13 +36,19 @@ from typing import TypeVar
 
 import numpy as np
 
-from fp8_policy.policy import kernels
-from fp8_policy.policy.name_table import MAX_NAMES
-from fp8_policy.policy.stats_blocks import DEFAULT_BLOCK_BYTES, DEFAULT_MAX_LINE_BYTES, ByteStream, read_blocks, recycle
-from fp8_policy.policy.stats_names import KnownNames, NamedTable, PieceOrder
-from fp8_policy.policy.stats_scan import Grouped, Scratch, Staging, give_back, scan
+from fp8_policy.policy.parse import kernels
+from fp8_policy.policy.parse.name_table import MAX_NAMES
+from fp8_policy.policy.parse.stats_blocks import (
+    DEFAULT_BLOCK_BYTES,
+    DEFAULT_MAX_LINE_BYTES,
+    ByteStream,
+    read_blocks,
+    recycle,
+)
+from fp8_policy.policy.parse.stats_names import KnownNames, NamedTable, PieceOrder
+from fp8_policy.policy.parse.stats_scan import Grouped, Scratch, Staging, give_back, scan
 
-kernel = kernels.stats  # compiled once loaded in this process, interpreted before (policy/kernels.py)
+kernel = kernels.stats  # compiled once loaded in this process, interpreted before (policy/parse/kernels.py)
 
 
 # The reference regex of a statistics line (as nvdlfw_inspect writes it, `<layer>_<tensor>_<stat>  iteration=N  value=V`); the compiled fast path accepts a subset of it.
@@ -200,7 +206,7 @@ class StatsLogParser:
 
     def _kernel(self, buf: np.ndarray, insert: bool) -> Scratch:
         """Scan and group one block (in a pool thread except for the first block) into a scratch set
-        (policy/stats_scan.py)."""
+        (policy/parse/stats_scan.py)."""
         out = scan(buf, self._table, insert, self._successor)
         if insert:  # the first block of a file: later blocks start with its name order as their predictions
             self._successor = out.successor.copy()

@@ -2,8 +2,8 @@
 
 Belongs here: what the parser reads from (a binary stream's read(n) or readinto), cutting the bytes into blocks
 that end on a newline, carrying a partial line over to the next block, dropping a line longer than the limit,
-and the read buffers kept between parses (policy/buffer_pool.py). What a line means is policy/stats_log.py's;
-scanning a block is policy/stats_scan.py's.
+and the read buffers kept between parses (policy/parse/buffer_pool.py). What a line means is policy/parse/stats_log.py's;
+scanning a block is policy/parse/stats_scan.py's.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 
-from fp8_policy.policy import kernels
-from fp8_policy.policy.buffer_pool import FreeList
+from fp8_policy.policy.parse import kernels
+from fp8_policy.policy.parse.buffer_pool import FreeList
 
-kernel = kernels.stats  # compiled once loaded in this process, interpreted before (policy/kernels.py)
+kernel = kernels.stats  # compiled once loaded in this process, interpreted before (policy/parse/kernels.py)
 
 DEFAULT_BLOCK_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_LINE_BYTES = 1024 * 1024
@@ -63,7 +63,7 @@ def _read_into(stream: ByteStream, view: memoryview) -> int:
     return filled
 
 
-# Block buffers kept between parses in this process (policy/buffer_pool.py); a parse with `workers` scan threads
+# Block buffers kept between parses in this process (policy/parse/buffer_pool.py); a parse with `workers` scan threads
 # has about `workers + 2` of them in flight.
 _READ_BUFFERS: FreeList[np.ndarray] = FreeList(6, lambda buf: int(buf.shape[0]))
 

@@ -2,9 +2,9 @@
 
 Belongs here: byte-level loops over a block that would cost seconds per million lines in Python (walking the
 lines, name ids, line statuses, grouping and joining points per series). Everything with a policy decision in it
-(what is a line, how duplicates resolve, what gets reported) is spelled out in `policy/stats_log.py`, which calls
-these kernels (through policy/stats_scan.py and policy/stats_blocks.py); the parsers of one line are in
-`policy/_line_kernel.py`, inlined here. Keep this module free of anything but numba/numpy.
+(what is a line, how duplicates resolve, what gets reported) is spelled out in `policy/parse/stats_log.py`, which calls
+these kernels (through policy/parse/stats_scan.py and policy/parse/stats_blocks.py); the parsers of one line are in
+`policy/parse/_line_kernel.py`, inlined here. Keep this module free of anything but numba/numpy.
 
 The fast path accepts exactly the nvdlfw_inspect line
 ``YYYY-MM-DD HH:MM:SS,mmm - LEVEL - <name><ws>iteration=<digits><ws>value=<number>[ws]``, in two ways:
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from fp8_policy.policy._line_kernel import (
+from fp8_policy.policy.parse._line_kernel import (
     _FAST_TAIL_BYTES,
     _header_end,
     _is_blank,
@@ -28,7 +28,7 @@ from fp8_policy.policy._line_kernel import (
     _parse_line,
     _tail_fast,
 )
-from fp8_policy.policy._name_kernel import hash_name, lookup, lookup_or_insert, same_name
+from fp8_policy.policy.parse._name_kernel import hash_name, lookup, lookup_or_insert, same_name
 
 STATUS_OK = 0
 STATUS_BLANK = 1
