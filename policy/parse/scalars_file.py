@@ -13,7 +13,7 @@ read: each writes its own format, and nvdlfw_inspect's `log_scalar` lines keep 4
 
 Steps count from 0 (a training step or iteration is never negative): a record whose `step` is below 0 is skipped
 wherever lines are parsed (`is_negative_step`: the ingest's check here, a live run's reads and detectors in
-policy/scalar_events.py), so it is never drawn (the run page's curves put it at x < 0) and never fed to the
+policy/live/scalar_events.py), so it is never drawn (the run page's curves put it at x < 0) and never fed to the
 detectors. It is never dropped silently either: it is counted (`negative_steps` in the ingest report's `scalars`
 entry and in a scalars read) and named (ScalarsNegativeSteps in the report's warning).
 """

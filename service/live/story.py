@@ -31,10 +31,10 @@ from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
 from fp8_policy.service.storage import PART_SUFFIX, hold_part
 
 if TYPE_CHECKING:
-    from fp8_policy.policy import scalar_series as scalar_columns
-    from fp8_policy.policy.scalar_series import ScalarColumns
+    from fp8_policy.policy.live import scalar_series as scalar_columns
+    from fp8_policy.policy.live.scalar_series import ScalarColumns
 else:  # imported on first use (it imports numpy): start-up path, tests/service/test_start_up_imports.py
-    scalar_columns = lazy_module("fp8_policy.policy.scalar_series")
+    scalar_columns = lazy_module("fp8_policy.policy.live.scalar_series")
 
 SCALARS_NAME = "scalars.jsonl"  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
 MAX_EVENTS_PAGE = 500
@@ -98,7 +98,7 @@ def _scalars_bytes(store: ArchiveStore, data_dir: Path, run: Run) -> bytes | Non
 
 
 class _ParsedScalars:
-    """Parsed scalars (policy/scalar_series.py columns) by file version, most recently read first, at most
+    """Parsed scalars (policy/live/scalar_series.py columns) by file version, most recently read first, at most
     MAX_POINTS points in all (20 bytes each: 160 MB; the largest file, MAX_SCALARS_LINES records of six scalars,
     is 6 M points, so it fits).
 

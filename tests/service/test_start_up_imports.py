@@ -42,7 +42,7 @@ DEFERRED_OWN = (
     "fp8_policy.policy.heatmap",
     "fp8_policy.policy.parse.stats_log",
     "fp8_policy.policy.parse.assemble",
-    "fp8_policy.policy.live_batch",
+    "fp8_policy.policy.live.batch",
     "fp8_policy.service.ingest.pipeline",
     "fp8_policy.service.analysis.actions",
     "fp8_policy.service.visual.actions",

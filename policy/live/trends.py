@@ -1,20 +1,20 @@
 """The live trend detectors over many series at once: Theil–Sen projections and rank divergence on a SeriesTable.
 
-Belongs here: `projected_crossing` and `rank_divergence` (policy/live_events.py defines them, per series) for every
+Belongs here: `projected_crossing` and `rank_divergence` (policy/live/events.py defines them, per series) for every
 candidate row of a piece in array operations: the pairwise slopes of all windows of one length in one matrix,
 their medians by sorting rows, the ranks' levels and the median of the others per metric. A row whose arrays
 hold something the row-wise shortcut does not reproduce exactly (a NaN where numpy's median would propagate it,
 two points at one iteration) goes to the per-series code instead. The event of a row that fires is built by the
-per-series code (live_events._projection; the message of rank_divergence), so texts and numbers are the same.
+per-series code (events._projection; the message of rank_divergence), so texts and numbers are the same.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from fp8_policy.policy import live_events as ref
-from fp8_policy.policy.live_events import LEVEL_POINTS, MIN_TREND_POINTS, WINDOW, LiveEvent
-from fp8_policy.policy.live_table import NO_ITERATION, SeriesTable
+from fp8_policy.policy.live import events as ref
+from fp8_policy.policy.live.events import LEVEL_POINTS, MIN_TREND_POINTS, WINDOW, LiveEvent
+from fp8_policy.policy.live.table import NO_ITERATION, SeriesTable
 from fp8_policy.policy.thresholds import Severity, Thresholds
 
 _CRITICAL = Severity.CRITICAL.rank
@@ -94,7 +94,7 @@ def projections(
 
 
 def _levels(table: SeriesTable, rows: np.ndarray) -> np.ndarray:
-    """live_events.SeriesState.level of each row (rows with a window): the mean of its last LEVEL_POINTS points."""
+    """events.SeriesState.level of each row (rows with a window): the mean of its last LEVEL_POINTS points."""
     levels = np.empty(rows.shape[0])
     counts = np.minimum(table.win_len[rows], LEVEL_POINTS)
     for n in np.unique(counts).tolist():
@@ -104,7 +104,7 @@ def _levels(table: SeriesTable, rows: np.ndarray) -> np.ndarray:
 
 
 def rank_divergence(table: SeriesTable, touched: np.ndarray, thresholds: Thresholds) -> list[LiveEvent]:
-    """live_events.rank_divergence over the table, for the metrics of the underflows% rows `touched` (this
+    """events.rank_divergence over the table, for the metrics of the underflows% rows `touched` (this
     piece's): every rank's row of those metrics takes part, in table order."""
     if touched.size == 0:
         return []

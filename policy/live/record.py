@@ -1,7 +1,7 @@
 """The record of one live early warning (`LiveEvent`) and how a detector builds one (`_event`).
 
-Belongs here: the event's fields and JSON shape, shared by the statistics detectors (policy/live_events.py,
-policy/live_batch.py, policy/live_levels.py) and the scalar ones (policy/scalar_events.py). Must not be here: any
+Belongs here: the event's fields and JSON shape, shared by the statistics detectors (policy/live/events.py,
+policy/live/batch.py, policy/live/levels.py) and the scalar ones (policy/live/scalar_events.py). Must not be here: any
 detector.
 """
 

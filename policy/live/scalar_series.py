@@ -6,7 +6,7 @@ again. Here a file is parsed once into compact columns (per series: the record's
 its value: 20 bytes a point) that the caller keeps (service/live/story.py), and each request slices them
 (`ScalarColumns.last`), which costs only its answer.
 
-The rules are those of every scalars read (policy/scalar_events.py, policy/parse/scalars_file.py): a line is a record
+The rules are those of every scalars read (policy/live/scalar_events.py, policy/parse/scalars_file.py): a line is a record
 when it is a JSON object with an integer `step` of 0 or more; in step order, a step logged again (a job resumed
 from an earlier checkpoint) counts by its last record; a series keeps the records whose value is a finite number.
 At most the last MAX_SCALARS_LINES lines are read: a file of millions of tiny lines within the byte bound (a
@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from fp8_policy.policy.live.scalar_events import SCALAR_KEYS
 from fp8_policy.policy.parse.scalars_file import MAX_SCALARS_LINES, is_negative_step, last_lines_start, record_of
-from fp8_policy.policy.scalar_events import SCALAR_KEYS
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,12 @@
 """The live detectors over every series of a piece at once: one pass of array operations per piece, not per series.
 
 Belongs here: feeding a piece's parsed points (policy/parse/stats_log.ParsedStats of one rank: series grouped, iterations
-ascending) to the detectors of policy/live_events.py for all its series together, on `SeriesTable`, the detector
+ascending) to the detectors of policy/live/events.py for all its series together, on `SeriesTable`, the detector
 state of a whole run as arrays (one row per (rank, metric) series). The events and the state after a piece are
-exactly those of `live_events.advance` called series by series in the piece's series order, then
-`live_events.rank_divergence` (tests/policy/test_live_batch.py compares both on random logs split at random
+exactly those of `events.advance` called series by series in the piece's series order, then
+`events.rank_divergence` (tests/policy/test_live_batch.py compares both on random logs split at random
 points); Python runs per event raised, never per series or point. Storing the table as one JSON document is
-policy/live_table.py's; the trends (Theil–Sen projection, rank levels) policy/live_trends.py's.
+policy/live/table.py's; the trends (Theil–Sen projection, rank levels) policy/live/trends.py's.
 
 The table keeps a window of recent points for underflows% series only: nothing else reads one (the projection and
 the rank levels are underflows% detectors).
@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from fp8_policy.policy import live_events as ref
 from fp8_policy.policy.analysis.format_bands import UNDECIDED, SeriesBands
-from fp8_policy.policy.live_events import WINDOW, LiveEvent
-from fp8_policy.policy.live_levels import band_event, level_points
-from fp8_policy.policy.live_scales import read_scales
-from fp8_policy.policy.live_table import KIND_SCALE, KIND_UNDERFLOW, NO_ITERATION, SeriesTable
-from fp8_policy.policy.live_trends import projections, rank_divergence
+from fp8_policy.policy.live import events as ref
+from fp8_policy.policy.live.events import WINDOW, LiveEvent
+from fp8_policy.policy.live.levels import band_event, level_points
+from fp8_policy.policy.live.scales import read_scales
+from fp8_policy.policy.live.table import KIND_SCALE, KIND_UNDERFLOW, NO_ITERATION, SeriesTable
+from fp8_policy.policy.live.trends import projections, rank_divergence
 from fp8_policy.policy.thresholds import Severity, Thresholds
 
 _WARNING, _CRITICAL = Severity.WARNING.rank, Severity.CRITICAL.rank
@@ -56,7 +56,7 @@ def advance_piece(
     if rows.size == 0:
         return []
     seg = np.repeat(np.arange(rows.size), counts)
-    its, vals, seg = _read_scales(table, rows, seg, its, vals, bands)  # as live_events.advance: before new points
+    its, vals, seg = _read_scales(table, rows, seg, its, vals, bands)  # as events.advance: before new points
     its, vals, seg = _new_points(table, rows, seg, its, vals)
     choice = np.fromiter((bands.index(m) for m in table.metrics), dtype=np.int64, count=len(table.metrics))
     found: list[tuple[int, int, LiveEvent]] = []  # (series position in the piece, point or end, event)
@@ -93,7 +93,7 @@ def _new_points(
 def _read_scales(
     table: SeriesTable, rows: np.ndarray, seg: np.ndarray, its: np.ndarray, vals: np.ndarray, bands: SeriesBands
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The scale_inv points read as live_events.advance reads them (policy/live_scales.py: E8M0 bytes as powers of
+    """The scale_inv points read as events.advance reads them (policy/live/scales.py: E8M0 bytes as powers of
     two, impossible bytes out); updates the rows' `form`."""
     scale = table.kind[rows] == KIND_SCALE
     points = scale[seg]
@@ -180,7 +180,7 @@ def _point_events(
 def _moved_before(
     table: SeriesTable, frow: np.ndarray, fseg: np.ndarray, ffirst: np.ndarray, good: np.ndarray, scale: np.ndarray
 ) -> np.ndarray:
-    """Per finite point: had its scale_inv series left exactly 1.0 before it (live_events' warm-up rule)? Updates
+    """Per finite point: had its scale_inv series left exactly 1.0 before it (events' warm-up rule)? Updates
     the table's `moved` for the series."""
     off = (good != 1.0) & scale
     count = np.cumsum(off)
@@ -267,7 +267,7 @@ def _bands(
 
 
 def _levels(table: SeriesTable, urow: np.ndarray, ufirst: np.ndarray, good: np.ndarray, points: int) -> np.ndarray:
-    """live_events.sustained_levels for every series at once: per new finite point, the median of the last `points`
+    """events.sustained_levels for every series at once: per new finite point, the median of the last `points`
     finite points of its series (its earlier new points, then the newest of its stored window); NaN while fewer."""
     start = np.flatnonzero(ufirst)
     position = np.arange(good.size) - np.repeat(start, np.diff(np.append(start, good.size)))  # within its series

@@ -1,6 +1,6 @@
 """One early warning per problem: the events a received piece raised, grouped per (layer, kind).
 
-Belongs here: how the per-series events of policy/live_events.py and policy/scalar_events.py are merged before
+Belongs here: how the per-series events of policy/live/events.py and policy/live/scalar_events.py are merged before
 they are stored, shown and alerted on. One change of the loss scale moves every scaling factor of a layer at
 once: `scale_inv_min` and `scale_inv_max` of its activation, weight and gradient (and per rank) all jump in the
 same step, and one event per series would print the same problem six or twelve times. A group keeps its worst
@@ -12,7 +12,7 @@ critical crossing is reported where it became critical, not where an earlier war
 
 from __future__ import annotations
 
-from fp8_policy.policy.live_events import LiveEvent
+from fp8_policy.policy.live.events import LiveEvent
 from fp8_policy.policy.thresholds import Severity
 
 MAX_MEMBERS = 64  # series listed in one event's detail (the count is always complete)

@@ -1,7 +1,7 @@
 """How the live detectors read scale_inv values: MXFP8's E8M0 exponent bytes as the powers of two they encode.
 
-Belongs here: `read_scales`, shared by the per-series detectors (policy/live_events.py) and the batched ones
-(policy/live_batch.py), so both read a series the same way; which series start as E8M0, linear or undecided is
+Belongs here: `read_scales`, shared by the per-series detectors (policy/live/events.py) and the batched ones
+(policy/live/batch.py), so both read a series the same way; which series start as E8M0, linear or undecided is
 policy/analysis/format_bands.py's `SeriesBands.scale_form`. Must not be here: the jump rule itself.
 
 Rules (the batch analysis' reading, policy/analysis/formats.py and layer_formats.py, one point at a time):

@@ -1,6 +1,6 @@
 """Training-health warnings from the scalars a job logs per step (`{"step", "loss", "grad_norm", ...}` JSON lines).
 
-Belongs here: the detectors and their small running state, pure like policy/live_events.py (which they share the
+Belongs here: the detectors and their small running state, pure like policy/live/events.py (which they share the
 event shape with: `layer` is "training", `tensor` the scalar's name, `stat` "value").
 
 - `scalar_spike`: `loss` or `grad_norm` far above where its recent trend puts it, once per episode. The expected
@@ -16,7 +16,7 @@ event shape with: `layer` is "training", `tensor` the scalar's name, `stat` "val
   on a healthy run (what the loss does next is what matters). Warm-up: while a logged `lr` still rises (the
   learning-rate warm-up) the values only fill the window; the batch analysis likewise leaves a run's start out.
 - `nonfinite`: `loss` or `grad_norm` logged as NaN or ±inf (JSON's NaN / Infinity, as Python's json writes them),
-  once per episode, as the statistics series' `nonfinite` (policy/live_events.py): a diverged step, which every
+  once per episode, as the statistics series' `nonfinite` (policy/live/events.py): a diverged step, which every
   other detector leaves out.
 - `loss_plateau`: over the second half of the steps logged so far the loss changed by less than `PLATEAU_REL` of
   its level while the gradient norm did not decrease: training has stalled without converging. The horizon grows
@@ -38,7 +38,7 @@ from fp8_policy.policy.parse.scalars_file import MAX_SCALARS_LINES, is_negative_
 from fp8_policy.policy.thresholds import Severity
 
 if TYPE_CHECKING:
-    from fp8_policy.policy.live_events import LiveEvent
+    from fp8_policy.policy.live.events import LiveEvent
 
 WINDOW = 64
 MIN_POINTS = 8
@@ -152,7 +152,7 @@ def _event(
     kind: str, severity: Severity, name: str, step: int, value: float | None, message: str, **detail: Any
 ) -> LiveEvent:
     # imported on first use (it imports numpy): serve's start-up path, tests/service/test_start_up_imports.py
-    from fp8_policy.policy.live_events import LiveEvent
+    from fp8_policy.policy.live.events import LiveEvent
 
     return LiveEvent(kind, severity.value, "training", name, "value", 0, step, value, message, detail)
 

@@ -1,12 +1,12 @@
 """The live detectors' state of a whole run as arrays: one row per (rank, metric) series, stored as one document.
 
-Belongs here: `SeriesTable` (what live_events.SeriesState holds for one series, for every series of a run at
+Belongs here: `SeriesTable` (what events.SeriesState holds for one series, for every series of a run at
 once), finding or adding the rows of a piece's series, and the table as a JSON-able document (names as a list,
 each column as base64 of its raw little-endian bytes: one json.loads and a few frombuffer calls per piece, where
 a document of per-series lists cost ~0.3 s for 1,600 series). The detectors that read and write it are
-policy/live_batch.py's and policy/live_trends.py's; where the document is stored is db/'s.
+policy/live/batch.py's and policy/live/trends.py's; where the document is stored is db/'s.
 
-A document in the earlier form (one `live_events.SeriesState.to_dict()` per "<rank>\\t<name>" key) is read too,
+A document in the earlier form (one `events.SeriesState.to_dict()` per "<rank>\\t<name>" key) is read too,
 so a run that was live across an upgrade keeps its state.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fp8_policy.policy.live_events import WINDOW, SeriesState, _is_scale_inv, _is_underflow
+from fp8_policy.policy.live.events import WINDOW, SeriesState, _is_scale_inv, _is_underflow
 from fp8_policy.policy.names import split_metric_name
 from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.thresholds import Severity
@@ -35,8 +35,8 @@ _COLUMNS = {  # name -> dtype of the per-row columns (windows are stored for und
     "nonfinite": np.bool_,
     "diverging": np.bool_,
     "win_len": np.int16,
-    "moved": np.bool_,  # a scale_inv series has left exactly 1.0 (live_events.SeriesState.moved)
-    "form": np.int8,  # how a scale_inv series is read (live_events.SeriesState.form, policy/live_scales.py)
+    "moved": np.bool_,  # a scale_inv series has left exactly 1.0 (events.SeriesState.moved)
+    "form": np.int8,  # how a scale_inv series is read (events.SeriesState.form, policy/live/scales.py)
 }
 _ADDED_COLUMNS = ("moved", "form")  # absent from documents written before them: all False / undecided
 _METRICS: dict[str, tuple[MetricName, int] | None] = {}  # the names seen by this process: (metric, kind)
@@ -98,7 +98,7 @@ class SeriesTable:
         return self.metrics[int(self.name[row])]
 
     def label(self, row: int) -> str:
-        """How events name the series (as live_events.advance does)."""
+        """How events name the series (as events.advance does)."""
         metric = self.metric(row)
         return f"{metric.layer} {metric.tensor} {metric.stat_key} (rank {int(self.rank[row])})"
 
@@ -159,7 +159,7 @@ class SeriesTable:
         self.win_val = np.concatenate((self.win_val, np.zeros((m, WINDOW), dtype=np.float64)))
 
     def state(self, row: int) -> SeriesState:
-        """One row as the per-series detectors' state (live_events.SeriesState)."""
+        """One row as the per-series detectors' state (events.SeriesState)."""
         n = int(self.win_len[row])
         window = [
             [int(i), float(v)]

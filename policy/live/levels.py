@@ -1,8 +1,8 @@
 """The level a live band crossing judges: the median of a series' last `min_points` finite points, and the event.
 
 Belongs here: `level_points`, `sustained_levels` (the level after each new point) and `band_event` (the event's
-words), shared by the per-series detectors (policy/live_events.py) and the batched ones (policy/live_batch.py).
-Rule (policy/live_events.py, `band_crossing`): one point never crosses a band, a sustained level does - the batch
+words), shared by the per-series detectors (policy/live/events.py) and the batched ones (policy/live/batch.py).
+Rule (policy/live/events.py, `band_crossing`): one point never crosses a band, a sustained level does - the batch
 analysis' smallest window (`min_points`, policy/analysis/signals.py).
 """
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from fp8_policy.policy.live_record import LiveEvent, _event
+from fp8_policy.policy.live.record import LiveEvent, _event
 from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.thresholds import Severity, Thresholds
 
-WINDOW = 32  # live_events.WINDOW: the recent finite points a series keeps
+WINDOW = 32  # events.WINDOW: the recent finite points a series keeps
 
 
 def level_points(thresholds: Thresholds) -> int:
@@ -52,7 +52,7 @@ def band_event(
     previous: Severity,
     thresholds: Thresholds,
 ) -> LiveEvent:
-    """`band_crossing` of a sustained level (also raised by policy/live_batch.py)."""
+    """`band_crossing` of a sustained level (also raised by policy/live/batch.py)."""
     message = (
         f"{name}: underflows at {level:.2f} % (median of the last {level_points(thresholds)} points) at iteration "
         f"{it}, {band.value} band (≥ {_band_floor(band, thresholds):g} %)"

@@ -14,7 +14,7 @@ Events (kinds):
 - `projected_crossing`: a rising underflows% series is projected to cross `critical` within `horizon_steps`
   iterations (Theil–Sen slope over the recent window: a median of pairwise slopes, robust to single spikes).
 - `scale_inv_drop` / `scale_inv_rise`: consecutive scale_inv points differ by at least `scale_jump_factor` (MXFP8's
-  E8M0 bytes read as the powers of two they encode first, as the batch analysis reads them: policy/live_scales.py)
+  E8M0 bytes read as the powers of two they encode first, as the batch analysis reads them: policy/live/scales.py)
   (default 8×, three binades), once the scale has moved: a series' first departure from exactly 1.0 is delayed
   scaling's warm-up ending (the first scale computed from an amax), as the batch analysis' warm-up rule reads it,
   not a jump. A scaling factor that collapses or explodes step to step precedes NaNs or
@@ -24,7 +24,7 @@ Events (kinds):
 - `rank_divergence`: with at least three ranks, one rank's recent underflows% level differs from the others'
   median by `rank_outlier_gap` points and `rank_outlier_ratio` times.
 Each event is raised once per episode: a series has to leave the condition before the same event fires again.
-The service runs them for every series of a piece at once (policy/live_batch.py: the same events and state); the
+The service runs them for every series of a piece at once (policy/live/batch.py: the same events and state); the
 per-series functions here define them and are its reference.
 """
 
@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from fp8_policy.policy.live_levels import _band_floor as _band_floor  # re-exported: the reference test's
-from fp8_policy.policy.live_levels import band_event, level_points, sustained_levels
-from fp8_policy.policy.live_record import LiveEvent as LiveEvent  # re-exported: where the detectors' users import it
-from fp8_policy.policy.live_record import _event as _event
-from fp8_policy.policy.live_scales import read_scales
+from fp8_policy.policy.live.levels import _band_floor as _band_floor  # re-exported: the reference test's
+from fp8_policy.policy.live.levels import band_event, level_points, sustained_levels
+from fp8_policy.policy.live.record import LiveEvent as LiveEvent  # re-exported: where the detectors' users import it
+from fp8_policy.policy.live.record import _event as _event
+from fp8_policy.policy.live.scales import read_scales
 from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.thresholds import Severity, Thresholds
 from fp8_policy.policy.vocabulary import EVENT_KINDS as EVENT_KINDS  # re-exported: defined there for the API
@@ -63,7 +63,7 @@ class SeriesState:
     diverging: bool = False
     window: list[list[float]] = field(default_factory=list)  # [[iteration, value], ...] recent finite points
     moved: bool = False  # a scale_inv series has left exactly 1.0 (delayed scaling's warm-up is over)
-    form: int = 0  # how a scale_inv series is read: undecided / E8M0 bytes / linear (policy/live_scales.py)
+    form: int = 0  # how a scale_inv series is read: undecided / E8M0 bytes / linear (policy/live/scales.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -124,7 +124,7 @@ def advance(
 
     `thresholds`: the bands this series is judged with (policy/analysis/format_bands.py `SeriesBands.of`: an
     `nvfp4_*` stat with NVFP4's); `scale_form`: how a scale_inv series starts to be read (`SeriesBands.scale_form`:
-    MXFP8's E8M0 bytes as powers of two, policy/live_scales.py).
+    MXFP8's E8M0 bytes as powers of two, policy/live/scales.py).
 
     Vectorised over the points (numpy): which points are new, which raise an event and the state after them are
     array operations; Python only formats the few events. Same results as visiting the points one by one
@@ -234,7 +234,7 @@ def _scale_jumps(
 def scale_jump_event(
     name: str, metric: MetricName, rank: int, it: int, value: float, previous: float, previous_it: int | None
 ) -> LiveEvent:
-    """`scale_inv_rise` / `scale_inv_drop` for a jump from `previous` to `value` (also raised by policy/live_batch.py)."""
+    """`scale_inv_rise` / `scale_inv_drop` for a jump from `previous` to `value` (also raised by policy/live/batch.py)."""
     ratio = value / previous
     kind = "scale_inv_rise" if ratio > 1 else "scale_inv_drop"
     message = f"{name}: {_fmt(previous)} → {_fmt(value)} at iteration {it} ({_fmt(ratio)}× in one step)"

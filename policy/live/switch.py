@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fp8_policy.policy.live_events import LiveEvent
+from fp8_policy.policy.live.events import LiveEvent
 from fp8_policy.policy.names import split_metric_name
 
 KIND = "switch_now"
