@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from fp8_policy.client import gate as gating
-from fp8_policy.client.cli_common import (
+from fp8_policy.client.cli.common import (
     MAX_CELL,
     RUN_REF,
     client_options,

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from fp8_policy.client.cli_common import RUN_REF, client_options, connect, resolve_run
+from fp8_policy.client.cli.common import RUN_REF, client_options, connect, resolve_run
 
 
 def _table(frontier: dict[str, Any]) -> list[str]:

@@ -3,7 +3,7 @@
 Belongs here: the options every client command takes (--url / --token / --json), how a run is named on the
 command line (an id or project/name), the client connection, the plain-text table and the error handling
 (every `PolicyError` printed as `error: <Code>: <detail>` on stderr, exit code 2, no traceback). The commands
-themselves live in client/cli_runs.py, client/cli_analysis.py and client/cli_live.py.
+themselves live in client/cli/runs.py, client/cli/analysis.py and client/cli/live.py.
 """
 
 from __future__ import annotations

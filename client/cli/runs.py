@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from fp8_policy.client import trackers
-from fp8_policy.client.cli_common import (
+from fp8_policy.client.cli.common import (
     RUN_REF,
     cell,
     client_options,

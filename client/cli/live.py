@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from fp8_policy.client.cli_common import client_options, connect, echo_json, echo_rows, parse_metadata
+from fp8_policy.client.cli.common import client_options, connect, echo_json, echo_rows, parse_metadata
 from fp8_policy.client.errors import PolicyError
 
 

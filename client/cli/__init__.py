@@ -2,12 +2,13 @@
 compare, heatmap, frontier, verify, delete, watch, alert.
 
 Belongs here: only the composition of the client command modules and the `--version` option. The commands live
-in client/cli_runs.py (upload, status, runs, edit, delete), client/cli_analysis.py (analysis, recommend, gate,
-compare, heatmap), client/cli_configs.py (configs), client/cli_frontier.py (frontier, verify) and client/cli_live.py
-(watch, alert); the shared options, run references, tables and error handling in client/cli_common.py. Exit codes:
+in client/cli/runs.py (upload, status, runs, edit, delete), client/cli/analysis.py (analysis, recommend, gate,
+compare, heatmap), client/cli/configs.py (configs), client/cli/frontier.py (frontier, verify) and client/cli/live.py
+(watch, alert); the shared options, run references, tables and error handling in client/cli/common.py. Exit codes:
 0 ok, 1 when `gate` fails the bar, 2 for usage errors and every `PolicyError` (printed as `error: <Code>:
 <detail>` on stderr, no traceback). `register_client_commands(group)`
-adds them to the server's group (`service/cli.py`); `cli` is a stand-alone group with only these. Tests inject
+adds them to the server's group (`service/cli.py`); `cli` is a stand-alone group with only these
+(`python -m fp8_policy.client.cli` runs it, client/cli/__main__.py). Tests inject
 a `PolicyClient` as `CliRunner.invoke(obj=...)`.
 """
 
@@ -19,12 +20,12 @@ from typing import Any
 import click
 
 from fp8_policy._version import __version__
-from fp8_policy.client.cli_analysis import analysis, compare, gate, heatmap, recommend
-from fp8_policy.client.cli_common import ClosedPipeGroup
-from fp8_policy.client.cli_configs import configs
-from fp8_policy.client.cli_frontier import frontier, verify
-from fp8_policy.client.cli_live import alert, watch
-from fp8_policy.client.cli_runs import delete, edit, runs, status, upload
+from fp8_policy.client.cli.analysis import analysis, compare, gate, heatmap, recommend
+from fp8_policy.client.cli.common import ClosedPipeGroup
+from fp8_policy.client.cli.configs import configs
+from fp8_policy.client.cli.frontier import frontier, verify
+from fp8_policy.client.cli.live import alert, watch
+from fp8_policy.client.cli.runs import delete, edit, runs, status, upload
 
 __all__ = ["COMMANDS", "ClosedPipeGroup", "cli", "main", "register_client_commands", "version_option"]
 
@@ -71,7 +72,3 @@ register_client_commands(cli)
 
 def main() -> None:
     cli()
-
-
-if __name__ == "__main__":
-    main()

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from fp8_policy.client.cli_common import (
+from fp8_policy.client.cli.common import (
     RUN_REF,
     client_options,
     connect,
