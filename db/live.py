@@ -11,7 +11,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.live_models import LiveEventRow, LiveFile, LiveState
-from fp8_policy.db.repositories import utcnow
+from fp8_policy.db.runs import utcnow
 from fp8_policy.db.session import rows_affected
 
 if TYPE_CHECKING:

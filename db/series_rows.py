@@ -24,7 +24,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from fp8_policy._lazy import lazy_module
-from fp8_policy.db.models import Series
+from fp8_policy.db.run_models import Series
 
 if TYPE_CHECKING:
     from fp8_policy.db import codec

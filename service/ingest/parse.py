@@ -6,7 +6,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from fp8_policy.db.repositories import IngestCounts
+from fp8_policy.db.runs import IngestCounts
 from fp8_policy.policy.parse.assemble import AssembledRun, assemble_run
 from fp8_policy.policy.parse.log_files import LogFile, session_key
 from fp8_policy.policy.parse.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines

@@ -33,9 +33,9 @@ from typing import IO, Any
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.jobs import ClaimedJob, JobRepository, LeaseLost
-from fp8_policy.db.models import Run
 from fp8_policy.db.rank_store import RankStore
-from fp8_policy.db.repositories import IngestCounts, RunRepository
+from fp8_policy.db.run_models import Run
+from fp8_policy.db.runs import IngestCounts, RunRepository
 from fp8_policy.db.series_rows import encode_series
 from fp8_policy.db.session import session_scope
 from fp8_policy.policy.parallel import ParallelInfo, Resolution

@@ -31,8 +31,8 @@ from typing import Any, BinaryIO
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.live import LiveRepository, StoredEvent
-from fp8_policy.db.models import Run, RunStatus
-from fp8_policy.db.repositories import NewRun, RunRepository
+from fp8_policy.db.run_models import Run, RunStatus
+from fp8_policy.db.runs import NewRun, RunRepository
 from fp8_policy.policy.analysis.format_bands import SeriesBands
 from fp8_policy.policy.live import scalar_events
 from fp8_policy.policy.live import switch as live_switch

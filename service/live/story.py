@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from fp8_policy._lazy import lazy_module
 from fp8_policy.db.live import LiveRepository, StoredEvent
-from fp8_policy.db.models import Run, RunStatus
+from fp8_policy.db.run_models import Run, RunStatus
 from fp8_policy.policy.parse import scalars_file
 from fp8_policy.service import lanes
 from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache

@@ -15,8 +15,8 @@ from sqlalchemy import Engine, event, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from fp8_policy.db import series_rows
-from fp8_policy.db.models import Layer, Series
 from fp8_policy.db.rank_store import RankStore
+from fp8_policy.db.run_models import Layer, Series
 from fp8_policy.db.series_rows import COLUMNS, encode_series, insert_series, rows_per_statement
 from fp8_policy.db.session import create_session_factory, session_scope
 from fp8_policy.policy.parse.assemble import AssembledRun, SeriesRecord

@@ -16,7 +16,6 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
-    CheckConstraint,
     Float,
     ForeignKey,
     Index,
@@ -161,42 +160,12 @@ class Series(Base):
     values: Mapped[bytes] = mapped_column(LargeBinary)
 
 
-class ApiToken(Base):
-    """An access token: only its keyed hash (HMAC-SHA256, service/auth/tokens.py) is stored, never the token.
-
-    `prefix` is the token's public, random lookup part (shown by `fp8-policy token list`); names are never
-    reused, so a run's `uploaded_by` always names one token, revoked or not.
-    """
-
-    __tablename__ = "api_tokens"
-    __table_args__ = (CheckConstraint("scope IN ('read', 'upload', 'admin')", name="scope"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(100), unique=True)
-    scope: Mapped[str] = mapped_column(String(16))
-    prefix: Mapped[str] = mapped_column(String(32), unique=True)
-    token_hash: Mapped[str] = mapped_column(String(64))
-    key_id: Mapped[str] = mapped_column(String(16))  # which hashing key made token_hash (see service/auth/tokens.py)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
-    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-
-
-class ServiceSecret(Base):
-    """Secrets the service generates once and every process on the database shares (the token hashing key)."""
-
-    __tablename__ = "service_secrets"
-
-    name: Mapped[str] = mapped_column(String(64), primary_key=True)
-    value: Mapped[str] = mapped_column(String(200))
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
-
-
-# The ingest job queue lives in its own module; imported here so every table is on Base.metadata.
+# The other tables live in modules of their own (db/<things>_models.py beside db/<things>.py); imported here so every
+# table is on Base.metadata wherever the runs' tables are (alembic/env.py imports this module for that).
 from fp8_policy.db.alert_models import AlertDelivery, AlertRule  # noqa: E402,F401
-from fp8_policy.db.config_models import RunConfig  # noqa: E402,F401
 from fp8_policy.db.experiment_models import ExperimentRow  # noqa: E402,F401
 from fp8_policy.db.job_models import IngestJob  # noqa: E402,F401
 from fp8_policy.db.live_models import LiveEventRow, LiveFile, LiveState  # noqa: E402,F401
+from fp8_policy.db.run_config_models import RunConfig  # noqa: E402,F401
 from fp8_policy.db.summary_models import RunSummary  # noqa: E402,F401
+from fp8_policy.db.token_models import ApiToken, ServiceSecret  # noqa: E402,F401

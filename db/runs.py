@@ -1,4 +1,10 @@
-"""All SQL lives here. Repositories flush, they never commit (db/session.py owns the unit of work)."""
+"""The SQL of runs (db/run_models.py): add, find, list, lock, claim, delete a run, store a single-rank ingest and read
+its layers, series and points. Repositories flush, they never commit (db/session.py owns the unit of work).
+
+The rest of a run's SQL sits beside the tables it writes, each db/<things>.py with its db/<things>_models.py: a
+parallel ingest's ranks in db/rank_store.py (series rows in db/series_rows.py), edits in db/run_edits.py, kept
+configs in db/run_configs.py, summaries in db/summaries.py, live runs in db/live.py, jobs in db/jobs.py, alerts in
+db/alerts.py, experiments in db/experiments.py, tokens in db/tokens.py."""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from sqlalchemy import ColumnElement, CursorResult, Select, and_, delete, func, 
 from sqlalchemy.orm import Session
 
 from fp8_policy._lazy import lazy_module
-from fp8_policy.db.models import Layer, Run, RunStatus, RunTag, Series
+from fp8_policy.db.run_models import Layer, Run, RunStatus, RunTag, Series
 from fp8_policy.db.run_rows import IngestCounts as IngestCounts  # re-exported: callers import it from here
 from fp8_policy.db.run_rows import LayerStatSummary, SeriesPoints
 from fp8_policy.db.run_rows import NewRun as NewRun  # re-exported: callers import it from here
