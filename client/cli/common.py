@@ -1,4 +1,4 @@
-"""Plumbing shared by the client commands of the `fp8-policy` console script (client/cli_*.py).
+"""Plumbing shared by the client commands of the `fp8-policy` console script (client/cli/).
 
 Belongs here: the options every client command takes (--url / --token / --json), how a run is named on the
 command line (an id or project/name), the client connection, the plain-text table and the error handling

@@ -1,4 +1,4 @@
-"""The `frontier` and `verify` commands of the `fp8-policy` console script (client/cli.py adds them).
+"""The `frontier` and `verify` commands of the `fp8-policy` console script (client/cli/__init__.py adds them).
 
 `frontier RUN -o frontier.png` saves the speed/risk chart (without -o: the frontier, the rules and the chosen point
 as a table); `verify RUN --spec FILE` trains the recommendation's arms (client/experiment/: bf16, all-low, the rule
