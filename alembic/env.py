@@ -6,7 +6,7 @@ from logging.config import fileConfig
 
 from alembic import context
 
-from fp8_policy.db import models  # noqa: F401  (registers the tables on Base.metadata)
+from fp8_policy.db import run_models  # noqa: F401  (registers every table on Base.metadata)
 from fp8_policy.db.base import Base
 from fp8_policy.db.session import create_db_engine
 

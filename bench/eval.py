@@ -1,7 +1,7 @@
 """`make eval` / `python -m bench.eval [--json OUT] [--only NAME ...] [--big]`: the labelled accuracy evaluation.
 
 For every case of `bench.scenarios.SUITE`: write the synthetic log tree (policy.synthetic.write_run) into a temp
-dir, parse it through the real ingest path (policy.log_files.classify_log_path + service.ingest.parse.parse_files),
+dir, parse it through the real ingest path (policy.parse.log_files.classify_log_path + service.ingest.parse.parse_files),
 build `RunData` from the `AssembledRun` (as service.analysis.actions.load_run_data does from the database),
 `analyze`, `recommend`, render every format and check each artifact:
 * te-yaml: loaded by nvdlfw_inspect's real `ConfigManager` (with a registry of TE's feature names, as in

@@ -24,7 +24,7 @@ BIG_ANALYSIS_TARGET_S = 2.0
 def stored_run(tree: Path, url: str) -> Iterator[tuple[Any, int, dict[str, float]]]:
     """Ingest `tree` into the database at `url` the way bench/steps.py parse_store does; yields (factory, id, times)."""
     from fp8_policy.db.migrate import upgrade
-    from fp8_policy.db.repositories import NewRun, RunRepository
+    from fp8_policy.db.runs import NewRun, RunRepository
     from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
     from fp8_policy.service.ingest.worker import warm_parser
 

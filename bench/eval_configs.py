@@ -1,6 +1,6 @@
-"""The eval's config checkers: each rendered format (te-yaml, megatron, hydra, torchao, te-recipe, torchtitan) checked
-for acceptance with the tool's own parser or a re-implementation of its loader (bench/te_recipe_loader.py,
-bench/torchtitan_loader.py)."""
+"""The eval's config checkers: each format policy/vocabulary.py names (`FORMATS`; its checker is `check_<format>`,
+te-yaml -> check_te_yaml) checked for acceptance with the tool's own parser or a re-implementation of its loader
+(bench/te_recipe_loader.py, bench/torchtitan_loader.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ import yaml
 from bench import eval_bf16, te_recipe_loader, torchtitan_loader
 from bench.te_config_manager import TeConfigManager
 from fp8_policy.policy.records import GEMMS, LayerGroup, PolicyDecision
-from fp8_policy.policy.render import FORMATS, render
+from fp8_policy.policy.render import render
 from fp8_policy.policy.render.layout import is_one_based, torch_fqn
 from fp8_policy.policy.render.precision import whole_bf16_layers
+from fp8_policy.policy.vocabulary import FORMATS
 
 LAYER_DISABLE = frozenset({"DisableFP8Layer", "DisableQuantizationLayer"})
 GEMM_DISABLE = frozenset({"DisableFP8GEMM", "DisableQuantizationGEMM"})
@@ -180,21 +181,13 @@ class ConfigChecker(TeConfigManager):
 
     def check(self, decision: PolicyDecision) -> dict[str, list[str]]:
         """Errors per format (empty list: accepted); a renderer exception is an error of its format."""
-        checks = {
-            "te-yaml": self.check_te_yaml,
-            "megatron": self.check_megatron,
-            "hydra": self.check_hydra,
-            "torchao": self.check_torchao,
-            "te-recipe": self.check_te_recipe,
-            "torchtitan": self.check_torchtitan,
-        }
         out: dict[str, list[str]] = {}
         for fmt in FORMATS:
+            check = getattr(self, f"check_{fmt.replace('-', '_')}")  # every format of the vocabulary has its checker
             try:
                 text = render(decision, fmt).content
             except Exception as exc:
                 out[fmt] = [f"render failed: {type(exc).__name__}: {exc}"]
                 continue
-            check = checks.get(fmt)
-            out[fmt] = check(text, decision) if check else []
+            out[fmt] = check(text, decision)
         return out

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fp8_policy.policy.assemble import AssembledRun
-from fp8_policy.policy.log_files import LogFile, classify_log_path
+from fp8_policy.policy.parse.assemble import AssembledRun
+from fp8_policy.policy.parse.log_files import LogFile, classify_log_path
 from fp8_policy.policy.records import RunData, Series
 from fp8_policy.service.ingest.parse import parse_files
 

@@ -19,7 +19,7 @@ from typing import Any
 def _plan_pieces(archive: Path, metadata: dict[str, Any], url: str) -> dict[str, Any]:
     from fp8_policy.db.jobs import JobRepository
     from fp8_policy.db.rank_store import RankStore
-    from fp8_policy.db.repositories import NewRun, RunRepository
+    from fp8_policy.db.runs import NewRun, RunRepository
     from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
     from fp8_policy.service.ingest.archive.stream import scan_archive
     from fp8_policy.service.ingest.pipeline import extract_limits

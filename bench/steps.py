@@ -21,10 +21,10 @@ def parse_store(tree: Path, url: str) -> dict:
     from sqlalchemy import func, select
 
     from fp8_policy.db.migrate import upgrade
-    from fp8_policy.db.models import Series
-    from fp8_policy.db.repositories import NewRun, RunRepository
+    from fp8_policy.db.run_models import Series
+    from fp8_policy.db.runs import NewRun, RunRepository
     from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
-    from fp8_policy.policy.log_files import classify_log_path
+    from fp8_policy.policy.parse.log_files import classify_log_path
     from fp8_policy.service.ingest.parse import parse_files
     from fp8_policy.service.ingest.worker import warm_parser
 
@@ -88,7 +88,7 @@ def csv_python(url: str, run_id: int) -> dict:
     import csv
     import io
 
-    from fp8_policy.db.repositories import RunRepository
+    from fp8_policy.db.runs import RunRepository
     from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
 
     factory = create_session_factory(create_db_engine(url))

@@ -1,7 +1,7 @@
 """What an upload body is made of: a log directory packed into a tar.gz on disk, a byte-counting reader, and the
 form fields sent beside it.
 
-Belongs here: recognising nvdlfw_inspect log paths (the same grammar as the service's `policy/log_files.py`,
+Belongs here: recognising nvdlfw_inspect log paths (the same grammar as the service's `policy/parse/log_files.py`,
 repeated because the client never imports `policy/`), packing only those files (and the training scalars,
 `scalars.jsonl`, when there are some) with their relative paths into
 a temporary file (never the whole archive in memory), and the tiny stderr progress bar. Must not be here: HTTP.

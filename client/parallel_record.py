@@ -2,7 +2,7 @@
 
 Belongs here: reading the rank's sizes and coordinates (from `megatron.core.parallel_state` when it is initialised,
 else `torch.distributed` plus sizes given by the caller), the one line the service's metadata parser reads
-(`fp8_policy parallel {json}`, policy/metadata_log.py `PARALLEL_RECORD`), and writing it through nvdlfw_inspect's
+(`fp8_policy parallel {json}`, policy/parse/metadata_log.py `PARALLEL_RECORD`), and writing it through nvdlfw_inspect's
 `log_message` into the rank's metadata log. Used by the CPU collector (client/collect/collector.py) and by
 `apply_policy` (the pipeline rank, client/apply/pipeline.py). torch, Megatron and nvdlfw_inspect are imported
 lazily: the client install has none of them.
@@ -20,7 +20,9 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-RECORD_PREFIX = "fp8_policy parallel "  # policy/metadata_log.py PARALLEL_RECORD (a contract test keeps them equal)
+RECORD_PREFIX = (
+    "fp8_policy parallel "  # policy/parse/metadata_log.py PARALLEL_RECORD (a contract test keeps them equal)
+)
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 SIZE_KEYS = (
     "tensor_model_parallel_size",
@@ -164,7 +166,7 @@ def _megatron_num_layers() -> int | None:
 
 
 def record_line(record: Mapping[str, Any]) -> str:
-    """The metadata-log message the service reads (policy/metadata_log.py `_parse_parallel_record`)."""
+    """The metadata-log message the service reads (policy/parse/metadata_log.py `_parse_parallel_record`)."""
     return RECORD_PREFIX + json.dumps(dict(record), sort_keys=True)
 
 

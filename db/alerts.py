@@ -10,7 +10,7 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.alert_models import AlertDelivery, AlertRule
-from fp8_policy.db.repositories import utcnow
+from fp8_policy.db.runs import utcnow
 from fp8_policy.db.session import rows_affected
 
 if TYPE_CHECKING:

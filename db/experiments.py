@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.experiment_models import ExperimentRow
-from fp8_policy.db.repositories import utcnow
+from fp8_policy.db.runs import utcnow
 
 
 class ExperimentRepository:

@@ -19,8 +19,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased
 
 from fp8_policy.db.job_models import NO_RANK, IngestJob
-from fp8_policy.db.models import Run, RunStatus
-from fp8_policy.db.repositories import RunRepository, utcnow
+from fp8_policy.db.run_models import Run, RunStatus
+from fp8_policy.db.runs import RunRepository, utcnow
 from fp8_policy.db.session import rows_affected
 
 UNFINISHED = ("queued", "doing")

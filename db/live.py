@@ -11,11 +11,11 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.live_models import LiveEventRow, LiveFile, LiveState
-from fp8_policy.db.repositories import utcnow
+from fp8_policy.db.runs import utcnow
 from fp8_policy.db.session import rows_affected
 
 if TYPE_CHECKING:
-    from fp8_policy.policy.live_events import LiveEvent
+    from fp8_policy.policy.live.events import LiveEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +137,7 @@ class LiveRepository:
 
 def _stored(r: LiveEventRow) -> StoredEvent:
     # imported on first use (with numpy): start-up path, tests/service/test_start_up_imports.py
-    from fp8_policy.policy.live_events import LiveEvent
+    from fp8_policy.policy.live.events import LiveEvent
 
     return StoredEvent(
         r.id,

@@ -2,7 +2,7 @@
 
 A live run is a `runs` row with status `live`. `live_files` holds one row per received file with the
 acknowledged byte count (the next append must start there) and how far the detectors have parsed it;
-`live_state` the per-series detector state (policy/live_events.SeriesState as JSON, one document per run);
+`live_state` the per-series detector state (policy/live/events.SeriesState as JSON, one document per run);
 `live_events` every early warning raised while the run was live, in order.
 """
 

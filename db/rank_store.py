@@ -15,11 +15,11 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.models import Layer, Run, RunStatus, Series
-from fp8_policy.db.repositories import IngestCounts, layer_row, utcnow
+from fp8_policy.db.run_models import Layer, Run, RunStatus, Series
+from fp8_policy.db.runs import IngestCounts, layer_row, utcnow
 from fp8_policy.db.series_rows import EncodedSeries, insert_series
-from fp8_policy.policy.assemble import AssembledLayer
 from fp8_policy.policy.names import layer_structure
+from fp8_policy.policy.parse.assemble import AssembledLayer
 from fp8_policy.policy.records import Precision
 
 

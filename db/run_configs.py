@@ -1,4 +1,4 @@
-"""SQL of the rendered configs kept with a run (db/config_models.py `RunConfig`): keep one (a new version unless
+"""SQL of the rendered configs kept with a run (db/run_config_models.py `RunConfig`): keep one (a new version unless
 the newest of that format is the same file from the same recommendation), list a run's, read one."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.config_models import RunConfig
-from fp8_policy.db.repositories import utcnow
+from fp8_policy.db.run_config_models import RunConfig
+from fp8_policy.db.runs import utcnow
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.models import Run, RunTag
+from fp8_policy.db.run_models import Run, RunTag
 
 
 def set_notes(session: Session, run: Run, notes: str | None) -> None:

@@ -1,4 +1,4 @@
-"""The typed records that cross between the service and db/repositories.py: what a new run stores, what an
+"""The typed records that cross between the service and db/runs.py: what a new run stores, what an
 ingest counted, and what the run reads return (one name per field, never a positional tuple)."""
 
 from __future__ import annotations

@@ -24,11 +24,11 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from fp8_policy._lazy import lazy_module
-from fp8_policy.db.models import Series
+from fp8_policy.db.run_models import Series
 
 if TYPE_CHECKING:
     from fp8_policy.db import codec
-    from fp8_policy.policy.assemble import SeriesRecord
+    from fp8_policy.policy.parse.assemble import SeriesRecord
 else:  # imported on first use (numpy, isal): start-up path, tests/service/test_start_up_imports.py
     codec = lazy_module("fp8_policy.db.codec")
 

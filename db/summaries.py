@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import Text, cast, delete, or_, select
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.models import Run, RunStatus
-from fp8_policy.db.repositories import RunRepository, utcnow
+from fp8_policy.db.run_models import Run, RunStatus
+from fp8_policy.db.runs import RunRepository, utcnow
 from fp8_policy.db.summary_models import RunSummary
 
 

@@ -13,8 +13,8 @@ from sqlalchemy import Row, exists, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.models import ApiToken, ServiceSecret
-from fp8_policy.db.repositories import utcnow
+from fp8_policy.db.runs import utcnow
+from fp8_policy.db.token_models import ApiToken, ServiceSecret
 
 
 @dataclass(frozen=True, slots=True)

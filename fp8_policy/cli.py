@@ -1,7 +1,7 @@
 """The `fp8-policy` console script: the client commands always, the server commands when `[server]` is installed.
 
 Belongs here: only the composition of the two command sets; the commands themselves live in
-`fp8_policy/client/cli.py` (upload, status, runs, analysis, recommend, gate, compare, heatmap; base install)
+`fp8_policy/client/cli/` (upload, status, runs, analysis, recommend, gate, compare, heatmap; base install)
 and `fp8_policy/service/cli.py` (serve, db, and every other server command). This module sits outside both
 layers so that `client/` never references the service.
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from fp8_policy.policy import kernels
+from fp8_policy.policy.parse import kernels
 
 ROW_SLACK = 64  # bytes a row needs besides its prefix: 20-digit iteration, value, separators (_csv_kernel)
 

@@ -184,12 +184,12 @@ class RunData:
     series: list[Series]
     metadata: dict[str, object] = field(default_factory=dict)  # what the uploader sent (dims, GPU arch, recipe, ...)
     # stats file -> iteration offset of a session that restarted its counter and was placed after the earlier ones
-    # (policy/stats_log.py, "Sessions"); the analysis notes say so
+    # (policy/parse/stats_log.py, "Sessions"); the analysis notes say so
     session_offsets: dict[str, int] = field(default_factory=dict)
     # the job's parallel layout (policy/parallel): None when the run has none stored (a single-rank view of it)
     parallel: ParallelInfo | None = None
     # the step its learning rate starts to decay, read from the lr of its uploaded scalars.jsonl
-    # (policy/lr_schedule.py); None without an lr curve or without a decay seen in it
+    # (policy/parse/lr_schedule.py); None without an lr curve or without a decay seen in it
     lr_decay_from_scalars: int | None = None
 
 

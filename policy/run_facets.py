@@ -2,7 +2,7 @@
 
 Belongs here: which metadata keys name each facet (the first one present wins, as the dashboard's columns read
 them) and the one spelling two values are compared in (`facet_key`), used both for what a run stores at upload
-(db/repositories.py) and for a filter's value (service/runs/actions.py), so `?gpu=H100` finds a run whose metadata
+(db/runs.py) and for a filter's value (service/runs/actions.py), so `?gpu=H100` finds a run whose metadata
 says "NVIDIA H100 80GB HBM3" and `?recipe=mxfp8` one that says "MXFP8BlockScaling". Must not be here: SQL.
 """
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from fp8_policy.policy.analysis import recipes
     from fp8_policy.policy.recommend import gpu
 else:  # imported on first use: their packages (numpy with them) are not on the service's start-up path, which
-    # imports this module with db/repositories.py (tests/service/test_start_up_imports.py)
+    # imports this module with db/runs.py (tests/service/test_start_up_imports.py)
     recipes = lazy_module("fp8_policy.policy.analysis.recipes")
     gpu = lazy_module("fp8_policy.policy.recommend.gpu")
 

@@ -2,7 +2,7 @@
 
 Belongs here: the pattern vocabulary (`Pattern`, policy/analysis/findings.py's), the per-layer statuses
 (`LayerStatus`, policy/analysis/layout.py's), the heatmap's row kinds and default box count (policy/heatmap/), the
-policy formats with their media types (policy/render/) and the live event kinds (policy/live_events.py). Each is
+policy formats with their media types (policy/render/) and the live event kinds (policy/live/events.py). Each is
 re-exported where the rules use it. Registering the routes (service/*/schemas.py, routes.py, query_docs.py) and
 checking an alert rule need only these names; importing them from here keeps `fp8-policy serve`'s start-up from
 importing the analysis, heatmap, render and live-event packages (and numpy), which only some requests need (issue 21,
@@ -97,8 +97,8 @@ MEDIA_TYPES: dict[str, str] = {
 }
 
 # The kinds of event a live run raises (alert rules name them: service/alerts/): the statistics detectors'
-# (policy/live_events.py), the training scalars' (policy/scalar_events.py) and a precision schedule's
-# (policy/live_switch.py: a planned switch is due). tests/policy/test_event_kinds.py checks each against its detector.
+# (policy/live/events.py), the training scalars' (policy/live/scalar_events.py) and a precision schedule's
+# (policy/live/switch.py: a planned switch is due). tests/policy/test_event_kinds.py checks each against its detector.
 STATS_EVENT_KINDS: tuple[str, ...] = (
     "band_crossing",
     "projected_crossing",

@@ -1,5 +1,5 @@
 """The server commands of the `fp8-policy` console script (`serve`, `db upgrade`, ...); `cli` also carries the
-client commands (`upload`, `status`, ... from `client/cli.py`) so `python -m fp8_policy.service.cli` has them all.
+client commands (`upload`, `status`, ... from `client/cli/`) so `python -m fp8_policy.service.cli` has them all.
 
 Import rule: at module level only click and `fp8_policy.client.cli`; import anything of the server (settings,
 uvicorn, db, app) inside the command functions. The installed console script (`fp8_policy/cli.py`) lists

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from fp8_policy.db.repositories import RunRepository
+from fp8_policy.db.runs import RunRepository
 from fp8_policy.policy.synthetic import FRONTIER_SCENARIOS, PATTERNS, SCENARIOS, write_run
 from fp8_policy.service.ingest.upload import ReceivedUpload, new_upload_path
 from fp8_policy.service.runs import writes

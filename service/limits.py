@@ -20,8 +20,8 @@ from typing import Any
 
 from starlette.requests import Request
 
+from fp8_policy.policy.parse.scalars_file import MAX_SCALARS_BYTES
 from fp8_policy.policy.safe_text import displayable
-from fp8_policy.policy.scalars_file import MAX_SCALARS_BYTES
 from fp8_policy.service.errors import BadRequest, InvalidParameter, NotFound, ScalarsTooLarge
 
 MAX_ROW_ID = 2**31 - 1  # runs.id is INTEGER: int4 on PostgreSQL

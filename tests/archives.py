@@ -192,7 +192,7 @@ def llama3_zip() -> bytes:
 
 def parse_reference(path: Path) -> dict[str, dict[int, float]]:
     """name -> {iteration: value} of a stats log by the reference regex + float(), later lines winning."""
-    from fp8_policy.policy.stats_log import STATS_LINE
+    from fp8_policy.policy.parse.stats_log import STATS_LINE
 
     out: dict[str, dict[int, float]] = {}
     with open(path, encoding="utf-8", newline="") as handle:

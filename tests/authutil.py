@@ -11,9 +11,9 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.migrate import upgrade
-from fp8_policy.db.models import ApiToken
-from fp8_policy.db.repositories import utcnow
+from fp8_policy.db.runs import utcnow
 from fp8_policy.db.session import create_db_engine
+from fp8_policy.db.token_models import ApiToken
 from fp8_policy.service.auth.actions import create_token
 from fp8_policy.service.auth.tokens import load_hasher
 

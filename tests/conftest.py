@@ -255,7 +255,7 @@ KERNELS_READY = "FP8_POLICY_TEST_KERNELS_READY"  # a file the controller writes 
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Every test runs with numba's on-disk cache complete (policy/kernels.py, service/ingest/kernel_warmup.py).
+    """Every test runs with numba's on-disk cache complete (policy/parse/kernels.py, service/ingest/kernel_warmup.py).
 
     On a clean checkout (CI) the cache is empty, and each xdist worker's first app compiled the kernels in its
     warm-up thread while the controller did the same: three compiles on two cores, 60-100 s, during which an

@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.models import Layer, Run, RunTag, Series
-from fp8_policy.db.repositories import NewRun, RunRepository
+from fp8_policy.db.run_models import Layer, Run, RunTag, Series
+from fp8_policy.db.runs import NewRun, RunRepository
 
 
 def insert_run(

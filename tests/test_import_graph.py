@@ -1,6 +1,6 @@
 """No import cycle anywhere in the tree: the installed packages, bench/ and examples/ (issue 22).
 
-The graph has one node per module, named as Python imports it (`client/cli.py` is `fp8_policy.client.cli`, see
+The graph has one node per module, named as Python imports it (`client/cli/__init__.py` is `fp8_policy.client.cli`, see
 setup.py; `bench/run.py` is `bench.run`). Every import counts, those inside functions too: a lazy import that
 closes a loop is still a loop a reader has to hold in their head (bench/run.py, live.py and scale.py imported each
 other that way). `from pkg import name` is an edge to the module `pkg.name` when there is one, else to `pkg`.

@@ -3,7 +3,7 @@
 runs.training_run: the experiment-tracker run (MLflow, W&B) a run belongs to, {"kind", "ref", "url"}.
 
 run_configs: rendered configs kept with their run, versioned per format, with the policy version and options of the
-recommendation they came from (db/config_models.py).
+recommendation they came from (db/run_config_models.py).
 
 
 The runs list filters by the GPU, recipe, TE version and git commit a run's metadata names (`?gpu=H100`), in one

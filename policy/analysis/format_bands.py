@@ -27,7 +27,7 @@ from fp8_policy.policy.analysis.recipes import PREFIX_RECIPE, normalize_recipe
 from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.thresholds import Thresholds
 
-UNDECIDED, E8M0, LINEAR = 0, 1, 2  # how a scale_inv series' values are read (policy/live_scales.py)
+UNDECIDED, E8M0, LINEAR = 0, 1, 2  # how a scale_inv series' values are read (policy/live/scales.py)
 METADATA_KEY = "layer_recipes"  # run metadata: {layer name or fnmatch glob over logged names: recipe}
 
 
@@ -145,7 +145,7 @@ class SeriesBands:
         return self.choices[self.index(metric)]
 
     def scale_form(self, metric: MetricName) -> int:
-        """How a scale_inv series is read before any value says more (policy/live_scales.py): E8M0 bytes when
+        """How a scale_inv series is read before any value says more (policy/live/scales.py): E8M0 bytes when
         its format is MXFP8 (an `mxfp8_` prefix, a layer stated MXFP8, a bare stat of an MXFP8 run with no stated
         recipe for the layer), linear when it is another (another prefix, another stated recipe), else undecided
         (its first value off 1.0 decides, as the batch analysis reads a layer's bytes: layer_formats.py)."""

@@ -15,7 +15,7 @@ step; the schedule says when the cheaper or the safer configuration holds:
   later phase from the projected crossing keeps those layers in BF16 (one rising tensor of three logged: its GEMMs
   only, as the skip list does); its triggers are what a live run watches to raise `switch_now` (live_switch.py).
 * The learning-rate schedule: its decay start read from the `lr` of the run's uploaded scalars.jsonl
-  (policy/lr_schedule.py), else `lr_decay_start` (option or run metadata), the phase's reason saying which: with
+  (policy/parse/lr_schedule.py), else `lr_decay_start` (option or run metadata), the phase's reason saying which: with
   NVFP4 layers, a phase from the decay start
   runs their fprop in BF16 (the NVFP4 pretraining paper, arXiv 2509.25149, App. D: switching to higher precision
   shortly before the decay recovers most of the gap; torchtitan's NVFP4 notes prefer the forward pass).
@@ -76,7 +76,7 @@ def build_schedule(
     analysis: Analysis, decision: Decision, lr_decay_start: int | None = None, lr_from_scalars: int | None = None
 ) -> tuple[Phase, ...]:
     """The phases (module docstring); empty when the recommendation holds for the whole run. `lr_from_scalars`:
-    the decay start the run's uploaded scalars.jsonl lr curve shows (policy/lr_schedule.py), used before
+    the decay start the run's uploaded scalars.jsonl lr curve shows (policy/parse/lr_schedule.py), used before
     `lr_decay_start` (the option / run metadata)."""
     lr_step, lr_source = lr_decay(lr_from_scalars, lr_decay_start)
     trends = [ev for f in analysis.by_pattern(Pattern.RISING_TREND) for ev in f.evidence]

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from fp8_policy.policy.metadata_log import PARALLEL_RECORD
 from fp8_policy.policy.parallel.layout import ParallelLayout
 from fp8_policy.policy.parallel.naming import GLOBAL, LAYER_NUMBER, LOCAL, NAMINGS
 from fp8_policy.policy.parallel.ranks import RankCoord, rank_coord
 from fp8_policy.policy.parallel.stages import rank_chunks
+from fp8_policy.policy.parse.metadata_log import PARALLEL_RECORD
 from fp8_policy.policy.synthetic.families import FAMILIES, LayerSpec
 from fp8_policy.policy.synthetic.run import SyntheticRun, stats_matrix
 from fp8_policy.policy.synthetic.writer import (

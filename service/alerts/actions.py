@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from fp8_policy.db.alerts import AlertRepository, NewRule, RuleRecord
 from fp8_policy.db.live import StoredEvent
-from fp8_policy.db.repositories import utcnow
+from fp8_policy.db.runs import utcnow
 from fp8_policy.policy.thresholds import Severity
 from fp8_policy.policy.vocabulary import EVENT_KINDS
 from fp8_policy.service import limits

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.orm import Session, sessionmaker
 
 from fp8_policy.db.alerts import AlertRepository, ClaimedDelivery
-from fp8_policy.db.repositories import RunRepository
+from fp8_policy.db.runs import RunRepository
 from fp8_policy.db.session import session_scope
 from fp8_policy.service.alerts.payload import body
 from fp8_policy.service.alerts.targets import RefusedTarget, Resolver, pinned, system_resolver

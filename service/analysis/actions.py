@@ -8,10 +8,10 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.codec import decode_iterations, decode_values
-from fp8_policy.db.repositories import RunRepository
+from fp8_policy.db.runs import RunRepository
 from fp8_policy.policy.analysis import Analysis, analyze
-from fp8_policy.policy.lr_schedule import decay_start_of
 from fp8_policy.policy.parallel.info import ParallelInfo
+from fp8_policy.policy.parse.lr_schedule import decay_start_of
 from fp8_policy.policy.recommend import History, Recommendation, RecommendOptions, recommend, schedule
 from fp8_policy.policy.records import LayerGroup, LayerInfo, LayerStructure, MetricName, Precision, RunData, Series
 from fp8_policy.policy.render import OUTPUT_FORMATS, RenderedPolicy, RenderOptions, pipeline, render

@@ -25,7 +25,7 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.repositories import RunRepository
+from fp8_policy.db.runs import RunRepository
 from fp8_policy.policy.policy_version import POLICY_VERSION
 from fp8_policy.service.limits import run_id_of
 from fp8_policy.service.runs.actions import get_ready_run

@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from fp8_policy.db.models import Run
+from fp8_policy.db.run_models import Run
 from fp8_policy.db.session import is_in_memory, session_scope
 from fp8_policy.db.summaries import SummaryRecord, SummaryRepository
 from fp8_policy.policy.analysis import analyze

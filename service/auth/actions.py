@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.models import ApiToken
-from fp8_policy.db.repositories import utcnow
+from fp8_policy.db.runs import utcnow
+from fp8_policy.db.token_models import ApiToken
 from fp8_policy.db.tokens import NewToken, TokenRepository
 from fp8_policy.service.auth.tokens import NAME_PATTERN, SCOPES, TokenHasher, is_expired, new_token, prefix_of
 from fp8_policy.service.errors import (

@@ -76,7 +76,7 @@ def list_(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(infos, indent=2, default=lambda v: v.isoformat()))
         return
-    if not infos:  # on stderr, stdout empty: as the client's listings (client/cli_common.echo_rows)
+    if not infos:  # on stderr, stdout empty: as the client's listings (client/cli/common.echo_rows)
         click.echo("no tokens: the service is open on loopback (create one with `fp8-policy token create`)", err=True)
         return
     headers = ["NAME", "SCOPE", "PREFIX", "STATE", "CREATED", "LAST USED", "EXPIRES", "REVOKED"]

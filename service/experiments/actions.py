@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.experiments import ExperimentRepository
-from fp8_policy.db.repositories import RunRepository
+from fp8_policy.db.runs import RunRepository
 from fp8_policy.policy.recommend import Recommendation
 from fp8_policy.policy.recommend.verification import GAP_TOLERANCE, place_arms, verify
 from fp8_policy.service.analysis import target

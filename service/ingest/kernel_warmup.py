@@ -1,7 +1,7 @@
 """Getting the compiled numba kernels ready without a user's request paying for it.
 
-Belongs here: when and where the kernels of policy/_*_kernel.py are compiled or loaded in a serving process, and
-the wait of an ingest job whose input is too large for the interpreted kernels (policy/kernels.py).
+Belongs here: when and where the kernels of policy/parse/_*_kernel.py are compiled or loaded in a serving process, and
+the wait of an ingest job whose input is too large for the interpreted kernels (policy/parse/kernels.py).
 
 Measured on the 2-core development machine: compiling every kernel takes 30-100 s (numba, once per machine and
 source version: `cache=True` writes the machine code next to the sources, or to NUMBA_CACHE_DIR, or to numba's
@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 from fp8_policy._lazy import lazy_module
 
 if TYPE_CHECKING:
-    from fp8_policy.policy import kernels
+    from fp8_policy.policy.parse import kernels
 else:  # imported on first use (with numpy; the warm-up, the first parse): start-up path,
     # tests/service/test_start_up_imports.py
-    kernels = lazy_module("fp8_policy.policy.kernels")
+    kernels = lazy_module("fp8_policy.policy.parse.kernels")
 
 log = logging.getLogger("fp8_policy.kernels")
 
@@ -48,10 +48,10 @@ def exercise_kernels() -> None:
     import numpy as np
 
     from fp8_policy.policy import csv_export
-    from fp8_policy.policy.assemble import assemble_run
-    from fp8_policy.policy.metadata_log import MetadataLog
-    from fp8_policy.policy.name_table import NameTable
-    from fp8_policy.policy.stats_log import StatsLogParser
+    from fp8_policy.policy.parse.assemble import assemble_run
+    from fp8_policy.policy.parse.metadata_log import MetadataLog
+    from fp8_policy.policy.parse.name_table import NameTable
+    from fp8_policy.policy.parse.stats_log import StatsLogParser
 
     line = b"2026-01-01 00:00:00,000 - INFO - model.l_gradient_mse \t\t\t\t iteration=000000 \t\t\t\t value=0.0000\n"
     parser = StatsLogParser(workers=1)
@@ -80,7 +80,7 @@ def cache_complete() -> bool:
 
     try:
         for name in _KERNEL_MODULES:
-            module = importlib.import_module(f"fp8_policy.policy.{name}")
+            module = importlib.import_module(f"fp8_policy.policy.parse.{name}")
             for value in vars(module).values():
                 cache = getattr(value, "_cache", None)
                 if value.__class__.__name__ != "CPUDispatcher" or cache is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fp8_policy.policy.metadata_log import MetadataLog
+from fp8_policy.policy.parse.metadata_log import MetadataLog
 from fp8_policy.policy.records import LayerPlan
 
 

@@ -20,14 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from fp8_policy.policy.log_files import classify_log_path
-from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, renamed
 from fp8_policy.policy.names import split_metric_name
 from fp8_policy.policy.parallel import METADATA, RankEvidence, RankNamer, Resolution, resolve
 from fp8_policy.policy.parallel.naming import expert_index
 from fp8_policy.policy.parallel.replicas import Mismatch, replica_mismatches
+from fp8_policy.policy.parse.log_files import classify_log_path
+from fp8_policy.policy.parse.metadata_log import MetadataLog, merge_metadata, renamed
+from fp8_policy.policy.parse.stats_log import ParsedStats
 from fp8_policy.policy.records import MetricName
-from fp8_policy.policy.stats_log import ParsedStats
 
 MAX_LISTED = 64  # ranks named one by one in the ingest report (the run's `parallel` column keeps every one)
 

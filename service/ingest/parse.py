@@ -6,11 +6,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from fp8_policy.db.repositories import IngestCounts
-from fp8_policy.policy.assemble import AssembledRun, assemble_run
-from fp8_policy.policy.log_files import LogFile, session_key
-from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
-from fp8_policy.policy.stats_log import FileReport, ParsedStats, StatsLogParser
+from fp8_policy.db.runs import IngestCounts
+from fp8_policy.policy.parse.assemble import AssembledRun, assemble_run
+from fp8_policy.policy.parse.log_files import LogFile, session_key
+from fp8_policy.policy.parse.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
+from fp8_policy.policy.parse.stats_log import FileReport, ParsedStats, StatsLogParser
 
 MAX_METADATA_BYTES = 256 * 1024 * 1024
 

@@ -33,15 +33,15 @@ from typing import IO, Any
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.jobs import ClaimedJob, JobRepository, LeaseLost
-from fp8_policy.db.models import Run
 from fp8_policy.db.rank_store import RankStore
-from fp8_policy.db.repositories import IngestCounts, RunRepository
+from fp8_policy.db.run_models import Run
+from fp8_policy.db.runs import IngestCounts, RunRepository
 from fp8_policy.db.series_rows import encode_series
 from fp8_policy.db.session import session_scope
-from fp8_policy.policy.assemble import MAX_NAME_SAMPLES, layer_table
 from fp8_policy.policy.parallel import ParallelInfo, Resolution
+from fp8_policy.policy.parse.assemble import MAX_NAME_SAMPLES, layer_table
+from fp8_policy.policy.parse.stats_log import StatsLogError
 from fp8_policy.policy.safe_text import displayable
-from fp8_policy.policy.stats_log import StatsLogError
 from fp8_policy.service.analysis.summary import refresh as refresh_summary
 from fp8_policy.service.ingest.archive import ArchiveError, ExtractLimits
 from fp8_policy.service.ingest.archive.stream import read_members, scan_archive

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fp8_policy.db.series_rows import EncodedSeries, encode_series
-from fp8_policy.policy.assemble import assemble_run
-from fp8_policy.policy.metadata_log import MetadataLog
 from fp8_policy.policy.parallel import Resolution
 from fp8_policy.policy.parallel.replicas import group_replicas
+from fp8_policy.policy.parse.assemble import assemble_run
+from fp8_policy.policy.parse.metadata_log import MetadataLog
 from fp8_policy.policy.records import MetricName
 from fp8_policy.service.ingest.archive.stream import ArchiveScan
 from fp8_policy.service.ingest.metadata_codec import metadata_to_json

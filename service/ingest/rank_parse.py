@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from fp8_policy.policy.assemble import AssembledRun, assemble_run
-from fp8_policy.policy.log_files import classify_log_path
-from fp8_policy.policy.metadata_log import PARALLEL_RECORD, MetadataLog, merge_metadata, parse_metadata_lines
-from fp8_policy.policy.stats_log import StatsLogParser
+from fp8_policy.policy.parse.assemble import AssembledRun, assemble_run
+from fp8_policy.policy.parse.log_files import classify_log_path
+from fp8_policy.policy.parse.metadata_log import PARALLEL_RECORD, MetadataLog, merge_metadata, parse_metadata_lines
+from fp8_policy.policy.parse.stats_log import StatsLogParser
 from fp8_policy.service.ingest.archive.stream import ChunkedReader
 from fp8_policy.service.ingest.parallel_ranks import MetricSplit, rank_digests
 from fp8_policy.service.ingest.parse import MAX_METADATA_BYTES, IngestError, stats_file_report
@@ -41,7 +41,7 @@ _TS_SPAN = np.arange(23)
 def _messages_key(data: bytes) -> tuple[bytes, list[bytes]] | None:
     """A digest of a metadata log without its timestamps and per-rank lines (those returned apart, to be parsed
     on their own), or None when a line lacks the header shape nvdlfw_inspect writes. Every line then starts with
-    a 23-character timestamp that the header pattern of policy/metadata_log.py reads as any other: two logs with
+    a 23-character timestamp that the header pattern of policy/parse/metadata_log.py reads as any other: two logs with
     the same digest parse alike but for the per-rank lines. Array operations, not a loop over lines."""
     if not data or len(data.translate(None, _ODD_BREAK_BYTES)) != len(data) or any(c in data for c in _ODD_BREAK_CHARS):
         return None

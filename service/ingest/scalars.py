@@ -1,4 +1,4 @@
-"""An uploaded archive's training scalars (`scalars.jsonl`, policy/scalars_file.py), read by the plan job's scan.
+"""An uploaded archive's training scalars (`scalars.jsonl`, policy/parse/scalars_file.py), read by the plan job's scan.
 
 Belongs here: copying the member to a work file, its bytes and lines counted first (MAX_SCALARS_BYTES,
 MAX_SCALARS_LINES), then checking it line by line (never more than MAX_SCALARS_BYTES on disk, one line in memory), the ingest report's `scalars` entry, and putting a kept file
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from fp8_policy.policy import scalars_file
+from fp8_policy.policy.parse import scalars_file
 from fp8_policy.service.ingest.archive.errors import _CORRUPT
 from fp8_policy.service.ingest.archive.limits import CHUNK_BYTES
 from fp8_policy.service.ingest.store import ArchiveStore

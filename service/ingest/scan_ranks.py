@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from fp8_policy.policy.log_files import LogFile, classify_log_path, session_key
-from fp8_policy.policy.name_table import MAX_NAMES
-from fp8_policy.policy.stats_blocks import ByteStream
-from fp8_policy.policy.stats_log import ParsedStats, StatsLogError, StatsLogParser
-from fp8_policy.policy.stats_names import KnownNames
+from fp8_policy.policy.parse.log_files import LogFile, classify_log_path, session_key
+from fp8_policy.policy.parse.name_table import MAX_NAMES
+from fp8_policy.policy.parse.stats_blocks import ByteStream
+from fp8_policy.policy.parse.stats_log import ParsedStats, StatsLogError, StatsLogParser
+from fp8_policy.policy.parse.stats_names import KnownNames
 from fp8_policy.service.ingest.archive.stream import ChunkedReader
 from fp8_policy.service.ingest.parse import stats_file_report
 from fp8_policy.service.settings import Settings
@@ -38,14 +38,14 @@ INLINE_MEMBER_BYTES = 16 * 1024**2
 BACKGROUND_BYTES = 64 * 1024**2
 
 # The shared name table (see ScanRanks._known) starts afresh past this many names, far below the table's own limit
-# (policy/name_table.py) so that the names of many ranks never fill it for one rank's parse.
+# (policy/parse/name_table.py) so that the names of many ranks never fill it for one rank's parse.
 _KNOWN_NAMES_LIMIT = MAX_NAMES // 8
 
 
 def content_digest(parsed: ParsedStats) -> bytes:
     """16 bytes over everything a rank's parse holds: its metric names in order and every series' points. Two
     ranks with the same digest logged the same statistics (a fresh parse and one from known names give the same
-    ParsedStats, policy/stats_names.py, so the two ingest paths agree)."""
+    ParsedStats, policy/parse/stats_names.py, so the two ingest paths agree)."""
     h = hashlib.sha256()
     h.update(np.fromiter(map(len, parsed.names), np.int64, len(parsed.names)).tobytes())  # where each name ends
     h.update("".join(parsed.names).encode("utf-8", "surrogatepass"))
@@ -187,7 +187,7 @@ class ScanRanks:
         parser = current.parser
         parsed = parser.finish()
         # The next rank's parser starts from these names: ranks of a job log (nearly) the same ones, and a parser
-        # that knows them neither hashes nor decodes them again (policy/stats_names.py; same result either way).
+        # that knows them neither hashes nor decodes them again (policy/parse/stats_names.py; same result either way).
         self._known = parser.known_names()
         digest = content_digest(parsed)
         content = self.contents.get(digest)

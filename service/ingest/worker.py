@@ -47,12 +47,12 @@ def warm_up_process() -> None:
 
     Last, one parse's buffers are put in the parser's free lists with every page touched (prefault_buffers,
     ~250 MB resident): on a VM that hands freed pages back to its host they cost ~2 ms/MB on first touch,
-    otherwise paid by the first upload (policy/buffer_pool.py)."""
+    otherwise paid by the first upload (policy/parse/buffer_pool.py)."""
     import gc
 
-    from fp8_policy.policy.stats_scan import prefault_buffers
+    from fp8_policy.policy.parse.stats_scan import prefault_buffers
 
-    prepare()  # meanwhile ingest parses small uploads with the interpreted kernels (policy/kernels.py)
+    prepare()  # meanwhile ingest parses small uploads with the interpreted kernels (policy/parse/kernels.py)
     import sklearn.linear_model  # noqa: F401 - the analysis imports it on first use (policy/analysis/trends.py)
     import sklearn.neighbors  # noqa: F401
 

@@ -5,7 +5,7 @@ A live run is a `runs` row with status `live` whose log files arrive piece by pi
 resumable-upload#core-protocol): a piece names the byte offset it starts at; re-sending bytes already received
 is harmless (they must match), a piece that would leave a gap is refused with the offset expected next
 (409 + `Upload-Offset`). Each append of a statistics log parses only its new whole lines and feeds the detectors
-(policy/live_events.py): the cost of an increment is proportional to its size. Finalizing packs the received
+(policy/live/events.py): the cost of an increment is proportional to its size. Finalizing packs the received
 files into one tar and hands it to the normal ingest, so the finished run equals the same logs uploaded whole.
 
 Received bytes live under `<data_dir>/live/<run_id>/<path>` (one machine's disk: live runs are served by the API
@@ -31,17 +31,19 @@ from typing import Any, BinaryIO
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.live import LiveRepository, StoredEvent
-from fp8_policy.db.models import Run, RunStatus
-from fp8_policy.db.repositories import NewRun, RunRepository
-from fp8_policy.policy import live_switch, scalar_events, scalars_file
+from fp8_policy.db.run_models import Run, RunStatus
+from fp8_policy.db.runs import NewRun, RunRepository
 from fp8_policy.policy.analysis.format_bands import SeriesBands
-from fp8_policy.policy.live_batch import advance_piece
-from fp8_policy.policy.live_events import LiveEvent
-from fp8_policy.policy.live_grouping import group_events
-from fp8_policy.policy.live_table import SeriesTable
-from fp8_policy.policy.log_files import classify_log_path
-from fp8_policy.policy.stats_log import NoStatsLines, ParsedStats, StatsLogParser, TooManyMetrics
-from fp8_policy.policy.stats_names import KnownNames
+from fp8_policy.policy.live import scalar_events
+from fp8_policy.policy.live import switch as live_switch
+from fp8_policy.policy.live.batch import advance_piece
+from fp8_policy.policy.live.events import LiveEvent
+from fp8_policy.policy.live.grouping import group_events
+from fp8_policy.policy.live.table import SeriesTable
+from fp8_policy.policy.parse import scalars_file
+from fp8_policy.policy.parse.log_files import classify_log_path
+from fp8_policy.policy.parse.stats_log import NoStatsLines, ParsedStats, StatsLogParser, TooManyMetrics
+from fp8_policy.policy.parse.stats_names import KnownNames
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service import limits
 from fp8_policy.service.alerts.actions import queue_for_events
@@ -61,7 +63,7 @@ from fp8_policy.service.storage import PART_SUFFIX, hold_part
 
 LIVE = RunStatus.live
 SCALARS_STATE_KEY = "__scalars__"  # the scalar detectors' state, next to the series' table
-SERIES_STATE_KEY = "__series__"  # every series' detector state (policy/live_table.SeriesTable's document)
+SERIES_STATE_KEY = "__series__"  # every series' detector state (policy/live/table.SeriesTable's document)
 SCALARS_NAME = story.SCALARS_NAME  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
 MAX_PATH_CHARS = 500
 _NO_COPY_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF}  # copy through Python
@@ -255,7 +257,7 @@ def _detect(
     schedule: list[live_switch.PlannedPhase] | None = None,
 ) -> list[LiveEvent]:
     """Parse the file's new whole lines and advance the detector state of all their series at once (one load and
-    one save of the run's state document, policy/live_batch.py)."""
+    one save of the run's state document, policy/live/batch.py)."""
     log = classify_log_path(path)
     rank = log.rank if log is not None else 0
     with open(disk, "rb") as handle:  # the new whole lines reach the parser as a stream, block by block
@@ -322,7 +324,7 @@ def _new_whole_lines(disk: Path, row: Any) -> bytes:
 
 
 def _detect_scalars(repo: LiveRepository, run_id: int, disk: Path, row: Any) -> list[LiveEvent]:
-    """Training scalars: spikes and plateaus (policy/scalar_events.py) from the new JSON lines."""
+    """Training scalars: spikes and plateaus (policy/live/scalar_events.py) from the new JSON lines."""
     records = scalar_events.parse_lines(_new_whole_lines(disk, row)).records
     if not records:
         return []

@@ -2,7 +2,7 @@
 
 A live run has no layers or series in the database yet: its statistics logs lie under
 `<data_dir>/live/<run_id>/` (service/live/actions.py). `LiveHeatmaps` keeps, per run, the points parsed so far
-(`policy.stats_log.StatsLogParser` over each file's new whole lines only, so a poll costs the new bytes) and the
+(`policy.parse.stats_log.StatsLogParser` over each file's new whole lines only, so a poll costs the new bytes) and the
 layout last answered, keyed by the acknowledged file sizes and the parameters: a poll that finds no new bytes is
 answered from memory. The parameter checks, matrix, summary and JSON body are the stored run's (service/visual/actions.py);
 there is no recommendation while live, so nothing is marked to skip.
@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from fp8_policy._lazy import lazy_module
 from fp8_policy.db.live import LiveFileRecord
-from fp8_policy.policy.log_files import classify_log_path
-from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
 from fp8_policy.policy.names import split_metric_name
+from fp8_policy.policy.parse.log_files import classify_log_path
+from fp8_policy.policy.parse.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
 from fp8_policy.policy.records import MetricName, Series
 from fp8_policy.service.errors import NoData
 from fp8_policy.service.visual.params import HeatmapParams
@@ -32,11 +32,11 @@ from fp8_policy.service.visual.params import HeatmapParams
 if TYPE_CHECKING:
     import numpy as np
 
-    from fp8_policy.policy import assemble, stats_log
+    from fp8_policy.policy.parse import assemble, stats_log
     from fp8_policy.service.visual import actions as visual
 else:  # imported on first use (a live heatmap's first poll): start-up path, tests/service/test_start_up_imports.py
-    assemble = lazy_module("fp8_policy.policy.assemble")
-    stats_log = lazy_module("fp8_policy.policy.stats_log")
+    assemble = lazy_module("fp8_policy.policy.parse.assemble")
+    stats_log = lazy_module("fp8_policy.policy.parse.stats_log")
     visual = lazy_module("fp8_policy.service.visual.actions")
     np = lazy_module("numpy")
 
@@ -162,7 +162,7 @@ def _read_metadata(root: Path, sizes: dict[str, int]) -> MetadataLog:
 
 def _series(chunks: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """One series from its parsed pieces (merged in place): sorted by iteration, the last point of an iteration
-    wins, as the ingest keeps it (policy/stats_log.py)."""
+    wins, as the ingest keeps it (policy/parse/stats_log.py)."""
     if len(chunks) > 1:
         its = np.concatenate([c[0] for c in chunks])
         vals = np.concatenate([c[1] for c in chunks])

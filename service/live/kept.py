@@ -1,15 +1,15 @@
 """What this process keeps of a live run between its pieces: the detector table it saved last and each statistics
 file's metric names, valid only while the stored state document is the one it saved.
 
-The table (policy/live_table.SeriesTable) is kept with the stamp of the state document it was saved as: the run's
+The table (policy/live/table.SeriesTable) is kept with the stamp of the state document it was saved as: the run's
 next piece finds the same stamp stored (one small locked read) and skips reading and decoding the document (~5 ms
 of an 8 MiB piece's ~60). Another process's save, or a rolled-back one, changes the stamp; a deleted run's state
-goes with it, so a run made again finds no stamp. Each statistics file's names (policy/stats_names.KnownNames, by
+goes with it, so a run made again finds no stamp. Each statistics file's names (policy/parse/stats_names.KnownNames, by
 path) ride with the table and are dropped with it: the file's next piece is parsed with them registered and
 predicted (~2.5 ms of the ~17 ms parse of an 8 MiB piece).
 
 Belongs here: the cache and its rules. Must not be here: reading or saving the state (db/live.py) and the
-detectors (service/live/actions.py, policy/live_batch.py).
+detectors (service/live/actions.py, policy/live/batch.py).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
-from fp8_policy.policy.live_table import SeriesTable
-from fp8_policy.policy.stats_names import KnownNames
+from fp8_policy.policy.live.table import SeriesTable
+from fp8_policy.policy.parse.stats_names import KnownNames
 
 # (stamp of the saved document, its keys besides the table, the table, the names of each statistics file)
 KeptTable = tuple[datetime, dict[str, Any], SeriesTable, dict[str, KnownNames]]

@@ -23,8 +23,8 @@ class LiveEventRead(BaseModel):
     kind: str = Field(
         description="One of policy/vocabulary.py EVENT_KINDS: "
         + " | ".join(EVENT_KINDS)
-        + " (statistics: policy/live_events.py; training scalars: policy/scalar_events.py; a precision "
-        "schedule's switch: policy/live_switch.py)."
+        + " (statistics: policy/live/events.py; training scalars: policy/live/scalar_events.py; a precision "
+        "schedule's switch: policy/live/switch.py)."
     )
     severity: str
     layer: str

@@ -23,18 +23,18 @@ from sqlalchemy.orm import Session
 
 from fp8_policy._lazy import lazy_module
 from fp8_policy.db.live import LiveRepository, StoredEvent
-from fp8_policy.db.models import Run, RunStatus
-from fp8_policy.policy import scalars_file
+from fp8_policy.db.run_models import Run, RunStatus
+from fp8_policy.policy.parse import scalars_file
 from fp8_policy.service import lanes
 from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
 from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
 from fp8_policy.service.storage import PART_SUFFIX, hold_part
 
 if TYPE_CHECKING:
-    from fp8_policy.policy import scalar_series as scalar_columns
-    from fp8_policy.policy.scalar_series import ScalarColumns
+    from fp8_policy.policy.live import scalar_series as scalar_columns
+    from fp8_policy.policy.live.scalar_series import ScalarColumns
 else:  # imported on first use (it imports numpy): start-up path, tests/service/test_start_up_imports.py
-    scalar_columns = lazy_module("fp8_policy.policy.scalar_series")
+    scalar_columns = lazy_module("fp8_policy.policy.live.scalar_series")
 
 SCALARS_NAME = "scalars.jsonl"  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
 MAX_EVENTS_PAGE = 500
@@ -71,7 +71,7 @@ def keep_scalars(store: ArchiveStore, data_dir: Path, run_id: int) -> bool:
 
 
 def _tail(handle: BinaryIO) -> bytes:
-    """The file's whole lines within its last MAX_SCALARS_BYTES (policy/scalars_file.py, the bound an upload's
+    """The file's whole lines within its last MAX_SCALARS_BYTES (policy/parse/scalars_file.py, the bound an upload's
     scalars are kept under): a live run's streamed file is refused past that bound (service/limits.py), but one
     received before the bound existed may be larger, and a read must not hold it all."""
     size = handle.seek(0, os.SEEK_END)
@@ -98,7 +98,7 @@ def _scalars_bytes(store: ArchiveStore, data_dir: Path, run: Run) -> bytes | Non
 
 
 class _ParsedScalars:
-    """Parsed scalars (policy/scalar_series.py columns) by file version, most recently read first, at most
+    """Parsed scalars (policy/live/scalar_series.py columns) by file version, most recently read first, at most
     MAX_POINTS points in all (20 bytes each: 160 MB; the largest file, MAX_SCALARS_LINES records of six scalars,
     is 6 M points, so it fits).
 

@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from fp8_policy._lazy import lazy_module
 from fp8_policy.db import run_edits
-from fp8_policy.db.models import Run, RunStatus
-from fp8_policy.db.repositories import RunRepository, tags_of
+from fp8_policy.db.run_models import Run, RunStatus
+from fp8_policy.db.runs import RunRepository, tags_of
 from fp8_policy.db.session import session_scope
 from fp8_policy.db.summaries import SummaryRepository
 from fp8_policy.policy.policy_version import POLICY_VERSION

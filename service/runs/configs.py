@@ -14,9 +14,9 @@ from fastapi import APIRouter, Body, Path, Query, Request, Response
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.config_models import RunConfig
-from fp8_policy.db.repositories import RunRepository
+from fp8_policy.db.run_config_models import RunConfig
 from fp8_policy.db.run_configs import NewConfig, RunConfigRepository
+from fp8_policy.db.runs import RunRepository
 from fp8_policy.policy.policy_version import POLICY_VERSION
 from fp8_policy.policy.vocabulary import MEDIA_TYPES, OUTPUT_FORMATS, STAGED_FORMATS
 from fp8_policy.service.analysis.routes import PP_STAGE, pp_stage_of, respond_recommendation

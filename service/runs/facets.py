@@ -1,6 +1,6 @@
 """The runs list's metadata filters (`GET /api/v1/runs?gpu=H100&recipe=mxfp8&te_version=2.8&git_commit=3f2a`):
 each value checked (400 `InvalidParameter` otherwise) and put in the spelling runs store their facets in
-(policy/run_facets.py `facet_key`), for db/repositories.py `RunRepository.list` to compare. HTTP concerns only."""
+(policy/run_facets.py `facet_key`), for db/runs.py `RunRepository.list` to compare. HTTP concerns only."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from fp8_policy.db.repositories import RunRepository
+from fp8_policy.db.runs import RunRepository
 from fp8_policy.db.session import session_scope
 from fp8_policy.service.ingest.store import ArchiveStore
 

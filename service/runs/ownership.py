@@ -10,7 +10,7 @@ Belongs here: the rule and its 403. Which routes apply it is their actions' busi
 
 from __future__ import annotations
 
-from fp8_policy.db.models import Run
+from fp8_policy.db.run_models import Run
 from fp8_policy.service.auth.actions import Principal
 from fp8_policy.service.errors import AppError
 

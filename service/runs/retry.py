@@ -13,8 +13,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.models import RunStatus
-from fp8_policy.db.repositories import RunRepository
+from fp8_policy.db.run_models import RunStatus
+from fp8_policy.db.runs import RunRepository
 from fp8_policy.service import limits
 from fp8_policy.service.auth.deps import UPLOAD
 from fp8_policy.service.errors import ErrorBody, NotFound, NotRetryable, UploadMissing

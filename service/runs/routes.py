@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.datastructures import State
 
-from fp8_policy.db.models import RunStatus
+from fp8_policy.db.run_models import RunStatus
 from fp8_policy.service.auth.deps import ADMIN, READ, UPLOAD, PrincipalDep
 from fp8_policy.service.deps import SessionDep, SettingsDep
 from fp8_policy.service.errors import ErrorBody

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fp8_policy.db.models import RunStatus
+from fp8_policy.db.run_models import RunStatus
 
 Number = float | Literal["NaN", "Infinity", "-Infinity"] | None
 

@@ -22,8 +22,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, SessionTransaction
 
 from fp8_policy.db.jobs import JobRepository
-from fp8_policy.db.models import Run, RunStatus
-from fp8_policy.db.repositories import NewRun, RunRepository
+from fp8_policy.db.run_models import Run, RunStatus
+from fp8_policy.db.runs import NewRun, RunRepository
 from fp8_policy.service import limits
 from fp8_policy.service.errors import NotFound
 from fp8_policy.service.ingest.junk import never_held_a_log

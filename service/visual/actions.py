@@ -16,8 +16,8 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.codec import decode_iterations, decode_values
-from fp8_policy.db.models import Layer, Run
-from fp8_policy.db.repositories import RunRepository
+from fp8_policy.db.run_models import Layer, Run
+from fp8_policy.db.runs import RunRepository
 from fp8_policy.db.summaries import SummaryRepository
 from fp8_policy.policy.analysis.format_bands import SeriesBands, recipe_bands, stat_key_prefix
 from fp8_policy.policy.analysis.recipes import PREFIX_RECIPE

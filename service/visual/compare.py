@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.models import Run
+from fp8_policy.db.run_models import Run
 from fp8_policy.policy.analysis import Analysis, Finding, LayerAssessment
 from fp8_policy.policy.analysis.findings import NOT_ASSESSED
 from fp8_policy.policy.compare import moved_problems

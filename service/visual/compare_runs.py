@@ -18,11 +18,11 @@ import numpy as np
 from sqlalchemy.orm import Session, sessionmaker
 
 from fp8_policy.db.codec import decode_iterations, decode_values
-from fp8_policy.db.models import Run, RunStatus
-from fp8_policy.db.repositories import RunRepository
-from fp8_policy.policy import scalar_events
+from fp8_policy.db.run_models import Run, RunStatus
+from fp8_policy.db.runs import RunRepository
 from fp8_policy.policy.compare.overlay import align, max_over_ranks
 from fp8_policy.policy.compare.runs import MAX_RUNS, MIN_RUNS, RunVerdict, compare_verdicts
+from fp8_policy.policy.live import scalar_events
 from fp8_policy.policy.recommend import POLICY_VERSION
 from fp8_policy.policy.records import nonfinite_text
 from fp8_policy.service import lanes, limits

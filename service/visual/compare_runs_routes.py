@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from fastapi import APIRouter, Request
 
 from fp8_policy._lazy import lazy_module
-from fp8_policy.policy.scalar_events import SCALAR_KEYS
+from fp8_policy.policy.live.scalar_events import SCALAR_KEYS
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep, SettingsDep
 from fp8_policy.service.errors import InvalidParameter, UnknownParameter

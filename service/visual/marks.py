@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.models import Run
+from fp8_policy.db.run_models import Run
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service.analysis.actions import recommendation_for
 

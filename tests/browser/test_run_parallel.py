@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import delete, select
 
-from fp8_policy.db.models import Run
+from fp8_policy.db.run_models import Run
 from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
 from fp8_policy.db.summary_models import RunSummary
 from fp8_policy.policy.parallel import GLOBAL, LOCAL, METADATA, ParallelInfo, ParallelLayout, rank_coord

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from fp8_policy.client.cli import cli
-from fp8_policy.client.cli_common import table
+from fp8_policy.client.cli.common import table
 from tests.client.fakes import run_body
 
 

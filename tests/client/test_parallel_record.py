@@ -16,8 +16,8 @@ from torch import nn
 
 import fp8_policy
 from fp8_policy.client.parallel_record import RECORD_PREFIX, coordinates, layout_record, record_line
-from fp8_policy.policy.metadata_log import PARALLEL_RECORD, parse_metadata_lines
 from fp8_policy.policy.parallel import ParallelLayout, RankEvidence, rank_coord, resolve
+from fp8_policy.policy.parse.metadata_log import PARALLEL_RECORD, parse_metadata_lines
 
 LAYOUTS = [
     ParallelLayout(tp=2, pp=4, dp=2),

@@ -18,12 +18,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from fp8_policy.db.codec import decode_iterations, decode_values
-from fp8_policy.db.models import Run
-from fp8_policy.db.repositories import IngestCounts, NewRun, RunRepository
+from fp8_policy.db.run_models import Run
+from fp8_policy.db.runs import IngestCounts, NewRun, RunRepository
 from fp8_policy.db.session import create_session_factory, session_scope
-from fp8_policy.policy.assemble import AssembledRun, SeriesRecord, assemble_run
-from fp8_policy.policy.metadata_log import merge_metadata, parse_metadata_lines
-from fp8_policy.policy.stats_log import StatsLogParser
+from fp8_policy.policy.parse.assemble import AssembledRun, SeriesRecord, assemble_run
+from fp8_policy.policy.parse.metadata_log import merge_metadata, parse_metadata_lines
+from fp8_policy.policy.parse.stats_log import StatsLogParser
 from tests.archives import ESM2, ESM2_STATS, META_DIR, stats_log
 from tests.dbutil import assembled_layer_fields, layer_fields, row_counts
 
@@ -358,7 +358,7 @@ def duplicate(record: SeriesRecord) -> SeriesRecord:
 def row_counts_in(session: Session, run_id: int) -> tuple[int, int]:
     from sqlalchemy import func
 
-    from fp8_policy.db.models import Layer, Series
+    from fp8_policy.db.run_models import Layer, Series
 
     return (
         session.scalar(select(func.count()).select_from(Layer).where(Layer.run_id == run_id)),

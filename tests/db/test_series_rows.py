@@ -15,11 +15,11 @@ from sqlalchemy import Engine, event, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from fp8_policy.db import series_rows
-from fp8_policy.db.models import Layer, Series
 from fp8_policy.db.rank_store import RankStore
+from fp8_policy.db.run_models import Layer, Series
 from fp8_policy.db.series_rows import COLUMNS, encode_series, insert_series, rows_per_statement
 from fp8_policy.db.session import create_session_factory, session_scope
-from fp8_policy.policy.assemble import AssembledRun, SeriesRecord
+from fp8_policy.policy.parse.assemble import AssembledRun, SeriesRecord
 from tests.db.test_repositories import esm2_assembled, new_run, same_values
 
 RANKS = 17  # 72 ESM-2 series per rank: 1224 rows, more than one statement's worth

@@ -1,5 +1,5 @@
-"""policy/buffer_pool.py's FreeList, and the parser's buffers kept between parses in one process (the read
-buffers of policy/stats_blocks.py, the scratch sets and staging chunks of policy/stats_scan.py)."""
+"""policy/parse/buffer_pool.py's FreeList, and the parser's buffers kept between parses in one process (the read
+buffers of policy/parse/stats_blocks.py, the scratch sets and staging chunks of policy/parse/stats_scan.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import io
 
 import numpy as np
 
-from fp8_policy.policy import stats_blocks, stats_log, stats_scan
-from fp8_policy.policy.buffer_pool import FreeList
+from fp8_policy.policy.parse import stats_blocks, stats_log, stats_scan
+from fp8_policy.policy.parse.buffer_pool import FreeList
 from tests.archives import stats_line
 
 

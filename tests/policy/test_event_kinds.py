@@ -1,13 +1,14 @@
 """One vocabulary of live event kinds: policy/vocabulary.EVENT_KINDS (the API's and the live schemas' names) is what
 service/alerts accepts in a rule, and every kind a live detector raises is in it, `switch_now` (a precision
-schedule's planned switch, policy/live_switch.py) included."""
+schedule's planned switch, policy/live/switch.py) included."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from fp8_policy.policy import live_switch, scalar_events
-from fp8_policy.policy.live_events import SeriesState, advance, rank_divergence
+from fp8_policy.policy.live import scalar_events
+from fp8_policy.policy.live import switch as live_switch
+from fp8_policy.policy.live.events import SeriesState, advance, rank_divergence
 from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.policy.vocabulary import EVENT_KINDS, SCALAR_EVENT_KINDS, SCHEDULE_EVENT_KINDS, STATS_EVENT_KINDS

@@ -1,4 +1,4 @@
-"""policy/kernels.py: the interpreted twins of the numba kernels give exactly the compiled kernels' results, and
+"""policy/parse/kernels.py: the interpreted twins of the numba kernels give exactly the compiled kernels' results, and
 parsing before the compiled kernels are loaded compiles nothing (a service's first upload must not wait for numba)."""
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fp8_policy.policy import csv_export, kernels
-from fp8_policy.policy.assemble import AssembledRun, assemble_run
-from fp8_policy.policy.metadata_log import MetadataLog
-from fp8_policy.policy.stats_log import StatsLogParser
+from fp8_policy.policy import csv_export
+from fp8_policy.policy.parse import kernels
+from fp8_policy.policy.parse.assemble import AssembledRun, assemble_run
+from fp8_policy.policy.parse.metadata_log import MetadataLog
+from fp8_policy.policy.parse.stats_log import StatsLogParser
 from tests.archives import ESM2_STATS, LLAMA3_STATS, TS, stats_log
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,10 +112,14 @@ def test_a_fresh_process_parses_the_esm2_log_without_compiling_a_kernel(tmp_path
     dispatcher has a compiled signature afterwards."""
     script = f"""
 import io, json
-from fp8_policy.policy import _line_kernel, _name_kernel, _stats_kernel, _summary_kernel, kernels
-from fp8_policy.policy.assemble import assemble_run
-from fp8_policy.policy.metadata_log import MetadataLog
-from fp8_policy.policy.stats_log import StatsLogParser
+from fp8_policy.policy.parse import _line_kernel
+from fp8_policy.policy.parse import _name_kernel
+from fp8_policy.policy.parse import _stats_kernel
+from fp8_policy.policy.parse import _summary_kernel
+from fp8_policy.policy.parse import kernels
+from fp8_policy.policy.parse.assemble import assemble_run
+from fp8_policy.policy.parse.metadata_log import MetadataLog
+from fp8_policy.policy.parse.stats_log import StatsLogParser
 parser = StatsLogParser(workers=1)
 parser.feed(io.BytesIO(open({str(ESM2_STATS)!r}, "rb").read()), "esm2")
 run = assemble_run({{0: parser.finish()}}, MetadataLog())
@@ -145,7 +150,7 @@ def _compiled_signatures() -> dict[str, list]:
 
     found = {}
     for module_name in _KERNEL_MODULES:
-        module = importlib.import_module(f"fp8_policy.policy.{module_name}")
+        module = importlib.import_module(f"fp8_policy.policy.parse.{module_name}")
         for name, value in vars(module).items():
             if type(value).__name__ == "CPUDispatcher":
                 found[f"{module_name}.{name}"] = list(value.signatures)
@@ -157,8 +162,8 @@ def test_input_without_a_final_newline_needs_no_kernel_the_warm_up_did_not_compi
     scan_block (and hash_name, lookup_or_insert) for it, tens of seconds inside the first such ingest of a
     service whose warm-up had finished."""
 
-    from fp8_policy.policy.stats_log import _id_of
-    from fp8_policy.policy.stats_names import NamedTable
+    from fp8_policy.policy.parse.stats_log import _id_of
+    from fp8_policy.policy.parse.stats_names import NamedTable
     from fp8_policy.service.ingest.kernel_warmup import exercise_kernels
 
     with kernels.forced_compiled():

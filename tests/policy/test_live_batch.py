@@ -1,4 +1,4 @@
-"""policy.live_batch.advance_piece (every series of a piece at once, state as a SeriesTable document) must raise
+"""policy.live.batch.advance_piece (every series of a piece at once, state as a SeriesTable document) must raise
 exactly the events of the per-series detectors (live_events.advance series by series, then rank_divergence, with
 the per-series JSON state the service stored before) and leave the same state, on random multi-rank logs cut into
 pieces at random byte offsets: band walks, rising trends, scale jumps, NaN/inf, a diverging rank, resumed
@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from fp8_policy.policy.analysis.format_bands import SeriesBands
-from fp8_policy.policy.live_batch import advance_piece
-from fp8_policy.policy.live_events import LiveEvent, SeriesState, advance, rank_divergence
-from fp8_policy.policy.live_table import KIND_UNDERFLOW, SeriesTable
+from fp8_policy.policy.live.batch import advance_piece
+from fp8_policy.policy.live.events import LiveEvent, SeriesState, advance, rank_divergence
+from fp8_policy.policy.live.table import KIND_UNDERFLOW, SeriesTable
 from fp8_policy.policy.names import split_metric_name
+from fp8_policy.policy.parse.stats_log import NoStatsLines, ParsedStats, StatsLogParser
 from fp8_policy.policy.records import MetricName
-from fp8_policy.policy.stats_log import NoStatsLines, ParsedStats, StatsLogParser
 from fp8_policy.policy.thresholds import Thresholds
 
 T = Thresholds()

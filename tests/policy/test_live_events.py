@@ -1,4 +1,4 @@
-"""policy.live_events: early-warning events from increments of statistics points."""
+"""policy.live.events: early-warning events from increments of statistics points."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from fp8_policy.policy.live_events import SeriesState, advance, rank_divergence, theil_sen_slope
+from fp8_policy.policy.live.events import SeriesState, advance, rank_divergence, theil_sen_slope
 from fp8_policy.policy.records import MetricName
 from fp8_policy.policy.thresholds import Thresholds
 

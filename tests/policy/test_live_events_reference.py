@@ -1,4 +1,4 @@
-"""policy.live_events.advance is vectorised; here the per-point loop it replaced is kept as the reference, and both
+"""policy.live.events.advance is vectorised; here the per-point loop it replaced is kept as the reference, and both
 must raise the same events and leave the same state on random increments (repeats, out-of-order points, NaN/inf,
 band walks, scale jumps), and the vectorised one must be fast enough for live ingest at 1M lines/s."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fp8_policy.policy.analysis.format_bands import E8M0, LINEAR, UNDECIDED
-from fp8_policy.policy.live_events import (
+from fp8_policy.policy.live.events import (
     DEFAULT_HORIZON_STEPS,
     WINDOW,
     LiveEvent,
@@ -128,7 +128,7 @@ def advance_per_point(
 
 
 def read_point(state: SeriesState, value: float) -> float | None:
-    """policy/live_scales.py one point at a time: an undecided series is decided by its first finite value off 1.0
+    """policy/live/scales.py one point at a time: an undecided series is decided by its first finite value off 1.0
     and 0 (a byte >= 64: E8M0), an E8M0 one turns linear at its first finite non-byte value; E8M0 bytes become
     2^(b - 127), bytes 0 and 255 are left out (None)."""
     byte = math.isfinite(value) and value == round(value) and 0 <= value <= 255
@@ -193,7 +193,7 @@ def test_the_vectorised_detectors_equal_the_per_point_reference(seed: int, metri
 
 
 def test_the_work_per_increment_does_not_grow_with_its_points() -> None:
-    """Vectorised means no Python line runs per point: count the lines executed in policy/live_events.py (a
+    """Vectorised means no Python line runs per point: count the lines executed in policy/live/events.py (a
     deterministic measure, not a timing) for 100 and for 100,000 points with one crossing each."""
 
     def lines_run(points: int) -> int:

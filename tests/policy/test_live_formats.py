@@ -1,5 +1,5 @@
 """Live events read each series in its own format, as the batch analysis does: bands of the format the series
-measures (policy/analysis/format_bands.py) and MXFP8's E8M0 scale bytes as powers of two (policy/live_scales.py).
+measures (policy/analysis/format_bands.py) and MXFP8's E8M0 scale bytes as powers of two (policy/live/scales.py).
 The batched detectors (live_batch) and the per-series reference (live_events.advance) agree, and both agree with
 the batch analysis on the same series."""
 
@@ -13,9 +13,9 @@ import pytest
 from fp8_policy.policy.analysis import analyze
 from fp8_policy.policy.analysis.findings import Pattern
 from fp8_policy.policy.analysis.format_bands import SeriesBands
-from fp8_policy.policy.live_batch import advance_piece
-from fp8_policy.policy.live_events import SeriesState, advance
-from fp8_policy.policy.live_table import SeriesTable
+from fp8_policy.policy.live.batch import advance_piece
+from fp8_policy.policy.live.events import SeriesState, advance
+from fp8_policy.policy.live.table import SeriesTable
 from fp8_policy.policy.names import split_metric_name
 from fp8_policy.policy.thresholds import Thresholds
 from tests.policy.te_logs import LoggedLayer, e8m0_bytes, noisy, parse, write_tree

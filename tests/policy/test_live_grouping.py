@@ -1,9 +1,9 @@
-"""policy.live_grouping: one event per (layer, kind) per piece, with every grouped series listed."""
+"""policy.live.grouping: one event per (layer, kind) per piece, with every grouped series listed."""
 
 from __future__ import annotations
 
-from fp8_policy.policy.live_events import LiveEvent
-from fp8_policy.policy.live_grouping import group_events
+from fp8_policy.policy.live.events import LiveEvent
+from fp8_policy.policy.live.grouping import group_events
 
 
 def drop(layer: str, tensor: str, stat: str, iteration: int = 400, rank: int = 0, severity: str = "critical"):

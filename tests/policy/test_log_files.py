@@ -1,10 +1,10 @@
-"""Tests for policy.log_files: the nvdlfw_inspect file-name grammar and the per-rank reading order."""
+"""Tests for policy.parse.log_files: the nvdlfw_inspect file-name grammar and the per-rank reading order."""
 
 from __future__ import annotations
 
 import pytest
 
-from fp8_policy.policy.log_files import Kind, LogFile, classify_log_path, order_log_files, single_file_log
+from fp8_policy.policy.parse.log_files import Kind, LogFile, classify_log_path, order_log_files, single_file_log
 
 STATS = "nvdlfw_inspect_statistics_logs"
 META = "nvdlfw_inspect_logs"

@@ -1,4 +1,4 @@
-"""The LR decay start read from a run's scalars.jsonl `lr` (policy/lr_schedule.py), and a precision schedule that
+"""The LR decay start read from a run's scalars.jsonl `lr` (policy/parse/lr_schedule.py), and a precision schedule that
 uses it before `lr_decay_start`, saying which it used (policy/recommend/schedule.py)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fp8_policy.policy.lr_schedule import LrDecay, decay_start_of
+from fp8_policy.policy.parse.lr_schedule import LrDecay, decay_start_of
+from fp8_policy.policy.parse.scalars_file import ScalarsCheck
 from fp8_policy.policy.recommend import RecommendOptions, recommend
-from fp8_policy.policy.scalars_file import ScalarsCheck
 
 
 def wsd(step: int) -> float:

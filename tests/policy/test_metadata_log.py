@@ -1,4 +1,4 @@
-"""Tests for policy.metadata_log: line formats (fp8-log-format.md §1.3), merging, the real bionemo logs."""
+"""Tests for policy.parse.metadata_log: line formats (fp8-log-format.md §1.3), merging, the real bionemo logs."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
 from fp8_policy.policy.names import split_metric_name
+from fp8_policy.policy.parse.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
 from fp8_policy.policy.records import LayerPlan, Precision
 from fp8_policy.policy.synthetic import PLAN_ORDER
 
@@ -332,7 +332,7 @@ def test_real_known_layers_split_real_metric_names_like_plain_splitting(run: str
 def test_renamed_logs_of_two_stages_merge_into_their_own_blocks() -> None:
     """Local naming: both pipeline stages log `layers.0`; renamed per rank first, their plans stay apart (stage 1's
     block 0 in BF16 does not turn stage 0's block 0 high precision, as merging first would)."""
-    from fp8_policy.policy.metadata_log import renamed
+    from fp8_policy.policy.parse.metadata_log import renamed
 
     def stage(plan: str) -> MetadataLog:
         lines = ["2026-01-15 23:06:31,201 - INFO - Assigned layer name: model.layers.0.fc1"]

@@ -1,4 +1,4 @@
-"""policy.scalar_events: grad-norm and loss spikes (robust z-score) and a loss plateau without grad-norm decrease."""
+"""policy.live.scalar_events: grad-norm and loss spikes (robust z-score) and a loss plateau without grad-norm decrease."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from fp8_policy.policy.scalar_events import ScalarState, advance, parse_lines
+from fp8_policy.policy.live.scalar_events import ScalarState, advance, parse_lines
 
 
 def records(loss, grad, start: int = 0) -> list[dict]:

@@ -1,4 +1,4 @@
-"""policy/scalar_series.py: a scalars file parsed once into columns answers every `limit` as the line-by-line
+"""policy/live/scalar_series.py: a scalars file parsed once into columns answers every `limit` as the line-by-line
 reading did (step order, a repeated step by its last record, finite values only), within MAX_SCALARS_LINES."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from fp8_policy.policy import scalar_series
-from fp8_policy.policy.scalar_events import SCALAR_KEYS, parse_lines
-from fp8_policy.policy.scalar_series import NO_SCALARS, parse_scalars
-from fp8_policy.policy.scalars_file import last_lines_start
+from fp8_policy.policy.live import scalar_series
+from fp8_policy.policy.live.scalar_events import SCALAR_KEYS, parse_lines
+from fp8_policy.policy.live.scalar_series import NO_SCALARS, parse_scalars
+from fp8_policy.policy.parse.scalars_file import last_lines_start
 
 
 def reference(text: bytes, limit: int) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The scalars member rule and its line check (policy/scalars_file.py), and the reader that copies it line by line
+"""The scalars member rule and its line check (policy/parse/scalars_file.py), and the reader that copies it line by line
 through chunk boundaries (service/ingest/scalars.py)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from fp8_policy.policy import scalars_file
-from fp8_policy.policy.scalars_file import ScalarsCheck, is_scalars_member, record_of
+from fp8_policy.policy.parse import scalars_file
+from fp8_policy.policy.parse.scalars_file import ScalarsCheck, is_scalars_member, record_of
 from fp8_policy.service.ingest import scalars as reader_module
 from fp8_policy.service.ingest.scalars import ScalarsReader
 

@@ -1,4 +1,4 @@
-"""Tests for policy.stats_log.StatsLogParser: every line rule of fp8-log-format.md §1.2, block boundaries,
+"""Tests for policy.parse.stats_log.StatsLogParser: every line rule of fp8-log-format.md §1.2, block boundaries,
 duplicates, the real bionemo logs, and the compiled fast path against the reference regex (seeded random logs).
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fp8_policy.policy.stats_log import STATS_LINE, FileReport, NoStatsLines, ParsedStats, StatsLogParser
+from fp8_policy.policy.parse.stats_log import STATS_LINE, FileReport, NoStatsLines, ParsedStats, StatsLogParser
 from tests.archives import ESM2_STATS, LLAMA3_STATS, TS, parse_reference, same_float, stats_line
 
 NAME = "model.layers.1.self_attention.linear_qkv_activation_underflows%"

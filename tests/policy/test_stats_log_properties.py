@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fp8_policy.policy.stats_log import STATS_LINE, StatsLogError, StatsLogParser
+from fp8_policy.policy.parse.stats_log import STATS_LINE, StatsLogError, StatsLogParser
 from tests.archives import TS
 from tests.fuzz import fuzz
 

@@ -1,4 +1,4 @@
-"""A parse that starts from the names an earlier parse of the same file left (policy/stats_names.KnownNames: what
+"""A parse that starts from the names an earlier parse of the same file left (policy/parse/stats_names.KnownNames: what
 service/live keeps between a live file's pieces) yields exactly what a fresh parse of the same bytes yields: the
 same series in the same order (a fresh parser lists them in the order it registers their names), the same points
 and the same report; on random logs cut at random byte offsets, with garbage, blank, over-long and slow-path lines
@@ -11,8 +11,8 @@ import io
 import numpy as np
 import pytest
 
-from fp8_policy.policy.stats_log import FileReport, NoStatsLines, ParsedStats, StatsLogParser
-from fp8_policy.policy.stats_names import KnownNames
+from fp8_policy.policy.parse.stats_log import FileReport, NoStatsLines, ParsedStats, StatsLogParser
+from fp8_policy.policy.parse.stats_names import KnownNames
 from tests.policy.test_live_batch import random_log
 
 TS = "2026-01-15 23:06:40,060"

@@ -1,4 +1,4 @@
-"""The compiled series summaries (policy/_summary_kernel.py) equal NumPy's per-series results exactly.
+"""The compiled series summaries (policy/parse/_summary_kernel.py) equal NumPy's per-series results exactly.
 
 The reference is the straightforward NumPy code the summaries were computed with before the kernel:
 `finite.mean()`, `np.percentile(finite, 95)`, min, max and the non-finite counts of each series. Equality is
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fp8_policy.policy._summary_kernel import summarize_series
-from fp8_policy.policy.assemble import SeriesSummary, summaries, summarize
+from fp8_policy.policy.parse._summary_kernel import summarize_series
+from fp8_policy.policy.parse.assemble import SeriesSummary, summaries, summarize
 
 
 def numpy_summary(iterations: np.ndarray, values: np.ndarray) -> SeriesSummary:

@@ -12,7 +12,7 @@ from sqlalchemy import update
 
 from fp8_policy.db.alert_models import AlertDelivery
 from fp8_policy.db.alerts import AlertRepository, NewRule
-from fp8_policy.db.repositories import NewRun, RunRepository
+from fp8_policy.db.runs import NewRun, RunRepository
 from fp8_policy.db.session import create_session_factory, session_scope
 from fp8_policy.service.alerts.sender import AlertSender
 from fp8_policy.service.settings import Settings

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fp8_policy.policy.log_files import LogFile
+from fp8_policy.policy.parse.log_files import LogFile
 from fp8_policy.service.ingest import archive
 from fp8_policy.service.ingest.archive import ArchiveError, ExtractLimits, ExtractResult, extract_upload
 from tests.archives import tar_bytes

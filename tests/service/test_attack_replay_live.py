@@ -33,8 +33,8 @@ from sqlalchemy.orm import Session
 from fp8_policy.db.job_models import IngestJob
 from fp8_policy.db.jobs import JobRepository
 from fp8_policy.db.live_models import LiveEventRow, LiveFile, LiveState
-from fp8_policy.db.models import Layer, Run, RunTag, Series
-from fp8_policy.db.repositories import RunRepository
+from fp8_policy.db.run_models import Layer, Run, RunTag, Series
+from fp8_policy.db.runs import RunRepository
 from fp8_policy.db.session import create_session_factory
 from fp8_policy.db.summaries import SummaryRepository
 from fp8_policy.db.summary_models import RunSummary

@@ -40,7 +40,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.live_models import LiveFile
-from fp8_policy.policy import scalars_file
+from fp8_policy.policy.parse import scalars_file
 from fp8_policy.service.ingest import scalars as ingest_scalars
 from fp8_policy.service.ingest.store import store_for
 from fp8_policy.service.live.story import scalars_key

@@ -177,7 +177,7 @@ def test_a_nan_or_infinite_loss_in_live_scalars_raises_an_event(client: TestClie
     answer = put(client, run["id"], "scalars.jsonl", 0, body)
 
     assert answer.status_code == 200, answer.text
-    events = answer.json()["events"]  # one per (layer, kind) of a piece: policy/live_grouping.py
+    events = answer.json()["events"]  # one per (layer, kind) of a piece: policy/live/grouping.py
     assert [(e["kind"], e["severity"], e["layer"], e["tensor"], e["iteration"]) for e in events] == [
         ("nonfinite", "severe", "training", "loss", 10)
     ]

@@ -18,9 +18,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.models import ServiceSecret
-from fp8_policy.db.repositories import utcnow
+from fp8_policy.db.runs import utcnow
 from fp8_policy.db.session import create_db_engine
+from fp8_policy.db.token_models import ServiceSecret
 from fp8_policy.service.app import create_app
 from fp8_policy.service.settings import Settings
 from tests.archives import stats_log, stats_relpath, tar_bytes

@@ -27,8 +27,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from fp8_policy.db.job_models import NO_RANK, IngestJob
 from fp8_policy.db.jobs import ClaimedJob
-from fp8_policy.db.models import Run
-from fp8_policy.db.repositories import RunRepository
+from fp8_policy.db.run_models import Run
+from fp8_policy.db.runs import RunRepository
 from fp8_policy.service.app import create_app
 from fp8_policy.service.ingest import pipeline
 from fp8_policy.service.ingest import upload as upload_module

@@ -21,10 +21,10 @@ from sqlalchemy.orm import Session
 
 from fp8_policy.db.job_models import IngestJob
 from fp8_policy.db.jobs import JobRepository
-from fp8_policy.db.models import Layer, Run, Series
-from fp8_policy.db.repositories import utcnow
+from fp8_policy.db.run_models import Layer, Run, Series
+from fp8_policy.db.runs import utcnow
 from fp8_policy.db.session import create_session_factory, session_scope
-from fp8_policy.policy.log_files import classify_log_path
+from fp8_policy.policy.parse.log_files import classify_log_path
 from fp8_policy.service.ingest.parse import parse_files
 from fp8_policy.service.ingest.pipeline import JobContext, run_job
 from fp8_policy.service.ingest.store import ArchiveStore
@@ -285,7 +285,7 @@ class TestRetriesAndLeases:
         run_job(ctx, self._claim(ctx, "plan"))
 
         with Session(db_engine) as session:
-            from fp8_policy.db.models import Run
+            from fp8_policy.db.run_models import Run
 
             run = session.get(Run, run_id)
             assert (run.status, run.error) == ("failed", "WorkerLost: the worker running this job stopped 1 times")

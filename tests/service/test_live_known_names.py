@@ -16,8 +16,8 @@ from sqlalchemy import text
 from fp8_policy.db.live import LiveRepository
 from fp8_policy.db.migrate import upgrade
 from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
-from fp8_policy.policy.name_table import MAX_NAMES
-from fp8_policy.policy.stats_log import StatsLogParser
+from fp8_policy.policy.parse.name_table import MAX_NAMES
+from fp8_policy.policy.parse.stats_log import StatsLogParser
 from fp8_policy.service.live import actions, kept
 from fp8_policy.service.runs.writes import delete_run
 from tests.policy.test_live_batch import random_log

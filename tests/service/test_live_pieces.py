@@ -15,7 +15,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from fp8_policy.policy import kernels
+from fp8_policy.policy.parse import kernels
 from fp8_policy.service.live.pieces import COPY_BYTES, Piece, PieceGate, Region, TooManyPieces, last_newline
 from fp8_policy.service.settings import Settings
 from tests.archives import meta_relpath, stats_relpath
@@ -49,7 +49,7 @@ def test_a_large_piece_is_streamed_to_disk_with_bounded_memory(app_settings: Set
         run_id = http.post(LIVE, json={"project": project, "name": "big-piece"}).json()["id"]
         url = f"{LIVE}/{run_id}/files/{meta_relpath(0)}"
         headers = {"content-type": "application/octet-stream", "content-length": str(PIECE_BYTES)}
-        # the service's background work would count too: the parser's warm-up at start-up (policy/kernels.py) and
+        # the service's background work would count too: the parser's warm-up at start-up (policy/parse/kernels.py) and
         # summaries of earlier tests' runs in the shared database
         kernels.wait_compiled(timeout=300)
         live.app.state.summaries.wait_idle(timeout=120)

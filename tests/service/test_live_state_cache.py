@@ -11,7 +11,7 @@ import pytest
 from fp8_policy.db.live import LiveRepository
 from fp8_policy.db.migrate import upgrade
 from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
-from fp8_policy.policy.live_table import SeriesTable
+from fp8_policy.policy.live.table import SeriesTable
 from fp8_policy.service.live import actions
 
 PATH = "rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log"

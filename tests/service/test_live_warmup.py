@@ -1,5 +1,5 @@
 """A run the batch analysis finds nothing critical in raises no critical or severe live event: the live detectors read warm-up and noise as the batch
-analysis does (policy/live_events.py, policy/scalar_events.py).
+analysis does (policy/live/events.py, policy/live/scalar_events.py).
 
 The runs are the CPU collector's delayed-scaling ones (`FP8StatsCollector(model, dir, recipe="delayed")` on a plain
 model: what TE's delayed scaling would do, scale_inv exactly 1.0 until the first amax), streamed to the live API

@@ -1,5 +1,5 @@
 """An uploaded archive whose scalars.jsonl logs `lr`: the precision schedule of its NVFP4 layers starts the BF16
-fprop phase where the curve's decay starts, and says it read it there (policy/lr_schedule.py); the stored summary's
+fprop phase where the curve's decay starts, and says it read it there (policy/parse/lr_schedule.py); the stored summary's
 answer and a recomputed one agree."""
 
 from __future__ import annotations

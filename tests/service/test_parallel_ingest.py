@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.models import Layer, Run, Series
+from fp8_policy.db.run_models import Layer, Run, Series
 from fp8_policy.policy.parallel import GLOBAL, LAYER_NUMBER, LOCAL, ParallelLayout
 from fp8_policy.policy.synthetic.parallel import ParallelJob, WrittenJob, write_parallel_job
 from fp8_policy.policy.synthetic.run import SyntheticRun

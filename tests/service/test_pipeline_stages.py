@@ -20,7 +20,7 @@ from sqlalchemy import delete
 
 from fp8_policy.client import PolicyClient
 from fp8_policy.client.cli import cli
-from fp8_policy.db.models import Run
+from fp8_policy.db.run_models import Run
 from fp8_policy.db.session import session_scope
 from fp8_policy.db.summary_models import RunSummary
 from fp8_policy.policy.parallel import GLOBAL, LOCAL, METADATA, ParallelInfo, ParallelLayout, rank_coord

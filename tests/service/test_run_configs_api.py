@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.config_models import RunConfig
+from fp8_policy.db.run_config_models import RunConfig
 from fp8_policy.policy.policy_version import POLICY_VERSION
 from tests.archives import stats_log
 from tests.conftest import upload, wait_for_run

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fp8_policy.db.models import Run, RunStatus
+from fp8_policy.db.run_models import Run, RunStatus
 from fp8_policy.service import lanes
 from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
 from fp8_policy.service.lanes import ComputeQueueFull

@@ -1,5 +1,5 @@
 """Training steps count from 0: a scalars record with a negative `step` is skipped where the lines are parsed
-(policy/scalars_file.py), counted and named, never served (the run page's curves drew it at x < 0). An upload's
+(policy/parse/scalars_file.py), counted and named, never served (the run page's curves drew it at x < 0). An upload's
 ingest report says `negative_steps` and ScalarsNegativeSteps; a live run's scalars read says `negative_steps`."""
 
 from __future__ import annotations

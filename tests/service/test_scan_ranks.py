@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fp8_policy.policy.metadata_log import parse_metadata_lines
 from fp8_policy.policy.parallel import LOCAL, ParallelLayout
+from fp8_policy.policy.parse.metadata_log import parse_metadata_lines
 from fp8_policy.policy.synthetic.parallel import ParallelJob, write_parallel_job
 from fp8_policy.policy.synthetic.run import SyntheticRun
 from fp8_policy.service.ingest import scan_ranks

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select, update
 
-from fp8_policy.db.models import Run
+from fp8_policy.db.run_models import Run
 from fp8_policy.db.session import session_scope
 from fp8_policy.db.summary_models import RunSummary
 from fp8_policy.policy.render import OUTPUT_FORMATS

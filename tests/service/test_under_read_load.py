@@ -25,7 +25,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, delete, event, update
 
 from fp8_policy.db.job_models import IngestJob
-from fp8_policy.db.models import Run
+from fp8_policy.db.run_models import Run
 from fp8_policy.service.auth.deps import ScopeCheck
 from fp8_policy.service.deps import get_app_settings
 from fp8_policy.service.errors import NotFound

@@ -2,7 +2,7 @@
 
 Belongs here: format detection by magic bytes, streaming tar / tar.gz / zip / gzip extraction, member path and
 type checks, size / ratio / member-count limits, and removing partial output on failure. Only members that
-`policy.log_files.classify_log_path` recognises are written, always as plain text (gzip is undone here, under
+`policy.parse.log_files.classify_log_path` recognises are written, always as plain text (gzip is undone here, under
 the same limits). Must not be here: parsing log lines, HTTP or database concerns (callers map `ArchiveError.code`).
 
 This module holds the entry point, `extract_upload`, and the format -> reader table. The parts: `errors`
@@ -18,7 +18,7 @@ from pathlib import Path
 # Re-exported: tests patch `archive.igzip.open`, which every reader here looks up through the igzip module.
 from isal import igzip as igzip
 
-from fp8_policy.policy.log_files import LogFile
+from fp8_policy.policy.parse.log_files import LogFile
 from fp8_policy.service.ingest.archive.detect import PEEK_BYTES, _detect_format
 from fp8_policy.service.ingest.archive.errors import _CORRUPT, ERROR_CODES, ArchiveError
 from fp8_policy.service.ingest.archive.limits import (

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from fp8_policy.policy.log_files import LogFile
+from fp8_policy.policy.parse.log_files import LogFile
 from fp8_policy.service.ingest.archive.errors import ArchiveError
 
 MiB = 1024**2

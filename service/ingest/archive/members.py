@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from fp8_policy.policy.log_files import LogFile, classify_log_path
+from fp8_policy.policy.parse.log_files import LogFile, classify_log_path
 from fp8_policy.service.ingest.archive.limits import _Budget, _Skipped
 from fp8_policy.service.ingest.archive.output import _check_rank, _Output, _output_relpath, _safe_relpath, _write
 

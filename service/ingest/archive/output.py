@@ -10,7 +10,7 @@ from typing import IO, Any
 
 from isal import igzip
 
-from fp8_policy.policy.log_files import LogFile
+from fp8_policy.policy.parse.log_files import LogFile
 from fp8_policy.policy.safe_text import displayable
 from fp8_policy.service.ingest.archive.detect import _GZIP_MAGIC
 from fp8_policy.service.ingest.archive.errors import ArchiveError

@@ -6,7 +6,7 @@ import io
 from pathlib import Path
 from typing import cast
 
-from fp8_policy.policy.log_files import LogFile, single_file_log
+from fp8_policy.policy.parse.log_files import LogFile, single_file_log
 from fp8_policy.service.ingest.archive.detect import open_source
 from fp8_policy.service.ingest.archive.limits import CHUNK_BYTES, _Budget, _Skipped
 from fp8_policy.service.ingest.archive.output import _check_rank, _Output, _write

@@ -23,8 +23,8 @@ from typing import IO
 
 from isal import igzip
 
-from fp8_policy.policy.log_files import LogFile, classify_log_path, session_key
-from fp8_policy.policy.scalars_file import is_scalars_member
+from fp8_policy.policy.parse.log_files import LogFile, classify_log_path, session_key
+from fp8_policy.policy.parse.scalars_file import is_scalars_member
 from fp8_policy.service.ingest.archive import _EXTRACTORS
 from fp8_policy.service.ingest.archive.detect import _GZIP_MAGIC, _detect_format, open_source
 from fp8_policy.service.ingest.archive.errors import _CORRUPT, ArchiveError
@@ -114,7 +114,7 @@ def scan_archive(
 ) -> ArchiveScan:
     """Read the whole upload once, checking every limit (ArchiveError as `extract_upload` raises it); members
     go to `on_metadata` / `on_stats` when given (under the name `ArchiveScan` lists them with), a training
-    scalars member (policy/scalars_file.py) to `on_scalars` under its own name (then not counted as skipped),
+    scalars member (policy/parse/scalars_file.py) to `on_scalars` under its own name (then not counted as skipped),
     and whatever a callback leaves unread is read to the end."""
 
     def on_member(relpath: str, stream: io.BufferedIOBase) -> None:

@@ -8,7 +8,7 @@ from functools import partial
 from pathlib import Path
 from typing import IO
 
-from fp8_policy.policy.log_files import LogFile
+from fp8_policy.policy.parse.log_files import LogFile
 from fp8_policy.service.ingest.archive.detect import open_source
 from fp8_policy.service.ingest.archive.errors import ArchiveError
 from fp8_policy.service.ingest.archive.limits import _Budget, _Skipped

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fp8_policy.policy import kernels
-from fp8_policy.policy.assemble import layer_table
-from fp8_policy.policy.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
 from fp8_policy.policy.names import split_metric_name
 from fp8_policy.policy.parallel import RankEvidence, Resolution, resolve
 from fp8_policy.policy.parallel.replicas import group_replicas, rank_digest, replica_mismatches, series_digest
+from fp8_policy.policy.parse import kernels
+from fp8_policy.policy.parse.assemble import layer_table
+from fp8_policy.policy.parse.metadata_log import MetadataLog, merge_metadata, parse_metadata_lines
+from fp8_policy.policy.parse.stats_log import StatsLogParser
 from fp8_policy.policy.records import MetricName, RunData, Series
-from fp8_policy.policy.stats_log import StatsLogParser
 from fp8_policy.policy.synthetic.parallel import ParallelJob, WrittenJob, write_parallel_job
 
 

@@ -1,6 +1,6 @@
 """Precision that changes over a run: a late failure, a projected one and the LR decay of an NVFP4 policy become
 phases (recommend/schedule.py), each rendered on its own with its restart step, and a live run that follows the
-schedule raises `switch_now` when its step or its trend reaches the planned point (policy/live_switch.py)."""
+schedule raises `switch_now` when its step or its trend reaches the planned point (policy/live/switch.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fp8_policy.policy import live_switch
+from fp8_policy.policy.live import switch as live_switch
 from fp8_policy.policy.recommend import RecommendOptions, recommend
 from fp8_policy.policy.recommend.schedule import render_phase, schedule_note
 from fp8_policy.policy.render.precision import precision_of

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.repositories import NewRun, RunRepository
+from fp8_policy.db.runs import NewRun, RunRepository
 from tests.service.visual.conftest import HEAD
 from tests.service.visual.images import (
     cell_rgb,
