@@ -15,8 +15,7 @@ import yaml
 from bench import eval_bf16, te_recipe_loader, torchtitan_loader
 from bench.te_config_manager import TeConfigManager
 from fp8_policy.policy.records import GEMMS, LayerGroup, PolicyDecision
-from fp8_policy.policy.render import render
-from fp8_policy.policy.render.layout import is_one_based, torch_fqn
+from fp8_policy.policy.render import render, torchtitan
 from fp8_policy.policy.render.precision import whole_bf16_layers
 from fp8_policy.policy.vocabulary import FORMATS
 
@@ -168,15 +167,18 @@ class ConfigChecker(TeConfigManager):
     # -- torchtitan
     def check_torchtitan(self, text: str, decision: PolicyDecision) -> list[str]:
         """Run through a re-implementation of torchtitan 0.3's converters: no requested BF16 layer is converted."""
-        one_based = is_one_based(decision)
-        fqns = {layer.name: torch_fqn(layer.name, layer.structure.index, one_based) for layer in decision.layers}
+        fqns = torchtitan.module_fqns(decision)  # logged layer -> torchtitan Linear FQNs (fused q/k/v layout)
+        linears = {fqn: (256, 256) for targets in fqns.values() for fqn in targets}
         try:
-            result, _grouped = torchtitan_loader.apply(text, dict.fromkeys(fqns.values(), (256, 256)), experts=False)
+            result, _grouped = torchtitan_loader.apply(text, linears, experts=False)
         except Exception as exc:
             return [f"converters do not build: {type(exc).__name__}: {exc}"]
         asked = [*decision.skip_layers, *(o.layer for o in decision.gemm_overrides)]
         return [
-            f"{n}: requested in BF16 but {result[fqns[n]]}" for n in asked if n in fqns and result[fqns[n]] != "bf16"
+            f"{n}: requested in BF16 but {result[fqn]} ({fqn})"
+            for n in asked
+            for fqn in fqns.get(n, ())
+            if result[fqn] != "bf16"
         ]
 
     def check(self, decision: PolicyDecision) -> dict[str, list[str]]:

@@ -83,6 +83,29 @@ class MXFP8GroupedExpertsConverter:
         grouped = "mxfp8"
 
 
+def model_linears(n_layers: int, model: str = "llama3", fused_qkv: bool = True) -> dict[str, tuple[int, int]]:
+    """The `Linear.Config` FQNs `traverse(Linear.Config)` yields for a torchtitan 0.3.0 model (dims all 256), read from
+    the wheel: llama3 / qwen3 (models/common/config_utils.py `make_gqa_config`: `attention.qkv_linear.wqkv` fused, else
+    `qkv_linear.wq` and `qkv_linear.wkv` (one config for wk and wv); `attention.wo`; models/common/feed_forward.py
+    `feed_forward.w1/w2/w3`; `lm_head`) and deepseek_v3 (models/deepseek_v3/model.py MLA `attention.wq_a/wq_b/
+    wkv_a/wkv_b/wo`; block 0 dense `feed_forward.*`, later blocks `moe.shared_experts.w1/w2/w3` and
+    `moe.router.gate`; routed experts are a GroupedExperts, no Linear)."""
+    out: dict[str, tuple[int, int]] = {}
+    for i in range(n_layers):
+        if model == "deepseek_v3":
+            attention = ["wq_a", "wq_b", "wkv_a", "wkv_b", "wo"]
+            mlp = ["feed_forward.w1", "feed_forward.w2", "feed_forward.w3"] if i == 0 else []
+            mlp += [] if i == 0 else [f"moe.shared_experts.{w}" for w in ("w1", "w2", "w3")] + ["moe.router.gate"]
+        else:
+            attention = ["qkv_linear.wqkv" if fused_qkv else "qkv_linear.wq", "wo"]
+            attention += [] if fused_qkv else ["qkv_linear.wkv"]
+            mlp = ["feed_forward.w1", "feed_forward.w2", "feed_forward.w3"]
+        for part in [f"attention.{a}" for a in attention] + mlp:
+            out[f"layers.{i}.{part}"] = (256, 256)
+    out["lm_head"] = (256, 256)
+    return out
+
+
 @contextmanager
 def fake_torchtitan() -> Iterator[None]:
     names = ("torchtitan", "torchtitan.components", "torchtitan.components.quantization")

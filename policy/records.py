@@ -188,7 +188,7 @@ class RunData:
     session_offsets: dict[str, int] = field(default_factory=dict)
     # the job's parallel layout (policy/parallel): None when the run has none stored (a single-rank view of it)
     parallel: ParallelInfo | None = None
-    # the step its learning rate starts to decay, read from the lr of its uploaded scalars.jsonl
+    # the step its learning rate starts to decay, read from the lr of its scalars.jsonl (uploaded, or streamed live)
     # (policy/parse/lr_schedule.py); None without an lr curve or without a decay seen in it
     lr_decay_from_scalars: int | None = None
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from threadpoolctl import threadpool_limits
 
+from fp8_policy.policy.analysis.config_bf16 import config_notes, with_config_bf16
 from fp8_policy.policy.analysis.coverage import cover_uncovered, detect_nonfinite, detect_unassessed, series_verdicts
 from fp8_policy.policy.analysis.findings import (
     Evidence,
@@ -62,6 +63,8 @@ def analyze(run: RunData, thresholds: Thresholds | None = None) -> Analysis:
 
 def _analyze(run: RunData, thresholds: Thresholds) -> Analysis:
     requested = thresholds
+    config = config_notes(run)  # a Megatron precision config's BF16 and custom-factory layers (config_bf16.py)
+    run = with_config_bf16(run)  # its BF16 layers trained in BF16 where their logs say nothing else
     parallel = parallel_view(run)  # a parallel job: shards combined, replicas that disagree left out (shards.py)
     run, training = format_view(parallel.run)  # E8M0 bytes converted, impossible scales out, the training recipe read
     thresholds = training.bands(thresholds)
@@ -101,6 +104,7 @@ def _analyze(run: RunData, thresholds: Thresholds) -> Analysis:
         stats=stats,
         notes=[
             *metadata_notes(run),
+            *config,
             *parallel.notes,
             *band_note(training, thresholds),
             *training.notes,

@@ -21,6 +21,7 @@ import fnmatch
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from fp8_policy.policy.analysis.megatron_config import BF16 as MEGATRON_BF16
 from fp8_policy.policy.analysis.megatron_config import METADATA_KEY as MEGATRON_KEY
 from fp8_policy.policy.analysis.megatron_config import module_path, one_based, parse_precision_config, stage_local
 from fp8_policy.policy.analysis.recipes import PREFIX_RECIPE, normalize_recipe
@@ -66,7 +67,8 @@ def stated_recipe(patterns: list[tuple[str, str]], layer: str) -> tuple[str, str
 class Stated:
     """The per-layer recipes a run's metadata states: `layer_recipes` (globs over logged names, the first naming a
     layer wins) and a Megatron precision config (`megatron_precision_config`, megatron_config.py: matchers over
-    module paths, the first enabled match wins; a BF16 or custom config states no recipe). `layer_recipes` first."""
+    module paths, the first enabled match wins; a BF16 or custom config states no low-precision recipe: a BF16 one
+    marks the layer as trained in BF16, config_bf16.py). `layer_recipes` first."""
 
     patterns: tuple[tuple[str, str], ...] = ()
     megatron: tuple[tuple[str, str | None], ...] = ()
@@ -95,13 +97,22 @@ class Stated:
         found = stated_recipe(list(self.patterns), layer)
         if found is not None:
             return found[0], f"the run metadata's layer_recipes ({found[1]!r})"
-        if self.megatron:
-            path = module_path(layer, self.one_based, self.local)
-            for pattern, recipe in self.megatron:
-                if fnmatch.fnmatchcase(path, pattern):  # megatron quant_config.GlobMatcher: first enabled match
-                    if recipe is None:
-                        return None
-                    return recipe, f"the Megatron precision config's matcher {pattern!r} (module {path})"
+        matched = self.megatron_match(layer)
+        if matched is None:
+            return None
+        pattern, recipe, path = matched
+        if recipe is None or recipe == MEGATRON_BF16:
+            return None  # custom factory / no override: unknown from the config; BF16: no low-precision recipe
+        return recipe, f"the Megatron precision config's matcher {pattern!r} (module {path})"
+
+    def megatron_match(self, layer: str) -> tuple[str, str | None, str] | None:
+        """(pattern, recipe or `BF16` or None, module path) of the Megatron matcher that takes `layer`, if any."""
+        if not self.megatron:
+            return None
+        path = module_path(layer, self.one_based, self.local)
+        for pattern, recipe in self.megatron:
+            if fnmatch.fnmatchcase(path, pattern):  # megatron quant_config.GlobMatcher: first enabled match
+                return pattern, recipe, path
         return None
 
 

@@ -7,7 +7,15 @@ Why per layer: a run can train under one outer recipe with some modules on anoth
 `--te-precision-config-file` matchers, TE `CustomRecipe`, nested `te.autocast`), e.g. an NVFP4 run whose last four
 blocks run MXFP8. The run-level recipe alone would read those blocks' plain `underflows%` as NVFP4 statistics.
 Rules, from TE's own debug features (transformer_engine/debug/features/):
-* Plan lines saying high precision: the layer ran in BF16 (not in this map; analysis/layout.py).
+* Plan lines saying high precision: the layer ran in BF16 (not in this map; analysis/layout.py). Plan lines never
+  say WHICH low-precision format: TE writes "Quantize" for every parent quantizer, FP8, MXFP8 and NVFP4 alike
+  (transformer_engine/debug/pytorch/debug_quantization.py `STANDARD_QUANTIZE`, `log_messages_about_plans`), and TE
+  logs no recipe name at init. The one metadata-log line that tells a format is `Feature=LogNvfp4TensorStats,
+  API=inspect_tensor: <tensor>`: `LogNvfp4TensorStats.inspect_tensor` writes it only after its
+  `isinstance(quantizer, NVFP4Quantizer)` check passed, in the same call that feeds the layer's `nvfp4_` stats
+  (log_nvfp4_tensor_stats.py), so it says nothing those stats do not (it is not read); `Feature=LogFp8TensorStats`
+  is written for any quantizer (an NVFP4 layer's recipe-prefixed what-ifs too) and says no format. A layer's format
+  therefore comes from its statistics (below) and the run metadata, never from its plan lines.
 * `nvfp4_*` stats and no bare quantization stat: NVFP4. `LogNvfp4TensorStats.inspect_tensor` skips any quantizer
   that is not an `NVFP4Quantizer` (log_nvfp4_tensor_stats.py), so TE writes `nvfp4_` names only for NVFP4 layers;
   the CPU collector's `nvfp4_` what-ifs come with bare stats (or high-precision plan lines).

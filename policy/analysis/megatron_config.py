@@ -14,12 +14,24 @@ Schema, as Megatron-LM's own loader reads it (NVIDIA/Megatron-LM main):
 * megatron/core/quantization/utils.py `get_quant_config_or_none(module_path, recipe)`; GPTModel passes every
   `named_modules()` path with `finish_init` (`decoder.layers.<i>.mlp.linear_fc1`, a TEGroupedLinear's
   `...mlp.experts.linear_fc1` for all its experts).
-* megatron/core/extensions/transformer_engine.py `TEQuantizationParams` payloads: `transformer_engine_config_type:
-  TEQuantizationParams`, `training_recipe` (and optionally `evaluation_recipe`); `TEQuantizationRecipe`:
-  `fp8_quantization_recipe` (megatron/core/enums.py Fp8Recipe: tensorwise, blockwise, mxfp8, custom; delayed is
-  refused per module), `fp4_quantization_recipe` (Fp4Recipe: nvfp4, custom), never both; neither = BF16.
-Recipes read: nvfp4 -> nvfp4, mxfp8 -> mxfp8, blockwise -> block, tensorwise -> current; BF16 and `custom` (a
-factory whose formats the config does not say) match a module but state no recipe for it.
+* megatron/core/extensions/transformer_engine.py `TEQuantizationParams.parse_from_config`: `transformer_engine_config
+  _type: TEQuantizationParams`, `training_recipe` required, `evaluation_recipe` optional, no other key (asserted);
+  each through `TEQuantizationRecipe.parse_from_config`: only its dataclass fields (`fp8_quantization_recipe`
+  (megatron/core/enums.py Fp8Recipe: delayed refused per module, tensorwise, mxfp8, blockwise, custom),
+  `fp4_quantization_recipe` (Fp4Recipe: nvfp4, custom), never both, `custom` needing `custom_recipe_factory`,
+  `fp8_format` "e4m3" (default) or "hybrid" (`_get_fp8_autocast_for_quant_recipe` raises on anything else),
+  `override_quantized_autocast` (default true), `override_nonquantized_autocast` (default false), ...).
+How a matched module trains (`_get_fp8_autocast_for_quant_params(qparams, training)`): the TRAINING recipe while
+`self.training`; `evaluation_recipe` replaces it only when not training (validation / eval forward passes), so it
+never sets the precision the logged training statistics were taken in: it is checked as Megatron checks it and
+otherwise ignored. In a quantized context (the run's `--fp8-format` / `--fp4-format` recipe) a config applies only
+with `override_quantized_autocast` (the default); with neither fp8 nor fp4 recipe it opens
+`fp8_autocast(enabled=False)`: the module trains in BF16.
+Recipes read: nvfp4 -> nvfp4, mxfp8 -> mxfp8, blockwise -> block, tensorwise -> current; neither -> `BF16` (the
+layer trained in BF16: config_bf16.py marks it where its logs do not say otherwise); `custom` -> None (a factory's
+formats are not in the config: the layer's recipe comes from its logs, and the run says so); a config with
+`override_quantized_autocast: false` -> None (it changes nothing in a quantized context, and which contexts were not
+quantized the config does not say). A matched module takes no later matcher either way.
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 METADATA_KEY = "megatron_precision_config"
+BF16 = "bf16"  # a config with neither an fp8 nor an fp4 recipe: the module trains in BF16
 MAX_CONFIG_CHARS = 200_000
 FP8_RECIPES = {"tensorwise": "current", "blockwise": "block", "mxfp8": "mxfp8", "custom": None}
 FP4_RECIPES = {"nvfp4": "nvfp4", "custom": None}
@@ -45,13 +58,15 @@ RECIPE_KEYS = frozenset(
         "fp4_param",
     }
 )
+PARAMS_KEYS = frozenset({"transformer_engine_config_type", "training_recipe", "evaluation_recipe"})
+FP8_FORMATS = ("e4m3", "hybrid")
 _BLOCK = re.compile(r"(?:^|\.)decoder\.layers\.(\d+)(?=\.|$)")
 _GEMM = re.compile(r"\.gemm_\d+$")
 
 
 def parse_precision_config(given: object) -> list[tuple[str, str | None]]:
-    """(fnmatch pattern over Megatron module paths, recipe or None for BF16 / custom) in matcher order; ValueError
-    naming what Megatron's loader would refuse."""
+    """(fnmatch pattern over Megatron module paths, recipe: ours, `BF16`, or None for custom / no override) in
+    matcher order; ValueError naming what Megatron's loader would refuse."""
     config = _load(given)
     configs = config.get("configs") or {}
     if not isinstance(configs, Mapping):
@@ -142,28 +157,47 @@ def _load(given: object) -> Mapping[str, Any]:
 
 
 def _recipe(key: str, payload: object) -> str | None:
-    """The training recipe of one TEQuantizationParams payload (our name; None: BF16 or custom)."""
+    """The training recipe of one TEQuantizationParams payload (module docstring: ours, `BF16`, or None)."""
     if not isinstance(payload, Mapping) or payload.get("transformer_engine_config_type") != "TEQuantizationParams":
         raise ValueError(f"config {key!r} must have transformer_engine_config_type: TEQuantizationParams")
-    training = payload.get("training_recipe")
-    if training is None:
-        training = {}
-    if not isinstance(training, Mapping):
-        raise ValueError(f"config {key!r}: training_recipe must be a mapping")
-    unknown = sorted(str(k) for k in training if k not in RECIPE_KEYS)
-    if unknown:
-        raise ValueError(f"config {key!r}: training_recipe field(s) {', '.join(unknown)} not valid")
+    extra = sorted(str(k) for k in payload if k not in PARAMS_KEYS)
+    if extra:
+        raise ValueError(f"config {key!r}: key(s) {', '.join(extra)} not valid (training_recipe, evaluation_recipe)")
+    if "training_recipe" not in payload:
+        raise ValueError(f"config {key!r} must have a training_recipe")
+    if "evaluation_recipe" in payload:
+        _checked(key, "evaluation_recipe", payload["evaluation_recipe"])  # eval passes only: checked, not read
+    training = _checked(key, "training_recipe", payload["training_recipe"])
+    if training.get("override_quantized_autocast", True) is False:
+        return None
     fp8, fp4 = training.get("fp8_quantization_recipe"), training.get("fp4_quantization_recipe")
+    if fp8 is not None:
+        return FP8_RECIPES[fp8]
+    if fp4 is not None:
+        return FP4_RECIPES[fp4]
+    return BF16
+
+
+def _checked(key: str, which: str, recipe: object) -> Mapping[str, Any]:
+    """One TEQuantizationRecipe as `parse_from_config` and the autocast helpers check it."""
+    if recipe is None:
+        recipe = {}
+    if not isinstance(recipe, Mapping):
+        raise ValueError(f"config {key!r}: {which} must be a mapping")
+    unknown = sorted(str(k) for k in recipe if k not in RECIPE_KEYS)
+    if unknown:
+        raise ValueError(f"config {key!r}: {which} field(s) {', '.join(unknown)} not valid")
+    fp8, fp4 = recipe.get("fp8_quantization_recipe"), recipe.get("fp4_quantization_recipe")
     if fp8 is not None and fp4 is not None:
         raise ValueError(f"config {key!r}: fp8 and fp4 quantization settings are mutually exclusive")
     if fp8 == "delayed":
         raise ValueError(f"config {key!r}: delayed scaling is not allowed in a per-module config")
-    if fp8 is not None:
-        if fp8 not in FP8_RECIPES:
-            raise ValueError(f"config {key!r}: fp8_quantization_recipe {fp8!r} is not one of {', '.join(FP8_RECIPES)}")
-        return FP8_RECIPES[fp8]
-    if fp4 is not None:
-        if fp4 not in FP4_RECIPES:
-            raise ValueError(f"config {key!r}: fp4_quantization_recipe {fp4!r} is not one of {', '.join(FP4_RECIPES)}")
-        return FP4_RECIPES[fp4]
-    return None
+    if fp8 is not None and fp8 not in FP8_RECIPES:
+        raise ValueError(f"config {key!r}: fp8_quantization_recipe {fp8!r} is not one of {', '.join(FP8_RECIPES)}")
+    if fp4 is not None and fp4 not in FP4_RECIPES:
+        raise ValueError(f"config {key!r}: fp4_quantization_recipe {fp4!r} is not one of {', '.join(FP4_RECIPES)}")
+    if "custom" in (fp8, fp4) and recipe.get("custom_recipe_factory") is None:
+        raise ValueError(f"config {key!r}: a custom fp8 or fp4 recipe requires custom_recipe_factory")
+    if fp8 is not None and recipe.get("fp8_format", "e4m3") not in FP8_FORMATS:
+        raise ValueError(f"config {key!r}: fp8_format {recipe.get('fp8_format')!r} is not e4m3 or hybrid")
+    return recipe

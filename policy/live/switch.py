@@ -4,13 +4,17 @@ Belongs here: reading the schedule a live run was started with (its metadata's `
 recommendation, or phases written by hand as `{"from_step": N, "triggers": [{"layer", "tensor", "level"}]}`), and
 the rule: a later phase is due once the run's statistics reach its `from_step`, or earlier once one of its trigger
 series (underflows%, any recipe prefix) reaches its level: the trend got to the planned point ahead of the plan.
-Raised once per phase; its state (the phases raised) is kept with the run's detector state. Must not be here:
-storing or sending events (service/live/, service/alerts/).
+Raised once per phase; its state (the phases raised) is kept with the run's detector state. A phase that starts at
+the learning-rate decay (`lr_decay: true`, policy/recommend/schedule.py) is due when the lr the run streams in its
+scalars (`advance_lr`, the same `LrDecay` rule as an uploaded scalars.jsonl: policy/parse/lr_schedule.py) shows the decay,
+whatever its planned `from_step` (the run's own curve wins, as in the batch schedule); only while the run has streamed
+no lr at all does its `from_step` decide. Must not be here: storing or sending events (service/live/,
+service/alerts/).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +22,7 @@ import numpy as np
 
 from fp8_policy.policy.live.events import LiveEvent
 from fp8_policy.policy.names import split_metric_name
+from fp8_policy.policy.parse.lr_schedule import LrDecay
 
 KIND = "switch_now"
 STATE_KEY = "__switch__"
@@ -28,6 +33,7 @@ class PlannedPhase:
     index: int
     from_step: int
     triggers: tuple[tuple[str, str, float], ...]  # (layer, tensor, underflows% level)
+    lr_decay: bool = False  # due when the streamed lr curve shows its decay (module docstring)
 
 
 def planned(metadata: Mapping[str, Any] | None) -> list[PlannedPhase]:
@@ -47,7 +53,7 @@ def planned(metadata: Mapping[str, Any] | None) -> list[PlannedPhase]:
                 level = t.get("level")
                 if isinstance(level, (int, float)) and not isinstance(level, bool) and level == level:
                     triggers.append((t["layer"], t["tensor"], float(level)))
-        out.append(PlannedPhase(index, step, tuple(triggers)))
+        out.append(PlannedPhase(index, step, tuple(triggers), phase.get("lr_decay") is True))
     return out
 
 
@@ -72,13 +78,44 @@ def advance(
         if metric is not None and metric.stat == "underflows%":
             series.setdefault((metric.layer, metric.tensor), []).append((name, k))
     events = []
+    lr_streamed = LrDecay.from_dict(state.get("lr")).points > 0
     for phase in pending:
         event = _trend(phase, series, rank, offsets, iterations, values) if last < phase.from_step else None
-        if event is None and last >= phase.from_step:
+        if event is None and last >= phase.from_step and not (phase.lr_decay and lr_streamed):
             event = _event(phase, "", "", "", rank, last, None, "step")
         if event is not None:
             events.append(event)
             raised.add(phase.index)
+    state["raised"] = sorted(raised)
+    return events
+
+
+def advance_lr(
+    document: dict[str, Any], phases: list[PlannedPhase], records: Iterable[Mapping[str, Any]]
+) -> list[LiveEvent]:
+    """Feed the streamed scalars' `lr` to the run's tracker (in the detector state `document`, under `STATE_KEY`,
+    beside the phases raised); events for the pending lr-decay phases once it shows the decay. A run without an
+    lr-decay phase keeps no tracker."""
+    if not any(p.lr_decay for p in phases):
+        return []
+    state = document.setdefault(STATE_KEY, {})
+    tracker = LrDecay.from_dict(state.get("lr"))
+    seen = None
+    for record in records:
+        step = record.get("step")
+        if isinstance(step, int) and not isinstance(step, bool) and "lr" in record:
+            tracker.add(step, record["lr"])
+            seen = step
+    state["lr"] = tracker.to_dict()
+    start = tracker.decay_start
+    raised = set(state.get("raised", []))
+    due = [p for p in phases if p.lr_decay and p.index not in raised]
+    if start is None or not due:
+        return []
+    events = []
+    for phase in due:
+        events.append(_event(phase, "", "", "", 0, start, None, "lr", seen))
+        raised.add(phase.index)
     state["raised"] = sorted(raised)
     return events
 
@@ -103,9 +140,22 @@ def _trend(
 
 
 def _event(
-    phase: PlannedPhase, layer: str, tensor: str, stat: str, rank: int, iteration: int, value: float | None, why: str
+    phase: PlannedPhase,
+    layer: str,
+    tensor: str,
+    stat: str,
+    rank: int,
+    iteration: int,
+    value: float | None,
+    why: str,
+    seen: int | None = None,
 ) -> LiveEvent:
-    if why == "trend":
+    if why == "lr":
+        cause = (
+            f"the streamed lr curve shows the learning-rate decay starting at step {iteration} (seen at step {seen}; "
+            f"planned from step {phase.from_step})"
+        )
+    elif why == "trend":
         cause = f"{layer} {tensor} {stat} reached {value:.4g}% at iteration {iteration}, before step {phase.from_step}"
     else:
         cause = f"the run reached step {phase.from_step} (iteration {iteration})"
@@ -113,5 +163,7 @@ def _event(
         f"Switch now to phase {phase.index}: {cause}. Restart from the latest checkpoint with phase {phase.index}'s "
         f"configuration (fp8-policy recommend RUN --phase {phase.index})."
     )
-    detail = {"phase": phase.index, "from_step": phase.from_step, "reason": why}
+    detail: dict[str, Any] = {"phase": phase.index, "from_step": phase.from_step, "reason": why}
+    if why == "lr":
+        detail["lr_decay_start"] = iteration
     return LiveEvent(KIND, "critical", layer, tensor, stat, rank, iteration, value, message, detail)

@@ -52,6 +52,33 @@ class LrDecay:
             return None
         return self.peak_step
 
+    def to_dict(self) -> dict[str, Any]:
+        """The tracker as JSON (a live run's detector state: policy/live/switch.py); infinities as None."""
+        finite = {"peak": self.peak, "lowest": self.lowest}
+        return {
+            "points": self.points,
+            "peak_step": self.peak_step,
+            "below_step": self.below_step,
+            **{k: (v if math.isfinite(v) else None) for k, v in finite.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> LrDecay:
+        """Back from `to_dict`; anything else (an older or a damaged state) starts afresh."""
+        if not isinstance(data, dict):
+            return cls()
+        try:
+            peak, lowest = data.get("peak"), data.get("lowest")
+            return cls(
+                int(data.get("points", 0)),
+                -math.inf if peak is None else float(peak),
+                None if data.get("peak_step") is None else int(data["peak_step"]),
+                None if data.get("below_step") is None else int(data["below_step"]),
+                math.inf if lowest is None else float(lowest),
+            )
+        except (TypeError, ValueError):
+            return cls()
+
     def report(self) -> dict[str, Any]:
         """The ingest report's `lr` entry of the scalars: {points, peak, decay_start}."""
         return {

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fp8_policy.policy.analysis import analyze
+from fp8_policy.policy.analysis.config_bf16 import with_config_bf16
 from fp8_policy.policy.analysis.findings import Finding, LayerAssessment, Pattern
 from fp8_policy.policy.analysis.layout import LayerStatus
 from fp8_policy.policy.analysis.recipes import RECIPE_LABELS, normalize_recipe
@@ -134,6 +135,7 @@ def recommend(
     (the previous run's analysis), problems that followed a moved BF16 boundary are not answered with a wider
     BF16 edge (recommend/history.py)."""
     options = options or RecommendOptions.from_metadata(run.metadata)
+    run = with_config_bf16(run)  # a Megatron precision config's BF16 layers ran in BF16 (analysis/config_bf16.py)
     view = _analysis_view(run, options)
     if analysis is None or analysis.requested_thresholds != options.thresholds or view is not run:
         analysis = analyze(view, options.thresholds)

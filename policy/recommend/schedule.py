@@ -14,11 +14,12 @@ step; the schedule says when the cheaper or the safer configuration holds:
 * Projected failures (a rising series still below critical, projected to cross it; the plan only watches it): a
   later phase from the projected crossing keeps those layers in BF16 (one rising tensor of three logged: its GEMMs
   only, as the skip list does); its triggers are what a live run watches to raise `switch_now` (live_switch.py).
-* The learning-rate schedule: its decay start read from the `lr` of the run's uploaded scalars.jsonl
-  (policy/parse/lr_schedule.py), else `lr_decay_start` (option or run metadata), the phase's reason saying which: with
-  NVFP4 layers, a phase from the decay start
-  runs their fprop in BF16 (the NVFP4 pretraining paper, arXiv 2509.25149, App. D: switching to higher precision
-  shortly before the decay recovers most of the gap; torchtitan's NVFP4 notes prefer the forward pass).
+* The learning-rate schedule: its decay start read from the `lr` of the run's scalars.jsonl (uploaded, or streamed
+  live; policy/parse/lr_schedule.py), else `lr_decay_start` (option or run metadata), the phase's reason saying which:
+  with NVFP4 layers, a phase from the decay start runs their fprop in BF16 (the NVFP4 pretraining paper, arXiv
+  2509.25149, App. D: switching to higher precision shortly before the decay recovers most of the gap; torchtitan's
+  NVFP4 notes prefer the forward pass). Its JSON says `lr_decay: true`: a live run given the schedule that streams
+  its lr switches when its own curve shows the decay (policy/live/switch.py).
 Phases accumulate their changes in step order; a step already covered by an earlier phase merges with it.
 """
 
@@ -55,6 +56,7 @@ class Phase:
     decision: Decision
     reason: str
     triggers: tuple[Trigger, ...] = ()
+    lr_decay: bool = False  # starts at the LR decay: a live run streaming its lr switches when the decay shows
 
     def to_dict(self) -> dict[str, Any]:
         d = self.decision
@@ -69,6 +71,7 @@ class Phase:
                 "layer_precisions": {n: r for n, r in rungs.items() if r != d.recipe.name},
             },
             "triggers": [t.to_dict() for t in self.triggers],
+            "lr_decay": self.lr_decay,
         }
 
 
@@ -76,8 +79,8 @@ def build_schedule(
     analysis: Analysis, decision: Decision, lr_decay_start: int | None = None, lr_from_scalars: int | None = None
 ) -> tuple[Phase, ...]:
     """The phases (module docstring); empty when the recommendation holds for the whole run. `lr_from_scalars`:
-    the decay start the run's uploaded scalars.jsonl lr curve shows (policy/parse/lr_schedule.py), used before
-    `lr_decay_start` (the option / run metadata)."""
+    the decay start the run's scalars.jsonl lr curve shows (uploaded, or streamed by a live run and read at its
+    ingest; policy/parse/lr_schedule.py), used before `lr_decay_start` (the option / run metadata)."""
     lr_step, lr_source = lr_decay(lr_from_scalars, lr_decay_start)
     trends = [ev for f in analysis.by_pattern(Pattern.RISING_TREND) for ev in f.evidence]
     levels = analysis.layout.levels
@@ -117,20 +120,23 @@ def build_schedule(
             current = _with_fprop_bf16(current, payload)
             reason = f"LR decay starts ({lr_source}): fprop of {len(payload)} NVFP4 layer(s) in BF16"
             triggers = ()
+        at_lr = kind == "lr"
         if phases[-1].from_step >= step:
-            phases[-1] = Phase(phases[-1].from_step, current, f"{phases[-1].reason}; {reason}", triggers)
+            last = phases[-1]
+            phases[-1] = Phase(last.from_step, current, f"{last.reason}; {reason}", triggers, last.lr_decay or at_lr)
         else:
-            phases.append(Phase(step, current, reason, triggers))
+            phases.append(Phase(step, current, reason, triggers, at_lr))
     return tuple(phases)
 
 
 def lr_decay(from_scalars: int | None, given: int | None) -> tuple[int | None, str]:
-    """(decay start, which source gave it): the uploaded scalars.jsonl lr curve first, else `lr_decay_start`."""
+    """(decay start, which source gave it): the run's scalars.jsonl lr curve (uploaded or streamed live) first,
+    else `lr_decay_start`."""
     if from_scalars is not None:
         unused = f"; lr_decay_start {given} given, not used" if given is not None and given != from_scalars else ""
-        return from_scalars, f"detected in the uploaded scalars.jsonl lr curve{unused}"
+        return from_scalars, f"detected in the run's scalars.jsonl lr curve{unused}"
     if given is not None:
-        return given, "lr_decay_start option / run metadata; no lr decay in uploaded scalars"
+        return given, "lr_decay_start option / run metadata; no lr decay in the run's scalars"
     return None, ""
 
 

@@ -18,12 +18,12 @@ subclass of `Linear.Config` that a later converter would match again:
   pad_multiple=32)`: every `GroupedExperts` of the model, no FQN selection, and no NVFP4 grouped converter: the
   routed experts run at the most precise rung any of them needs (NVFP4 -> MXFP8; any BF16 -> no converter).
 Rules: BF16 modules (skips, GEMM overrides promoted whole: converters take whole modules, layers that ran BF16)
-are in no converter and in Float8's exclude list; include lists hold exact module FQNs (logged names minus the
-`model.` root and DDP `module.` levels, block index 0-based, `layout.torch_fqn`); when the outer recipe is an
+are in no converter and in Float8's exclude list; include lists hold torchtitan module FQNs (block index 0-based); when the outer recipe is an
 include-list one (MXFP8, NVFP4), Linears not logged stay BF16 and a float8 rung there goes BF16 too (an exclude-list
 converter would also take every unlogged Linear, the LM head included). An FQN that is a substring of another known
-FQN would take it along: said. Names come from the analysed run: a run logged from another framework's modules
-must be mapped to torchtitan's.
+FQN would take it along: said. Logged names are mapped to torchtitan's module FQNs by torchtitan_names.py (q/k/v
+together, a fused fc1 as w1 + w3, said as approximations; names it does not know stay as logged, said as unmapped);
+logged layers sharing one target run at the most precise rung among them.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from collections import defaultdict
 
 from fp8_policy.policy.records import PRECISIONS, LayerGroup, PolicyDecision
 from fp8_policy.policy.render import grouped, pipeline, precision
+from fp8_policy.policy.render import torchtitan_names as tt_names
 from fp8_policy.policy.render.applied import AppliedPolicy, names, whole_module_overrides
 from fp8_policy.policy.render.layout import is_one_based, layer_index, merged_overrides, torch_fqn
 from fp8_policy.policy.render.options import RenderedPolicy, RenderOptions
@@ -44,28 +45,50 @@ INCLUDE = {"mxfp8": "MXFP8LinearConverter", "nvfp4": "NVFP4LinearConverter"}
 
 
 class Plan:
-    """The decision sorted into torchtitan's converters."""
+    """The decision sorted into torchtitan's converters, the logged names mapped to torchtitan's (torchtitan_names)."""
 
     def __init__(self, decision: PolicyDecision) -> None:
         one_based, index = is_one_based(decision), layer_index(decision)
         runs_at = precision.precision_of(decision)
         outer = decision.recipe.name
+        mla = tt_names.is_mla([layer.name for layer in decision.layers])
         self.decision = decision
         self.fqns: dict[str, str] = {}  # fqn -> converter key: bf16 | float8 | mxfp8 | nvfp4
+        self.sources: dict[str, list[str]] = defaultdict(list)  # fqn -> the logged layers it stands for
         self.notes: list[str] = []
         self.experts: dict[str, str] = {}  # logged expert layer -> its rung
-        moved: list[str] = []
+        rungs: dict[str, str] = {}  # fqn -> the most precise rung of its logged layers (the safe side)
+        approximations: dict[str, list[str]] = defaultdict(list)
+        unmapped: list[str] = []
+        order = {p: i for i, p in enumerate(PRECISIONS)}
         for layer in decision.layers:
             name = layer.name
             rung = runs_at.get(name, outer)
-            if grouped.split(name) is not None:
+            path = torch_fqn(name, index.get(name), one_based)
+            where = tt_names.target(path, mla)
+            if grouped.split(name) is not None or (where is not None and where.routed):
                 self.experts[name] = rung
                 continue
-            key = "float8" if rung in FLOAT8 else rung
-            if key == "float8" and outer not in FLOAT8:
-                key = "bf16"
-                moved.append(name)
-            self.fqns[torch_fqn(name, index.get(name), one_based)] = key
+            if where is None:
+                unmapped.append(name)
+            elif where.note:
+                approximations[where.note].append(name)
+            for fqn in where.fqns if where is not None else (path,):
+                self.sources[fqn].append(name)
+                if fqn not in rungs or order[rung] > order[rungs[fqn]]:
+                    rungs[fqn] = rung
+        moved: list[str] = []
+        for fqn, rung in rungs.items():
+            self.fqns[fqn] = self._own_key(rung)
+            if rung in FLOAT8 and self.fqns[fqn] == "bf16":
+                moved.append(fqn)
+        self.notes += [f"{note}: {names(layers)}" for note, layers in approximations.items()]
+        self._taken_along(runs_at)
+        if unmapped:
+            self.notes.append(
+                f"{len(unmapped)} logged name(s) have no known torchtitan module and are listed as logged (unmapped: "
+                f"rename them to your model's FQNs): {names(unmapped)}"
+            )
         if moved:
             self.notes.append(
                 f"{len(moved)} float8 rung(s) under the {outer} include-list converter run BF16 (Float8's exclude list "
@@ -75,6 +98,22 @@ class Plan:
             self.notes.append("block-scaled (1x128) rungs run float8 rowwise: one scale per row, coarser along K")
         self._experts_rung()
         self._substrings()
+
+    def _taken_along(self, runs_at: dict[str, str]) -> None:
+        """Logged layers sharing one target (q/k/v) run at the most precise rung among them: the others are said
+        (taken along), and those lifted to BF16 listed for `applied`."""
+        self.taken_bf16: list[str] = []
+        outer = self.decision.recipe.name
+        for fqn, layers in self.sources.items():
+            key = self.fqns[fqn]
+            lifted = [n for n in layers if self._own_key(runs_at.get(n, outer)) != key]
+            if len(layers) > 1 and lifted:
+                self.taken_bf16 += lifted if key == "bf16" else []
+                self.notes.append(f"{fqn!r} runs {key} for {names(layers)} together, taking along {names(lifted)}")
+
+    def _own_key(self, rung: str) -> str:
+        key = "float8" if rung in FLOAT8 else rung
+        return "bf16" if key == "float8" and self.decision.recipe.name not in FLOAT8 else key
 
     def _experts_rung(self) -> None:
         if not self.experts:
@@ -109,7 +148,7 @@ def applied(decision: PolicyDecision) -> AppliedPolicy:
     base = whole_module_overrides(decision, "torchtitan", "torchtitan converts whole Linear modules")
     plan = Plan(decision)
     experts = tuple(plan.experts) if plan.experts and plan.grouped is None else ()
-    layers = tuple(dict.fromkeys((*base.bf16_layers, *experts)))
+    layers = tuple(dict.fromkeys((*base.bf16_layers, *experts, *plan.taken_bf16)))
     parts = [part.rstrip(".") for part in (base.approximation, *plan.notes) if part]
     result = AppliedPolicy("torchtitan", layers, {}, (), "; ".join(parts) + "." if parts else None)
     return pipeline.qualify(result, decision, pipeline.by_position(decision, "torchtitan"))
@@ -159,8 +198,9 @@ def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
         '"""torchtitan 0.3 quantization converters generated by fp8-policy (format torchtitan).',
         "",
         applied(decision).statement(),
-        f"Outer recipe: {outer}. FQNs are the logged names minus the `model.` root and DDP `module.` levels, block index",
-        "0-based: map them if your torchtitan model names its modules differently (layers.<i>.attention.wq, ...).",
+        f"Outer recipe: {outer}. FQNs are torchtitan 0.3's module names (Llama3/Qwen3/DeepSeek-V3 config trees) mapped",
+        "from the logged Megatron / Hugging Face / TE names, block index 0-based; `layers.<i>.attention.qkv_linear.` is",
+        "a prefix (fused wqkv, or wq + wkv with fuse_qkv=False). Names without a known mapping stay as logged (said above).",
         "Float8LinearConverter's filter_fqns EXCLUDES (every other Linear runs float8 rowwise: torchtitan 0.3 has no",
         "tensorwise recipe); MXFP8/NVFP4LinearConverter's fqns INCLUDE (an empty list would convert every Linear).",
     ]
@@ -191,6 +231,17 @@ def render(decision: PolicyDecision, options: RenderOptions) -> RenderedPolicy:
         '# Usage: model_spec = model_registry("<flavor>", converters=converters(model_compile_enabled=True))',
     ]
     return RenderedPolicy(content="\n".join(lines) + "\n", media_type=MEDIA_TYPE, filename=FILENAME)
+
+
+def module_fqns(decision: PolicyDecision, fused_qkv: bool = True) -> dict[str, tuple[str, ...]]:
+    """Logged non-expert layer -> the torchtitan `Linear` FQNs its rendering acts on (`torchtitan_names.concrete`:
+    the fused `wqkv` layout, or `wq` + `wkv`); a name with no mapping -> itself. For loaders and checks."""
+    plan = Plan(decision)
+    out: dict[str, list[str]] = defaultdict(list)
+    for fqn, layers in plan.sources.items():
+        for name in layers:
+            out[name] += tt_names.concrete(fqn, fused_qkv)
+    return {name: tuple(fqns) for name, fqns in out.items()}
 
 
 def fqn_groups(decision: PolicyDecision) -> dict[str, list[str]]:

@@ -56,7 +56,7 @@ def load_run_data(session: Session, run_id: int) -> RunData:
         metadata=dict(run.run_metadata or {}),
         session_offsets=session_offsets(run.ingest_report),
         parallel=ParallelInfo.from_json(run.parallel) if run.parallel else None,
-        lr_decay_from_scalars=decay_start_of(run.ingest_report),  # the uploaded scalars.jsonl's lr curve
+        lr_decay_from_scalars=decay_start_of(run.ingest_report),  # the lr curve of its scalars (uploaded or streamed)
     )
 
 

@@ -36,3 +36,8 @@ class SchedulePhaseRead(ApiModel):
     reason: str
     policy: SchedulePolicyRead
     triggers: list[ScheduleTriggerRead]
+    lr_decay: bool = Field(
+        False,
+        description="The phase starts at the learning-rate decay: a live run given this schedule and streaming its "
+        "`lr` scalar raises `switch_now` when its own lr curve shows the decay (else at `from_step`).",
+    )

@@ -117,6 +117,7 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
             scan = scan_archive(
                 src, size, extract_limits(ctx.settings), hint, on_metadata, ranks.feed, on_scalars=scalars.read
             )
+        scalars.read_streamed(ctx.store, job.run_id)  # a finalized live run's streamed scalars, for the report
         scalars.keep(ctx.store, job.run_id)  # the whole archive scanned without error: stored with the run
         ranks.settle(scan.stats)
     finally:

@@ -20,8 +20,8 @@ from typing import IO, Any
 from fp8_policy.policy.parse import scalars_file
 from fp8_policy.service.ingest.archive.errors import _CORRUPT
 from fp8_policy.service.ingest.archive.limits import CHUNK_BYTES
-from fp8_policy.service.ingest.store import ArchiveStore
-from fp8_policy.service.live.story import scalars_key
+from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
+from fp8_policy.service.live.story import SCALARS_NAME, scalars_key
 
 log = logging.getLogger("fp8_policy.ingest")
 
@@ -59,7 +59,7 @@ def _lines(stream: io.BufferedIOBase) -> Iterator[tuple[bytes, int]]:
         yield pending, len(pending)
 
 
-def _spool(stream: io.BufferedIOBase, raw: IO[bytes], check: scalars_file.ScalarsCheck) -> bool:
+def _spool(stream: io.BufferedIOBase | IO[bytes], raw: IO[bytes], check: scalars_file.ScalarsCheck) -> bool:
     """Copy the member to `raw` a chunk at a time, counting its bytes and lines (bytes.count: no per-line work);
     False, with `check` saying which bound, as soon as it passes MAX_SCALARS_BYTES or MAX_SCALARS_LINES. A file of
     11 M tiny lines (a 26 KB upload) is then refused in the time of decompressing it, where reading it line by line
@@ -86,8 +86,9 @@ class ScalarsReader:
         self.members: list[str] = []
         self.check: scalars_file.ScalarsCheck | None = None
         self.path: Path | None = None
+        self.streamed = False  # read from a finalized live run's stored scalars, not from the archive
 
-    def read(self, member: str, stream: io.BufferedIOBase) -> None:
+    def read(self, member: str, stream: io.BufferedIOBase | IO[bytes]) -> None:
         self.members.append(member)
         if len(self.members) > 1:  # more than one: none is kept (report()); the scan reads the rest to the end
             self.discard()
@@ -113,14 +114,30 @@ class ScalarsReader:
         if not check.verdict()["kept"]:
             self.discard()
 
+    def read_streamed(self, store: ArchiveStore, run_id: int) -> None:
+        """A finalized live run's tar holds no scalars member: the scalars it streamed, which its finalize kept in
+        the store (service/live/story.py `keep_scalars`), are checked the same way for the report (its `lr` decay:
+        policy/parse/lr_schedule.py) and left as stored. Nothing when the archive had a member or the run streamed none."""
+        if self.members:
+            return
+        try:
+            handle = store.open(scalars_key(run_id))
+        except ArchiveMissing:
+            return
+        with handle:
+            self.read(SCALARS_NAME, handle)
+        self.discard()  # stored already: not put again by keep()
+        self.streamed = True
+
     def report(self) -> dict[str, Any] | None:
-        """The `scalars` entry of the ingest report; None when the archive holds no scalars member."""
+        """The `scalars` entry of the ingest report; None when the archive holds no scalars member (and the run
+        streamed none); `streamed: true` when read from a live run's streamed scalars."""
         if not self.members:
             return None
         if len(self.members) > 1:
             return scalars_file.ambiguous(self.members)
         assert self.check is not None
-        return self.check.verdict()
+        return {**self.check.verdict(), "streamed": True} if self.streamed else self.check.verdict()
 
     def keep(self, store: ArchiveStore, run_id: int) -> None:
         """Put the checked file into the store (once the whole archive was scanned without error)."""
@@ -141,7 +158,8 @@ class ScalarsReader:
 def forget_scalars(store: ArchiveStore, run_id: int, plan: dict[str, Any] | None) -> None:
     """A failed run keeps nothing its ingest stored: the scalars its plan job kept are deleted (a live run's
     streamed scalars, kept at its finalize, are not the plan job's and stay)."""
-    if plan is None or not (plan.get("scalars") or {}).get("kept"):
+    scalars = (plan or {}).get("scalars") or {}
+    if not scalars.get("kept") or scalars.get("streamed"):
         return
     try:
         store.delete(scalars_key(run_id))

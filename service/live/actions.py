@@ -215,8 +215,8 @@ def append(
             schedule = live_switch.planned(run.run_metadata)  # a planned precision switch: switch_now
             metadata = dict(run.run_metadata or {})
             events = _detect(repo, run_id, disk, path, row, thresholds or Thresholds(), metadata, schedule)
-        elif kind == "scalars" and row.size > row.parsed_offset:
-            events = _detect_scalars(repo, run_id, disk, row)
+        elif kind == "scalars" and row.size > row.parsed_offset:  # the streamed lr can make a planned switch due
+            events = _detect_scalars(repo, run_id, disk, row, live_switch.planned(run.run_metadata))
         events = group_events(events)  # one event per (layer, kind) of this piece
         stored = repo.events(run_id, min(repo.add_events(run_id, events)) - 1) if events else []
         alerts = queue_for_events(session, run_id, run.project, stored) if stored else 0
@@ -323,14 +323,14 @@ def _new_whole_lines(disk: Path, row: Any) -> bytes:
     return new[: cut + 1]
 
 
-def _detect_scalars(repo: LiveRepository, run_id: int, disk: Path, row: Any) -> list[LiveEvent]:
-    """Training scalars: spikes and plateaus (policy/live/scalar_events.py) from the new JSON lines."""
+def _detect_scalars(repo: LiveRepository, run_id: int, disk: Path, row: Any, schedule: list[Any]) -> list[LiveEvent]:
+    """Training scalars: spikes and plateaus (policy/live/scalar_events.py), the lr decay (policy/live/switch.py)."""
     records = scalar_events.parse_lines(_new_whole_lines(disk, row)).records
     if not records:
         return []
     stored = repo.state_for_update(run_id)
     state = scalar_events.ScalarState.from_dict(stored.get(SCALARS_STATE_KEY, {}))
-    events = scalar_events.advance(state, records)
+    events = scalar_events.advance(state, records) + live_switch.advance_lr(stored, schedule, records)
     stored[SCALARS_STATE_KEY] = state.to_dict()
     repo.save_state(run_id, stored)
     return events

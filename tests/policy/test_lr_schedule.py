@@ -75,9 +75,7 @@ def test_the_schedule_uses_the_curve_first_and_says_which(tmp_path: Path) -> Non
     given = replace(RecommendOptions.from_metadata(METADATA), lr_decay_start=900)
     rec = recommend(data, options=given)
     assert [p.from_step for p in rec.schedule] == [0, 600]
-    assert (
-        "detected in the uploaded scalars.jsonl lr curve; lr_decay_start 900 given, not used" in rec.schedule[1].reason
-    )
+    assert "detected in the run's scalars.jsonl lr curve; lr_decay_start 900 given, not used" in rec.schedule[1].reason
     fallback = recommend(replace(data, lr_decay_from_scalars=None), options=given)
     assert [p.from_step for p in fallback.schedule] == [0, 900]
     assert "lr_decay_start option / run metadata" in fallback.schedule[1].reason

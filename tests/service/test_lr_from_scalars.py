@@ -46,6 +46,5 @@ def test_the_schedule_reads_the_lr_decay_from_the_uploaded_scalars(
         phases = body["schedule"]
         assert [p["from_step"] for p in phases] == [0, 300], phases
         assert (
-            "detected in the uploaded scalars.jsonl lr curve; lr_decay_start 9000 given, not used"
-            in phases[1]["reason"]
+            "detected in the run's scalars.jsonl lr curve; lr_decay_start 9000 given, not used" in phases[1]["reason"]
         )

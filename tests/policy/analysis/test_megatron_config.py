@@ -54,7 +54,7 @@ def name(block: int, sub: str) -> str:
 
 
 def test_the_config_reads_as_megatron_reads_it() -> None:
-    assert parse_precision_config(CONFIG) == [("decoder.layers.7.*", None), ("decoder.layers.[4-7].*", "block")]
+    assert parse_precision_config(CONFIG) == [("decoder.layers.7.*", "bf16"), ("decoder.layers.[4-7].*", "block")]
     assert (
         module_path(name(8, "mlp.experts.linear_fc1.gemm_3"), one_based=True)
         == "decoder.layers.7.mlp.experts.linear_fc1"
