@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
 
 from fp8_policy.db.run_config_models import RunConfig
 from fp8_policy.db.runs import utcnow
+from fp8_policy.db.session import Repository
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,10 +30,7 @@ class NewConfig:
     created_by: str | None
 
 
-class RunConfigRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class RunConfigRepository(Repository):
     def keep(self, new: NewConfig) -> tuple[RunConfig, bool]:
         """The kept row and whether it is new. The caller holds the run's write lock (RunRepository.lock), so
         version numbers are handed out one at a time."""
