@@ -5,7 +5,7 @@ Hashing, token format and scope rules live in `service/auth/`; this module store
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -30,15 +30,7 @@ class NewToken:
 class TokenRepository(Repository):
     def add(self, new: NewToken) -> ApiToken:
         """Insert a token; raises IntegrityError when the name (or, improbably, the prefix) is taken."""
-        token = ApiToken(
-            name=new.name,
-            scope=new.scope,
-            prefix=new.prefix,
-            token_hash=new.token_hash,
-            key_id=new.key_id,
-            created_at=utcnow(),
-            expires_at=new.expires_at,
-        )
+        token = ApiToken(**asdict(new), created_at=utcnow())  # NewToken's fields are columns of the same names
         self.session.add(token)
         self.session.flush()
         return token
