@@ -7,11 +7,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import func, or_, select, update
-from sqlalchemy.orm import Session
 
 from fp8_policy.db.alert_models import AlertDelivery, AlertRule
 from fp8_policy.db.runs import utcnow
-from fp8_policy.db.session import rows_affected
+from fp8_policy.db.session import Repository, rows_affected
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -77,10 +76,7 @@ def _delivery(row: AlertDelivery) -> DeliveryRecord:
     return _record(DeliveryRecord, row, event=dict(row.event))
 
 
-class AlertRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class AlertRepository(Repository):
     # --- rules --------------------------------------------------------------------------------
     def add_rule(self, rule: NewRule) -> RuleRecord:
         row = AlertRule(**asdict(rule), created_at=utcnow())  # NewRule's fields are columns of the same names

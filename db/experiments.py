@@ -5,16 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
 
 from fp8_policy.db.experiment_models import ExperimentRow
 from fp8_policy.db.runs import utcnow
+from fp8_policy.db.session import Repository
 
 
-class ExperimentRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class ExperimentRepository(Repository):
     def add(self, run_id: int, name: str, steps: int, uploaded_by: str | None, body: dict[str, Any]) -> ExperimentRow:
         row = ExperimentRow(
             run_id=run_id, name=name, steps=steps, uploaded_by=uploaded_by, body=body, created_at=utcnow()

@@ -16,12 +16,12 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, and_, delete, exists, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import aliased
 
 from fp8_policy.db.job_models import NO_RANK, IngestJob
 from fp8_policy.db.run_models import Run, RunStatus
 from fp8_policy.db.runs import RunRepository, utcnow
-from fp8_policy.db.session import rows_affected
+from fp8_policy.db.session import Repository, rows_affected
 
 UNFINISHED = ("queued", "doing")
 
@@ -39,10 +39,7 @@ class ClaimedJob:
     attempts: int
 
 
-class JobRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class JobRepository(Repository):
     # --- enqueue ----------------------------------------------------------------------------
     def enqueue_plan(self, run_id: int) -> bool:
         """Queue the first job of a run's ingest unless unfinished jobs exist (or the run is gone); False when

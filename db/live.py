@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from fp8_policy.db.live_models import LiveEventRow, LiveFile, LiveState
 from fp8_policy.db.runs import utcnow
-from fp8_policy.db.session import rows_affected
+from fp8_policy.db.session import Repository, rows_affected
 
 if TYPE_CHECKING:
     from fp8_policy.policy.live.events import LiveEvent
@@ -34,9 +34,9 @@ class StoredEvent:
     created_at: str
 
 
-class LiveRepository:
+class LiveRepository(Repository):
     def __init__(self, session: Session) -> None:
-        self.session = session
+        super().__init__(session)
         self._state_rows: dict[int, LiveState] = {}  # locked by state_for_update, written back by save_state
 
     # --- files --------------------------------------------------------------------------------

@@ -13,20 +13,17 @@ from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
 
 from fp8_policy.db.run_models import Layer, Run, RunStatus, Series
 from fp8_policy.db.runs import IngestCounts, layer_row, utcnow
 from fp8_policy.db.series_rows import EncodedSeries, insert_series
+from fp8_policy.db.session import Repository
 from fp8_policy.policy.names import layer_structure
 from fp8_policy.policy.parse.assemble import AssembledLayer
 from fp8_policy.policy.records import Precision
 
 
-class RankStore:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class RankStore(Repository):
     def ensure_layers(self, run_id: int, names: Iterable[str]) -> dict[str, int]:
         """Layer rows for `names` (added when missing, placeholders until finalize); returns name -> id."""
         wanted = sorted(set(names))  # one insert order everywhere: concurrent ranks never deadlock

@@ -3,14 +3,14 @@ the newest of that format is the same file from the same recommendation), list a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
 
 from fp8_policy.db.run_config_models import RunConfig
 from fp8_policy.db.runs import utcnow
+from fp8_policy.db.session import Repository
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,10 +30,7 @@ class NewConfig:
     created_by: str | None
 
 
-class RunConfigRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class RunConfigRepository(Repository):
     def keep(self, new: NewConfig) -> tuple[RunConfig, bool]:
         """The kept row and whether it is new. The caller holds the run's write lock (RunRepository.lock), so
         version numbers are handed out one at a time."""
@@ -55,20 +52,8 @@ class RunConfigRepository:
             new.recommendation_sha256,
         ):
             return newest, False
-        row = RunConfig(
-            run_id=new.run_id,
-            format=new.format,
-            version=(newest.version + 1) if newest is not None else 1,
-            filename=new.filename,
-            media_type=new.media_type,
-            content=new.content,
-            sha256=new.sha256,
-            size=new.size,
-            policy_version=new.policy_version,
-            options=new.options,
-            recommendation_sha256=new.recommendation_sha256,
-            created_at=utcnow(),
-            created_by=new.created_by,
+        row = RunConfig(  # NewConfig's fields are columns of the same names
+            **asdict(new), version=(newest.version + 1) if newest is not None else 1, created_at=utcnow()
         )
         self.session.add(row)
         self.session.flush()

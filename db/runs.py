@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import ColumnElement, CursorResult, Select, and_, delete, func, insert, or_, select, update
-from sqlalchemy.orm import Session
 
 from fp8_policy._lazy import lazy_module
 from fp8_policy.db.run_models import Layer, Run, RunStatus, RunTag, Series
@@ -22,6 +21,7 @@ from fp8_policy.db.run_rows import IngestCounts as IngestCounts  # re-exported: 
 from fp8_policy.db.run_rows import LayerStatSummary, SeriesPoints
 from fp8_policy.db.run_rows import NewRun as NewRun  # re-exported: callers import it from here
 from fp8_policy.db.series_rows import encode_series, insert_series
+from fp8_policy.db.session import Repository
 from fp8_policy.policy.run_facets import run_facets
 from fp8_policy.policy.safe_text import displayable
 
@@ -50,11 +50,8 @@ def _rowcount(result: object) -> int:
     return cast(CursorResult[Any], result).rowcount
 
 
-class RunRepository:
+class RunRepository(Repository):
     # `list` below is a method name, so annotations inside the class spell the type `builtins.list`.
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
     # --- runs -------------------------------------------------------------------------------
     def add(self, new: NewRun) -> Run:
         facets = run_facets(new.metadata)

@@ -171,21 +171,24 @@ def _copy_rows(dbapi_connection: Any, rows: list[tuple[Any, ...]]) -> bool:
     return True
 
 
+# The PostgreSQL type a binary COPY sends a series column as (its binary format is the column's), by the column's
+# SQLAlchemy type; checked in order, so BigInteger matches before Integer (its base class).
+_COPY_TYPE_OF = (
+    (BigInteger, "int8"),
+    (Integer, "int4"),
+    (Boolean, "bool"),
+    (Float, "float8"),
+    (LargeBinary, "bytea"),
+    (String, "text"),
+)
+
+
 def _copy_type(column: Any) -> str:
-    """The PostgreSQL type a binary COPY sends a series column as (its binary format is the column's)."""
+    """The PostgreSQL type a binary COPY sends a series column as (`_COPY_TYPE_OF`)."""
     kind = type(column.type)
-    if issubclass(kind, BigInteger):
-        return "int8"
-    if issubclass(kind, Integer):
-        return "int4"
-    if issubclass(kind, Boolean):
-        return "bool"
-    if issubclass(kind, Float):
-        return "float8"
-    if issubclass(kind, LargeBinary):
-        return "bytea"
-    if issubclass(kind, String):
-        return "text"
+    for sql_type, copy_type in _COPY_TYPE_OF:
+        if issubclass(kind, sql_type):
+            return copy_type
     raise TypeError(f"series column {column.name}: no COPY type for {kind.__name__}")
 
 

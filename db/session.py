@@ -13,6 +13,14 @@ from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.orm import Session, sessionmaker
 
 
+class Repository:
+    """The queries of one table group, run in the caller's session: a repository never commits (the
+    `session_scope` that opened the session does)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+
 def create_db_engine(url: str, pool: Mapping[str, float] | None = None) -> Engine:
     """An engine for `url`; SQLite gets WAL, foreign keys and a busy timeout for the ingest worker.
 

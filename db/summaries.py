@@ -7,10 +7,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sqlalchemy import Text, cast, delete, or_, select
-from sqlalchemy.orm import Session
 
 from fp8_policy.db.run_models import Run, RunStatus
 from fp8_policy.db.runs import RunRepository, utcnow
+from fp8_policy.db.session import Repository
 from fp8_policy.db.summary_models import RunSummary
 
 
@@ -41,10 +41,7 @@ def _record(row: RunSummary) -> SummaryRecord:
     )
 
 
-class SummaryRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class SummaryRepository(Repository):
     def fresh(self, run_ids: Iterable[int], policy_version: str) -> dict[int, SummaryRecord]:
         """Summaries of these runs computed by this policy version (stale and missing ones are left out)."""
         ids = list(run_ids)

@@ -5,15 +5,15 @@ Hashing, token format and scope rules live in `service/auth/`; this module store
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, exists, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
 from fp8_policy.db.runs import utcnow
+from fp8_policy.db.session import Repository
 from fp8_policy.db.token_models import ApiToken, ServiceSecret
 
 
@@ -27,21 +27,10 @@ class NewToken:
     expires_at: datetime | None
 
 
-class TokenRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class TokenRepository(Repository):
     def add(self, new: NewToken) -> ApiToken:
         """Insert a token; raises IntegrityError when the name (or, improbably, the prefix) is taken."""
-        token = ApiToken(
-            name=new.name,
-            scope=new.scope,
-            prefix=new.prefix,
-            token_hash=new.token_hash,
-            key_id=new.key_id,
-            created_at=utcnow(),
-            expires_at=new.expires_at,
-        )
+        token = ApiToken(**asdict(new), created_at=utcnow())  # NewToken's fields are columns of the same names
         self.session.add(token)
         self.session.flush()
         return token
@@ -91,10 +80,7 @@ class TokenRepository:
         )
 
 
-class SecretRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class SecretRepository(Repository):
     def get_or_create(self, name: str, value: str) -> str:
         """The stored secret `name`, storing `value` first if there is none. Safe when several processes race:
         the loser's insert fails on the primary key and it reads the winner's value."""

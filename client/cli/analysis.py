@@ -16,11 +16,11 @@ from fp8_policy.client import gate as gating
 from fp8_policy.client.cli.common import (
     MAX_CELL,
     RUN_REF,
+    PolicySettings,
     client_options,
     connect,
     echo_json,
     policy_options,
-    policy_overrides,
     resolve_run,
     table,
 )
@@ -116,9 +116,7 @@ def recommend(
     phase: int | None,
     lr_decay_start: int | None,
     target: str | None,
-    thresholds: tuple[str, ...],
-    gpu: str | None,
-    te_version: str | None,
+    policy: PolicySettings,
     url: str,
     token: str | None,
     as_json: bool,
@@ -130,7 +128,7 @@ def recommend(
         run_id = resolve_run(client, run_ref)
         previous = resolve_run(client, previous_run) if previous_run is not None else None
         overrides = {
-            **policy_overrides(thresholds, gpu, te_version, previous),
+            **policy.overrides(previous),
             **({"lr_decay_start": lr_decay_start} if lr_decay_start is not None else {}),
             **({"target": target} if target else {}),
         }
@@ -169,16 +167,14 @@ def gate(
     fail_on: str,
     timeout: float,
     summary_file: Path | None,
-    thresholds: tuple[str, ...],
-    gpu: str | None,
-    te_version: str | None,
+    policy: PolicySettings,
     url: str,
     token: str | None,
     as_json: bool,
 ) -> None:
     """Pass/fail a run for CI: exit 0 pass, 1 when a finding reaches --fail-on, 2 on usage/service errors.
     RUN is an id or project/name; --threshold applies to the analysis and the recommendation."""
-    overrides = policy_overrides(thresholds, gpu, te_version)
+    overrides = policy.overrides()
     with connect(url, token) as client:
         run_id = resolve_run(client, run_ref)
         run = client.run(run_id)

@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -120,33 +121,45 @@ def resolve_run(client: PolicyClient, ref: int | tuple[str, str]) -> int:
     return int(client.find_run(*ref)["id"])
 
 
-def policy_overrides(
-    thresholds: tuple[str, ...], gpu: str | None, te_version: str | None, previous_run: int | None = None
-) -> dict[str, Any]:
-    """The POST .../recommendation body from --threshold NAME=VALUE, --gpu, --te-version, --previous-run."""
-    out: dict[str, Any] = {}
-    parsed: dict[str, float] = {}
-    for item in thresholds:
-        name, sep, value = item.partition("=")
-        try:
-            parsed[name.strip()] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep or not name.strip():
-            raise click.BadParameter(f"{item!r} is not NAME=NUMBER (e.g. critical=3)", param_hint="--threshold")
-    if parsed:
-        out["thresholds"] = parsed
-    if gpu:
-        out["gpu"] = gpu
-    if te_version:
-        out["te_version"] = te_version
-    if previous_run is not None:
-        out["previous_run"] = previous_run
-    return out
+@dataclass(frozen=True)
+class PolicySettings:
+    """--threshold NAME=VALUE / --gpu / --te-version as given on the command line (`policy_options`)."""
+
+    thresholds: tuple[str, ...] = ()
+    gpu: str | None = None
+    te_version: str | None = None
+
+    def overrides(self, previous_run: int | None = None) -> dict[str, Any]:
+        """The POST .../recommendation body from these settings and --previous-run."""
+        out: dict[str, Any] = {}
+        parsed: dict[str, float] = {}
+        for item in self.thresholds:
+            name, sep, value = item.partition("=")
+            try:
+                parsed[name.strip()] = float(value)
+            except ValueError:
+                sep = ""
+            if not sep or not name.strip():
+                raise click.BadParameter(f"{item!r} is not NAME=NUMBER (e.g. critical=3)", param_hint="--threshold")
+        if parsed:
+            out["thresholds"] = parsed
+        if self.gpu:
+            out["gpu"] = self.gpu
+        if self.te_version:
+            out["te_version"] = self.te_version
+        if previous_run is not None:
+            out["previous_run"] = previous_run
+        return out
 
 
 def policy_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--threshold / --gpu / --te-version: recompute the recommendation (POST) with these settings."""
+    """--threshold / --gpu / --te-version: recompute the recommendation (POST) with these settings; the command
+    receives them as one `policy: PolicySettings` argument."""
+
+    @functools.wraps(command)
+    def run(*args: Any, thresholds: tuple[str, ...], gpu: str | None, te_version: str | None, **kwargs: Any) -> Any:
+        return command(*args, policy=PolicySettings(thresholds, gpu, te_version), **kwargs)
+
     for option in reversed(
         (
             click.option(
@@ -160,8 +173,8 @@ def policy_options(command: Callable[..., Any]) -> Callable[..., Any]:
             click.option("--te-version", help="Transformer Engine version the config targets, e.g. 2.13."),
         )
     ):
-        command = option(command)
-    return command
+        run = option(run)
+    return run
 
 
 @contextmanager

@@ -12,12 +12,12 @@ import click
 
 from fp8_policy.client.cli.common import (
     RUN_REF,
+    PolicySettings,
     client_options,
     connect,
     echo_json,
     echo_rows,
     policy_options,
-    policy_overrides,
     resolve_run,
 )
 from fp8_policy.client.formats import FORMATS
@@ -47,9 +47,7 @@ def configs(
     get_id: int | None,
     output: Path | None,
     only: str | None,
-    thresholds: tuple[str, ...],
-    gpu: str | None,
-    te_version: str | None,
+    policy: PolicySettings,
     url: str,
     token: str | None,
     as_json: bool,
@@ -69,7 +67,7 @@ def configs(
             sys.stdout.buffer.write(client.config_content(run_id, get_id))
             return None
         if keep:
-            overrides = policy_overrides(thresholds, gpu, te_version)
+            overrides = policy.overrides()
             items = client.keep_configs(run_id, keep, overrides=overrides, pp_stage=pp_stage)
         else:
             items = client.configs(run_id, format=only)

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from fp8_policy.policy.live.compact import Keys, as_stored, from_compact, rows, to_compact
 from fp8_policy.policy.live.levels import _band_floor as _band_floor  # re-exported: the reference test's
 from fp8_policy.policy.live.levels import band_event, level_points, sustained_levels
 from fp8_policy.policy.live.record import LiveEvent as LiveEvent  # re-exported: where the detectors' users import it
@@ -66,36 +67,29 @@ class SeriesState:
     form: int = 0  # how a scale_inv series is read: undecided / E8M0 bytes / linear (policy/live/scales.py)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "i": self.last_iteration,
-            "v": self.last_value,
-            "b": self.band,
-            "p": self.projected,
-            "n": self.nonfinite,
-            "d": self.diverging,
-            "w": self.window,
-            "m": self.moved,
-            "f": self.form,
-        }
+        return to_compact(self, _SERIES_STATE_KEYS)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SeriesState:
-        return cls(
-            data.get("i"),
-            data.get("v"),
-            data.get("b", "ok"),
-            bool(data.get("p")),
-            bool(data.get("n")),
-            bool(data.get("d")),
-            [list(p) for p in data.get("w", [])],
-            bool(data.get("m")),
-            int(data.get("f", 0)),
-        )
+        return from_compact(cls, data, _SERIES_STATE_KEYS)
 
     def level(self) -> float | None:
         if not self.window:
             return None
         return float(np.mean([v for _i, v in self.window[-LEVEL_POINTS:]]))
+
+
+_SERIES_STATE_KEYS: Keys = {
+    "last_iteration": ("i", as_stored),
+    "last_value": ("v", as_stored),
+    "band": ("b", as_stored),
+    "projected": ("p", bool),
+    "nonfinite": ("n", bool),
+    "diverging": ("d", bool),
+    "window": ("w", rows),
+    "moved": ("m", bool),
+    "form": ("f", int),
+}
 
 
 def _is_underflow(metric: MetricName) -> bool:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from fp8_policy.policy.live.compact import Keys, as_stored, from_compact, lists_by_name, rows, to_compact
 from fp8_policy.policy.parse.scalars_file import MAX_SCALARS_LINES, is_negative_step, last_lines_start, record_of
 from fp8_policy.policy.thresholds import Severity
 
@@ -68,35 +69,26 @@ class ScalarState:
     lr_peak: float | None = None  # the largest lr logged so far (a larger one: still warming up)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "s": self.last_step,
-            "w": self.windows,
-            "k": self.spiking,
-            "p": self.plateau,
-            "l": self.plateau_level,
-            "f": self.first_step,
-            "c": self.count,
-            "h": self.history,
-            "b": self.steps,
-            "n": self.nonfinite,
-            "r": self.lr_peak,
-        }
+        return to_compact(self, _SCALAR_STATE_KEYS)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ScalarState:
-        return cls(
-            data.get("s"),
-            {k: list(v) for k, v in data.get("w", {}).items()},
-            dict(data.get("k", {})),
-            bool(data.get("p")),
-            data.get("l"),
-            data.get("f"),
-            int(data.get("c", 0)),
-            [list(h) for h in data.get("h", [])],
-            list(data.get("b", [])),
-            dict(data.get("n", {})),
-            data.get("r"),
-        )
+        return from_compact(cls, data, _SCALAR_STATE_KEYS)
+
+
+_SCALAR_STATE_KEYS: Keys = {
+    "last_step": ("s", as_stored),
+    "windows": ("w", lists_by_name),
+    "spiking": ("k", dict),
+    "plateau": ("p", bool),
+    "plateau_level": ("l", as_stored),
+    "first_step": ("f", as_stored),
+    "count": ("c", int),
+    "history": ("h", rows),
+    "steps": ("b", list),
+    "nonfinite": ("n", dict),
+    "lr_peak": ("r", as_stored),
+}
 
 
 class ParsedScalars(NamedTuple):
