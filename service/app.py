@@ -42,7 +42,7 @@ from fp8_policy.service.runs.retry import router as retry_router
 from fp8_policy.service.runs.routes import router as runs_router
 from fp8_policy.service.security import BrowserGuard
 from fp8_policy.service.settings import Settings, get_settings
-from fp8_policy.service.storage import install_storage_handlers, sweep_stale_parts
+from fp8_policy.service.storage.disk import install_storage_handlers, sweep_stale_parts
 from fp8_policy.service.transport.body import BodyTimeoutMiddleware
 from fp8_policy.service.transport.body_cap import BodyCapMiddleware
 from fp8_policy.service.transport.overload import install_overload_handlers

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.settings import Settings
+from fp8_policy.service.storage.archive import ArchiveStore
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,9 +55,9 @@ from fp8_policy.service.ingest.plan_ranks import plan_ranks
 from fp8_policy.service.ingest.rank_parse import MetadataReader, RankParse
 from fp8_policy.service.ingest.scalars import ScalarsReader, forget_scalars
 from fp8_policy.service.ingest.scan_ranks import ScanRanks
-from fp8_policy.service.ingest.store import ArchiveMissing
 from fp8_policy.service.settings import Settings
-from fp8_policy.service.storage import is_out_of_space
+from fp8_policy.service.storage.archive import ArchiveMissing
+from fp8_policy.service.storage.disk import is_out_of_space
 
 log = logging.getLogger("fp8_policy.ingest")
 

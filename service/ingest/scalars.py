@@ -20,8 +20,8 @@ from typing import IO, Any
 from fp8_policy.policy import scalars_file
 from fp8_policy.service.ingest.archive.errors import _CORRUPT
 from fp8_policy.service.ingest.archive.limits import CHUNK_BYTES
-from fp8_policy.service.ingest.store import ArchiveStore
-from fp8_policy.service.live.story import scalars_key
+from fp8_policy.service.storage.archive import ArchiveStore
+from fp8_policy.service.storage.keys import scalars_key
 
 log = logging.getLogger("fp8_policy.ingest")
 

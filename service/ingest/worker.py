@@ -26,8 +26,8 @@ from fp8_policy.db.session import session_scope
 from fp8_policy.service.ingest.job_context import JobContext
 from fp8_policy.service.ingest.kernel_warmup import prepare
 from fp8_policy.service.ingest.kernel_warmup import warm_parser as warm_parser  # re-exported: app, tests, bench
-from fp8_policy.service.ingest.store import ArchiveStore, store_for
 from fp8_policy.service.settings import Settings
+from fp8_policy.service.storage.archive import ArchiveStore, store_for
 
 if TYPE_CHECKING:
     from fp8_policy.service.ingest import pipeline

@@ -48,7 +48,6 @@ from fp8_policy.service.alerts.actions import queue_for_events
 from fp8_policy.service.auth.actions import Principal
 from fp8_policy.service.errors import AppError, InvalidLivePath, NoStatsLogs, NotFound
 from fp8_policy.service.ingest.kernel_warmup import kernels_for
-from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
 from fp8_policy.service.live import kept as kept_files
 from fp8_policy.service.live import story
@@ -57,12 +56,14 @@ from fp8_policy.service.live.pieces import Piece, Region, as_piece, last_newline
 from fp8_policy.service.runs.ownership import NotRunOwner, may_write
 from fp8_policy.service.runs.writes import _store_upload_file as store_upload_file  # the one way uploads are stored
 from fp8_policy.service.runs.writes import parse_upload_fields
-from fp8_policy.service.storage import PART_SUFFIX, hold_part
+from fp8_policy.service.storage import keys
+from fp8_policy.service.storage.archive import ArchiveStore
+from fp8_policy.service.storage.disk import PART_SUFFIX, hold_part
 
 LIVE = RunStatus.live
 SCALARS_STATE_KEY = "__scalars__"  # the scalar detectors' state, next to the series' table
 SERIES_STATE_KEY = "__series__"  # every series' detector state (policy/live_table.SeriesTable's document)
-SCALARS_NAME = story.SCALARS_NAME  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
+SCALARS_NAME = keys.SCALARS_NAME
 MAX_PATH_CHARS = 500
 _NO_COPY_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF}  # copy through Python
 _locks: dict[int, threading.Lock] = {}
@@ -349,7 +350,7 @@ def finalize(
         uploads = data_dir / "uploads"
         uploads.mkdir(parents=True, exist_ok=True)
         # a `.part` held under its lock until it is stored: one left by a killed process is removed by the next
-        # start-up's sweep (service/storage.py), as an upload's
+        # start-up's sweep (service/storage/disk.py), as an upload's
         tar_path = uploads / f"live-{run_id}-{uuid.uuid4().hex}.tar{PART_SUFFIX}"
         try:
             with open(tar_path, "wb") as held:

@@ -27,8 +27,9 @@ from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.policy import scalars_file
 from fp8_policy.service import lanes
 from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
-from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
-from fp8_policy.service.storage import PART_SUFFIX, hold_part
+from fp8_policy.service.storage.archive import ArchiveMissing, ArchiveStore
+from fp8_policy.service.storage.disk import PART_SUFFIX, hold_part
+from fp8_policy.service.storage.keys import SCALARS_NAME, scalars_key
 
 if TYPE_CHECKING:
     from fp8_policy.policy import scalar_series as scalar_columns
@@ -36,12 +37,7 @@ if TYPE_CHECKING:
 else:  # imported on first use (it imports numpy): start-up path, tests/service/test_start_up_imports.py
     scalar_columns = lazy_module("fp8_policy.policy.scalar_series")
 
-SCALARS_NAME = "scalars.jsonl"  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
 MAX_EVENTS_PAGE = 500
-
-
-def scalars_key(run_id: int) -> str:
-    return f"runs/{run_id}/{SCALARS_NAME}"
 
 
 def received_scalars(data_dir: Path, run_id: int) -> Path:
@@ -56,7 +52,7 @@ def keep_scalars(store: ArchiveStore, data_dir: Path, run_id: int) -> bool:
         return False
     uploads = data_dir / "uploads"
     uploads.mkdir(parents=True, exist_ok=True)
-    with (  # a held `.part`: swept at the next start-up if this process dies meanwhile (service/storage.py)
+    with (  # a held `.part`: swept at the next start-up if this process dies meanwhile (service/storage/disk.py)
         tempfile.NamedTemporaryFile(dir=uploads, prefix=f"scalars-{run_id}-", suffix=PART_SUFFIX, delete=False) as copy,
         open(source, "rb") as handle,
     ):

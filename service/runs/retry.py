@@ -18,9 +18,9 @@ from fp8_policy.db.repositories import RunRepository
 from fp8_policy.service import limits
 from fp8_policy.service.auth.deps import UPLOAD
 from fp8_policy.service.errors import ErrorBody, NotFound, NotRetryable, UploadMissing
-from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.runs import actions
 from fp8_policy.service.runs.schemas import RunRead
+from fp8_policy.service.storage.archive import ArchiveStore
 
 # `upload`: a retry ingests again what an upload token could have sent again (same bytes re-queue too).
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"], dependencies=[UPLOAD])

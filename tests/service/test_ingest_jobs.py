@@ -27,8 +27,8 @@ from fp8_policy.db.session import create_session_factory, session_scope
 from fp8_policy.policy.log_files import classify_log_path
 from fp8_policy.service.ingest.parse import parse_files
 from fp8_policy.service.ingest.pipeline import JobContext, run_job
-from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.settings import Settings
+from fp8_policy.service.storage.archive import ArchiveStore
 from tests.archives import meta_relpath, multi_rank_tree, stats_relpath, tree_tar_gz, write_tree
 from tests.conftest import wait_for_run
 from tests.dbutil import assembled_layer_fields, insert_run, layer_fields, row_counts
