@@ -35,11 +35,11 @@ from fp8_policy.service.limits import check_request
 from fp8_policy.service.live.heatmap_routes import router as live_heatmap_router
 from fp8_policy.service.live.pieces import PieceGate
 from fp8_policy.service.live.routes import router as live_router
-from fp8_policy.service.live.story_routes import router as live_story_router
 from fp8_policy.service.runs.configs import router as configs_router
 from fp8_policy.service.runs.orphans import sweep_orphan_uploads
 from fp8_policy.service.runs.retry import router as retry_router
 from fp8_policy.service.runs.routes import router as runs_router
+from fp8_policy.service.scalars.routes import router as scalars_router
 from fp8_policy.service.security import BrowserGuard
 from fp8_policy.service.settings import Settings, get_settings
 from fp8_policy.service.storage.disk import install_storage_handlers, sweep_stale_parts
@@ -222,9 +222,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(visual_router, responses=AUTH_RESPONSES)
     app.include_router(compare_runs_router, responses=AUTH_RESPONSES)
     app.include_router(live_router, responses=AUTH_RESPONSES)
+    app.include_router(scalars_router, responses=AUTH_RESPONSES)
     app.include_router(alerts_router, responses=AUTH_RESPONSES)
     app.include_router(live_heatmap_router, responses=AUTH_RESPONSES)
-    app.include_router(live_story_router, responses=AUTH_RESPONSES)
     app.include_router(experiments_router, responses=AUTH_RESPONSES)
     app.include_router(frontier_router, responses=AUTH_RESPONSES)
     app.include_router(auth_router)

@@ -3,7 +3,7 @@
 Belongs here: copying the member to a work file, its bytes and lines counted first (MAX_SCALARS_BYTES,
 MAX_SCALARS_LINES), then checking it line by line (never more than MAX_SCALARS_BYTES on disk, one line in memory), the ingest report's `scalars` entry, and putting a kept file
 into the archive store under the key a finalized live run keeps its streamed scalars under
-(`runs/<id>/scalars.jsonl`, service/live/story.py), so `GET /api/v1/live/runs/{id}/scalars` serves both alike
+(`runs/<id>/scalars.jsonl`, service/scalars/actions.py), so `GET /api/v1/live/runs/{id}/scalars` serves both alike
 and deleting the run deletes it. A scalars file never fails the run: what is wrong with it is a named warning in
 the report, and a file that is not kept leaves nothing in the store.
 """

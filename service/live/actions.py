@@ -50,12 +50,12 @@ from fp8_policy.service.errors import AppError, InvalidLivePath, NoStatsLogs, No
 from fp8_policy.service.ingest.kernel_warmup import kernels_for
 from fp8_policy.service.ingest.upload import ReceivedUpload
 from fp8_policy.service.live import kept as kept_files
-from fp8_policy.service.live import story
 from fp8_policy.service.live.naming import global_names
 from fp8_policy.service.live.pieces import Piece, Region, as_piece, last_newline
 from fp8_policy.service.runs.ownership import NotRunOwner, may_write
 from fp8_policy.service.runs.writes import _store_upload_file as store_upload_file  # the one way uploads are stored
 from fp8_policy.service.runs.writes import parse_upload_fields
+from fp8_policy.service.scalars import actions as scalars
 from fp8_policy.service.storage import keys
 from fp8_policy.service.storage.archive import ArchiveStore
 from fp8_policy.service.storage.disk import PART_SUFFIX, hold_part
@@ -366,7 +366,7 @@ def finalize(
                 digest, size = _sha256(tar_path)
                 upload = ReceivedUpload(tar_path, digest, size, f"live-run-{run_id}.tar")
                 run.upload_path = store_upload_file(session, data_dir, store, run_id, upload)
-                story.keep_scalars(store, data_dir, run_id)  # the training scalars stay with the run
+                scalars.keep_scalars(store, data_dir, run_id)  # the training scalars stay with the run
         finally:
             tar_path.unlink(missing_ok=True)
         if RunRepository(session).find_by_hash(run.project, digest) is None:

@@ -8,9 +8,9 @@ from fastapi import APIRouter, Request
 from pydantic import Field
 
 from fp8_policy._lazy import lazy_module
-from fp8_policy.db.live import LiveRepository
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep, SettingsDep
+from fp8_policy.service.live import reads
 from fp8_policy.service.live.heatmap import LiveHeatmaps
 from fp8_policy.service.openapi import error_responses
 from fp8_policy.service.runs.actions import get_run
@@ -53,7 +53,7 @@ def live_heatmap_json(run_id: int, request: Request, session: SessionDep, settin
         raise actions.NotLive(
             f"run {run_id} is {run.status}, not live: its heatmap is GET /api/v1/runs/{run_id}/heatmap.json",
         )
-    files = LiveRepository(session).files(run_id)
+    files = reads.received_files(session, run_id)
     root = actions.live_dir(settings.data_dir, run_id)
     layout = live_heatmaps.layout(run_id, str(run.created_at), root, files, params, columns, run.run_metadata)
     return LiveHeatmapRead.model_validate(layout)

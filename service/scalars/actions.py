@@ -1,12 +1,13 @@
-"""What a live run leaves behind once finalized: its training scalars and its early-warning timeline.
+"""The training scalars of every run (loss, grad_norm, ...): kept with the run, read back, parsed once per version.
 
-Belongs here: keeping the scalars a job streamed (`scalars.jsonl`) with the run when it is finalized, reading
-them back for a live or a finished run, and paging through a run's events. While the run is live the scalars
-are read from the received file (`<data_dir>/live/<run_id>/`); finalize copies that file into the archive store
-next to the run's upload (`runs/<run_id>/scalars.jsonl`), so any API process serves it afterwards and deleting
-the run deletes it. An uploaded archive's `scalars.jsonl` member is kept under the same key by its ingest
-(service/ingest/scalars.py), so `scalar_series` serves an uploaded run's scalars the same way. The events stay in
-`live_events` (db/live.py) for the run's lifetime.
+Belongs here: keeping the scalars a live job streamed (`scalars.jsonl`) with the run when it is finalized, and
+reading them back for a live or a finished run. While the run is live the scalars are read from the received file
+(`<data_dir>/live/<run_id>/`); finalize copies that file into the archive store next to the run's upload
+(service/storage/keys.py `scalars_key`), so any API process serves it afterwards and deleting the run deletes it.
+An uploaded archive's `scalars.jsonl` member is kept under the same key by its ingest (service/ingest/scalars.py),
+so `scalar_series` serves an uploaded run's scalars the same way; the compare page reads them through it too
+(service/compare/). Must not be here: detecting spikes and plateaus while a run is live (service/live/actions.py,
+policy/scalar_events.py), a live run's event timeline (service/live/reads.py).
 """
 
 from __future__ import annotations
@@ -19,10 +20,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from sqlalchemy.orm import Session
-
 from fp8_policy._lazy import lazy_module
-from fp8_policy.db.live import LiveRepository, StoredEvent
 from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.policy import scalars_file
 from fp8_policy.service import lanes
@@ -36,8 +34,6 @@ if TYPE_CHECKING:
     from fp8_policy.policy.scalar_series import ScalarColumns
 else:  # imported on first use (it imports numpy): start-up path, tests/service/test_start_up_imports.py
     scalar_columns = lazy_module("fp8_policy.policy.scalar_series")
-
-MAX_EVENTS_PAGE = 500
 
 
 def received_scalars(data_dir: Path, run_id: int) -> Path:
@@ -170,11 +166,3 @@ def _parse(store: ArchiveStore, data_dir: Path, run: Run, version: tuple[Any, ..
         columns = scalar_columns.parse_scalars(text) if text is not None else scalar_columns.NO_SCALARS
     _parsed.put(version, columns)
     return columns
-
-
-def events_page(session: Session, run_id: int, before: int | None, limit: int) -> tuple[int, list[StoredEvent], bool]:
-    """(all events of the run, up to `limit` events below id `before` newest first, whether older ones exist)."""
-    repo = LiveRepository(session)
-    limit = min(limit, MAX_EVENTS_PAGE)
-    page = repo.events_before(run_id, before, limit + 1)
-    return repo.count_events(run_id), page[:limit], len(page) > limit
