@@ -19,7 +19,6 @@ from fp8_policy.db.session import create_db_engine, create_session_factory, is_i
 from fp8_policy.service import lanes
 from fp8_policy.service.alerts.routes import router as alerts_router
 from fp8_policy.service.alerts.sender import AlertSender
-from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
 from fp8_policy.service.analysis.refresher import SummaryRefresher
 from fp8_policy.service.analysis.routes import router as analysis_router
 from fp8_policy.service.auth.hosts import normalise_hosts
@@ -42,6 +41,7 @@ from fp8_policy.service.runs.routes import router as runs_router
 from fp8_policy.service.scalars.routes import router as scalars_router
 from fp8_policy.service.security import BrowserGuard
 from fp8_policy.service.settings import Settings, get_settings
+from fp8_policy.service.single_flight import SingleFlightCache
 from fp8_policy.service.storage.disk import install_storage_handlers, sweep_stale_parts
 from fp8_policy.service.transport.body import BodyTimeoutMiddleware
 from fp8_policy.service.transport.body_cap import BodyCapMiddleware

@@ -11,13 +11,13 @@ from sqlalchemy.orm import Session
 from fp8_policy._lazy import lazy_module
 from fp8_policy.policy.vocabulary import MEDIA_TYPES, OUTPUT_FORMATS, STAGED_FORMATS
 from fp8_policy.service import lanes
-from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
 from fp8_policy.service.analysis.schemas import AnalysisRead, RecommendationRead
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep
 from fp8_policy.service.errors import InvalidParameter, InvalidThresholds
 from fp8_policy.service.limits import MAX_PP_STAGE
 from fp8_policy.service.openapi import error_responses, query_param, threshold_params
+from fp8_policy.service.single_flight import SingleFlightCache
 
 if TYPE_CHECKING:
     from fp8_policy.policy.recommend import Recommendation

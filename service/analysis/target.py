@@ -13,8 +13,9 @@ from sqlalchemy.orm import Session
 from fp8_policy.policy.recommend import Recommendation
 from fp8_policy.policy.recommend.target import NoFrontier, Target, TargetError, parse_target, retarget
 from fp8_policy.service.analysis import actions
-from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache, recommendation_key
+from fp8_policy.service.analysis.recommendation_cache import recommendation_key
 from fp8_policy.service.errors import BadRequest, Conflict
+from fp8_policy.service.single_flight import SingleFlightCache
 
 
 class InvalidTarget(BadRequest):

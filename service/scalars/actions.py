@@ -24,7 +24,7 @@ from fp8_policy._lazy import lazy_module
 from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.policy import scalars_file
 from fp8_policy.service import lanes
-from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
+from fp8_policy.service.single_flight import SingleFlightCache
 from fp8_policy.service.storage.archive import ArchiveMissing, ArchiveStore
 from fp8_policy.service.storage.disk import PART_SUFFIX, hold_part
 from fp8_policy.service.storage.keys import SCALARS_NAME, scalars_key

@@ -28,10 +28,11 @@ from fp8_policy.policy.records import nonfinite_text
 from fp8_policy.service import lanes, limits
 from fp8_policy.service.analysis import summary
 from fp8_policy.service.analysis.actions import recommendation_answer, recommendation_for
-from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache, recommendation_key
+from fp8_policy.service.analysis.recommendation_cache import recommendation_key
 from fp8_policy.service.errors import InvalidOverrides, InvalidParameter, InvalidRunSelection, NotFound, NotReady
 from fp8_policy.service.runs.actions import run_read
 from fp8_policy.service.scalars import actions as scalars
+from fp8_policy.service.single_flight import SingleFlightCache
 
 RUN_FIELDS = frozenset(
     {"id", "name", "project", "tags", "status", "created_at", "ranks", "layer_count", "points"}

@@ -14,9 +14,9 @@ import pytest
 
 from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.service import lanes
-from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
 from fp8_policy.service.lanes import ComputeQueueFull
 from fp8_policy.service.scalars import actions as story
+from fp8_policy.service.single_flight import SingleFlightCache
 
 LINES = b"".join(b'{"step": %d, "loss": %d.5}\n' % (step, 10 - step) for step in range(5))
 
