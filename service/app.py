@@ -16,7 +16,7 @@ from sqlalchemy import text
 from fp8_policy._lazy import import_deferred
 from fp8_policy._version import __version__
 from fp8_policy.db.session import create_db_engine, create_session_factory, is_in_memory, session_scope
-from fp8_policy.service import lanes
+from fp8_policy.service import after_ingest, lanes
 from fp8_policy.service.alerts.routes import router as alerts_router
 from fp8_policy.service.alerts.sender import AlertSender
 from fp8_policy.service.analysis.refresher import SummaryRefresher
@@ -83,7 +83,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     threading.Thread(target=_warm_up, args=(app,), name="warm-up", daemon=True).start()
     if not app.state.long_running:  # a serving process starts its render worker once it serves (_warm_up)
         app.state.renderer.warm()
-    worker = IngestWorker(background, settings)
+    worker = IngestWorker(background, settings, after_ready=after_ingest.store_summary)
     app.state.ingest = worker
     worker.resume_interrupted()
     sweep_orphan_uploads(worker.store, background)  # stored by a process killed before its run row was committed
