@@ -24,6 +24,7 @@ from fp8_policy.service.analysis.routes import router as analysis_router
 from fp8_policy.service.auth.hosts import normalise_hosts
 from fp8_policy.service.auth.routes import AUTH_ERRORS as AUTH_RESPONSES
 from fp8_policy.service.auth.routes import router as auth_router
+from fp8_policy.service.compare.routes import router as compare_router
 from fp8_policy.service.docs.routes import router as docs_router
 from fp8_policy.service.errors import install_error_handlers
 from fp8_policy.service.experiments.routes import router as experiments_router
@@ -47,7 +48,6 @@ from fp8_policy.service.transport.body import BodyTimeoutMiddleware
 from fp8_policy.service.transport.body_cap import BodyCapMiddleware
 from fp8_policy.service.transport.overload import install_overload_handlers
 from fp8_policy.service.transport.uploads import UploadGate
-from fp8_policy.service.visual.compare_runs_routes import router as compare_runs_router
 from fp8_policy.service.visual.frontier_routes import router as frontier_router
 from fp8_policy.service.visual.pool import Renderer
 from fp8_policy.service.visual.routes import router as visual_router
@@ -220,7 +220,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(configs_router, responses=AUTH_RESPONSES)
     app.include_router(analysis_router, responses=AUTH_RESPONSES)
     app.include_router(visual_router, responses=AUTH_RESPONSES)
-    app.include_router(compare_runs_router, responses=AUTH_RESPONSES)
+    app.include_router(compare_router, responses=AUTH_RESPONSES)
     app.include_router(live_router, responses=AUTH_RESPONSES)
     app.include_router(scalars_router, responses=AUTH_RESPONSES)
     app.include_router(alerts_router, responses=AUTH_RESPONSES)
