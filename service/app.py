@@ -32,7 +32,7 @@ from fp8_policy.service.health import HEALTH_RESPONSES, HealthRead
 from fp8_policy.service.ingest.kernel_warmup import cache_complete
 from fp8_policy.service.ingest.worker import IngestWorker, warm_parser, warm_up_process
 from fp8_policy.service.limits import check_request
-from fp8_policy.service.live.heatmap_routes import router as live_heatmap_router
+from fp8_policy.service.live.heatmap.routes import router as live_heatmap_router
 from fp8_policy.service.live.pieces import PieceGate
 from fp8_policy.service.live.routes import router as live_router
 from fp8_policy.service.runs.configs import router as configs_router

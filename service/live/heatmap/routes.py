@@ -5,18 +5,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
-from pydantic import Field
 
 from fp8_policy._lazy import lazy_module
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep, SettingsDep
 from fp8_policy.service.live import reads
-from fp8_policy.service.live.heatmap import LiveHeatmaps
+from fp8_policy.service.live.heatmap.actions import LiveHeatmaps
+from fp8_policy.service.live.heatmap.schemas import LiveHeatmapRead
 from fp8_policy.service.openapi import error_responses
 from fp8_policy.service.runs.actions import get_run
 from fp8_policy.service.visual.params import HEATMAP_KEYS, parse_cell_columns, parse_heatmap_params
 from fp8_policy.service.visual.query_docs import heatmap_json_params
-from fp8_policy.service.visual.schemas import HeatmapLayoutRead
 
 if TYPE_CHECKING:
     from fp8_policy.service.live import actions
@@ -25,13 +24,6 @@ else:  # imported on first use (the parser, the live events): start-up path, tes
 
 router = APIRouter(prefix="/api/v1/live/runs", tags=["live"], dependencies=[READ])
 live_heatmaps = LiveHeatmaps()
-
-
-class LiveHeatmapRead(HeatmapLayoutRead):
-    """A stored run's heatmap.json shape, from the statistics received so far (nothing is marked to skip while
-    live: the recommendation comes with the finalized run)."""
-
-    ranks: list[int] = Field(description="Ranks whose statistics have arrived.")
 
 
 @router.get(
