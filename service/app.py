@@ -37,7 +37,6 @@ from fp8_policy.service.live.pieces import PieceGate
 from fp8_policy.service.live.routes import router as live_router
 from fp8_policy.service.runs.configs import router as configs_router
 from fp8_policy.service.runs.orphans import sweep_orphan_uploads
-from fp8_policy.service.runs.retry import router as retry_router
 from fp8_policy.service.runs.routes import router as runs_router
 from fp8_policy.service.scalars.routes import router as scalars_router
 from fp8_policy.service.security import BrowserGuard
@@ -216,7 +215,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return JSONResponse({"status": "ok", "database": "ok"})
 
     app.include_router(runs_router, responses=AUTH_RESPONSES)
-    app.include_router(retry_router, responses=AUTH_RESPONSES)
     app.include_router(configs_router, responses=AUTH_RESPONSES)
     app.include_router(analysis_router, responses=AUTH_RESPONSES)
     app.include_router(visual_router, responses=AUTH_RESPONSES)
