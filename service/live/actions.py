@@ -46,13 +46,21 @@ from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service import limits
 from fp8_policy.service.alerts.actions import queue_for_events
 from fp8_policy.service.auth.actions import Principal
-from fp8_policy.service.errors import AppError, InvalidLivePath, NoStatsLogs, NotFound
+from fp8_policy.service.errors import (
+    InvalidLivePath,
+    NoStatsLogs,
+    NotFound,
+    NotLive,
+    NotRunOwner,
+    OffsetConflict,
+    OffsetGap,
+)
 from fp8_policy.service.ingest.kernel_warmup import kernels_for
 from fp8_policy.service.ingest.upload import ReceivedUpload
 from fp8_policy.service.live import kept as kept_files
 from fp8_policy.service.live.naming import global_names
 from fp8_policy.service.live.pieces import Piece, Region, as_piece, last_newline
-from fp8_policy.service.runs.ownership import NotRunOwner, may_write
+from fp8_policy.service.runs.ownership import may_write
 from fp8_policy.service.runs.writes import _store_upload_file as store_upload_file  # the one way uploads are stored
 from fp8_policy.service.runs.writes import parse_upload_fields
 from fp8_policy.service.scalars import actions as scalars
@@ -68,28 +76,6 @@ MAX_PATH_CHARS = 500
 _NO_COPY_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF}  # copy through Python
 _locks: dict[int, threading.Lock] = {}
 _locks_guard = threading.Lock()
-
-
-class NotLive(AppError):
-    status_code = 409
-
-
-class OffsetMismatch(AppError):
-    """409 with the offset the next piece must start at (`Upload-Offset`, as in the tus protocol)."""
-
-    status_code = 409
-
-    def __init__(self, detail: str, *, expected: int) -> None:
-        super().__init__(detail)
-        self.headers = {"Upload-Offset": str(expected)}
-
-
-class OffsetGap(OffsetMismatch):
-    """A piece that starts after the bytes received so far."""
-
-
-class OffsetConflict(OffsetMismatch):
-    """A piece whose overlap with the bytes received so far differs from them."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,24 +25,10 @@ from typing import IO, Any
 import anyio
 from starlette.requests import Request
 
-from fp8_policy.service.errors import AppError
+from fp8_policy.service.errors import PieceTooLarge, TooManyPieces
 from fp8_policy.service.storage.disk import hold_part, is_out_of_space, out_of_space
 
 COPY_BYTES = 1024 * 1024  # compared / copied / handed to a worker thread at a time
-RETRY_AFTER_SECONDS = 2
-
-
-class PieceTooLarge(AppError):
-    status_code = 413
-
-
-class TooManyPieces(AppError):
-    status_code = 503
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        # the body is left unread: the connection cannot carry another request
-        self.headers = {"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"}
 
 
 class PieceGate:

@@ -14,7 +14,7 @@ import pytest
 
 from fp8_policy.db.models import Run, RunStatus
 from fp8_policy.service import lanes
-from fp8_policy.service.lanes import ComputeQueueFull
+from fp8_policy.service.errors import ComputeQueueFull
 from fp8_policy.service.scalars import actions as story
 from fp8_policy.service.single_flight import SingleFlightCache
 

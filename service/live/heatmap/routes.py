@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fp8_policy._lazy import lazy_module
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep, SettingsDep
+from fp8_policy.service.errors import NotLive
 from fp8_policy.service.live import reads
 from fp8_policy.service.live.heatmap.actions import LiveHeatmaps
 from fp8_policy.service.live.heatmap.schemas import LiveHeatmapRead
@@ -42,7 +43,7 @@ def live_heatmap_json(run_id: int, request: Request, session: SessionDep, settin
     run = get_run(session, run_id)
     if run.status != actions.LIVE:
         live_heatmaps.forget(run_id)
-        raise actions.NotLive(
+        raise NotLive(
             f"run {run_id} is {run.status}, not live: its heatmap is GET /api/v1/runs/{run_id}/heatmap.json",
         )
     files = reads.received_files(session, run_id)
