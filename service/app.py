@@ -25,6 +25,7 @@ from fp8_policy.service.auth.hosts import normalise_hosts
 from fp8_policy.service.auth.routes import AUTH_ERRORS as AUTH_RESPONSES
 from fp8_policy.service.auth.routes import router as auth_router
 from fp8_policy.service.compare.routes import router as compare_router
+from fp8_policy.service.configs.routes import router as configs_router
 from fp8_policy.service.docs.routes import router as docs_router
 from fp8_policy.service.errors import install_error_handlers
 from fp8_policy.service.experiments.routes import router as experiments_router
@@ -35,7 +36,6 @@ from fp8_policy.service.limits import check_request
 from fp8_policy.service.live.heatmap.routes import router as live_heatmap_router
 from fp8_policy.service.live.pieces import PieceGate
 from fp8_policy.service.live.routes import router as live_router
-from fp8_policy.service.runs.configs import router as configs_router
 from fp8_policy.service.runs.orphans import sweep_orphan_uploads
 from fp8_policy.service.runs.routes import router as runs_router
 from fp8_policy.service.scalars.routes import router as scalars_router

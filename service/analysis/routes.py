@@ -235,7 +235,7 @@ def respond_recommendation(
     stage: int | None = None,
 ) -> RecommendationRead | Response:
     """The answer in `fmt` (`stage`: one pipeline stage's te-yaml / te-monitor, `pp_stage_of`), as GET/POST
-    .../recommendation gives it; service/runs/configs.py keeps these bytes."""
+    .../recommendation gives it; service/configs/actions.py keeps these bytes."""
     # a target re-solves the recommendation computed without it (cached): no second load of the run's series
     overrides, budget = target.split_target(overrides)
     # computed once per (run as stored, options, policy version), and each answer serialized once per format;
