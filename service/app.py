@@ -7,13 +7,15 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from typing import TYPE_CHECKING
 
 import anyio.to_thread
 from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
-from fp8_policy._lazy import import_deferred
+from fp8_policy._lazy import import_deferred, lazy_module
 from fp8_policy._version import __version__
 from fp8_policy.db.session import create_db_engine, create_session_factory, is_in_memory, session_scope
 from fp8_policy.service import after_ingest, lanes
@@ -52,9 +54,20 @@ from fp8_policy.service.visual.pool import Renderer
 from fp8_policy.service.visual.routes import router as visual_router
 from fp8_policy.service.web.routes import router as web_router
 
+if TYPE_CHECKING:
+    from fp8_policy.service.experiments import actions as experiments
+else:  # imported by the first recommendation read: start-up path, tests/service/test_start_up_imports.py
+    experiments = lazy_module("fp8_policy.service.experiments.actions")
+
 log = logging.getLogger("fp8_policy.service")
 SERVING_WAIT_SECONDS = 10.0
 WARM_UP_GRACE_SECONDS = 1.0  # a client that polled /healthz and uploads next has its job queued first
+
+
+def _with_verification(session: Session, run_id: int, body: bytes) -> bytes:
+    """The recommendation's JSON `body` with the newest experiment's verdict (service/experiments/actions.py):
+    handed to the analysis routes through `app.state`, so the analysis imports no feature that comes after it."""
+    return experiments.with_verification(session, run_id, body)
 
 
 @asynccontextmanager
@@ -185,6 +198,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.live_pieces = PieceGate(settings.max_concurrent_pieces, settings.piece_workers)
     app.state.renderer = Renderer(settings)  # worker processes start at the first image
     app.state.recommendations = SingleFlightCache()  # finished recommendations, computed once per key
+    app.state.with_verification = _with_verification  # the analysis routes' one use of a later feature
     for lane in (lanes.ANALYSIS, lanes.SCALARS):  # process-wide: the cores are the process's
         lane.configure(settings.compute_running_count(), settings.compute_waiting)
     # innermost first: the cap counts the bytes the body timeout lets through (service/transport/body_cap.py)

@@ -23,12 +23,10 @@ if TYPE_CHECKING:
     from fp8_policy.policy.recommend import Recommendation
     from fp8_policy.policy.render import RenderedPolicy
     from fp8_policy.service.analysis import actions, summary, target
-    from fp8_policy.service.experiments import actions as experiments
 else:  # imported on first use: start-up path, tests/service/test_start_up_imports.py
     actions = lazy_module("fp8_policy.service.analysis.actions")
     summary = lazy_module("fp8_policy.service.analysis.summary")
     target = lazy_module("fp8_policy.service.analysis.target")
-    experiments = lazy_module("fp8_policy.service.experiments.actions")
 
 # Every route reads, the POST recommendation included: it recomputes from stored data and stores nothing.
 router = APIRouter(prefix="/api/v1/runs", tags=["analysis"], dependencies=[READ])
@@ -277,8 +275,9 @@ def respond_recommendation(
     if fmt == "json":
         if phase is not None:
             raise InvalidParameter("phase renders one phase of the schedule: give a rendered format, not json")
-        # the newest experiment's verdict is read per request (one indexed query): never stale
-        body = experiments.with_verification(session, run_id, cache.get((*key, "json"), json_body, admit))
+        # the newest experiment's verdict is read per request (one indexed query): never stale; the app hands the
+        # reading over (service/app.py `_with_verification`), as experiments come after the analysis in the flow
+        body = request.app.state.with_verification(session, run_id, cache.get((*key, "json"), json_body, admit))
         return Response(body, media_type="application/json")
     if phase is not None:
         rendered = cache.get(
