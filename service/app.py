@@ -228,19 +228,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             return JSONResponse({"status": "error", "database": f"{type(exc).__name__}: {exc}"}, status_code=503)
         return JSONResponse({"status": "ok", "database": "ok"})
 
-    app.include_router(runs_router, responses=AUTH_RESPONSES)
-    app.include_router(configs_router, responses=AUTH_RESPONSES)
-    app.include_router(analysis_router, responses=AUTH_RESPONSES)
-    app.include_router(visual_router, responses=AUTH_RESPONSES)
-    app.include_router(compare_router, responses=AUTH_RESPONSES)
-    app.include_router(live_router, responses=AUTH_RESPONSES)
-    app.include_router(scalars_router, responses=AUTH_RESPONSES)
-    app.include_router(alerts_router, responses=AUTH_RESPONSES)
-    app.include_router(live_heatmap_router, responses=AUTH_RESPONSES)
-    app.include_router(experiments_router, responses=AUTH_RESPONSES)
-    app.include_router(frontier_router, responses=AUTH_RESPONSES)
-    app.include_router(auth_router)
-    app.include_router(web_router)
-    app.include_router(docs_router)
+    # the features, in the order a run flows through them (tests/test_import_graph.py SERVICE_FLOW); no two of their
+    # paths match one URL, so the order is the reader's, not the router's
+    app.include_router(runs_router, responses=AUTH_RESPONSES)  # upload (ingest), list, read, edit, delete, retry
+    app.include_router(scalars_router, responses=AUTH_RESPONSES)  # training scalars of every run
+    app.include_router(analysis_router, responses=AUTH_RESPONSES)  # analysis and recommendation
+    app.include_router(experiments_router, responses=AUTH_RESPONSES)  # arms trained from a recommendation
+    app.include_router(visual_router, responses=AUTH_RESPONSES)  # heatmaps
+    app.include_router(frontier_router, responses=AUTH_RESPONSES)  # the speed/risk frontier chart
+    app.include_router(compare_router, responses=AUTH_RESPONSES)  # runs side by side
+    app.include_router(configs_router, responses=AUTH_RESPONSES)  # rendered configs kept with a run
+    app.include_router(alerts_router, responses=AUTH_RESPONSES)  # webhooks for live events
+    app.include_router(live_router, responses=AUTH_RESPONSES)  # live runs: pieces, events, finalize
+    app.include_router(live_heatmap_router, responses=AUTH_RESPONSES)  # a live run's heatmap
+    app.include_router(auth_router)  # access tokens
+    app.include_router(web_router)  # the dashboard's pages
+    app.include_router(docs_router)  # the API's documentation
 
     return app
