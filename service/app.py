@@ -7,24 +7,27 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from typing import TYPE_CHECKING
 
 import anyio.to_thread
 from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
-from fp8_policy._lazy import import_deferred
+from fp8_policy._lazy import import_deferred, lazy_module
 from fp8_policy._version import __version__
 from fp8_policy.db.session import create_db_engine, create_session_factory, is_in_memory, session_scope
-from fp8_policy.service import lanes
+from fp8_policy.service import after_ingest, lanes
 from fp8_policy.service.alerts.routes import router as alerts_router
 from fp8_policy.service.alerts.sender import AlertSender
-from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
 from fp8_policy.service.analysis.refresher import SummaryRefresher
 from fp8_policy.service.analysis.routes import router as analysis_router
 from fp8_policy.service.auth.hosts import normalise_hosts
 from fp8_policy.service.auth.routes import AUTH_ERRORS as AUTH_RESPONSES
 from fp8_policy.service.auth.routes import router as auth_router
+from fp8_policy.service.compare.routes import router as compare_router
+from fp8_policy.service.configs.routes import router as configs_router
 from fp8_policy.service.docs.routes import router as docs_router
 from fp8_policy.service.errors import install_error_handlers
 from fp8_policy.service.experiments.routes import router as experiments_router
@@ -32,30 +35,39 @@ from fp8_policy.service.health import HEALTH_RESPONSES, HealthRead
 from fp8_policy.service.ingest.kernel_warmup import cache_complete
 from fp8_policy.service.ingest.worker import IngestWorker, warm_parser, warm_up_process
 from fp8_policy.service.limits import check_request
-from fp8_policy.service.live.heatmap_routes import router as live_heatmap_router
+from fp8_policy.service.live.heatmap.routes import router as live_heatmap_router
 from fp8_policy.service.live.pieces import PieceGate
 from fp8_policy.service.live.routes import router as live_router
-from fp8_policy.service.live.story_routes import router as live_story_router
-from fp8_policy.service.runs.configs import router as configs_router
 from fp8_policy.service.runs.orphans import sweep_orphan_uploads
-from fp8_policy.service.runs.retry import router as retry_router
 from fp8_policy.service.runs.routes import router as runs_router
+from fp8_policy.service.scalars.routes import router as scalars_router
 from fp8_policy.service.security import BrowserGuard
 from fp8_policy.service.settings import Settings, get_settings
-from fp8_policy.service.storage import install_storage_handlers, sweep_stale_parts
+from fp8_policy.service.single_flight import SingleFlightCache
+from fp8_policy.service.storage.disk import install_storage_handlers, sweep_stale_parts
 from fp8_policy.service.transport.body import BodyTimeoutMiddleware
 from fp8_policy.service.transport.body_cap import BodyCapMiddleware
 from fp8_policy.service.transport.overload import install_overload_handlers
 from fp8_policy.service.transport.uploads import UploadGate
-from fp8_policy.service.visual.compare_runs_routes import router as compare_runs_router
 from fp8_policy.service.visual.frontier_routes import router as frontier_router
 from fp8_policy.service.visual.pool import Renderer
 from fp8_policy.service.visual.routes import router as visual_router
 from fp8_policy.service.web.routes import router as web_router
 
+if TYPE_CHECKING:
+    from fp8_policy.service.experiments import actions as experiments
+else:  # imported by the first recommendation read: start-up path, tests/service/test_start_up_imports.py
+    experiments = lazy_module("fp8_policy.service.experiments.actions")
+
 log = logging.getLogger("fp8_policy.service")
 SERVING_WAIT_SECONDS = 10.0
 WARM_UP_GRACE_SECONDS = 1.0  # a client that polled /healthz and uploads next has its job queued first
+
+
+def _with_verification(session: Session, run_id: int, body: bytes) -> bytes:
+    """The recommendation's JSON `body` with the newest experiment's verdict (service/experiments/actions.py):
+    handed to the analysis routes through `app.state`, so the analysis imports no feature that comes after it."""
+    return experiments.with_verification(session, run_id, body)
 
 
 @asynccontextmanager
@@ -83,7 +95,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     threading.Thread(target=_warm_up, args=(app,), name="warm-up", daemon=True).start()
     if not app.state.long_running:  # a serving process starts its render worker once it serves (_warm_up)
         app.state.renderer.warm()
-    worker = IngestWorker(background, settings)
+    worker = IngestWorker(background, settings, after_ready=after_ingest.store_summary)
     app.state.ingest = worker
     worker.resume_interrupted()
     sweep_orphan_uploads(worker.store, background)  # stored by a process killed before its run row was committed
@@ -186,6 +198,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.live_pieces = PieceGate(settings.max_concurrent_pieces, settings.piece_workers)
     app.state.renderer = Renderer(settings)  # worker processes start at the first image
     app.state.recommendations = SingleFlightCache()  # finished recommendations, computed once per key
+    app.state.with_verification = _with_verification  # the analysis routes' one use of a later feature
     for lane in (lanes.ANALYSIS, lanes.SCALARS):  # process-wide: the cores are the process's
         lane.configure(settings.compute_running_count(), settings.compute_waiting)
     # innermost first: the cap counts the bytes the body timeout lets through (service/transport/body_cap.py)
@@ -215,20 +228,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             return JSONResponse({"status": "error", "database": f"{type(exc).__name__}: {exc}"}, status_code=503)
         return JSONResponse({"status": "ok", "database": "ok"})
 
-    app.include_router(runs_router, responses=AUTH_RESPONSES)
-    app.include_router(retry_router, responses=AUTH_RESPONSES)
-    app.include_router(configs_router, responses=AUTH_RESPONSES)
-    app.include_router(analysis_router, responses=AUTH_RESPONSES)
-    app.include_router(visual_router, responses=AUTH_RESPONSES)
-    app.include_router(compare_runs_router, responses=AUTH_RESPONSES)
-    app.include_router(live_router, responses=AUTH_RESPONSES)
-    app.include_router(alerts_router, responses=AUTH_RESPONSES)
-    app.include_router(live_heatmap_router, responses=AUTH_RESPONSES)
-    app.include_router(live_story_router, responses=AUTH_RESPONSES)
-    app.include_router(experiments_router, responses=AUTH_RESPONSES)
-    app.include_router(frontier_router, responses=AUTH_RESPONSES)
-    app.include_router(auth_router)
-    app.include_router(web_router)
-    app.include_router(docs_router)
+    # the features, in the order a run flows through them (tests/test_import_graph.py SERVICE_FLOW); no two of their
+    # paths match one URL, so the order is the reader's, not the router's
+    app.include_router(runs_router, responses=AUTH_RESPONSES)  # upload (ingest), list, read, edit, delete, retry
+    app.include_router(scalars_router, responses=AUTH_RESPONSES)  # training scalars of every run
+    app.include_router(analysis_router, responses=AUTH_RESPONSES)  # analysis and recommendation
+    app.include_router(experiments_router, responses=AUTH_RESPONSES)  # arms trained from a recommendation
+    app.include_router(visual_router, responses=AUTH_RESPONSES)  # heatmaps
+    app.include_router(frontier_router, responses=AUTH_RESPONSES)  # the speed/risk frontier chart
+    app.include_router(compare_router, responses=AUTH_RESPONSES)  # runs side by side
+    app.include_router(configs_router, responses=AUTH_RESPONSES)  # rendered configs kept with a run
+    app.include_router(alerts_router, responses=AUTH_RESPONSES)  # webhooks for live events
+    app.include_router(live_router, responses=AUTH_RESPONSES)  # live runs: pieces, events, finalize
+    app.include_router(live_heatmap_router, responses=AUTH_RESPONSES)  # a live run's heatmap
+    app.include_router(auth_router)  # access tokens
+    app.include_router(web_router)  # the dashboard's pages
+    app.include_router(docs_router)  # the API's documentation
 
     return app

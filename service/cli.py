@@ -21,7 +21,7 @@ import click
 
 from fp8_policy.client.cli import ClosedPipeGroup, register_client_commands, version_option
 from fp8_policy.service.auth.cli import token
-from fp8_policy.service.ingest.cli import worker
+from fp8_policy.service.worker_cli import worker
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

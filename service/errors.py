@@ -178,6 +178,138 @@ class ScalarsTooLarge(UploadTooLarge):
     """A piece that would make a live run's training scalars larger than their bound (service/limits.py)."""
 
 
+# --- refusals raised by one feature (kept here too: every AppError the service answers with is in this module) ---
+class HostNotAllowed(AppError):
+    """403: the Host header names no name of this machine (service/auth/hosts.py, DNS rebinding)."""
+
+    status_code = 403
+
+
+class NotRunOwner(AppError):
+    """A run is changed by the token that uploaded or started it (and, for a finalize or an edit, an admin token)."""
+
+    status_code = 403
+
+
+class InvalidTarget(BadRequest):
+    """400: `target` is not speedup:<x> (1-10) or risk:<x> (0-1e6 nats per step)."""
+
+
+class NoSensitivity(Conflict):
+    """409: the run has no frontier to re-solve on (no loss-sensitivity statistics)."""
+
+
+class InvalidExperiment(BadRequest):
+    """400: the experiment body is malformed."""
+
+
+class ExperimentForOtherRun(BadRequest):
+    """400: the experiment names another run or project, or layers this run does not have."""
+
+
+class UnequalSteps(BadRequest):
+    """400: the arms did not train the same number of steps."""
+
+
+class NonFiniteNumber(BadRequest):
+    """400: NaN or infinity where a number is required (a diverged loss is allowed)."""
+
+
+class NotLive(AppError):
+    """409: a live run's route on a run that is not (or no longer) live."""
+
+    status_code = 409
+
+
+class OffsetMismatch(AppError):
+    """409 with the offset the next piece must start at (`Upload-Offset`, as in the tus protocol)."""
+
+    status_code = 409
+
+    def __init__(self, detail: str, *, expected: int) -> None:
+        super().__init__(detail)
+        self.headers = {"Upload-Offset": str(expected)}
+
+
+class OffsetGap(OffsetMismatch):
+    """A piece that starts after the bytes received so far."""
+
+
+class OffsetConflict(OffsetMismatch):
+    """A piece whose overlap with the bytes received so far differs from them."""
+
+
+class PieceTooLarge(AppError):
+    """413: a live run's piece over its bound (service/live/routes.py MAX_PIECE_BYTES)."""
+
+    status_code = 413
+
+
+class RequestTimeout(AppError):
+    """408: no body data within the timeout (the code is the class name, as for every AppError)."""
+
+    status_code = 408
+
+
+class BodyTooSlow(AppError):
+    """408: the body arrives slower than the service's minimum rate (a trickling client holding a slot)."""
+
+    status_code = 408
+
+
+class InsufficientStorage(AppError):
+    """507 (RFC 4918 §11.5): the service ran out of disk space (service/storage/disk.py)."""
+
+    status_code = 507
+
+
+class RetryLater(AppError):
+    """Refused for now: `Retry-After` says when to ask again; `close_connection` when the body was left unread, so
+    the connection cannot carry another request."""
+
+    status_code = 503
+    retry_after_seconds = 5
+    close_connection = False
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.headers = {"Retry-After": str(self.retry_after_seconds)}
+        if self.close_connection:
+            self.headers["Connection"] = "close"
+
+
+class ComputeQueueFull(RetryLater):
+    """429: a compute lane is full (service/lanes.py)."""
+
+    status_code = 429
+
+
+class RenderQueueFull(RetryLater):
+    """429: the image renderer's queue is full (service/visual/pool.py)."""
+
+    status_code = 429
+    retry_after_seconds = 2
+
+
+class RendererUnavailable(RetryLater):
+    """503: the image renderer is stopping or could not start (service/visual/pool.py)."""
+
+    retry_after_seconds = 2
+
+
+class TooManyPieces(RetryLater):
+    """503: the live pieces being received at once are at their cap (service/live/pieces.py)."""
+
+    retry_after_seconds = 2
+    close_connection = True
+
+
+class TooManyUploads(RetryLater):
+    """503: uploads being received at once are at their cap, overall or for this client (service/transport/uploads.py)."""
+
+    close_connection = True
+
+
 _HTTP_NAMES = {
     400: "BadRequest",
     404: "NotFound",

@@ -25,17 +25,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from fp8_policy.service.errors import AppError
+from fp8_policy.service.errors import ComputeQueueFull
 
-RETRY_AFTER_SECONDS = 5
-
-
-class ComputeQueueFull(AppError):
-    status_code = 429
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+RETRY_AFTER_SECONDS = ComputeQueueFull.retry_after_seconds
 
 
 class ComputeLane:

@@ -1,4 +1,5 @@
-"""No import cycle anywhere in the tree: the installed packages, bench/ and examples/ (issue 22).
+"""No import cycle anywhere in the tree: the installed packages, bench/ and examples/ (issue 22); inside service/,
+no import climbs back up the flow of its feature packages (SERVICE_FLOW) and no route calls a repository.
 
 The graph has one node per module, named as Python imports it (`client/cli/__init__.py` is `fp8_policy.client.cli`, see
 setup.py; `bench/run.py` is `bench.run`). Every import counts, those inside functions too: a lazy import that
@@ -117,3 +118,129 @@ def test_a_lazy_import_that_closes_a_loop_is_a_cycle():
     assert cycles(graph) == [["bench.live", "bench.run"]]
     graph["bench.live"] = set()
     assert cycles(graph) == []
+
+
+# --- service/: no import climbs back up the flow ------------------------------------------------------------------
+# The feature packages of service/ in the order a run flows through them: a package may import the ones before it,
+# never one after it (the one that reads what it made, or that it would have to know about to be called back).
+SERVICE = "fp8_policy.service"
+SERVICE_FLOW = (
+    "ingest",  # an upload's archive becomes stored series (the summary that follows is wired by the app)
+    "runs",  # the stored runs: read, edit, delete, retry
+    "scalars",  # every run's training scalars, kept and served
+    "analysis",  # analysis and recommendation of a stored run
+    "experiments",  # arms trained from a recommendation, judged against it
+    "visual",  # heatmaps and charts
+    "compare",  # runs side by side
+    "configs",  # rendered configs kept with a run
+    "alerts",  # webhooks for live events
+    "live",  # live runs: pieces, events, their heatmap; finalize hands over to ingest
+    "docs",
+    "web",
+)
+# Rooms every feature shares; they import no feature package themselves.
+SERVICE_SHARED = frozenset(
+    {
+        "errors",
+        "limits",
+        "settings",
+        "deps",
+        "openapi",
+        "schema_base",
+        "lanes",
+        "single_flight",
+        "storage",
+        "auth",
+        "transport",
+        "security",
+        "health",
+    }
+)
+# What composes the features (imports anything, imported by no feature): the app, the commands, the demo.
+SERVICE_TOP = frozenset({"app", "cli", "worker_cli", "after_ingest", "demo"})
+# Climbs still there, each with why; an entry is removed when its import is (the test fails while it stays listed).
+KNOWN_CLIMBS: dict[tuple[str, str], str] = {}
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and module.startswith(SERVICE + ".") else None
+
+
+def climbing_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(importer, imported), both without the `fp8_policy.service.` prefix, for every import inside service/ that
+    goes against SERVICE_FLOW: a feature importing a later feature or the top, a shared room importing a feature
+    or the top; a room in none of the lists is reported too (as importing itself), so a new package is placed."""
+    order = {name: i for i, name in enumerate(SERVICE_FLOW)}
+    found: set[tuple[str, str]] = set()
+    for module, targets in graph.items():
+        src = _room(module)
+        if src is None:
+            continue
+        short = module.removeprefix(SERVICE + ".")
+        if src not in order and src not in SERVICE_SHARED and src not in SERVICE_TOP:
+            found.add((short, short))
+            continue
+        for target in targets:
+            dst = _room(target)
+            if dst is None or dst == src or src in SERVICE_TOP:
+                continue
+            climbs = (
+                dst in SERVICE_TOP
+                or (src in SERVICE_SHARED and dst not in SERVICE_SHARED)
+                or (src in order and dst in order and order[dst] > order[src])
+            )
+            if climbs:
+                found.add((short, target.removeprefix(SERVICE + ".")))
+    return found
+
+
+def _service_graph() -> dict[str, set[str]]:
+    modules = tree_modules()
+    return {
+        name: imports_of(path.read_text(), modules) - {name}
+        for name, path in modules.items()
+        if name.startswith(SERVICE + ".")
+    }
+
+
+def test_no_import_climbs_back_up_inside_service() -> None:
+    graph = _service_graph()
+    rooms = {_room(name) for name in graph} - {None}
+    assert {"ingest", "scalars", "compare", "storage", "configs"} <= rooms  # the walk sees the real packages
+    climbs = climbing_imports(graph)
+    assert climbs - set(KNOWN_CLIMBS) == set(), "imports against the flow (or a room in no list)"
+    assert set(KNOWN_CLIMBS) - climbs == set(), "a known climb is gone: remove it from KNOWN_CLIMBS"
+
+
+def test_the_flow_rule_catches_a_climbing_import_and_a_room_in_no_list() -> None:
+    s = SERVICE + "."
+    graph = {
+        s + "ingest.pipeline": {s + "analysis.summary", s + "errors", s + "storage.archive"},
+        s + "compare.actions": {s + "scalars.actions", s + "runs.actions"},
+        s + "visual.actions": {s + "live.actions"},
+        s + "storage.archive": {s + "runs.actions"},
+        s + "runs.actions": {s + "app"},
+        s + "app": {s + "live.routes"},
+        s + "newroom.routes": set(),
+    }
+    assert climbing_imports(graph) == {
+        ("ingest.pipeline", "analysis.summary"),
+        ("visual.actions", "live.actions"),
+        ("storage.archive", "runs.actions"),
+        ("runs.actions", "app"),
+        ("newroom.routes", "newroom.routes"),
+    }
+
+
+def test_no_route_calls_a_repository() -> None:
+    """Routes go through their feature's `actions` (or reads); the SQL behind those is db/'s."""
+    modules = tree_modules()
+    found = []
+    for name, path in modules.items():
+        if not name.startswith(SERVICE + ".") or not name.rpartition(".")[2].endswith("routes"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fp8_policy.db"):
+                found += [f"{name}: {a.name}" for a in node.names if a.name.endswith(("Repository", "RankStore"))]
+    assert found == []

@@ -4,7 +4,7 @@ recommendations and per-layer precisions side by side (`runs`), and one metric o
 axis (`overlay`).
 
 Belongs here: pure functions over `Analysis` / `Recommendation`. Must not be here: loading runs, HTTP, images
-(the service's `visual/compare.py` and `visual/compare_runs.py` do those and call these).
+(the service's `compare/pair.py` and `compare/actions.py` do those and call these).
 """
 
 from __future__ import annotations

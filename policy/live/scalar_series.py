@@ -3,7 +3,7 @@
 A read of a run's scalars used to parse the whole file into one dict per line, then build the answer for the
 `limit` asked for: a 32 MiB file took 3-4 s of CPU and some 200 MB each time, and every distinct `limit=` parsed
 again. Here a file is parsed once into compact columns (per series: the record's place in step order, its step,
-its value: 20 bytes a point) that the caller keeps (service/live/story.py), and each request slices them
+its value: 20 bytes a point) that the caller keeps (service/scalars/actions.py), and each request slices them
 (`ScalarColumns.last`), which costs only its answer.
 
 The rules are those of every scalars read (policy/live/scalar_events.py, policy/parse/scalars_file.py): a line is a record

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from fp8_policy.db.alerts import AlertRepository, NewRule, RuleRecord
+from fp8_policy.db.alerts import AlertRepository, DeliveryRecord, NewRule, RuleRecord
 from fp8_policy.db.live import StoredEvent
 from fp8_policy.db.runs import utcnow
 from fp8_policy.policy.thresholds import Severity
@@ -54,6 +54,16 @@ def add_rule(session: Session, rule: NewRule, *, allow_private: bool = False) ->
 def remove_rule(session: Session, rule_id: int) -> None:
     if not AlertRepository(session).remove_rule(rule_id):
         raise NotFound(f"alert rule {rule_id} not found")
+
+
+def rules(session: Session, project: str | None) -> list[RuleRecord]:
+    """Every alert rule, or one project's."""
+    return AlertRepository(session).rules(project)
+
+
+def delivery_log(session: Session, project: str | None, run_id: int | None, limit: int) -> list[DeliveryRecord]:
+    """Alerts raised (sent, pending, failed, suppressed), newest first, at most `limit`."""
+    return AlertRepository(session).log(project=project, run_id=run_id, limit=limit)
 
 
 def episode_key(run_id: int, event: dict[str, Any]) -> str:

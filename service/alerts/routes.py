@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
-from fp8_policy.db.alerts import AlertRepository, DeliveryRecord, NewRule, RuleRecord
+from fp8_policy.db.alerts import DeliveryRecord, NewRule, RuleRecord
 from fp8_policy.service.alerts import actions
 from fp8_policy.service.alerts.schemas import AlertDeliveryRead, AlertRuleCreate, AlertRuleRead
 from fp8_policy.service.auth.deps import ADMIN, READ, PrincipalDep
@@ -46,7 +46,7 @@ def list_rules(
     project: Annotated[str | None, Query(max_length=200, description="Only this project's rules.")] = None,
 ) -> list[AlertRuleRead]:
     """Every alert rule (webhook URLs may hold secrets: admin only)."""
-    return [_rule_read(rule) for rule in AlertRepository(session).rules(project)]
+    return [_rule_read(rule) for rule in actions.rules(session, project)]
 
 
 @router.delete("/rules/{rule_id}", status_code=204, dependencies=[ADMIN], responses=error_responses(400, 404))
@@ -66,4 +66,4 @@ def alert_log(
     limit: Annotated[int, Query(ge=1, le=1000, description="Newest first, at most this many.")] = 200,
 ) -> list[AlertDeliveryRead]:
     """Every alert raised (sent, pending, failed after retries, or suppressed by a cooldown), newest first."""
-    return [_delivery_read(d) for d in AlertRepository(session).log(project=project, run_id=run_id, limit=limit)]
+    return [_delivery_read(d) for d in actions.delivery_log(session, project, run_id, limit)]

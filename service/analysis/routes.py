@@ -11,24 +11,22 @@ from sqlalchemy.orm import Session
 from fp8_policy._lazy import lazy_module
 from fp8_policy.policy.vocabulary import MEDIA_TYPES, OUTPUT_FORMATS, STAGED_FORMATS
 from fp8_policy.service import lanes
-from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
 from fp8_policy.service.analysis.schemas import AnalysisRead, RecommendationRead
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep
 from fp8_policy.service.errors import InvalidParameter, InvalidThresholds
 from fp8_policy.service.limits import MAX_PP_STAGE
 from fp8_policy.service.openapi import error_responses, query_param, threshold_params
+from fp8_policy.service.single_flight import SingleFlightCache
 
 if TYPE_CHECKING:
     from fp8_policy.policy.recommend import Recommendation
     from fp8_policy.policy.render import RenderedPolicy
     from fp8_policy.service.analysis import actions, summary, target
-    from fp8_policy.service.experiments import actions as experiments
 else:  # imported on first use: start-up path, tests/service/test_start_up_imports.py
     actions = lazy_module("fp8_policy.service.analysis.actions")
     summary = lazy_module("fp8_policy.service.analysis.summary")
     target = lazy_module("fp8_policy.service.analysis.target")
-    experiments = lazy_module("fp8_policy.service.experiments.actions")
 
 # Every route reads, the POST recommendation included: it recomputes from stored data and stores nothing.
 router = APIRouter(prefix="/api/v1/runs", tags=["analysis"], dependencies=[READ])
@@ -235,7 +233,7 @@ def respond_recommendation(
     stage: int | None = None,
 ) -> RecommendationRead | Response:
     """The answer in `fmt` (`stage`: one pipeline stage's te-yaml / te-monitor, `pp_stage_of`), as GET/POST
-    .../recommendation gives it; service/runs/configs.py keeps these bytes."""
+    .../recommendation gives it; service/configs/actions.py keeps these bytes."""
     # a target re-solves the recommendation computed without it (cached): no second load of the run's series
     overrides, budget = target.split_target(overrides)
     # computed once per (run as stored, options, policy version), and each answer serialized once per format;
@@ -277,8 +275,9 @@ def respond_recommendation(
     if fmt == "json":
         if phase is not None:
             raise InvalidParameter("phase renders one phase of the schedule: give a rendered format, not json")
-        # the newest experiment's verdict is read per request (one indexed query): never stale
-        body = experiments.with_verification(session, run_id, cache.get((*key, "json"), json_body, admit))
+        # the newest experiment's verdict is read per request (one indexed query): never stale; the app hands the
+        # reading over (service/app.py `_with_verification`), as experiments come after the analysis in the flow
+        body = request.app.state.with_verification(session, run_id, cache.get((*key, "json"), json_body, admit))
         return Response(body, media_type="application/json")
     if phase is not None:
         rendered = cache.get(

@@ -32,9 +32,9 @@ from fp8_policy.policy.records import RunData
 from fp8_policy.policy.render import OUTPUT_FORMATS, RenderedPolicy
 from fp8_policy.policy.thresholds import Severity, Thresholds
 from fp8_policy.service.analysis.actions import load_run_data, recommendation_answer, render_recommendation
-from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
 from fp8_policy.service.errors import AppError, InvalidOverrides, PipelineStageRequired
 from fp8_policy.service.runs.actions import get_ready_run
+from fp8_policy.service.single_flight import SingleFlightCache
 
 log = logging.getLogger("fp8_policy.summary")
 Computed = tuple[SummaryRecord, dict[str, Any], dict[str, Any]]

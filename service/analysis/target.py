@@ -13,16 +13,9 @@ from sqlalchemy.orm import Session
 from fp8_policy.policy.recommend import Recommendation
 from fp8_policy.policy.recommend.target import NoFrontier, Target, TargetError, parse_target, retarget
 from fp8_policy.service.analysis import actions
-from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache, recommendation_key
-from fp8_policy.service.errors import BadRequest, Conflict
-
-
-class InvalidTarget(BadRequest):
-    """400: `target` is not speedup:<x> (1-10) or risk:<x> (0-1e6 nats per step)."""
-
-
-class NoSensitivity(Conflict):
-    """409: the run has no frontier to re-solve on (no loss-sensitivity statistics)."""
+from fp8_policy.service.analysis.recommendation_cache import recommendation_key
+from fp8_policy.service.errors import InvalidTarget, NoSensitivity
+from fp8_policy.service.single_flight import SingleFlightCache
 
 
 def parse(text: object) -> Target:

@@ -24,13 +24,9 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 
-from fp8_policy.service.errors import AppError
+from fp8_policy.service.errors import HostNotAllowed
 
 ANY_HOST = "*"
-
-
-class HostNotAllowed(AppError):
-    status_code = 403
 
 
 def host_name(host_header: str) -> str:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
 
 from fp8_policy.service.auth import actions
 from fp8_policy.service.auth.deps import ADMIN, READ, PrincipalDep, app_hasher
+from fp8_policy.service.auth.schemas import Me, TokenCreate, TokenCreated, TokenRead
 from fp8_policy.service.auth.tokens import TokenHasher
 from fp8_policy.service.deps import SessionDep
 from fp8_policy.service.errors import ErrorBody
@@ -26,34 +25,6 @@ AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
     403: {"model": ErrorBody, "description": "InsufficientScope: the token's scope does not cover the route."},
 }
 HasherDep = Annotated[TokenHasher, Depends(app_hasher)]
-
-
-class Me(BaseModel):
-    name: str | None = Field(description="The token's name; null when the service is open (no token exists).")
-    scope: Literal["read", "upload", "admin"]
-    anonymous: bool
-    expires_at: datetime | None
-
-
-class TokenRead(BaseModel):
-    name: str
-    scope: Literal["read", "upload", "admin"]
-    prefix: str = Field(description="The token's public beginning, e.g. fp8p_1a2b3c4d.")
-    state: Literal["active", "expired", "revoked"]
-    created_at: datetime
-    last_used_at: datetime | None = Field(description="Recorded at most once a minute.")
-    expires_at: datetime | None
-    revoked_at: datetime | None
-
-
-class TokenCreate(BaseModel):
-    name: str = Field(description="Unique; letters, digits, '.', '_', '@', '-'; at most 100 characters.")
-    scope: Literal["read", "upload", "admin"]
-    expires_days: int | None = Field(None, ge=1, le=actions.MAX_EXPIRES_DAYS)
-
-
-class TokenCreated(TokenRead):
-    token: str = Field(description="The token itself: shown this once, stored only as a keyed hash.")
 
 
 @router.get("/auth/me", response_model=Me, dependencies=[READ], responses=AUTH_ERRORS)

@@ -20,9 +20,9 @@ from fp8_policy.policy.recommend import Recommendation
 from fp8_policy.policy.recommend.verification import GAP_TOLERANCE, place_arms, verify
 from fp8_policy.service.analysis import target
 from fp8_policy.service.analysis.frontier_schemas import VerificationRead
-from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
 from fp8_policy.service.experiments.validate import parse_experiment
 from fp8_policy.service.runs.actions import get_ready_run
+from fp8_policy.service.single_flight import SingleFlightCache
 
 GEMM_RISK_KEYS = ("gemm_speedup", "predicted_risk")
 

@@ -19,7 +19,12 @@ from typing import Any
 from fp8_policy.policy.recommend.frontier import RULES
 from fp8_policy.policy.recommend.verification import KINDS
 from fp8_policy.policy.records import PRECISIONS
-from fp8_policy.service.errors import BadRequest
+from fp8_policy.service.errors import (
+    ExperimentForOtherRun,
+    InvalidExperiment,
+    NonFiniteNumber,
+    UnequalSteps,
+)
 
 MAX_ARMS = 16
 MAX_NAME_CHARS = 100
@@ -32,22 +37,6 @@ ARM_KEYS = frozenset(
     | {"default_precision", "bf16_gemms"}
 )
 BODY_KEYS = frozenset({"name", "run_id", "project", "seed", "tolerance", "setup", "arms", "steps"})
-
-
-class InvalidExperiment(BadRequest):
-    """400: the experiment body is malformed."""
-
-
-class ExperimentForOtherRun(BadRequest):
-    """400: the experiment names another run or project, or layers this run does not have."""
-
-
-class UnequalSteps(BadRequest):
-    """400: the arms did not train the same number of steps."""
-
-
-class NonFiniteNumber(BadRequest):
-    """400: NaN or infinity where a number is required (a diverged loss is allowed)."""
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.settings import Settings
+from fp8_policy.service.storage.archive import ArchiveStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,3 +28,7 @@ class JobContext:
     # Called with a job's id once the job is recorded done but its worker still has work after it (the run
     # summary): the worker stops renewing that lease, which would otherwise be reported as lost.
     release: Callable[[int], None] | None = None
+    # Called with the database and a run's id once a finalize job made the run ready, after the job's lease is
+    # released: what follows an ingest (the run summary) is wired by whoever builds the worker (service/app.py,
+    # service/worker_cli.py: service/after_ingest.py), so the ingest imports no feature that reads its runs.
+    after_ready: Callable[[sessionmaker[Session], int], None] | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from fp8_policy.service.ingest.store import ArchiveStore
+from fp8_policy.service.storage.archive import ArchiveStore
 
 log = logging.getLogger("fp8_policy.ingest")
 

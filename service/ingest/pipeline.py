@@ -42,7 +42,6 @@ from fp8_policy.policy.parallel import ParallelInfo, Resolution
 from fp8_policy.policy.parse.assemble import MAX_NAME_SAMPLES, layer_table
 from fp8_policy.policy.parse.stats_log import StatsLogError
 from fp8_policy.policy.safe_text import displayable
-from fp8_policy.service.analysis.summary import refresh as refresh_summary
 from fp8_policy.service.ingest.archive import ArchiveError, ExtractLimits
 from fp8_policy.service.ingest.archive.stream import read_members, scan_archive
 from fp8_policy.service.ingest.job_context import JobContext as JobContext  # re-exported: tests, bench
@@ -55,9 +54,9 @@ from fp8_policy.service.ingest.plan_ranks import plan_ranks
 from fp8_policy.service.ingest.rank_parse import MetadataReader, RankParse
 from fp8_policy.service.ingest.scalars import ScalarsReader, forget_scalars
 from fp8_policy.service.ingest.scan_ranks import ScanRanks
-from fp8_policy.service.ingest.store import ArchiveMissing
 from fp8_policy.service.settings import Settings
-from fp8_policy.service.storage import is_out_of_space
+from fp8_policy.service.storage.archive import ArchiveMissing
+from fp8_policy.service.storage.disk import is_out_of_space
 
 log = logging.getLogger("fp8_policy.ingest")
 
@@ -164,7 +163,7 @@ def plan_run(ctx: JobContext, job: ClaimedJob) -> None:
     )
     if finalize_now:
         log.info("run %s ready", job.run_id)
-        _store_summary(ctx, job)
+        _after_ready(ctx, job)
 
 
 # --- rank --------------------------------------------------------------------------------------
@@ -213,20 +212,23 @@ def finalize_run(ctx: JobContext, job: ClaimedJob) -> None:
         JobRepository(session).complete(job, ctx.owner)
         _finalize(session, job, plan, _resolution(plan))
     log.info("run %s ready", job.run_id)
-    _store_summary(ctx, job)
+    _after_ready(ctx, job)
 
 
-def _store_summary(ctx: JobContext, job: ClaimedJob) -> None:
-    """Right after the run is ready (its own transactions): its summary, default analysis and default-options
-    recommendation, computed once here so that readers find them stored (service/analysis/summary.py). Not in
+def _after_ready(ctx: JobContext, job: ClaimedJob) -> None:
+    """Right after the run is ready (its own transactions): `ctx.after_ready`, which the app and the worker command
+    wire to store its summary, default analysis and default-options recommendation, computed once here so that
+    readers find them stored (service/after_ingest.py, service/analysis/summary.py). Not in
     the transaction that marks the run ready: on a 6M-point run that would delay `ready` by the analysis and
     recommendation (1-2 s), the upload-to-ready figure of `make bench`. A reader in the moments between computes
     it itself (once per process: the recommendation cache's single flight). The job is done by now: its lease
     is released first, so the heartbeat does not count it as lost while the summary is computed."""
     if ctx.release is not None:
         ctx.release(job.id)
+    if ctx.after_ready is None:
+        return
     try:
-        refresh_summary(ctx.factory, job.run_id)
+        ctx.after_ready(ctx.factory, job.run_id)
     except Exception:  # deleted meanwhile, or a bug: the run stays ready; readers compute what is missing
         log.warning("summary of run %s not stored at ingest", job.run_id, exc_info=True)
 

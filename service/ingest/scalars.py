@@ -3,7 +3,7 @@
 Belongs here: copying the member to a work file, its bytes and lines counted first (MAX_SCALARS_BYTES,
 MAX_SCALARS_LINES), then checking it line by line (never more than MAX_SCALARS_BYTES on disk, one line in memory), the ingest report's `scalars` entry, and putting a kept file
 into the archive store under the key a finalized live run keeps its streamed scalars under
-(`runs/<id>/scalars.jsonl`, service/live/story.py), so `GET /api/v1/live/runs/{id}/scalars` serves both alike
+(`runs/<id>/scalars.jsonl`, service/scalars/actions.py), so `GET /api/v1/live/runs/{id}/scalars` serves both alike
 and deleting the run deletes it. A scalars file never fails the run: what is wrong with it is a named warning in
 the report, and a file that is not kept leaves nothing in the store.
 """
@@ -20,8 +20,8 @@ from typing import IO, Any
 from fp8_policy.policy.parse import scalars_file
 from fp8_policy.service.ingest.archive.errors import _CORRUPT
 from fp8_policy.service.ingest.archive.limits import CHUNK_BYTES
-from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
-from fp8_policy.service.live.story import SCALARS_NAME, scalars_key
+from fp8_policy.service.storage.archive import ArchiveMissing, ArchiveStore
+from fp8_policy.service.storage.keys import SCALARS_NAME, scalars_key
 
 log = logging.getLogger("fp8_policy.ingest")
 

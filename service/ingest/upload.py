@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 from starlette.requests import Request
 
 from fp8_policy.service.errors import AppError, EmptyUpload, InvalidUpload, UnsupportedMediaType, UploadTooLarge
-from fp8_policy.service.storage import hold_part, is_out_of_space, out_of_space
+from fp8_policy.service.storage.disk import hold_part, is_out_of_space, out_of_space
 
 RAW_TYPES = {
     "application/gzip",
@@ -58,7 +58,7 @@ class ReceivedUpload:
 
 class _HashingFile:
     """Writes chunks to `path`, hashing and counting them; raises UploadTooLarge past the limit and
-    InsufficientStorage (507) when the disk is full. The file is held (service/storage.py) until closed, so the
+    InsufficientStorage (507) when the disk is full. The file is held (service/storage/disk.py) until closed, so the
     start-up sweep can tell a live upload from one a killed process left behind."""
 
     def __init__(self, path: Path, max_bytes: int) -> None:

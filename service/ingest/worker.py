@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -26,8 +27,8 @@ from fp8_policy.db.session import session_scope
 from fp8_policy.service.ingest.job_context import JobContext
 from fp8_policy.service.ingest.kernel_warmup import prepare
 from fp8_policy.service.ingest.kernel_warmup import warm_parser as warm_parser  # re-exported: app, tests, bench
-from fp8_policy.service.ingest.store import ArchiveStore, store_for
 from fp8_policy.service.settings import Settings
+from fp8_policy.service.storage.archive import ArchiveStore, store_for
 
 if TYPE_CHECKING:
     from fp8_policy.service.ingest import pipeline
@@ -92,14 +93,18 @@ class IngestWorker:
         run_jobs: bool | None = None,
         threads: int | None = None,
         store: ArchiveStore | None = None,
+        after_ready: Callable[[sessionmaker[Session], int], None] | None = None,
     ) -> None:
+        """`after_ready`: what follows a run made ready (JobContext.after_ready; service/after_ingest.py)."""
         self.factory = factory
         self.settings = settings
         self.store = store or store_for(settings)
         self.run_jobs = settings.ingest_in_process if run_jobs is None else run_jobs
         self.threads = max(1, threads or settings.ingest_workers)
         self.owner = new_owner_name()
-        self.context = JobContext(factory, settings, self.store, self.owner, release=self._release)
+        self.context = JobContext(
+            factory, settings, self.store, self.owner, release=self._release, after_ready=after_ready
+        )
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._lock = threading.Condition()

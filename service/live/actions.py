@@ -48,49 +48,36 @@ from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service import limits
 from fp8_policy.service.alerts.actions import queue_for_events
 from fp8_policy.service.auth.actions import Principal
-from fp8_policy.service.errors import AppError, InvalidLivePath, NoStatsLogs, NotFound
+from fp8_policy.service.errors import (
+    InvalidLivePath,
+    NoStatsLogs,
+    NotFound,
+    NotLive,
+    NotRunOwner,
+    OffsetConflict,
+    OffsetGap,
+)
 from fp8_policy.service.ingest.kernel_warmup import kernels_for
-from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
 from fp8_policy.service.live import kept as kept_files
-from fp8_policy.service.live import story
 from fp8_policy.service.live.naming import global_names
 from fp8_policy.service.live.pieces import Piece, Region, as_piece, last_newline
-from fp8_policy.service.runs.ownership import NotRunOwner, may_write
+from fp8_policy.service.runs.ownership import may_write
 from fp8_policy.service.runs.writes import _store_upload_file as store_upload_file  # the one way uploads are stored
 from fp8_policy.service.runs.writes import parse_upload_fields
-from fp8_policy.service.storage import PART_SUFFIX, hold_part
+from fp8_policy.service.scalars import actions as scalars
+from fp8_policy.service.storage import keys
+from fp8_policy.service.storage.archive import ArchiveStore
+from fp8_policy.service.storage.disk import PART_SUFFIX, hold_part
 
 LIVE = RunStatus.live
 SCALARS_STATE_KEY = "__scalars__"  # the scalar detectors' state, next to the series' table
 SERIES_STATE_KEY = "__series__"  # every series' detector state (policy/live/table.SeriesTable's document)
-SCALARS_NAME = story.SCALARS_NAME  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
+SCALARS_NAME = keys.SCALARS_NAME
 MAX_PATH_CHARS = 500
 _NO_COPY_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF}  # copy through Python
 _locks: dict[int, threading.Lock] = {}
 _locks_guard = threading.Lock()
-
-
-class NotLive(AppError):
-    status_code = 409
-
-
-class OffsetMismatch(AppError):
-    """409 with the offset the next piece must start at (`Upload-Offset`, as in the tus protocol)."""
-
-    status_code = 409
-
-    def __init__(self, detail: str, *, expected: int) -> None:
-        super().__init__(detail)
-        self.headers = {"Upload-Offset": str(expected)}
-
-
-class OffsetGap(OffsetMismatch):
-    """A piece that starts after the bytes received so far."""
-
-
-class OffsetConflict(OffsetMismatch):
-    """A piece whose overlap with the bytes received so far differs from them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,7 +338,7 @@ def finalize(
         uploads = data_dir / "uploads"
         uploads.mkdir(parents=True, exist_ok=True)
         # a `.part` held under its lock until it is stored: one left by a killed process is removed by the next
-        # start-up's sweep (service/storage.py), as an upload's
+        # start-up's sweep (service/storage/disk.py), as an upload's
         tar_path = uploads / f"live-{run_id}-{uuid.uuid4().hex}.tar{PART_SUFFIX}"
         try:
             with open(tar_path, "wb") as held:
@@ -367,7 +354,7 @@ def finalize(
                 digest, size = _sha256(tar_path)
                 upload = ReceivedUpload(tar_path, digest, size, f"live-run-{run_id}.tar")
                 run.upload_path = store_upload_file(session, data_dir, store, run_id, upload)
-                story.keep_scalars(store, data_dir, run_id)  # the training scalars stay with the run
+                scalars.keep_scalars(store, data_dir, run_id)  # the training scalars stay with the run
         finally:
             tar_path.unlink(missing_ok=True)
         if RunRepository(session).find_by_hash(run.project, digest) is None:

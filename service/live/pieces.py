@@ -3,7 +3,7 @@
 A piece may be 64 MiB; held as bytes (then joined, then sliced) twelve concurrent pieces added 1.5–2.1 GB to the
 API process. Here a piece's body is written to a `.part` file in the uploads directory as it arrives (1 MiB
 batches in worker threads; the `.part` is held under `flock` like an upload's, so the start-up sweep of
-service/storage.py removes it if the process dies), compared with and appended to the live file 1 MiB at a time,
+service/storage/disk.py removes it if the process dies), compared with and appended to the live file 1 MiB at a time,
 and its new whole lines are handed to the parser as a bounded stream of the live file. Pieces being received or
 stored at once are capped (`max_concurrent_pieces`, 503 `TooManyPieces` with `Retry-After` beyond, answered before
 the body is read), and their disk and parse work runs in `piece_workers` threads, so memory stays bounded by a
@@ -25,24 +25,10 @@ from typing import IO, Any
 import anyio
 from starlette.requests import Request
 
-from fp8_policy.service.errors import AppError
-from fp8_policy.service.storage import hold_part, is_out_of_space, out_of_space
+from fp8_policy.service.errors import PieceTooLarge, TooManyPieces
+from fp8_policy.service.storage.disk import hold_part, is_out_of_space, out_of_space
 
 COPY_BYTES = 1024 * 1024  # compared / copied / handed to a worker thread at a time
-RETRY_AFTER_SECONDS = 2
-
-
-class PieceTooLarge(AppError):
-    status_code = 413
-
-
-class TooManyPieces(AppError):
-    status_code = 503
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        # the body is left unread: the connection cannot carry another request
-        self.headers = {"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"}
 
 
 class PieceGate:

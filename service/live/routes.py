@@ -10,14 +10,14 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 
 from fp8_policy._lazy import lazy_module
-from fp8_policy.db.live import LiveRepository, StoredEvent
+from fp8_policy.db.live import StoredEvent
 from fp8_policy.db.session import session_scope
 from fp8_policy.service.auth.deps import READ, UPLOAD, PrincipalDep
 from fp8_policy.service.deps import SessionDep, SettingsDep
 from fp8_policy.service.limits import MAX_ROW_ID
-from fp8_policy.service.live import story
+from fp8_policy.service.live import reads
 from fp8_policy.service.live.pieces import Piece, new_part_path, received_piece
-from fp8_policy.service.live.schemas import AppendRead, LiveEventRead, LiveRunCreate, LiveRunRead, ScalarsRead
+from fp8_policy.service.live.schemas import AppendRead, EventsPageRead, LiveEventRead, LiveRunCreate, LiveRunRead
 from fp8_policy.service.openapi import error_responses
 from fp8_policy.service.runs.actions import get_run, run_read
 from fp8_policy.service.runs.schemas import RunRead
@@ -104,29 +104,16 @@ def read_live_run(
 ) -> LiveRunRead:
     """A live (or finalized) run's received files and its early-warning events."""
     run = get_run(session, run_id)
-    repo = LiveRepository(session)
     files = [
-        {"path": f.path, "kind": f.kind, "size": f.size, "parsed_offset": f.parsed_offset} for f in repo.files(run_id)
+        {"path": f.path, "kind": f.kind, "size": f.size, "parsed_offset": f.parsed_offset}
+        for f in reads.received_files(session, run_id)
     ]
     return LiveRunRead(
-        run_id=run_id, status=run.status, files=files, events=[_event_read(e) for e in repo.events(run_id, after)]
+        run_id=run_id,
+        status=run.status,
+        files=files,
+        events=[_event_read(e) for e in reads.events_after(session, run_id, after)],
     )
-
-
-@router.get("/{run_id}/scalars", response_model=ScalarsRead, dependencies=[READ], responses=error_responses(400, 404))
-def read_scalars(
-    run_id: int,
-    request: Request,
-    session: SessionDep,
-    settings: SettingsDep,
-    limit: Annotated[int, Query(ge=1, le=100_000, description="The last this many scalar records.")] = 20_000,
-) -> ScalarsRead:
-    """The training scalars of the run (`scalars.jsonl`: loss, grad_norm, ...) as series per name: those a live
-    run streamed, while it is live and after it is finalized, and those an uploaded archive carried (its
-    `scalars.jsonl` member, kept at ingest; `ingest_report.scalars` says what was kept). None: `records` 0."""
-    run = get_run(session, run_id)
-    store = request.app.state.ingest.store
-    return ScalarsRead(run_id=run_id, **story.scalar_series(store, settings.data_dir, run, limit))
 
 
 @router.post(
@@ -155,3 +142,25 @@ def finalize(run_id: int, request: Request, settings: SettingsDep, principal: Pr
     state.ingest.submit(run_id)
     actions.remove_received_logs(settings.data_dir, run_id)
     return JSONResponse(body, status_code=202, headers={"Location": f"/api/v1/runs/{run_id}"})
+
+
+@router.get("/{run_id}/events", response_model=EventsPageRead, dependencies=[READ], responses=error_responses(400, 404))
+def read_events(
+    run_id: int,
+    session: SessionDep,
+    before: Annotated[
+        int | None,
+        Query(ge=1, le=MAX_ROW_ID, description="Only events with a smaller id (the previous page's last id)."),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=reads.MAX_EVENTS_PAGE, description="Events per page.")] = 50,
+) -> EventsPageRead:
+    """The early warnings a live run raised, newest first, a page at a time; they stay after finalize. Each
+    event stands for one (layer, kind) of one received piece: `detail.members` lists the series it groups."""
+    get_run(session, run_id)
+    total, page, older = reads.events_page(session, run_id, before, limit)
+    return EventsPageRead(
+        run_id=run_id,
+        total=total,
+        events=[_event_read(e) for e in page],
+        next_before=page[-1].id if older else None,
+    )

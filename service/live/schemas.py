@@ -58,14 +58,8 @@ class LiveRunRead(BaseModel):
     events: list[LiveEventRead] = Field(description="Events after `after` (ids ascending).")
 
 
-class ScalarSeries(BaseModel):
-    steps: list[int]
-    values: list[float]
-
-
-class ScalarsRead(BaseModel):
+class EventsPageRead(BaseModel):
     run_id: int
-    records: int = Field(description="Scalar records returned (the last `limit` ones).")
-    unreadable_lines: int = Field(0, description="Lines of the scalars file that are not a JSON object with `step`.")
-    negative_steps: int = Field(0, description="Records left out for a `step` below 0 (training steps count from 0).")
-    series: dict[str, ScalarSeries] = Field(description="loss, grad_norm, param_norm, lr, tokens_per_s, mem_gb.")
+    total: int = Field(description="Every event the run raised while it was live.")
+    events: list[LiveEventRead] = Field(description="This page, newest first (ids descending).")
+    next_before: int | None = Field(description="Pass as `before` for the next, older page; null: no older event.")

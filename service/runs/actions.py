@@ -21,9 +21,9 @@ from fp8_policy.policy.safe_text import displayable, displayable_json
 from fp8_policy.policy.vocabulary import Pattern
 from fp8_policy.service import limits
 from fp8_policy.service.auth.actions import Principal
-from fp8_policy.service.errors import NotFound, NotReady
+from fp8_policy.service.errors import NotFound, NotReady, NotRunOwner
 from fp8_policy.service.ingest import junk
-from fp8_policy.service.runs.ownership import NotRunOwner, may_write
+from fp8_policy.service.runs.ownership import may_write
 from fp8_policy.service.runs.schemas import (
     LayerRead,
     RunEdit,

@@ -24,11 +24,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from fp8_policy.db.runs import RunRepository
 from fp8_policy.db.session import session_scope
-from fp8_policy.service.ingest.store import ArchiveStore
+from fp8_policy.service.storage import keys
+from fp8_policy.service.storage.archive import ArchiveStore
 
 log = logging.getLogger("fp8_policy.storage")
 
-UPLOAD_NAME = "upload.bin"
 BATCH = 500  # files locked at once while their rows are looked up
 
 
@@ -36,14 +36,14 @@ def sweep_orphan_uploads(store: ArchiveStore, factory: sessionmaker[Session]) ->
     """Remove `runs/<id>/` folders holding an unlocked `upload.bin` and no run row; returns the run ids."""
     if not store.local:
         return []
-    runs = store.root / "runs"
+    runs = store.root / keys.RUNS_FOLDER
     candidates = sorted(
-        (int(folder.name), folder / UPLOAD_NAME)
+        (int(folder.name), folder / keys.UPLOAD_NAME)
         for folder in (runs.iterdir() if runs.is_dir() else [])
         if folder.name.isascii()
         and folder.name.isdigit()
         and len(folder.name) < 12
-        and (folder / UPLOAD_NAME).is_file()
+        and (folder / keys.UPLOAD_NAME).is_file()
     )
     removed: list[int] = []
     for start in range(0, len(candidates), BATCH):
@@ -55,7 +55,7 @@ def sweep_orphan_uploads(store: ArchiveStore, factory: sessionmaker[Session]) ->
                 existing = RunRepository(session).existing_ids(held)
             for run_id in held:
                 if run_id not in existing:
-                    store.delete_prefix(f"runs/{run_id}")
+                    store.delete_prefix(keys.run_prefix(run_id))
                     removed.append(run_id)
     if removed:
         log.warning("removed %d stored upload(s) without a run: runs %s", len(removed), removed[:20])

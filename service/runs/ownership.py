@@ -12,13 +12,6 @@ from __future__ import annotations
 
 from fp8_policy.db.run_models import Run
 from fp8_policy.service.auth.actions import Principal
-from fp8_policy.service.errors import AppError
-
-
-class NotRunOwner(AppError):
-    """A run is changed by the token that uploaded or started it (and, for a finalize or an edit, an admin token)."""
-
-    status_code = 403
 
 
 def may_write(run: Run, caller: Principal, *, admin_too: bool) -> bool:

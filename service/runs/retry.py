@@ -1,4 +1,4 @@
-"""`POST /api/v1/runs/{id}/retry`: queue the ingest of a failed run again, from its stored upload.
+"""Queue the ingest of a failed run again, from its stored upload (`POST /api/v1/runs/{id}/retry`, service/runs/routes.py).
 
 A run that failed for a server-side reason (a full disk, a crash) can be retried without deleting it; uploading
 the same bytes again does the same for those reasons (service/runs/writes.py: RETRY_ERRORS). Here the user
@@ -9,47 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.run_models import RunStatus
 from fp8_policy.db.runs import RunRepository
 from fp8_policy.service import limits
-from fp8_policy.service.auth.deps import UPLOAD
-from fp8_policy.service.errors import ErrorBody, NotFound, NotRetryable, UploadMissing
-from fp8_policy.service.ingest.store import ArchiveStore
+from fp8_policy.service.errors import NotFound, NotRetryable, UploadMissing
 from fp8_policy.service.runs import actions
-from fp8_policy.service.runs.schemas import RunRead
-
-# `upload`: a retry ingests again what an upload token could have sent again (same bytes re-queue too).
-router = APIRouter(prefix="/api/v1/runs", tags=["runs"], dependencies=[UPLOAD])
-
-
-@router.post(
-    "/{run_id}/retry",
-    status_code=202,
-    dependencies=[UPLOAD],  # the scope of POST /api/v1/runs: a retry re-runs an upload's ingest
-    response_model=RunRead,
-    responses={
-        404: {"model": ErrorBody},
-        409: {
-            "model": ErrorBody,
-            "description": "NotRetryable (the run is not "
-            "failed) or UploadMissing (upload the same bytes again instead).",
-        },
-    },
-)
-def retry_run(run_id: int, request: Request) -> JSONResponse:
-    """Queue a failed run's ingest again from its stored upload: 202 with the run, now `queued`."""
-    state = request.app.state
-    with state.unit_of_work() as session:
-        body = requeue(session, state.ingest.store, run_id)
-    state.ingest.submit(run_id)
-    return JSONResponse(body, status_code=202, headers={"Location": f"/api/v1/runs/{run_id}"})
+from fp8_policy.service.storage.archive import ArchiveStore
 
 
 def requeue(session: Session, store: ArchiveStore, run_id: int) -> dict[str, Any]:
+    """The failed run queued again, as its JSON body (404 unknown, 409 NotRetryable or UploadMissing)."""
     # The run's row is locked first (RunRepository.lock): a delete racing the retry waits for it, or has
     # committed and the run is not found (404), never a 500 from requeueing a row that is gone.
     limits.check_run_id(run_id)

@@ -16,7 +16,7 @@ from fp8_policy.service.errors import ErrorBody
 from fp8_policy.service.ingest.upload import ReceivedUpload, new_upload_path, receive_upload
 from fp8_policy.service.limits import check_rank
 from fp8_policy.service.openapi import error_responses
-from fp8_policy.service.runs import actions, writes
+from fp8_policy.service.runs import actions, retry, writes
 from fp8_policy.service.runs.facets import FACET_HELP, facet_filters
 from fp8_policy.service.runs.schemas import (
     DuplicateOf,
@@ -221,3 +221,28 @@ def export_csv(
     return StreamingResponse(
         rows, media_type="text/csv", headers={"Content-Disposition": f'attachment; filename="{filename}"'}
     )
+
+
+@router.post(
+    "/{run_id}/retry",
+    status_code=202,
+    # the scope of POST /api/v1/runs: a retry ingests again what an upload token could have sent again (same bytes
+    # re-queue too)
+    dependencies=[UPLOAD],
+    response_model=RunRead,
+    responses={
+        404: {"model": ErrorBody},
+        409: {
+            "model": ErrorBody,
+            "description": "NotRetryable (the run is not "
+            "failed) or UploadMissing (upload the same bytes again instead).",
+        },
+    },
+)
+def retry_run(run_id: int, request: Request) -> JSONResponse:
+    """Queue a failed run's ingest again from its stored upload: 202 with the run, now `queued`."""
+    state = request.app.state
+    with state.unit_of_work() as session:
+        body = retry.requeue(session, state.ingest.store, run_id)
+    state.ingest.submit(run_id)
+    return JSONResponse(body, status_code=202, headers={"Location": f"/api/v1/runs/{run_id}"})

@@ -27,8 +27,9 @@ from fp8_policy.db.runs import NewRun, RunRepository
 from fp8_policy.service import limits
 from fp8_policy.service.errors import NotFound
 from fp8_policy.service.ingest.junk import never_held_a_log
-from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.ingest.upload import ReceivedUpload
+from fp8_policy.service.storage import keys
+from fp8_policy.service.storage.archive import ArchiveStore
 
 log = logging.getLogger("fp8_policy.runs")
 
@@ -156,8 +157,8 @@ def needs_its_bytes_again(run: Run, store: ArchiveStore) -> bool:
 def _store_upload_file(
     session: Session, data_dir: Path, store: ArchiveStore, run_id: int, upload: ReceivedUpload
 ) -> str:
-    relative = (Path("runs") / str(run_id) / "upload.bin").as_posix()
-    _remove_on_rollback(session, store, f"runs/{run_id}")
+    relative = keys.upload_key(run_id)
+    _remove_on_rollback(session, store, keys.run_prefix(run_id))
     (data_dir / relative).parent.mkdir(parents=True, exist_ok=True)
     store.put_file(upload.path, relative)
     return relative
@@ -196,7 +197,7 @@ def delete_run(session: Session, data_dir: Path, run_id: int, store: ArchiveStor
     store = store or ArchiveStore(str(data_dir))
 
     def remove_files() -> None:
-        store.delete_prefix(f"runs/{run_id}")
+        store.delete_prefix(keys.run_prefix(run_id))
         shutil.rmtree(data_dir / "live" / str(run_id), ignore_errors=True)  # a live run's received logs
 
     _after_commit(session, remove_files)

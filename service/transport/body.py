@@ -24,19 +24,7 @@ import asyncio
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from fp8_policy.service.errors import AppError
-
-
-class RequestTimeout(AppError):
-    """408: no body data within the timeout (the code is the class name, as for every AppError)."""
-
-    status_code = 408
-
-
-class BodyTooSlow(AppError):
-    """408: the body arrives slower than the service's minimum rate (a trickling client holding a slot)."""
-
-    status_code = 408
+from fp8_policy.service.errors import BodyTooSlow, RequestTimeout
 
 
 class BodyTimeoutMiddleware:

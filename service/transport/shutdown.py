@@ -4,7 +4,7 @@ uvicorn's graceful shutdown waits for open connections (a dashboard's live strea
 then for the lifespan's shutdown, which joins the ingest threads: a job parsing a large upload holds it for as
 long as the job lasts. Neither is needed for correctness: an ingest job interrupted by the end of its process is
 taken up again at the next start (its owner's process is gone: service/ingest/worker.py `resume_interrupted`),
-an unfinished upload's `.part` file is swept at start (service/storage.py), and SQLite and PostgreSQL roll back
+an unfinished upload's `.part` file is swept at start (service/storage/disk.py), and SQLite and PostgreSQL roll back
 a transaction whose connection ends. So connections get `GRACEFUL_SECONDS` (uvicorn's
 `timeout_graceful_shutdown`), background threads what is left of `STOP_SECONDS`, and a process still alive at
 `STOP_SECONDS` after the signal ends itself with `os._exit`.

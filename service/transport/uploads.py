@@ -18,18 +18,7 @@ from contextlib import asynccontextmanager
 import anyio
 from starlette.requests import Request
 
-from fp8_policy.service.errors import AppError
-
-RETRY_AFTER_SECONDS = 5
-
-
-class TooManyUploads(AppError):
-    status_code = 503
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        # the body is left unread: the connection cannot carry another request
-        self.headers = {"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"}
+from fp8_policy.service.errors import TooManyUploads
 
 
 def upload_client(request: Request, token_name: str | None) -> str:

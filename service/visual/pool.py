@@ -48,7 +48,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from fp8_policy._lazy import lazy_module
-from fp8_policy.service.errors import AppError
+from fp8_policy.service.errors import RendererUnavailable, RenderQueueFull
 from fp8_policy.service.settings import Settings
 
 if TYPE_CHECKING:
@@ -62,7 +62,6 @@ CacheKey = tuple[object, ...]  # what an image depends on (visual/actions.py hea
 UnitOfWork = Callable[[], AbstractContextManager[Session]]
 
 log = logging.getLogger("fp8_policy.render")
-RETRY_AFTER_SECONDS = 2
 LIGHT_TASKS_PER_WORKER = 500  # recycle the light worker now and then (fragmentation)
 
 
@@ -100,22 +99,6 @@ def _worker_context() -> multiprocessing.context.BaseContext:
         ["fp8_policy.service.visual.job", "fp8_policy.service.visual.render", "fp8_policy.service.visual.pool"]
     )
     return _CONTEXT
-
-
-class RenderQueueFull(AppError):
-    status_code = 429
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
-
-
-class RendererUnavailable(AppError):
-    status_code = 503
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
 
 
 class RenderCache:

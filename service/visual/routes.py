@@ -1,4 +1,5 @@
-"""HTTP routes for images: a run's heatmap (PNG, SVG, or its layout as JSON) and the comparison of two runs.
+"""HTTP routes for images: a run's heatmap (PNG, SVG, or its layout as JSON); the comparison of two runs draws its
+images with the same parameters and responses (service/compare/routes.py).
 
 Every parameter is validated by `service.visual.params`, so a bad value answers 400 `{"error", "detail"}`;
 an unknown run 404, a run that is not ready 409.
@@ -14,26 +15,21 @@ from fastapi.responses import Response
 from fp8_policy._lazy import lazy_module
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep
-from fp8_policy.service.errors import UnknownParameter
-from fp8_policy.service.openapi import error_responses, threshold_params
+from fp8_policy.service.openapi import error_responses
 from fp8_policy.service.visual.params import (
     HEATMAP_KEYS,
     HeatmapParams,
     parse_cell_columns,
     parse_heatmap_params,
-    parse_threshold_overrides,
-    run_id_param,
-    thresholds_of,
 )
-from fp8_policy.service.visual.query_docs import heatmap_json_params, heatmap_params, run_pair_params
-from fp8_policy.service.visual.schemas import CompareRead, HeatmapLayoutRead
+from fp8_policy.service.visual.query_docs import heatmap_json_params, heatmap_params
+from fp8_policy.service.visual.schemas import HeatmapLayoutRead
 
 if TYPE_CHECKING:
-    from fp8_policy.service.visual import actions, compare
+    from fp8_policy.service.visual import actions
     from fp8_policy.service.visual.job import Rendered
 else:  # imported on first use: start-up path, tests/service/test_start_up_imports.py
     actions = lazy_module("fp8_policy.service.visual.actions")
-    compare = lazy_module("fp8_policy.service.visual.compare")
 
 router = APIRouter(tags=["visual"], dependencies=[READ])
 ERRORS = error_responses(400, 404, 409)
@@ -57,7 +53,6 @@ def _image_responses(media_type: str) -> dict[int | str, dict[str, Any]]:
 
 PNG, SVG = _image_responses("image/png"), _image_responses("image/svg+xml")
 HEATMAP_PARAMS = {"parameters": heatmap_params()}
-COMPARE_IMAGE_PARAMS = {"parameters": [*run_pair_params(), *heatmap_params(show_skip_default=False)]}
 HEATMAP_HELP = (
     "\n\nQuery parameters: `tensor` (gradient), `stat` (underflows%; as logged, e.g. mxfp8_underflows%), "
     "`rank` (default: max over ranks per iteration), `sublayer` (one sublayer, e.g. qkv: one row per block), "
@@ -67,11 +62,11 @@ HEATMAP_HELP = (
 )
 
 
-def _heatmap_params(request: Request, *, show_skip: bool = True, extra: frozenset[str] = frozenset()) -> HeatmapParams:
+def heatmap_query(request: Request, *, show_skip: bool = True, extra: frozenset[str] = frozenset()) -> HeatmapParams:
     return parse_heatmap_params(request.query_params, show_skip=show_skip, allowed=HEATMAP_KEYS | extra)
 
 
-def _image(rendered: Rendered) -> Response:
+def image_response(rendered: Rendered) -> Response:
     return Response(rendered.content, media_type=rendered.media_type, headers=rendered.headers)
 
 
@@ -108,14 +103,14 @@ async def heatmap_svg(run_id: int, request: Request) -> Response:
 
 async def _heatmap_image(request: Request, run_id: int, fmt: str) -> Response:
     """Drawn by the app's renderer (service/visual/pool.py): cached, in a worker process, never on the loop."""
-    params = _heatmap_params(request)
+    params = heatmap_query(request)
     state = request.app.state
     rendered = await state.renderer.image(
         state.unit_of_work,
         lambda session: actions.heatmap_cache_key(session, run_id, params, fmt),
         lambda session, max_pixels: actions.heatmap_job(session, run_id, params, fmt, max_pixels),
     )
-    return _image(rendered)
+    return image_response(rendered)
 
 
 @router.get(
@@ -129,52 +124,6 @@ def heatmap_json(run_id: int, request: Request, session: SessionDep) -> HeatmapL
     pixel extent of its cells at the requested dpi — for clients that draw or annotate it themselves. Takes the
     heatmap parameters, and `cells=N` for the values themselves (at most N columns) with the image's colour map
     (the dashboard draws its interactive heatmap from them)."""
-    params = _heatmap_params(request, extra=frozenset({"cells"}))
+    params = heatmap_query(request, extra=frozenset({"cells"}))
     columns = parse_cell_columns(request.query_params)
     return HeatmapLayoutRead.model_validate(actions.heatmap_layout(session, run_id, params, cell_columns=columns))
-
-
-@router.get(
-    "/api/v1/compare",
-    response_model=CompareRead,
-    responses=ERRORS,
-    openapi_extra={"parameters": [*run_pair_params(), *threshold_params(("warning", "critical", "severe"))]},
-)
-def compare_runs(request: Request, session: SessionDep) -> CompareRead:
-    """`?base=<run id>&head=<run id>`: per-layer and per-group change of gradient / activation / weight
-    underflows% (level, max, mean, last) between two runs, precision changes, findings that appeared or
-    disappeared, and summary sentences such as "body gradient underflow −34% (mean 1.20% → 0.79%) after head
-    moved to BF16". Layers match by exact name. `warning` / `critical` / `severe` may be set."""
-    query = request.query_params
-    unknown = sorted(set(query) - {"base", "head", "warning", "critical", "severe"})
-    if unknown:
-        raise UnknownParameter(f"unknown parameter(s): {', '.join(unknown)}")
-    thresholds = thresholds_of(parse_threshold_overrides(query))
-    body = compare.compare_runs(session, run_id_param(query, "base"), run_id_param(query, "head"), thresholds)
-    return CompareRead.model_validate(body)
-
-
-@router.get("/api/v1/compare.png", responses=PNG, response_class=Response, openapi_extra=COMPARE_IMAGE_PARAMS)
-async def compare_png(request: Request) -> Response:
-    """`?base=&head=`: the two heatmaps side by side on one shared colour scale, titled with the run names.
-    Takes the heatmap parameters too (`show_skip` defaults to false here)."""
-    return await _compare_image(request, "png")
-
-
-@router.get("/api/v1/compare.svg", responses=SVG, response_class=Response, openapi_extra=COMPARE_IMAGE_PARAMS)
-async def compare_svg(request: Request) -> Response:
-    """`compare.png` as SVG."""
-    return await _compare_image(request, "svg")
-
-
-async def _compare_image(request: Request, fmt: str) -> Response:
-    query = request.query_params
-    params = _heatmap_params(request, show_skip=False, extra=frozenset({"base", "head"}))
-    base, head = run_id_param(query, "base"), run_id_param(query, "head")
-    state = request.app.state
-    rendered = await state.renderer.image(
-        state.unit_of_work,
-        lambda session: compare.compare_cache_key(session, base, head, params, fmt),
-        lambda session, max_pixels: compare.compare_job(session, base, head, params, fmt, max_pixels),
-    )
-    return _image(rendered)

@@ -17,7 +17,7 @@ from fp8_policy.policy.parse.scalars_file import last_lines_start
 
 
 def reference(text: bytes, limit: int) -> dict[str, Any]:
-    """The reading this module replaced (service/live/story.py before it): every record, then the last `limit`."""
+    """The reading this module replaced (service/scalars/actions.py before it): every record, then the last `limit`."""
     records, unreadable, negative = parse_lines(text)
     by_step = {int(record["step"]): record for record in records}
     kept = [by_step[step] for step in sorted(by_step)][-limit:]

@@ -1,4 +1,4 @@
-"""The archive store (service/ingest/store.py): a local directory by default, S3 through s3fs against a real
+"""The archive store (service/storage/archive.py): a local directory by default, S3 through s3fs against a real
 S3-compatible server on loopback (moto); the service keeps uploads there and ingests by streaming from it."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
 from fp8_policy.service.settings import Settings
+from fp8_policy.service.storage.archive import ArchiveMissing, ArchiveStore
 from tests.archives import esm2_tar_gz, multi_rank_tree, tree_tar_gz
 from tests.conftest import wait_for_run
 from tests.dbutil import files_under, row_counts

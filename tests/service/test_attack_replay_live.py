@@ -41,9 +41,9 @@ from fp8_policy.db.summary_models import RunSummary
 from fp8_policy.service.analysis import summary
 from fp8_policy.service.app import create_app
 from fp8_policy.service.errors import InvalidLivePath
-from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.live import actions as live_actions
 from fp8_policy.service.settings import Settings
+from fp8_policy.service.storage.archive import ArchiveStore
 from tests.archives import stats_relpath, tree_tar_gz
 from tests.authutil import bearer, make_token, private_database
 from tests.dbutil import insert_run

@@ -42,9 +42,9 @@ from sqlalchemy.orm import Session
 from fp8_policy.db.live_models import LiveFile
 from fp8_policy.policy.parse import scalars_file
 from fp8_policy.service.ingest import scalars as ingest_scalars
-from fp8_policy.service.ingest.store import store_for
-from fp8_policy.service.live.story import scalars_key
 from fp8_policy.service.settings import Settings
+from fp8_policy.service.storage.archive import store_for
+from fp8_policy.service.storage.keys import scalars_key
 from tests.archives import tar_bytes, zip_bytes
 from tests.conftest import wait_for_run
 from tests.service.test_attack_replay_live import HOLD_SECONDS, IDLE_SECONDS, Hold, rows_left

@@ -28,7 +28,7 @@ from fp8_policy.service.app import create_app
 from fp8_policy.service.live import actions as live_actions
 from fp8_policy.service.runs import actions as run_actions
 from fp8_policy.service.settings import Settings
-from fp8_policy.service.storage import sweep_stale_parts
+from fp8_policy.service.storage.disk import sweep_stale_parts
 from tests.archives import meta_relpath, metadata_log, stats_relpath, tar_bytes
 from tests.dbutil import insert_run
 from tests.service.test_live_runs import LAYERS, create, put, training_log

@@ -33,9 +33,9 @@ from fp8_policy.service.app import create_app
 from fp8_policy.service.ingest import pipeline
 from fp8_policy.service.ingest import upload as upload_module
 from fp8_policy.service.ingest.pipeline import JobContext
-from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.runs import actions
 from fp8_policy.service.settings import Settings
+from fp8_policy.service.storage.archive import ArchiveStore
 from tests.archives import stats_log, stats_relpath
 from tests.conftest import wait_for_run
 from tests.dbutil import files_under, insert_run, row_counts, runs_of_project

@@ -27,8 +27,8 @@ from fp8_policy.db.session import create_session_factory, session_scope
 from fp8_policy.policy.parse.log_files import classify_log_path
 from fp8_policy.service.ingest.parse import parse_files
 from fp8_policy.service.ingest.pipeline import JobContext, run_job
-from fp8_policy.service.ingest.store import ArchiveStore
 from fp8_policy.service.settings import Settings
+from fp8_policy.service.storage.archive import ArchiveStore
 from tests.archives import meta_relpath, multi_rank_tree, stats_relpath, tree_tar_gz, write_tree
 from tests.conftest import wait_for_run
 from tests.dbutil import assembled_layer_fields, insert_run, layer_fields, row_counts
@@ -377,7 +377,7 @@ class TestSummaryAfterReady:
     ) -> None:
         # the summary runs in the job's thread after the job is recorded done: the heartbeat (every lease / 3 =
         # 0.67 s here) must not renew that finished job and report its lease as lost meanwhile
-        from fp8_policy.service.ingest import pipeline
+        from fp8_policy.service import after_ingest
 
         started = threading.Event()
 
@@ -385,7 +385,7 @@ class TestSummaryAfterReady:
             started.set()
             time.sleep(2.0)  # three heartbeats
 
-        monkeypatch.setattr(pipeline, "refresh_summary", slow_summary)
+        monkeypatch.setattr(after_ingest, "store_summary", slow_summary)
         client = make_client(**FAST)
         tree = multi_rank_tree(tmp_path / "logs", 1, layers=2)
         with caplog.at_level(logging.WARNING, logger="fp8_policy.ingest"):

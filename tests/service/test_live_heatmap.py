@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from fp8_policy.service.live.heatmap_routes import live_heatmaps
+from fp8_policy.service.live.heatmap.routes import live_heatmaps
 from tests.archives import meta_relpath, metadata_log, stats_relpath
 from tests.conftest import wait_for_run
 from tests.service.test_live_runs import LAYERS, LIVE, create, put, training_log
@@ -76,7 +76,7 @@ def test_a_poll_without_new_bytes_parses_nothing(client: TestClient, project: st
     data = training_log(0, steps=10)
     assert put(client, run["id"], stats_relpath(0), 0, data).status_code == 200
     assert live_heatmap(client, run["id"]).status_code == 200
-    from fp8_policy.service.live import heatmap as module
+    from fp8_policy.service.live.heatmap import actions as module
 
     def no_parse(*args, **kwargs):
         raise AssertionError("parsed again although no byte arrived")
@@ -91,7 +91,7 @@ def test_runs_of_two_services_with_the_same_id_are_not_mixed_up(tmp_path, client
     """The cache is per process; a run is known by its id, live folder and creation time (the suite's SQLite and
     PostgreSQL apps in one process gave a new run another run's parsed lines)."""
     from fp8_policy.service.errors import NoData
-    from fp8_policy.service.live.heatmap import LiveHeatmaps
+    from fp8_policy.service.live.heatmap.actions import LiveHeatmaps
 
     cache = LiveHeatmaps()
     run = create(client, project)

@@ -16,7 +16,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fp8_policy.policy.parse import kernels
-from fp8_policy.service.live.pieces import COPY_BYTES, Piece, PieceGate, Region, TooManyPieces, last_newline
+from fp8_policy.service.errors import TooManyPieces
+from fp8_policy.service.live.pieces import COPY_BYTES, Piece, PieceGate, Region, last_newline
 from fp8_policy.service.settings import Settings
 from tests.archives import meta_relpath, stats_relpath
 from tests.asyncrun import run_async

@@ -9,8 +9,8 @@ import shutil
 import numpy as np
 from fastapi.testclient import TestClient
 
-from fp8_policy.service.ingest.store import store_for
-from fp8_policy.service.live.story import scalars_key
+from fp8_policy.service.storage.archive import store_for
+from fp8_policy.service.storage.keys import scalars_key
 from tests.archives import meta_relpath, metadata_log, stats_log, stats_relpath
 from tests.conftest import wait_for_run
 

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fp8_policy.service.analysis import actions, routes
-from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
+from fp8_policy.service.single_flight import SingleFlightCache
 from tests.service.test_analysis_api import upload_scenario
 
 # An option (the GPU the run's metadata names already): answers without options are read from the run's stored

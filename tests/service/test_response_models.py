@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 
 from fp8_policy.policy.thresholds import Thresholds
 from fp8_policy.service.analysis.actions import load_and_analyze, recommendation_for
+from fp8_policy.service.compare.pair import compare_runs
 from fp8_policy.service.visual.actions import heatmap_layout
-from fp8_policy.service.visual.compare import compare_runs
 from fp8_policy.service.visual.params import parse_heatmap_params
 from tests.service.api_runs import sqlite_client, upload_runs
 

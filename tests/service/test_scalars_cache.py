@@ -1,4 +1,4 @@
-"""A run's training scalars are parsed once per file version and sliced per request (service/live/story.py
+"""A run's training scalars are parsed once per file version and sliced per request (service/scalars/actions.py
 `_ParsedScalars`): a ready run's once per process, a live run's once per size of its growing file; first reads of
 one version at once wait for one parse; parses run in the scalars lane (service/lanes.py), 429 when it is full."""
 
@@ -14,9 +14,9 @@ import pytest
 
 from fp8_policy.db.run_models import Run, RunStatus
 from fp8_policy.service import lanes
-from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
-from fp8_policy.service.lanes import ComputeQueueFull
-from fp8_policy.service.live import story
+from fp8_policy.service.errors import ComputeQueueFull
+from fp8_policy.service.scalars import actions as story
+from fp8_policy.service.single_flight import SingleFlightCache
 
 LINES = b"".join(b'{"step": %d, "loss": %d.5}\n' % (step, 10 - step) for step in range(5))
 

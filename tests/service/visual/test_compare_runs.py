@@ -198,8 +198,8 @@ def key_paths(value, path: str = "$") -> set[str]:
 
 
 def test_the_response_carries_every_key_the_comparison_builds(visual_client, planted, hot) -> None:
-    """FastAPI drops keys the response models do not declare: extend service/visual/compare_runs_schemas.py."""
-    from fp8_policy.service.visual import compare_runs as actions
+    """FastAPI drops keys the response models do not declare: extend service/compare/schemas.py."""
+    from fp8_policy.service.compare import actions
 
     state, ids = visual_client.app.state, [planted.after, planted.before, hot]
     with state.unit_of_work() as session:

@@ -4,7 +4,7 @@ that run (no verdict), never `ok`."""
 from __future__ import annotations
 
 from fp8_policy.policy.analysis import analyze
-from fp8_policy.service.visual.compare import compare_analyses
+from fp8_policy.service.compare.pair import compare_analyses
 from tests.policy.analysis.factories import Spec, build_run, name
 
 

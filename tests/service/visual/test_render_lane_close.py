@@ -21,6 +21,7 @@ import pytest
 import uvicorn
 
 from bench.service import stop_service, wait_healthy
+from fp8_policy.service import errors
 from fp8_policy.service.settings import Settings
 from fp8_policy.service.transport.shutdown import BoundedShutdownServer
 from fp8_policy.service.visual import pool
@@ -35,7 +36,7 @@ def test_a_closed_renderer_starts_no_worker_and_refuses_images() -> None:
     renderer.light.warm()  # the warm-up thread coming to it after the service began to stop
 
     assert renderer.light._executor is None
-    with pytest.raises(pool.RendererUnavailable, match="stopping"):
+    with pytest.raises(errors.RendererUnavailable, match="stopping"):
         renderer.light.submit(object())  # type: ignore[arg-type]
     assert renderer.light.admitted == 0  # the refused image holds no place in the lane
 

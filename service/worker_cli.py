@@ -1,4 +1,5 @@
-"""`fp8-policy worker`: a process that runs ingest jobs from the database queue (service/ingest/worker.py).
+"""`fp8-policy worker`: a process that runs ingest jobs from the database queue (service/ingest/worker.py), with
+what follows a run made ready wired in as the app wires it (service/after_ingest.py).
 
 Import rule (as service/cli.py): click only at module level, the server inside the command.
 """
@@ -33,6 +34,7 @@ def worker(concurrency: int | None, migrate: bool, log_level: str) -> None:
     import signal
 
     from fp8_policy.db.session import create_db_engine, create_session_factory
+    from fp8_policy.service import after_ingest
     from fp8_policy.service.ingest.worker import IngestWorker, warm_up_process
     from fp8_policy.service.settings import get_settings
 
@@ -44,7 +46,13 @@ def worker(concurrency: int | None, migrate: bool, log_level: str) -> None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         upgrade(settings.resolved_database_url)
     engine = create_db_engine(settings.resolved_database_url)
-    runner = IngestWorker(create_session_factory(engine), settings, run_jobs=True, threads=concurrency)
+    runner = IngestWorker(
+        create_session_factory(engine),
+        settings,
+        run_jobs=True,
+        threads=concurrency,
+        after_ready=after_ingest.store_summary,
+    )
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: runner.request_stop())
     warm_up_process()

@@ -5,18 +5,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
-from pydantic import Field
 
 from fp8_policy._lazy import lazy_module
-from fp8_policy.db.live import LiveRepository
 from fp8_policy.service.auth.deps import READ
 from fp8_policy.service.deps import SessionDep, SettingsDep
-from fp8_policy.service.live.heatmap import LiveHeatmaps
+from fp8_policy.service.errors import NotLive
+from fp8_policy.service.live import reads
+from fp8_policy.service.live.heatmap.actions import LiveHeatmaps
+from fp8_policy.service.live.heatmap.schemas import LiveHeatmapRead
 from fp8_policy.service.openapi import error_responses
 from fp8_policy.service.runs.actions import get_run
 from fp8_policy.service.visual.params import HEATMAP_KEYS, parse_cell_columns, parse_heatmap_params
 from fp8_policy.service.visual.query_docs import heatmap_json_params
-from fp8_policy.service.visual.schemas import HeatmapLayoutRead
 
 if TYPE_CHECKING:
     from fp8_policy.service.live import actions
@@ -25,13 +25,6 @@ else:  # imported on first use (the parser, the live events): start-up path, tes
 
 router = APIRouter(prefix="/api/v1/live/runs", tags=["live"], dependencies=[READ])
 live_heatmaps = LiveHeatmaps()
-
-
-class LiveHeatmapRead(HeatmapLayoutRead):
-    """A stored run's heatmap.json shape, from the statistics received so far (nothing is marked to skip while
-    live: the recommendation comes with the finalized run)."""
-
-    ranks: list[int] = Field(description="Ranks whose statistics have arrived.")
 
 
 @router.get(
@@ -50,10 +43,10 @@ def live_heatmap_json(run_id: int, request: Request, session: SessionDep, settin
     run = get_run(session, run_id)
     if run.status != actions.LIVE:
         live_heatmaps.forget(run_id)
-        raise actions.NotLive(
+        raise NotLive(
             f"run {run_id} is {run.status}, not live: its heatmap is GET /api/v1/runs/{run_id}/heatmap.json",
         )
-    files = LiveRepository(session).files(run_id)
+    files = reads.received_files(session, run_id)
     root = actions.live_dir(settings.data_dir, run_id)
     layout = live_heatmaps.layout(run_id, str(run.created_at), root, files, params, columns, run.run_metadata)
     return LiveHeatmapRead.model_validate(layout)

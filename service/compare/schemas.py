@@ -1,18 +1,21 @@
-"""Response models of GET /api/v1/compare/runs, /compare/series and /compare/scalars (2-8 runs).
+"""Response models of GET /api/v1/compare (two runs), /compare/runs, /compare/series and /compare/scalars (2-8 runs).
 
-They mirror `service.visual.compare_runs` (and `policy.compare.runs.compare_verdicts`) key by key: a key added
-there reaches clients only once it is declared here too.
+They mirror `service.compare.pair.compare_runs()`, `service.compare.actions` (and
+`policy.compare.runs.compare_verdicts`) key by key: a key added there reaches clients only once it is declared here
+too (tests/service/test_response_models.py fails, naming the key, when a real response loses one).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
 from fp8_policy.policy.records import LayerGroup
 from fp8_policy.policy.thresholds import Severity
+from fp8_policy.policy.vocabulary import LayerStatus
+from fp8_policy.service.analysis.schemas import FindingBrief, HistoryRead, MovedProblemRead
 from fp8_policy.service.schema_base import ApiModel, Number
 
 
@@ -134,3 +137,157 @@ class CompareScalarsRead(ApiModel):
     iterations: list[int] = Field(description="The union of the runs' steps (a group's first when grouped).")
     grouped: int
     runs: list[ScalarOverlayRun]
+
+
+# ------------------------------------------------------------------------------------------- two runs: /compare
+class RunRef(ApiModel):
+    id: int
+    name: str | None
+
+
+class Change(ApiModel):
+    """A number in both runs; `relative` = (head − base) / base. null where a side has no value, and below the
+    noise floor (base under 0.05 points of underflows%: compare `change`, in points)."""
+
+    base: float | None
+    head: float | None
+    change: float | None
+    relative: float | None
+    below_noise_floor: bool = Field(False, description="The base is too small for a relative change.")
+
+
+class TensorChange(ApiModel):
+    """One tensor's underflows% in a layer (worst rank, post-warm-up window)."""
+
+    level: Change
+    max: Change
+    mean: Change
+    last: Change
+
+
+class TensorChanges(ApiModel):
+    gradient: TensorChange
+    activation: TensorChange
+    weight: TensorChange
+
+
+class TextPair(ApiModel):
+    base: str | None
+    head: str | None
+
+
+class StatusPair(ApiModel):
+    base: LayerStatus | None
+    head: LayerStatus | None
+
+
+class SeverityPair(ApiModel):
+    """The layer's verdict in each run; null when it is not in that run or was not assessed there (n/a: BF16,
+    no FP8 stats)."""
+
+    base: Severity | None
+    head: Severity | None
+
+
+class CountPair(ApiModel):
+    base: int
+    head: int
+
+
+class LayerComparison(ApiModel):
+    model_config = {**ApiModel.model_config, "populate_by_name": True}
+
+    name: str = Field(description="Exact layer name as logged; layers match by it.")
+    group: LayerGroup
+    index: int | None
+    sublayer: str | None
+    in_: Literal["both", "base", "head"] = Field(alias="in", description="Which runs have the layer.")
+    precision: TextPair
+    status: StatusPair
+    status_changed: bool
+    severity: SeverityPair
+    stats: TensorChanges
+
+
+class GroupChange(Change):
+    layers: int | None = Field(description="Layers observed in both runs the means are over; null with basis 'each'.")
+    basis: Literal["both", "each"] = Field(
+        description="'both': the layers observed in both runs; 'each': each run's own layers (no layer in common)."
+    )
+
+
+class GroupChanges(ApiModel):
+    gradient: GroupChange
+    activation: GroupChange
+    weight: GroupChange
+
+
+class GroupComparison(ApiModel):
+    group: LayerGroup
+    layers: int
+    moved_to_bf16: list[str]
+    moved_to_fp8: list[str]
+    bf16: CountPair = Field(description="Layers in BF16 in each run.")
+    stats: GroupChanges = Field(description="Mean of the group's layer levels, per tensor.")
+
+
+class PrecisionChange(ApiModel):
+    layer: str
+    group: LayerGroup
+    base: LayerStatus | None
+    head: LayerStatus | None
+
+
+class Unmatched(ApiModel):
+    only_in_base: list[str]
+    only_in_head: list[str]
+
+
+class SkipLayersChange(ApiModel):
+    base: list[str]
+    head: list[str]
+    added: list[str]
+    removed: list[str]
+
+
+class OverridesChange(ApiModel):
+    base: list[dict[str, Any]]
+    head: list[dict[str, Any]]
+    added: list[dict[str, Any]]
+    removed: list[dict[str, Any]]
+    changed: list[dict[str, Any]] = Field(description="layer, base GEMMs, head GEMMs.")
+
+
+class RecommendationsComparison(ApiModel):
+    """Both runs' recommendations; the head's takes the base run as its history (`head_history`)."""
+
+    skip_layers: SkipLayersChange
+    gemm_overrides: OverridesChange
+    recipe: dict[str, Any] = Field(description="base/head recipe names and labels, changed.")
+    expected_cost: dict[str, Any] = Field(
+        description="bf16_gemm_share, gemm_slowdown_vs_all_fp8_pct, gemm_speedup_vs_all_bf16: base/head."
+    )
+    confidence: dict[str, Any]
+    policy_version: str
+    same: bool
+    summary: list[str]
+    head_history: HistoryRead | None
+
+
+class CompareRead(ApiModel):
+    """`GET /api/v1/compare`."""
+
+    base: RunRef
+    head: RunRef
+    comparable: bool = Field(description="False when the runs have no layer in common (said first in notes).")
+    common_layers: int
+    moved_problems: list[MovedProblemRead] = Field(description="Findings that followed a moved BF16 boundary.")
+    recommendations: RecommendationsComparison | None = Field(None, description="Absent when incomparable.")
+    layers: list[LayerComparison]
+    groups: list[GroupComparison]
+    precision_changes: list[PrecisionChange]
+    findings_appeared: list[FindingBrief]
+    findings_disappeared: list[FindingBrief]
+    unmatched: Unmatched
+    notes: list[str]
+    summary: list[str] = Field(description="Sentences such as 'body gradient underflow −34% (mean 1.20% → 0.79%)'.")

@@ -1,4 +1,4 @@
-"""API shapes of the rendered configs kept with a run (service/runs/configs.py)."""
+"""API shapes of the rendered configs kept with a run (service/configs/)."""
 
 from __future__ import annotations
 

@@ -20,17 +20,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
 
-from fp8_policy.service.errors import AppError, internal_error
+from fp8_policy.service.errors import InsufficientStorage, internal_error
 
 log = logging.getLogger("fp8_policy.storage")
 
 PART_SUFFIX = ".part"
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 _PG_DISK_FULL = "53100"  # https://www.postgresql.org/docs/current/errcodes-appendix.html
-
-
-class InsufficientStorage(AppError):
-    status_code = 507
 
 
 def is_out_of_space(exc: BaseException) -> bool:

@@ -1,12 +1,13 @@
-"""What a live run leaves behind once finalized: its training scalars and its early-warning timeline.
+"""The training scalars of every run (loss, grad_norm, ...): kept with the run, read back, parsed once per version.
 
-Belongs here: keeping the scalars a job streamed (`scalars.jsonl`) with the run when it is finalized, reading
-them back for a live or a finished run, and paging through a run's events. While the run is live the scalars
-are read from the received file (`<data_dir>/live/<run_id>/`); finalize copies that file into the archive store
-next to the run's upload (`runs/<run_id>/scalars.jsonl`), so any API process serves it afterwards and deleting
-the run deletes it. An uploaded archive's `scalars.jsonl` member is kept under the same key by its ingest
-(service/ingest/scalars.py), so `scalar_series` serves an uploaded run's scalars the same way. The events stay in
-`live_events` (db/live.py) for the run's lifetime.
+Belongs here: keeping the scalars a live job streamed (`scalars.jsonl`) with the run when it is finalized, and
+reading them back for a live or a finished run. While the run is live the scalars are read from the received file
+(`<data_dir>/live/<run_id>/`); finalize copies that file into the archive store next to the run's upload
+(service/storage/keys.py `scalars_key`), so any API process serves it afterwards and deleting the run deletes it.
+An uploaded archive's `scalars.jsonl` member is kept under the same key by its ingest (service/ingest/scalars.py),
+so `scalar_series` serves an uploaded run's scalars the same way; the compare page reads them through it too
+(service/compare/). Must not be here: detecting spikes and plateaus while a run is live (service/live/actions.py,
+policy/live/scalar_events.py), a live run's event timeline (service/live/reads.py).
 """
 
 from __future__ import annotations
@@ -19,29 +20,20 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from sqlalchemy.orm import Session
-
 from fp8_policy._lazy import lazy_module
-from fp8_policy.db.live import LiveRepository, StoredEvent
 from fp8_policy.db.run_models import Run, RunStatus
 from fp8_policy.policy.parse import scalars_file
 from fp8_policy.service import lanes
-from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache
-from fp8_policy.service.ingest.store import ArchiveMissing, ArchiveStore
-from fp8_policy.service.storage import PART_SUFFIX, hold_part
+from fp8_policy.service.single_flight import SingleFlightCache
+from fp8_policy.service.storage.archive import ArchiveMissing, ArchiveStore
+from fp8_policy.service.storage.disk import PART_SUFFIX, hold_part
+from fp8_policy.service.storage.keys import SCALARS_NAME, scalars_key
 
 if TYPE_CHECKING:
     from fp8_policy.policy.live import scalar_series as scalar_columns
     from fp8_policy.policy.live.scalar_series import ScalarColumns
 else:  # imported on first use (it imports numpy): start-up path, tests/service/test_start_up_imports.py
     scalar_columns = lazy_module("fp8_policy.policy.live.scalar_series")
-
-SCALARS_NAME = "scalars.jsonl"  # training scalars (loss, grad_norm, ...) as JSON lines, sent like the logs
-MAX_EVENTS_PAGE = 500
-
-
-def scalars_key(run_id: int) -> str:
-    return f"runs/{run_id}/{SCALARS_NAME}"
 
 
 def received_scalars(data_dir: Path, run_id: int) -> Path:
@@ -56,7 +48,7 @@ def keep_scalars(store: ArchiveStore, data_dir: Path, run_id: int) -> bool:
         return False
     uploads = data_dir / "uploads"
     uploads.mkdir(parents=True, exist_ok=True)
-    with (  # a held `.part`: swept at the next start-up if this process dies meanwhile (service/storage.py)
+    with (  # a held `.part`: swept at the next start-up if this process dies meanwhile (service/storage/disk.py)
         tempfile.NamedTemporaryFile(dir=uploads, prefix=f"scalars-{run_id}-", suffix=PART_SUFFIX, delete=False) as copy,
         open(source, "rb") as handle,
     ):
@@ -174,11 +166,3 @@ def _parse(store: ArchiveStore, data_dir: Path, run: Run, version: tuple[Any, ..
         columns = scalar_columns.parse_scalars(text) if text is not None else scalar_columns.NO_SCALARS
     _parsed.put(version, columns)
     return columns
-
-
-def events_page(session: Session, run_id: int, before: int | None, limit: int) -> tuple[int, list[StoredEvent], bool]:
-    """(all events of the run, up to `limit` events below id `before` newest first, whether older ones exist)."""
-    repo = LiveRepository(session)
-    limit = min(limit, MAX_EVENTS_PAGE)
-    page = repo.events_before(run_id, before, limit + 1)
-    return repo.count_events(run_id), page[:limit], len(page) > limit

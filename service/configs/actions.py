@@ -1,4 +1,4 @@
-"""HTTP routes and use cases of the rendered configs kept with a run: keep (POST), list, download.
+"""Use cases of the rendered configs kept with a run: keep, list, read one (the routes: service/configs/routes.py).
 
 A kept file is rendered by the same code that answers GET/POST .../recommendation?format= (service/analysis/
 routes.py `respond_recommendation`, its caches included), so it is byte for byte what that request hands a
@@ -8,66 +8,22 @@ answer, and numbered per run and format. SQL is db/run_configs.py."""
 from __future__ import annotations
 
 import hashlib
-from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Path, Query, Request, Response
-from pydantic import ValidationError
+from fastapi import Request, Response
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.run_config_models import RunConfig
 from fp8_policy.db.run_configs import NewConfig, RunConfigRepository
 from fp8_policy.db.runs import RunRepository
 from fp8_policy.policy.policy_version import POLICY_VERSION
-from fp8_policy.policy.vocabulary import MEDIA_TYPES, OUTPUT_FORMATS, STAGED_FORMATS
+from fp8_policy.policy.vocabulary import OUTPUT_FORMATS, STAGED_FORMATS
 from fp8_policy.service.analysis.routes import PP_STAGE, pp_stage_of, respond_recommendation
 from fp8_policy.service.auth.actions import Principal
-from fp8_policy.service.auth.deps import READ, UPLOAD, PrincipalDep
-from fp8_policy.service.deps import SessionDep
-from fp8_policy.service.errors import InvalidParameter, NotFound, UnknownFormat
-from fp8_policy.service.openapi import error_responses
-from fp8_policy.service.runs import actions
-from fp8_policy.service.runs.config_schemas import KeepConfigs, RunConfigList, RunConfigRead
+from fp8_policy.service.configs.schemas import KeepConfigs, RunConfigRead
+from fp8_policy.service.errors import NotFound, UnknownFormat
+from fp8_policy.service.runs import actions as runs
 
-router = APIRouter(prefix="/api/v1/runs", tags=["configs"])
 KEEPABLE = ("json", *OUTPUT_FORMATS)
-# the media types a kept file is sent with: the JSON policy's and each rendered format's (policy/vocabulary.py)
-KEPT_MEDIA_TYPES = {
-    **{media: {"schema": {"type": "string"}} for media in MEDIA_TYPES.values()},
-    "application/json": {"schema": {"type": "object"}},  # the JSON policy
-}
-CONFIG_ID = Path(ge=1, le=2**63 - 1, description="A kept config's id (from the list).")
-
-
-@router.post(
-    "/{run_id}/configs",
-    status_code=201,
-    response_model=RunConfigList,
-    dependencies=[UPLOAD],
-    responses=error_responses(400, 404, 409),
-)
-def keep_configs(
-    run_id: int,
-    raw: Annotated[
-        dict[str, Any],
-        Body(
-            description="`formats` (json or rendered formats, 1 to 16) and `overrides` (the recommendation's "
-            "options, as the body of POST .../recommendation; left out: the default recommendation).",
-            examples=[{"formats": ["te-yaml", "megatron", "json"], "overrides": {"te_version": "2.13"}}],
-        ),
-    ],
-    request: Request,
-    session: SessionDep,
-    principal: PrincipalDep,
-) -> RunConfigList:
-    """Render the run's recommendation in each of `formats` (with `overrides`, and `?pp_stage=` as for
-    .../recommendation) and keep the files with the run: a new version of a format unless its newest version is
-    the same file from the same recommendation (`new: false`). Nothing is kept when one format fails (4xx)."""
-    try:
-        body = KeepConfigs.model_validate(raw)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
-        raise InvalidParameter(f"configs to keep: {problems}") from None
-    return RunConfigList(items=keep(request, session, run_id, body, principal))
 
 
 def keep(
@@ -77,7 +33,7 @@ def keep(
     unknown = [fmt for fmt in formats if fmt not in KEEPABLE]
     if unknown:
         raise UnknownFormat(f"unknown format {unknown[0]!r}; expected one of: {', '.join(KEEPABLE)}")
-    actions.get_ready_run(session, run_id)
+    runs.get_ready_run(session, run_id)
     # `?pp_stage=K` is one stage's TE debug-API files (STAGED_FORMATS); the other formats serve every stage
     staged = [fmt for fmt in formats if fmt in STAGED_FORMATS]
     stage = pp_stage_of(request, staged[0] if staged else formats[0])
@@ -117,44 +73,21 @@ def keep(
     return kept
 
 
-@router.get("/{run_id}/configs", response_model=RunConfigList, dependencies=[READ], responses=error_responses(400, 404))
-def list_configs(
-    run_id: int,
-    session: SessionDep,
-    format: Annotated[str | None, Query(description="Only this format's versions.")] = None,
-) -> RunConfigList:
-    """The rendered configs kept with the run, newest first (each with its download path)."""
-    actions.get_run(session, run_id)
+def kept_configs(session: Session, run_id: int, format: str | None) -> list[RunConfigRead]:
+    """The run's kept configs, newest first, or one format's (404 unknown run, 400 UnknownFormat)."""
+    runs.get_run(session, run_id)
     if format is not None and format not in KEEPABLE:
         raise UnknownFormat(f"unknown format {format!r}; expected one of: {', '.join(KEEPABLE)}")
-    rows = RunConfigRepository(session).of_run(run_id, format)
-    return RunConfigList(items=[config_read(row) for row in rows])
+    return [config_read(row) for row in RunConfigRepository(session).of_run(run_id, format)]
 
 
-@router.get(
-    "/{run_id}/configs/{config_id}",
-    dependencies=[READ],
-    responses={
-        **error_responses(400, 404),
-        200: {"description": "The kept file, as it was rendered", "content": KEPT_MEDIA_TYPES},
-    },
-)
-def download_config(run_id: int, config_id: Annotated[int, CONFIG_ID], session: SessionDep) -> Response:
-    """The kept file, byte for byte; `X-Policy-Version`, `X-Config-Version` and `ETag` (its sha256) name it."""
-    actions.get_run(session, run_id)
+def kept_config(session: Session, run_id: int, config_id: int) -> RunConfig:
+    """One kept config of the run (404 for an unknown run or config)."""
+    runs.get_run(session, run_id)
     row = RunConfigRepository(session).get(run_id, config_id)
     if row is None:
         raise NotFound(f"run {run_id} keeps no config {config_id}")
-    return Response(
-        row.content.encode("utf-8"),
-        media_type=row.media_type,
-        headers={
-            "Content-Disposition": f'attachment; filename="{row.filename}"',
-            "ETag": f'"{row.sha256}"',
-            "X-Policy-Version": row.policy_version,
-            "X-Config-Version": str(row.version),
-        },
-    )
+    return row
 
 
 def config_read(row: RunConfig, *, new: bool | None = None) -> RunConfigRead:

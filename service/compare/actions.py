@@ -28,10 +28,11 @@ from fp8_policy.policy.records import nonfinite_text
 from fp8_policy.service import lanes, limits
 from fp8_policy.service.analysis import summary
 from fp8_policy.service.analysis.actions import recommendation_answer, recommendation_for
-from fp8_policy.service.analysis.recommendation_cache import SingleFlightCache, recommendation_key
+from fp8_policy.service.analysis.recommendation_cache import recommendation_key
 from fp8_policy.service.errors import InvalidOverrides, InvalidParameter, InvalidRunSelection, NotFound, NotReady
-from fp8_policy.service.live import story
 from fp8_policy.service.runs.actions import run_read
+from fp8_policy.service.scalars import actions as scalars
+from fp8_policy.service.single_flight import SingleFlightCache
 
 RUN_FIELDS = frozenset(
     {"id", "name", "project", "tags", "status", "created_at", "ranks", "layer_count", "points"}
@@ -168,7 +169,7 @@ def compare_scalars(
     session: Session, read: Callable[[Run], dict[str, Any]], ids: Sequence[int], name: str
 ) -> dict[str, Any]:
     """GET /api/v1/compare/scalars: one training scalar (loss by default) of every run on one step axis; `read`
-    is the runs' scalar store (service/live/story.py `scalar_series`), so a run that recorded none says so."""
+    is the runs' scalar store (service/scalars/actions.py `scalar_series`), so a run that recorded none says so."""
     if name not in scalar_events.SCALAR_KEYS:
         raise InvalidParameter(f"name must be one of {', '.join(scalar_events.SCALAR_KEYS)}; got {name!r}")
     runs = ready_runs(session, ids)
@@ -193,7 +194,7 @@ def compare_scalars(
 
 
 def scalar_reader(store: Any, data_dir: Any, limit: int = 100_000) -> Callable[[Run], dict[str, Any]]:
-    return lambda run: story.scalar_series(store, data_dir, run, limit)
+    return lambda run: scalars.scalar_series(store, data_dir, run, limit)
 
 
 def _overlay(
