@@ -244,3 +244,16 @@ def test_no_route_calls_a_repository() -> None:
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fp8_policy.db"):
                 found += [f"{name}: {a.name}" for a in node.names if a.name.endswith(("Repository", "RankStore"))]
     assert found == []
+
+
+def test_every_folder_of_modules_is_a_package() -> None:
+    """setup.py ships what `find_packages` finds: a folder of modules without `__init__.py` imports in the source
+    tree (a namespace package) but is left out of the wheel. Folders shipped as package data are not packages."""
+    data = {"client/collect/te_features"}  # files nvdlfw_inspect loads (pyproject.toml package-data)
+    missing = [
+        str(folder.relative_to(ROOT))
+        for top in ("client", "db", "policy", "service")
+        for folder in sorted({path.parent for path in (ROOT / top).rglob("*.py")})
+        if "__pycache__" not in folder.parts and not (folder / "__init__.py").is_file()
+    ]
+    assert sorted(set(missing) - data) == []
