@@ -49,7 +49,7 @@ from fp8_policy.service.transport.body import BodyTimeoutMiddleware
 from fp8_policy.service.transport.body_cap import BodyCapMiddleware
 from fp8_policy.service.transport.overload import install_overload_handlers
 from fp8_policy.service.transport.uploads import UploadGate
-from fp8_policy.service.visual.frontier_routes import router as frontier_router
+from fp8_policy.service.visual.frontier.routes import router as frontier_router
 from fp8_policy.service.visual.pool import Renderer
 from fp8_policy.service.visual.routes import router as visual_router
 from fp8_policy.service.web.routes import router as web_router

@@ -38,7 +38,7 @@ class RenderJob:
 
 @dataclass(frozen=True, slots=True)
 class ChartJob:
-    """A small chart (the speed/risk frontier, service/visual/frontier_chart.py) from plain data (picklable)."""
+    """A small chart (the speed/risk frontier, service/visual/frontier/chart.py) from plain data (picklable)."""
 
     data: dict[str, Any]
     fmt: str
@@ -52,7 +52,7 @@ Job = RenderJob | ChartJob
 def render_job(job: Job) -> Rendered:
     """Draw the figure with matplotlib in this process."""
     if isinstance(job, ChartJob):
-        from fp8_policy.service.visual.frontier_chart import draw
+        from fp8_policy.service.visual.frontier.chart import draw
 
         return Rendered(draw(job.data, job.fmt), "image/png" if job.fmt == "png" else "image/svg+xml", job.headers)
     from fp8_policy.service.visual.render import MEDIA_TYPES, render

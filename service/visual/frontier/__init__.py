@@ -1,0 +1,1 @@
+"""The speed/risk frontier drawn: its routes (frontier.png / .svg) and the chart a render worker draws."""
