@@ -20,8 +20,12 @@ TE 2.19, #2817):
   the most precise any of them needs (grouped.py), an approximation said in the header.
 * `role.name`: nvdlfw_inspect's `infer_and_assign_layer_names` sets each TE module's `name` to the logged name, so
   inside a debug session the logged names match; elsewhere call the module's `assign_names(model)` before the first
-  forward (it names TE modules by their `named_modules()` path, which the plan also holds). Megatron-LM (main,
-  2026-08) passes no `name=` to TE modules (megatron/core/extensions/transformer_engine.py), so under Megatron the
+  forward (it names TE modules by their `named_modules()` path, which the plan also holds). A TE module built
+  without `name=` is not nameless: its constructor names it `Layer_<n>` (pytorch/module/base.py
+  `TransformerEngineBaseModule.__init__` -> `_validate_name`, since TE 2.12), so `assign_names` replaces that
+  default and keeps any other name. A LayerNormMLP's roles are `<name>.fc1` / `<name>.fc2`
+  (pytorch/module/layernorm_mlp.py `get_quantizer_roles`), its logged GEMM names. Megatron-LM (main, 2026-08)
+  passes no `name=` to TE modules (megatron/core/extensions/transformer_engine.py), so under Megatron the
   per-module route is its precision config: one `custom_recipe_factory` per distinct GEMM mix (`mix_<...>`
   functions below need no name). Delayed scaling needs TE-managed state (`DelayedScalingRequest`) and Megatron's
   per-module config refuses it: a delayed rung runs per-tensor current scaling here, said in the header.
@@ -209,11 +213,14 @@ def recipe(**kwargs):
 
 
 def assign_names(model):
-    """Name every unnamed TE module by its named_modules() path (TE reads `name` when it builds the roles)."""
+    """Name every TE module by its named_modules() path (TE reads `name` when it builds the roles), unless a
+    framework named it: TE's own default, `Layer_<n>` (given in the constructor), is replaced."""
     from transformer_engine.pytorch.module.base import TransformerEngineBaseModule
 
     for path, module in model.named_modules():
-        if isinstance(module, TransformerEngineBaseModule) and not getattr(module, "name", None):
+        name = getattr(module, "name", None) or ""
+        default = name.startswith("Layer_") and name[len("Layer_"):].isdigit()
+        if isinstance(module, TransformerEngineBaseModule) and (not name or default):
             module.name = path
     return model
 '''
