@@ -14,9 +14,13 @@ On a CUDA machine with Transformer Engine and nvdlfw_inspect installed (`pip ins
    apply_policy + the te-monitor config -> retraining -> compare, as a table.
 4. sensitivity (examples/gpu_check_sensitivity.py): the project's TE debug feature LogQuantizationSensitivity loaded
    through `feature_dirs` writes the CPU formulas' values on the GPU.
+5. te-recipe (examples/gpu_check_recipe.py): a decision with BF16 layers, FP8 current scaling, MXFP8 or FP8 block
+   scaling where TE says it runs, and per-GEMM mixes (HybridQuantizer), rendered as `te-recipe`, imported and
+   trained under TE's `CustomRecipe(qfactory=...)`: the loss is finite, the quantizers TE built are the planned
+   format per (layer, GEMM), and BF16-fprop modules give outputs bit-identical to BF16, every other one not.
 Without CUDA, TE or nvdlfw_inspect it says what is missing and exits 0 (nothing verified). Exit status 1 when a
 check fails. TE calls follow NVIDIA/TransformerEngine 2.20 (pytorch/quantization.py `autocast`, pytorch/module/*.py,
-debug/features/log_fp8_tensor_stats.py) and docs/debug/1_getting_started.rst for the debug API.
+debug/features/log_fp8_tensor_stats.py) and docs/debug/1_getting_started.rst for the debug API; step 5 cites its own.
 """
 
 from __future__ import annotations
@@ -32,7 +36,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for `examples.*`
 from examples.gpu_check_data import STATS_LOG, parity_tensors, read_log  # noqa: E402
-from examples.gpu_check_te import autocast, parity_te_model, te_features_dir, tiny_te_gpt  # noqa: E402
+from examples.gpu_check_te import (  # noqa: E402
+    autocast,
+    capture_calls,
+    first,
+    gemm_modules,
+    parity_te_model,
+    rerun,
+    te_features_dir,
+    tiny_te_gpt,
+)
 
 Row = tuple[str, bool, str]  # (check, passed, detail)
 STATS = ["underflows%", "scale_inv_min", "scale_inv_max", "mse"]
@@ -107,13 +120,7 @@ def check_collector(work: Path) -> list[Row]:
     return [("collector = TE LogFp8TensorStats", bool(theirs) and not bad and set(theirs) == set(ours), detail)]
 
 
-def _first(out: Any) -> torch.Tensor:
-    return out[0] if isinstance(out, (tuple, list)) else out
-
-
 def check_apply_precision() -> list[Row]:
-    import transformer_engine.pytorch as te
-
     from fp8_policy import apply_policy, recipe_from_policy
 
     torch.manual_seed(0)
@@ -126,30 +133,27 @@ def check_apply_precision() -> list[Row]:
     }
     recipe = recipe_from_policy(policy)
     report = apply_policy(model, policy, backend="te", recipe=recipe)
-    gemms = {f: m for f, m in model.named_modules() if isinstance(m, (te.Linear, te.LayerNormLinear, te.LayerNormMLP))}
-    seen: dict[str, tuple] = {}
-    hooks = [
-        m.register_forward_hook(lambda mod, a, kw, out, f=f: seen.setdefault(f, (a, kw, out)), with_kwargs=True)
-        for f, m in gemms.items()
-    ]
+    gemms = gemm_modules(model)
     tokens = torch.randint(0, 128, (8, 64), device="cuda")
-    with torch.no_grad(), autocast(True, recipe):
-        model(tokens)
-    for hook in hooks:
-        hook.remove()
+
+    def forward() -> None:
+        with torch.no_grad(), autocast(True, recipe):
+            model(tokens)
+
+    seen = capture_calls(gemms, forward)
     kept = set(report.wrapped)
     rows: list[Row] = []
     for fqn, module in gemms.items():
         args, kwargs, out = seen[fqn]
+        again = rerun(module, seen[fqn])  # outside any outer autocast: BF16 unless wrapped in a rung
+        original = module.__dict__.get("_fp8_policy_original_forward")  # the forward apply_policy wrapped
         with torch.no_grad():
-            again = _first(module(*args, **kwargs))  # outside any outer autocast: BF16 unless wrapped in a rung
-            original = module.__dict__.get("_fp8_policy_original_forward")  # the forward apply_policy wrapped
-            plain = _first(original(*args, **kwargs)) if original is not None else again
-        same = torch.equal(_first(out), again)
+            plain = first(original(*args, **kwargs)) if original is not None else again
+        same = torch.equal(first(out), again)
         if fqn in kept:
             rows.append((f"kept {fqn}", same, "bit-identical to BF16" if same else "differs from BF16"))
         elif fqn in report.precision_wrapped:
-            ok = same and not torch.equal(_first(out), plain)
+            ok = same and not torch.equal(first(out), plain)
             detail = "own recipe reproduced, not BF16" if ok else "wrong precision"
             rows.append((f"{report.precision_wrapped[fqn]} rung {fqn}", ok, detail))
         else:
@@ -186,6 +190,9 @@ def main(argv: list[str]) -> int:
         from examples.gpu_check_sensitivity import check_sensitivity
 
         rows += check_sensitivity(work / "sensitivity")
+        from examples.gpu_check_recipe import check_te_recipe
+
+        rows += check_te_recipe(work / "te-recipe")
         print_table(rows)
     return 0 if all(passed for _, passed, _ in rows) else 1
 

@@ -1,12 +1,14 @@
 """Transformer Engine helpers the verification kit's checks share (examples/gpu_check*.py).
 
 Belongs here: the TE debug features folder, an autocast that works on TE 2.8 and later, the parity model (one
-te.Linear per parity tensor) and the small TE GPT the checks train. Needs CUDA and Transformer Engine; imported
+te.Linear per parity tensor), the small TE GPT the checks train, its GEMM modules, and the forward-hook capture
+the precision checks re-run modules from (`capture_calls`, `rerun`). Needs CUDA and Transformer Engine; imported
 only once examples/gpu_check.py found both.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +77,38 @@ def tiny_te_gpt(d: int = 256, layers: int = 4, vocab: int = 128, logit_scale: fl
             return (self.lm_head(x) * logit_scale).transpose(0, 1)
 
     return GPT()
+
+
+def gemm_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """named_modules() path -> every TE GEMM module (te.Linear, te.LayerNormLinear, te.LayerNormMLP)."""
+    import transformer_engine.pytorch as te
+
+    kinds = (te.Linear, te.LayerNormLinear, te.LayerNormMLP)
+    return {path: m for path, m in model.named_modules() if isinstance(m, kinds)}
+
+
+def first(out: Any) -> torch.Tensor:
+    """A module's output tensor (TE modules may return (output, bias))."""
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def capture_calls(modules: dict[str, torch.nn.Module], run: Callable[[], Any]) -> dict[str, tuple[Any, ...]]:
+    """path -> (args, kwargs, output) of each module's first call while `run()` runs (forward hooks)."""
+    seen: dict[str, tuple[Any, ...]] = {}
+    hooks = [
+        m.register_forward_hook(lambda mod, a, kw, out, f=f: seen.setdefault(f, (a, kw, out)), with_kwargs=True)
+        for f, m in modules.items()
+    ]
+    try:
+        run()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+def rerun(module: torch.nn.Module, call: tuple[Any, ...]) -> torch.Tensor:
+    """The module's output on a captured call's inputs, outside any autocast (BF16 unless wrapped)."""
+    args, kwargs, _ = call
+    with torch.no_grad():
+        return first(module(*args, **kwargs))
