@@ -96,7 +96,8 @@ eval-outcomes: setup
 	$(BIN)/python -m bench.eval_outcomes $(if $(QUICK),--quick) $(if $(OUT),--out $(OUT))
 
 # TE verification kit (examples/gpu_check.py): the collector against TE's own LogFp8TensorStats, apply_policy's
-# precision check and a short TE closed loop, on a CUDA machine with Transformer Engine (`pip install
+# precision check, a short TE closed loop, the sensitivity feature and the te-recipe format under TE's
+# CustomRecipe, on a CUDA machine with Transformer Engine (`pip install
 # 'fp8-policy[te]'` in the venv); elsewhere it says what is missing and exits 0. GPU_CHECK_ARGS: e.g. --out DIR.
 gpu-check: setup
 	$(BIN)/python examples/gpu_check.py $(GPU_CHECK_ARGS)
