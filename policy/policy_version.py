@@ -8,4 +8,4 @@ import the rules themselves (issue 21, tests/service/test_start_up_imports.py).
 
 from __future__ import annotations
 
-POLICY_VERSION = "2026.12.02-wave4-titan"  # wave4 + torchtitan module names; Megatron custom/BF16 configs read
+POLICY_VERSION = "2026.12.02-wave4-names"  # wave4 + torchtitan module names; Megatron custom/BF16 configs read; te-recipe renames TE default Layer_<n> names
