@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tests.pg_cluster import (
+from tests.support.pg_cluster import (
     PostgresStartupError,
     PostgresUnavailable,
     ThrowawayPostgres,
@@ -161,7 +161,7 @@ def test_missing_binaries_raise_clear_error(tmp_path):
 
 _CHILD = """
 import json, signal, sys, time
-from tests.pg_cluster import ThrowawayPostgres
+from tests.support.pg_cluster import ThrowawayPostgres
 # Ctrl-C raises KeyboardInterrupt here even when the suite was started with SIGINT ignored (a background job of a
 # non-interactive shell), which the child would inherit: https://docs.python.org/3/library/signal.html
 signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from fp8_policy.client import PolicyClient
 from fp8_policy.client.cli import cli
-from tests.service.api_runs import live_server, sqlite_client, sqlite_settings, upload_runs
+from tests.support.api_runs import live_server, sqlite_client, sqlite_settings, upload_runs
 
 
 @pytest.fixture(scope="module")

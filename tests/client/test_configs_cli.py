@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from fp8_policy.client import PolicyClient
 from fp8_policy.client.cli import cli
-from tests.archives import stats_log
 from tests.conftest import upload, wait_for_run
-from tests.service.api_runs import live_server, sqlite_client, sqlite_settings
+from tests.support.api_runs import live_server, sqlite_client, sqlite_settings
+from tests.support.archives import stats_log
 
 LAYERS = ("model.layers.0.mlp.fc1", "model.layers.1.mlp.fc1")
 

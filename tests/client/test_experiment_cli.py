@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from fp8_policy import PolicyClient
 from fp8_policy.client.cli import cli
 from fp8_policy.client.experiment.arms import arms_from_recommendation, experiment_body
-from tests.service.sensitivity_runs import SENSITIVE, upload_sensitivity_run
+from tests.support.sensitivity_runs import SENSITIVE, upload_sensitivity_run
 
 SPEC = """
 from examples.tiny_gpt import Setup, TinyGPT, corpus, loss_of

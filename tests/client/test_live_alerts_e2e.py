@@ -22,7 +22,7 @@ from tests.client.test_live_upload import (
     watch_cli,
 )
 from tests.service.test_live_runs import LAYERS
-from tests.webhook import webhook_receiver
+from tests.support.webhook import webhook_receiver
 
 pytestmark = pytest.mark.slow
 __all__ = ["settings"]  # the fixture, shared with test_live_upload

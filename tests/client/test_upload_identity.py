@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from fp8_policy.client.cli import cli
-from tests.archives import ESM2, LLAMA3, TS, meta_relpath, metadata_log, tar_bytes
-from tests.service.live import Live, sqlite_service
+from tests.support.archives import ESM2, LLAMA3, TS, meta_relpath, metadata_log, tar_bytes
+from tests.support.uvicorn_app import Live, sqlite_service
 
 
 @pytest.fixture(scope="module")

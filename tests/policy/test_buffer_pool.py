@@ -9,7 +9,7 @@ import numpy as np
 
 from fp8_policy.policy.parse import stats_blocks, stats_log, stats_scan
 from fp8_policy.policy.parse.buffer_pool import FreeList
-from tests.archives import stats_line
+from tests.support.archives import stats_line
 
 
 def test_take_hands_out_the_smallest_item_that_fits() -> None:

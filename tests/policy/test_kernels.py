@@ -19,7 +19,7 @@ from fp8_policy.policy.parse import kernels
 from fp8_policy.policy.parse.assemble import AssembledRun, assemble_run
 from fp8_policy.policy.parse.metadata_log import MetadataLog
 from fp8_policy.policy.parse.stats_log import StatsLogParser
-from tests.archives import ESM2_STATS, LLAMA3_STATS, TS, stats_log
+from tests.support.archives import ESM2_STATS, LLAMA3_STATS, TS, stats_log
 
 ROOT = Path(__file__).resolve().parents[2]
 FC1 = "model.layers.1.fc1"

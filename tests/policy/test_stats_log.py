@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from fp8_policy.policy.parse.stats_log import STATS_LINE, FileReport, NoStatsLines, ParsedStats, StatsLogParser
-from tests.archives import ESM2_STATS, LLAMA3_STATS, TS, parse_reference, same_float, stats_line
+from tests.support.archives import ESM2_STATS, LLAMA3_STATS, TS, parse_reference, same_float, stats_line
 
 NAME = "model.layers.1.self_attention.linear_qkv_activation_underflows%"
 OTHER = "model.layers.1.self_attention.linear_qkv_gradient_underflows%"

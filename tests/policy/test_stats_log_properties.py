@@ -5,7 +5,7 @@
 * Arbitrary well-formed logs (stats lines of any grammar-conforming name, any int64 iteration, any printed value,
   mixed with blank and garbage lines, LF or CRLF, appended sessions) parse to exactly what the reference regex
   reads (last line wins), with every line counted in the right bucket and every duplicate counted.
-Budget: tests/fuzz.py (FP8_POLICY_FUZZ_EXAMPLES for longer runs).
+Budget: tests/support/fuzz.py (FP8_POLICY_FUZZ_EXAMPLES for longer runs).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fp8_policy.policy.parse.stats_log import STATS_LINE, StatsLogError, StatsLogParser
-from tests.archives import TS
-from tests.fuzz import fuzz
+from tests.support.archives import TS
+from tests.support.fuzz import fuzz
 
 INT64_MAX = 2**63 - 1
 

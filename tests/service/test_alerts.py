@@ -16,9 +16,9 @@ from fp8_policy.db.runs import NewRun, RunRepository
 from fp8_policy.db.session import create_session_factory, session_scope
 from fp8_policy.service.alerts.sender import AlertSender
 from fp8_policy.service.settings import Settings
-from tests.archives import stats_relpath
 from tests.service.test_live_runs import LAYERS, create, put, training_log
-from tests.webhook import webhook_receiver
+from tests.support.archives import stats_relpath
+from tests.support.webhook import webhook_receiver
 
 RULES = "/api/v1/alerts/rules"
 LOG = "/api/v1/alerts/log"

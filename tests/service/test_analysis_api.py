@@ -14,9 +14,9 @@ from sqlalchemy import select
 from fp8_policy.db.session import session_scope
 from fp8_policy.db.summary_models import RunSummary
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
-from tests.archives import esm2_tar_gz, tree_tar_gz
 from tests.conftest import wait_for_run
 from tests.policy.recommend.test_recommend import KEYS
+from tests.support.archives import esm2_tar_gz, tree_tar_gz
 
 
 def wait_for_summary(client: TestClient, run_id: int, timeout: float = 60.0) -> None:

@@ -16,7 +16,7 @@ import pytest
 from fp8_policy.policy.parse.log_files import LogFile
 from fp8_policy.service.ingest import archive
 from fp8_policy.service.ingest.archive import ArchiveError, ExtractLimits, ExtractResult, extract_upload
-from tests.archives import tar_bytes
+from tests.support.archives import tar_bytes
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 ESM2_LOGS = SHARED / "fixtures" / "bionemo" / "dummy_logs_esm2"

@@ -4,7 +4,7 @@ Arbitrary bytes — random, random behind a gzip / zip / tar signature, and vali
 uploads with bytes flipped, cut, inserted or repeated — given to `extract_upload` and to the streaming
 `scan_archive` only ever raise ArchiveError with one of the documented codes; on success every file is a
 recognised log under the work directory; on failure the work directory is empty; nothing is ever written
-outside it. Budget: tests/fuzz.py (FP8_POLICY_FUZZ_EXAMPLES for longer runs).
+outside it. Budget: tests/support/fuzz.py (FP8_POLICY_FUZZ_EXAMPLES for longer runs).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from fp8_policy.service.ingest.archive import ERROR_CODES, ArchiveError, ExtractLimits, extract_upload
 from fp8_policy.service.ingest.archive.stream import scan_archive
-from tests.archives import meta_relpath, metadata_log, stats_log, stats_relpath, tar_bytes, zip_bytes
-from tests.fuzz import fuzz
+from tests.support.archives import meta_relpath, metadata_log, stats_log, stats_relpath, tar_bytes, zip_bytes
+from tests.support.fuzz import fuzz
 
 LIMITS = ExtractLimits(
     max_total_bytes=2 * 1024**2, max_ratio=50.0, ratio_floor_bytes=256 * 1024, max_members=200, max_member_bytes=1024**2

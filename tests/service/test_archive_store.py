@@ -10,10 +10,10 @@ from sqlalchemy import Engine
 
 from fp8_policy.service.settings import Settings
 from fp8_policy.service.storage.archive import ArchiveMissing, ArchiveStore
-from tests.archives import esm2_tar_gz, multi_rank_tree, tree_tar_gz
 from tests.conftest import wait_for_run
-from tests.dbutil import files_under, row_counts
-from tests.s3 import S3Bucket
+from tests.support.archives import esm2_tar_gz, multi_rank_tree, tree_tar_gz
+from tests.support.dbutil import files_under, row_counts
+from tests.support.s3 import S3Bucket
 
 
 @pytest.fixture(params=["local", "s3"])

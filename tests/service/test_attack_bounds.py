@@ -26,11 +26,11 @@ from fp8_policy.policy.model_bounds import MAX_NUM_LAYERS
 from fp8_policy.service.app import create_app
 from fp8_policy.service.limits import MAX_BODY_BYTES, MAX_ROW_ID
 from fp8_policy.service.settings import Settings
-from tests.archives import tar_bytes
-from tests.authutil import BACKENDS, bearer, make_token, private_database
 from tests.conftest import wait_for_run
-from tests.dbutil import insert_run
 from tests.service.test_uploaded_scalars import logs
+from tests.support.archives import tar_bytes
+from tests.support.authutil import BACKENDS, bearer, make_token, private_database
+from tests.support.dbutil import insert_run
 
 RUNS = "/api/v1/runs"
 HUGE = 10**18

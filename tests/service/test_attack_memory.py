@@ -27,8 +27,8 @@ import httpx
 import pytest
 
 from bench.service import free_port, stop_service, vm_hwm_mb, wait_healthy
-from tests.archives import tar_bytes
 from tests.service.test_uploaded_scalars import logs, records
+from tests.support.archives import tar_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 ADDRESS_SPACE_BYTES = int(2.5 * 1024**3)

@@ -44,10 +44,10 @@ from fp8_policy.service.errors import InvalidLivePath
 from fp8_policy.service.live import actions as live_actions
 from fp8_policy.service.settings import Settings
 from fp8_policy.service.storage.archive import ArchiveStore
-from tests.archives import stats_relpath, tree_tar_gz
-from tests.authutil import bearer, make_token, private_database
-from tests.dbutil import insert_run
 from tests.service.test_live_runs import create, log_tree, put, training_log
+from tests.support.archives import stats_relpath, tree_tar_gz
+from tests.support.authutil import bearer, make_token, private_database
+from tests.support.dbutil import insert_run
 
 LIVE = "/api/v1/live/runs"
 RUNS = "/api/v1/runs"

@@ -45,11 +45,11 @@ from fp8_policy.service.ingest import scalars as ingest_scalars
 from fp8_policy.service.settings import Settings
 from fp8_policy.service.storage.archive import store_for
 from fp8_policy.service.storage.keys import scalars_key
-from tests.archives import tar_bytes, zip_bytes
 from tests.conftest import wait_for_run
 from tests.service.test_attack_replay_live import HOLD_SECONDS, IDLE_SECONDS, Hold, rows_left
 from tests.service.test_live_runs import create, put
 from tests.service.test_uploaded_scalars import SCALARS, logs, records, upload
+from tests.support.archives import tar_bytes, zip_bytes
 
 HUGE = b"9" * 400  # a JSON integer no float holds
 OUT_OF_RANGE = [

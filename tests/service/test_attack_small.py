@@ -29,10 +29,10 @@ from fp8_policy.service.live import actions as live_actions
 from fp8_policy.service.runs import actions as run_actions
 from fp8_policy.service.settings import Settings
 from fp8_policy.service.storage.disk import sweep_stale_parts
-from tests.archives import meta_relpath, metadata_log, stats_relpath, tar_bytes
-from tests.dbutil import insert_run
 from tests.service.test_live_runs import LAYERS, create, put, training_log
 from tests.service.test_uploaded_scalars import logs, upload
+from tests.support.archives import meta_relpath, metadata_log, stats_relpath, tar_bytes
+from tests.support.dbutil import insert_run
 
 RUNS = "/api/v1/runs"
 

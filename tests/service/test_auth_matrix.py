@@ -22,7 +22,7 @@ from fp8_policy.service.app import create_app
 from fp8_policy.service.auth.deps import ScopeCheck
 from fp8_policy.service.auth.tokens import SCOPES, scope_allows
 from fp8_policy.service.settings import Settings
-from tests.authutil import BACKENDS, bearer, in_the_past, make_token, private_database, set_token_dates
+from tests.support.authutil import BACKENDS, bearer, in_the_past, make_token, private_database, set_token_dates
 
 # Routes whose scope is not the default of their method (GET: read; a write must not be read, see below).
 EXPECTED_SCOPES = {

@@ -23,9 +23,17 @@ from fp8_policy.db.session import create_db_engine
 from fp8_policy.db.token_models import ServiceSecret
 from fp8_policy.service.app import create_app
 from fp8_policy.service.settings import Settings
-from tests.archives import stats_log, stats_relpath, tar_bytes
-from tests.authutil import BACKENDS, bearer, in_the_past, make_token, private_database, read_token_row, set_token_dates
 from tests.conftest import wait_for_run
+from tests.support.archives import stats_log, stats_relpath, tar_bytes
+from tests.support.authutil import (
+    BACKENDS,
+    bearer,
+    in_the_past,
+    make_token,
+    private_database,
+    read_token_row,
+    set_token_dates,
+)
 
 RUNS = "/api/v1/runs"
 UF = "model.layers.1.fc1_gradient_underflows%"

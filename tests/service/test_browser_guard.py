@@ -13,9 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from tests.archives import stats_log
 from tests.conftest import wait_for_run
-from tests.dbutil import runs_of_project
+from tests.support.archives import stats_log
+from tests.support.dbutil import runs_of_project
 
 RUNS = "/api/v1/runs"
 GOOD = stats_log([("model.layers.1.fc1_activation_underflows%", it, it / 100) for it in range(0, 50, 10)])

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from fp8_policy.policy.synthetic import SCENARIOS, SyntheticRun, write_run
 from fp8_policy.policy.synthetic.studies import og2_boundary_study
 from fp8_policy.service.visual.sentences import summary_sentences
-from tests.archives import tree_tar_gz
 from tests.conftest import wait_for_run
+from tests.support.archives import tree_tar_gz
 
 
 def upload(client: TestClient, tmp_path: Path, project: str, name: str, run: SyntheticRun, metadata: dict) -> int:

@@ -3,7 +3,7 @@
 `POST /runs` streams its body on the event loop; before the fix it also checked out a pooled connection and
 committed there, so while its INSERT waited (on the SQLite write lock, on a PostgreSQL table lock, or for a free
 pooled connection) no other request was served — readers timed out and the pool timed out into 500s. Both tests
-serve the real app with uvicorn on loopback (tests/service/live.py), bounded in time and count.
+serve the real app with uvicorn on loopback (tests/support/uvicorn_app.py), bounded in time and count.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import psycopg
 from sqlalchemy.engine import make_url
 
 from fp8_policy.service.settings import Settings
-from tests.archives import multi_rank_tree, tree_tar_gz
-from tests.service.live import live_service
+from tests.support.archives import multi_rank_tree, tree_tar_gz
+from tests.support.uvicorn_app import live_service
 
 RANKS, LAYERS, ITERATIONS = 2, 3, range(0, 400, 10)
 POINTS = RANKS * LAYERS * len(ITERATIONS)

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 from fastapi.testclient import TestClient
 
-from tests.service.sensitivity_runs import LAYERS, SENSITIVE, upload_sensitivity_run
+from tests.support.sensitivity_runs import LAYERS, SENSITIVE, upload_sensitivity_run
 
 EXPERIMENTS = "/api/v1/runs/{}/experiments"
 

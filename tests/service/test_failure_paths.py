@@ -36,9 +36,9 @@ from fp8_policy.service.ingest.pipeline import JobContext
 from fp8_policy.service.runs import actions
 from fp8_policy.service.settings import Settings
 from fp8_policy.service.storage.archive import ArchiveStore
-from tests.archives import stats_log, stats_relpath
 from tests.conftest import wait_for_run
-from tests.dbutil import files_under, insert_run, row_counts, runs_of_project
+from tests.support.archives import stats_log, stats_relpath
+from tests.support.dbutil import files_under, insert_run, row_counts, runs_of_project
 
 RUNS = "/api/v1/runs"
 UF = "model.layers.1.fc1_activation_underflows%"

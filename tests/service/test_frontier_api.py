@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from tests.service.sensitivity_runs import HARMLESS, SENSITIVE, upload_sensitivity_run
+from tests.support.sensitivity_runs import HARMLESS, SENSITIVE, upload_sensitivity_run
 
 REC = "/api/v1/runs/{}/recommendation"
 

@@ -29,9 +29,9 @@ from fp8_policy.service.ingest.parse import parse_files
 from fp8_policy.service.ingest.pipeline import JobContext, run_job
 from fp8_policy.service.settings import Settings
 from fp8_policy.service.storage.archive import ArchiveStore
-from tests.archives import meta_relpath, multi_rank_tree, stats_relpath, tree_tar_gz, write_tree
 from tests.conftest import wait_for_run
-from tests.dbutil import assembled_layer_fields, insert_run, layer_fields, row_counts
+from tests.support.archives import meta_relpath, multi_rank_tree, stats_relpath, tree_tar_gz, write_tree
+from tests.support.dbutil import assembled_layer_fields, insert_run, layer_fields, row_counts
 
 FAST = {"job_poll_seconds": 0.05, "job_lease_seconds": 2.0}
 
@@ -99,7 +99,7 @@ class TestPerRankJobs:
     def test_a_1_rank_archive_without_attributable_lines_fails_in_its_plan_job_and_keeps_nothing(
         self, make_client, db_engine: Engine, project: str, tmp_path: Path
     ) -> None:
-        from tests.archives import stats_log
+        from tests.support.archives import stats_log
 
         tree = write_tree(tmp_path / "logs", {stats_relpath(0): stats_log([("nolayer", 0, 1.0), ("nolayer", 10, 2.0)])})
         client = make_client(**FAST)
@@ -156,7 +156,7 @@ class TestPerRankJobs:
     ) -> None:
         import tarfile
 
-        from tests.archives import stats_log
+        from tests.support.archives import stats_log
 
         old = stats_log([("model.layers.1.fc1_activation_underflows%", 0, 1.0)])
         new = stats_log([("model.layers.1.fc1_activation_underflows%", 0, 2.0)])
@@ -196,7 +196,7 @@ class TestPlanStoresTheFirstRank:
     def test_a_first_rank_with_two_sessions_is_left_to_its_rank_job(
         self, make_client, project: str, tmp_path: Path
     ) -> None:
-        from tests.archives import stats_log
+        from tests.support.archives import stats_log
 
         old = stats_log([("model.layers.1.fc1_activation_underflows%", 0, 1.0)])
         new = stats_log([("model.layers.1.fc1_activation_underflows%", 0, 2.0)])

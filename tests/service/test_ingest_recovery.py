@@ -11,9 +11,9 @@ from sqlalchemy import Engine
 
 from fp8_policy.service.app import create_app
 from fp8_policy.service.settings import Settings
-from tests.archives import esm2_tar_gz, stats_log
 from tests.conftest import wait_for_run
-from tests.dbutil import files_under, insert_run, row_counts
+from tests.support.archives import esm2_tar_gz, stats_log
+from tests.support.dbutil import files_under, insert_run, row_counts
 
 
 def plant_upload(settings: Settings, name: str, data: bytes) -> str:

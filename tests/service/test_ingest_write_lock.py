@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import Engine, event
 
 from fp8_policy.db import codec
-from tests.archives import multi_rank_tree, tree_tar_gz
 from tests.conftest import wait_for_run
+from tests.support.archives import multi_rank_tree, tree_tar_gz
 
 WRITES = ("INSERT", "UPDATE", "DELETE")
 

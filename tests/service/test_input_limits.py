@@ -18,9 +18,9 @@ from sqlalchemy import Engine, text
 
 from fp8_policy.service.limits import MAX_METADATA_DEPTH, MAX_ROW_ID
 from fp8_policy.service.settings import Settings
-from tests.archives import stats_log, stats_relpath, tar_bytes
 from tests.conftest import wait_for_run
-from tests.dbutil import files_under, insert_run, runs_of_project
+from tests.support.archives import stats_log, stats_relpath, tar_bytes
+from tests.support.dbutil import files_under, insert_run, runs_of_project
 
 RUNS = "/api/v1/runs"
 UF = "model.layers.1.fc1_activation_underflows%"

@@ -11,10 +11,10 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from fp8_policy.policy.synthetic import FRONTIER_SCENARIOS, write_run
-from tests.archives import tree_tar_gz
 from tests.conftest import wait_for_run
 from tests.policy.render import megatron_loader as loader
 from tests.service.test_analysis_api import wait_for_summary
+from tests.support.archives import tree_tar_gz
 
 BODY = re.compile(r"decoder\.layers\.(\d+)\.(.+)$")
 

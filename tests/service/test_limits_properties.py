@@ -6,7 +6,7 @@
 * Any name / project / tag text is refused or accepted as valid UTF-8 without control characters.
 * displayable() turns any str into valid UTF-8 without NUL, is idempotent, and leaves ordinary text alone;
   displayable_json() makes any JSON-like value strictly encodable.
-Budget: tests/fuzz.py (FP8_POLICY_FUZZ_EXAMPLES for longer runs).
+Budget: tests/support/fuzz.py (FP8_POLICY_FUZZ_EXAMPLES for longer runs).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from fp8_policy.service.limits import (
     parse_cursor,
     parse_metadata,
 )
-from tests.fuzz import fuzz
+from tests.support.fuzz import fuzz
 
 # Any code point, lone surrogates (what a JSON "\ud800" escape or surrogateescape produces) and C0 controls included.
 any_text = st.text(

@@ -7,9 +7,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fp8_policy.service.live.heatmap.routes import live_heatmaps
-from tests.archives import meta_relpath, metadata_log, stats_relpath
 from tests.conftest import wait_for_run
 from tests.service.test_live_runs import LAYERS, LIVE, create, put, training_log
+from tests.support.archives import meta_relpath, metadata_log, stats_relpath
 
 
 def live_heatmap(client: TestClient, run_id: int, **params):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.archives import stats_log, stats_relpath
 from tests.service.test_live_runs import create, put
+from tests.support.archives import stats_log, stats_relpath
 
 BLOCKS = "model.module.decoder.layers"
 PP2 = {"pipeline_model_parallel_size": 2, "world_size": 2, "num_layers": 8}

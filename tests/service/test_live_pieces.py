@@ -19,10 +19,10 @@ from fp8_policy.policy.parse import kernels
 from fp8_policy.service.errors import TooManyPieces
 from fp8_policy.service.live.pieces import COPY_BYTES, Piece, PieceGate, Region, last_newline
 from fp8_policy.service.settings import Settings
-from tests.archives import meta_relpath, stats_relpath
-from tests.asyncrun import run_async
-from tests.service.live import live_service
 from tests.service.test_live_runs import LIVE, create, put, training_log
+from tests.support.archives import meta_relpath, stats_relpath
+from tests.support.asyncrun import run_async
+from tests.support.uvicorn_app import live_service
 
 PIECE_BYTES = 40 * 1024**2
 LINE = b"2025-01-01 00:00:00,000 - INFO - model.layers.1.mlp.fc2 uses FP8 for all GEMMs (metadata line padding)\n"

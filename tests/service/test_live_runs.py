@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fp8_policy.service.live import routes as live_routes
-from tests.archives import meta_relpath, metadata_log, stats_log, stats_relpath, tree_tar_gz, write_tree
 from tests.conftest import RUN_FIGURES, wait_for_run
+from tests.support.archives import meta_relpath, metadata_log, stats_log, stats_relpath, tree_tar_gz, write_tree
 
 LIVE = "/api/v1/live/runs"
 RUNS = "/api/v1/runs"

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 
 from fp8_policy.service.storage.archive import store_for
 from fp8_policy.service.storage.keys import scalars_key
-from tests.archives import meta_relpath, metadata_log, stats_log, stats_relpath
 from tests.conftest import wait_for_run
+from tests.support.archives import meta_relpath, metadata_log, stats_log, stats_relpath
 
 LIVE = "/api/v1/live/runs"
 LAYERS = [f"model.layers.{k}.mlp.fc2" for k in range(1, 5)]

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 from fastapi.testclient import TestClient
 
-from tests.archives import tar_bytes
 from tests.conftest import wait_for_run
 from tests.policy.recommend.test_mixed_format import METADATA, SUBS, _mxfp8_layer, _name, _nvfp4_layer
 from tests.policy.te_logs import write_tree
+from tests.support.archives import tar_bytes
 
 
 def wsd(step: int) -> float:

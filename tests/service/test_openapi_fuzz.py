@@ -28,13 +28,13 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.service.api_runs import NONFINITE_LAYERS, live_server, sqlite_client, sqlite_settings, upload_runs
+from tests.support.api_runs import NONFINITE_LAYERS, live_server, sqlite_client, sqlite_settings, upload_runs
 
 EXAMPLES = int(os.environ.get("FP8_POLICY_FUZZ_EXAMPLES", "10"))
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 RUN_IDS: list[int] = []  # the stored runs, filled by the `server` fixture
 CONFIGS: dict[int, int] = {}  # run id -> the id of the config kept with it
-NONFINITE: list[int] = []  # the run of tests.service.api_runs.nonfinite_log (its layer names are known)
+NONFINITE: list[int] = []  # the run of tests.support.api_runs.nonfinite_log (its layer names are known)
 STATUSES: dict[str, set[int]] = {}  # "METHOD /path" -> statuses seen
 # Operations the stored runs cannot make succeed, and why.
 NO_SUCCESS_EXPECTED = {

@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 from fp8_policy.service.app import create_app
 from fp8_policy.service.runs.orphans import sweep_orphan_uploads
 from fp8_policy.service.settings import Settings
-from tests.archives import multi_rank_tree, tree_tar_gz
 from tests.conftest import wait_for_run
+from tests.support.archives import multi_rank_tree, tree_tar_gz
 
 NEVER_USED_ID = 2_000_000_000  # far above any id the suite's shared database hands out
 

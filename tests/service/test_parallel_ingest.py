@@ -18,8 +18,8 @@ from fp8_policy.db.run_models import Layer, Run, Series
 from fp8_policy.policy.parallel import GLOBAL, LAYER_NUMBER, LOCAL, ParallelLayout
 from fp8_policy.policy.synthetic.parallel import ParallelJob, WrittenJob, write_parallel_job
 from fp8_policy.policy.synthetic.run import SyntheticRun
-from tests.archives import tree_tar_gz
 from tests.conftest import upload, wait_for_run
+from tests.support.archives import tree_tar_gz
 
 BLOCKS = "model.module.decoder.layers"
 

@@ -26,9 +26,9 @@ from fp8_policy.db.summary_models import RunSummary
 from fp8_policy.policy.parallel import GLOBAL, LOCAL, METADATA, ParallelInfo, ParallelLayout, rank_coord
 from fp8_policy.policy.synthetic import Scenario, SyntheticRun, all_of, blocks, level, roles
 from fp8_policy.policy.synthetic.parallel import ParallelJob, write_parallel_job
-from tests.archives import tree_tar_gz
 from tests.conftest import wait_for_run
 from tests.service.test_analysis_api import wait_for_summary
+from tests.support.archives import tree_tar_gz
 
 LAYOUT = ParallelLayout(pp=2, dp=2, num_layers=8)
 FAILING = "model.module.decoder.layers.3.mlp.linear_fc2"

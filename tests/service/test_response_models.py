@@ -20,7 +20,7 @@ from fp8_policy.service.analysis.actions import load_and_analyze, recommendation
 from fp8_policy.service.compare.pair import compare_runs
 from fp8_policy.service.visual.actions import heatmap_layout
 from fp8_policy.service.visual.params import parse_heatmap_params
-from tests.service.api_runs import sqlite_client, upload_runs
+from tests.support.api_runs import sqlite_client, upload_runs
 
 MODELS = {
     "analysis": "service/analysis/schemas.py (AnalysisRead)",

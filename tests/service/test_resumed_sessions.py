@@ -11,8 +11,8 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from fp8_policy.policy.synthetic import SCENARIOS, Rule, Scenario, heads, level, write_run
-from tests.archives import meta_relpath, stats_relpath, tar_bytes
 from tests.conftest import wait_for_run
+from tests.support.archives import meta_relpath, stats_relpath, tar_bytes
 
 RUNS = "/api/v1/runs"
 

@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session
 
 from fp8_policy.db.run_config_models import RunConfig
 from fp8_policy.policy.policy_version import POLICY_VERSION
-from tests.archives import stats_log
 from tests.conftest import upload, wait_for_run
+from tests.support.archives import stats_log
 
 RUNS = "/api/v1/runs"
 LAYERS = ("model.layers.0.mlp.fc1", "model.layers.1.mlp.fc1", "model.layers.1.self_attention.proj")
@@ -96,7 +96,7 @@ def test_bad_requests_keep_nothing(client: TestClient, project: str, db_engine: 
 def test_a_run_that_is_not_ready_keeps_nothing_and_a_deleted_run_takes_its_configs(
     client: TestClient, project: str, db_engine: Engine
 ) -> None:
-    from tests.dbutil import insert_run
+    from tests.support.dbutil import insert_run
 
     queued = insert_run(db_engine, project)
     refused = client.post(f"{RUNS}/{queued}/configs", json={"formats": ["json"]})

@@ -16,9 +16,9 @@ from fastapi.testclient import TestClient
 from fp8_policy.service.app import create_app
 from fp8_policy.service.limits import MAX_NOTES_CHARS, MAX_TAGS
 from fp8_policy.service.settings import Settings
-from tests.archives import stats_log
-from tests.authutil import BACKENDS, bearer, make_token, private_database
 from tests.conftest import wait_for_run
+from tests.support.archives import stats_log
+from tests.support.authutil import BACKENDS, bearer, make_token, private_database
 
 RUNS = "/api/v1/runs"
 UF = "model.layers.1.fc1_gradient_underflows%"

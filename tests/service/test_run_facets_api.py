@@ -8,8 +8,8 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.archives import stats_log
 from tests.conftest import upload
+from tests.support.archives import stats_log
 
 RUNS = "/api/v1/runs"
 METADATA = {

@@ -134,7 +134,7 @@ class TestStoredAnalysis:
         assert client.get(f"{RUNS}/{head_only}/analysis").json() == real
 
     def test_a_run_that_is_not_ready_keeps_its_409(self, client: TestClient, project: str, db_engine: Engine) -> None:
-        from tests.dbutil import insert_run
+        from tests.support.dbutil import insert_run
 
         run_id = insert_run(db_engine, project, status="queued")
 

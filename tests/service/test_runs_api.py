@@ -22,7 +22,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
 from fp8_policy.policy.synthetic import PLAN_ORDER
-from tests.archives import (
+from tests.conftest import RUN_FIGURES, upload, wait_for_run
+from tests.support.archives import (
     ESM2_STATS,
     LLAMA3_STATS,
     TS,
@@ -41,8 +42,7 @@ from tests.archives import (
     tree_tar_gz,
     write_tree,
 )
-from tests.conftest import RUN_FIGURES, upload, wait_for_run
-from tests.dbutil import files_under, insert_run, row_counts
+from tests.support.dbutil import files_under, insert_run, row_counts
 
 RUNS = "/api/v1/runs"
 ESM2_LAYER = "model.esm.encoder.layers.{}.self_attention.layernorm_qkv"

@@ -8,9 +8,9 @@ import json
 
 from fastapi.testclient import TestClient
 
-from tests.archives import tar_bytes
 from tests.service.test_live_runs import LIVE, put
 from tests.service.test_uploaded_scalars import SCALARS, logs, records, upload
+from tests.support.archives import tar_bytes
 
 
 def negative(steps: range) -> bytes:

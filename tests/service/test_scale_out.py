@@ -19,9 +19,9 @@ from sqlalchemy.orm import Session
 from fp8_policy.db.job_models import IngestJob
 from fp8_policy.db.migrate import upgrade
 from fp8_policy.db.run_models import Series
-from tests.archives import multi_rank_tree, tree_tar_gz
-from tests.cluster import Cluster
-from tests.s3 import S3Bucket
+from tests.support.archives import multi_rank_tree, tree_tar_gz
+from tests.support.cluster import Cluster
+from tests.support.s3 import S3Bucket
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

@@ -18,7 +18,7 @@ from fp8_policy.service.ingest import scan_ranks
 from fp8_policy.service.ingest.rank_parse import MetadataReader
 from fp8_policy.service.ingest.scan_ranks import ScanRanks, content_digest
 from fp8_policy.service.settings import Settings
-from tests.archives import stats_log, stats_relpath
+from tests.support.archives import stats_log, stats_relpath
 
 NAME = "model.layers.1.fc1_activation_underflows%"
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from tests.archives import stats_log, stats_relpath
 from tests.service.test_analysis_api import upload_scenario
 from tests.service.test_live_runs import appender, create
+from tests.support.archives import stats_log, stats_relpath
 
 RECOMMENDATION = "/api/v1/runs/{}/recommendation"
 

@@ -18,9 +18,9 @@ from fp8_policy.db.summary_models import RunSummary
 from fp8_policy.policy.render import OUTPUT_FORMATS
 from fp8_policy.service.analysis import actions, routes
 from fp8_policy.service.analysis import summary as summary_module
-from tests.archives import tree_tar_gz
 from tests.conftest import wait_for_run
 from tests.service.test_analysis_api import upload_scenario, wait_for_summary
+from tests.support.archives import tree_tar_gz
 
 RUNS = "/api/v1/runs"
 ESM2_LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "bionemo" / "dummy_logs_esm2"

@@ -28,8 +28,8 @@ from fp8_policy.policy.synthetic import SCENARIOS, write_run
 from fp8_policy.service.analysis import actions, routes
 from fp8_policy.service.analysis import refresher as refresher_module
 from fp8_policy.service.analysis import summary as summary_module
-from tests.archives import tree_tar_gz
 from tests.service.test_analysis_api import upload_scenario
+from tests.support.archives import tree_tar_gz
 
 RUNS = "/api/v1/runs"
 READERS = 6

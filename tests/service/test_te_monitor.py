@@ -12,8 +12,8 @@ import yaml
 from fastapi.testclient import TestClient
 
 from bench.te_config_manager import TE_FEATURES, TeConfigManager
-from tests.archives import ESM2, esm2_tar_gz
 from tests.conftest import wait_for_run
+from tests.support.archives import ESM2, esm2_tar_gz
 
 QUANT_FEATURES = {"LogFp8TensorStats", "LogNvfp4TensorStats"}
 LOG_AND_DISABLE = tuple(name for name in TE_FEATURES if name.startswith(("Log", "Disable")))

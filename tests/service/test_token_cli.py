@@ -17,7 +17,7 @@ from fp8_policy.service import cli as server_cli
 from fp8_policy.service.app import create_app
 from fp8_policy.service.auth import binding
 from fp8_policy.service.settings import Settings, get_settings
-from tests.authutil import bearer, read_token_row
+from tests.support.authutil import bearer, read_token_row
 
 
 @pytest.fixture

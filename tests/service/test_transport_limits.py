@@ -23,7 +23,7 @@ import pytest
 
 from bench.service import SERVE, running_service, wait_healthy, wait_idle
 from fp8_policy.service.transport.server import guarded_protocol
-from tests.archives import multi_rank_tree, tree_tar_gz
+from tests.support.archives import multi_rank_tree, tree_tar_gz
 
 HEADER_TIMEOUT, BODY_TIMEOUT, MAX_UPLOADS, CONNECTIONS = 1.0, 1.5, 2, 30
 BOUNDARY = "fp8boundary"

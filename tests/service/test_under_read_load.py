@@ -32,8 +32,8 @@ from fp8_policy.service.errors import NotFound
 from fp8_policy.service.limits import check_request
 from fp8_policy.service.runs import actions
 from fp8_policy.service.settings import Settings
-from tests.archives import multi_rank_tree, tree_tar_gz
 from tests.service.test_ingest_jobs import jobs_of
+from tests.support.archives import multi_rank_tree, tree_tar_gz
 
 
 @contextmanager

@@ -21,7 +21,8 @@ from sqlalchemy import Engine
 
 from fp8_policy.service.ingest.junk import never_held_a_log
 from fp8_policy.service.settings import Settings
-from tests.archives import (
+from tests.conftest import upload, wait_for_run
+from tests.support.archives import (
     TS,
     esm2_tar_gz,
     gz_bytes,
@@ -34,8 +35,7 @@ from tests.archives import (
     zeros_tar_gz,
     zip_bytes,
 )
-from tests.conftest import upload, wait_for_run
-from tests.dbutil import files_under, row_counts, runs_of_project
+from tests.support.dbutil import files_under, row_counts, runs_of_project
 
 RUNS = "/api/v1/runs"
 OCTET_STREAM = "application/octet-stream"  # the multipart content type the error cases below send

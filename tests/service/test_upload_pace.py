@@ -19,9 +19,9 @@ import pytest
 
 from fp8_policy.service.errors import TooManyUploads
 from fp8_policy.service.transport.uploads import UploadGate, default_share
-from tests.archives import multi_rank_tree, tree_tar_gz
-from tests.asyncrun import run_async
 from tests.service.test_transport_limits import Served, _parts, _status_and_body, serve_process, upload_head
+from tests.support.archives import multi_rank_tree, tree_tar_gz
+from tests.support.asyncrun import run_async
 
 MIN_RATE, GRACE = 2000, 1.0
 

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from fp8_policy.policy.parse import scalars_file
 from fp8_policy.service.storage.archive import store_for
 from fp8_policy.service.storage.keys import scalars_key
-from tests.archives import gz_bytes, meta_relpath, metadata_log, stats_log, stats_relpath, tar_bytes, zip_bytes
 from tests.conftest import wait_for_run
+from tests.support.archives import gz_bytes, meta_relpath, metadata_log, stats_log, stats_relpath, tar_bytes, zip_bytes
 
 SCALARS = "/api/v1/live/runs/{}/scalars"
 LAYER = "model.layers.1.mlp.fc2"

@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from fp8_policy.policy.synthetic import Rule, Scenario, SyntheticRun, first_blocks, heads, level, write_run
 from fp8_policy.service.app import create_app
 from fp8_policy.service.settings import Settings
-from tests.archives import tree_tar_gz
 from tests.conftest import wait_for_run
+from tests.support.archives import tree_tar_gz
 
 HEAD = "model.lm_head"
 BLOCKS = 6

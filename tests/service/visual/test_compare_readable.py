@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fp8_policy.policy.heatmap import plan_geometry
-from tests.service.visual.images import SVG_NS, svg_tree
+from tests.support.images import SVG_NS, svg_tree
 
 PAGE_PX = 1440 - 80  # the image's box on a 1440 px wide page (margins)
 MIN_TEXT_PX = 9.0

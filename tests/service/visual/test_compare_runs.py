@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from fp8_policy.policy.synthetic import write_run
-from tests.archives import tree_tar_gz
 from tests.conftest import wait_for_run
 from tests.service.visual.conftest import HEAD, before_after_runs
+from tests.support.archives import tree_tar_gz
 
 BODY = "model.model.layers.1.self_attention.proj"
 STEPS = list(range(0, 200, 10))

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from fp8_policy.db.runs import NewRun, RunRepository
 from tests.service.visual.conftest import HEAD
-from tests.service.visual.images import (
+from tests.support.images import (
     cell_rgb,
     luminance,
     png_pixels,

@@ -9,8 +9,8 @@ import json
 
 from fastapi.testclient import TestClient
 
-from tests.archives import stats_log
 from tests.conftest import upload, wait_for_run
+from tests.support.archives import stats_log
 
 SUBS = ("self_attention.linear_qkv", "self_attention.linear_proj", "mlp.linear_fc1", "mlp.linear_fc2")
 LAYERS = [f"model.decoder.layers.{b}.{sub}" for b in range(1, 9) for sub in SUBS] + ["model.output_layer"]

@@ -1,5 +1,5 @@
 """A `http.server` server answering on 127.0.0.1 from a thread, for tests that need a real peer: the webhook
-receiver (tests/webhook.py), a page on another origin (tests/browser/test_cross_site.py), a plain and a TLS
+receiver (tests/support/webhook.py), a page on another origin (tests/browser/test_cross_site.py), a plain and a TLS
 service for the client's transport (tests/client/test_http_transport.py)."""
 
 from __future__ import annotations

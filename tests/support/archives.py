@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "bionemo"
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "bionemo"
 ESM2 = FIXTURES / "dummy_logs_esm2"
 LLAMA3 = FIXTURES / "dummy_logs_llama3"
 STATS_DIR = "nvdlfw_inspect_statistics_logs"

@@ -17,9 +17,9 @@ from fp8_policy.db.migrate import upgrade
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
 from fp8_policy.service.app import create_app
 from fp8_policy.service.settings import Settings
-from tests.archives import stats_log, tree_tar_gz
 from tests.conftest import wait_for_run
-from tests.service.live import plain_config, serving
+from tests.support.archives import stats_log, tree_tar_gz
+from tests.support.uvicorn_app import plain_config, serving
 
 SCENARIO_RUNS = ("u_shape", "rank_outlier", "overflow", "rising_trend")
 NONFINITE_LAYERS = ("model.layers.1.self_attention.proj", "model.layers.2.mlp.fc1", "model.lm_head")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bench.service import wait_healthy
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

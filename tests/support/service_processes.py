@@ -12,7 +12,7 @@ from typing import Any
 
 from bench.service import free_port
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def serve_logged(tmp_path: Path, **popen: Any) -> tuple[subprocess.Popen[bytes], str, dict[str, str]]:
