@@ -209,7 +209,7 @@ def wait_for_run(client: TestClient, run_id: int, timeout: float = 90.0) -> dict
 
     Waiting for the worker too means its clean-up (the work directory) is finished when this returns. The bound
     guards against a hang, it is not a speed check: on a clean checkout (CI) a run once stayed 'processing' past
-    30 s, twice in tests/service/test_uploaded_scalars.py::test_a_failed_ingest_stores_no_scalars[sqlite] with
+    30 s, twice in tests/service/scalars/test_uploaded_scalars.py::test_a_failed_ingest_stores_no_scalars[sqlite] with
     the numba cache compiled first (tests pass in 1 s here); the cause is not found yet (see the issue notes).
     """
     deadline = time.monotonic() + timeout

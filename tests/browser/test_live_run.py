@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from tests.service.test_live_runs import LIVE, appender
+from tests.service.live.test_live_runs import LIVE, appender
 from tests.support.archives import meta_relpath, metadata_log, stats_log, stats_relpath
 from tests.support.webhook import webhook_receiver
 

@@ -24,7 +24,7 @@ import tarfile
 import pytest
 
 from tests.browser.conftest import LiveServer, box_of, wait_ready
-from tests.service.test_live_runs import LIVE, appender
+from tests.service.live.test_live_runs import LIVE, appender
 from tests.support.archives import meta_relpath, metadata_log, stats_log, stats_relpath
 
 try:

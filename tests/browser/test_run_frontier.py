@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tests.browser.conftest import LiveServer, wait_ready
-from tests.service.test_experiments_api import arms
+from tests.service.experiments.test_experiments_api import arms
 from tests.support.archives import stats_log
 from tests.support.sensitivity_runs import METADATA, points
 

@@ -21,7 +21,7 @@ from tests.client.test_live_upload import (
     wait_ready,
     watch_cli,
 )
-from tests.service.test_live_runs import LAYERS
+from tests.service.live.test_live_runs import LAYERS
 from tests.support.webhook import webhook_receiver
 
 pytestmark = pytest.mark.slow

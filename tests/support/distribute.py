@@ -1,7 +1,7 @@
 """How `make test` spreads the suite over pytest-xdist workers (https://pytest-xdist.readthedocs.io).
 
 The unit of work is a test module, except tests/browser, which is one unit: a module's tests share its
-module-scoped fixtures and sometimes module-level state (tests/service/test_openapi_fuzz.py's last test checks
+module-scoped fixtures and sometimes module-level state (tests/service/hardening/test_openapi_fuzz.py's last test checks
 what the fuzz test before it saw), and the browser tests share one served app, one Chromium and one screenshot
 folder (tests/browser/conftest.py). The longest unit, tests/test_wheel.py (two clean venvs: minutes when no
 template venv is cached, as in CI), is handed out first, then the other units that hold a test marked `slow`
