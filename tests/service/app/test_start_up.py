@@ -1,5 +1,5 @@
 """What a service's start-up does not wait for, so /healthz answers seconds sooner: scikit-learn (SciPy, pandas) is
-imported on first analysis, numba kernels are not compiled (tests/policy/test_kernels.py), and the render worker
+imported on first analysis, numba kernels are not compiled (tests/policy/parse/test_kernels.py), and the render worker
 process (a forkserver that preloads matplotlib) starts in the background."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from fp8_policy.policy.parse.name_table import MAX_NAMES
 from fp8_policy.policy.parse.stats_log import StatsLogParser
 from fp8_policy.service.live import actions, kept
 from fp8_policy.service.runs.writes import delete_run
-from tests.policy.test_live_batch import random_log
+from tests.policy.live.test_live_batch import random_log
 
 RANK0 = "rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log"
 RANK1 = "rank_1/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-1.log"

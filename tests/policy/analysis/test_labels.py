@@ -13,7 +13,7 @@ from fp8_policy.policy.analysis.recipes import RECIPE_LABELS, RECIPES
 from fp8_policy.policy.records import RECIPE_CLASSES
 from tests.policy.recommend.test_recipe import rec, u_shape_spec
 
-POLICY = Path(__file__).resolve().parents[2] / "policy"
+POLICY = Path(__file__).resolve().parents[3] / "policy"
 
 
 def test_every_pattern_and_recipe_has_a_human_label():

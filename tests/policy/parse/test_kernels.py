@@ -21,7 +21,7 @@ from fp8_policy.policy.parse.metadata_log import MetadataLog
 from fp8_policy.policy.parse.stats_log import StatsLogParser
 from tests.support.archives import ESM2_STATS, LLAMA3_STATS, TS, stats_log
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FC1 = "model.layers.1.fc1"
 UNUSUAL = (
     stats_log([(f"{FC1}_activation_underflows%", it, 0.25 * it) for it in range(5)])

@@ -13,7 +13,7 @@ import pytest
 
 from fp8_policy.policy.parse.stats_log import FileReport, NoStatsLines, ParsedStats, StatsLogParser
 from fp8_policy.policy.parse.stats_names import KnownNames
-from tests.policy.test_live_batch import random_log
+from tests.policy.live.test_live_batch import random_log
 
 TS = "2026-01-15 23:06:40,060"
 SOURCE = "rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log"
@@ -72,7 +72,7 @@ def test_names_the_regex_takes_come_after_the_kernels_in_the_first_block() -> No
 
 
 def noisy_log(rng: np.random.Generator) -> bytes:
-    """A random rank log (tests/policy/test_live_batch.random_log) with other lines here and there: garbage, blank,
+    """A random rank log (tests/policy/live/test_live_batch.random_log) with other lines here and there: garbage, blank,
     CRLF, the regex-only name, and copies of statistics lines padded past the line limit (an over-long line whose
     name the kernel may register before its short lines)."""
     lines = random_log(rng, 0, 1).decode().splitlines(keepends=True)

@@ -11,7 +11,7 @@ from fp8_policy.policy.parse.metadata_log import MetadataLog, merge_metadata, pa
 from fp8_policy.policy.records import LayerPlan, Precision
 from fp8_policy.policy.synthetic import PLAN_ORDER
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared/fixtures/bionemo"
+FIXTURES = Path(__file__).resolve().parents[3].parent / "shared/fixtures/bionemo"
 METADATA_LOGS = {
     "esm2": FIXTURES / "dummy_logs_esm2/rank_0/nvdlfw_inspect_logs/nvdlfw_inspect_globalrank-0.log",
     "llama3": FIXTURES / "dummy_logs_llama3/rank_0/nvdlfw_inspect_logs/nvdlfw_inspect_globalrank-0.log",

@@ -13,7 +13,7 @@ import numpy as np
 from fp8_policy.policy.live import switch as live_switch
 from fp8_policy.policy.parse.lr_schedule import LrDecay
 from fp8_policy.policy.recommend import RecommendOptions, recommend
-from tests.policy.test_lr_schedule import cosine, wsd
+from tests.policy.parse.test_lr_schedule import cosine, wsd
 
 NAMES = ["model.layers.1.mlp.fc1_activation_underflows%"]
 SCHEDULE = {"schedule": [{"from_step": 0}, {"from_step": 9000, "triggers": [], "lr_decay": True}]}
