@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from fp8_policy.client.packing import pack_directory
-from tests.client.test_upload_identity import fp8
+from tests.client.cli.test_upload_identity import fp8
 from tests.support.archives import ESM2
 from tests.support.uvicorn_app import Live, sqlite_service
 

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from fp8_policy.client.cli import cli
 from tests.client.fakes import FakeService, layer, run_body
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class StoryService(FakeService):
