@@ -24,8 +24,6 @@ OVER_LIMIT: dict[str, str] = {
     "tests/policy/parse/test_stats_log.py": "line syntax / sessions and duplicates / blocks / reference-regex checks",
     "tests/service/ingest/test_upload_errors.py": "ingest failures and bad lines / refused at once and long names",
     "tests/support/pg_cluster.py": "the binary discovery and the watchdog process apart from ThrowawayPostgres",
-    "tests/policy/synthetic/test_synthetic.py": "the written lines' formats / the planted signals of the scenarios",
-    "tests/service/ingest/test_failure_paths.py": "a full disk (TestFullDisk, _FullDisk) apart from the other paths",
 }
 
 
