@@ -18,8 +18,6 @@ STATS_LINE = re.compile(
     r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3}) - (?P<level>[A-Z]+) - "
     r"(?P<name>.+?)\s+iteration=(?P<iteration>\d+)\s+value=(?P<value>[-+]?(?:\d+(?:\.\d+)?|nan|inf))\s*$"
 )
-
-
 METRIC = re.compile(r"^(?P<layer>.+)_(?P<tensor>activation|gradient|weight|output|wgrad|dgrad)_(?P<stat>.+)$")
 
 

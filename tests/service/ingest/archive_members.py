@@ -14,35 +14,17 @@ from fp8_policy.service.ingest.archive import ArchiveError, ExtractLimits, Extra
 from tests.support.archives import tar_bytes
 
 SHARED = Path(__file__).resolve().parents[3].parent / "shared"
-
-
 ESM2_LOGS = SHARED / "fixtures" / "bionemo" / "dummy_logs_esm2"
-
-
 STATS = "nvdlfw_inspect_statistics_logs"
-
-
 META = "nvdlfw_inspect_logs"
-
-
 STATS_0 = f"rank_0/{STATS}/nvdlfw_inspect_globalrank-0.log"
-
-
 META_0 = f"rank_0/{META}/nvdlfw_inspect_globalrank-0.log"
-
-
 STATS_TEXT = (
     b"2026-01-15 23:06:41,589 - INFO - model.layers.1.fc1_activation_underflows% \t\t\t\t "
     b"iteration=000000 \t\t\t\t value=21.4681\n"
 )
-
-
 META_TEXT = b"2026-01-15 23:06:31,201 - INFO - Assigned layer name: model\n"
-
-
 MiB = 1024**2
-
-
 Members = dict[str, bytes]
 
 

@@ -12,11 +12,7 @@ from fastapi.testclient import TestClient
 from tests.support.archives import stats_log
 
 RUNS = "/api/v1/runs"
-
-
 UF = "model.layers.1.fc1_activation_underflows%"
-
-
 GOOD = stats_log([(UF, it, it / 100) for it in range(0, 50, 10)])
 
 

@@ -14,17 +14,9 @@ from tests.support.archives import (
 )
 
 RUNS = "/api/v1/runs"
-
-
 ESM2_LAYER = "model.esm.encoder.layers.{}.self_attention.layernorm_qkv"
-
-
 QKV1 = ESM2_LAYER.format(1)
-
-
 LLAMA3_QKV1 = "model.model.layers.1.self_attention.layernorm_qkv"
-
-
 ESM2_LAYERS = [
     *(
         name.format(k)
@@ -39,20 +31,10 @@ ESM2_LAYERS = [
     "model.lm_head.decoder",
     "model.lm_head.dense",
 ]
-
-
 SUBLAYERS = ["qkv", "proj", "fc1", "fc2"]
-
-
 STATS = ("underflows%", "scale_inv_min", "scale_inv_max", "mse")
-
-
 TENSORS = ("activation", "gradient", "weight")
-
-
 FC1 = "model.layers.1.fc1"
-
-
 UF = f"{FC1}_activation_underflows%"
 
 
