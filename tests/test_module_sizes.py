@@ -19,7 +19,6 @@ MAX_LINES = 400
 
 # Still over MAX_LINES: module -> the seam to split it along.
 OVER_LIMIT: dict[str, str] = {
-    "tests/service/ingest/test_upload_errors.py": "ingest failures and bad lines / refused at once and long names",
     "tests/support/pg_cluster.py": "the binary discovery and the watchdog process apart from ThrowawayPostgres",
 }
 
