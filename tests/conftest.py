@@ -25,7 +25,8 @@ from fp8_policy.db.migrate import upgrade
 from fp8_policy.db.session import create_db_engine
 from fp8_policy.service.app import create_app
 from fp8_policy.service.settings import Settings
-from tests.support.pg_cluster import PostgresUnavailable, ThrowawayPostgres
+from tests.support.pg_cluster import ThrowawayPostgres
+from tests.support.pg_processes import PostgresUnavailable
 
 pytest_plugins = ("tests.support.s3",)  # the moto S3 server fixtures (s3_endpoint, s3_bucket)
 

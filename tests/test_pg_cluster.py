@@ -15,13 +15,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tests.support.pg_cluster import (
-    PostgresStartupError,
-    PostgresUnavailable,
-    ThrowawayPostgres,
-    _pid_alive,
-    port_is_open,
-)
+from tests.support.pg_cluster import ThrowawayPostgres
+from tests.support.pg_processes import PostgresStartupError, PostgresUnavailable, _pid_alive, port_is_open
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
