@@ -20,8 +20,8 @@ import pytest
 
 from fp8_policy.policy.synthetic import write_run
 from fp8_policy.service.settings import Settings
-from tests.service.visual.conftest import before_after_runs
 from tests.support.archives import tree_tar_gz
+from tests.support.planted_pair import before_after_runs
 from tests.support.uvicorn_app import Live, live_service
 
 

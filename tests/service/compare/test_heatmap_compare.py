@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.service.visual.conftest import HEAD
 from tests.support.images import cell_rgb, luminance, png_pixels, shapes, svg_text, svg_tree, top_colour
+from tests.support.planted_pair import HEAD
 
 
 def test_heatmap_compare_json_reports_precision_and_group_changes(visual_client, planted):

@@ -16,8 +16,8 @@ import pytest
 
 from fp8_policy.policy.synthetic import write_run
 from tests.conftest import wait_for_run
-from tests.service.visual.conftest import HEAD, before_after_runs
 from tests.support.archives import tree_tar_gz
+from tests.support.planted_pair import HEAD, before_after_runs
 
 BODY = "model.model.layers.1.self_attention.proj"
 STEPS = list(range(0, 200, 10))
