@@ -48,13 +48,13 @@ run: setup-server bytecode
 	exec $(BIN)/fp8-policy serve --demo --host $(HOST) --port $(PORT)
 
 # The suite runs on TEST_WORKERS pytest-xdist processes (most tests wait on sockets and subprocesses); which tests
-# travel together is tests/distribute.py's business. TEST_WORKERS=0 runs it in this one process.
+# travel together is tests/support/distribute.py's business. TEST_WORKERS=0 runs it in this one process.
 TEST_WORKERS ?= 2
 test: setup system-deps bytecode
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 # Debian packages the suite drives: Chromium (tests/browser, via Playwright) and the PostgreSQL server
-# (tests/pg_cluster.py). Installed with apt-get when missing and run as root (CI); otherwise one line says what
+# (tests/support/pg_cluster.py). Installed with apt-get when missing and run as root (CI); otherwise one line says what
 # to install. FP8_POLICY_CHROMIUM / FP8_POLICY_PG_BINDIR point at other installs.
 system-deps:
 	@missing=""; \

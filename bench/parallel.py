@@ -168,8 +168,8 @@ def measure_rank_jobs(out: Path, work: Path) -> dict:
 
 def measure_postgres(job: Path, work: Path) -> dict:
     """(s): the 1,024-rank job on a throwaway PostgreSQL, one API process, 2 workers."""
-    from tests.cluster import Cluster
-    from tests.pg_cluster import ThrowawayPostgres
+    from tests.support.cluster import Cluster
+    from tests.support.pg_cluster import ThrowawayPostgres
 
     with ThrowawayPostgres() as pg:
         env = cluster_env(pg, work / "store", 0.1)

@@ -1,4 +1,4 @@
-"""Issue 10 figures, measured with real processes on loopback (tests/cluster.py), printed by `make bench`:
+"""Issue 10 figures, measured with real processes on loopback (tests/support/cluster.py), printed by `make bench`:
 
 (e) an 8-rank run (the 5.9M-line benchmark log as ranks 0-7: 47M lines, 6.7 GB of logs) uploaded to one
     API process (`serve --no-ingest`) and ingested by 1, then 2 `fp8-policy worker` processes on a throwaway
@@ -25,8 +25,8 @@ from isal import igzip
 from bench.load import P99_TARGET_MS, p99_met, print_endpoints, print_uploads
 from bench.service import cluster_env, wait_run
 from bench.trees import OUT, parse_target
-from tests.cluster import Cluster
-from tests.pg_cluster import ThrowawayPostgres
+from tests.support.cluster import Cluster
+from tests.support.pg_cluster import ThrowawayPostgres
 
 RANKS = 8
 RSS_TARGET_MB = 1024.0

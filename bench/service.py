@@ -26,8 +26,8 @@ SERVE = [sys.executable, "-m", "fp8_policy.service.cli", "serve"]
 
 
 def cluster_env(pg: Any, store: Path, poll_seconds: float) -> dict[str, str]:
-    """The environment every process of a tests/cluster.py `Cluster` shares: a fresh database on the throwaway
-    PostgreSQL `pg` (tests/pg_cluster.py), migrated to head, the archive store in `store`, workers polling for jobs
+    """The environment every process of a tests/support/cluster.py `Cluster` shares: a fresh database on the throwaway
+    PostgreSQL `pg` (tests/support/pg_cluster.py), migrated to head, the archive store in `store`, workers polling for jobs
     every `poll_seconds`."""
     from fp8_policy.db.migrate import upgrade
 

@@ -136,7 +136,7 @@ class LiveRepository(Repository):
 
 
 def _stored(r: LiveEventRow) -> StoredEvent:
-    # imported on first use (with numpy): start-up path, tests/service/test_start_up_imports.py
+    # imported on first use (with numpy): start-up path, tests/service/app/test_start_up_imports.py
     from fp8_policy.policy.live.events import LiveEvent
 
     return StoredEvent(

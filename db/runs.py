@@ -25,11 +25,11 @@ from fp8_policy.db.session import Repository
 from fp8_policy.policy.run_facets import run_facets
 from fp8_policy.policy.safe_text import displayable
 
-# annotations only: the parser they belong to is not on the start-up path (tests/service/test_start_up_imports.py)
+# annotations only: the parser they belong to is not on the start-up path (tests/service/app/test_start_up_imports.py)
 if TYPE_CHECKING:
     from fp8_policy.db import codec
     from fp8_policy.policy.parse.assemble import AssembledLayer, AssembledRun
-else:  # imported on first use (numpy, isal): start-up path, tests/service/test_start_up_imports.py
+else:  # imported on first use (numpy, isal): start-up path, tests/service/app/test_start_up_imports.py
     codec = lazy_module("fp8_policy.db.codec")
 
 

@@ -29,7 +29,7 @@ from fp8_policy.db.run_models import Series
 if TYPE_CHECKING:
     from fp8_policy.db import codec
     from fp8_policy.policy.parse.assemble import SeriesRecord
-else:  # imported on first use (numpy, isal): start-up path, tests/service/test_start_up_imports.py
+else:  # imported on first use (numpy, isal): start-up path, tests/service/app/test_start_up_imports.py
     codec = lazy_module("fp8_policy.db.codec")
 
 SERIES_TABLE = cast(Table, Series.__table__)

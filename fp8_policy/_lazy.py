@@ -1,7 +1,7 @@
 """Imports on first use. PEP 562 lazy attributes for the package root and `fp8_policy.collect`: a public name is
 imported from its module on first use, so importing the package loads neither the HTTP client nor torch until a
 name is used. `lazy_module`: a module a few requests or a background job need, imported when first used, so
-`fp8-policy serve` answers sooner (tests/service/test_start_up_imports.py)."""
+`fp8-policy serve` answers sooner (tests/service/app/test_start_up_imports.py)."""
 
 from __future__ import annotations
 

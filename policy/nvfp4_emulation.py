@@ -2,7 +2,7 @@
 
 Belongs here: the E2M1 / E4M3 casts, NVFP4 quantize-dequantize of one 2-D tensor, `nvfp4_underflows%` and
 `nvfp4_mse` as TE defines them, and the tensor families the NVFP4 severity bands are derived from
-(`derive_bands`, pinned by tests/policy/test_nvfp4_bands.py). Must not be here: reading logs, findings, I/O.
+(`derive_bands`, pinned by tests/policy/analysis/test_nvfp4_bands.py). Must not be here: reading logs, findings, I/O.
 
 What is emulated (TE `transformer_engine/pytorch/custom_recipes/reference_nvfp4.py`,
 `NVFP4QuantizerRef._quantize_blockwise_reference`, https://github.com/NVIDIA/TransformerEngine):

@@ -3,7 +3,7 @@ changes; stored summaries and recommendations of an older version are recomputed
 
 Re-exported by policy/recommend/ (where the rules it versions are). It lives in a module of its own because the
 service names it on its start-up path (the recommendation cache's keys, the runs list's staleness), which must not
-import the rules themselves (issue 21, tests/service/test_start_up_imports.py).
+import the rules themselves (issue 21, tests/service/app/test_start_up_imports.py).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from fp8_policy.policy.analysis import recipes
     from fp8_policy.policy.recommend import gpu
 else:  # imported on first use: their packages (numpy with them) are not on the service's start-up path, which
-    # imports this module with db/runs.py (tests/service/test_start_up_imports.py)
+    # imports this module with db/runs.py (tests/service/app/test_start_up_imports.py)
     recipes = lazy_module("fp8_policy.policy.analysis.recipes")
     gpu = lazy_module("fp8_policy.policy.recommend.gpu")
 

@@ -6,7 +6,7 @@ policy formats with their media types (policy/render/) and the live event kinds 
 re-exported where the rules use it. Registering the routes (service/*/schemas.py, routes.py, query_docs.py) and
 checking an alert rule need only these names; importing them from here keeps `fp8-policy serve`'s start-up from
 importing the analysis, heatmap, render and live-event packages (and numpy), which only some requests need (issue 21,
-tests/service/test_start_up_imports.py).
+tests/service/app/test_start_up_imports.py).
 Must not be here: anything that computes, and any import beyond the standard library.
 """
 
@@ -98,7 +98,7 @@ MEDIA_TYPES: dict[str, str] = {
 
 # The kinds of event a live run raises (alert rules name them: service/alerts/): the statistics detectors'
 # (policy/live/events.py), the training scalars' (policy/live/scalar_events.py) and a precision schedule's
-# (policy/live/switch.py: a planned switch is due). tests/policy/test_event_kinds.py checks each against its detector.
+# (policy/live/switch.py: a planned switch is due). tests/policy/live/test_event_kinds.py checks each against its detector.
 STATS_EVENT_KINDS: tuple[str, ...] = (
     "band_crossing",
     "projected_crossing",

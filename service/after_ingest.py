@@ -16,7 +16,7 @@ from fp8_policy._lazy import lazy_module
 
 if TYPE_CHECKING:
     from fp8_policy.service.analysis import summary
-else:  # imported by the first run made ready (the analysis): start-up path, tests/service/test_start_up_imports.py
+else:  # imported by the first run made ready (the analysis): start-up path, tests/service/app/test_start_up_imports.py
     summary = lazy_module("fp8_policy.service.analysis.summary")
 
 

@@ -56,7 +56,7 @@ from fp8_policy.service.web.routes import router as web_router
 
 if TYPE_CHECKING:
     from fp8_policy.service.experiments import actions as experiments
-else:  # imported by the first recommendation read: start-up path, tests/service/test_start_up_imports.py
+else:  # imported by the first recommendation read: start-up path, tests/service/app/test_start_up_imports.py
     experiments = lazy_module("fp8_policy.service.experiments.actions")
 
 log = logging.getLogger("fp8_policy.service")

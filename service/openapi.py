@@ -3,7 +3,7 @@ that a route validates by hand (so that a bad value is a 400 `{"error", "detail"
 
 * `error_responses(400, 404, ...)` -> the `responses=` entries of those statuses, each with the `ErrorBody` model
   and a description of when this API answers it. Every route lists the statuses it can produce;
-  tests/service/test_openapi_document.py fails on a route whose error responses are missing or undocumented.
+  tests/service/app/test_openapi_document.py fails on a route whose error responses are missing or undocumented.
 * `query_param(...)` -> one OpenAPI parameter object, for `openapi_extra={"parameters": [...]}` on routes that
   read `request.query_params` themselves; FastAPI appends these to the parameters it derives from the signature.
 * `threshold_params()` -> one optional query parameter per `policy.thresholds.Thresholds` field (typed, described).

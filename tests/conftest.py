@@ -25,9 +25,10 @@ from fp8_policy.db.migrate import upgrade
 from fp8_policy.db.session import create_db_engine
 from fp8_policy.service.app import create_app
 from fp8_policy.service.settings import Settings
-from tests.pg_cluster import PostgresUnavailable, ThrowawayPostgres
+from tests.support.pg_cluster import ThrowawayPostgres
+from tests.support.pg_processes import PostgresUnavailable
 
-pytest_plugins = ("tests.s3",)  # the moto S3 server fixtures (s3_endpoint, s3_bucket)
+pytest_plugins = ("tests.support.s3",)  # the moto S3 server fixtures (s3_endpoint, s3_bucket)
 
 # Starlette's TestClient addresses its requests to `http://testserver`; a service without tokens answers only
 # requests addressed to localhost, an IP address or a name it is configured with (service/auth/hosts.py: DNS
@@ -54,7 +55,7 @@ def _skip_postgres_requested() -> bool:
 
 @pytest.fixture(scope="session")
 def postgres_server():
-    """The session's ThrowawayPostgres (see tests/pg_cluster.py for its API)."""
+    """The session's ThrowawayPostgres (see tests/support/pg_cluster.py for its API)."""
     if _skip_postgres_requested():
         pytest.skip("FP8_POLICY_SKIP_POSTGRES=1: PostgreSQL-backed tests skipped")
     server = ThrowawayPostgres()
@@ -209,7 +210,7 @@ def wait_for_run(client: TestClient, run_id: int, timeout: float = 90.0) -> dict
 
     Waiting for the worker too means its clean-up (the work directory) is finished when this returns. The bound
     guards against a hang, it is not a speed check: on a clean checkout (CI) a run once stayed 'processing' past
-    30 s, twice in tests/service/test_uploaded_scalars.py::test_a_failed_ingest_stores_no_scalars[sqlite] with
+    30 s, twice in tests/service/scalars/test_uploaded_scalars.py::test_a_failed_ingest_stores_no_scalars[sqlite] with
     the numba cache compiled first (tests pass in 1 s here); the cause is not found yet (see the issue notes).
     """
     deadline = time.monotonic() + timeout
@@ -229,7 +230,7 @@ def wait_for_run(client: TestClient, run_id: int, timeout: float = 90.0) -> dict
 # 4. Spreading the suite over pytest-xdist workers (`make test` runs `-n`)
 # ===========================================================================
 #
-# tests/distribute.py says what travels together; under `-n` the default
+# tests/support/distribute.py says what travels together; under `-n` the default
 # per-test distribution would split modules that share state.
 
 
@@ -237,14 +238,14 @@ def wait_for_run(client: TestClient, run_id: int, timeout: float = 90.0) -> dict
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     if config.getoption("dist") in ("no", "each"):
         return None
-    from tests.distribute import ModuleScheduling
+    from tests.support.distribute import ModuleScheduling
 
     return ModuleScheduling(config, log)
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering by parametrized session fixtures
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from tests.distribute import long_units_first, unique_nodeids
+    from tests.support.distribute import long_units_first, unique_nodeids
 
     unique_nodeids(items)
     if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker: the order it reports is the order units are handed out

@@ -15,13 +15,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tests.pg_cluster import (
-    PostgresStartupError,
-    PostgresUnavailable,
-    ThrowawayPostgres,
-    _pid_alive,
-    port_is_open,
-)
+from tests.support.pg_cluster import ThrowawayPostgres
+from tests.support.pg_processes import PostgresStartupError, PostgresUnavailable, _pid_alive, port_is_open
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -161,7 +156,7 @@ def test_missing_binaries_raise_clear_error(tmp_path):
 
 _CHILD = """
 import json, signal, sys, time
-from tests.pg_cluster import ThrowawayPostgres
+from tests.support.pg_cluster import ThrowawayPostgres
 # Ctrl-C raises KeyboardInterrupt here even when the suite was started with SIGINT ignored (a background job of a
 # non-interactive shell), which the child would inherit: https://docs.python.org/3/library/signal.html
 signal.signal(signal.SIGINT, signal.default_int_handler)

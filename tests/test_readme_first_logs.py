@@ -107,7 +107,7 @@ def test_the_collector_snippet_runs_as_written_and_its_upload_is_analysed(
     from fp8_policy.client.cli import cli
     from fp8_policy.db.migrate import upgrade
     from fp8_policy.service.settings import Settings
-    from tests.service.live import plain_config, serving
+    from tests.support.uvicorn_app import plain_config, serving
 
     work = tmp_path / "work"
     work.mkdir()

@@ -32,7 +32,7 @@ Rules:
   warning = halfway between Gaussian and the heaviest healthy family, critical = the heaviest healthy family,
   severe = critical plus that family's excess over Gaussian once more, each rounded up to 0.5 pp: 1-D 10 / 13 /
   19.5 % (the `nvfp4_*` thresholds, settable per request), 2-D 16.5 / 23 / 35.5 % (`NVFP4_WEIGHT_BANDS`).
-  tests/policy/test_nvfp4_bands.py recomputes both. Under NVFP4 training the analysis judges activation and
+  tests/policy/analysis/test_nvfp4_bands.py recomputes both. Under NVFP4 training the analysis judges activation and
   gradient `nvfp4_underflows%` with the 1-D bands; weight `nvfp4_*` series (2-D tiles) are left out of the layer
   levels and judged by the precision ladder with the 2-D bands (recommend/ladder.py), said in a note. A layer's
   peers add the relative rule of the ladder: a level in the warning band and at least `NVFP4_PEER_RATIO` times its

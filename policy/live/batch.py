@@ -4,7 +4,7 @@ Belongs here: feeding a piece's parsed points (policy/parse/stats_log.ParsedStat
 ascending) to the detectors of policy/live/events.py for all its series together, on `SeriesTable`, the detector
 state of a whole run as arrays (one row per (rank, metric) series). The events and the state after a piece are
 exactly those of `events.advance` called series by series in the piece's series order, then
-`events.rank_divergence` (tests/policy/test_live_batch.py compares both on random logs split at random
+`events.rank_divergence` (tests/policy/live/test_live_batch.py compares both on random logs split at random
 points); Python runs per event raised, never per series or point. Storing the table as one JSON document is
 policy/live/table.py's; the trends (Theil–Sen projection, rank levels) policy/live/trends.py's.
 

@@ -122,7 +122,7 @@ def advance(
 
     Vectorised over the points (numpy): which points are new, which raise an event and the state after them are
     array operations; Python only formats the few events. Same results as visiting the points one by one
-    (tests/policy/test_live_events.py keeps that per-point reference and compares)."""
+    (tests/policy/live/test_live_events.py keeps that per-point reference and compares)."""
     name = f"{metric.layer} {metric.tensor} {metric.stat_key} (rank {rank})"
     its = np.asarray(iterations, dtype=np.int64)
     vals = np.asarray(values, dtype=np.float64)

@@ -143,7 +143,7 @@ def _is_spike(window: list[float], value: float) -> tuple[bool, float, float]:
 def _event(
     kind: str, severity: Severity, name: str, step: int, value: float | None, message: str, **detail: Any
 ) -> LiveEvent:
-    # imported on first use (it imports numpy): serve's start-up path, tests/service/test_start_up_imports.py
+    # imported on first use (it imports numpy): serve's start-up path, tests/service/app/test_start_up_imports.py
     from fp8_policy.policy.live.events import LiveEvent
 
     return LiveEvent(kind, severity.value, "training", name, "value", 0, step, value, message, detail)

@@ -12,7 +12,7 @@ the next one, and finally hands the line to Python). Keep this module free of an
 
 Numba keys a cached kernel on its own source file only: `scan_block`'s cache entry does not notice an edit here
 (the functions here are inlined into it, never compiled on their own). After changing this file, change or touch
-policy/parse/_stats_kernel.py too, as for policy/parse/_name_kernel.py (tests/policy/test_kernels.py compares the compiled
+policy/parse/_stats_kernel.py too, as for policy/parse/_name_kernel.py (tests/policy/parse/test_kernels.py compares the compiled
 kernels with their interpreted twins, which always run the current source).
 """
 

@@ -2,7 +2,7 @@
 finite points of every series of a rank in one call.
 
 Belongs here: the arithmetic of `policy.parse.assemble.summarize`, which stores these numbers with every series.
-They equal what NumPy computes per series, bit for bit (tests/policy/test_summary_kernel.py):
+They equal what NumPy computes per series, bit for bit (tests/policy/parse/test_summary_kernel.py):
 * the mean is NumPy's `add.reduce` (pairwise summation, numpy/_core/src/umath/loops_utils.h.src,
   `pairwise_sum`: fewer than 8 terms in order, up to 128 with 8 accumulators, larger halves recursively,
   the cut a multiple of 8) added to the identity 0.0, divided by the count;

@@ -8,7 +8,7 @@ machine: `cache=True` keeps the result on disk, NUMBA_CACHE_DIR). A service must
 wait for that. Until `load_compiled()` has finished in this process, `stats`, `names`, `summary` and `csv` hand
 out the *interpreted twin*: each `_*_kernel.py` module executed again with `numba.njit` replaced by a decorator
 that returns the function unchanged, so every kernel and every kernel-to-kernel call is plain Python over the
-same arrays, with the same results (tests/policy/test_kernels.py compares both on real logs). It is 100-1000x
+same arrays, with the same results (tests/policy/parse/test_kernels.py compares both on real logs). It is 100-1000x
 slower than the compiled code: fine for a log of a few MB, not for a 6M-line run, which waits for the compiled
 kernels instead (`small_enough`, service/ingest/pipeline.py).
 

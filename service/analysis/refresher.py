@@ -3,7 +3,7 @@
 
 Apart from summary.py because the app starts it in its lifespan, on `fp8-policy serve`'s start-up path, while
 computing a summary imports the analysis and the recommendation rules: summary.py is imported by the thread's first
-summary (issue 21, tests/service/test_start_up_imports.py).
+summary (issue 21, tests/service/app/test_start_up_imports.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from fp8_policy.policy.policy_version import POLICY_VERSION
 
 if TYPE_CHECKING:
     from fp8_policy.service.analysis import summary
-else:  # imported on first use: start-up path, tests/service/test_start_up_imports.py
+else:  # imported on first use: start-up path, tests/service/app/test_start_up_imports.py
     summary = lazy_module("fp8_policy.service.analysis.summary")
 
 log = logging.getLogger("fp8_policy.summary")

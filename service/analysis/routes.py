@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from fp8_policy.policy.recommend import Recommendation
     from fp8_policy.policy.render import RenderedPolicy
     from fp8_policy.service.analysis import actions, summary, target
-else:  # imported on first use: start-up path, tests/service/test_start_up_imports.py
+else:  # imported on first use: start-up path, tests/service/app/test_start_up_imports.py
     actions = lazy_module("fp8_policy.service.analysis.actions")
     summary = lazy_module("fp8_policy.service.analysis.summary")
     target = lazy_module("fp8_policy.service.analysis.target")
@@ -52,7 +52,7 @@ OVERRIDES_HELP = (
     "`skip_projected`, `lr_decay_start`, `target`. Unknown keys or bad values are a 400 InvalidOverrides "
     "(InvalidTarget)."
 )
-# Documentation of each non-threshold GET parameter in _GET_OPTION_KEYS (tests/service/test_openapi_document.py
+# Documentation of each non-threshold GET parameter in _GET_OPTION_KEYS (tests/service/app/test_openapi_document.py
 # fails when one is missing here).
 _OPTION_HELP = {
     "gpu_arch": (

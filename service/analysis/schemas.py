@@ -3,7 +3,7 @@
 They mirror `policy.analysis.Analysis.to_dict()` and `policy.recommend.Recommendation.to_dict()` field by field.
 FastAPI filters every response through its model, so a key the policy code adds to those dicts reaches clients
 only once it is declared here as well: extend these models together with the `to_dict()` you change.
-tests/service/test_response_models.py fails, naming the key, when a real response loses one.
+tests/service/app/test_response_models.py fails, naming the key, when a real response loses one.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Request dependencies: who is calling (`authenticate`) and whether their scope covers the route
-(`require_scope`). Every /api/ route declares one scope (tests/service/test_auth_matrix.py enumerates the app's
+(`require_scope`). Every /api/ route declares one scope (tests/service/auth/test_auth_matrix.py enumerates the app's
 routes and fails for one that does not).
 
 Per request: a presented token costs one indexed lookup by prefix (plus an UPDATE of last_used_at at most once

@@ -23,7 +23,7 @@ from fp8_policy.service.visual.routes import PNG, SVG, heatmap_query, image_resp
 
 if TYPE_CHECKING:
     from fp8_policy.service.compare import actions, pair
-else:  # imported on first use: start-up path, tests/service/test_start_up_imports.py
+else:  # imported on first use: start-up path, tests/service/app/test_start_up_imports.py
     actions = lazy_module("fp8_policy.service.compare.actions")
     pair = lazy_module("fp8_policy.service.compare.pair")
 

@@ -2,7 +2,7 @@
 
 They mirror `service.compare.pair.compare_runs()`, `service.compare.actions` (and
 `policy.compare.runs.compare_verdicts`) key by key: a key added there reaches clients only once it is declared here
-too (tests/service/test_response_models.py fails, naming the key, when a real response loses one).
+too (tests/service/app/test_response_models.py fails, naming the key, when a real response loses one).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from fp8_policy.service.openapi import error_responses
 
 if TYPE_CHECKING:
     from fp8_policy.service.experiments import actions
-else:  # imported on first use: start-up path, tests/service/test_start_up_imports.py
+else:  # imported on first use: start-up path, tests/service/app/test_start_up_imports.py
     actions = lazy_module("fp8_policy.service.experiments.actions")
 
 router = APIRouter(prefix="/api/v1/runs", tags=["experiments"])

@@ -3,7 +3,7 @@ claims them).
 
 Apart from pipeline.py because the worker makes its context when the app starts, on `fp8-policy serve`'s start-up
 path, while the pipeline (the archive readers and the stats-log parser) is imported by the first job a worker runs
-(issue 21, tests/service/test_start_up_imports.py).
+(issue 21, tests/service/app/test_start_up_imports.py).
 """
 
 from __future__ import annotations

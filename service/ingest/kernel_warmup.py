@@ -33,7 +33,7 @@ from fp8_policy._lazy import lazy_module
 if TYPE_CHECKING:
     from fp8_policy.policy.parse import kernels
 else:  # imported on first use (with numpy; the warm-up, the first parse): start-up path,
-    # tests/service/test_start_up_imports.py
+    # tests/service/app/test_start_up_imports.py
     kernels = lazy_module("fp8_policy.policy.parse.kernels")
 
 log = logging.getLogger("fp8_policy.kernels")

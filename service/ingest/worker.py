@@ -32,7 +32,7 @@ from fp8_policy.service.storage.archive import ArchiveStore, store_for
 
 if TYPE_CHECKING:
     from fp8_policy.service.ingest import pipeline
-else:  # imported on first use (the first job): start-up path, tests/service/test_start_up_imports.py
+else:  # imported on first use (the first job): start-up path, tests/service/app/test_start_up_imports.py
     pipeline = lazy_module("fp8_policy.service.ingest.pipeline")
 
 log = logging.getLogger("fp8_policy.ingest")

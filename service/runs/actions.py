@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from fp8_policy.db import codec
     from fp8_policy.policy import csv_export
-else:  # imported on first use (a run's series, its CSV): start-up path, tests/service/test_start_up_imports.py
+else:  # imported on first use (a run's series, its CSV): start-up path, tests/service/app/test_start_up_imports.py
     np = lazy_module("numpy")
     codec = lazy_module("fp8_policy.db.codec")
     csv_export = lazy_module("fp8_policy.policy.csv_export")

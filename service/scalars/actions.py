@@ -32,7 +32,7 @@ from fp8_policy.service.storage.keys import SCALARS_NAME, scalars_key
 if TYPE_CHECKING:
     from fp8_policy.policy.live import scalar_series as scalar_columns
     from fp8_policy.policy.live.scalar_series import ScalarColumns
-else:  # imported on first use (it imports numpy): start-up path, tests/service/test_start_up_imports.py
+else:  # imported on first use (it imports numpy): start-up path, tests/service/app/test_start_up_imports.py
     scalar_columns = lazy_module("fp8_policy.policy.live.scalar_series")
 
 

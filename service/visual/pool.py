@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from fp8_policy.service.visual import job as visual_job
     from fp8_policy.service.visual.job import Job, Rendered
 else:  # imported on first use (the first image; the worker processes preload it): start-up path,
-    # tests/service/test_start_up_imports.py
+    # tests/service/app/test_start_up_imports.py
     visual_job = lazy_module("fp8_policy.service.visual.job")
 
 CacheKey = tuple[object, ...]  # what an image depends on (visual/actions.py heatmap_cache_key, compare_cache_key)

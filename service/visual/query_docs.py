@@ -1,6 +1,6 @@
 """OpenAPI parameter objects for the heatmap and compare endpoints, whose query strings `service.visual.params`
 validates by hand (a bad value is a 400 `{"error", "detail"}`). Bounds come from `params` itself, and
-tests/service/test_openapi_document.py checks that the documented names are exactly the accepted ones
+tests/service/app/test_openapi_document.py checks that the documented names are exactly the accepted ones
 (`params.HEATMAP_KEYS`), so the two cannot drift apart.
 """
 

@@ -28,7 +28,7 @@ from fp8_policy.service.visual.schemas import HeatmapLayoutRead
 if TYPE_CHECKING:
     from fp8_policy.service.visual import actions
     from fp8_policy.service.visual.job import Rendered
-else:  # imported on first use: start-up path, tests/service/test_start_up_imports.py
+else:  # imported on first use: start-up path, tests/service/app/test_start_up_imports.py
     actions = lazy_module("fp8_policy.service.visual.actions")
 
 router = APIRouter(tags=["visual"], dependencies=[READ])

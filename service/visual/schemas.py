@@ -3,7 +3,7 @@
 They mirror `service.visual.actions.heatmap_layout()` key by key.
 FastAPI filters every response through its model, so a key added to those dicts reaches clients only once it is
 declared here too: extend these models together with the code that builds the dict.
-tests/service/test_response_models.py fails, naming the key, when a real response loses one.
+tests/service/app/test_response_models.py fails, naming the key, when a real response loses one.
 """
 
 from __future__ import annotations

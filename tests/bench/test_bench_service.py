@@ -1,6 +1,6 @@
 """bench/service.py (the service the benchmarks measure) and bench/load.py's shared mixed-load pieces.
 
-The happy path of `start_service` (a real `serve` answering /healthz, ~10 s) is left to tests/service/test_cli.py,
+The happy path of `start_service` (a real `serve` answering /healthz, ~10 s) is left to tests/service/app/test_cli.py,
 which starts the same command; here only what costs no service start."""
 
 from __future__ import annotations

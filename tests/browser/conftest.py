@@ -35,7 +35,7 @@ import pytest
 from fp8_policy.db.migrate import upgrade
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
 from fp8_policy.service.settings import Settings
-from tests.service.live import plain_config, serving
+from tests.support.uvicorn_app import plain_config, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
@@ -262,7 +262,7 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
     root = tmp_path_factory.mktemp("browser-app")
     database_url = f"sqlite+pysqlite:///{root / 'app.db'}"
     upgrade(database_url)
-    # webhook_allow_private: the live-run test's webhook receiver listens on 127.0.0.1 (tests/webhook.py)
+    # webhook_allow_private: the live-run test's webhook receiver listens on 127.0.0.1 (tests/support/webhook.py)
     settings = Settings(_env_file=None, data_dir=root / "data", database_url=database_url, webhook_allow_private=True)
     with serving(plain_config(settings), name="browser-uvicorn") as port:
         yield LiveServer(f"http://127.0.0.1:{port}", settings)

@@ -15,9 +15,9 @@ import pytest
 
 from fp8_policy.policy.synthetic import write_run
 from fp8_policy.policy.synthetic.studies import og2_boundary_study
-from tests.archives import tree_tar_gz
 from tests.browser.conftest import wait_ready
 from tests.browser.test_dashboard import wait_image
+from tests.support.archives import tree_tar_gz
 
 try:
     from playwright.sync_api import expect

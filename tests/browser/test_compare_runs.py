@@ -20,10 +20,10 @@ import re
 import pytest
 
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
-from tests.archives import tree_tar_gz
 from tests.browser.conftest import ARTIFACTS, wait_ready
 from tests.browser.test_dashboard import wait_image
 from tests.browser.test_rough_edges import overflow
+from tests.support.archives import tree_tar_gz
 
 try:
     from playwright.sync_api import expect

@@ -18,7 +18,7 @@ from playwright.sync_api import expect
 
 from tests.browser.test_api_docs import _csp_refusals
 from tests.browser.test_dashboard import wait_heatmap, wait_image
-from tests.local_http import serving
+from tests.support.local_http import serving
 
 pytestmark = pytest.mark.browser
 

@@ -12,9 +12,9 @@ import re
 
 import pytest
 
-from tests.archives import meta_relpath, metadata_log, stats_log, stats_relpath
-from tests.service.test_live_runs import LIVE, appender
-from tests.webhook import webhook_receiver
+from tests.service.live.test_live_runs import LIVE, appender
+from tests.support.archives import meta_relpath, metadata_log, stats_log, stats_relpath
+from tests.support.webhook import webhook_receiver
 
 try:
     from playwright.sync_api import expect

@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.archives import TS, stats_log
 from tests.browser.conftest import LiveServer, wait_ready
+from tests.support.archives import TS, stats_log
 
 try:
     from playwright.sync_api import expect

@@ -23,9 +23,9 @@ import tarfile
 
 import pytest
 
-from tests.archives import meta_relpath, metadata_log, stats_log, stats_relpath
 from tests.browser.conftest import LiveServer, box_of, wait_ready
-from tests.service.test_live_runs import LIVE, appender
+from tests.service.live.test_live_runs import LIVE, appender
+from tests.support.archives import meta_relpath, metadata_log, stats_log, stats_relpath
 
 try:
     from playwright.sync_api import expect

@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.archives import meta_relpath, metadata_log, stats_relpath
 from tests.browser.conftest import LiveServer
 from tests.browser.test_run_curves import LAYERS, hover_loss_at, logs, scalars, stats, upload
-from tests.service.test_live_runs import LIVE, appender
+from tests.service.live.test_live_runs import LIVE, appender
+from tests.support.archives import meta_relpath, metadata_log, stats_relpath
 
 try:
     from playwright.sync_api import expect

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from tests.archives import stats_log
 from tests.browser.conftest import LiveServer, wait_ready
-from tests.service.sensitivity_runs import METADATA, points
-from tests.service.test_experiments_api import arms
+from tests.service.experiments.test_experiments_api import arms
+from tests.support.archives import stats_log
+from tests.support.sensitivity_runs import METADATA, points
 
 try:
     from playwright.sync_api import expect

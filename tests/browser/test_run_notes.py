@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.archives import stats_log
 from tests.browser.conftest import LiveServer, wait_ready
+from tests.support.archives import stats_log
 
 try:
     from playwright.sync_api import expect

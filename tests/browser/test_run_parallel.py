@@ -19,8 +19,8 @@ from fp8_policy.db.summary_models import RunSummary
 from fp8_policy.policy.parallel import GLOBAL, LOCAL, METADATA, ParallelInfo, ParallelLayout, rank_coord
 from fp8_policy.policy.synthetic import SyntheticRun
 from fp8_policy.policy.synthetic.parallel import ParallelJob, write_parallel_job
-from tests.archives import tree_tar_gz
 from tests.browser.conftest import LiveServer, wait_ready
+from tests.support.archives import tree_tar_gz
 
 try:
     from playwright.sync_api import expect

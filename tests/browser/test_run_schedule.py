@@ -8,8 +8,8 @@ import json
 import pytest
 
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
-from tests.archives import tree_tar_gz
 from tests.browser.conftest import wait_ready
+from tests.support.archives import tree_tar_gz
 
 try:
     from playwright.sync_api import expect

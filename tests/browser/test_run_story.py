@@ -18,9 +18,9 @@ import re
 import pytest
 
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
-from tests.archives import meta_relpath, metadata_log, stats_log, stats_relpath
 from tests.browser.conftest import logs_tar_gz, upload_ready
-from tests.service.test_live_runs import LIVE, appender
+from tests.service.live.test_live_runs import LIVE, appender
+from tests.support.archives import meta_relpath, metadata_log, stats_log, stats_relpath
 
 try:
     from playwright.sync_api import expect

@@ -15,9 +15,9 @@ import pytest
 
 from fp8_policy.db.migrate import upgrade
 from fp8_policy.service.settings import Settings
-from tests.authutil import bearer, make_token
 from tests.browser.conftest import checked_page, wait_ready
-from tests.service.live import live_service
+from tests.support.authutil import bearer, make_token
+from tests.support.uvicorn_app import live_service
 
 try:
     from playwright.sync_api import expect

@@ -16,9 +16,9 @@ from fp8_policy.client import Forbidden, PolicyClient, Unauthorized
 from fp8_policy.client.cli import cli
 from fp8_policy.db.migrate import upgrade
 from fp8_policy.service.settings import Settings
-from tests.archives import stats_log, stats_relpath, write_tree
-from tests.authutil import make_token
-from tests.service.live import live_service
+from tests.support.archives import stats_log, stats_relpath, write_tree
+from tests.support.authutil import make_token
+from tests.support.uvicorn_app import live_service
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from fp8_policy.client import ApiError, PolicyClient
 from fp8_policy.service.cli import cli
-from tests.archives import stats_log
-from tests.service.live import sqlite_service
+from tests.support.archives import stats_log
+from tests.support.uvicorn_app import sqlite_service
 
 PROJECT = "edits"
 

@@ -15,7 +15,7 @@ import pytest
 
 from fp8_policy.client import PolicyClient
 from fp8_policy.client.errors import ConnectionFailed
-from tests.local_http import serving
+from tests.support.local_http import serving
 
 
 class _Runs(BaseHTTPRequestHandler):

@@ -21,8 +21,8 @@ from tests.client.test_live_upload import (
     wait_ready,
     watch_cli,
 )
-from tests.service.test_live_runs import LAYERS
-from tests.webhook import webhook_receiver
+from tests.service.live.test_live_runs import LAYERS
+from tests.support.webhook import webhook_receiver
 
 pytestmark = pytest.mark.slow
 __all__ = ["settings"]  # the fixture, shared with test_live_upload

@@ -18,10 +18,10 @@ from fp8_policy.client.client import PolicyClient
 from fp8_policy.client.live import LiveUploader
 from fp8_policy.db.migrate import upgrade
 from fp8_policy.service.settings import Settings
-from tests.archives import meta_relpath, metadata_log, stats_relpath
 from tests.conftest import RUN_FIGURES
-from tests.service.live import plain_config, serving
-from tests.service.test_live_runs import LAYERS, training_log
+from tests.service.live.test_live_runs import LAYERS, training_log
+from tests.support.archives import meta_relpath, metadata_log, stats_relpath
+from tests.support.uvicorn_app import plain_config, serving
 
 pytestmark = pytest.mark.slow
 

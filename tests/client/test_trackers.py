@@ -20,8 +20,8 @@ from click.testing import CliRunner
 
 from fp8_policy.client import PolicyClient
 from fp8_policy.client.cli import cli
-from tests.client.test_configs_cli import small_log
-from tests.service.api_runs import live_server, sqlite_settings
+from tests.client.cli.test_configs_cli import small_log
+from tests.support.api_runs import live_server, sqlite_settings
 
 mlflow = pytest.importorskip("mlflow", reason="the mlflow extra (make test installs it)")
 pytestmark = pytest.mark.slow

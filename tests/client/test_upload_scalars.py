@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from fp8_policy.client.packing import pack_directory
-from tests.archives import ESM2
-from tests.client.test_upload_identity import fp8
-from tests.service.live import Live, sqlite_service
+from tests.client.cli.test_upload_identity import fp8
+from tests.support.archives import ESM2
+from tests.support.uvicorn_app import Live, sqlite_service
 
 
 @pytest.fixture(scope="module")

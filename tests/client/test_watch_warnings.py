@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from fp8_policy.client.client import PolicyClient
-from tests.archives import meta_relpath, metadata_log, stats_relpath
 from tests.client.test_live_upload import free_port, serve, settings  # noqa: F401 - settings is a fixture
-from tests.service.test_live_story import LAYERS, scale_jump_log
+from tests.service.live.test_live_story import LAYERS, scale_jump_log
+from tests.support.archives import meta_relpath, metadata_log, stats_relpath
 
 pytestmark = pytest.mark.slow
 

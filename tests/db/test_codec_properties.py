@@ -5,7 +5,7 @@
   float32 rounding never moves a 4-decimal value of that range.
 * Decoding arbitrary stored bytes never raises anything but CorruptSeries (a damaged row is reported as such,
   not as a random numpy/struct error), and never allocates more than the bytes can describe.
-Budget: tests/fuzz.py (FP8_POLICY_FUZZ_EXAMPLES for longer runs).
+Budget: tests/support/fuzz.py (FP8_POLICY_FUZZ_EXAMPLES for longer runs).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from fp8_policy.db.codec import (
     encode_iterations,
     encode_values,
 )
-from tests.fuzz import fuzz
+from tests.support.fuzz import fuzz
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 

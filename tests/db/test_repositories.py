@@ -24,8 +24,8 @@ from fp8_policy.db.session import create_session_factory, session_scope
 from fp8_policy.policy.parse.assemble import AssembledRun, SeriesRecord, assemble_run
 from fp8_policy.policy.parse.metadata_log import merge_metadata, parse_metadata_lines
 from fp8_policy.policy.parse.stats_log import StatsLogParser
-from tests.archives import ESM2, ESM2_STATS, META_DIR, stats_log
-from tests.dbutil import assembled_layer_fields, layer_fields, row_counts
+from tests.support.archives import ESM2, ESM2_STATS, META_DIR, stats_log
+from tests.support.dbutil import assembled_layer_fields, layer_fields, row_counts
 
 QKV1 = "model.esm.encoder.layers.1.self_attention.layernorm_qkv"
 NONFINITE_NAME = f"{QKV1}_activation_underflows%"

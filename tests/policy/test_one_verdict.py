@@ -20,8 +20,8 @@ from fp8_policy.policy.heatmap import build_matrix, summarize, verdict_severitie
 from fp8_policy.policy.recommend import RecommendOptions, recommend
 from fp8_policy.policy.records import QUANTIZED_TENSORS, RunData, Series
 from fp8_policy.policy.synthetic import SCENARIOS
-from tests.fuzz import fuzz
 from tests.policy.analysis.synthetic_data import run_data
+from tests.support.fuzz import fuzz
 
 RECIPES = (None, "delayed", "current", "mxfp8", "block")
 EXTRA_STATS = ((), ("mxfp8_underflows%",), ("overflows%",))

@@ -9,7 +9,7 @@ from fp8_policy.client.gate import evaluate, render_markdown
 from fp8_policy.policy.analysis import Analysis, analyze
 from fp8_policy.policy.recommend import RecommendOptions, recommend
 from fp8_policy.policy.records import RunData
-from tests.archives import ESM2, LLAMA3
+from tests.support.archives import ESM2, LLAMA3
 
 
 @pytest.fixture(scope="module")

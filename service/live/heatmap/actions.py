@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from fp8_policy.policy.parse import assemble, stats_log
     from fp8_policy.service.visual import actions as visual
-else:  # imported on first use (a live heatmap's first poll): start-up path, tests/service/test_start_up_imports.py
+else:  # imported on first use (a live heatmap's first poll): start-up path, tests/service/app/test_start_up_imports.py
     assemble = lazy_module("fp8_policy.policy.parse.assemble")
     stats_log = lazy_module("fp8_policy.policy.parse.stats_log")
     visual = lazy_module("fp8_policy.service.visual.actions")

@@ -20,7 +20,7 @@ from fp8_policy.service.visual.query_docs import heatmap_json_params
 
 if TYPE_CHECKING:
     from fp8_policy.service.live import actions
-else:  # imported on first use (the parser, the live events): start-up path, tests/service/test_start_up_imports.py
+else:  # imported on first use (the parser, the live events): start-up path, tests/service/app/test_start_up_imports.py
     actions = lazy_module("fp8_policy.service.live.actions")
 
 router = APIRouter(prefix="/api/v1/live/runs", tags=["live"], dependencies=[READ])

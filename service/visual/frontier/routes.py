@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from fp8_policy.service.experiments import actions as experiments
     from fp8_policy.service.runs import actions as runs
     from fp8_policy.service.visual import job, marks
-else:  # imported on first use: start-up path, tests/service/test_start_up_imports.py
+else:  # imported on first use: start-up path, tests/service/app/test_start_up_imports.py
     target = lazy_module("fp8_policy.service.analysis.target")
     experiments = lazy_module("fp8_policy.service.experiments.actions")
     runs = lazy_module("fp8_policy.service.runs.actions")

@@ -45,11 +45,11 @@ from fp8_policy.policy.render import FORMATS, RenderOptions, render
 from fp8_policy.policy.render.layout import is_one_based, layer_index, module_index, torch_fqn
 from fp8_policy.policy.render.megatron import megatron_path
 from fp8_policy.policy.render.precision import effective_rung, unapplied_bf16, whole_bf16_layers
-from tests.archives import ESM2
 from tests.client.apply import fake_te
-from tests.fuzz import fuzz
 from tests.policy.frontier_runs import SUBS, frontier_run, layer_name, noisy
 from tests.policy.render import megatron_loader as loader
+from tests.support.archives import ESM2
+from tests.support.fuzz import fuzz
 
 HEAD = "model.module.output_layer"
 WIDTH = 32  # every Linear 32x32: torchao's multiple-of-16 rule holds and the forward chains

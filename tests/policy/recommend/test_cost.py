@@ -139,7 +139,7 @@ def test_one_speedup_figure_per_answer_from_one_table() -> None:
     from bench.eval_ingest import parse_tree
     from fp8_policy.client.gate import change_section
     from fp8_policy.policy.recommend import RecommendOptions, recommend
-    from tests.archives import ESM2
+    from tests.support.archives import ESM2
 
     run = parse_tree(ESM2)
     body = json.loads(json.dumps(recommend(run, None, RecommendOptions.from_metadata(run.metadata)).to_dict()))

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 
 from bench.service import stop_service, wait_healthy
-from tests.archives import esm2_tar_gz
-from tests.service.visual.processes import serve_logged, started_by, wait_gone
+from tests.support.archives import esm2_tar_gz
+from tests.support.service_processes import serve_logged, started_by, wait_gone
 
 
 def test_sigint_to_the_process_group_stops_the_service_without_a_traceback(tmp_path: Path) -> None:

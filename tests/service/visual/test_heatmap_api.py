@@ -10,8 +10,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from fp8_policy.db.runs import NewRun, RunRepository
-from tests.service.visual.conftest import HEAD
-from tests.service.visual.images import (
+from tests.support.images import (
     cell_rgb,
     luminance,
     png_pixels,
@@ -21,6 +20,7 @@ from tests.service.visual.images import (
     svg_tree,
     top_colour,
 )
+from tests.support.planted_pair import HEAD
 
 
 def rows_of(client, run_id: int, query: str = "") -> list[dict]:

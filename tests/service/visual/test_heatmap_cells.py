@@ -9,7 +9,7 @@ import numpy as np
 from matplotlib.colors import to_hex
 
 from fp8_policy.service.visual.render import colormap
-from tests.service.visual.conftest import HEAD
+from tests.support.planted_pair import HEAD
 
 
 def layout(client, run_id: int, query: str) -> dict:

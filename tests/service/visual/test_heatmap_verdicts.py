@@ -14,8 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
-from tests.archives import tree_tar_gz
 from tests.conftest import wait_for_run
+from tests.support.archives import tree_tar_gz
 
 
 @pytest.fixture(scope="module")

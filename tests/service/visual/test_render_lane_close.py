@@ -25,8 +25,8 @@ from fp8_policy.service import errors
 from fp8_policy.service.settings import Settings
 from fp8_policy.service.transport.shutdown import BoundedShutdownServer
 from fp8_policy.service.visual import pool
-from tests.archives import esm2_tar_gz
-from tests.service.visual.processes import serve_logged, started_by, wait_gone
+from tests.support.archives import esm2_tar_gz
+from tests.support.service_processes import serve_logged, started_by, wait_gone
 
 
 def test_a_closed_renderer_starts_no_worker_and_refuses_images() -> None:

@@ -3,7 +3,7 @@
 Before: `heatmap.png?dpi=600&width=25&height=16.6` (149 M pixels) was drawn — 15 s and +5 GB — and every render
 waited on one process-wide lock, so four such requests made a normal heatmap wait for all of them. Now images
 beyond `heatmap_max_pixels` are refused before drawing, large ones go to their own lane with a bounded queue
-(429 beyond), and rendered images are cached. The real app under uvicorn on loopback (tests/service/live.py).
+(429 beyond), and rendered images are cached. The real app under uvicorn on loopback (tests/support/uvicorn_app.py).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import pytest
 
 from fp8_policy.policy.synthetic import write_run
 from fp8_policy.service.settings import Settings
-from tests.archives import tree_tar_gz
-from tests.service.live import Live, live_service
-from tests.service.visual.conftest import before_after_runs
+from tests.support.archives import tree_tar_gz
+from tests.support.planted_pair import before_after_runs
+from tests.support.uvicorn_app import Live, live_service
 
 
 @dataclass(frozen=True)

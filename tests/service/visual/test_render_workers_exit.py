@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from fp8_policy.service.visual.pool import exit_with_parent
-from tests.service.visual.processes import alive, wait_gone
+from tests.support.service_processes import alive, wait_gone
 
 API_STAND_IN = textwrap.dedent(
     """

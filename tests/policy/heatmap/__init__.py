@@ -1,0 +1,1 @@
+"""Tests of policy/heatmap/: the heatmap matrix and geometry."""

@@ -1,0 +1,1 @@
+"""Tests of policy/live/: the live detectors, their events and batch equivalence."""

@@ -1,0 +1,1 @@
+"""Tests of policy/parse/: the statistics, metadata and scalars readers and their compiled kernels."""

@@ -1,0 +1,1 @@
+"""Tests of policy/synthetic/: the planted-pattern run generator."""

@@ -1,0 +1,1 @@
+"""Tests of service/alerts/: alert rules, matching and webhook delivery."""

@@ -1,0 +1,1 @@
+"""Tests of service/auth/: tokens, scopes on every route, the token CLI."""

@@ -1,0 +1,1 @@
+"""Tests of service/compare/: comparing two runs through the API."""

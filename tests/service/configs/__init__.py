@@ -1,0 +1,1 @@
+"""Tests of service/configs/: rendered configs kept with their run."""

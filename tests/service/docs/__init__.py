@@ -1,0 +1,1 @@
+"""Tests of service/docs/: the /docs page served by the app itself."""

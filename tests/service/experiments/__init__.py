@@ -1,0 +1,1 @@
+"""Tests of service/experiments/: measured experiment arms of a run."""

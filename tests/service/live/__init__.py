@@ -1,0 +1,1 @@
+"""Tests of service/live/: live runs received piece by piece and their events."""

@@ -1,0 +1,1 @@
+"""Tests of service/live/heatmap/: a live run's growing heatmap."""

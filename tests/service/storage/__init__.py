@@ -1,0 +1,1 @@
+"""Tests of service/storage/: the archive store (local directory, S3)."""

@@ -1,0 +1,1 @@
+"""Tests of service/transport/: serving while starting and stopping within bound."""
