@@ -174,19 +174,21 @@ def test_the_summary_is_computed_with_no_database_connection_held(
     """The analysis and recommendation of a run's summary take seconds of CPU on a busy machine; computed inside the
     transaction that read the run, they held a pooled connection (and, on PostgreSQL, a snapshot) all along."""
     quiet(client)
-    held: dict[int, int] = {}  # thread -> connections it has checked out of a pool
+    # connection record -> the thread that checked it out; only checkouts seen by the hook count, so a connection
+    # some thread took before the hook was installed and returns after it is not a negative count
+    held: dict[int, int] = {}
     during: list[int] = []
 
-    def checkout(*_args) -> None:
-        held[threading.get_ident()] = held.get(threading.get_ident(), 0) + 1
+    def checkout(_dbapi, record, _proxy) -> None:
+        held[id(record)] = threading.get_ident()
 
-    def checkin(*_args) -> None:
-        held[threading.get_ident()] = held.get(threading.get_ident(), 0) - 1
+    def checkin(_dbapi, record) -> None:
+        held.pop(id(record), None)
 
     real_analyze = summary_module.analyze
 
     def counted_analyze(data, thresholds):
-        during.append(held.get(threading.get_ident(), 0))
+        during.append(sum(1 for thread in held.values() if thread == threading.get_ident()))
         return real_analyze(data, thresholds)
 
     monkeypatch.setattr(summary_module, "analyze", counted_analyze)
