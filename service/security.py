@@ -16,11 +16,12 @@ not offered).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from fp8_policy.service.transport.raw_json import send_json
 
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # data: and blob: images: Swagger UI's icons are data: URIs, the dashboard shows fetched images as blob: URLs.
@@ -49,7 +50,7 @@ class BrowserGuard:
             return
         refusal = self._refusal(scope)
         if refusal is not None:
-            await _send_json(send, 403, {"error": "CrossOriginRequest", "detail": refusal})
+            await send_json(send, 403, {"error": "CrossOriginRequest", "detail": refusal}, _ALWAYS)
             return
 
         async def send_with_headers(message: Message) -> None:
@@ -114,19 +115,3 @@ def _normalise(origin: str) -> str:
     if not parts.scheme or not parts.hostname:
         return ""
     return f"{parts.scheme.lower()}://{parts.hostname.lower()}:{port}"
-
-
-async def _send_json(send: Send, status: int, body: dict[str, str]) -> None:
-    payload = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-                *_ALWAYS,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})

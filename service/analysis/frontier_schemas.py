@@ -93,10 +93,13 @@ class NextStepRead(ApiModel):
     rerun: list[str] = Field(description="The arms to run again (same steps, seed and data order).")
 
 
-class VerificationRead(ApiModel):
-    """The newest experiment's verdict on the recommended arm (policy/recommend/verification.py)."""
+class VerdictFields(ApiModel):
+    """The fields of an experiment's verdict (policy/recommend/verification.py `verify`), declared once for its two
+    views: the recommendation's `verification` (VerificationRead) and the experiment's own (service/experiments/
+    schemas.py ExperimentVerdictRead). Each view narrows `status` or `experiment_id` in place (pydantic keeps an
+    overridden field where the base declared it, so the field order is the verdict's)."""
 
-    status: Literal["confirmed", "contradicted", "unverified"]
+    status: str
     experiment_id: int | None
     detail: str
     recommended_gap: float | None = None
@@ -104,4 +107,10 @@ class VerificationRead(ApiModel):
     best_rule_gap: float | None = None
     tolerance: float | None = None
     next_step: NextStepRead | None = None
+
+
+class VerificationRead(VerdictFields):
+    """The newest experiment's verdict on the recommended arm (policy/recommend/verification.py)."""
+
+    status: Literal["confirmed", "contradicted", "unverified"]
     measured: list[MeasuredArmRead] = Field(default_factory=list)

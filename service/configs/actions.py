@@ -91,23 +91,9 @@ def kept_config(session: Session, run_id: int, config_id: int) -> RunConfig:
 
 
 def config_read(row: RunConfig, *, new: bool | None = None) -> RunConfigRead:
-    return RunConfigRead(
-        id=row.id,
-        run_id=row.run_id,
-        format=row.format,
-        version=row.version,
-        filename=row.filename,
-        media_type=row.media_type,
-        sha256=row.sha256,
-        size=row.size,
-        policy_version=row.policy_version,
-        options=row.options,
-        recommendation_sha256=row.recommendation_sha256,
-        created_at=row.created_at,
-        created_by=row.created_by,
-        download=f"/api/v1/runs/{row.run_id}/configs/{row.id}",
-        new=new,
-    )
+    """The kept config as the API reads it: every field but `download` and `new` is the row's column of that name."""
+    columns = {name: getattr(row, name) for name in RunConfigRead.model_fields if name not in ("download", "new")}
+    return RunConfigRead(**columns, download=f"/api/v1/runs/{row.run_id}/configs/{row.id}", new=new)
 
 
 def _body(response: object) -> bytes:

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from fp8_policy.service.analysis.frontier_schemas import NextStepRead
+from fp8_policy.service.analysis.frontier_schemas import VerdictFields
 from fp8_policy.service.schema_base import ApiModel
 
 
@@ -29,15 +29,9 @@ class ArmRead(ApiModel):
     predicted_risk: float | None = Field(description="On the run's frontier: nats per step (null: not placeable).")
 
 
-class ExperimentVerdictRead(ApiModel):
+class ExperimentVerdictRead(VerdictFields):
     status: str = Field(description="confirmed | contradicted | unverified (policy/recommend/verification.py).")
     experiment_id: int
-    detail: str
-    recommended_gap: float | None = None
-    predicted_gap: float | None = None
-    best_rule_gap: float | None = None
-    tolerance: float | None = None
-    next_step: NextStepRead | None = None
 
 
 class ExperimentRead(ApiModel):

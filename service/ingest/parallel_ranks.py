@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -166,13 +166,7 @@ class RankDigests:
     last_iteration: int | None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "dense": self.dense,
-            "experts": self.experts,
-            "reduced": self.reduced,
-            "last_iteration": self.last_iteration,
-        }
+        return asdict(self)
 
 
 _REDUCED_TENSORS = frozenset({"activation", "gradient"})

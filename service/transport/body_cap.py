@@ -19,12 +19,12 @@ Belongs here: the cap and telling upload routes from the others. The cap's value
 
 from __future__ import annotations
 
-import json
 import re
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fp8_policy.service.errors import AppError
+from fp8_policy.service.transport.raw_json import header_pairs, send_json
 
 # The routes whose bodies are uploads, metered by their own code (service/runs/routes.py `create_run`,
 # service/live/routes.py `append`).
@@ -71,7 +71,9 @@ class BodyCapMiddleware:
                 if not message.get("more_body", False):
                     break
         except AppError as exc:  # the body timeout or minimum rate (service/transport/body.py)
-            await _send_json(send, exc.status_code, {"error": exc.error, "detail": exc.detail}, exc.headers)
+            await send_json(
+                send, exc.status_code, {"error": exc.error, "detail": exc.detail}, header_pairs(exc.headers)
+            )
             return
         body: Message | None = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
 
@@ -89,21 +91,4 @@ class BodyCapMiddleware:
             f"the request body ({size}) is over the limit of {self.max_bytes} bytes for this route; only uploads "
             "(POST /api/v1/runs, PUT /api/v1/live/runs/{id}/files/...) take larger bodies"
         )
-        await _send_json(send, 413, {"error": "BodyTooLarge", "detail": detail}, {"Connection": "close"})
-
-
-async def _send_json(send: Send, status: int, body: dict[str, str], headers: dict[str, str] | None) -> None:
-    payload = json.dumps(body).encode()
-    extra = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in (headers or {}).items()]
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-                *extra,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
+        await send_json(send, 413, {"error": "BodyTooLarge", "detail": detail}, [(b"connection", b"close")])
