@@ -228,7 +228,8 @@ def scale_jumped(good: np.ndarray, before: np.ndarray, thresholds: Thresholds) -
     factor = thresholds.scale_jump_factor
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ratios = good / before
-        return (before > 0) & (good > 0) & ((ratios >= factor) | (ratios <= 1.0 / factor))
+        jumped: np.ndarray = (before > 0) & (good > 0) & ((ratios >= factor) | (ratios <= 1.0 / factor))
+    return jumped
 
 
 def scale_jump_event(
