@@ -36,7 +36,7 @@ import httpx
 import numpy as np
 
 from bench.service import running_service, vm_hwm_mb, wait_idle, wait_run
-from bench.trees import OUT, write_results
+from bench.trees import write_results
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
 
 PROBE_P99_TARGET_S = 2.0
@@ -195,7 +195,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--clients", type=int, default=12)
     args = parser.parse_args(argv)
-    OUT.mkdir(parents=True, exist_ok=True)
     results = measure(args.points, args.scalars_mib, args.seconds, args.clients)
     return write_results("floods", results, report(results))
 

@@ -32,7 +32,7 @@ import httpx
 import numpy as np
 
 from bench.service import running_service, vm_hwm_mb, wait_idle, wait_run
-from bench.trees import OUT, write_results
+from bench.trees import write_results
 from fp8_policy.policy.synthetic import SCENARIOS, write_run
 
 STATS_PATH = "rank_0/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log"
@@ -203,10 +203,14 @@ def report(results: dict[str, Any]) -> dict[str, bool]:
     }
 
 
-def measure(points: int = 2_400_000) -> dict[str, Any]:
+def measure(
+    points: int = 2_400_000, readers: int = 20, rounds: int = 5, pieces: int = 12, piece_mib: int = 60
+) -> dict[str, Any]:
     """The issue 20 figures for bench.run (in a throwaway directory)."""
     with tempfile.TemporaryDirectory(prefix="fp8-hot-paths-") as tmp:
-        return run_hot_paths(Path(tmp), points=points, readers=20, rounds=5, pieces=12, piece_mib=60)
+        return run_hot_paths(
+            Path(tmp), points=points, readers=readers, rounds=rounds, pieces=pieces, piece_mib=piece_mib
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,16 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pieces", type=int, default=12)
     parser.add_argument("--piece-mib", type=int, default=60)
     args = parser.parse_args(argv)
-    OUT.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="fp8-hot-paths-") as tmp:
-        results = run_hot_paths(
-            Path(tmp),
-            points=args.points,
-            readers=args.readers,
-            rounds=args.rounds,
-            pieces=args.pieces,
-            piece_mib=args.piece_mib,
-        )
+    results = measure(args.points, args.readers, args.rounds, args.pieces, args.piece_mib)
     return write_results("hot_paths", results, report(results))
 
 

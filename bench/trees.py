@@ -53,5 +53,6 @@ def write_results(name: str, results: Mapping[str, Any], targets: Mapping[str, b
     """A benchmark's end: `targets` printed, bench/out/<name>.json written (the results, the targets under
     `targets_met`) and the exit status, 0 when every target is met."""
     print_targets(targets)
+    OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{name}.json").write_text(json.dumps({**results, "targets_met": dict(targets)}, indent=2))
     return 0 if all(targets.values()) else 1

@@ -206,10 +206,7 @@ def _scale_jumps(
     its: np.ndarray,
     previous_its: np.ndarray,
 ) -> list[tuple[int, int, LiveEvent]]:
-    factor = thresholds.scale_jump_factor
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        ratios = good / before
-        jumps = scale & (before > 0) & (good > 0) & ((ratios >= factor) | (ratios <= 1.0 / factor))
+    jumps = scale & ref.scale_jumped(good, before, thresholds)
     found = []
     for j in np.flatnonzero(jumps).tolist():
         k = int(at[j])

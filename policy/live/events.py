@@ -212,10 +212,7 @@ def _scale_jumps(
     previous_its: np.ndarray,
     moved: np.ndarray,
 ) -> list[tuple[int, int, LiveEvent]]:
-    factor = thresholds.scale_jump_factor
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = good / before
-    jumps = moved & (before > 0) & (good > 0) & ((ratios >= factor) | (ratios <= 1.0 / factor))
+    jumps = moved & scale_jumped(good, before, thresholds)
     found = []
     for j in np.flatnonzero(jumps).tolist():
         k = int(at[j])
@@ -223,6 +220,16 @@ def _scale_jumps(
         previous_it = None if k == 0 and state.last_iteration is None else int(previous_its[k])
         found.append((k, 1, scale_jump_event(name, metric, rank, it, value, previous, previous_it)))
     return found
+
+
+def scale_jumped(good: np.ndarray, before: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    """Which points `good` differ from the value `before` each (both > 0) by `scale_jump_factor` or more, up or down
+    (also read by policy/live/batch.py)."""
+    factor = thresholds.scale_jump_factor
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ratios = good / before
+        jumped: np.ndarray = (before > 0) & (good > 0) & ((ratios >= factor) | (ratios <= 1.0 / factor))
+    return jumped
 
 
 def scale_jump_event(

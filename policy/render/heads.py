@@ -1,7 +1,8 @@
 """Logged heads a format runs in BF16 whatever the decision asks, and the clause that says so.
 
-Belongs here: which layers of a decision are heads, the precision the decision runs those it does not keep in BF16
-at, and the `applied()` clause naming them, shared by the formats that run every head in BF16 (Megatron-LM:
+Belongs here: which layers of a decision are heads (`heads`, also for the formats that name them in their header:
+te_recipe.py, torchtitan.py), the precision the decision runs those it does not keep in BF16 at, and the
+`applied()` clause naming them, shared by the formats that run every head in BF16 (Megatron-LM:
 policy/render/megatron_head.py; bionemo's Hydra recipe: policy/render/hydra.py). Must not be here: why a given
 format runs its head in BF16 (each caller passes its reason) or any format's syntax.
 

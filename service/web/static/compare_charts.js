@@ -28,12 +28,14 @@ function legend(data, id) {
 }
 
 /* The frame a card draws its overlay in: show(data, opts) draws it at the frame's width, and again whenever that
- * width changes; anything else put in the frame (loading, an error, a sentence) calls clear() first. */
+ * width changes; anything else put in the frame (loading, an error, a sentence) calls clear() first.
+ * load(busyText, failTitle, fill, onFail) is one load of the card: the frame busy and saying busyText while
+ * `await fill()` runs, and on failure (an abort is passed on) onFail() then an error box titled failTitle. */
 function chartFrame(ctx, id) {
   const frame = h("div", { class: "compare-chart", id, "aria-busy": "true" });
   let draw = null;
   redrawOnResize(ctx, frame, () => draw && draw());
-  return {
+  const chart = {
     frame,
     show(data, opts) {
       draw = () => replace(frame, lineChart({ series: seriesOf(data), width: Math.max(420, (frame.clientWidth || 900) - 4), height: 320, ...opts }));
@@ -42,7 +44,22 @@ function chartFrame(ctx, id) {
     clear() {
       draw = null;
     },
+    async load(busyText, failTitle, fill, onFail = () => {}) {
+      chart.clear();
+      frame.setAttribute("aria-busy", "true");
+      replace(frame, loading(busyText));
+      try {
+        await fill();
+      } catch (err) {
+        if (err.name === "AbortError") throw err;
+        onFail();
+        replace(frame, errorBox(err, { title: failTitle }));
+      } finally {
+        frame.setAttribute("aria-busy", "false");
+      }
+    },
   };
+  return chart;
 }
 
 /* Card #compare-overlay: pick a layer, tensor and stat; one line per run. */
@@ -76,10 +93,7 @@ export function overlayCard(ctx, cmp, ids, state, sync) {
 
   async function load() {
     sync();
-    chart.clear();
-    frame.setAttribute("aria-busy", "true");
-    replace(frame, loading("Loading series…"));
-    try {
+    return chart.load("Loading series…", "No series to overlay", async () => {
       const data = await api(`/compare/series${qs({ runs: ids.join(","), layer: state.layer, tensor: state.tensor, stat: state.stat })}`, { signal: ctx.signal });
       replace(keys, legend(data, "overlay-legend"));
       note.textContent = data.grouped > 1 ? `Each point is the mean of up to ${fmtInt(data.grouped)} consecutive iterations.` : "";
@@ -87,13 +101,7 @@ export function overlayCard(ctx, cmp, ids, state, sync) {
         xLabel: "iteration", yLabel: `${state.tensor} ${state.stat}`, unit: state.stat.endsWith("%") ? "%" : "", log: state.log,
         title: `${state.tensor} ${state.stat} of ${state.layer}, one line per run`,
       });
-    } catch (err) {
-      if (err.name === "AbortError") throw err;
-      replace(keys);
-      replace(frame, errorBox(err, { title: "No series to overlay" }));
-    } finally {
-      frame.setAttribute("aria-busy", "false");
-    }
+    }, () => replace(keys));
   }
 
   renderStatField();
@@ -130,10 +138,7 @@ export function scalarCard(ctx, ids, state, sync) {
 
   async function load() {
     sync();
-    chart.clear();
-    frame.setAttribute("aria-busy", "true");
-    replace(frame, loading("Loading training scalars…"));
-    try {
+    return chart.load("Loading training scalars…", "Training scalars unavailable", async () => {
       const data = await api(`/compare/scalars${qs({ runs: ids.join(","), name: state.scalar })}`, { signal: ctx.signal });
       const recorded = new Set(data.runs.flatMap((r) => r.recorded));
       replace(picker, recorded.size ? selectField("Scalar", "loss-name", SCALARS.filter((k) => recorded.has(k) || k === state.scalar).map((k) => [k, k]),
@@ -151,12 +156,7 @@ export function scalarCard(ctx, ids, state, sync) {
         return;
       }
       chart.show(data, { xLabel: "step", yLabel: state.scalar, title: `${state.scalar}, one line per run` });
-    } catch (err) {
-      if (err.name === "AbortError") throw err;
-      replace(frame, errorBox(err, { title: "Training scalars unavailable" }));
-    } finally {
-      frame.setAttribute("aria-busy", "false");
-    }
+    });
   }
 
   ctx.later(() => load().catch(() => {}), 0);

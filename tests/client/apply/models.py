@@ -1,4 +1,5 @@
-"""Small CPU models for the apply tests: a TE-shaped toy transformer, wrappers, a fake fused LayerNormMLP."""
+"""Small CPU models for the apply tests: a TE-shaped toy transformer, wrappers, a fake fused LayerNormMLP, and the
+policy the backend tests apply to the toy transformer."""
 
 from __future__ import annotations
 
@@ -7,6 +8,20 @@ import torch.nn.functional as F
 from torch import nn
 
 D_MODEL, VOCAB, HEADS = 32, 64, 2  # every Linear dim a multiple of 16 (torchao's float8 requirement)
+
+# The policy the backend tests apply to ToyTransformer: logged block 1's qkv (module index 0) and the head stay in
+# high precision, the rest runs Float8CurrentScaling.
+SKIPS = ["model.layers.1.self_attention.qkv", "model.lm_head"]
+POLICY = {
+    "fp8_skip_layers": SKIPS,
+    "gemm_overrides": [],
+    "recipe": {
+        "name": "current",
+        "class": "transformer_engine.common.recipe.Float8CurrentScaling",
+        "kwargs": {"fp8_format": "HYBRID"},
+        "reason": "test",
+    },
+}
 
 
 class Attention(nn.Module):

@@ -16,17 +16,8 @@ from torch import nn
 from fp8_policy.client.apply import UnmatchedLayers, apply_policy, recipe_from_policy
 from fp8_policy.client.apply.te import TE_MISSING, is_wrapped, restore_forwards
 from tests.client.apply import fake_te
-from tests.client.apply.models import D_MODEL, FusedModel, ToyTransformer, Wrapper, tokens
+from tests.client.apply.models import D_MODEL, POLICY, SKIPS, FusedModel, ToyTransformer, Wrapper, tokens
 
-POLICY = {
-    "fp8_skip_layers": ["model.layers.1.self_attention.qkv", "model.lm_head"],
-    "gemm_overrides": [],
-    "recipe": {
-        "name": "current",
-        "class": "transformer_engine.common.recipe.Float8CurrentScaling",
-        "kwargs": {"fp8_format": "HYBRID"},
-    },
-}
 EVERYTHING = {"quantizable": lambda module: True}  # plain torch modules stand for TE modules here
 
 
@@ -145,7 +136,7 @@ def test_one_name_for_many_blocks_wraps_all_and_warns() -> None:
 def test_non_te_modules_are_already_bf16_and_not_wrapped() -> None:
     model = ToyTransformer()  # plain nn.Linear: under TE autocast they never quantize
     report = apply_policy(model, POLICY, backend="te", context_factory=Recorder())
-    assert report.wrapped == [] and [a.name for a in report.already_bf16] == POLICY["fp8_skip_layers"]
+    assert report.wrapped == [] and [a.name for a in report.already_bf16] == SKIPS
 
 
 def test_policy_kept_bf16_is_reported_and_still_wrapped() -> None:

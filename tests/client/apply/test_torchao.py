@@ -13,19 +13,8 @@ from torchao.float8 import Float8LinearConfig
 from torchao.float8.float8_linear import Float8Linear
 
 from fp8_policy.client.apply import UnmatchedLayers, apply_policy
-from tests.client.apply.models import VOCAB, ToyTransformer, Wrapper, tokens
+from tests.client.apply.models import POLICY, VOCAB, ToyTransformer, Wrapper, tokens
 
-SKIPS = ["model.layers.1.self_attention.qkv", "model.lm_head"]
-POLICY = {
-    "fp8_skip_layers": SKIPS,
-    "gemm_overrides": [],
-    "recipe": {
-        "name": "current",
-        "class": "transformer_engine.common.recipe.Float8CurrentScaling",
-        "kwargs": {"fp8_format": "HYBRID"},
-        "reason": "test",
-    },
-}
 EMULATE = Float8LinearConfig(emulate=True)
 
 
