@@ -1,7 +1,10 @@
 """CLI that writes the ESM2-650M-shaped benchmark log tree with a U-shape and a head problem planted.
 
-Usage: python -m bench.generate OUT_DIR [--lines-target 6M|small] [--seed N]
-Prints one JSON object: lines, bytes, seconds and the planted truth.
+Usage: python -m bench.generate OUT_DIR [--lines-target 6M|small] [--seed N] [--sensitivity FMT,... [--sensitivity-freq N]]
+Prints one JSON object: lines, bytes, seconds and the planted truth. `--sensitivity` adds loss-sensitivity statistics
+(policy/synthetic/sensitivity.py: the planted layers are the sensitive ones) for those formats every
+`--sensitivity-freq` iterations (default 100): `--lines-target 6m --sensitivity nvfp4,mxfp8,current,delayed,block`
+adds 74 steps x 134 layers x 3 GEMMs x 5 formats = 148,740 lines to the 5,886,888 (6,035,628 in all).
 """
 
 from __future__ import annotations
@@ -32,9 +35,16 @@ PRESETS: dict[str, dict[str, int]] = {
 }
 
 
-def benchmark_case(target: str = "6m", seed: int = 650) -> ScenarioCase:
-    """The benchmark run: gradient underflow 3-6 % in the first/last 3 blocks and 6-10 % in both heads."""
-    run = SyntheticRun(family="esm2", seed=seed, **PRESETS[target])
+SENSITIVITY_FREQ = 100
+
+
+def benchmark_case(
+    target: str = "6m", seed: int = 650, sensitivity: tuple[str, ...] = (), sensitivity_freq: int = SENSITIVITY_FREQ
+) -> ScenarioCase:
+    """The benchmark run: gradient underflow 3-6 % in the first/last 3 blocks and 6-10 % in both heads; with
+    `sensitivity` (formats), their loss sensitivity every `sensitivity_freq` iterations."""
+    with_sensitivity = {"sensitivity": sensitivity, "sensitivity_freq": sensitivity_freq} if sensitivity else {}
+    run = SyntheticRun(family="esm2", seed=seed, **PRESETS[target], **with_sensitivity)
     rules = [
         Rule(any_of(first_blocks(3), last_blocks(3)), level((3.0, 6.0)), "gradient", "underflows%"),
         Rule(heads(), level((6.0, 10.0)), "gradient", "underflows%"),
@@ -54,12 +64,25 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="6M (the benchmark, ~5.9 M lines / ~800 MB) or small (~60 k lines)",
     )
     parser.add_argument("--seed", type=int, default=650)
+    parser.add_argument(
+        "--sensitivity",
+        type=lambda text: tuple(f for f in text.split(",") if f),
+        default=(),
+        metavar="FMT,...",
+        help="also write loss-sensitivity statistics for these formats (nvfp4, mxfp8, current, delayed, block)",
+    )
+    parser.add_argument(
+        "--sensitivity-freq",
+        type=int,
+        default=SENSITIVITY_FREQ,
+        help=f"iterations between logged sensitivity steps (a multiple of the preset's freq; default {SENSITIVITY_FREQ})",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    case = benchmark_case(args.lines_target, args.seed)
+    case = benchmark_case(args.lines_target, args.seed, args.sensitivity, args.sensitivity_freq)
     start = time.perf_counter()
     written = write_run(case.run, args.out_dir)
     seconds = time.perf_counter() - start

@@ -8,8 +8,9 @@ Must not be here: parsing or analysing logs, and any web or database import. The
 `write_run` writing the files it is asked to write; everything else is deterministic in `SyntheticRun.seed`.
 
 Layout: `families` (model families, layer naming, `LayerSpec`) → `profiles` (`ProfileContext`, value profiles,
-selectors, `Rule`, `Scenario`) → `run` (`SyntheticRun`, `stats_matrix`) → `writer` (`write_run`, `WrittenRun`,
-line formats) and `scenarios` (`PATTERNS`, `PlantedTruth`, `make_case`, `SCENARIOS`). Import from the package;
+selectors, `Rule`, `Scenario`) → `sensitivity` (loss-sensitivity lines and values, `SyntheticRun.sensitivity`) →
+`run` (`SyntheticRun`, `stats_matrix`, `sensitivity_matrix`) → `writer` (`write_run`, `WrittenRun`, line formats)
+and `scenarios` (`PATTERNS`, `PlantedTruth`, `make_case`, `SCENARIOS`). Import from the package;
 every public name is re-exported here.
 """
 
@@ -41,7 +42,14 @@ from fp8_policy.policy.synthetic.profiles import (
     step_at,
     with_values,
 )
-from fp8_policy.policy.synthetic.run import DEFAULT_STATS, PLAN_WORDS, SyntheticRun, matching_layers, stats_matrix
+from fp8_policy.policy.synthetic.run import (
+    DEFAULT_STATS,
+    PLAN_WORDS,
+    SyntheticRun,
+    matching_layers,
+    sensitivity_matrix,
+    stats_matrix,
+)
 from fp8_policy.policy.synthetic.scenarios import (
     FRONTIER_SCENARIOS,
     PATTERNS,
@@ -50,6 +58,7 @@ from fp8_policy.policy.synthetic.scenarios import (
     ScenarioCase,
     make_case,
 )
+from fp8_policy.policy.synthetic.sensitivity import SENSITIVITY_FORMATS, sensitivity_name
 from fp8_policy.policy.synthetic.writer import (
     DEFAULT_START,
     LINE_US,
@@ -70,6 +79,7 @@ __all__ = [
     "PLAN_ORDER",
     "PLAN_WORDS",
     "SCENARIOS",
+    "SENSITIVITY_FORMATS",
     "Family",
     "LayerSpec",
     "PlantedTruth",
@@ -99,6 +109,8 @@ __all__ = [
     "ramp",
     "roles",
     "scale_jumps",
+    "sensitivity_matrix",
+    "sensitivity_name",
     "split_stat",
     "stats_line",
     "stats_matrix",

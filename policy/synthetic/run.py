@@ -1,11 +1,13 @@
 """`SyntheticRun`: everything that decides a synthetic log tree, its layers, line order and per-rank values.
 
 Belongs here: `SyntheticRun` (validation, layers, assigned modules, metric cycle, profile contexts),
-`matching_layers` and `stats_matrix` (the clipped values of one rank). Deterministic in `SyntheticRun.seed`.
+`matching_layers`, `stats_matrix` (the clipped values of one rank) and `sensitivity_matrix` (its loss-sensitivity
+values, `sensitivity` module). Deterministic in `SyntheticRun.seed`.
 Must not be here: writing files or formatting lines, named scenarios, and any web or database import.
 
 Line order follows the real bionemo logs: per iteration, the forward tensors (activation, weight) of every layer
-in module order, then the gradients of every layer in reverse order (the backward pass).
+in module order, then the gradients of every layer in reverse order (the backward pass); then, at the iterations
+that log them, the sensitivity lines of every layer in forward order (the collector writes them after the step).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 from fp8_policy.policy.records import QUANTIZED_TENSORS
 from fp8_policy.policy.synthetic.families import FAMILIES, LayerSpec
 from fp8_policy.policy.synthetic.profiles import Profile, ProfileContext, Where, _values, healthy, split_stat
+from fp8_policy.policy.synthetic.sensitivity import check_formats, sensitivity_cycle, sensitivity_values
 
 DEFAULT_STATS: tuple[str, ...] = ("underflows%", "scale_inv_min", "scale_inv_max", "mse")
 PLAN_WORDS: tuple[str, ...] = ("FP8 Quantize", "Quantize")  # TE <= 2.12, TE >= 2.13
@@ -44,11 +47,17 @@ class SyntheticRun:
     profile: Profile = field(default_factory=healthy)
     line_order: str = "te"  # "te": forward tensors in module order, then gradients reversed; "layer": layer-major
     disabled_via_feature: bool = False  # also log "LAYER=<L>: Quantization Disabled" / "FP8 Disabled"
+    # loss-sensitivity statistics (`sensitivity` module): the formats, among nvfp4, mxfp8, current, delayed, block
+    # (none: no sensitivity lines), logged at iterations divisible by `sensitivity_freq` (a multiple of `freq`;
+    # None: every logged iteration), after that iteration's other statistics
+    sensitivity: tuple[str, ...] | str = ()
+    sensitivity_freq: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.extra_stats, str):
             object.__setattr__(self, "extra_stats", (self.extra_stats,))
         object.__setattr__(self, "bf16_layers", frozenset(self.bf16_layers))
+        object.__setattr__(self, "sensitivity", self.sensitivity_formats)
         object.__setattr__(self, "tensors", tuple(self.tensors))
         object.__setattr__(self, "stats", tuple(self.stats))
         self._validate()
@@ -62,6 +71,10 @@ class SyntheticRun:
             raise ValueError(f"tensors must be among {QUANTIZED_TENSORS}, got {self.tensors}")
         if self.te_plan_word not in PLAN_WORDS or self.line_order not in ("te", "layer"):
             raise ValueError(f"te_plan_word must be one of {PLAN_WORDS}; line_order 'te' or 'layer'")
+        check_formats(self.sensitivity_formats)
+        every = self.sensitivity_freq
+        if every is not None and (every < 1 or every % self.freq):
+            raise ValueError(f"sensitivity_freq must be a positive multiple of freq ({self.freq}), got {every}")
         unknown = self.bf16_layers - {spec.name for spec in self.layers()}
         if unknown:
             raise ValueError(f"bf16_layers not in this run: {sorted(unknown)}")
@@ -112,6 +125,22 @@ class SyntheticRun:
         bwd = [(s.name, t, st) for s in reversed(layers) for t in backward for st in self.all_stats]
         return (*fwd, *bwd)
 
+    @property
+    def sensitivity_formats(self) -> tuple[str, ...]:
+        return (self.sensitivity,) if isinstance(self.sensitivity, str) else self.sensitivity
+
+    def sensitivity_cycle(self) -> tuple[tuple[str, str, str], ...]:
+        """(layer, gemm, format) of every sensitivity line of one step that logs them, in line order."""
+        return sensitivity_cycle(self.stats_layers(), self.sensitivity_formats)
+
+    def sensitivity_mask(self) -> np.ndarray:
+        """Which of `iteration_array()` log sensitivity (all False without `sensitivity`)."""
+        iterations = self.iteration_array()
+        if not self.sensitivity:
+            return np.zeros(len(iterations), dtype=bool)
+        mask: np.ndarray = iterations % (self.sensitivity_freq or self.freq) == 0
+        return mask
+
     def context(
         self, spec: LayerSpec, tensor: str, stat: str, rank: int, iterations: np.ndarray | None = None
     ) -> ProfileContext:
@@ -152,3 +181,15 @@ def stats_matrix(run: SyntheticRun, rank: int) -> tuple[tuple[tuple[str, str, st
         ctx = run.context(specs[layer], tensor, stat, rank, iterations)
         out[k] = _clip(stat, _values(run.profile, ctx))
     return cycle, out
+
+
+def sensitivity_matrix(run: SyntheticRun, rank: int) -> tuple[tuple[tuple[str, str, str], ...], np.ndarray]:
+    """The sensitivity cycle and its values (lines x steps that log sensitivity) for one rank."""
+    iterations = run.iteration_array()
+    iterations.setflags(write=False)
+    specs = run.stats_layers()
+    contexts = {
+        (s.name, t): run.context(s, t, "underflows%", rank, iterations) for s in specs for t in QUANTIZED_TENSORS
+    }
+    values = sensitivity_values(specs, run.sensitivity_formats, contexts, run.profile, run.sensitivity_mask())
+    return run.sensitivity_cycle(), values

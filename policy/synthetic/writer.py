@@ -9,6 +9,7 @@ Must not be here: deciding values (that is `run` and `profiles`), parsing or ana
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -16,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from fp8_policy.policy.records import TENSOR_GEMMS
-from fp8_policy.policy.synthetic.run import SyntheticRun, stats_matrix
+from fp8_policy.policy.synthetic.run import SyntheticRun, sensitivity_matrix, stats_matrix
+from fp8_policy.policy.synthetic.sensitivity import FEATURE, sensitivity_name
 
 # The six plan lines TE writes per GEMM layer, in TE order (debug_quantization._tensor_to_gemm_names_map).
 PLAN_ORDER: tuple[tuple[str, str], ...] = tuple(
@@ -47,6 +49,8 @@ class WrittenRun:
     stats_layers: tuple[str, ...]  # the layers with stats lines
     metric_names: tuple[str, ...]  # the logged names of one iteration, in line order
     num_iterations: int
+    sensitivity_names: tuple[str, ...] = ()  # the sensitivity lines of one step that logs them, in line order
+    sensitivity_steps: int = 0  # how many logged iterations carry them
 
     @property
     def stats_lines_per_rank(self) -> dict[int, int]:
@@ -55,11 +59,12 @@ class WrittenRun:
     @property
     def expected_series(self) -> int:
         """Distinct (rank, metric name) series over all ranks."""
-        return len(self.metric_names) * len(self.files)
+        return (len(self.metric_names) + len(self.sensitivity_names)) * len(self.files)
 
     @property
     def expected_points(self) -> int:
-        return self.expected_series * self.num_iterations
+        per_rank = len(self.metric_names) * self.num_iterations + len(self.sensitivity_names) * self.sensitivity_steps
+        return per_rank * len(self.files)
 
     @property
     def total_bytes(self) -> int:
@@ -106,11 +111,14 @@ def _plan_messages(run: SyntheticRun, t0: int) -> tuple[list[tuple[int, str]], i
         for i, spec in enumerate(reversed(run.stats_layers())):
             out.append((t + 3 * i, _feature(spec.name, "gradient")))
         t += 3 * len(run.stats_layers())
+    if run.sensitivity:  # announced once per layer, as the collector's SensitivityTap.flush does
+        out += [(t + i, _feature(spec.name, "output", FEATURE)) for i, spec in enumerate(run.stats_layers())]
+        t += len(run.stats_layers())
     return out, t
 
 
-def _feature(layer: str, tensor: str) -> str:
-    return f"LAYER={layer}: Feature=LogFp8TensorStats, API=inspect_tensor: {tensor}"
+def _feature(layer: str, tensor: str, feature: str = "LogFp8TensorStats") -> str:
+    return f"LAYER={layer}: Feature={feature}, API=inspect_tensor: {tensor}"
 
 
 def _metadata_messages(run: SyntheticRun, rank: int, with_rank_dirs: bool) -> tuple[list[tuple[int, str]], int]:
@@ -136,27 +144,57 @@ def _write_metadata(path: Path, messages: list[tuple[int, str]], clock: _Clock, 
     return len(messages)
 
 
+class _Cycle:
+    """The lines of one cycle of names at one iteration, by one `%`-format call over a template holding every name
+    ("%.4f" == "{:.4f}"); line k of the cycle is written (first_line + k) * LINE_US microseconds after the flush."""
+
+    def __init__(self, names: list[str], first_line: int = 0) -> None:
+        self.size = len(names)
+        self.template = "".join(
+            f"%s - INFO - {nm.replace('%', '%%')} \t\t\t\t iteration=%s \t\t\t\t value=%.4f\n" for nm in names
+        )
+        lines = np.arange(first_line, first_line + self.size)
+        uniq, inverse = np.unique((lines * LINE_US) // 1000, return_inverse=True)
+        self.offsets: list[int] = uniq.tolist()
+        self.pick: Callable[[list[str]], tuple[str, ...]] = (
+            operator.itemgetter(*inverse.tolist()) if self.size > 1 else (lambda s: (s[0],))
+        )
+        self.args: list[object] = [None] * (3 * self.size)
+
+    def text(self, clock: _Clock, flush_ms: int, iteration: int, row: np.ndarray) -> str:
+        args = self.args
+        args[0::3] = self.pick([clock.stamp(flush_ms + off) for off in self.offsets])
+        args[1::3] = (f"{iteration:06d}",) * self.size
+        args[2::3] = row.tolist()
+        return self.template % tuple(args)
+
+
 def _write_stats(
-    path: Path, names: list[str], iterations: np.ndarray, values: np.ndarray, clock: _Clock, start_ms: int, step_ms: int
+    path: Path,
+    names: list[str],
+    iterations: np.ndarray,
+    values: np.ndarray,
+    clock: _Clock,
+    start_ms: int,
+    step_ms: int,
+    extra: tuple[list[str], np.ndarray, np.ndarray] | None = None,
 ) -> int:
-    """One `%`-format call per iteration over a template holding every name of the cycle ("%.4f" == "{:.4f}")."""
-    n = len(names)
-    template = "".join(
-        f"%s - INFO - {nm.replace('%', '%%')} \t\t\t\t iteration=%s \t\t\t\t value=%.4f\n" for nm in names
-    )
-    uniq, inverse = np.unique((np.arange(n) * LINE_US) // 1000, return_inverse=True)
-    offsets = uniq.tolist()
-    pick = operator.itemgetter(*inverse.tolist()) if n > 1 else (lambda s: (s[0],))
-    rows = np.ascontiguousarray(values.T)
-    args: list[object] = [None] * (3 * n)
+    """Every iteration's lines of the cycle `names`; `extra` (names, a mask of `iterations`, values per masked
+    iteration): lines written after the cycle's at the masked iterations (the sensitivity statistics)."""
+    cycle, rows = _Cycle(names), np.ascontiguousarray(values.T)
+    more_names, mask, more_values = extra if extra is not None else ([], np.zeros(len(iterations), bool), values)
+    more, more_rows = _Cycle(more_names, len(names)), iter(np.ascontiguousarray(more_values.T))
+    written = 0
     with path.open("w", encoding="utf-8", newline="\n") as fh:
-        for j, it in enumerate(iterations.tolist() if n else []):
-            base = start_ms + it * step_ms
-            args[0::3] = pick([clock.stamp(base + off) for off in offsets])
-            args[1::3] = (f"{it:06d}",) * n
-            args[2::3] = rows[j].tolist()
-            fh.write(template % tuple(args))
-    return n * len(iterations)
+        for j, it in enumerate(iterations.tolist() if cycle.size or more.size else []):
+            flush_ms = start_ms + it * step_ms
+            if cycle.size:
+                fh.write(cycle.text(clock, flush_ms, it, rows[j]))
+                written += cycle.size
+            if more.size and mask[j]:
+                fh.write(more.text(clock, flush_ms, it, next(more_rows)))
+                written += more.size
+    return written
 
 
 def _rank_paths(dest: Path, rank: int, with_rank_dirs: bool) -> tuple[Path, Path]:
@@ -190,7 +228,11 @@ def write_run(
         meta_lines = _write_metadata(meta_path, messages, clock, 3 * rank)
         cycle, values = stats_matrix(run, rank)
         names = [f"{layer}_{tensor}_{stat}" for layer, tensor, stat in cycle]
-        lines = _write_stats(stats_path, names, iterations, values, clock, end + 150 + 3 * rank, step_ms)
+        extra = None
+        if run.sensitivity:
+            sens_cycle, sens_values = sensitivity_matrix(run, rank)
+            extra = ([sensitivity_name(*line) for line in sens_cycle], run.sensitivity_mask(), sens_values)
+        lines = _write_stats(stats_path, names, iterations, values, clock, end + 150 + 3 * rank, step_ms, extra)
         files.append(RankFiles(rank, meta_path, stats_path, meta_lines, lines, stats_path.stat().st_size))
     metric_names = tuple(f"{layer}_{tensor}_{stat}" for layer, tensor, stat in run.metric_cycle())
     return WrittenRun(
@@ -200,4 +242,6 @@ def write_run(
         tuple(s.name for s in run.stats_layers()),
         metric_names,
         len(iterations),
+        tuple(sensitivity_name(*line) for line in run.sensitivity_cycle()),
+        int(run.sensitivity_mask().sum()),
     )
