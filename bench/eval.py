@@ -16,7 +16,9 @@ The two real bionemo fixture runs (no ground truth) go through the same path; th
 config acceptance are reported. Targets (exit code 0 only when all hold): every planted pattern found, no healthy
 layer skipped, 100 % of emitted configs accepted, and - when bench/out/esm2_6m exists (`make bench` makes it) or
 --big asks for it - load + analysis of the stored 6M-line run < 2 s (ingested into a temp SQLite DB the way
-bench/steps.py parse_store does, then service.analysis.actions.load_and_analyze and recommendation_for are timed).
+bench/steps.py parse_store does, then service.analysis.actions.load_and_analyze and recommendation_for are timed);
+when bench/out/esm2_6m_sensitivity exists or --big asks for it, `?target=` re-solved on that run with loss-sensitivity
+statistics: p50 <= 1 s per target, each answer right (bench/eval_target.py).
 Precision below 1 is reported, not fatal.
 """
 
@@ -43,6 +45,7 @@ from bench.eval_configs import GEMM_DISABLE, LAYER_DISABLE, ConfigChecker
 from bench.eval_ingest import MAX_LINE_BYTES, log_files, parse_tree, run_data
 from bench.eval_printing import print_report
 from bench.eval_scoring import CaseScore, Totals, score, totals
+from bench.eval_target import TARGET_TREES, ensure_target_tree, target_timings
 from bench.te_config_manager import TE_FEATURES
 
 __all__ = [
@@ -91,10 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     big.add_argument(
         "--big",
         action="store_true",
-        help=f"time analysis of the stored 6M-line run ({BIG_TREE.relative_to(ROOT)}), generating the "
-        "tree when missing (by default it is timed only when `make bench` already made it)",
+        help=f"time analysis of the stored 6M-line run ({BIG_TREE.relative_to(ROOT)}) and the target re-solve on it "
+        f"with sensitivity ({TARGET_TREES['6m'].relative_to(ROOT)}), generating the trees when missing (by default "
+        "each is timed only when its tree exists: `make bench` makes the first, `python -m bench.eval_target` both)",
     )
-    big.add_argument("--no-big", action="store_true", help="do not time the 6M-line run")
+    big.add_argument("--no-big", action="store_true", help="do not time the 6M-line runs")
     args = parser.parse_args(argv)
 
     from bench.scenarios import SUITE
@@ -113,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     report = evaluate(cases, fixtures=fixtures, progress=sys.stderr.isatty())
     if args.big or (not args.no_big and (BIG_TREE / ".complete").exists()):
         report.big = big_timings(ensure_big_tree())
+    if args.big or (not args.no_big and (TARGET_TREES["6m"] / ".complete").exists()):
+        report.big_target = target_timings(ensure_target_tree())
     print_report(report)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -21,8 +21,11 @@ BIG_ANALYSIS_TARGET_S = 2.0
 
 
 @contextmanager
-def stored_run(tree: Path, url: str) -> Iterator[tuple[Any, int, dict[str, float]]]:
-    """Ingest `tree` into the database at `url` the way bench/steps.py parse_store does; yields (factory, id, times)."""
+def stored_run(
+    tree: Path, url: str, metadata: dict[str, Any] | None = None
+) -> Iterator[tuple[Any, int, dict[str, float]]]:
+    """Ingest `tree` into the database at `url` the way bench/steps.py parse_store does, the run's metadata
+    `metadata` (none by default); yields (factory, id, times)."""
     from fp8_policy.db.migrate import upgrade
     from fp8_policy.db.runs import NewRun, RunRepository
     from fp8_policy.db.session import create_db_engine, create_session_factory, session_scope
@@ -33,7 +36,11 @@ def stored_run(tree: Path, url: str) -> Iterator[tuple[Any, int, dict[str, float
     factory = create_session_factory(engine)
     try:
         with session_scope(factory) as session:
-            run_id = RunRepository(session).add(NewRun("eval-6m", "eval", (), {}, "0" * 64, None, 0, "")).id
+            run_id = (
+                RunRepository(session)
+                .add(NewRun("eval-6m", "eval", (), dict(metadata or {}), "0" * 64, None, 0, ""))
+                .id
+            )
         warm_parser()
         start = time.perf_counter()
         assembled, counts = parse_files(log_files(tree), max_line_bytes=MAX_LINE_BYTES, threads=2)

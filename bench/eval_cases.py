@@ -16,6 +16,7 @@ from bench.eval_big import BIG_ANALYSIS_TARGET_S
 from bench.eval_configs import ConfigChecker
 from bench.eval_ingest import parse_tree
 from bench.eval_scoring import CaseScore, Totals, score, totals
+from bench.eval_target import checks as target_checks
 from fp8_policy.policy.analysis import Analysis, analyze
 from fp8_policy.policy.recommend import Recommendation, recommend
 from fp8_policy.policy.records import RunData
@@ -190,6 +191,7 @@ class Report:
     cases: list[CaseResult]
     fixtures: list[FixtureResult]
     big: dict[str, Any] | None = None
+    big_target: dict[str, Any] | None = None  # bench/eval_target.py: ?target= re-solved on the 6M-line run
     seconds: float = 0.0
 
     @property
@@ -228,6 +230,8 @@ class Report:
             out[f"6M-line run: load + analysis from stored data < {BIG_ANALYSIS_TARGET_S:g} s"] = bool(
                 self.big.get("load_and_analyze_seconds", math.inf) < BIG_ANALYSIS_TARGET_S
             )
+        if self.big_target is not None:
+            out.update({f"6M-line run, target {label}": ok for label, ok in target_checks(self.big_target).items()})
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -238,6 +242,7 @@ class Report:
             "totals": {**self.totals.to_dict(), "configs_accepted": accepted, "configs_emitted": emitted},
             "totals_by_group": {name: t.to_dict() for name, t in self.totals_by_group().items()},
             "big": self.big,
+            "big_target": self.big_target,
             "checks": self.checks(),
             "passed": all(self.checks().values()),
             "seconds": self.seconds,

@@ -1,4 +1,5 @@
-"""The eval's console output: the per-case table, per-case details, fixture runs, the 6M-line run and the totals."""
+"""The eval's console output: the per-case table, per-case details, fixture runs, the 6M-line run (its analysis and
+its target re-solve) and the totals."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterable
 
 from bench.eval_cases import Report
 from bench.eval_scoring import _ratio
+from bench.eval_target import print_result
 
 
 def _pct(value: float) -> str:
@@ -116,6 +118,9 @@ def print_report(report: Report) -> None:
             f"{b['gemm_overrides']} overrides cover {b['skip_covered']}/{b['skip_truth']} planted layers "
             f"({len(b['skip_extra'])} extra); recipe {b['recipe']}"
         )
+
+    if report.big_target is not None:
+        print_result(report.big_target, with_checks=False)  # its checks are the report's, printed below
 
     t = report.totals
     accepted, emitted = report.configs
