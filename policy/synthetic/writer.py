@@ -182,7 +182,9 @@ def _write_stats(
     """Every iteration's lines of the cycle `names`; `extra` (names, a mask of `iterations`, values per masked
     iteration): lines written after the cycle's at the masked iterations (the sensitivity statistics)."""
     cycle, rows = _Cycle(names), np.ascontiguousarray(values.T)
-    more_names, mask, more_values = extra if extra is not None else ([], np.zeros(len(iterations), bool), values)
+    more_names, mask, more_values = (
+        extra if extra is not None else ([], np.zeros(len(iterations), bool), np.empty((0, 0)))
+    )
     more, more_rows = _Cycle(more_names, len(names)), iter(np.ascontiguousarray(more_values.T))
     written = 0
     with path.open("w", encoding="utf-8", newline="\n") as fh:
