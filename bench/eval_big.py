@@ -53,6 +53,7 @@ def stored_run(
             "store_seconds": time.perf_counter() - parsed,
             "points": float(assembled.points),
             "lines_read": float(counts.lines_read),
+            "lines_skipped": float(counts.lines_skipped),
         }
         del assembled
         yield factory, run_id, times

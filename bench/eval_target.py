@@ -7,12 +7,13 @@ loss-sensitivity statistics for nvfp4, mxfp8, current, delayed and block every 1
 (bench/eval_big.py `stored_run`) with metadata naming a B300, so NVFP4 is on the ladder. Then the function the
 `?target=` route calls, service/analysis/target.py `cached`, with a session per call as the route has one:
 * cold: the first target asked of the run, an empty cache: load + analysis + recommendation + re-solve;
+* uncached: the same `repeats` times more, each with an empty cache (a service that has not answered this run yet);
 * re-solve: each target `repeats` times, each time with a fresh cache holding only the recommendation without a
   target (as the service holds it after the first target asked), so the re-solve itself runs every time;
-and both with the JSON body the route sends (actions.recommendation_answer through JSONResponse).
-Check: the re-solve's p50 <= 1 s for every target (issue 32), the answers changing layers and keeping the planted
-(sensitive) layers the most precise: none of them at the cheapest rung while a healthy one is dearer than it, and
-every layer the target sets to BF16 a planted one.
+and all with the JSON body the route sends (actions.recommendation_answer through JSONResponse).
+Checks: p50 <= 1 s for the uncached path and for every target's re-solve (issue 32); every answer meets its target,
+changes layers and keeps the planted (sensitive) layers the most precise: none of them at a cheaper precision than
+any healthy layer (nvfp4 < the FP8 rungs < bf16).
 """
 
 from __future__ import annotations
@@ -93,6 +94,13 @@ def target_timings(
         first = target.parse(targets[0])
         cold_cache: SingleFlightCache[Any] = SingleFlightCache()
         _, out["cold_seconds"] = _timed(lambda: answer(cold_cache, first))
+        uncached = [_timed(lambda: answer(SingleFlightCache(), first))[1] for _ in range(repeats)]
+        out["uncached"] = {
+            "target": first.text,
+            "runs": uncached,
+            "p50": _pct(uncached, 0.5),
+            "p95": _pct(uncached, 0.95),
+        }
         with session_scope(factory) as session:
             base_key = target.keys(session, run_id, {}, None)[0]
         base = cold_cache.get(base_key, lambda: None)
@@ -121,24 +129,22 @@ def _summary(rec: Any, planted: frozenset[str]) -> dict[str, Any]:
     info = rec.target or {}
     hot = [RANK[p] for layer, p in rungs.items() if layer in planted]
     cool = [RANK[p] for layer, p in rungs.items() if layer not in planted]
-    cheapest = min(RANK[p] for p in rungs.values())
     at = {p: sum(1 for layer, q in rungs.items() if q == p and layer in planted) for p in sorted(set(rungs.values()))}
     return {
         "met": info.get("met"),
         "speedup": info.get("speedup", rec.expected_cost.get("gemm_speedup_vs_all_bf16")),
-        "predicted_risk": info.get("predicted_risk"),
+        "predicted_risk": info.get("predicted_risk", rec.frontier.to_dict()["chosen"]["predicted_risk"]),
         "layers_changed": len(info.get("layers_changed", [])),
         "skip_layers": len(rec.decision.skip_layers),
         "planted_at": at,
         "healthy_at": {p: sum(1 for layer, q in rungs.items() if q == p and layer not in planted) for p in at},
-        "planted_most_precise": bool(hot and cool)
-        and not (min(hot) == cheapest and max(cool) > cheapest)
-        and set(rec.decision.skip_layers) <= planted,
+        "planted_most_precise": bool(hot and cool) and min(hot) >= max(cool),
     }
 
 
 def checks(result: dict[str, Any]) -> dict[str, bool]:
-    out = {}
+    u = result["uncached"]
+    out = {f"uncached ({u['target']}): p50 {u['p50']:.3f} s <= {RESOLVE_TARGET_S:g} s": u["p50"] <= RESOLVE_TARGET_S}
     for text, t in result["targets"].items():
         out[f"{text}: re-solve p50 {t['p50']:.3f} s <= {RESOLVE_TARGET_S:g} s"] = t["p50"] <= RESOLVE_TARGET_S
         out[f"{text}: met, {t['layers_changed']} layer(s) changed, planted layers most precise"] = bool(
@@ -150,12 +156,19 @@ def checks(result: dict[str, Any]) -> dict[str, bool]:
 def print_result(result: dict[str, Any], *, with_checks: bool = True) -> None:
     print(
         f"\nThe benchmark run with sensitivity, target re-solve from stored data ({result['tree']}, metadata "
-        f"{result['metadata']}): {int(result['lines_read']):,} lines, ingest parse {result['parse_seconds']:.2f} s "
+        f"{result['metadata']}): {int(result['lines_read']):,} lines ({int(result['lines_skipped'])} skipped), ingest parse {result['parse_seconds']:.2f} s "
         f"+ store {result['store_seconds']:.2f} s"
     )
-    print(f"  cold (first target: load + analysis + recommendation + re-solve + JSON): {result['cold_seconds']:.2f} s")
+    u = result["uncached"]
+    print(
+        f"  cold (first target: load + analysis + recommendation + re-solve + JSON): {result['cold_seconds']:.2f} s; "
+        f"uncached again p50 {u['p50']:.3f} s p95 {u['p95']:.3f} s ({len(u['runs'])} runs)"
+    )
     base = result["base"]
-    print(f"  recommendation: speedup {base['speedup']}, planted {base['planted_at']}, healthy {base['healthy_at']}")
+    print(
+        f"  recommendation: speedup {base['speedup']}, risk {base['predicted_risk']}; planted {base['planted_at']}, "
+        f"healthy {base['healthy_at']}"
+    )
     for text, t in result["targets"].items():
         print(
             f"  {text:<12} re-solve + JSON p50 {t['p50']:.3f} s p95 {t['p95']:.3f} s ({len(t['runs'])} runs); "

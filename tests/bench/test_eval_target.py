@@ -14,7 +14,8 @@ from fp8_policy.policy.synthetic import write_run
 def test_target_re_solve_path_on_the_small_tree(tmp_path: Path) -> None:
     write_run(benchmark_case("small", sensitivity=SENSITIVITY).run, tmp_path / "tree")
     result = target_timings(tmp_path / "tree", repeats=2, preset="small")
-    assert result["lines_read"] > 0 and result["cold_seconds"] > 0
+    assert result["lines_read"] > 0 and result["lines_skipped"] == 0 and len(result["uncached"]["runs"]) == 2
+    assert result["cold_seconds"] > 0 and result["base"]["predicted_risk"] is not None
     assert result["base"]["planted_most_precise"] and result["base"]["planted_at"]["mxfp8"] == 26
     assert list(result["targets"]) == list(TARGETS)
     for text, t in result["targets"].items():
@@ -28,7 +29,8 @@ def test_target_re_solve_path_on_the_small_tree(tmp_path: Path) -> None:
 
 def test_a_wrong_answer_fails_its_check() -> None:
     t = {"p50": 0.1, "met": True, "layers_changed": 3, "planted_most_precise": False}
-    assert checks({"targets": {"risk:1": t}}) == {
+    assert checks({"uncached": {"target": "risk:1", "p50": 1.5}, "targets": {"risk:1": t}}) == {
+        "uncached (risk:1): p50 1.500 s <= 1 s": False,
         "risk:1: re-solve p50 0.100 s <= 1 s": True,
         "risk:1: met, 3 layer(s) changed, planted layers most precise": False,
     }
