@@ -112,6 +112,12 @@ class Training:
         stream = batches(self.heldout_tokens, self.case.setup, seed=2 + 100 * self.case.seed)
         return [next(stream) for _ in range(self.case.setup.eval_batches)]
 
+    def schedule(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+        """Cosine decay to zero over the case's steps, as pretraining schedules end: at a constant LR the last steps'
+        noise decides the held-out loss, and two arms' gap is mostly which one the noise favoured."""
+        steps = self.case.setup.steps
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 * (1.0 + math.cos(math.pi * step / steps)))
+
     def kwargs(self) -> dict[str, Any]:
         lr = self.case.setup.lr
         return {
@@ -122,6 +128,7 @@ class Training:
             "steps": self.case.setup.steps,
             "seed": self.case.seed,
             "optimizer": lambda params: torch.optim.AdamW(params, lr=lr, weight_decay=0.0),
+            "scheduler": self.schedule,
         }
 
 
