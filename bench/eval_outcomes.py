@@ -54,6 +54,23 @@ def _pairs(arms: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
     return xs, ys
 
 
+def resolved_pairs(arms: list[dict[str, Any]]) -> tuple[int, int]:
+    """(pairs of arms whose measured gaps differ beyond the replicates' noise, how many of those the predicted risk
+    orders the same way): where the measurement can tell two arms apart, does the risk tell them apart the same way?"""
+    known = [a for a in arms if a["predicted_risk"] is not None]
+    resolved = agreed = 0
+    for i, a in enumerate(known):
+        for b in known[i + 1 :]:
+            worse, better = paired(_gaps(a), _gaps(b)), paired(_gaps(b), _gaps(a))
+            if not (worse.better or better.better):
+                continue
+            resolved += 1
+            agreed += (a["predicted_risk"] > b["predicted_risk"]) == (worse.mean > 0) and (
+                a["predicted_risk"] != b["predicted_risk"]
+            )
+    return resolved, agreed
+
+
 def judge(case: dict[str, Any]) -> dict[str, Any]:
     """Per case: the best rule (lowest mean gap), and whether each recommended arm is at least as good in loss
     (paired over the replicates, within the noise: bench/outcome_stats.py) at no more GEMM cost."""
@@ -79,6 +96,7 @@ def judge(case: dict[str, Any]) -> dict[str, Any]:
         out[arm["name"]] = verdict
     xs, ys = _pairs(arms)
     out["spearman"] = spearman(xs, ys)
+    out["resolved_pairs"], out["resolved_pairs_ordered_by_risk"] = resolved_pairs(arms)
     return out
 
 
@@ -96,6 +114,8 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         "spearman": spearman(xs, ys),
         "spearman_mean_per_case": sum(per_case) / len(per_case) if per_case else None,
         "pairs": len(xs),
+        "resolved_pairs": sum(c["judgement"].get("resolved_pairs", 0) for c in results),
+        "resolved_pairs_ordered_by_risk": sum(c["judgement"].get("resolved_pairs_ordered_by_risk", 0) for c in results),
         "budget_matched": _tally(budget),
         "default_recommendation": _tally(default),
     }
@@ -137,6 +157,8 @@ def table(results: list[dict[str, Any]], summary: dict[str, Any]) -> str:
         "",
         f"Spearman (predicted risk vs measured gap, all arms and cases, {s['pairs']} pairs): {rho}; "
         f"mean per case: {s['spearman_mean_per_case']}",
+        f"arm pairs the replicates tell apart (paired, beyond the noise): {s['resolved_pairs']}, ordered the same way "
+        f"by predicted risk: {s['resolved_pairs_ordered_by_risk']}",
         f"budget-matched recommendation: as good at no more cost in {s['budget_matched']['as_good_at_no_more_cost']}"
         f"/{s['budget_matched']['cases']} cases, strictly better in {s['budget_matched']['strictly_better']}",
         f"default recommendation: as good at no more cost in {s['default_recommendation']['as_good_at_no_more_cost']}"
@@ -186,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.merge:
         parts = [json.loads(path.read_text()) for path in args.merge]
-        results = [case for part in parts for case in part["cases"]]
+        results = [{**case, "judgement": judge(case)} for part in parts for case in part["cases"]]
         result = {"quick": parts[0]["quick"], "seconds": sum(p["seconds"] for p in parts), "cases": results}
         result.update(summarize(results))
     else:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.eval_outcomes import judge
+from bench.eval_outcomes import judge, resolved_pairs
 from bench.outcome_stats import mean_and_se, paired, spearman
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,6 +74,17 @@ def test_replicated_arms_are_compared_paired_and_within_their_noise() -> None:
     assert j["recommended"]["strictly_better"]  # as good in loss, and cheaper
     assert j["recommended@last_15pct"]["as_good_in_loss"] is False
     assert j["recommended@last_15pct"]["gap_difference"] == pytest.approx(0.05, abs=1e-9)
+
+
+def test_resolved_pairs_count_only_arms_the_replicates_tell_apart() -> None:
+    arm = lambda name, gaps, risk: {"name": name, "heldout_gaps": gaps, "heldout_gap": None, "predicted_risk": risk}  # noqa: E731
+    bf16 = arm("bf16", [0.0, 0.0, 0.0], 0.0)
+    low = arm("all_low", [0.10, 0.12, 0.11], 0.9)  # clearly worse than BF16 and than the tie below
+    tie = arm("rule", [0.01, -0.01, 0.005], 0.2)  # within the noise of BF16
+    wrong = arm("misranked", [0.30, 0.31, 0.32], 0.1)  # clearly the worst, predicted nearly the best
+    assert resolved_pairs([bf16, low, tie]) == (2, 2)  # low vs bf16, low vs tie; bf16 vs tie is not told apart
+    assert resolved_pairs([bf16, low, wrong]) == (3, 2)  # wrong vs low is ordered the other way
+    assert resolved_pairs([bf16, arm("unknown", [1.0, 1.0, 1.1], None)]) == (0, 0)  # no prediction: not counted
 
 
 def test_paired_differences_use_the_one_sided_t_bound() -> None:
