@@ -28,11 +28,11 @@ from typing import Any
 
 import torch
 
+from bench.outcome_stats import mean_and_se
 from examples.local_service import in_process_service, upload
 from examples.tiny_gpt import VOCAB, Setup, TinyGPT, batches, corpus, loss_of
 from fp8_policy.client.experiment.arms import Arm, arms_from_recommendation, experiment_body
 from fp8_policy.client.experiment.runner import run_arms
-from bench.outcome_stats import mean_and_se
 from fp8_policy.collect import FP8StatsCollector, convert_to_emulated_training
 
 NVFP4_SENSITIVITY = ("nvfp4", "mxfp8", "block", "current")
@@ -169,9 +169,7 @@ def _train(training: Training, arms: list[Arm], replicate: int, progress: Any) -
 def _gaps(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Held-out loss minus the same replicate's BF16 arm's, per arm name (NaN loss: infinite gap)."""
     bf16 = next(r["heldout_loss"] for r in rows if r["arm"].kind == "bf16")
-    return {
-        r["arm"].name: r["heldout_loss"] - bf16 if math.isfinite(r["heldout_loss"]) else math.inf for r in rows
-    }
+    return {r["arm"].name: r["heldout_loss"] - bf16 if math.isfinite(r["heldout_loss"]) else math.inf for r in rows}
 
 
 def run_case(case: Case, api: Any, work: Path, progress: Any = None, replicates: int = 1) -> dict[str, Any]:
