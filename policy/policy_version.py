@@ -8,6 +8,4 @@ import the rules themselves (issue 21, tests/service/app/test_start_up_imports.p
 
 from __future__ import annotations
 
-POLICY_VERSION = (
-    "2026.12.02-wave4-widen"  # + an underflow GEMM override widened to the GEMMs whose loss sensitivity is high
-)
+POLICY_VERSION = "2026.12.02-wave4-widen"  # + underflow GEMM overrides widened to the high-sensitivity GEMMs
