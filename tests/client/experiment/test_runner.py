@@ -67,3 +67,16 @@ def test_the_scheduler_is_built_per_arm_and_stepped_after_every_optimizer_step()
     assert [len(lrs) for lrs in seen] == [STEPS, STEPS]  # one scheduler per arm, one step per optimizer step
     assert seen[0] == pytest.approx([1e-3 * (1.0 - i / STEPS) for i in range(STEPS)])
     assert decayed[0]["heldout_loss"] != _run()[0]["heldout_loss"]  # the schedule changed the training
+
+
+def test_a_spec_hands_its_optional_optimizer_and_scheduler_to_run_arms(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from fp8_policy.client.experiment.spec import load_spec
+
+    base = "def model(): pass\ndef loss(m, b): pass\ndef batches(): pass\ndef heldout(): pass\n"
+    plain = tmp_path / "plain.py"
+    plain.write_text(base)
+    assert {"optimizer", "scheduler"}.isdisjoint(load_spec(plain).run_kwargs())
+    full = tmp_path / "full.py"
+    full.write_text(base + "def optimizer(params): pass\ndef scheduler(opt): pass\n")
+    kwargs = load_spec(full).run_kwargs()
+    assert kwargs["optimizer"].__name__ == "optimizer" and kwargs["scheduler"].__name__ == "scheduler"
