@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from bench.outcome_stats import mean_and_se
 from examples.local_service import in_process_service, upload
 from examples.tiny_gpt import VOCAB, Setup, TinyGPT, batches, corpus, loss_of
 from fp8_policy.client.experiment.arms import Arm, arms_from_recommendation, experiment_body
@@ -103,12 +104,19 @@ class Training:
             model.decoder.layers[self.case.planted_block - 1].outlier_gain = self.case.outlier_gain
         return model
 
-    def batches(self) -> Iterator[torch.Tensor]:
-        return batches(self.train_tokens, self.case.setup, seed=1 + 100 * self.case.seed)
+    def batches(self, seed: int | None = None) -> Iterator[torch.Tensor]:
+        """The training batches of the case's seed (or a replicate's: bench/outcome_stats.py)."""
+        return batches(self.train_tokens, self.case.setup, seed=1 + 100 * (self.case.seed if seed is None else seed))
 
     def heldout(self) -> list[torch.Tensor]:
         stream = batches(self.heldout_tokens, self.case.setup, seed=2 + 100 * self.case.seed)
         return [next(stream) for _ in range(self.case.setup.eval_batches)]
+
+    def schedule(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+        """Cosine decay to zero over the case's steps, as pretraining schedules end: at a constant LR the last steps'
+        noise decides the held-out loss, and two arms' gap is mostly which one the noise favoured."""
+        steps = self.case.setup.steps
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 * (1.0 + math.cos(math.pi * step / steps)))
 
     def kwargs(self) -> dict[str, Any]:
         lr = self.case.setup.lr
@@ -120,6 +128,7 @@ class Training:
             "steps": self.case.setup.steps,
             "seed": self.case.seed,
             "optimizer": lambda params: torch.optim.AdamW(params, lr=lr, weight_decay=0.0),
+            "scheduler": self.schedule,
         }
 
 
@@ -144,53 +153,97 @@ def statistics_run(training: Training, log_dir: Path) -> dict[str, Any]:
     return measured[0]
 
 
-def run_case(case: Case, api: Any, work: Path, progress: Any = None) -> dict[str, Any]:
+def _replicate_seed(case: Case, replicate: int) -> int:
+    """Replicate 0 is the case's own seed (the statistics run's); the others get their own data order and
+    stochastic-rounding stream, from the same initial weights (`Training.model` seeds those apart)."""
+    return case.seed + 1000 * replicate
+
+
+def _train(training: Training, arms: list[Arm], replicate: int, progress: Any) -> list[dict[str, Any]]:
+    seed = _replicate_seed(training.case, replicate)
+    kwargs = {**training.kwargs(), "seed": seed, "batches": lambda: training.batches(seed)}
+    say = None if progress is None else (lambda text: progress(f"r{replicate} {text}"))
+    return run_arms(arms, progress=say, **kwargs)
+
+
+def _gaps(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Held-out loss minus the same replicate's BF16 arm's, per arm name (NaN loss: infinite gap)."""
+    bf16 = next(r["heldout_loss"] for r in rows if r["arm"].kind == "bf16")
+    return {r["arm"].name: r["heldout_loss"] - bf16 if math.isfinite(r["heldout_loss"]) else math.inf for r in rows}
+
+
+def run_case(case: Case, api: Any, work: Path, progress: Any = None, replicates: int = 1) -> dict[str, Any]:
+    """One case (module docstring), every arm trained in `replicates` replicates (bench/outcome_stats.py): one
+    experiment is posted per replicate; each arm's row carries its per-replicate gaps, their mean and its error."""
     training = Training(case)
     low_row = statistics_run(training, work / case.name)
     run = upload(api, work / case.name, case.name, case.metadata)
     policy = api.recommendation(run["id"])
+    low_arm = arms_from_recommendation(policy, include=("all_low",))[0]
     rules_and_rec = arms_from_recommendation(policy, include=("bf16", "rules", "recommended"))
-    measured = run_arms(rules_and_rec, progress=progress, **training.kwargs())
-    low_row = {**low_row, "arm": arms_from_recommendation(policy, include=("all_low",))[0]}
-    rows = [low_row, *measured]
+    rows = [[{**low_row, "arm": low_arm}, *_train(training, rules_and_rec, 0, progress)]]
+    for r in range(1, replicates):
+        rows.append(_train(training, [low_arm, *rules_and_rec], r, progress))
+    gaps = [_gaps(replicate) for replicate in rows]
     frontier = policy.get("frontier") or {}
     speedup = {b["name"]: b["speedup"] for b in frontier.get("baselines") or []}
-    rule_rows = [r for r in measured if r["arm"].kind == "rule"]
+    rule_names = [a.name for a in rules_and_rec if a.kind == "rule"]
     budget = None
-    if rule_rows and frontier.get("available"):
-        best = min(rule_rows, key=lambda r: r["heldout_loss"] if math.isfinite(r["heldout_loss"]) else math.inf)
-        budget = f"speedup:{speedup[best['arm'].rule or best['arm'].name]:.4f}"
+    if rule_names and frontier.get("available"):
+        best = min(rule_names, key=lambda n: mean_and_se([g[n] for g in gaps])[0])
+        best_arm = next(a for a in rules_and_rec if a.name == best)
+        budget = f"speedup:{speedup[best_arm.rule or best_arm.name]:.4f}"
         answer = api.recommendation_for_target(run["id"], budget)
-        extra = arms_from_recommendation(answer, include=(), extra=[(f"recommended@{best['arm'].name}", answer)])
-        known = {r["arm"].key() for r in rows}
+        extra = arms_from_recommendation(answer, include=(), extra=[(f"recommended@{best}", answer)])
+        known = {r["arm"].key() for r in rows[0]}
         fresh = [arm for arm in extra if arm.key() not in known]
-        rows += run_arms(fresh, progress=progress, **training.kwargs())
-    body = experiment_body(rows, name=case.name, run_id=run["id"], seed=case.seed, setup={"budget": budget or "-"})
-    posted = api.post_experiment(run["id"], body)
-    arms = [
-        {
-            "name": arm["name"],
-            "kind": arm["kind"],
-            "heldout_gap": arm["heldout_gap"],
-            "gemm_cost": None if not arm["gemm_speedup"] else round(1.0 / arm["gemm_speedup"], 5),
-            "predicted_risk": arm["predicted_risk"],
-            "heldout_loss": arm["heldout_loss"],
-            "gemm_speedup": arm["gemm_speedup"],
-            "same_as": next((r["arm"].also for r in rows if r["arm"].name == arm["name"]), ()),
-        }
-        for arm in posted["arms"]
+        for r, replicate in enumerate(rows):
+            replicate += _train(training, fresh, r, progress)
+            gaps[r] = _gaps(replicate)
+    posted = [
+        api.post_experiment(
+            run["id"],
+            experiment_body(
+                replicate,
+                name=f"{case.name} r{r}",
+                run_id=run["id"],
+                seed=_replicate_seed(case, r),
+                setup={"budget": budget or "-", "replicate": r},
+            ),
+        )
+        for r, replicate in enumerate(rows)
     ]
+    arms = []
+    for arm in posted[0]["arms"]:
+        per_replicate = [g[arm["name"]] for g in gaps]
+        mean, se = mean_and_se(per_replicate)
+        arms.append(
+            {
+                "name": arm["name"],
+                "kind": arm["kind"],
+                "heldout_gap": None if not math.isfinite(mean) else mean,
+                "heldout_gaps": [g if math.isfinite(g) else None for g in per_replicate],
+                "gap_se": se,
+                "gemm_cost": None if not arm["gemm_speedup"] else round(1.0 / arm["gemm_speedup"], 5),
+                "predicted_risk": arm["predicted_risk"],
+                "heldout_loss": arm["heldout_loss"],
+                "gemm_speedup": arm["gemm_speedup"],
+                "same_as": next((r["arm"].also for r in rows[0] if r["arm"].name == arm["name"]), ()),
+            }
+        )
+    statuses = [p["verification"]["status"] for p in posted]
     return {
         "name": case.name,
         "low": case.low,
         "shape": {"d_model": case.setup.d_model, "blocks": case.setup.n_layers, "steps": case.setup.steps},
         "seed": case.seed,
+        "replicates": replicates,
         "problem": "planted" if (case.planted_block or case.setup.logit_scale != 1.0) else "natural",
         "budget": budget,
         "run_id": run["id"],
         "lines_skipped": run["lines_skipped"],
         "arms": arms,
-        "verification": posted["verification"],
+        "verification": {**posted[0]["verification"], "per_replicate": statuses},
     }
 
 

@@ -8,4 +8,4 @@ import the rules themselves (issue 21, tests/service/app/test_start_up_imports.p
 
 from __future__ import annotations
 
-POLICY_VERSION = "2026.12.02-wave4-names"  # wave4 + torchtitan module names; Megatron custom/BF16 configs read; te-recipe renames TE default Layer_<n> names
+POLICY_VERSION = "2026.12.02-wave4-widen"  # + underflow GEMM overrides widened to the high-sensitivity GEMMs

@@ -11,7 +11,8 @@ the held-out loss and the step time of each.
 same weights) or a checkpoint path (a state dict loaded into `model_factory()`); `loss(model, batch)` returns the
 scalar loss; `batches()` a fresh iterator of training batches (called once per arm: the same order each time);
 `heldout()` an iterable of held-out batches. The optimizer is `optimizer(params)` (AdamW lr 1e-3 by default), one
-step per batch with gradient clipping at `clip` (0: none).
+step per batch with gradient clipping at `clip` (0: none); `scheduler(optimizer)`, when given, returns a torch LR
+scheduler stepped after every optimizer step (the run's own schedule: its LR decay settles the final loss).
 `apply(model, arm, seed)` puts the arm's precisions on the model: by default `apply_emulated` (CPU: every linear
 layer trains in emulated NVFP4 / MXFP8 / FP8 / BF16, `fp8_policy.collect.convert_to_emulated_training`, GEMM overrides
 included). On a GPU with Transformer Engine, `te_apply(policy)` applies the arm through `apply_policy(...,
@@ -86,6 +87,7 @@ def run_arms(
     seed: int = 0,
     model_factory: Callable[[], nn.Module] | None = None,
     optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
+    scheduler: Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler] | None = None,
     clip: float = 1.0,
     apply: Callable[[nn.Module, Arm, int], nn.Module] = apply_emulated,
     progress: Callable[[str], None] | None = None,
@@ -101,6 +103,7 @@ def run_arms(
         torch.manual_seed(seed)
         net = apply(_fresh(model, model_factory), arm, seed)
         opt = make_optimizer(net.parameters())
+        schedule = scheduler(opt) if scheduler is not None else None
         stream = batches()
         losses: list[float] = []
         started = time.perf_counter()
@@ -111,6 +114,8 @@ def run_arms(
                 torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
             opt.step()
             opt.zero_grad(set_to_none=True)
+            if schedule is not None:
+                schedule.step()
             if step_hook is not None:
                 step_hook()
             losses.append(float(value.detach()))

@@ -5,7 +5,8 @@
     def batches(): ...            # a fresh iterator of training batches (the same order each call)
     def heldout(): ...            # an iterable of held-out batches
 
-and optionally `optimizer(params)`, `checkpoint` (a state-dict path loaded into `model()`), `STEPS`, `SEED`.
+and optionally `optimizer(params)`, `scheduler(optimizer)` (a torch LR scheduler, stepped after every optimizer step),
+`checkpoint` (a state-dict path loaded into `model()`), `STEPS`, `SEED`.
 Loaded with runpy (the file runs as a script: only load specs you wrote or trust).
 """
 
@@ -33,8 +34,9 @@ class Spec:
         }
         if self.names.get("checkpoint"):
             kwargs["model_factory"] = self.names["model"]
-        if callable(self.names.get("optimizer")):
-            kwargs["optimizer"] = self.names["optimizer"]
+        for optional in ("optimizer", "scheduler"):
+            if callable(self.names.get(optional)):
+                kwargs[optional] = self.names[optional]
         return kwargs
 
 

@@ -236,6 +236,7 @@ class _Context:
         if skipped:
             evidence += [v.sentence for p in self._fp8_order() if (v := self.fp8_rung(lv, p)).fit is not None]
             evidence.append("BF16: skipped by the recommendation (fp8_skip_layers).")
+            evidence += [note for name, note in self.plan.sensitivity_notes if name == lv.name]
             return LayerPrecision(lv.name, "bf16", tuple(evidence), 1.0)
         verdicts: dict[str, Verdict] = {}
         for precision in self._fp8_order():

@@ -7,6 +7,10 @@ Rules, at the precision the plan judges (the training recipe for the first plan,
   the flushed values do not reach the loss (policy/sensitivity/judge.py says what negligible is).
 * sensitive: a layer below the critical band whose sensitivity is high gets its sensitive GEMMs in BF16 (a GEMM
   override), or is skipped whole when all three are.
+* widened: a layer whose underflows% fails for one tensor only (the plan keeps that tensor's GEMMs in BF16) and
+  whose sensitivity is high in GEMMs the override leaves in low precision gets those too (the whole layer when all
+  three): an underflowing gradient says nothing about the forward GEMM, and the frontier's risk would otherwise
+  count a high-sensitivity fprop as left in low precision by the recommendation itself.
 Each adjustment is stated (`SkipPlan.sensitivity_notes`, the override's reason, the ladder's evidence).
 """
 
@@ -56,3 +60,21 @@ class SensitivePlan:
                 "by its loss sensitivity.",
             )
         return None
+
+    def widen(self, layer: str, gemms: tuple[str, ...]) -> Adjustment | None:
+        """The `widened` rule (module docstring): the GEMMs to keep in BF16 beyond an underflow override's `gemms`,
+        with the note; None when the layer is not high or its high GEMMs are all in the override already."""
+        verdict = self.judge.verdict(layer, self.precision)
+        if verdict is None or verdict.level != "high":
+            return None
+        extra = tuple(g for g in GEMMS if g in verdict.high_gemms and g not in gemms)
+        if not extra:
+            return None
+        union = tuple(g for g in GEMMS if g in gemms or g in extra)
+        what = "whole layer" if len(union) == len(GEMMS) else "+".join(union)
+        return Adjustment(
+            "sensitive",
+            union,
+            f"{verdict.sentence} Underflow already keeps {'+'.join(gemms)} in BF16; {'+'.join(extra)} "
+            f"{'joins' if len(extra) == 1 else 'join'} them by its loss sensitivity ({what} in BF16).",
+        )

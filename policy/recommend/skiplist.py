@@ -21,7 +21,8 @@ Rules:
   (recommend/ladder.py, the lift rule) are not skipped: they run at that rung, which every output renders.
 * `sensitive` (recommend/sensitive_plan.py): with loss-sensitivity statistics, an underflow-only failure whose
   sensitivity is negligible is kept, and a layer below the band whose sensitivity is high gets its sensitive GEMMs
-  (or the whole layer) in BF16; each said in `sensitivity_notes`.
+  (or the whole layer) in BF16, and a one-tensor underflow override is widened to the GEMMs whose sensitivity is
+  high; each said in `sensitivity_notes`.
 * A tensor the analysis could not assess (its `unassessed` verdict: scale_inv stuck at 1.0, no point after warm-up)
   whose raw underflows% is at or above critical fails too; with no level to re-measure under another recipe, its
   layer is skipped whole.
@@ -125,7 +126,17 @@ def plan_skips(
         if defer:
             deferred.append(lv.name)
         elif not raw and len(failing) == 1 and len(lv.tensors) == len(QUANTIZED_TENSORS):
-            overrides.append(_override(lv, failing[0], levels, lv.name in boundary, bands))
+            override = _override(lv, failing[0], levels, lv.name in boundary, bands)
+            widened = sensitive.widen(lv.name, override.gemms) if sensitive is not None else None
+            if widened is None:
+                overrides.append(override)
+            elif len(widened.gemms) < len(GEMMS):
+                notes.append((lv.name, widened.note))
+                overrides.append(GemmOverride(lv.name, widened.gemms, f"{override.reason}. {widened.note}"))
+            else:
+                notes.append((lv.name, widened.note))
+                skips.append(lv.name)
+                detail[lv.name] = f"{failing[0]} {levels(lv, failing[0]):.2f}%; {widened.note}"
         else:
             skips.append(lv.name)
             parts = [f"{t} {levels(lv, t):.2f}%" for t in failing] + [f"{t} unassessed" for t in raw]

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.eval_outcomes import judge, spearman
+from bench.eval_outcomes import judge, resolved_pairs
+from bench.outcome_stats import mean_and_se, paired, spearman
 
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = {"bf16", "all_low", "rule", "recommended"}
@@ -39,11 +40,64 @@ def test_the_judgement_compares_each_recommended_arm_with_the_best_rule() -> Non
     }
     j = judge(case)
     assert j["best_rule"] == "first_last"
-    assert j["recommended"] == {"as_good_in_loss": True, "no_more_cost": True, "strictly_better": True}
+    assert j["recommended"] == {
+        "as_good_in_loss": True,
+        "no_more_cost": True,
+        "strictly_better": True,
+        "gap_difference": pytest.approx(-0.01),
+        "noise_bound": 0.0,  # one replicate: no noise allowance
+        "lower_mean_gap": True,
+    }
     assert j["recommended@first_last"]["as_good_in_loss"] is False
     assert j["spearman"] == pytest.approx(
         spearman([0.0, 0.3, 0.2, 0.1, 0.05, 0.08], [0.0, 0.1, 0.05, 0.03, 0.02, 0.04])
     )
+
+
+def test_replicated_arms_are_compared_paired_and_within_their_noise() -> None:
+    arm = lambda name, kind, gaps, cost: {  # noqa: E731
+        "name": name, "kind": kind, "heldout_gap": mean_and_se(gaps)[0], "heldout_gaps": gaps, "gemm_cost": cost,
+        "predicted_risk": None,
+    }  # fmt: skip
+    rule = arm("last_15pct", "rule", [0.10, -0.05, 0.02], 0.6)
+    case = {
+        "arms": [
+            rule,
+            # worse on the mean by 0.01, but the paired differences (+0.04, -0.02, +0.01) are within their noise
+            arm("recommended", "recommended", [0.14, -0.07, 0.03], 0.55),
+            # worse in every replicate by about 0.05: beyond the noise
+            arm("recommended@last_15pct", "recommended", [0.15, 0.0, 0.07], 0.6),
+        ]
+    }
+    j = judge(case)
+    assert j["recommended"]["as_good_in_loss"] and not j["recommended"]["lower_mean_gap"]
+    assert j["recommended"]["strictly_better"]  # as good in loss, and cheaper
+    assert j["recommended@last_15pct"]["as_good_in_loss"] is False
+    assert j["recommended@last_15pct"]["gap_difference"] == pytest.approx(0.05, abs=1e-9)
+
+
+def test_resolved_pairs_count_only_arms_the_replicates_tell_apart() -> None:
+    arm = lambda name, gaps, risk: {"name": name, "heldout_gaps": gaps, "heldout_gap": None, "predicted_risk": risk}  # noqa: E731
+    bf16 = arm("bf16", [0.0, 0.0, 0.0], 0.0)
+    low = arm("all_low", [0.10, 0.12, 0.11], 0.9)  # clearly worse than BF16 and than the tie below
+    tie = arm("rule", [0.01, -0.01, 0.005], 0.2)  # within the noise of BF16
+    wrong = arm("misranked", [0.30, 0.31, 0.32], 0.1)  # clearly the worst, predicted nearly the best
+    assert resolved_pairs([bf16, low, tie]) == (2, 2)  # low vs bf16, low vs tie; bf16 vs tie is not told apart
+    assert resolved_pairs([bf16, low, wrong]) == (3, 2)  # wrong vs low is ordered the other way
+    assert resolved_pairs([bf16, arm("unknown", [1.0, 1.0, 1.1], None)]) == (0, 0)  # no prediction: not counted
+
+
+def test_paired_differences_use_the_one_sided_t_bound() -> None:
+    one = paired([0.01], [0.0])
+    assert one.bound == 0.0 and not one.not_worse and not one.better  # one replicate: no noise allowance
+    diff = paired([0.02, 0.0, 0.04], [0.0, 0.0, 0.0])
+    assert diff.mean == pytest.approx(0.02) and diff.se == pytest.approx(0.02 / 3**0.5)
+    assert diff.bound == pytest.approx(2.919986 * 0.02 / 3**0.5, rel=1e-5)  # t(0.95, 2 degrees of freedom)
+    assert diff.not_worse and not diff.better
+    diverged = paired([float("inf"), 0.0], [0.0, 0.0])
+    assert not diverged.not_worse
+    with pytest.raises(ValueError):
+        paired([0.0], [0.0, 1.0])
 
 
 @pytest.mark.slow
@@ -59,7 +113,7 @@ def test_quick_eval_outcomes_writes_the_documented_json(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Spearman (predicted risk vs measured gap" in done.stdout
     result = json.loads(out.read_text())
-    assert result["quick"] is True and len(result["cases"]) == 2
+    assert result["quick"] is True and len(result["cases"]) == 2 and result["replicates"] == 2
     assert result["spearman"] is None or -1.0 <= result["spearman"] <= 1.0
     for case in result["cases"]:
         assert case["lines_skipped"] == 0 and case["name"]
@@ -69,6 +123,9 @@ def test_quick_eval_outcomes_writes_the_documented_json(tmp_path: Path) -> None:
         }
         for arm in arms:
             assert {"name", "kind", "heldout_gap", "gemm_cost", "predicted_risk"} <= set(arm)
+            assert len(arm["heldout_gaps"]) == 2  # one gap per replicate; heldout_gap is their mean
+            if None not in arm["heldout_gaps"]:
+                assert arm["heldout_gap"] == pytest.approx(sum(arm["heldout_gaps"]) / 2)
         bf16 = next(a for a in arms if a["kind"] == "bf16")
         assert bf16["heldout_gap"] == 0.0 and bf16["predicted_risk"] == 0.0 and bf16["gemm_cost"] == 1.0
         low = next(a for a in arms if a["kind"] == "all_low")

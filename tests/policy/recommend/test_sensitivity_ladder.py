@@ -144,3 +144,45 @@ def test_too_few_peers_are_not_judged() -> None:
     )
     verdict = SensitivityJudge(read_sensitivity(run)).verdict(layer_name(0, "self_attention.linear_qkv"), "current")
     assert verdict is not None and verdict.level == "unjudged" and "too few layers" in verdict.sentence
+
+
+def test_an_underflow_override_is_widened_to_the_gemms_whose_sensitivity_is_high() -> None:
+    """A head-like layer: its gradient underflows (dgrad+wgrad would leave FP8) and its forward GEMM is by far the most
+    sensitive of the run; the override alone would leave that fprop in FP8."""
+    head = layer_name(7, "mlp.linear_fc2")
+
+    def values(layer, block, sub, tensor, key, rng):  # type: ignore[no-untyped-def]
+        return noisy(5.0 if layer == head and tensor == "gradient" else 0.1, rng)
+
+    def sens(fprop_of_head: float) -> SensValue:
+        return lambda layer, precision, gemm: fprop_of_head if (layer == head and gemm == "fprop") else 10.0
+
+    def run(fprop_of_head: float) -> RunData:
+        plain = frontier_run(values, ("underflows%",), metadata={"recipe": "current", "gpu": "H100"})
+        return with_sensitivity(plain, sens(fprop_of_head), ("current",))
+
+    _, normal = answer(run(10.0))
+    assert {o["layer"]: o["gemms"] for o in normal["gemm_overrides"]} == {head: ["dgrad", "wgrad"]}
+    assert head not in normal["fp8_skip_layers"]
+
+    _, data = answer(run(5000.0))
+    assert head in data["fp8_skip_layers"] and head not in {o["layer"] for o in data["gemm_overrides"]}
+    row = data["precision_ladder"]["layers"][head]
+    assert row["precision"] == "bf16"
+    said = [e for e in row["evidence"] if "Underflow already keeps dgrad+wgrad in BF16; fprop joins them" in e]
+    assert said and "whole layer in BF16" in said[0]
+
+
+def test_widen_adds_only_the_high_gemms_the_override_leaves_out() -> None:
+    from fp8_policy.policy.recommend.sensitive_plan import SensitivePlan
+
+    run = with_sensitivity(
+        frontier_run(lambda *a: 0.1, ("underflows%",)),
+        lambda layer, precision, gemm: 900.0 if (layer == SENSITIVE and gemm != "fprop") else 10.0,
+        ("current",),
+    )
+    plan = SensitivePlan(SensitivityJudge(read_sensitivity(run)), "current", {})
+    widened = plan.widen(SENSITIVE, ("dgrad",))
+    assert widened is not None and widened.gemms == ("dgrad", "wgrad") and "wgrad joins them" in widened.note
+    assert plan.widen(SENSITIVE, ("dgrad", "wgrad")) is None  # its high GEMMs are in the override already
+    assert plan.widen(HARMLESS, ("dgrad", "wgrad")) is None  # not high
