@@ -56,8 +56,8 @@ class Paired:
 
     @property
     def better(self) -> bool:
-        """`a` is better than `b` beyond the noise (with one replicate: lower at all)."""
-        return self.mean < -self.bound if self.n > 1 else self.mean < 0
+        """`a` is better than `b` beyond the noise (with one replicate, where the bound is 0: lower at all)."""
+        return self.mean < -self.bound
 
 
 def paired(a: Sequence[float], b: Sequence[float]) -> Paired:
@@ -72,5 +72,5 @@ def paired(a: Sequence[float], b: Sequence[float]) -> Paired:
         else:
             diffs.append(x - y)
     mean, se = mean_and_se(diffs) if all(math.isfinite(d) for d in diffs) else (statistics.fmean(diffs), None)
-    bound = float(stats.t.ppf(CONFIDENCE, len(diffs) - 1)) * se if se is not None and len(diffs) > 1 else 0.0
+    bound = float(stats.t.ppf(CONFIDENCE, len(diffs) - 1)) * se if se is not None else 0.0  # se: 2+ finite
     return Paired(mean, se, bound, len(diffs))

@@ -103,6 +103,15 @@ def plan_skips(
     unassessed = _unassessed_failing(analysis)
     detail: dict[str, str] = {}
     notes: list[tuple[str, str]] = []
+
+    def out_of_low_precision(layer: str, gemms: tuple[str, ...], reason: str, why: str | None = None) -> None:
+        """Sensitivity's verdict placed: a GEMM override for some GEMMs, the skip list for all three."""
+        if len(gemms) < len(GEMMS):
+            overrides.append(GemmOverride(layer, gemms, reason))
+        else:
+            skips.append(layer)
+            detail[layer] = why or reason
+
     for lv in layout.fp8():
         if lv.name in lifted:
             continue
@@ -115,11 +124,8 @@ def plan_skips(
         adjustment = sensitive.adjust(lv.name, failing, raw) if sensitive is not None and not defer else None
         if adjustment is not None:
             notes.append((lv.name, adjustment.note))
-            if adjustment.kind == "sensitive" and len(adjustment.gemms) < len(GEMMS):
-                overrides.append(GemmOverride(lv.name, adjustment.gemms, adjustment.note))
-            elif adjustment.kind == "sensitive":
-                skips.append(lv.name)
-                detail[lv.name] = adjustment.note
+            if adjustment.kind == "sensitive":
+                out_of_low_precision(lv.name, adjustment.gemms, adjustment.note)
             continue
         if not failing and not raw:
             continue
@@ -130,13 +136,10 @@ def plan_skips(
             widened = sensitive.widen(lv.name, override.gemms) if sensitive is not None else None
             if widened is None:
                 overrides.append(override)
-            elif len(widened.gemms) < len(GEMMS):
-                notes.append((lv.name, widened.note))
-                overrides.append(GemmOverride(lv.name, widened.gemms, f"{override.reason}. {widened.note}"))
             else:
                 notes.append((lv.name, widened.note))
-                skips.append(lv.name)
-                detail[lv.name] = f"{failing[0]} {levels(lv, failing[0]):.2f}%; {widened.note}"
+                why = f"{failing[0]} {levels(lv, failing[0]):.2f}%; {widened.note}"
+                out_of_low_precision(lv.name, widened.gemms, f"{override.reason}. {widened.note}", why)
         else:
             skips.append(lv.name)
             parts = [f"{t} {levels(lv, t):.2f}%" for t in failing] + [f"{t} unassessed" for t in raw]
