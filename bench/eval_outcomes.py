@@ -174,7 +174,7 @@ def table(results: list[dict[str, Any]], summary: dict[str, Any]) -> str:
 def evaluate(
     quick: bool, only: list[str] | None = None, progress: bool = True, replicates: int | None = None
 ) -> dict[str, Any]:
-    replicates = replicates or (QUICK_REPLICATES if quick else REPLICATES)
+    replicates = replicates if replicates is not None else (QUICK_REPLICATES if quick else REPLICATES)
     torch.set_num_threads(1)  # small tensors: intra-op threads cost more than they save
     chosen = [c for c in cases(quick) if not only or c.name in only]
     results = []
@@ -194,6 +194,16 @@ def evaluate(
     return {"quick": quick, "replicates": replicates, "seconds": seconds, "cases": results, **summary}
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of replicates") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: at least 1 replicate")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="two tiny cases (the test suite runs this)")
@@ -201,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="run only these case names")
     parser.add_argument(
         "--replicates",
-        type=int,
+        type=_at_least_one,
         help=f"train every arm this many times (data order, rounding; default {REPLICATES}, --quick {QUICK_REPLICATES})",
     )
     parser.add_argument("--merge", nargs="*", type=Path, help="combine the --out files of runs split with --only")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.eval_outcomes import judge, resolved_pairs
+from bench.eval_outcomes import judge, main, resolved_pairs
 from bench.outcome_stats import mean_and_se, paired, spearman
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +98,13 @@ def test_paired_differences_use_the_one_sided_t_bound() -> None:
     assert not diverged.not_worse
     with pytest.raises(ValueError):
         paired([0.0], [0.0, 1.0])
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "x"])
+def test_replicates_below_one_or_not_a_number_are_refused(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--replicates", value])
+    assert exit_.value.code == 2 and "--replicates" in capsys.readouterr().err
 
 
 @pytest.mark.slow
