@@ -9,9 +9,11 @@ and rounding stream (bench/outcome_stats.py says why). Printed: per case and arm
 risk (nats per step); per case whether the recommendation is at least as good as the best rule (the lowest mean gap)
 in loss, paired over the replicates and within their noise, at no more cost (the recommendation re-solved for the
 best rule's speedup; and the default recommendation); the Spearman rank correlation of predicted risk and mean
-measured gap over all arms and cases (and its mean per case).
+measured gap over all arms and cases (and its mean per case), beside the measurement's own reproducibility (the
+Spearman of the even replicates' order against the odd ones', bench/outcome_stats.py `split_half`): the ceiling
+that any predicted risk can expect to reach against these measurements.
 `--out`: `{cases: [{name, arms: [{name, kind, heldout_gap, heldout_gaps, gap_se, gemm_cost, predicted_risk}, ...]}],
-spearman, replicates, ...}` (`heldout_gap`: the mean over the replicates).
+spearman, reliability: {halves, full, ceiling, arms}, replicates, ...}` (`heldout_gap`: the mean over the replicates).
 Nothing is tuned to the outcome: the rules, thresholds and arms are fixed before any case runs.
 """
 
@@ -32,7 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.outcome_cases import cases, run_case, service  # noqa: E402
-from bench.outcome_stats import paired, spearman  # noqa: E402
+from bench.outcome_stats import Reliability, paired, spearman, split_half  # noqa: E402
 
 REPLICATES = 3  # per arm; bench/outcome_stats.py says why
 QUICK_REPLICATES = 2
@@ -52,6 +54,18 @@ def _pairs(arms: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
         xs.append(arm["predicted_risk"])
         ys.append(arm["heldout_gap"] if arm["heldout_gap"] is not None else math.inf)  # diverged: the worst
     return xs, ys
+
+
+def reliability(arms: list[dict[str, Any]]) -> Reliability | None:
+    """The measured order's own reproducibility over the arms the Spearman counts (bench/outcome_stats.py
+    `split_half`): the ceiling any predicted risk can expect to reach against these measurements."""
+    return split_half([_gaps(a) for a in arms if a["predicted_risk"] is not None])
+
+
+def _reliability_dict(found: Reliability | None) -> dict[str, Any] | None:
+    if found is None:
+        return None
+    return {"halves": found.halves, "full": found.full, "ceiling": found.ceiling, "arms": found.arms}
 
 
 def resolved_pairs(arms: list[dict[str, Any]]) -> tuple[int, int]:
@@ -96,6 +110,7 @@ def judge(case: dict[str, Any]) -> dict[str, Any]:
         out[arm["name"]] = verdict
     xs, ys = _pairs(arms)
     out["spearman"] = spearman(xs, ys)
+    out["reliability"] = _reliability_dict(reliability(arms))
     out["resolved_pairs"], out["resolved_pairs_ordered_by_risk"] = resolved_pairs(arms)
     return out
 
@@ -113,6 +128,7 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         "replicates": max((c.get("replicates", 1) for c in results), default=1),
         "spearman": spearman(xs, ys),
         "spearman_mean_per_case": sum(per_case) / len(per_case) if per_case else None,
+        "reliability": _reliability_dict(reliability([a for case in results for a in case["arms"]])),
         "pairs": len(xs),
         "resolved_pairs": sum(c["judgement"].get("resolved_pairs", 0) for c in results),
         "resolved_pairs_ordered_by_risk": sum(c["judgement"].get("resolved_pairs_ordered_by_risk", 0) for c in results),
@@ -157,6 +173,7 @@ def table(results: list[dict[str, Any]], summary: dict[str, Any]) -> str:
         "",
         f"Spearman (predicted risk vs measured gap, all arms and cases, {s['pairs']} pairs): {rho}; "
         f"mean per case: {s['spearman_mean_per_case']}",
+        _reliability_line(s["reliability"]),
         f"arm pairs the replicates tell apart (paired, beyond the noise): {s['resolved_pairs']}, ordered the same way "
         f"by predicted risk: {s['resolved_pairs_ordered_by_risk']}",
         f"budget-matched recommendation: as good at no more cost in {s['budget_matched']['as_good_at_no_more_cost']}"
@@ -169,6 +186,16 @@ def table(results: list[dict[str, Any]], summary: dict[str, Any]) -> str:
         f"{s['default_recommendation']['lower_mean_gap_at_no_more_cost']})",
     ]
     return "\n".join(lines)
+
+
+def _reliability_line(found: dict[str, Any] | None) -> str:
+    if found is None:
+        return "the measured order's reproducibility: - (needs 2+ replicates)"
+    return (
+        f"the measured order's reproducibility (Spearman of the even replicates' mean gaps against the odd ones', "
+        f"{found['arms']} arms): {found['halves']:.3f}, {found['full']:.3f} at all the replicates (Spearman-Brown); "
+        f"the most a perfect predictor can expect against it: {found['ceiling']:.3f}"
+    )
 
 
 def evaluate(

@@ -9,6 +9,13 @@ to BF16 is taken within the replicate (the BF16 arm saw the same batches), and t
 per-replicate differences. "As good in loss" = the mean difference is not above zero by more than the one-sided
 95 % Student-t bound of its standard error (with one replicate: not above zero at all).
 
+How far any prediction can agree with such a measurement: `split_half` ranks the arms twice, once on the mean gaps
+of the even replicates and once on the odd ones, and correlates the two orders. Two halves of the same experiment
+disagree only by noise, so their agreement (stepped up to the full replicate count with the Spearman-Brown formula)
+estimates the reliability of the measured order, and its square root the highest correlation a perfect predictor of
+the true gaps could expect with it (the attenuation ceiling of classical test theory: Spearman 1904, "The proof
+and measurement of association between two things"; applied to ranks, an approximation).
+
 scipy (a dependency of scikit-learn, itself a core dependency) provides the rank correlation and the t quantiles.
 """
 
@@ -74,3 +81,31 @@ def paired(a: Sequence[float], b: Sequence[float]) -> Paired:
     mean, se = mean_and_se(diffs) if all(math.isfinite(d) for d in diffs) else (statistics.fmean(diffs), None)
     bound = float(stats.t.ppf(CONFIDENCE, len(diffs) - 1)) * se if se is not None else 0.0  # se: 2+ finite
     return Paired(mean, se, bound, len(diffs))
+
+
+@dataclass(frozen=True)
+class Reliability:
+    """How reproducible a measured order of arms is (module docstring)."""
+
+    halves: float  # Spearman of the even replicates' mean gaps against the odd replicates'
+    full: float  # stepped up to all the replicates: 2 r / (1 + r)
+    ceiling: float  # sqrt(max(full, 0)): the expected Spearman of a perfect predictor with the measured order
+    arms: int
+
+
+def split_half(gaps: Sequence[Sequence[float]]) -> Reliability | None:
+    """`gaps`: per arm, its per-replicate gaps (replicate r of every arm trained under the same seed; a diverged
+    replicate is infinite and ranks last). None with fewer than 2 replicates, 3 arms, or a constant half."""
+    if len(gaps) < 3 or min(len(g) for g in gaps) < 2:
+        return None
+    even = [_mean_or_inf(g[0::2]) for g in gaps]
+    odd = [_mean_or_inf(g[1::2]) for g in gaps]
+    halves = spearman(even, odd)
+    if halves is None:
+        return None
+    full = 2 * halves / (1 + halves) if halves > -1 else -1.0
+    return Reliability(halves, full, math.sqrt(max(full, 0.0)), len(gaps))
+
+
+def _mean_or_inf(values: Sequence[float]) -> float:
+    return statistics.fmean(values) if all(math.isfinite(v) for v in values) else math.inf

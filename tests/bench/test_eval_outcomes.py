@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.eval_outcomes import judge, main, resolved_pairs
-from bench.outcome_stats import mean_and_se, paired, spearman
+from bench.eval_outcomes import judge, main, resolved_pairs, summarize
+from bench.outcome_stats import mean_and_se, paired, spearman, split_half
 
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = {"bf16", "all_low", "rule", "recommended"}
@@ -98,6 +98,43 @@ def test_paired_differences_use_the_one_sided_t_bound() -> None:
     assert not diverged.not_worse
     with pytest.raises(ValueError):
         paired([0.0], [0.0, 1.0])
+
+
+def test_split_half_measures_how_reproducible_the_measured_order_is() -> None:
+    # every replicate orders the arms the same way: the halves agree, a perfect predictor could reach 1
+    steady = [[0.0, 0.0, 0.0, 0.0], [0.1, 0.11, 0.1, 0.12], [0.2, 0.21, 0.22, 0.2], [0.3, 0.3, 0.31, 0.33]]
+    found = split_half(steady)
+    assert found is not None and found.halves == pytest.approx(1.0) and found.ceiling == pytest.approx(1.0)
+    # the even replicates order the arms one way and the odd ones the reverse: the order is noise
+    flipping = [[0.1, 0.3, 0.1, 0.3], [0.2, 0.2, 0.2, 0.2], [0.3, 0.1, 0.3, 0.1]]
+    found = split_half(flipping)
+    assert found is not None and found.halves == pytest.approx(-1.0) and found.full == -1.0 and found.ceiling == 0.0
+    # half agreement, stepped up to the whole: 2 r / (1 + r)
+    half = [[0.0, 0.0], [1.0, 2.0], [2.0, 1.0], [3.0, 4.0], [4.0, 3.0]]
+    found = split_half(half)
+    assert found is not None and found.halves == pytest.approx(0.8)
+    assert found.full == pytest.approx(1.6 / 1.8) and found.ceiling == pytest.approx((1.6 / 1.8) ** 0.5)
+    assert split_half([[0.1], [0.2], [0.3]]) is None  # one replicate: nothing to compare
+    diverged = split_half([[float("inf"), 0.05], [0.1, 0.1], [0.2, 0.2]])  # a diverged replicate ranks its half last
+    assert diverged is not None and diverged.halves == pytest.approx(-0.5)
+
+
+def test_the_summary_reports_the_measurements_own_reproducibility_beside_the_spearman() -> None:
+    arm = lambda name, kind, gaps, risk: {  # noqa: E731
+        "name": name, "kind": kind, "heldout_gap": mean_and_se(gaps)[0], "heldout_gaps": gaps, "gemm_cost": 1.0,
+        "predicted_risk": risk,
+    }  # fmt: skip
+    arms = [
+        arm("bf16", "bf16", [0.0, 0.0, 0.0, 0.0], 0.0),
+        arm("all", "all_low", [0.3, 0.32, 0.31, 0.3], 0.9),
+        arm("r", "rule", [0.1, 0.12, 0.1, 0.11], 0.5),
+        arm("no-risk", "rule", [0.9, -0.9, 0.9, -0.9], None),  # not counted: no prediction
+    ]
+    case = {"arms": arms}
+    case["judgement"] = judge(case)
+    assert case["judgement"]["reliability"]["ceiling"] == pytest.approx(1.0)
+    summary = summarize([case])
+    assert summary["reliability"] == case["judgement"]["reliability"] and summary["reliability"]["arms"] == 3
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "x"])
