@@ -13,7 +13,7 @@ measured gap over all arms and cases (and its mean per case), beside the measure
 Spearman of the even replicates' order against the odd ones', bench/outcome_stats.py `split_half`): the ceiling
 that any predicted risk can expect to reach against these measurements.
 `--out`: `{cases: [{name, arms: [{name, kind, heldout_gap, heldout_gaps, gap_se, gemm_cost, predicted_risk}, ...]}],
-spearman, reliability: {halves, full, ceiling, arms}, replicates, ...}` (`heldout_gap`: the mean over the replicates).
+spearman, reliability: {halves, full, ceiling, arms, replicates_for_ceiling}, replicates, ...}` (`heldout_gap`: the mean over the replicates).
 Nothing is tuned to the outcome: the rules, thresholds and arms are fixed before any case runs.
 """
 
@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.outcome_cases import cases, run_case, service  # noqa: E402
-from bench.outcome_stats import Reliability, paired, spearman, split_half  # noqa: E402
+from bench.outcome_stats import Reliability, paired, replicates_for, spearman, split_half  # noqa: E402
 
 REPLICATES = 3  # per arm; bench/outcome_stats.py says why
 QUICK_REPLICATES = 2
@@ -62,10 +62,23 @@ def reliability(arms: list[dict[str, Any]]) -> Reliability | None:
     return split_half([_gaps(a) for a in arms if a["predicted_risk"] is not None])
 
 
-def _reliability_dict(found: Reliability | None) -> dict[str, Any] | None:
+CEILING_WANTED = 0.9  # a measured order a perfect predictor would reach 0.9 against leaves room for a 0.8 bar
+
+
+def _reliability_dict(found: Reliability | None, replicates: int) -> dict[str, Any] | None:
     if found is None:
         return None
-    return {"halves": found.halves, "full": found.full, "ceiling": found.ceiling, "arms": found.arms}
+    return {
+        "halves": found.halves,
+        "full": found.full,
+        "ceiling": found.ceiling,
+        "arms": found.arms,
+        "replicates_for_ceiling": {str(CEILING_WANTED): replicates_for(found, replicates, CEILING_WANTED)},
+    }
+
+
+def _replicates(arms: list[dict[str, Any]]) -> int:
+    return min((len(_gaps(a)) for a in arms), default=1)
 
 
 def resolved_pairs(arms: list[dict[str, Any]]) -> tuple[int, int]:
@@ -110,7 +123,7 @@ def judge(case: dict[str, Any]) -> dict[str, Any]:
         out[arm["name"]] = verdict
     xs, ys = _pairs(arms)
     out["spearman"] = spearman(xs, ys)
-    out["reliability"] = _reliability_dict(reliability(arms))
+    out["reliability"] = _reliability_dict(reliability(arms), _replicates(arms))
     out["resolved_pairs"], out["resolved_pairs_ordered_by_risk"] = resolved_pairs(arms)
     return out
 
@@ -122,13 +135,14 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         xs += cx
         ys += cy
     per_case = [c["judgement"]["spearman"] for c in results if c["judgement"]["spearman"] is not None]
+    every = [a for case in results for a in case["arms"]]
     budget = [v for c in results for k, v in c["judgement"].items() if k.startswith("recommended@") and v]
     default = [c["judgement"].get("recommended") for c in results if c["judgement"].get("recommended")]
     return {
         "replicates": max((c.get("replicates", 1) for c in results), default=1),
         "spearman": spearman(xs, ys),
         "spearman_mean_per_case": sum(per_case) / len(per_case) if per_case else None,
-        "reliability": _reliability_dict(reliability([a for case in results for a in case["arms"]])),
+        "reliability": _reliability_dict(reliability(every), _replicates(every)),
         "pairs": len(xs),
         "resolved_pairs": sum(c["judgement"].get("resolved_pairs", 0) for c in results),
         "resolved_pairs_ordered_by_risk": sum(c["judgement"].get("resolved_pairs_ordered_by_risk", 0) for c in results),
@@ -194,7 +208,9 @@ def _reliability_line(found: dict[str, Any] | None) -> str:
     return (
         f"the measured order's reproducibility (Spearman of the even replicates' mean gaps against the odd ones', "
         f"{found['arms']} arms): {found['halves']:.3f}, {found['full']:.3f} at all the replicates (Spearman-Brown); "
-        f"the most a perfect predictor can expect against it: {found['ceiling']:.3f}"
+        f"the most a perfect predictor can expect against it: {found['ceiling']:.3f}; replicates the "
+        f"Spearman-Brown prophecy says a ceiling of {CEILING_WANTED} needs: "
+        f"{found['replicates_for_ceiling'][str(CEILING_WANTED)] or 'none would do'}"
     )
 
 

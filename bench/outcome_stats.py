@@ -107,5 +107,17 @@ def split_half(gaps: Sequence[Sequence[float]]) -> Reliability | None:
     return Reliability(halves, full, math.sqrt(max(full, 0.0)), len(gaps))
 
 
+def replicates_for(found: Reliability, replicates: int, ceiling: float) -> int | None:
+    """How many replicates the Spearman-Brown prophecy says the measured order needs for a perfect predictor to
+    expect `ceiling` against it (reliability `ceiling`**2): k = r*(1 - r) / (r (1 - r*)) times the replicates run.
+    None when the halves do not agree at all (no number of replicates is predicted to help)."""
+    wanted, have = ceiling**2, found.full
+    if have <= 0 or wanted >= 1:
+        return None
+    if have >= wanted:
+        return replicates
+    return math.ceil(replicates * wanted * (1 - have) / (have * (1 - wanted)))
+
+
 def _mean_or_inf(values: Sequence[float]) -> float:
     return statistics.fmean(values) if all(math.isfinite(v) for v in values) else math.inf

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.eval_outcomes import judge, main, resolved_pairs, summarize
-from bench.outcome_stats import mean_and_se, paired, spearman, split_half
+from bench.outcome_stats import Reliability, mean_and_se, paired, replicates_for, spearman, split_half
 
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = {"bf16", "all_low", "rule", "recommended"}
@@ -119,6 +119,14 @@ def test_split_half_measures_how_reproducible_the_measured_order_is() -> None:
     assert diverged is not None and diverged.halves == pytest.approx(-0.5)
 
 
+def test_the_prophecy_says_how_many_replicates_a_reproducible_order_needs() -> None:
+    half_reliable = Reliability(halves=1 / 3, full=0.5, ceiling=0.5**0.5, arms=10)
+    # reliability 0.81 from 0.5: k = 0.81 * 0.5 / (0.5 * 0.19) = 4.26 times the 4 replicates run
+    assert replicates_for(half_reliable, 4, 0.9) == 18
+    assert replicates_for(Reliability(0.9, 0.95, 0.97, 10), 6, 0.9) == 6  # already there
+    assert replicates_for(Reliability(-0.2, -0.5, 0.0, 10), 6, 0.9) is None  # noise only: no count helps
+
+
 def test_the_summary_reports_the_measurements_own_reproducibility_beside_the_spearman() -> None:
     arm = lambda name, kind, gaps, risk: {  # noqa: E731
         "name": name, "kind": kind, "heldout_gap": mean_and_se(gaps)[0], "heldout_gaps": gaps, "gemm_cost": 1.0,
@@ -135,6 +143,7 @@ def test_the_summary_reports_the_measurements_own_reproducibility_beside_the_spe
     assert case["judgement"]["reliability"]["ceiling"] == pytest.approx(1.0)
     summary = summarize([case])
     assert summary["reliability"] == case["judgement"]["reliability"] and summary["reliability"]["arms"] == 3
+    assert summary["reliability"]["replicates_for_ceiling"] == {"0.9": 4}
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "x"])
@@ -159,6 +168,9 @@ def test_quick_eval_outcomes_writes_the_documented_json(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     assert result["quick"] is True and len(result["cases"]) == 2 and result["replicates"] == 2
     assert result["spearman"] is None or -1.0 <= result["spearman"] <= 1.0
+    assert "the measured order's reproducibility" in done.stdout
+    found = result["reliability"]
+    assert found is None or (0.0 <= found["ceiling"] <= 1.0 and found["arms"] == result["pairs"])
     for case in result["cases"]:
         assert case["lines_skipped"] == 0 and case["name"]
         arms = case["arms"]
