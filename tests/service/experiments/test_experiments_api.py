@@ -151,6 +151,10 @@ def test_replicated_arms_are_judged_paired_with_their_noise(client: TestClient, 
     assert shown["replicates"] == 3 and shown["noise_bound"] == verdict["noise_bound"]
     assert {m["name"]: m["gap_se"] for m in shown["measured"]}["recommended"] == rec["gap_se"]
     assert client.get(EXPERIMENTS.format(run_id)).json()[0]["arms"][3]["heldout_gaps"] == rec["heldout_gaps"]
+    png = client.get(f"/api/v1/runs/{run_id}/frontier.png")  # the measured gaps drawn with ± their SE
+    assert png.status_code == 200 and png.content[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = client.get(f"/api/v1/runs/{run_id}/frontier.svg")
+    assert svg.status_code == 200 and "LineCollection" in svg.text  # matplotlib's error bars
 
 
 def test_a_replicate_that_diverged_and_a_bf16_replicate_that_diverged(client: TestClient, project: str) -> None:
@@ -229,3 +233,4 @@ def test_an_experiment_stored_before_replicates_still_reads(
     assert arm["heldout_gaps"] is None and arm["gap_se"] is None and arm["heldout_gap"] == 0.005
     shown = client.get(f"/api/v1/runs/{run_id}/recommendation").json()["verification"]
     assert shown["status"] == "confirmed" and shown["replicates"] is None and shown["noise_bound"] is None
+    assert "LineCollection" not in client.get(f"/api/v1/runs/{run_id}/frontier.svg").text  # no error bars
