@@ -211,6 +211,11 @@ class UnequalSteps(BadRequest):
     """400: the arms did not train the same number of steps."""
 
 
+class UnequalReplicates(BadRequest):
+    """400: some arms carry `heldout_losses` and others do not, or of unequal lengths, or `seeds` of another length
+    (replicate r of every arm must be trained under the same seed)."""
+
+
 class NonFiniteNumber(BadRequest):
     """400: NaN or infinity where a number is required (a diverged loss is allowed)."""
 

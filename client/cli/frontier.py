@@ -3,7 +3,10 @@
 `frontier RUN -o frontier.png` saves the speed/risk chart (without -o: the frontier, the rules and the chosen point
 as a table); `verify RUN --spec FILE` trains the recommendation's arms (client/experiment/: bf16, all-low, the rule
 baselines, recommended, and `--target` / `--frontier-point` arms) from the same state, posts the experiment and
-prints the verdict. `verify` needs the `[torch]` extra (imported only when it runs).
+prints the verdict; `--replicates N` trains every arm N times (replicate r under seed SEED + r; the data order follows
+the seed when the spec's `batches` takes a `seed` keyword, client/experiment/replicates.py) and the service judges
+the recommendation paired over the replicates, against their one-sided 95 % noise bound, which is printed.
+`verify` needs the `[torch]` extra (imported only when it runs).
 """
 
 from __future__ import annotations
@@ -70,6 +73,8 @@ def frontier(
 @click.option("--seed", type=int, help="Seed of every arm (default: the spec's SEED, else 0).")
 @click.option("--target", "targets", multiple=True, help="Also train the recommendation for this budget.")
 @click.option("--frontier-point", "points", type=int, multiple=True, help="Also train this frontier point.")
+@click.option("--replicates", type=click.IntRange(1, 32), default=1, show_default=True,
+              help="Train every arm this many times (seeds SEED..SEED+N-1) for a paired, noise-aware verdict.")  # fmt: skip
 @click.option("--backend", type=click.Choice(["emulated", "te"]), default="emulated", show_default=True)
 @click.option("--name", help="The experiment's name (default: the spec's file name and seed).")
 @click.option("--no-post", is_flag=True, help="Train and print, but do not post the experiment.")
@@ -81,6 +86,7 @@ def verify(
     seed: int | None,
     targets: tuple[str, ...],
     points: tuple[int, ...],
+    replicates: int,
     backend: str,
     name: str | None,
     no_post: bool,
@@ -90,6 +96,7 @@ def verify(
 ) -> None:
     """Train the recommendation's arms from the same state and post the experiment (RUN: id or project/name)."""
     from fp8_policy.client.experiment.arms import arms_from_recommendation, experiment_body
+    from fp8_policy.client.experiment.replicates import run_replicates
     from fp8_policy.client.experiment.runner import apply_emulated, run_arms, te_apply
     from fp8_policy.client.experiment.spec import load_spec
 
@@ -103,20 +110,37 @@ def verify(
         arms = arms_from_recommendation(policy, frontier_points=points, extra=extra)
         apply = te_apply(policy) if backend == "te" else apply_emulated
         say = (lambda text: None) if as_json else (lambda text: click.echo(text, err=True))
-        measured = run_arms(arms, steps=steps, seed=seed, apply=apply, progress=say, **spec.run_kwargs())
-        body = experiment_body(measured, name=name or f"{spec_path.name} seed {seed}", run_id=run_id, seed=seed)
+        kwargs = {"steps": steps, "seed": seed, "apply": apply, "progress": say, **spec.run_kwargs()}
+        if replicates > 1:
+            measured = run_replicates(arms, replicates=replicates, **kwargs)
+            default_name = f"{spec_path.name} seeds {seed}-{seed + replicates - 1}"
+        else:
+            measured = run_arms(arms, **kwargs)
+            default_name = f"{spec_path.name} seed {seed}"
+        body = experiment_body(measured, name=name or default_name, run_id=run_id, seed=seed)
         result = body if no_post else client.post_experiment(run_id, body)
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
     for arm in result["arms"]:
-        gap = arm.get("heldout_gap")
+        gap, se = arm.get("heldout_gap"), arm.get("gap_se")
         click.echo(
             f"{arm['name']:24} {arm['kind']:12} held-out {arm['heldout_loss']}"
             + (f"  gap {gap:+.4f}" if gap is not None else "")
+            + (f" ±{se:.4f} (SE over {len(arm.get('heldout_losses') or ())} replicates)" if se is not None else "")
         )
     verdict = result.get("verification")
     if verdict:
         click.echo(f"verification: {verdict['status']} - {verdict['detail']}")
+        if (verdict.get("replicates") or 1) > 1 and verdict.get("noise_bound") is not None:
+            click.echo(
+                f"noise: {verdict['replicates']} replicates, one-sided 95 % bound ±{verdict['noise_bound']:.4f} nats"
+                " on the recommended arm's mean gap"
+                + (
+                    f" (SE {verdict['recommended_gap_se']:.4f})"
+                    if verdict.get("recommended_gap_se") is not None
+                    else ""
+                )
+            )
         if verdict.get("next_step"):
             click.echo(f"next step: {verdict['next_step']['text']}")

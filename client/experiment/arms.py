@@ -4,7 +4,8 @@ From the recommendation JSON (`GET .../recommendation`): `bf16` (every layer BF1
 ladder lists at the recommended recipe; layers that ran in BF16 stay BF16), one arm per rule baseline of the
 `frontier` (`last_15pct`, `last_n_nvidia`, `first_last`; identical assignments trained once and named together),
 `recommended` (the ladder's rungs, its GEMM overrides as `bf16_gemms`), and `frontier` points by index (or the
-answer of a `target`). `experiment_body` turns measured arms into the body of `POST .../experiments`.
+answer of a `target`). `experiment_body` turns measured arms into the body of `POST .../experiments` (replicated rows from
+`replicates.run_replicates`: each arm's `heldout_losses` and the replicate `seeds` too).
 """
 
 from __future__ import annotations
@@ -111,7 +112,9 @@ def experiment_body(
     measured: Sequence[Mapping[str, Any]], *, name: str, run_id: int | None = None, seed: int | None = None,
     setup: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """`POST .../experiments` body from `runner.run_arms` results (each arm once; merged names in `setup`)."""
+    """`POST .../experiments` body from `runner.run_arms` results (each arm once; merged names in `setup`), or from
+    `replicates.run_replicates` rows: then each arm carries `heldout_losses` beside their mean and the body `seeds`
+    (with a single replicate the body is the single-run one)."""
     arms = []
     for row in measured:
         arm: Arm = row["arm"]
@@ -124,6 +127,8 @@ def experiment_body(
             "train_loss": row["train_loss"],
             "precisions": arm.precisions,
         }
+        if len(row.get("heldout_losses") or ()) > 1:
+            entry["heldout_losses"] = list(row["heldout_losses"])
         if arm.bf16_gemms:
             entry["bf16_gemms"] = arm.bf16_gemms
         if arm.rule is not None:
@@ -141,4 +146,7 @@ def experiment_body(
         body["run_id"] = run_id
     if seed is not None:
         body["seed"] = seed
+    seeds = measured[0].get("seeds") if measured else None
+    if seeds is not None and len(seeds) > 1:
+        body["seeds"] = list(seeds)
     return body

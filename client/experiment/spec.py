@@ -2,7 +2,8 @@
 
     def model(): ...              # a fresh model (same weights for the same torch seed)
     def loss(model, batch): ...   # the scalar training loss of one batch
-    def batches(): ...            # a fresh iterator of training batches (the same order each call)
+    def batches(): ...            # a fresh iterator of training batches (the same order each call); with a
+                                  # `seed` keyword, `verify --replicates N` calls batches(seed=...) per replicate
     def heldout(): ...            # an iterable of held-out batches
 
 and optionally `optimizer(params)`, `scheduler(optimizer)` (a torch LR scheduler, stepped after every optimizer step),

@@ -12,6 +12,19 @@ names) give its GEMM speedup and predicted risk from the recommendation's fronti
   `GAP_TOLERANCE` nats, run-to-run noise) and at most the best rule arm's gap plus `tolerance`;
 * contradicted otherwise, with the next step: lift the recommended arm's most sensitive layers (by predicted risk
   at their precision, until half of its risk is covered, at most `MAX_LIFT`) to BF16, and re-run that arm and BF16.
+
+Replicates: arms may carry `heldout_losses`, one per replicate, replicate r of every arm trained under the same
+seed and data order (every arm the same count R >= 2; the service checks it). Gaps are then taken per replicate
+(arm_r - bf16_r) and judged paired (recommend/replicates.py): an arm's gap is the mean over replicates; the
+predicted gap as above from the all-low arm's mean gap; contradicted against the prediction only when
+mean gap - (predicted + tolerance) exceeds the one-sided 95 % Student-t bound t(0.95, R-1) * SE of the recommended
+arm's per-replicate gaps, and against the best rule arm (lowest mean gap) only when the mean of the paired
+differences rec_r - rule_r minus `tolerance` exceeds the same bound on those differences. A replicate where an arm
+diverged makes that arm diverged (the recommended arm: contradicted). A BF16 arm that diverged in any replicate
+leaves that replicate without a reference: the verdict is unverified (dropping the replicate from every arm would
+judge on fewer, hand-picked replicates; re-run it instead). With one replicate the bound is 0 and the verdict is
+the single-run one above. The verdict carries `replicates`, `noise_bound` (the bound against the prediction),
+`best_rule_noise_bound` and `recommended_gap_se` (None with one replicate).
 Pure: plain dicts in, a dict out.
 """
 
@@ -22,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fp8_policy.policy.recommend.frontier import Frontier
+from fp8_policy.policy.recommend.replicates import Paired, paired
 
 GAP_TOLERANCE = 0.02
 MAX_LIFT = 8
@@ -74,6 +88,23 @@ def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
+def _losses(arm: Mapping[str, Any], replicates: int) -> list[Any]:
+    """The arm's held-out loss per replicate: `heldout_losses` with replicates, else its one `heldout_loss`."""
+    if replicates < 2:
+        return [arm.get("heldout_loss")]
+    losses = arm.get("heldout_losses")
+    if not isinstance(losses, Sequence) or len(losses) != replicates:
+        raise ValueError(f"arm {arm.get('name')!r}: every arm needs heldout_losses of {replicates} replicates")
+    return list(losses)
+
+
+def _noise(paired_: Paired, replicates: int, within: bool) -> str:
+    if replicates < 2:
+        return ""
+    side = "within" if within else "beyond"
+    return f" over {replicates} replicates, {side} the one-sided 95 % noise bound ±{paired_.bound:.4f}"
+
+
 def verify(
     arms: Sequence[Mapping[str, Any]],
     risk_of: Mapping[str, Mapping[str, float]] | None = None,
@@ -84,37 +115,75 @@ def verify(
     by_kind: dict[str, list[Mapping[str, Any]]] = {}
     for arm in arms:
         by_kind.setdefault(arm["kind"], []).append(arm)
-    reference = next((a for a in by_kind.get("bf16", ()) if _finite(a.get("heldout_loss"))), None)
+    first_bf16 = next(iter(by_kind.get("bf16", ())), None)
+    losses_of = first_bf16.get("heldout_losses") if first_bf16 is not None else None
+    replicates = len(losses_of) if isinstance(losses_of, Sequence) and len(losses_of) >= 2 else 1
+    reference = next((a for a in by_kind.get("bf16", ()) if all(_finite(v) for v in _losses(a, replicates))), None)
     recommended = next(iter(by_kind.get("recommended", ())), None)
     if reference is None or recommended is None:
         missing = "a BF16 arm with a finite held-out loss" if reference is None else "a recommended arm"
-        return {"status": "unverified", "detail": f"no verdict without {missing}", "next_step": None}
-    base = float(reference["heldout_loss"])
+        if reference is None and replicates > 1:
+            missing += f" in every one of its {replicates} replicates (a diverged BF16 replicate leaves no reference)"
+        return {"status": "unverified", "detail": f"no verdict without {missing}", "next_step": None,
+                "replicates": replicates}  # fmt: skip
+    base = [float(v) for v in _losses(reference, replicates)]
+
+    def gaps(arm: Mapping[str, Any]) -> list[float] | None:
+        """Per-replicate gaps to BF16; None when the arm diverged in any replicate."""
+        losses = _losses(arm, replicates)
+        if not all(_finite(v) for v in losses):
+            return None
+        return [float(v) - b for v, b in zip(losses, base, strict=True)]
 
     def gap(arm: Mapping[str, Any]) -> float | None:
-        return float(arm["heldout_loss"]) - base if _finite(arm.get("heldout_loss")) else None
+        found = gaps(arm)
+        return paired(found).mean if found is not None else None
 
-    rec_gap = gap(recommended)
+    rec_gaps = gaps(recommended)
+    rec = paired(rec_gaps) if rec_gaps is not None else None
+    rec_gap = rec.mean if rec is not None else None
     low = next((a for a in by_kind.get("all_low", ()) if gap(a) is not None), None)
     predicted = 0.0
     calibrated = low is not None and _finite(low.get("predicted_risk")) and low["predicted_risk"] > 0
     if calibrated and low is not None and _finite(recommended.get("predicted_risk")):
         predicted = max(0.0, gap(low) or 0.0) * recommended["predicted_risk"] / low["predicted_risk"]
-    rule_gaps = [g for a in by_kind.get("rule", ()) if (g := gap(a)) is not None]
-    best_rule = min(rule_gaps) if rule_gaps else None
-    if rec_gap is None:
-        confirmed, why = False, "the recommended arm diverged (held-out loss not finite)"
-    elif rec_gap > predicted + tolerance:
+    rules = [
+        (g, found) for a in by_kind.get("rule", ()) if (found := gaps(a)) is not None and (g := gap(a)) is not None
+    ]
+    best = min(rules, key=lambda item: item[0]) if rules else None
+    best_rule = best[0] if best is not None else None
+    versus_rule = (
+        paired([r - q for r, q in zip(rec_gaps, best[1], strict=True)])
+        if best is not None and rec_gaps is not None
+        else None
+    )
+    rule_bound = versus_rule.bound if versus_rule is not None else None
+    if rec is None or rec_gap is None:
+        confirmed = False
+        why = "the recommended arm diverged (held-out loss not finite)"
+        if replicates > 1:
+            why = f"the recommended arm diverged in at least one of {replicates} replicates (held-out loss not finite)"
+    elif rec_gap > predicted + tolerance + rec.bound:
         confirmed = False
         why = f"its held-out gap {rec_gap:+.4f} nats exceeds the predicted {predicted:.4f} + {tolerance:g} tolerance"
-    elif best_rule is not None and rec_gap > best_rule + tolerance:
+        why += _noise(rec, replicates, within=False)
+    elif best_rule is not None and versus_rule is not None and rec_gap > best_rule + tolerance + versus_rule.bound:
         confirmed = False
         why = f"its held-out gap {rec_gap:+.4f} nats is worse than the best rule arm's {best_rule:+.4f} + {tolerance:g}"
-    else:
+        why += _noise(versus_rule, replicates, within=False) + " of the paired differences" * (replicates > 1)
+    elif replicates < 2:
         confirmed = True
         why = f"its held-out gap {rec_gap:+.4f} nats is within the predicted {predicted:.4f} + {tolerance:g}" + (
             f" and the best rule arm's {best_rule:+.4f}" if best_rule is not None else ""
         )
+    else:
+        confirmed = True
+        side = "above" if rec_gap > predicted + tolerance else "within"
+        why = f"its mean held-out gap {rec_gap:+.4f} nats ({side} the predicted {predicted:.4f} + {tolerance:g})"
+        why += _noise(rec, replicates, within=True)
+        if best_rule is not None and versus_rule is not None:
+            why += f"; against the best rule arm's {best_rule:+.4f} + {tolerance:g}, within its paired bound"
+            why += f" ±{versus_rule.bound:.4f}"
     out: dict[str, Any] = {
         "status": "confirmed" if confirmed else "contradicted",
         "detail": f"Recommended arm: {why}.",
@@ -122,6 +191,10 @@ def verify(
         "predicted_gap": predicted,
         "best_rule_gap": best_rule,
         "tolerance": tolerance,
+        "replicates": replicates,
+        "noise_bound": rec.bound if rec is not None else None,
+        "best_rule_noise_bound": rule_bound,
+        "recommended_gap_se": rec.se if rec is not None else None,
         "next_step": None,
     }
     if not confirmed:

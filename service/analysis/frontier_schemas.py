@@ -76,6 +76,9 @@ class MeasuredArmRead(ApiModel):
     name: str
     kind: str
     heldout_gap: float | None = Field(description="Held-out loss minus the BF16 arm's, nats; null when it diverged.")
+    gap_se: float | None = Field(
+        default=None, description="Standard error of the gap over replicates; null with one replicate."
+    )
     gemm_speedup: float | None = None
     predicted_risk: float | None = None
 
@@ -106,6 +109,20 @@ class VerdictFields(ApiModel):
     predicted_gap: float | None = None
     best_rule_gap: float | None = None
     tolerance: float | None = None
+    replicates: int | None = Field(
+        default=None, description="Replicates the verdict was judged over (paired: replicate r of every arm)."
+    )
+    noise_bound: float | None = Field(
+        default=None,
+        description="One-sided 95 % Student-t bound on the recommended arm's mean gap (t(0.95, R-1) x SE, nats): "
+        "contradicted only beyond it; 0 with one replicate.",
+    )
+    best_rule_noise_bound: float | None = Field(
+        default=None, description="The same bound on the paired differences to the best rule arm."
+    )
+    recommended_gap_se: float | None = Field(
+        default=None, description="Standard error of the recommended arm's mean gap; null with one replicate."
+    )
     next_step: NextStepRead | None = None
 
 

@@ -4,6 +4,10 @@ and the newest verdict and measured arms the recommendation and the frontier cha
 The frontier an experiment is placed on is the run's default recommendation (no options), taken from the same
 cache the recommendation routes use (service/analysis/target.py `cached`); the verdict is computed when posted and
 kept with the experiment, so reading it costs one indexed query.
+
+With replicates (`heldout_losses` on every arm) each stored arm also keeps `heldout_gaps` (replicate r minus the BF16
+arm's replicate r; null where either diverged) and `gap_se` (the standard error of its mean gap; null with a
+diverged replicate); experiments stored before replicates existed have neither and read as before.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from sqlalchemy.orm import Session
 from fp8_policy.db.experiments import ExperimentRepository
 from fp8_policy.db.runs import RunRepository
 from fp8_policy.policy.recommend import Recommendation
+from fp8_policy.policy.recommend.replicates import paired
 from fp8_policy.policy.recommend.verification import GAP_TOLERANCE, place_arms, verify
 from fp8_policy.service.analysis import target
 from fp8_policy.service.analysis.frontier_schemas import VerificationRead
@@ -51,6 +56,7 @@ def post_experiment(
     stored = {
         "setup": experiment.setup,
         "seed": experiment.seed,
+        **({"seeds": experiment.seeds} if experiment.seeds is not None else {}),
         "tolerance": experiment.tolerance,
         "arms": arms,
         "verification": {k: (_round(v) if isinstance(v, float) else v) for k, v in verdict.items()},
@@ -77,6 +83,14 @@ def _stored(arm: dict[str, Any], placed: list[dict[str, Any]]) -> dict[str, Any]
     gap = arm["heldout_loss"] - base if arm.get("heldout_loss") is not None and base is not None else None
     out = {k: v for k, v in arm.items() if k not in ("assignment", *GEMM_RISK_KEYS)}
     out["heldout_gap"] = _round(gap)
+    if arm.get("heldout_losses") is not None and reference.get("heldout_losses") is not None:
+        gaps = [
+            v - b if v is not None and b is not None else None
+            for v, b in zip(arm["heldout_losses"], reference["heldout_losses"], strict=True)
+        ]
+        out["heldout_gaps"] = [_round(g) for g in gaps]
+        finite = [g for g in gaps if g is not None]
+        out["gap_se"] = _round(paired(finite).se) if len(finite) == len(gaps) else None
     out["gemm_speedup"] = _round(arm.get("gemm_speedup"), 5)
     out["predicted_risk"] = _round(arm.get("predicted_risk"))
     return out
@@ -93,6 +107,7 @@ def read(row: Any) -> dict[str, Any]:
         "created_at": row.created_at,
         "setup": body.get("setup", {}),
         "seed": body.get("seed"),
+        "seeds": body.get("seeds"),
         "tolerance": body.get("tolerance"),
         "arms": body.get("arms", []),
         "verification": {**body.get("verification", {}), "experiment_id": row.id},
@@ -115,7 +130,7 @@ def verification_for(session: Session, run_id: int) -> dict[str, Any] | None:
         return None
     stored = read(row)
     measured = [
-        {"experiment_id": row.id, **{k: arm.get(k) for k in ("name", "kind", "heldout_gap", *GEMM_RISK_KEYS)}}
+        {"experiment_id": row.id, **{k: arm.get(k) for k in ("name", "kind", "heldout_gap", "gap_se", *GEMM_RISK_KEYS)}}
         for arm in stored["arms"]
     ]
     return {**stored["verification"], "measured": measured}

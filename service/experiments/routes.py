@@ -58,7 +58,10 @@ def post_experiment(
     """Store an experiment: arms (bf16, all_low, rule, recommended, frontier) trained for the same steps from one
     state, each with its held-out loss (NaN for a diverged arm) and step time. Each arm is placed on the run's
     frontier and the recommended arm judged: `verification` confirmed / contradicted (with the next step) /
-    unverified. 400 for another run or project, unequal steps, non-finite numbers where a number is needed."""
+    unverified. With `heldout_losses` (one per replicate, replicate r of every arm under the same seed; `seeds`
+    optional) the verdict is paired over the replicates against their one-sided 95 % noise bound. 400 for another
+    run or project, unequal steps, replicates that do not line up (UnequalReplicates), non-finite numbers where a
+    number is needed."""
     stored = actions.post_experiment(session, request.app.state.recommendations, run_id, body, principal.name)
     model = ExperimentRead.model_validate(stored)
     return JSONResponse(model.model_dump(mode="json", by_alias=True), status_code=201)

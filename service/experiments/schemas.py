@@ -15,7 +15,14 @@ class ArmRead(ApiModel):
     name: str
     kind: str
     steps: int
-    heldout_loss: float | None = Field(description="Null when the arm diverged (NaN or infinite loss).")
+    heldout_loss: float | None = Field(
+        description="Null when the arm diverged (NaN or infinite loss); with replicates the mean of heldout_losses."
+    )
+    heldout_losses: list[float | None] | None = Field(
+        default=None,
+        description="One held-out loss per replicate (replicate r of every arm under the same seed); null entries "
+        "diverged. Absent without replicates.",
+    )
     diverged: bool
     step_time_s: float
     train_loss: float | None = None
@@ -25,6 +32,12 @@ class ArmRead(ApiModel):
     precisions: dict[str, str] | None = None
     bf16_gemms: dict[str, list[str]] | None = None
     heldout_gap: float | None = Field(description="Held-out loss minus the bf16 arm's (nats).")
+    heldout_gaps: list[float | None] | None = Field(
+        default=None, description="Per replicate: this arm's held-out loss minus the bf16 arm's of the same replicate."
+    )
+    gap_se: float | None = Field(
+        default=None, description="Standard error of the mean gap over replicates (null: one replicate or diverged)."
+    )
     gemm_speedup: float | None = Field(description="On the run's frontier: GEMM-time speedup over all-BF16.")
     predicted_risk: float | None = Field(description="On the run's frontier: nats per step (null: not placeable).")
 
@@ -43,6 +56,7 @@ class ExperimentRead(ApiModel):
     created_at: datetime
     setup: dict[str, Any]
     seed: int | None = None
+    seeds: list[int] | None = Field(default=None, description="The replicate seeds, when the arms carry replicates.")
     tolerance: float | None = None
     arms: list[ArmRead]
     verification: ExperimentVerdictRead

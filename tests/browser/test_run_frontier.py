@@ -1,5 +1,6 @@
 """The run page's Speed and risk card in a real headless Chromium: the frontier drawn with the rule recipes and the
-recommendation, and after an experiment is posted the measured arms beside them with the verdict.
+recommendation, and after an experiment is posted the measured arms beside them with the verdict (with replicates,
+each arm's gap ± its standard error).
 Screenshots: test-artifacts/browser/frontier-*."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import json
 import pytest
 
 from tests.browser.conftest import LiveServer, wait_ready
-from tests.service.experiments.test_experiments_api import arms
+from tests.service.experiments.test_experiments_api import arms, replicated
 from tests.support.archives import stats_log
 from tests.support.sensitivity_runs import METADATA, points
 
@@ -50,3 +51,17 @@ def test_the_frontier_card_draws_rules_the_recommendation_and_measured_arms(
     expect(card.locator("#frontier-verdict")).to_have_text("contradicted")
     expect(card).to_contain_text("Next step: Lift the next most sensitive layers")
     shot(card, "frontier-02-measured")
+
+    body = replicated((2.80, 2.76, 2.785))  # three replicates: the gaps get their standard error as a bar
+    body[1]["heldout_losses"][0] += 0.01
+    body[2]["heldout_losses"][1] -= 0.01
+    with live_server.api() as client:
+        posted = client.post(f"/api/v1/runs/{run_id}/experiments", json={"arms": body})
+        assert posted.status_code == 201, posted.text
+    page.reload()
+    expect(card.locator(".measured-point")).to_have_count(4, timeout=30_000)
+    expect(card.locator(".measured-se")).to_have_count(3)  # bf16 is the reference: no spread
+    tip = card.locator('.measured-point[data-arm="recommended"] title').text_content() or ""
+    assert "± 0.0" in tip and "(SE over replicates)" in tip, tip
+    expect(card).to_contain_text("over 3 replicates")
+    shot(card, "frontier-03-replicates")

@@ -1,5 +1,5 @@
 """The speed/risk frontier as a PNG or SVG: the frontier's points, the chosen one, the rule recipes, and the arms an
-experiment measured (held-out gap to BF16 on a second axis). Drawn in a render worker (service/visual/pool.py);
+experiment measured (held-out gap to BF16 on a second axis, ± its standard error with replicates). Drawn in a render worker (service/visual/pool.py);
 its input is the recommendation's `frontier` JSON and the measured arms (plain data).
 """
 
@@ -73,6 +73,10 @@ def draw(data: dict[str, Any], fmt: str = "png") -> bytes:
                 if gap is None or arm.get("gemm_speedup") is None:
                     continue
                 twin.plot([arm["gemm_speedup"]], [gap], "o", ms=7, mfc="none", mec="#222222")
+                if arm.get("gap_se"):  # replicates: ± the standard error of the mean gap
+                    twin.errorbar(
+                        [arm["gemm_speedup"]], [gap], yerr=[arm["gap_se"]], fmt="none", ecolor="#222222", lw=1
+                    )
                 twin.annotate(
                     arm["name"],
                     (arm["gemm_speedup"], gap),

@@ -1,6 +1,7 @@
 // Run page: the speed/risk frontier card. The recommendation's `frontier` (points from all-BF16 to all-cheapest,
 // the rule recipes, the chosen point) drawn as SVG, the arms an experiment measured beside them (held-out gap to
-// BF16 on the right axis), and the newest experiment's verdict with its next step. Data: GET|POST recommendation.
+// BF16 on the right axis; with replicates, ± its standard error as a bar), and the newest experiment's verdict with
+// its next step. Data: GET|POST recommendation.
 
 import { h, s, replace } from "./dom.js";
 import { API, apiFetch } from "./api.js";
@@ -29,9 +30,10 @@ function chart(frontier, measured) {
   const xs = [...points.map((p) => p.speedup), ...rules.map((b) => b.speedup), chosen.speedup, ...measured.map((m) => m.gemm_speedup)];
   const risks = [...points.map((p) => p.predicted_risk), ...rules.map((b) => b.predicted_risk), chosen.predicted_risk, 0];
   const gaps = measured.map((m) => m.heldout_gap).filter(isNum);
+  const spans = measured.filter((m) => isNum(m.heldout_gap) && isNum(m.gap_se)).flatMap((m) => [m.heldout_gap - m.gap_se, m.heldout_gap + m.gap_se]);
   const [x0, x1] = extent(xs);
   const [r0, r1] = extent(risks);
-  const [g0, g1] = extent([...gaps, 0]);
+  const [g0, g1] = extent([...gaps, ...spans, 0]);
   const x = scale(x0, x1, M.left, W - M.right);
   const y = scale(r0, r1, H - M.bottom, M.top);
   const yg = scale(g0, g1, H - M.bottom, M.top);
@@ -79,8 +81,13 @@ function chart(frontier, measured) {
     svg.append(s("text", { x: W - 12, y: 12, "text-anchor": "end", class: "label" }, "○ measured held-out gap (nats)"));
     for (const m of measured) {
       if (!isNum(m.heldout_gap) || !isNum(m.gemm_speedup)) continue;
+      const se = isNum(m.gap_se) ? ` ± ${m.gap_se.toFixed(4)} (SE over replicates)` : "";
+      if (isNum(m.gap_se) && m.gap_se > 0) {
+        svg.append(s("line", { x1: x(m.gemm_speedup), x2: x(m.gemm_speedup), y1: yg(m.heldout_gap - m.gap_se), y2: yg(m.heldout_gap + m.gap_se),
+          class: "measured-se", "data-arm": m.name }));
+      }
       svg.append(s("circle", { cx: x(m.gemm_speedup), cy: yg(m.heldout_gap), r: 5, class: "measured-point", "data-arm": m.name },
-        s("title", null, `measured ${m.name} (${m.kind}): gap ${m.heldout_gap.toFixed(4)} nats at ${m.gemm_speedup.toFixed(3)}×`)));
+        s("title", null, `measured ${m.name} (${m.kind}): gap ${m.heldout_gap.toFixed(4)}${se} nats at ${m.gemm_speedup.toFixed(3)}×`)));
     }
   }
   return svg;

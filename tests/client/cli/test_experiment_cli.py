@@ -100,3 +100,26 @@ def test_the_cli_re_solves_draws_and_verifies(
     assert all(arm["steps"] == 2 for arm in experiment["arms"])
     assert experiment["verification"]["status"] in ("confirmed", "contradicted")
     assert api.experiments(run_id)[0]["id"] == experiment["id"]
+
+
+@SQLITE_ONLY
+def test_verify_with_replicates_posts_them_and_prints_the_noise_bound(
+    client: TestClient, project: str, api: PolicyClient, tmp_path: Path
+) -> None:
+    run_id = upload_sensitivity_run(client, project, name="cli-replicates")
+    spec = tmp_path / "spec.py"
+    spec.write_text(SPEC)
+    run = CliRunner()
+    refused = run.invoke(cli, ["verify", str(run_id), "--spec", str(spec), "--replicates", "0"], obj=api)
+    assert refused.exit_code == 2 and "--replicates" in refused.output
+    verified = run.invoke(
+        cli, ["verify", str(run_id), "--spec", str(spec), "--replicates", "2", "--seed", "4"], obj=api
+    )
+    assert verified.exit_code == 0, verified.output
+    assert "noise: 2 replicates, one-sided 95 % bound ±" in verified.stdout, verified.stdout
+    assert "(SE over 2 replicates)" in verified.stdout
+    experiment = api.experiments(run_id)[0]
+    assert experiment["name"] == "spec.py seeds 4-5" and experiment["seeds"] == [4, 5]
+    assert all(len(arm["heldout_losses"]) == 2 for arm in experiment["arms"])
+    assert experiment["verification"]["replicates"] == 2
+    assert experiment["verification"]["status"] in ("confirmed", "contradicted")
