@@ -179,8 +179,7 @@ def table(results: list[dict[str, Any]], summary: dict[str, Any]) -> str:
             if k.startswith("recommended") and v
         )
         rho = "-" if j["spearman"] is None else f"{j['spearman']:.2f}"
-        statuses = case["verification"].get("per_replicate") or [case["verification"]["status"]]
-        lines.append(f"{'':30} best rule {j['best_rule']}; {calls}; Spearman {rho}; {', '.join(statuses)}")
+        lines.append(f"{'':30} best rule {j['best_rule']}; {calls}; Spearman {rho}; {_verdict(case['verification'])}")
     s = summary
     rho = "-" if s["spearman"] is None else f"{s['spearman']:.3f}"
     lines += [
@@ -200,6 +199,16 @@ def table(results: list[dict[str, Any]], summary: dict[str, Any]) -> str:
         f"{s['default_recommendation']['lower_mean_gap_at_no_more_cost']})",
     ]
     return "\n".join(lines)
+
+
+def _verdict(verification: dict[str, Any]) -> str:
+    """The service's verdict on the case's experiment (one per replicate in result files written before the
+    service judged replicates together)."""
+    if verification.get("per_replicate"):
+        return "service verdict per replicate: " + ", ".join(verification["per_replicate"])
+    bound = verification.get("noise_bound")
+    noise = f" (over {verification.get('replicates', 1)} replicates, noise bound ±{bound:.4f})" if bound else ""
+    return f"service verdict: {verification['status']}{noise}"
 
 
 def _reliability_line(found: dict[str, Any] | None) -> str:

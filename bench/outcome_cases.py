@@ -8,7 +8,8 @@ an in-process service, GET the recommendation (its ladder and frontier); (3) tra
 (last_15pct, last_n_nvidia, first_last; identical assignments once) and the recommended policy with
 `fp8_policy.experiment.run_arms`; (4) the budget-matched arm: the recommendation re-solved for the best rule's
 speedup (`target=speedup:<x>`), trained too; (5) POST the experiment: each arm comes back placed on the frontier
-(`gemm_speedup`, `predicted_risk`) with its held-out gap to BF16, and the verdict. The all-low arm is the
+(`gemm_speedup`, `predicted_risk`) with its held-out gap to BF16, and the verdict (one experiment holding every
+replicate, judged paired over them). The all-low arm is the
 statistics run itself (same seed, data, casts: the collector draws from its own generator and does not change the
 model's numerics). Same seed = same initial weights, data order and stochastic-rounding stream in every arm.
 
@@ -172,9 +173,32 @@ def _gaps(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {r["arm"].name: r["heldout_loss"] - bf16 if math.isfinite(r["heldout_loss"]) else math.inf for r in rows}
 
 
+def _replicated(rows: list[list[dict[str, Any]]], seeds: list[int]) -> list[dict[str, Any]]:
+    """Per arm, its replicates' held-out losses in one row, as `fp8_policy.experiment.run_replicates` returns them:
+    one experiment posted with every replicate is judged paired over them by the service."""
+    out = []
+    for index, row in enumerate(rows[0]):
+        runs = [replicate[index] for replicate in rows]
+        assert all(run["arm"].key() == row["arm"].key() for run in runs), "every replicate trains the arms in one order"
+        losses = [float(run["heldout_loss"]) for run in runs]
+        finite = all(math.isfinite(v) for v in losses)
+        out.append(
+            {
+                **row,
+                "heldout_losses": losses,
+                "heldout_loss": sum(losses) / len(losses) if finite else math.nan,
+                "step_time_s": sum(run["step_time_s"] for run in runs) / len(runs),
+                "train_loss": sum(run["train_loss"] for run in runs) / len(runs),
+                "seeds": seeds,
+            }
+        )
+    return out
+
+
 def run_case(case: Case, api: Any, work: Path, progress: Any = None, replicates: int = 1) -> dict[str, Any]:
-    """One case (module docstring), every arm trained in `replicates` replicates (bench/outcome_stats.py): one
-    experiment is posted per replicate; each arm's row carries its per-replicate gaps, their mean and its error."""
+    """One case (module docstring), every arm trained in `replicates` replicates (bench/outcome_stats.py) and posted
+    as one experiment with every replicate (the service judges it paired over them); each arm's row carries its
+    per-replicate gaps, their mean and its error."""
     training = Training(case)
     low_row = statistics_run(training, work / case.name)
     run = upload(api, work / case.name, case.name, case.metadata)
@@ -200,21 +224,19 @@ def run_case(case: Case, api: Any, work: Path, progress: Any = None, replicates:
         for r, replicate in enumerate(rows):
             replicate += _train(training, fresh, r, progress)
             gaps[r] = _gaps(replicate)
-    posted = [
-        api.post_experiment(
-            run["id"],
-            experiment_body(
-                replicate,
-                name=f"{case.name} r{r}",
-                run_id=run["id"],
-                seed=_replicate_seed(case, r),
-                setup={"budget": budget or "-", "replicate": r},
-            ),
-        )
-        for r, replicate in enumerate(rows)
-    ]
+    seeds = [_replicate_seed(case, r) for r in range(len(rows))]
+    posted = api.post_experiment(
+        run["id"],
+        experiment_body(
+            _replicated(rows, seeds),
+            name=f"{case.name} x{len(rows)}",
+            run_id=run["id"],
+            seed=seeds[0],
+            setup={"budget": budget or "-", "replicates": len(rows)},
+        ),
+    )
     arms = []
-    for arm in posted[0]["arms"]:
+    for arm in posted["arms"]:
         per_replicate = [g[arm["name"]] for g in gaps]
         mean, se = mean_and_se(per_replicate)
         arms.append(
@@ -231,7 +253,6 @@ def run_case(case: Case, api: Any, work: Path, progress: Any = None, replicates:
                 "same_as": next((r["arm"].also for r in rows[0] if r["arm"].name == arm["name"]), ()),
             }
         )
-    statuses = [p["verification"]["status"] for p in posted]
     return {
         "name": case.name,
         "low": case.low,
@@ -243,7 +264,7 @@ def run_case(case: Case, api: Any, work: Path, progress: Any = None, replicates:
         "run_id": run["id"],
         "lines_skipped": run["lines_skipped"],
         "arms": arms,
-        "verification": {**posted[0]["verification"], "per_replicate": statuses},
+        "verification": posted["verification"],
     }
 
 

@@ -188,3 +188,5 @@ def test_quick_eval_outcomes_writes_the_documented_json(tmp_path: Path) -> None:
         assert all(a["predicted_risk"] <= low["predicted_risk"] for a in arms if a["kind"] == "rule")
         assert all(a["gemm_cost"] >= low["gemm_cost"] for a in arms if a["kind"] in ("rule", "bf16"))
         assert case["verification"]["status"] in ("confirmed", "contradicted")
+        assert case["verification"]["replicates"] == 2  # one experiment holding both replicates, judged paired
+        assert all(len(a["heldout_gaps"]) == 2 for a in arms)
