@@ -13,7 +13,7 @@ measured gap over all arms and cases (and its mean per case), beside the measure
 Spearman of the even replicates' order against the odd ones', bench/outcome_stats.py `split_half`): the ceiling
 that any predicted risk can expect to reach against these measurements.
 `--out`: `{cases: [{name, arms: [{name, kind, heldout_gap, heldout_gaps, gap_se, gemm_cost, predicted_risk}, ...]}],
-spearman, reliability: {halves, full, ceiling, arms, replicates_for_ceiling}, replicates, ...}` (`heldout_gap`: the mean over the replicates).
+spearman, spearman_corrected, reliability: {halves, full, ceiling, arms, replicates_for_ceiling}, replicates, ...}` (`heldout_gap`: the mean over the replicates).
 Nothing is tuned to the outcome: the rules, thresholds and arms are fixed before any case runs.
 """
 
@@ -136,13 +136,17 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         ys += cy
     per_case = [c["judgement"]["spearman"] for c in results if c["judgement"]["spearman"] is not None]
     every = [a for case in results for a in case["arms"]]
+    rho, found = spearman(xs, ys), reliability(every)
     budget = [v for c in results for k, v in c["judgement"].items() if k.startswith("recommended@") and v]
     default = [c["judgement"].get("recommended") for c in results if c["judgement"].get("recommended")]
     return {
         "replicates": max((c.get("replicates", 1) for c in results), default=1),
-        "spearman": spearman(xs, ys),
+        "spearman": rho,
+        # Spearman's correction for attenuation: the measured rho over the ceiling (the predicted risk itself is
+        # computed, not measured twice): an estimate of the rho against the true gaps, as rough as the split
+        "spearman_corrected": rho / found.ceiling if rho is not None and found is not None and found.ceiling else None,
         "spearman_mean_per_case": sum(per_case) / len(per_case) if per_case else None,
-        "reliability": _reliability_dict(reliability(every), _replicates(every)),
+        "reliability": _reliability_dict(found, _replicates(every)),
         "pairs": len(xs),
         "resolved_pairs": sum(c["judgement"].get("resolved_pairs", 0) for c in results),
         "resolved_pairs_ordered_by_risk": sum(c["judgement"].get("resolved_pairs_ordered_by_risk", 0) for c in results),
@@ -187,6 +191,8 @@ def table(results: list[dict[str, Any]], summary: dict[str, Any]) -> str:
         f"Spearman (predicted risk vs measured gap, all arms and cases, {s['pairs']} pairs): {rho}; "
         f"mean per case: {s['spearman_mean_per_case']}",
         _reliability_line(s["reliability"]),
+        "Spearman corrected for the measurement's noise (rho / ceiling, Spearman's correction for attenuation): "
+        + ("-" if s.get("spearman_corrected") is None else f"{s['spearman_corrected']:.3f}"),
         f"arm pairs the replicates tell apart (paired, beyond the noise): {s['resolved_pairs']}, ordered the same way "
         f"by predicted risk: {s['resolved_pairs_ordered_by_risk']}",
         f"budget-matched recommendation: as good at no more cost in {s['budget_matched']['as_good_at_no_more_cost']}"

@@ -144,6 +144,7 @@ def test_the_summary_reports_the_measurements_own_reproducibility_beside_the_spe
     summary = summarize([case])
     assert summary["reliability"] == case["judgement"]["reliability"] and summary["reliability"]["arms"] == 3
     assert summary["reliability"]["replicates_for_ceiling"] == {"0.9": 4}
+    assert summary["spearman_corrected"] == pytest.approx(summary["spearman"] / summary["reliability"]["ceiling"])
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "x"])
