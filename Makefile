@@ -93,7 +93,7 @@ eval: setup
 # Closed loops on CPU (bench/eval_outcomes.py): the recommendation against the rules of thumb in measured held-out
 # loss, and the Spearman correlation of predicted risk and measured gap. QUICK=1: two tiny cases; OUT=FILE: JSON.
 eval-outcomes: setup
-	$(BIN)/python -m bench.eval_outcomes $(if $(QUICK),--quick) $(if $(OUT),--out $(OUT))
+	$(BIN)/python -m bench.eval_outcomes $(if $(QUICK),--quick) $(if $(REPLICATES),--replicates $(REPLICATES)) $(if $(OUT),--out $(OUT))
 
 # TE verification kit (examples/gpu_check.py): the collector against TE's own LogFp8TensorStats, apply_policy's
 # precision check, a short TE closed loop, the sensitivity feature and the te-recipe format under TE's
