@@ -30,7 +30,7 @@ from torch import nn
 
 from fp8_policy.client.collect.fp8 import E4M3, E5M2
 from fp8_policy.client.collect.naming import assigned_names, gemm_layers
-from fp8_policy.client.collect.nvfp4 import NVFP4_BLOCK, quantize_nvfp4
+from fp8_policy.client.collect.nvfp4 import NVFP4_BLOCK, fake_quantize_nvfp4
 from fp8_policy.client.collect.quantizers import quantize_block, quantize_current, quantize_mxfp8
 
 PRECISIONS = ("nvfp4", "mxfp8", "block", "current", "delayed", "bf16")
@@ -65,8 +65,8 @@ def fake_quantize(
         return x
     gradient = role == "grad"
     if precision == "nvfp4":
-        q = quantize_nvfp4(x, two_d=role == "weight", stochastic_rounding=gradient, generator=generator)
-        return q.dequantized.to(x.dtype)
+        dequantized = fake_quantize_nvfp4(x, two_d=role == "weight", stochastic_rounding=gradient, generator=generator)
+        return dequantized.to(x.dtype)
     if precision == "mxfp8":
         return quantize_mxfp8(x, E4M3).dequantized
     fmt = E5M2 if gradient else E4M3

@@ -2,7 +2,8 @@
 
 Belongs here: how a high-precision tensor becomes NVFP4 (4-bit E2M1 codes, one E4M3 decode scale per 16 elements
 of a row or per 16x16 tile, one per-tensor amax) and back, with TE's rounding, plus the numerators of
-`LogNvfp4TensorStats`' `nvfp4_underflows%` and `nvfp4_mse`. Must not be here: FP8 recipes (`quantizers`), hooks.
+`LogNvfp4TensorStats`' `nvfp4_underflows%` and `nvfp4_mse`; `fake_quantize_nvfp4`, the same cast without the codes
+(bit for bit the dequantized tensor) for training's GEMM operands. Must not be here: FP8 recipes (`quantizers`), hooks.
 
 Sources (NVIDIA/TransformerEngine, TE 2.20):
 - `common/cast/nvfp4/core_nvfp4.cuh`: `compute_global_encode_scaling_factor_FP4`: S_enc = 448 * 6 / amax in fp32,
@@ -109,18 +110,19 @@ def _as_2d(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1])
 
 
-def quantize_nvfp4(
-    x: torch.Tensor,
-    *,
-    two_d: bool = False,
-    stochastic_rounding: bool = False,
-    generator: torch.Generator | None = None,
-    amax: torch.Tensor | None = None,
-) -> Nvfp4Quantized:
-    """NVFP4 rowwise quantization of `x` (as its 2-D view): 1x16 blocks, or 16x16 tiles with `two_d` (weights).
+@dataclass(slots=True)
+class _Encoded:
+    """A 2-D view split into scaled blocks: what the E2M1 cast rounds, and what dequantizes it again."""
 
-    `amax` overrides the per-tensor amax (TE computes it from the tensor; NaN elements are ignored).
-    """
+    scaled: torch.Tensor  # [padded rows, blocks, 16]: elements times their block's encode multiplier
+    block_scales: torch.Tensor  # float8_e4m3fn decode scale per block
+    amax: torch.Tensor
+    final_scale: torch.Tensor  # float32 per block: a code's value times this is the dequantized element
+    rows: int
+    cols: int
+
+
+def _encode(x: torch.Tensor, two_d: bool, amax: torch.Tensor | None) -> _Encoded:
     x2d = _as_2d(x).float()
     rows, cols = x2d.shape
     magnitude = torch.nan_to_num(x2d.abs(), nan=0.0)
@@ -144,14 +146,70 @@ def quantize_nvfp4(
     block_scales = decode.clamp(max=E4M3_MAX).to(torch.float8_e4m3fn)
     s_dec = torch.reciprocal(s_enc)
     multiplier = torch.clamp(torch.reciprocal(block_scales.float() * s_dec), max=FLT_MAX)
-    scaled = blocks * multiplier.unsqueeze(-1)
-    codes = e2m1_codes(scaled, stochastic=stochastic_rounding, generator=generator)
     factor_inv = torch.tensor(1.0 / (E2M1_MAX * E4M3_MAX), dtype=torch.float32)
     final_scale = block_scales.float() * amax * factor_inv
-    dequantized = e2m1_values(codes) * final_scale.unsqueeze(-1)
-    codes = codes.reshape(prows, pcols)[:rows, :cols]
-    dequantized = dequantized.reshape(prows, pcols)[:rows, :cols].reshape(x.shape)
-    return Nvfp4Quantized(codes, block_scales[:rows], amax, dequantized)
+    return _Encoded(blocks * multiplier.unsqueeze(-1), block_scales, amax, final_scale, rows, cols)
+
+
+def _decoded(encoded: _Encoded, values: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """E2M1 values (per padded block element) back to the input's shape in float32."""
+    dequantized = values * encoded.final_scale.unsqueeze(-1)
+    prows, blocks, block = dequantized.shape
+    return dequantized.reshape(prows, blocks * block)[: encoded.rows, : encoded.cols].reshape(shape)
+
+
+def quantize_nvfp4(
+    x: torch.Tensor,
+    *,
+    two_d: bool = False,
+    stochastic_rounding: bool = False,
+    generator: torch.Generator | None = None,
+    amax: torch.Tensor | None = None,
+) -> Nvfp4Quantized:
+    """NVFP4 rowwise quantization of `x` (as its 2-D view): 1x16 blocks, or 16x16 tiles with `two_d` (weights).
+
+    `amax` overrides the per-tensor amax (TE computes it from the tensor; NaN elements are ignored).
+    """
+    encoded = _encode(x, two_d, amax)
+    codes = e2m1_codes(encoded.scaled, stochastic=stochastic_rounding, generator=generator)
+    dequantized = _decoded(encoded, e2m1_values(codes), x.shape)
+    prows = codes.shape[0]
+    codes = codes.reshape(prows, -1)[: encoded.rows, : encoded.cols]
+    return Nvfp4Quantized(codes, encoded.block_scales[: encoded.rows], encoded.amax, dequantized)
+
+
+def e2m1_rounded(
+    scaled: torch.Tensor, *, stochastic: bool = False, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """`e2m1_values(e2m1_codes(scaled, ...))` without the codes, bit for bit (the same random draws too): the grid
+    is 0.5 apart below 2, 1 apart below 4 and 2 apart up to 6, so dividing by the local spacing (a power of two:
+    exact) and rounding half to even (`torch.round`) lands on the even code at every midpoint, as `cast_to_fp4x2`;
+    stochastic rounding picks the grid value below or the one above with the same probability and the same draw.
+    Training (`emulated`) needs only the values; this skips the code bookkeeping, the bulk of the cast's time."""
+    magnitude = torch.nan_to_num(scaled.abs(), nan=E2M1_MAX).clamp(max=E2M1_MAX)
+    spacing = (magnitude >= 2.0).float().add_(1.0).mul_((magnitude >= 4.0).float().add_(1.0)).mul_(0.5)  # .5, 1, 2
+    if stochastic:
+        lo = torch.floor(magnitude / spacing) * spacing
+        hi = torch.clamp(lo + spacing, max=E2M1_MAX)
+        gap = torch.where(hi > lo, hi - lo, torch.ones_like(hi))
+        draw = torch.rand(magnitude.shape, generator=generator, dtype=torch.float32, device=magnitude.device)
+        rounded = torch.where(draw < (magnitude - lo) / gap, hi, lo)
+    else:
+        rounded = torch.round(magnitude / spacing) * spacing
+    return torch.copysign(rounded, torch.nan_to_num(scaled, nan=0.0))  # NaN: +6, as the codes; -0.0 keeps its sign
+
+
+def fake_quantize_nvfp4(
+    x: torch.Tensor,
+    *,
+    two_d: bool = False,
+    stochastic_rounding: bool = False,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """`quantize_nvfp4(x, ...).dequantized` (float32, the input's shape) without the codes: what a GEMM operand
+    becomes (client/collect/emulated.py)."""
+    encoded = _encode(x, two_d, None)
+    return _decoded(encoded, e2m1_rounded(encoded.scaled, stochastic=stochastic_rounding, generator=generator), x.shape)
 
 
 def nvfp4_sums(x: torch.Tensor, q: Nvfp4Quantized) -> tuple[int, int, float]:

@@ -9,7 +9,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp8_policy.client.collect.nvfp4 import e2m1_codes, e2m1_values, global_encode_scale, quantize_nvfp4
+from fp8_policy.client.collect.nvfp4 import (
+    e2m1_codes,
+    e2m1_rounded,
+    e2m1_values,
+    fake_quantize_nvfp4,
+    global_encode_scale,
+    quantize_nvfp4,
+)
 from fp8_policy.collect import quantization_stats
 
 
@@ -189,3 +196,37 @@ def test_the_analysis_bands_emulation_quantizes_exactly_like_the_collector(famil
     assert np.array_equal(e2m1_values(ours.codes).numpy(), theirs.fp4)
     expected = quantization_stats(x, recipe="nvfp4", two_d=two_d)["underflows%"]
     assert theirs.underflows_pct == pytest.approx(expected, rel=1e-12)
+
+
+class TestFakeQuantizeMatchesTheCodes:
+    """Training's fast path (`e2m1_rounded`, `fake_quantize_nvfp4`: values without codes) must be bit for bit what
+    the codes dequantize to, random draws included."""
+
+    @staticmethod
+    def bits(x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous().view(torch.int32)
+
+    def test_every_grid_value_midpoint_and_neighbour_rounds_the_same(self) -> None:
+        grid = torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0])
+        around = torch.cat([grid, torch.nextafter(grid, grid + 1), torch.nextafter(grid, grid - 1)])
+        values = torch.cat([around, -around, torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0])])
+        assert torch.equal(self.bits(e2m1_rounded(values)), self.bits(e2m1_values(e2m1_codes(values))))
+        stochastic = values.repeat(500)
+        ours = e2m1_rounded(stochastic, stochastic=True, generator=torch.Generator().manual_seed(3))
+        codes = e2m1_codes(stochastic, stochastic=True, generator=torch.Generator().manual_seed(3))
+        assert torch.equal(self.bits(ours), self.bits(e2m1_values(codes)))
+
+    @pytest.mark.parametrize("two_d", [False, True])
+    @pytest.mark.parametrize("stochastic", [False, True])
+    def test_fake_quantize_is_the_dequantized_tensor(self, two_d: bool, stochastic: bool) -> None:
+        torch.manual_seed(7)
+        for rows, cols, exponent in ((5, 40, 0), (33, 17, -20), (16, 64, 12), (1, 3, -3)):
+            x = torch.randn(rows, cols) * 10.0**exponent
+            x[0, 0] = float("nan") if rows > 1 else x[0, 0]
+            expected = quantize_nvfp4(
+                x, two_d=two_d, stochastic_rounding=stochastic, generator=torch.Generator().manual_seed(rows)
+            ).dequantized
+            ours = fake_quantize_nvfp4(
+                x, two_d=two_d, stochastic_rounding=stochastic, generator=torch.Generator().manual_seed(rows)
+            )
+            assert ours.shape == x.shape and torch.equal(self.bits(ours), self.bits(expected))
