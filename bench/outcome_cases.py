@@ -33,6 +33,7 @@ from bench.outcome_stats import mean_and_se
 from examples.local_service import in_process_service, upload
 from examples.tiny_gpt import VOCAB, Setup, TinyGPT, batches, corpus, loss_of
 from fp8_policy.client.experiment.arms import Arm, arms_from_recommendation, experiment_body
+from fp8_policy.client.experiment.replicates import merge_replicates
 from fp8_policy.client.experiment.runner import run_arms
 from fp8_policy.collect import FP8StatsCollector, convert_to_emulated_training
 
@@ -173,28 +174,6 @@ def _gaps(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {r["arm"].name: r["heldout_loss"] - bf16 if math.isfinite(r["heldout_loss"]) else math.inf for r in rows}
 
 
-def _replicated(rows: list[list[dict[str, Any]]], seeds: list[int]) -> list[dict[str, Any]]:
-    """Per arm, its replicates' held-out losses in one row, as `fp8_policy.experiment.run_replicates` returns them:
-    one experiment posted with every replicate is judged paired over them by the service."""
-    out = []
-    for index, row in enumerate(rows[0]):
-        runs = [replicate[index] for replicate in rows]
-        assert all(run["arm"].key() == row["arm"].key() for run in runs), "every replicate trains the arms in one order"
-        losses = [float(run["heldout_loss"]) for run in runs]
-        finite = all(math.isfinite(v) for v in losses)
-        out.append(
-            {
-                **row,
-                "heldout_losses": losses,
-                "heldout_loss": sum(losses) / len(losses) if finite else math.nan,
-                "step_time_s": sum(run["step_time_s"] for run in runs) / len(runs),
-                "train_loss": sum(run["train_loss"] for run in runs) / len(runs),
-                "seeds": seeds,
-            }
-        )
-    return out
-
-
 def run_case(case: Case, api: Any, work: Path, progress: Any = None, replicates: int = 1) -> dict[str, Any]:
     """One case (module docstring), every arm trained in `replicates` replicates (bench/outcome_stats.py) and posted
     as one experiment with every replicate (the service judges it paired over them); each arm's row carries its
@@ -228,7 +207,7 @@ def run_case(case: Case, api: Any, work: Path, progress: Any = None, replicates:
     posted = api.post_experiment(
         run["id"],
         experiment_body(
-            _replicated(rows, seeds),
+            merge_replicates(rows, seeds),
             name=f"{case.name} x{len(rows)}",
             run_id=run["id"],
             seed=seeds[0],

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from fp8_policy.client.experiment.arms import Arm
@@ -71,19 +71,29 @@ def run_replicates(
 
         say = _prefixed(progress, f"replicate {r + 1}/{replicates} (seed {replicate_seed}): ")
         rows.append(run_arms(arms, batches=stream, seed=replicate_seed, progress=say, **run_arms_kwargs))
+    return merge_replicates(rows, chosen)
+
+
+def merge_replicates(rows: Sequence[Sequence[Mapping[str, Any]]], seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """`run_arms` rows of each replicate (replicate r: `rows[r]`, the arms in one order) as one row per arm, the
+    shape `run_replicates` returns and `experiment_body` posts."""
+    if len(rows) != len(seeds) or not rows:
+        raise ValueError(f"one seed per replicate: {len(seeds)} seeds for {len(rows)} replicates")
     out = []
-    for index, arm in enumerate(arms):
+    for index, first in enumerate(rows[0]):
         runs = [replicate[index] for replicate in rows]
+        if any(run["arm"].name != first["arm"].name for run in runs):
+            raise ValueError("every replicate must train the arms in one order")
         losses = [float(run["heldout_loss"]) for run in runs]
         out.append(
             {
-                "arm": arm,
-                "steps": runs[0]["steps"],
+                "arm": first["arm"],
+                "steps": first["steps"],
                 "heldout_losses": losses,
                 "heldout_loss": _mean(losses),
                 "step_time_s": _mean([run["step_time_s"] for run in runs]),
                 "train_loss": _mean([run["train_loss"] for run in runs]),
-                "seeds": chosen,
+                "seeds": list(seeds),
                 "replicates": runs,
             }
         )

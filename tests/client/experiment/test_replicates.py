@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from fp8_policy.client.experiment.arms import Arm, experiment_body
-from fp8_policy.client.experiment.replicates import run_replicates
+from fp8_policy.client.experiment.replicates import merge_replicates, run_replicates
 from fp8_policy.client.experiment.runner import run_arms
 
 STEPS = 4
@@ -82,3 +82,16 @@ def test_the_experiment_body_carries_the_replicates_and_their_mean() -> None:
     assert math.isnan(second["heldout_losses"][1]) and math.isnan(second["heldout_loss"])
     single = experiment_body(run_replicates(ARMS, replicates=1, batches=_seeded, **KWARGS), name="one")
     assert "seeds" not in single and all("heldout_losses" not in arm for arm in single["arms"])
+
+
+def test_merging_replicates_needs_the_arms_in_one_order_and_a_seed_each() -> None:
+    row = lambda arm, loss: {"arm": arm, "steps": 3, "heldout_loss": loss, "step_time_s": 0.1, "train_loss": 1.0}  # noqa: E731
+    merged = merge_replicates(
+        [[row(ARMS[0], 2.0), row(ARMS[1], 2.5)], [row(ARMS[0], 2.2), row(ARMS[1], math.nan)]], [0, 1]
+    )
+    assert [m["heldout_losses"] for m in merged][0] == [2.0, 2.2] and merged[0]["heldout_loss"] == pytest.approx(2.1)
+    assert math.isnan(merged[1]["heldout_loss"]) and merged[1]["seeds"] == [0, 1]  # a diverged replicate: diverged
+    with pytest.raises(ValueError, match="one order"):
+        merge_replicates([[row(ARMS[0], 2.0), row(ARMS[1], 2.5)], [row(ARMS[1], 2.5), row(ARMS[0], 2.0)]], [0, 1])
+    with pytest.raises(ValueError, match="one seed per replicate"):
+        merge_replicates([[row(ARMS[0], 2.0)]], [0, 1])
